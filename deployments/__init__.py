@@ -1,0 +1,1 @@
+"""SeldonDeployment + autoscaling manifests: render for one model version, validate, apply."""

@@ -1,0 +1,116 @@
+"""`python -m export`: train the digits CNN and turn it into a served-ready ONNX artifact."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from slipway.cli import UserError, console, exit_with
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
+
+DEFAULT_TRAIN_DIR = BUILD_DIR / "train" / DEMO_MODEL_NAME
+EXAMPLE_ROWS = 32
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from export.train import TrainConfig, train
+    from slipway.reports import write_report
+
+    config = TrainConfig(seed=args.seed, epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate)
+    result = train(config, args.out)
+    path = write_report("train", result.report)
+    console.print(f"test accuracy [bold]{result.test_accuracy:.4f}[/] -> {result.model_path} (report {path})")
+    if result.test_accuracy < args.min_accuracy:
+        raise UserError(
+            f"test accuracy {result.test_accuracy:.4f} is below --min-accuracy {args.min_accuracy}; "
+            "train longer (--epochs) or check the data"
+        )
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from export.convert import check_parity, keras_to_onnx, onnx_predict
+    from export.data import load_digits_splits
+    from export.model import INPUT_NAME, OUTPUT_NAME
+    from export.package import write_artifact
+    from export.train import read_train_config
+    from slipway.reports import write_report
+
+    if not args.model.is_file():
+        raise UserError(f"no trained model at {args.model}: run `python -m export train` first or pass --model")
+    import keras
+
+    try:
+        model = keras.models.load_model(args.model)
+    except Exception as err:  # Keras raises many types for a bad file
+        raise UserError(f"cannot read {args.model} as a Keras model ({type(err).__name__}: {err})") from err
+    config, fingerprint = read_train_config(args.model)
+    splits = load_digits_splits(seed=config.seed)
+    with console.status("converting to ONNX (tf.function -> tf2onnx)"):
+        onnx_model = keras_to_onnx(model, opset=args.opset)
+    onnx_bytes = onnx_model.SerializeToString()
+    keras_probs = model.predict(splits.x_test, batch_size=256, verbose=0)
+    onnx_probs = onnx_predict(onnx_bytes, splits.x_test)
+    parity = check_parity(keras_probs, onnx_probs)
+    if not parity.identical_predictions:
+        raise UserError(
+            f"ONNX and Keras disagree on {1 - parity.top1_agreement:.2%} of the held-out split "
+            f"(max abs diff {parity.max_abs_diff:.2e}); nothing was written"
+        )
+    manifest = write_artifact(
+        args.out,
+        onnx_bytes=onnx_bytes,
+        name=args.name,
+        example_inputs={INPUT_NAME: splits.x_test[:EXAMPLE_ROWS]},
+        example_outputs={OUTPUT_NAME: onnx_probs[:EXAMPLE_ROWS]},
+        example_labels=splits.y_test[:EXAMPLE_ROWS],
+    )
+    accuracy = float((onnx_probs.argmax(axis=1) == splits.y_test).mean())
+    write_report(
+        "export",
+        {
+            "source_model": str(args.model),
+            "artifact": str(args.out),
+            "model_name": args.name,
+            "opset": args.opset,
+            "digest": manifest.digest,
+            "onnx_bytes": len(onnx_bytes),
+            "parity": parity.as_dict(),
+            "onnx_test_accuracy": accuracy,
+            "data_fingerprint": fingerprint,
+        },
+    )
+    console.print(
+        f"ONNX opset {args.opset}: predictions identical on {parity.samples} held-out images, "
+        f"max abs diff {parity.max_abs_diff:.2e}, accuracy {accuracy:.4f} -> {args.out}"
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train the digits CNN (tf.data, callbacks, TensorBoard)")
+    train.add_argument("--out", type=Path, default=DEFAULT_TRAIN_DIR, help="folder for the model and its logs")
+    train.add_argument("--epochs", type=int, default=40)
+    train.add_argument("--batch-size", type=int, default=64)
+    train.add_argument("--learning-rate", type=float, default=1e-3)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--min-accuracy", type=float, default=0.95, help="fail when the held-out accuracy is lower")
+    train.set_defaults(func=cmd_train)
+
+    convert = commands.add_parser("convert", help="convert to ONNX, check parity, write the artifact folder")
+    convert.add_argument("--model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras")
+    convert.add_argument("--out", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder to write")
+    convert.add_argument("--name", default=DEMO_MODEL_NAME, help="model name clients use in /v2/models/<name>")
+    convert.add_argument("--opset", type=int, default=17)
+    convert.set_defaults(func=cmd_convert)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    exit_with(main)

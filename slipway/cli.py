@@ -1,0 +1,38 @@
+"""Command-line conventions shared by every `python -m <package>`.
+
+A user's mistake (a missing file, a bad flag value) is a `UserError`: it prints one line
+naming what was wrong and what to do instead, and the command exits non-zero. Anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+console = Console(stderr=True, highlight=False)
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """Bad input from the user; the message is the whole story, so no traceback."""
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
+    """Run a command's `main`, turning `UserError` (and Ctrl-C) into one line and an exit code."""
+    try:
+        return int(main(argv) or 0)
+    except UserError as err:
+        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+
+
+def exit_with(main: Callable[[Sequence[str] | None], int | None]) -> None:
+    """`sys.exit(run(main))`, for `__main__` modules."""
+    sys.exit(run(main))

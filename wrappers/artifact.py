@@ -1,0 +1,119 @@
+"""The model artifact folder: the contract between `export` (writes) and the runtime (reads).
+
+A folder holds `model.onnx`, `model-settings.json`, optional extras (an input example,
+labels) and `manifest.json` with the sha256 of every other file. The runtime refuses a
+folder whose files do not match their manifest, so what serves is what was exported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from slipway import atomic
+
+MANIFEST_NAME = "manifest.json"
+MODEL_FILE = "model.onnx"
+SETTINGS_FILE = "model-settings.json"
+INPUT_EXAMPLE_FILE = "input-example.npz"
+MANIFEST_FORMAT = "slipway.artifact/v1"
+_CHUNK = 1 << 20
+
+
+class ArtifactError(Exception):
+    """The artifact folder is missing, incomplete or does not match its manifest."""
+
+
+class FileEntry(BaseModel):
+    sha256: str
+    bytes: int
+
+
+class Manifest(BaseModel):
+    """What an artifact holds; `digest` names the whole folder's content."""
+
+    format: str = MANIFEST_FORMAT
+    digest: str
+    files: dict[str, FileEntry] = Field(default_factory=dict)
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in chunks so large models do not fill memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def folder_digest(files: dict[str, FileEntry]) -> str:
+    """One sha256 over the sorted (name, hash) pairs: equal content, equal digest."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{files[name].sha256}\n".encode())
+    return digest.hexdigest()
+
+
+def build_manifest(folder: Path) -> Manifest:
+    """Hash every file under `folder` (except the manifest itself)."""
+    folder = Path(folder)
+    files = {
+        path.relative_to(folder).as_posix(): FileEntry(sha256=sha256_file(path), bytes=path.stat().st_size)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST_NAME
+    }
+    if MODEL_FILE not in files:
+        raise ArtifactError(f"{folder} has no {MODEL_FILE}; an artifact folder needs one")
+    return Manifest(digest=folder_digest(files), files=files)
+
+
+def write_manifest(folder: Path) -> Manifest:
+    """Hash the folder's files and write `manifest.json` atomically."""
+    manifest = build_manifest(folder)
+    atomic.write_json(Path(folder) / MANIFEST_NAME, manifest.model_dump())
+    return manifest
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """Parse `manifest.json`, with a clear error when it is absent or unreadable."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing: an artifact folder must carry its {MANIFEST_NAME}")
+    try:
+        return Manifest.model_validate(json.loads(path.read_text()))
+    except (json.JSONDecodeError, ValueError) as err:
+        raise ArtifactError(f"{path} is not a valid manifest: {err}") from err
+
+
+def verify_artifact(folder: Path) -> Manifest:
+    """Check every file against the manifest; name the first file that is missing or changed."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    for name, entry in sorted(manifest.files.items()):
+        path = folder / name
+        if not path.is_file():
+            raise ArtifactError(f"artifact {folder} is incomplete: {name} is listed in the manifest but missing")
+        if path.stat().st_size != entry.bytes or sha256_file(path) != entry.sha256:
+            raise ArtifactError(
+                f"artifact {folder} was modified: {name} does not match its sha256 in {MANIFEST_NAME}"
+            )
+    if folder_digest(manifest.files) != manifest.digest:
+        raise ArtifactError(f"{folder / MANIFEST_NAME} is inconsistent: its digest does not match its files")
+    return manifest
+
+
+def load_input_example(folder: Path) -> tuple[dict, dict, object]:
+    """The artifact's input example: (inputs by name, expected outputs by name, labels or None)."""
+    import numpy as np
+
+    path = Path(folder) / INPUT_EXAMPLE_FILE
+    if not path.is_file():
+        raise ArtifactError(f"{folder} has no {INPUT_EXAMPLE_FILE}; re-export it with `python -m export convert`")
+    with np.load(path, allow_pickle=False) as archive:
+        inputs = {key.split(":", 1)[1]: archive[key] for key in archive.files if key.startswith("input:")}
+        outputs = {key.split(":", 1)[1]: archive[key] for key in archive.files if key.startswith("output:")}
+        labels = archive["labels"] if "labels" in archive.files else None
+    return inputs, outputs, labels

@@ -1,0 +1,188 @@
+"""Start and stop a real MLServer on loopback for one artifact folder.
+
+Used by `make serve`, the demo, the load tests, the benchmarks and the tests: the server
+always runs in its own process (never imported here), configured through MLServer's
+`MLSERVER_*` environment variables, and is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slipway.paths import PROJECT_ROOT
+from wrappers.artifact import SETTINGS_FILE
+
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 15.0
+
+
+class ServerError(RuntimeError):
+    """MLServer did not start, or exited; the message carries the end of its log."""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def model_name(model_dir: Path) -> str:
+    """The model's name as `model-settings.json` declares it."""
+    path = Path(model_dir) / SETTINGS_FILE
+    if not path.is_file():
+        raise ServerError(f"{model_dir} is not a model folder: it has no {SETTINGS_FILE} (run `make demo` first)")
+    return json.loads(path.read_text())["name"]
+
+
+def server_env(
+    *, host: str, http_port: int, grpc_port: int, metrics_port: int, parallel_workers: int, metrics_dir: Path
+) -> dict[str, str]:
+    """MLServer's settings as environment variables, plus a PYTHONPATH that finds `wrappers`."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "MLSERVER_HOST": host,
+            "MLSERVER_HTTP_PORT": str(http_port),
+            "MLSERVER_GRPC_PORT": str(grpc_port),
+            "MLSERVER_METRICS_PORT": str(metrics_port),
+            # 0 serves in the main process: on few cores the inter-process hop costs 35-45%.
+            "MLSERVER_PARALLEL_WORKERS": str(parallel_workers),
+            "MLSERVER_METRICS_DIR": str(metrics_dir),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
+        }
+    )
+    return env
+
+
+def mlserver_command(model_dir: Path) -> list[str]:
+    """`mlserver start MODEL_DIR` with the interpreter running us (so the same venv serves)."""
+    return [sys.executable, "-m", "mlserver.cli.main", "start", str(Path(model_dir).resolve())]
+
+
+@dataclass
+class LocalServer:
+    """One MLServer process serving `model_dir` on loopback; use it as a context manager."""
+
+    model_dir: Path
+    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    parallel_workers: int = 0
+    ready_timeout_s: float = READY_TIMEOUT_S
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.model_dir = Path(self.model_dir)
+        self.model = model_name(self.model_dir)
+        self._workdir = Path(tempfile.mkdtemp(prefix="slipway-mlserver-"))
+        self.log_path = self._workdir / "mlserver.log"
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{LOOPBACK}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self) -> LocalServer:
+        """Start MLServer and return once the model answers ready (or raise with its log)."""
+        metrics_dir = self._workdir / "metrics"
+        metrics_dir.mkdir()
+        env = server_env(
+            host=LOOPBACK,
+            http_port=self.http_port,
+            grpc_port=self.grpc_port,
+            metrics_port=self.metrics_port,
+            parallel_workers=self.parallel_workers,
+            metrics_dir=metrics_dir,
+        )
+        env.update(self.extra_env)
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                mlserver_command(self.model_dir),
+                cwd=self._workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        url = f"{self.http_url}/v2/models/{self.model}/ready"
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ServerError(f"MLServer exited with code {self._process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)
+        raise ServerError(f"MLServer was not ready after {self.ready_timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the server's log, for error messages."""
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM the server's process group by PID, then SIGKILL if it will not go."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: int, metrics_port: int) -> None:
+    """Replace this process with MLServer serving `model_dir` (Ctrl-C stops it)."""
+    model_name(model_dir)  # fail early, in one line, on a folder that is not an artifact
+    metrics_dir = Path(tempfile.mkdtemp(prefix="slipway-metrics-"))
+    env = server_env(
+        host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+        parallel_workers=0, metrics_dir=metrics_dir,
+    )
+    print(f"serving {model_dir} on http://{host}:{http_port} (gRPC {grpc_port}, metrics {metrics_port})", flush=True)
+    os.execvpe(sys.executable, mlserver_command(model_dir), env)
