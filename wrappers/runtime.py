@@ -76,7 +76,9 @@ class OnnxRuntime(MLModel):
         return True
 
     async def unload(self) -> bool:
-        self._executor.shutdown(wait=True)
+        executor = getattr(self, "_executor", None)  # MLServer also unloads a model whose load failed
+        if executor is not None:
+            executor.shutdown(wait=True)
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:

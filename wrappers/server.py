@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,10 +27,11 @@ from wrappers.artifact import SETTINGS_FILE
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
+_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
 
 
 class ServerError(RuntimeError):
-    """MLServer did not start, or exited; the message carries the end of its log."""
+    """MLServer did not start, or exited; the message names the cause and the log file."""
 
 
 def free_port() -> int:
@@ -141,7 +143,9 @@ class LocalServer:
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise ServerError(f"MLServer exited with code {self._process.returncode}:\n{self.log_tail()}")
+                raise ServerError(
+                    f"MLServer exited with code {self._process.returncode}: {self.failure_reason()} (log: {self.log_path})"
+                )
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
@@ -149,13 +153,15 @@ class LocalServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.25)
-        raise ServerError(f"MLServer was not ready after {self.ready_timeout_s:.0f} s:\n{self.log_tail()}")
+        raise ServerError(
+            f"MLServer was not ready after {self.ready_timeout_s:.0f} s: {self.failure_reason()} (log: {self.log_path})"
+        )
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of the server's log, for error messages."""
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+    def failure_reason(self) -> str:
+        """The first exception line in the server's log: usually the whole story."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        found = _EXCEPTION_LINE.search(text)
+        return found.group(0).strip() if found else "no exception in its log"
 
     def stop(self) -> None:
         """SIGTERM the server's process group by PID, then SIGKILL if it will not go."""

@@ -1,0 +1,78 @@
+"""Shared fixtures: a real trained digits artifact and a real MLServer serving it.
+
+The artifact is trained once per test session through the real commands
+(`python -m export train/convert`), with reports redirected to a temporary folder.
+MLServer always runs as its own process: never import `mlserver` or
+`wrappers.runtime` in the test process (their gRPC protos clash with tritonclient's).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slipway.paths import PROJECT_ROOT, SELDON_CRD_SCHEMA
+
+TRAIN_EPOCHS = "25"
+
+
+def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600):
+    """Run `python -m module args...` from the project root, as a user would."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"python -m {module} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def reports_env(tmp_path_factory) -> dict[str, str]:
+    """Environment that sends reports and build outputs of test runs to a temporary folder."""
+    root = tmp_path_factory.mktemp("slipway")
+    return {"SLIPWAY_REPORTS_DIR": str(root / "reports"), "SLIPWAY_BUILD_DIR": str(root / "build")}
+
+
+@pytest.fixture(scope="session")
+def trained_model(tmp_path_factory, reports_env) -> Path:
+    """A digits CNN trained for real (a few epochs fewer than the demo)."""
+    out = tmp_path_factory.mktemp("train")
+    run_module("export", "train", "--out", str(out), "--epochs", TRAIN_EPOCHS, env=reports_env)
+    return out / "model.keras"
+
+
+@pytest.fixture(scope="session")
+def digits_artifact(tmp_path_factory, trained_model, reports_env) -> Path:
+    """The trained model converted to ONNX and written as an artifact folder."""
+    out = tmp_path_factory.mktemp("artifacts") / "digits"
+    run_module("export", "convert", "--model", str(trained_model), "--out", str(out), env=reports_env)
+    return out
+
+
+@pytest.fixture(scope="session")
+def digits_server(digits_artifact):
+    """A real MLServer on loopback serving the digits artifact, stopped by PID afterwards."""
+    from wrappers.server import LocalServer
+
+    with LocalServer(digits_artifact) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def seldon_crd_schema() -> dict:
+    """The SeldonDeployment CRD's v1 schema from ../shared; tests needing it skip where it is absent."""
+    from deployments.validate import load_crd_schema
+
+    schema = load_crd_schema(SELDON_CRD_SCHEMA)
+    if schema is None:
+        pytest.skip(f"Seldon CRD schema not found at {SELDON_CRD_SCHEMA} (../shared is absent; set SLIPWAY_SHARED_DIR)")
+    return schema
