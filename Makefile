@@ -17,10 +17,10 @@ HTTP_PORT    ?= 8080
 GRPC_PORT    ?= 8081
 METRICS_PORT ?= 8082
 HOST         ?= 127.0.0.1
-IMAGE        ?= slipway/mlserver-onnx:0.1.0
+IMAGE        ?=
 PYTEST_ARGS  ?=
 
-.PHONY: help setup demo train convert serve smoke loadtest manifests deploy test clean
+.PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest manifests deploy undeploy image test clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -41,7 +41,7 @@ demo: setup ## the whole road on the digits model: train, convert, serve, query,
 	$(PY) -m export convert --out $(MODEL_DIR)
 	$(PY) -m loadtest smoke --model-dir $(MODEL_DIR)
 	$(PY) -m loadtest run --model-dir $(MODEL_DIR)
-	$(PY) -m deployments render --model-dir $(MODEL_DIR) --image $(IMAGE)
+	$(PY) -m deployments render --model-dir $(MODEL_DIR) $(if $(IMAGE),--image $(IMAGE))
 	$(PY) -m slipway summary
 
 train: setup ## train the digits CNN (reports/train.json, TensorBoard logs under build/train)
@@ -60,14 +60,71 @@ smoke: setup ## start MLServer on MODEL_DIR, check REST and gRPC answers with tr
 loadtest: setup ## a short headless Locust run against a local server on MODEL_DIR
 	$(PY) -m loadtest run --model-dir $(MODEL_DIR)
 
-manifests: setup ## render SeldonDeployment + HPA for MODEL_DIR into build/manifests and validate them
-	$(PY) -m deployments render --model-dir $(MODEL_DIR) --image $(IMAGE)
-
-deploy: setup ## apply the rendered manifests to the current kubectl context
-	$(PY) -m deployments deploy --model-dir $(MODEL_DIR) --image $(IMAGE)
-
-test: setup ## install what is needed and run the whole test suite
+test: setup tools ## install what is needed and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# ---- deployments: manifests, deploy, images ------------------------------------------------
+# VERSION= or TAG= pins the manifests to a version in the model store; without them they are
+# rendered for MODEL_DIR (the demo's unpublished artifact). Canary: CANARY_VERSION= or CANARY_TAG=.
+OVERLAY          ?= cpu
+AUTOSCALING      ?= cpu
+NAMESPACE        ?= slipway
+MODEL_NAME       ?= digits
+VERSION          ?=
+TAG              ?=
+CANARY_VERSION   ?=
+CANARY_TAG       ?=
+CANARY_PERCENT   ?=
+MODEL_URI        ?=
+CANARY_MODEL_URI ?=
+DRY_RUN          ?= none
+WAIT             ?= 300
+IMAGE_CPU        ?= slipway/mlserver-onnx:0.1.0
+IMAGE_GPU        ?= slipway/mlserver-onnx-gpu:0.1.0
+TOOLS_VENV       ?= .venv-tools
+CHECKOV_VERSION  ?= 3.3.30
+RECORD           := build/model-version.json
+CANARY_RECORD    := build/model-version-canary.json
+TOOLS_STAMP      := $(TOOLS_VENV)/.installed-checkov-$(CHECKOV_VERSION)
+
+# Ask the model store for a version record: $(1) = NAME@VERSION-or-TAG, $(2) = the file (written whole or not at all).
+define version_record
+	@mkdir -p $(dir $(2))
+	@$(PY) -m export versions show $(1) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
+	@mv $(2).tmp $(2)
+endef
+RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NAMESPACE) \
+  $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
+  $(if $(CANARY_VERSION)$(CANARY_TAG),--canary-record $(CANARY_RECORD)) \
+  $(if $(CANARY_PERCENT),--canary-percent $(CANARY_PERCENT)) $(if $(IMAGE),--image $(IMAGE)) \
+  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI))
+
+versions-resolve: setup
+	$(if $(VERSION)$(TAG),$(call version_record,$(MODEL_NAME)@$(or $(VERSION),$(TAG)),$(RECORD)))
+	$(if $(CANARY_VERSION)$(CANARY_TAG),$(call version_record,$(MODEL_NAME)@$(or $(CANARY_VERSION),$(CANARY_TAG)),$(CANARY_RECORD)))
+
+manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior)
+	$(PY) -m deployments render $(RENDER_ARGS)
+
+deploy: versions-resolve ## render, validate, server-side apply to the current context, wait for Available (DRY_RUN=server|client, WAIT=s)
+	$(PY) -m deployments deploy $(RENDER_ARGS) --dry-run $(DRY_RUN) --wait $(WAIT)
+
+undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
+	$(PY) -m deployments undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
+
+image: ## build the CPU and GPU serving images with Docker (IMAGE_CPU=, IMAGE_GPU=)
+	@docker info >/dev/null 2>&1 || { echo "make image needs a running Docker engine, and none answers here (docker info failed); on a machine with one: docker build -f deployments/images/cpu.Dockerfile -t $(IMAGE_CPU) ." >&2; exit 1; }
+	docker build -f deployments/images/cpu.Dockerfile -t $(IMAGE_CPU) .
+	docker build -f deployments/images/gpu.Dockerfile -t $(IMAGE_GPU) .
+
+tools: $(TOOLS_STAMP) ## install checkov into its own venv (.venv-tools): it would downgrade packages in .venv
+
+$(TOOLS_STAMP):
+	@test -x $(TOOLS_VENV)/bin/python || $(PYTHON_BIN) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS_VENV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
+	@rm -f $(TOOLS_VENV)/.installed-*
+	@touch $@
 
 clean: ## remove build outputs and reports (keeps .venv)
 	rm -rf build reports .pytest_cache

@@ -1,76 +1,187 @@
-"""`python -m deployments`: render, validate and apply the manifests for one model version."""
+"""`python -m deployments`: render, validate, apply and remove the manifests for one model version.
+
+Each subcommand registers itself through one `register_*` function listed in REGISTRARS;
+a new subcommand is one more function there.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slipway.cli import UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 
-DEFAULT_OUT = BUILD_DIR / "manifests"
+MANIFESTS_DIR = BUILD_DIR / "manifests"
+DEFAULT_WAIT_S = 300.0
 
 
-def _render(args: argparse.Namespace) -> list[dict]:
+# ---------------------------------------------------------------- render
+
+
+def _add_render_arguments(command: argparse.ArgumentParser) -> None:
+    from deployments.autoscaling import MODES
+    from deployments.render import DEFAULT_NAMESPACE, OVERLAYS
+
+    command.add_argument("--overlay", default="cpu", help=f"{', '.join(OVERLAYS)}, or the folder of your own overlay (default cpu)")
+    source = command.add_mutually_exclusive_group()
+    source.add_argument("--version-record", type=Path, help="the model store's version record "
+                        "(`python -m export versions show REF --json`): pins URI, version and digest")
+    source.add_argument("--model-dir", type=Path, help=f"an unpublished artifact folder (default {DEMO_ARTIFACT_DIR})")
+    command.add_argument("--version", help="with --model-dir: the version to call it (default: its digest's first 12 hex)")
+    command.add_argument("--model-uri", help="where the cluster pulls the main version from, replacing the record's "
+                         "(s3://, gs://, pvc://)")
+    command.add_argument("--canary-record", type=Path, help="version record of the canary (OVERLAY=canary)")
+    command.add_argument("--canary-model-uri", help="where the cluster pulls the canary from, replacing its record's")
+    command.add_argument("--canary-percent", type=int, help="share of traffic for the canary, 0-100 (default: the overlay's)")
+    command.add_argument("--autoscaling", default="cpu", choices=MODES,
+                         help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
+                              "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour)")
+    command.add_argument("--image", help="the MLServer + wrappers image (default: the overlay's)")
+    command.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
+                         help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
+    command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>)")
+
+
+def _models(args: argparse.Namespace):
+    from deployments.records import ModelVersion
+
+    if args.version_record:
+        main = ModelVersion.from_record_file(args.version_record, uri=args.model_uri)
+    else:
+        main = ModelVersion.from_artifact(args.model_dir or DEMO_ARTIFACT_DIR, version=args.version, uri=args.model_uri)
+    canary = ModelVersion.from_record_file(args.canary_record, uri=args.canary_model_uri) if args.canary_record else None
+    return main, canary
+
+
+def render_validated(args: argparse.Namespace):
+    """Render and validate; write the manifests and `reports/manifests.json` only when they are valid."""
     from deployments.kustomize import KustomizeError
-    from deployments.render import ModelRef, RenderError, render, write_manifests
+    from deployments.records import RecordError
+    from deployments.render import RenderError, render, write_manifests
     from deployments.validate import validate_documents
     from slipway.reports import write_report
 
     try:
-        model = ModelRef.from_artifact(args.model_dir, version=args.version, uri=args.model_uri)
-        docs = render(model, image=args.image)
-    except (RenderError, KustomizeError) as err:
+        main, canary = _models(args)
+        rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
+                          image=args.image, namespace=args.namespace, autoscaling_mode=args.autoscaling,
+                          engine=args.kustomize)
+    except (RecordError, RenderError, KustomizeError) as err:
         raise UserError(str(err)) from err
-    report = validate_documents(docs)
+    report = validate_documents(rendered.docs)
     for skipped in report.skipped:
-        console.print(f"[yellow]skipped:[/] {skipped}")
+        console.print(f"[yellow]skipped:[/] {skipped}", soft_wrap=True)
     if not report.ok:
         raise UserError("rendered manifests are invalid, nothing written: " + "; ".join(report.errors))
-    paths = write_manifests(docs, args.out)
-    write_report(
-        "manifests",
-        {"model": model.__dict__, "image": args.image, "out_dir": str(args.out), "files": [str(p) for p in paths],
-         "validation": report.as_dict()},
-    )
-    console.print(f"{len(docs)} resources for {model.name} version {model.version} -> {args.out} (valid: {len(report.checked)} checked)")
-    return docs
+    out = args.out or MANIFESTS_DIR / Path(str(args.overlay)).name
+    paths = write_manifests(rendered, out)
+    write_report("manifests", {**rendered.summary(), "out_dir": str(out), "files": [str(p) for p in paths],
+                               "validation": report.as_dict()})
+    versions = ", ".join(f"{p} -> {m.name} v{m.version}" for p, m in rendered.models.items())
+    console.print(f"{len(rendered.docs)} resources ({versions}; autoscaling {rendered.autoscaling}, "
+                  f"kustomize {rendered.engine}) -> {out}, valid ({len(report.checked)} checked)", soft_wrap=True)
+    return rendered
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    _render(args)
+    render_validated(args)
     return 0
+
+
+def register_render(commands) -> None:
+    command = commands.add_parser("render", help="render and validate the manifests into --out",
+                                  description="Render an overlay for one model version and validate it.")
+    _add_render_arguments(command)
+    command.set_defaults(func=cmd_render)
+
+
+# ---------------------------------------------------------------- deploy / undeploy
+
+
+def _connect():
+    from deployments.apply import ClusterUnavailable, connect
+
+    try:
+        return connect()
+    except ClusterUnavailable as err:
+        raise UserError(f"{err}: nothing was applied. To render only, run `make manifests`") from err
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from deployments.apply import ClusterUnavailable, apply, connect
+    from deployments.apply import DeployError, apply, preflight, wait_available
 
+    api = None if args.dry_run == "client" else _connect()  # no cluster: one line, before any work
+    rendered = render_validated(args)
+    if api is None:
+        console.print(f"client dry run, nothing sent: would apply {', '.join(_names(rendered.docs))} "
+                      f"to namespace {args.namespace}", soft_wrap=True)
+        return 0
     try:
-        connect()
-    except ClusterUnavailable as err:
-        raise UserError(f"{err}: nothing was applied. To render only, run `make manifests`") from err
-    docs = _render(args)
-    applied = apply(docs, namespace=args.namespace)
-    console.print(f"applied {', '.join(applied)} to namespace {args.namespace}")
+        preflight(api, rendered.docs, args.namespace)
+        applied = apply(api, rendered.docs, namespace=args.namespace, dry_run=args.dry_run == "server")
+        if args.dry_run == "server":
+            console.print(f"server dry run passed, nothing applied: {', '.join(applied)}", soft_wrap=True)
+            return 0
+        console.print(f"applied {', '.join(applied)} to namespace {args.namespace}", soft_wrap=True)
+        if args.wait > 0:
+            with console.status(f"waiting up to {args.wait:.0f}s for {rendered.name} to be Available") as status:
+                wait_available(api, namespace=args.namespace, name=rendered.name, timeout_s=args.wait,
+                               on_state=lambda state: status.update(f"{rendered.name}: {state}"))
+            console.print(f"[green]{rendered.name} is Available[/]")
+    except DeployError as err:
+        raise UserError(str(err)) from err
+    console.print(f"inference: POST <your Seldon gateway>{rendered.inference_path}", soft_wrap=True)
+    print(rendered.inference_path)
     return 0
 
 
+def _names(docs: list[dict]) -> list[str]:
+    return [f"{doc['kind']}/{doc['metadata']['name']}" for doc in docs]
+
+
+def register_deploy(commands) -> None:
+    command = commands.add_parser("deploy", help="render, validate, server-side apply to the current kubectl context, wait",
+                                  description="Render and validate, then server-side apply and wait until Available.")
+    _add_render_arguments(command)
+    command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
+                         help="server: the API server checks everything, nothing is stored; client: render and validate only")
+    command.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
+                         help=f"how long to wait for the SeldonDeployment to be Available (default {DEFAULT_WAIT_S:.0f}; 0: do not wait)")
+    command.set_defaults(func=cmd_deploy)
+
+
+def cmd_undeploy(args: argparse.Namespace) -> int:
+    from deployments.apply import delete
+
+    api = _connect()
+    deleted = delete(api, namespace=args.namespace, model=args.name)
+    console.print(f"deleted {', '.join(deleted)} from namespace {args.namespace}" if deleted
+                  else f"nothing of Slipway's for model {args.name} in namespace {args.namespace}", soft_wrap=True)
+    return 0
+
+
+def register_undeploy(commands) -> None:
+    from deployments.render import DEFAULT_NAMESPACE
+
+    command = commands.add_parser("undeploy", help="delete what deploy applied for one model",
+                                  description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
+                                              "ServiceAccount Slipway applied for one model (found by its labels).")
+    command.add_argument("--name", default="digits", help="the model name (default digits)")
+    command.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    command.set_defaults(func=cmd_undeploy)
+
+
+REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeploy]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deployments", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m deployments", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, func, text in (
-        ("render", cmd_render, "render and validate the manifests into --out"),
-        ("deploy", cmd_deploy, "render, validate and server-side apply to the current kubectl context"),
-    ):
-        command = commands.add_parser(name, help=text)
-        command.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder to deploy")
-        command.add_argument("--version", help="model version (default: the artifact's, else its digest's first 12 hex)")
-        command.add_argument("--model-uri", help="where the cluster pulls the artifact from (s3://, gs://, pvc://)")
-        command.add_argument("--image", default="slipway/mlserver-onnx:0.1.0", help="the MLServer + wrappers image")
-        command.add_argument("--namespace", default="default")
-        command.add_argument("--out", type=Path, default=DEFAULT_OUT)
-        command.set_defaults(func=func)
+    for register in REGISTRARS:
+        register(commands)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,101 +1,239 @@
-"""Render the manifests for one model version: the base (or an overlay) with the model filled in."""
+"""Render an overlay for one model version (two for a canary): kustomize, then pin.
+
+Pinning fills in what the overlays leave as placeholders: the model's name everywhere it
+names things or selects pods, each predictor's model URI and version annotations, the
+image, the namespace, the canary's traffic share and the names a standalone HPA targets.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from deployments import kustomize
+from deployments import autoscaling, kustomize, seldon
+from deployments.records import ModelVersion
 from slipway import atomic
 
 DEPLOYMENTS_DIR = Path(__file__).resolve().parent
-BASE_DIR = DEPLOYMENTS_DIR / "base"
-SELDON_KIND = "SeldonDeployment"
-DEFAULT_IMAGE = "slipway/mlserver-onnx:0.1.0"
-DEFAULT_URI_TEMPLATE = "s3://slipway-models/{name}/{version}"
+OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"
+OVERLAYS = ("cpu", "gpu", "canary")
+DEFAULT_NAMESPACE = "slipway"
+CANARY_PREDICTOR = "canary"
+MODEL_LABEL = "slipway.io/model"
+PREDICTOR_LABEL = "slipway.io/predictor"
+ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
+COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
 
 
 class RenderError(ValueError):
-    """The manifests cannot be rendered for this model; the message says why."""
+    """The manifests cannot be rendered as asked; the message says why and what to pass instead."""
 
 
-@dataclass(frozen=True)
-class ModelRef:
-    """The one model version a rendering is pinned to."""
+@dataclass
+class Rendered:
+    """Manifests pinned to model versions, and how they were made (for the report)."""
 
-    name: str
-    version: str
-    uri: str
-    digest: str
+    docs: list[dict[str, Any]]
+    overlay: str
+    namespace: str
+    autoscaling: str
+    engine: str
+    models: dict[str, ModelVersion] = field(default_factory=dict)  # predictor -> version
 
-    @classmethod
-    def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None) -> ModelRef:
-        """Read the name and digest from an artifact folder; the version defaults to the digest's first 12 hex."""
-        from wrappers.artifact import SETTINGS_FILE, ArtifactError, read_manifest
+    @property
+    def name(self) -> str:
+        return self.seldon_deployment["metadata"]["name"]
 
-        settings_path = Path(model_dir) / SETTINGS_FILE
-        if not settings_path.is_file():
-            raise RenderError(f"{model_dir} is not an artifact folder (no {SETTINGS_FILE}); run `make demo` first")
-        settings = json.loads(settings_path.read_text())
-        try:
-            digest = read_manifest(model_dir).digest
-        except ArtifactError as err:
-            raise RenderError(str(err)) from err
-        name = settings["name"]
-        version = version or settings.get("parameters", {}).get("version") or digest[:12]
-        return cls(name=name, version=str(version), uri=uri or DEFAULT_URI_TEMPLATE.format(name=name, version=version), digest=digest)
+    @property
+    def seldon_deployment(self) -> dict:
+        return next(doc for doc in self.docs if doc["kind"] == seldon.KIND)
+
+    @property
+    def inference_path(self) -> str:
+        return seldon.inference_path(self.namespace, self.name, self.name)
+
+    @property
+    def adapter_rules(self) -> dict | None:
+        return autoscaling.adapter_rules() if autoscaling.needs_adapter_rules(self.docs) else None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "overlay": self.overlay, "namespace": self.namespace, "autoscaling": self.autoscaling,
+            "kustomize": self.engine, "inference_path": self.inference_path,
+            "predictors": {p: {"version": m.version, "uri": m.uri, "digest": m.digest} for p, m in self.models.items()},
+            "resources": [f"{doc['kind']}/{doc['metadata']['name']}" for doc in self.docs],
+        }
 
 
-def render(model: ModelRef, *, image: str = DEFAULT_IMAGE, source: Path = BASE_DIR) -> list[dict[str, Any]]:
-    """Build the kustomization at `source` and pin every SeldonDeployment to `model` and `image`."""
-    docs = kustomize.build(source)
-    image_name, tag, digest = kustomize.split_image(image)
-    override = {"name": "slipway/mlserver-onnx", "newName": image_name}
-    if digest:
-        override["digest"] = digest
-    elif tag:
-        override["newTag"] = tag
-    seldon = [doc for doc in docs if doc.get("kind") == SELDON_KIND]
-    if not seldon:
-        raise RenderError(f"{source} renders no {SELDON_KIND}")
+def resolve_overlay(overlay: str | Path) -> Path:
+    """A shipped overlay by name (cpu, gpu, canary), or the path of an SRE's own kustomization folder."""
+    path = OVERLAYS_DIR / str(overlay) if str(overlay) in OVERLAYS else Path(overlay)
+    if not (path / kustomize.KUSTOMIZATION_FILE).is_file():
+        raise RenderError(f"overlay {overlay!r} is neither one of {', '.join(OVERLAYS)} nor a folder with a kustomization.yaml")
+    return path
+
+
+def render(
+    overlay: str | Path,
+    *,
+    model: ModelVersion,
+    canary: ModelVersion | None = None,
+    canary_percent: int | None = None,
+    image: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    autoscaling_mode: str = "cpu",
+    engine: kustomize.Engine = "auto",
+) -> Rendered:
+    """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions."""
+    directory = resolve_overlay(overlay)
+    try:
+        component = autoscaling.component_dir(autoscaling_mode)
+    except ValueError as err:
+        raise RenderError(str(err)) from err
+    docs, used = kustomize.build(directory, extra_components=[component] if component else [], engine=engine)
+    sdeps = [doc for doc in docs if doc.get("kind") == seldon.KIND]
+    if len(sdeps) != 1:
+        raise RenderError(f"overlay {overlay} renders {len(sdeps)} SeldonDeployments; Slipway pins exactly one")
+    models = _assign_models(sdeps[0], model, canary)
+    if canary_percent is not None:
+        _split_traffic(sdeps[0], canary_percent)
     for doc in docs:
-        kustomize.set_image(doc, override)
-    for doc in seldon:
-        _pin(doc, model)
-    return docs
+        _pin_common(doc, model.name, namespace)
+    _pin_seldon_deployment(sdeps[0], model, models, image, namespace)
+    for doc in docs:
+        if doc["kind"] == "HorizontalPodAutoscaler":
+            _pin_standalone_hpa(doc, sdeps[0])
+    leftover = _placeholders(docs)
+    if leftover:
+        raise RenderError(f"placeholders left unset after rendering: {', '.join(sorted(leftover))}")
+    return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used, models=models)
 
 
-def _pin(doc: dict, model: ModelRef) -> None:
-    """Name the deployment, graph node and container after the model and point at its version."""
+def _assign_models(sdep: dict, model: ModelVersion, canary: ModelVersion | None) -> dict[str, ModelVersion]:
+    names = [p["name"] for p in sdep["spec"]["predictors"]]
+    if CANARY_PREDICTOR in names and canary is None:
+        raise RenderError("this overlay has a canary predictor: pass the canary's version record (--canary-record, "
+                          "or CANARY_VERSION=/CANARY_TAG= with make)")
+    if canary is not None and CANARY_PREDICTOR not in names:
+        raise RenderError("a canary version was given, but this overlay has no canary predictor: use OVERLAY=canary")
+    if canary is not None and canary.name != model.name:
+        raise RenderError(f"the canary is model {canary.name!r} but the main version is {model.name!r}: "
+                          "a canary splits traffic between versions of one model")
+    return {name: canary if name == CANARY_PREDICTOR else model for name in names}
+
+
+def _split_traffic(sdep: dict, canary_percent: int) -> None:
+    predictors = sdep["spec"]["predictors"]
+    if not 0 <= canary_percent <= 100:
+        raise RenderError(f"canary percent must be between 0 and 100, got {canary_percent}")
+    if len(predictors) != 2 or CANARY_PREDICTOR not in {p["name"] for p in predictors}:
+        raise RenderError("a canary percentage needs an overlay with a main and a canary predictor (OVERLAY=canary)")
+    for predictor in predictors:
+        predictor["traffic"] = canary_percent if predictor["name"] == CANARY_PREDICTOR else 100 - canary_percent
+
+
+def _pin_common(doc: dict, model_name: str, namespace: str) -> None:
     metadata = doc.setdefault("metadata", {})
-    metadata["name"] = model.name
-    metadata.setdefault("labels", {}).update({"app.kubernetes.io/name": model.name, "slipway.io/model": model.name})
-    metadata.setdefault("annotations", {}).update(
-        {"slipway.io/model-version": model.version, "slipway.io/model-digest": f"sha256:{model.digest}"}
+    metadata["namespace"] = namespace
+    metadata.setdefault("labels", {}).update({**COMMON_LABELS, "app.kubernetes.io/name": model_name, MODEL_LABEL: model_name})
+    kind = doc["kind"]
+    if kind == "ServiceAccount":
+        metadata["name"] = service_account_name(model_name)
+    elif kind == "PodMonitor":
+        metadata["name"] = f"{model_name}-mlserver"
+        doc["spec"]["selector"] = {"matchLabels": {MODEL_LABEL: model_name}}
+    elif kind == "NetworkPolicy":
+        metadata["name"] = f"{model_name}-ingress"
+        doc["spec"]["podSelector"] = {"matchLabels": {MODEL_LABEL: model_name}}
+
+
+def service_account_name(model_name: str) -> str:
+    return f"slipway-{model_name}"
+
+
+def _pin_seldon_deployment(
+    sdep: dict, main: ModelVersion, models: dict[str, ModelVersion], image: str | None, namespace: str
+) -> None:
+    """Name the deployment, graph nodes and containers after the model and point each predictor at its version."""
+    sdep["metadata"]["name"] = main.name
+    sdep["metadata"].setdefault("annotations", {}).update(
+        {"slipway.io/model-version": main.version, "slipway.io/model-digest": main.digest}
     )
-    for predictor in doc["spec"]["predictors"]:
+    for predictor in sdep["spec"]["predictors"]:
+        version = models[predictor["name"]]
         graph = predictor["graph"]
         old_name = graph["name"]
-        graph["name"] = model.name
-        graph["modelUri"] = model.uri
-        for component in predictor.get("componentSpecs", []):
-            for container in component.get("spec", {}).get("containers", []):
+        graph.update(name=version.name, modelUri=version.uri)
+        predictor.setdefault("labels", {}).update({MODEL_LABEL: version.name, PREDICTOR_LABEL: predictor["name"]})
+        # On the predictor, so they reach its Deployment and pods: each pod says which version it serves.
+        predictor.setdefault("annotations", {}).update(
+            {"slipway.io/model-version": version.version, "slipway.io/model-digest": version.digest}
+        )
+        for _, _, component in seldon.pod_specs({"spec": {"predictors": [predictor]}}):
+            spec = component.get("spec", {})
+            if "serviceAccountName" in spec:
+                spec["serviceAccountName"] = service_account_name(version.name)
+            for constraint in spec.get("topologySpreadConstraints", []):
+                constraint["labelSelector"] = {"matchLabels": {MODEL_LABEL: version.name, PREDICTOR_LABEL: predictor["name"]}}
+            for container in spec.get("containers", []):
                 if container["name"] == old_name:
-                    container["name"] = model.name
+                    container["name"] = version.name
+                    if image:
+                        container["image"] = image
+            _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
 
 
-def write_manifests(docs: list[dict[str, Any]], out_dir: Path) -> list[Path]:
-    """One YAML file per resource (`<kind>-<name>.yaml`) plus `all.yaml`, swapped in atomically."""
+def _fill_keda_query(component: dict, *, namespace: str, model: str, predictor: str) -> None:
+    for trigger in component.get("kedaSpec", {}).get("triggers", []):
+        metadata = trigger.get("metadata", {})
+        for key, value in metadata.items():
+            if isinstance(value, str):
+                metadata[key] = (value.replace("$(NAMESPACE)", namespace).replace("$(MODEL)", model)
+                                 .replace("$(PREDICTOR)", predictor))
+
+
+def _pin_standalone_hpa(hpa: dict, sdep: dict) -> None:
+    """Point a standalone HPA at the Deployment Seldon creates for the predictor its label names."""
+    predictor_name = hpa["metadata"].get("labels", {}).get(PREDICTOR_LABEL)
+    predictor = next((p for p in sdep["spec"]["predictors"] if p["name"] == predictor_name), None)
+    if predictor is None:
+        raise RenderError(f"HorizontalPodAutoscaler {hpa['metadata']['name']} must carry the label {PREDICTOR_LABEL} "
+                          f"naming a predictor of {sdep['metadata']['name']}")
+    name = sdep["metadata"]["name"]
+    hpa["metadata"]["name"] = f"{name}-{predictor_name}"
+    hpa["metadata"]["labels"][PREDICTOR_LABEL] = predictor_name
+    hpa["spec"]["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "name": seldon.deployment_name(name, predictor, 0)}
+
+
+def _placeholders(node: Any) -> set[str]:
+    """Strings still holding a `$(NAME)` the renderer did not fill."""
+    if isinstance(node, str):
+        return {node} if "$(" in node else set()
+    children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+    return set().union(set(), *(_placeholders(child) for child in children))
+
+
+def write_manifests(rendered: Rendered, out_dir: Path) -> list[Path]:
+    """One YAML file per resource (`<kind>-<name>.yaml`), `all.yaml`, and the adapter rules where needed,
+    swapped in atomically: the folder holds the old rendering or the new one, never a mix."""
     out_dir = Path(out_dir)
     names = []
     with atomic.staged_dir(out_dir) as staging:
-        for doc in docs:
+        for doc in rendered.docs:
             name = f"{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"
             (staging / name).write_text(yaml.safe_dump(doc, sort_keys=False))
             names.append(name)
-        (staging / "all.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        (staging / "all.yaml").write_text(yaml.safe_dump_all(rendered.docs, sort_keys=False))
+        rules = rendered.adapter_rules
+        if rules is not None:
+            header = ("# prometheus-adapter Helm values: merge `rules.custom` into your adapter's values so the HPA\n"
+                      f"# can read {autoscaling.RPS_METRIC}. Not a Kubernetes resource: not in all.yaml.\n")
+            (staging / ADAPTER_RULES_FILE).write_text(header + yaml.safe_dump(rules, sort_keys=False))
+            names.append(ADAPTER_RULES_FILE)
+        (staging / "rendering.json").write_text(json.dumps(rendered.summary(), indent=2, sort_keys=True) + "\n")
     return [out_dir / name for name in names]

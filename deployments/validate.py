@@ -1,23 +1,32 @@
 """Validate rendered manifests before any cluster sees them.
 
-Three layers: the SeldonDeployment CRD's own `v1` OpenAPI schema (jsonschema), the
-Kubernetes schemas for core kinds (`kubernetes-validate --strict`, several versions),
-and Seldon's rules that no schema states (protocol v2, the container named as the
-graph node, traffic adding up to 100, requests where an HPA scales).
+Layers: the SeldonDeployment CRD's own `v1` OpenAPI schema (jsonschema); the Kubernetes
+schemas for core kinds (`kubernetes-validate --strict`, two versions); Seldon's rules that no
+schema states (its admission webhook's, and what its operator does with our pod); Pod
+Security "restricted" plus a read-only root filesystem for every pod we write; and the
+resources' agreement with each other (the NetworkPolicy and PodMonitor select our pods and
+name their ports, a standalone HPA scales a Deployment Seldon really creates).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from deployments import seldon
 from slipway.paths import SELDON_CRD_SCHEMA
 
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
-SELDON_API = "machinelearning.seldon.io/v1"
+AUTOSCALED_RESOURCES = ("cpu", "memory")
+GPU_RESOURCE = "nvidia.com/gpu"
+# Pod Security "restricted": the volume types it allows.
+RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                           "projected", "secret"}
+_CREDENTIAL_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
 
 
 @dataclass
@@ -38,15 +47,19 @@ def load_crd_schema(path: Path = SELDON_CRD_SCHEMA) -> dict[str, Any] | None:
     """The `v1` openAPIV3Schema of the SeldonDeployment CRD, or None when the file is absent."""
     if not Path(path).is_file():
         return None
-    crd = yaml.safe_load(Path(path).read_text())
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 2.4 MB of CRD in a second, not twenty
+    crd = yaml.load(Path(path).read_text(), Loader=loader)
     for version in crd["spec"]["versions"]:
         if version["name"] == "v1":
             return version["schema"]["openAPIV3Schema"]
     raise ValueError(f"{path} has no v1 version")
 
 
+# ---------------------------------------------------------------- Seldon's rules
+
+
 def seldon_rule_errors(doc: dict[str, Any]) -> list[str]:
-    """Seldon Core's own rules for a SeldonDeployment that serves through MLServer."""
+    """Seldon Core's rules for a SeldonDeployment served by our MLServer image."""
     name = doc.get("metadata", {}).get("name", "?")
     spec = doc.get("spec", {})
     errors = []
@@ -55,27 +68,195 @@ def seldon_rule_errors(doc: dict[str, Any]) -> list[str]:
     predictors = spec.get("predictors", [])
     if not predictors:
         errors.append(f"{name}: spec.predictors is empty")
-    traffic = [p.get("traffic") for p in predictors]
-    if len(predictors) > 1 or any(t is not None for t in traffic):
-        if sum(t or 0 for t in traffic) != 100:
-            errors.append(f"{name}: predictor traffic must add up to 100, got {traffic}")
+    names = [p.get("name") for p in predictors]
+    if len(set(names)) != len(names):
+        errors.append(f"{name}: predictor names must be unique, got {names}")
+    errors.extend(_traffic_errors(name, predictors))
+    budgets = [f"{p.get('name')}/{i}" for p, i, c in seldon.pod_specs(doc) if c.get("pdbSpec")]
+    if len(budgets) > 1:
+        errors.append(f"{name}: pdbSpec on {budgets}: Seldon's budgets all select every pod of the deployment, and "
+                      "Kubernetes refuses to evict a pod covered by two; keep one")
     for predictor in predictors:
-        where = f"{name}/{predictor.get('name')}"
-        graph_name = predictor.get("graph", {}).get("name")
-        containers = [c for component in predictor.get("componentSpecs", []) for c in component.get("spec", {}).get("containers", [])]
-        if graph_name not in {c.get("name") for c in containers}:
-            errors.append(f"{where}: no container is named {graph_name!r} like graph.name, so Seldon would not run our image")
-        for component in predictor.get("componentSpecs", []):
-            if component.get("hpaSpec") or component.get("kedaSpec"):
-                for container in component.get("spec", {}).get("containers", []):
-                    requests = container.get("resources", {}).get("requests", {})
-                    missing = [r for r in ("cpu", "memory") if r not in requests]
-                    if missing:
-                        errors.append(
-                            f"{where}: container {container.get('name')!r} has no {'/'.join(missing)} request; "
-                            "an autoscaler cannot compute utilization without it"
-                        )
+        errors.extend(_predictor_errors(f"{name}/{predictor.get('name')}", predictor))
     return errors
+
+
+def _traffic_errors(name: str, predictors: list[dict]) -> list[str]:
+    """The webhook's traffic rules: several predictors add up to 100; a lone one is 100 when set."""
+    serving = [p for p in predictors if not p.get("shadow")]
+    traffic = [p.get("traffic", 0) for p in serving]
+    if any(not 0 <= t <= 100 for t in traffic):
+        return [f"{name}: predictor traffic must be between 0 and 100, got {traffic}"]
+    if len(serving) > 1 and sum(traffic) != 100:
+        return [f"{name}: predictor traffic must add up to 100, got {traffic}"]
+    if len(serving) == 1 and 0 < sum(traffic) < 100:
+        return [f"{name}: a single predictor's traffic must be 100 when set, got {traffic[0]}"]
+    return []
+
+
+def _predictor_errors(where: str, predictor: dict) -> list[str]:
+    errors = []
+    graph = predictor.get("graph", {})
+    graph_name = graph.get("name")
+    containers = {c.get("name"): c for _, _, comp in seldon.pod_specs({"spec": {"predictors": [predictor]}})
+                  for c in comp.get("spec", {}).get("containers", [])}
+    if graph_name not in containers:
+        errors.append(f"{where}: no container is named {graph_name!r} like graph.name, so Seldon would not run our image")
+    if graph.get("children"):
+        if predictor.get("annotations", {}).get(seldon.NO_ENGINE_ANNOTATION):
+            errors.append(f"{where}: {seldon.NO_ENGINE_ANNOTATION} is only valid for a one-node graph")
+    model_container = containers.get(graph_name, {})
+    env = {item.get("name"): item for item in model_container.get("env", [])}
+    owned = sorted(set(env) & set(seldon.OPERATOR_ENV))
+    if owned:
+        errors.append(f"{where}: env {owned} is set by the Seldon operator; setting it here makes Seldon 1.17 drop "
+                      "the container's other env vars. Declare the ports (http, grpc, metrics) instead")
+    ports = {p.get("name"): p.get("containerPort") for p in model_container.get("ports", [])}
+    if model_container and ports != seldon.PORT_NAMES:
+        errors.append(f"{where}: container {graph_name!r} must declare ports {seldon.PORT_NAMES} (Seldon routes to "
+                      f"them; the NetworkPolicy and PodMonitor name them), got {ports}")
+    for key, item in env.items():
+        if _CREDENTIAL_NAME.search(key or "") and "value" in item:
+            errors.append(f"{where}: env {key} holds a literal value; put credentials in a Secret "
+                          "(graph.envSecretRefName for storage) and never in a manifest")
+    for _, index, component in seldon.pod_specs({"spec": {"predictors": [predictor]}}):
+        errors.extend(_component_errors(f"{where}/componentSpecs/{index}", component, graph_name))
+    return errors
+
+
+def _component_errors(where: str, component: dict, graph_name: str | None) -> list[str]:
+    errors = []
+    if component.get("hpaSpec") and component.get("kedaSpec"):
+        errors.append(f"{where}: hpaSpec and kedaSpec both set; Seldon uses kedaSpec and ignores hpaSpec: keep one")
+    if component.get("hpaSpec") or component.get("kedaSpec"):
+        errors.extend(requests_errors(where, component.get("spec", {})))
+    for container in component.get("spec", {}).get("containers", []):
+        resources = container.get("resources", {})
+        gpus = resources.get("limits", {}).get(GPU_RESOURCE)
+        workers = next((e.get("value") for e in container.get("env", []) if e.get("name") == "MLSERVER_PARALLEL_WORKERS"), None)
+        if gpus is not None and workers is not None and int(workers) > int(gpus):
+            errors.append(f"{where}: {workers} MLServer workers on {gpus} GPU(s): each worker loads its own copy "
+                          "of the model onto the device; use one worker per GPU")
+        if container.get("name") == graph_name and GPU_RESOURCE in resources.get("requests", {}):
+            if resources["requests"][GPU_RESOURCE] != resources.get("limits", {}).get(GPU_RESOURCE):
+                errors.append(f"{where}: {GPU_RESOURCE} request and limit must be equal")
+    return errors
+
+
+def requests_errors(where: str, pod_spec: dict) -> list[str]:
+    """An autoscaler computes utilization against requests: without them it never scales."""
+    errors = []
+    for container in pod_spec.get("containers", []):
+        requests = container.get("resources", {}).get("requests", {})
+        missing = [r for r in AUTOSCALED_RESOURCES if r not in requests]
+        if missing:
+            errors.append(f"{where}: container {container.get('name')!r} has no {'/'.join(missing)} request; "
+                          "an autoscaler cannot compute utilization without it, so it would never scale")
+    return errors
+
+
+# ---------------------------------------------------------------- Pod Security
+
+
+def pod_security_errors(where: str, pod_spec: dict) -> list[str]:
+    """Pod Security Standard "restricted", plus a read-only root filesystem, for every container we write."""
+    errors = []
+    pod_context = pod_spec.get("securityContext", {})
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod_spec.get(flag):
+            errors.append(f"{where}: {flag} is not allowed")
+    for volume in pod_spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            errors.append(f"{where}: volume {volume.get('name')!r} of type {sorted(kinds)} is not allowed")
+    if pod_context.get("runAsUser") == 0:
+        errors.append(f"{where}: pod runAsUser 0 (root) is not allowed")
+    containers = [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]
+    for container in containers:
+        name = f"{where}: container {container.get('name')!r}"
+        context = container.get("securityContext", {})
+        if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
+            errors.append(f"{name}: runAsNonRoot must be true (pod or container securityContext)")
+        if context.get("runAsUser") == 0:
+            errors.append(f"{name}: runAsUser 0 (root) is not allowed")
+        if context.get("allowPrivilegeEscalation") is not False:
+            errors.append(f"{name}: allowPrivilegeEscalation must be false")
+        if context.get("privileged"):
+            errors.append(f"{name}: privileged is not allowed")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            errors.append(f"{name}: capabilities must drop ALL")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            errors.append(f"{name}: only NET_BIND_SERVICE may be added to capabilities")
+        seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            errors.append(f"{name}: seccompProfile must be RuntimeDefault (pod or container), got {seccomp!r}")
+        if context.get("readOnlyRootFilesystem") is not True:
+            errors.append(f"{name}: readOnlyRootFilesystem must be true (mount an emptyDir where it writes)")
+        if any(port.get("hostPort") for port in container.get("ports", [])):
+            errors.append(f"{name}: hostPort is not allowed")
+    return errors
+
+
+# ---------------------------------------------------------------- resources agreeing with each other
+
+
+def cross_resource_errors(docs: list[dict]) -> list[str]:
+    """The NetworkPolicy, PodMonitor and standalone HPAs must fit the SeldonDeployment they serve."""
+    errors = []
+    sdeps = [doc for doc in docs if doc.get("kind") == seldon.KIND]
+    pods = [(predictor, index, {**predictor.get("labels", {}), **component.get("metadata", {}).get("labels", {})}, component)
+            for sdep in sdeps for predictor, index, component in seldon.pod_specs(sdep)]
+    for doc in docs:
+        label = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+        spec = doc.get("spec", {})
+        if doc.get("kind") == "NetworkPolicy":
+            selected = [p for p in pods if _selects(spec.get("podSelector", {}), p[2])]
+            if not selected:
+                errors.append(f"{label}: podSelector matches no predictor pod")
+            admitted = {port.get("port") for rule in spec.get("ingress", []) for port in rule.get("ports", [])}
+            if admitted != set(seldon.PORT_NAMES.values()):
+                errors.append(f"{label}: must admit exactly the inference and metrics ports "
+                              f"{sorted(seldon.PORT_NAMES.values())}, admits {sorted(admitted, key=str)}")
+        elif doc.get("kind") == "PodMonitor":
+            if not any(_selects(spec.get("selector", {}), p[2]) for p in pods):
+                errors.append(f"{label}: selector matches no predictor pod")
+            for endpoint in spec.get("podMetricsEndpoints", []):
+                if endpoint.get("port") != "metrics" or endpoint.get("path") != seldon.METRICS_PATH:
+                    errors.append(f"{label}: scrape port 'metrics' at {seldon.METRICS_PATH} (where Seldon points "
+                                  f"MLServer), got {endpoint.get('port')!r} at {endpoint.get('path')!r}")
+        elif doc.get("kind") == "HorizontalPodAutoscaler":
+            errors.extend(_standalone_hpa_errors(label, doc, sdeps))
+    return errors
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    match = selector.get("matchLabels", {})
+    return bool(match) and all(labels.get(key) == value for key, value in match.items())
+
+
+def _standalone_hpa_errors(label: str, hpa: dict, sdeps: list[dict]) -> list[str]:
+    target = hpa.get("spec", {}).get("scaleTargetRef", {})
+    if target.get("kind") == seldon.KIND:
+        return [f"{label}: a SeldonDeployment's scale subresource has no label selector, so an HPA cannot read pod "
+                "metrics through it; target the predictor's Deployment (components/autoscaling-behavior)"]
+    for sdep in sdeps:
+        for predictor, index, component in seldon.pod_specs(sdep):
+            if target.get("kind") == "Deployment" and target.get("name") == seldon.deployment_name(
+                sdep["metadata"]["name"], predictor, index
+            ):
+                errors = requests_errors(label, component.get("spec", {}))
+                if component.get("hpaSpec") or component.get("kedaSpec"):
+                    errors.append(f"{label}: predictor {predictor['name']!r} has its own hpaSpec/kedaSpec; two "
+                                  "autoscalers on one Deployment fight: keep one")
+                if predictor.get("replicas") is not None or component.get("replicas") is not None:
+                    errors.append(f"{label}: predictor {predictor['name']!r} sets replicas, which Seldon re-applies "
+                                  "over the HPA's; remove them")
+                return errors
+    return [f"{label}: scaleTargetRef {target} is not a Deployment Seldon creates for any predictor"]
+
+
+# ---------------------------------------------------------------- all layers
 
 
 def validate_documents(docs: list[dict[str, Any]], *, crd_schema: dict | None = None, crd_path: Path = SELDON_CRD_SCHEMA) -> ValidationReport:
@@ -87,14 +268,22 @@ def validate_documents(docs: list[dict[str, Any]], *, crd_schema: dict | None = 
     schema = crd_schema if crd_schema is not None else load_crd_schema(crd_path)
     for doc in docs:
         label = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
-        if doc.get("apiVersion") == SELDON_API:
+        if doc.get("kind") == "Secret":
+            report.errors.append(f"{label}: manifests carry no Secrets; create it in the cluster and reference it by name")
+        if doc.get("apiVersion") == seldon.API_VERSION:
             if schema is None:
                 report.skipped.append(f"{label}: CRD schema not found at {crd_path}; set SLIPWAY_SHARED_DIR")
             else:
                 for error in jsonschema.Draft7Validator(schema).iter_errors(doc):
                     report.errors.append(f"{label}: {'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}")
             report.errors.extend(seldon_rule_errors(doc))
-            report.checked.append(f"{label} (CRD v1 schema, Seldon rules)")
+            for predictor, index, component in seldon.pod_specs(doc):
+                where = f"{label}/{predictor.get('name')}/componentSpecs/{index}"
+                report.errors.extend(pod_security_errors(where, component.get("spec", {})))
+            report.checked.append(f"{label} (CRD v1 schema, Seldon rules, Pod Security restricted)")
+            continue
+        if doc.get("kind") == "PodMonitor":
+            report.checked.append(f"{label} (Slipway rules; no Prometheus-operator schema here)")
             continue
         for version in KUBERNETES_VERSIONS:
             try:
@@ -105,5 +294,5 @@ def validate_documents(docs: list[dict[str, Any]], *, crd_schema: dict | None = 
             except kubernetes_validate.SchemaNotFoundError:
                 report.errors.append(f"{label}: Kubernetes {version} has no schema for {doc.get('apiVersion')} {doc.get('kind')}")
         report.checked.append(f"{label} (Kubernetes {', '.join(KUBERNETES_VERSIONS)} strict)")
+    report.errors.extend(cross_resource_errors(docs))
     return report
-

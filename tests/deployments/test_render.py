@@ -1,103 +1,186 @@
-import copy
-import subprocess
-import sys
+"""Rendering an overlay for one version (two for a canary): what gets pinned where."""
+
+from __future__ import annotations
+
+import functools
+import json
 
 import pytest
 import yaml
 
-from deployments.kustomize import split_image, strategic_merge
-from deployments.render import ModelRef, render, write_manifests
-from deployments.validate import seldon_rule_errors, validate_documents
-from slipway.paths import PROJECT_ROOT
+from deployments import autoscaling, seldon
+from deployments.records import ModelVersion, RecordError
+from deployments.render import ADAPTER_RULES_FILE, RenderError, write_manifests
+from deployments.render import render as _render
 
-MODEL = ModelRef(name="digits", version="3", uri="s3://models/digits/3", digest="ab" * 32)
-
-
-def _seldon(docs):
-    return next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
+# Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
+render = functools.partial(_render, engine="builtin")
 
 
-def test_render_pins_the_model_version_and_image():
-    docs = render(MODEL, image="registry.local:5000/team/mlserver-onnx:1.2.3")
-    sdep = _seldon(docs)
+def _sdep(rendered):
+    return rendered.seldon_deployment
+
+
+def _container(predictor):
+    return predictor["componentSpecs"][0]["spec"]["containers"][0]
+
+
+def test_render_pins_model_version_image_and_namespace(main_version):
+    rendered = render("cpu", model=main_version, image="registry.local:5000/team/mlserver-onnx:1.2.3", namespace="models")
+    sdep = _sdep(rendered)
     predictor = sdep["spec"]["predictors"][0]
-    container = predictor["componentSpecs"][0]["spec"]["containers"][0]
-    assert sdep["metadata"]["name"] == "digits"
-    assert predictor["graph"]["name"] == container["name"] == "digits"
-    assert predictor["graph"]["modelUri"] == "s3://models/digits/3"
-    assert container["image"] == "registry.local:5000/team/mlserver-onnx:1.2.3"
+    assert sdep["metadata"]["name"] == predictor["graph"]["name"] == _container(predictor)["name"] == "digits"
+    assert predictor["graph"]["modelUri"] == "s3://slipway-models/digits/3"
+    assert _container(predictor)["image"] == "registry.local:5000/team/mlserver-onnx:1.2.3"
     assert sdep["metadata"]["annotations"]["slipway.io/model-digest"] == "sha256:" + "ab" * 32
-    assert sdep["metadata"]["labels"]["app.kubernetes.io/part-of"] == "slipway"
+    assert predictor["annotations"]["slipway.io/model-version"] == "3"  # reaches the pods
+    assert {doc["metadata"]["namespace"] for doc in rendered.docs} == {"models"}
+    for doc in rendered.docs:
+        assert doc["metadata"]["labels"]["slipway.io/model"] == "digits"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "slipway"
+    account = next(doc for doc in rendered.docs if doc["kind"] == "ServiceAccount")
+    assert predictor["componentSpecs"][0]["spec"]["serviceAccountName"] == account["metadata"]["name"] == "slipway-digits"
+    assert rendered.inference_path == "/seldon/models/digits/v2/models/digits/infer"
 
 
-def test_rendered_base_is_valid(seldon_crd_schema):
-    report = validate_documents(render(MODEL), crd_schema=seldon_crd_schema)
-    assert report.ok, report.errors
-    assert any("SeldonDeployment" in item for item in report.checked)
-    assert any("ServiceAccount" in item for item in report.checked)
+def test_a_renamed_model_renames_everything_that_names_or_selects_it(main_version):
+    other = main_version.model_copy(update={"name": "fraud-scorer", "uri": "s3://models/fraud-scorer/3"})
+    rendered = render("cpu", model=other)
+    text = yaml.safe_dump_all(rendered.docs)
+    assert "digits" not in text
+    policy = next(doc for doc in rendered.docs if doc["kind"] == "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"slipway.io/model": "fraud-scorer"}
 
 
-def test_crd_schema_rejects_a_wrong_field_type(seldon_crd_schema):
-    docs = render(MODEL)
-    _seldon(docs)["spec"]["predictors"][0]["replicas"] = "three"
-    report = validate_documents(docs, crd_schema=seldon_crd_schema)
-    assert any("replicas" in error for error in report.errors), report.errors
+def test_without_image_the_overlay_keeps_its_own(main_version):
+    cpu = _container(_sdep(render("cpu", model=main_version))["spec"]["predictors"][0])
+    gpu = _container(_sdep(render("gpu", model=main_version))["spec"]["predictors"][0])
+    assert cpu["image"] == "slipway/mlserver-onnx:0.1.0"
+    assert gpu["image"] == "slipway/mlserver-onnx-gpu:0.1.0"
+    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
-def test_core_kinds_are_validated_strictly():
-    docs = render(MODEL)
-    account = next(doc for doc in docs if doc["kind"] == "ServiceAccount")
-    account["automountServiceAccountTokens"] = False  # a typo strict validation must catch
-    report = validate_documents(docs, crd_schema={})
-    assert any("ServiceAccount" in error and "1.29.0" in error for error in report.errors), report.errors
-    assert any("ServiceAccount" in error and "1.33.0" in error for error in report.errors), report.errors
+def test_canary_splits_traffic_between_two_versions(main_version, canary_version):
+    rendered = render("canary", model=main_version, canary=canary_version, canary_percent=25)
+    main, canary = _sdep(rendered)["spec"]["predictors"]
+    assert (main["name"], main["traffic"], canary["name"], canary["traffic"]) == ("default", 75, "canary", 25)
+    assert main["graph"]["modelUri"].endswith("/3") and canary["graph"]["modelUri"].endswith("/4")
+    assert canary["annotations"]["slipway.io/model-digest"] == "sha256:" + "cd" * 32
+    assert main["graph"]["name"] == canary["graph"]["name"] == "digits"  # one model name: one inference URL
+    assert canary["labels"]["slipway.io/predictor"] == "canary"
+    assert "pdbSpec" not in canary["componentSpecs"][0]
+    assert rendered.summary()["predictors"]["canary"]["version"] == "4"
+
+
+def test_canary_default_split_comes_from_the_overlay(main_version, canary_version):
+    predictors = _sdep(render("canary", model=main_version, canary=canary_version))["spec"]["predictors"]
+    assert [p["traffic"] for p in predictors] == [90, 10]
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
+    "overlay, canary, percent, message",
     [
-        (lambda s: s["spec"].__setitem__("protocol", "seldon"), "protocol must be v2"),
-        (lambda s: s["spec"]["predictors"][0]["graph"].__setitem__("name", "other"), "no container is named 'other'"),
-        (lambda s: s["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0]["resources"].pop("requests"),
-         "no cpu/memory request"),
-        (lambda s: s["spec"]["predictors"][0].__setitem__("traffic", 90), "traffic must add up to 100"),
+        ("canary", None, None, "pass the canary's version record"),
+        ("cpu", "other-version", None, "this overlay has no canary predictor"),
+        ("cpu", None, 10, "needs an overlay with a main and a canary predictor"),
+        ("canary", "other-version", 101, "between 0 and 100"),
+        ("canary", "other-model", None, "a canary splits traffic between versions of one model"),
+        ("nowhere", None, None, "neither one of cpu, gpu, canary nor a folder"),
     ],
 )
-def test_seldon_rules(mutate, message):
-    sdep = copy.deepcopy(_seldon(render(MODEL)))
-    assert seldon_rule_errors(sdep) == []
-    mutate(sdep)
-    assert any(message in error for error in seldon_rule_errors(sdep))
+def test_render_refuses_what_cannot_work(main_version, canary_version, overlay, canary, percent, message):
+    versions = {None: None, "other-version": canary_version,
+                "other-model": canary_version.model_copy(update={"name": "other"})}
+    with pytest.raises(RenderError, match=message):
+        render(overlay, model=main_version, canary=versions[canary], canary_percent=percent)
 
 
-def test_strategic_merge_merges_named_lists_and_deletes_nulls():
-    base = {"containers": [{"name": "a", "image": "x", "env": [{"name": "K", "value": "1"}]}], "keep": 1, "drop": 2}
-    patch = {"containers": [{"name": "a", "env": [{"name": "K", "value": "2"}, {"name": "L", "value": "3"}]}], "drop": None}
-    merged = strategic_merge(base, patch)
-    assert merged == {"containers": [{"name": "a", "image": "x", "env": [{"name": "K", "value": "2"}, {"name": "L", "value": "3"}]}], "keep": 1}
+def test_unknown_autoscaling_mode_is_refused(main_version):
+    with pytest.raises(RenderError, match="choose one of cpu, rps, keda, behavior"):
+        render("cpu", model=main_version, autoscaling_mode="magic")
 
 
-def test_split_image_keeps_registry_ports():
-    assert split_image("registry.local:5000/a/b:1.0") == ("registry.local:5000/a/b", "1.0", None)
-    assert split_image("a/b@sha256:00") == ("a/b", None, "sha256:00")
-    assert split_image("a/b") == ("a/b", None, None)
+def test_rps_autoscaling_reads_the_adapter_rules_metric(main_version, tmp_path):
+    rendered = render("cpu", model=main_version, autoscaling_mode="rps")
+    hpa = _sdep(rendered)["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]
+    assert hpa["metricsv2"][0]["pods"]["metric"]["name"] == autoscaling.RPS_METRIC
+    rule = rendered.adapter_rules["rules"]["custom"][0]
+    assert rule["name"]["as"] == autoscaling.RPS_METRIC
+    assert rule["seriesQuery"].startswith(autoscaling.REQUEST_COUNTER + "{")
+    paths = write_manifests(rendered, tmp_path / "out")
+    assert (tmp_path / "out" / ADAPTER_RULES_FILE) in paths
+    assert yaml.safe_load((tmp_path / "out" / ADAPTER_RULES_FILE).read_text()) == rendered.adapter_rules
+    assert all(doc.get("rules") is None for doc in yaml.safe_load_all((tmp_path / "out" / "all.yaml").read_text()))
+    assert render("cpu", model=main_version).adapter_rules is None
 
 
-def test_write_manifests_writes_one_file_per_resource(tmp_path):
-    docs = render(MODEL)
-    paths = write_manifests(docs, tmp_path / "out")
-    assert sorted(p.name for p in paths) == ["seldondeployment-digits.yaml", "serviceaccount-slipway-model.yaml"]
-    assert list(yaml.safe_load_all((tmp_path / "out" / "all.yaml").read_text())) == docs
+def test_keda_autoscaling_queries_this_predictors_requests(main_version, canary_version):
+    rendered = render("canary", model=main_version, canary=canary_version, namespace="ml", autoscaling_mode="keda")
+    main, canary = _sdep(rendered)["spec"]["predictors"]
+    component = main["componentSpecs"][0]
+    assert "hpaSpec" not in component
+    query = component["kedaSpec"]["triggers"][0]["metadata"]["query"]
+    assert query.startswith(f"sum(rate({autoscaling.REQUEST_COUNTER}{{")
+    assert 'namespace="ml"' in query and 'slipway_io_model="digits"' in query and 'slipway_io_predictor="default"' in query
+    assert "hpaSpec" in canary["componentSpecs"][0]  # the canary keeps its small CPU range
 
 
-def test_deploy_without_a_cluster_is_one_clear_line(digits_artifact, tmp_path, reports_env):
-    env = {**reports_env, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"), "KUBERNETES_SERVICE_HOST": ""}
-    result = subprocess.run(
-        [sys.executable, "-m", "deployments", "deploy", "--model-dir", str(digits_artifact)],
-        cwd=PROJECT_ROOT, env={**__import__("os").environ, **env}, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 2
-    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-    assert "nothing was applied" in result.stderr and "make manifests" in result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(" ".join(lines)) < 400
+def test_behavior_autoscaling_scales_the_deployment_seldon_creates(main_version):
+    rendered = render("cpu", model=main_version, autoscaling_mode="behavior")
+    predictor = _sdep(rendered)["spec"]["predictors"][0]
+    hpa = next(doc for doc in rendered.docs if doc["kind"] == "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "digits-default-0-digits"}
+    assert hpa["metadata"]["name"] == "digits-default"
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert "hpaSpec" not in predictor["componentSpecs"][0] and "replicas" not in predictor
+
+
+def test_seldon_deployment_names_follow_the_operator():
+    predictor = {"name": "default", "componentSpecs": [{"spec": {"containers": [{"name": "digits"}]}}]}
+    assert seldon.deployment_name("digits", predictor, 0) == "digits-default-0-digits"
+    named = {"name": "p", "componentSpecs": [{"metadata": {"name": "srv"}, "spec": {"containers": [{"name": "x"}]}}]}
+    assert seldon.deployment_name("m", named, 0) == "m-p-0-srv"
+    long_name = "a" * 40
+    long = {"name": "default", "componentSpecs": [{"spec": {"containers": [{"name": long_name}]}}]}
+    assert seldon.deployment_name(long_name, long, 0).startswith("seldon-") and len(seldon.deployment_name(long_name, long, 0)) == 39
+
+
+def test_write_manifests_writes_one_file_per_resource(main_version, tmp_path):
+    rendered = render("cpu", model=main_version)
+    paths = write_manifests(rendered, tmp_path / "out")
+    assert sorted(p.name for p in paths) == ["networkpolicy-digits-ingress.yaml", "podmonitor-digits-mlserver.yaml",
+                                             "seldondeployment-digits.yaml", "serviceaccount-slipway-digits.yaml"]
+    assert list(yaml.safe_load_all((tmp_path / "out" / "all.yaml").read_text())) == rendered.docs
+    assert json.loads((tmp_path / "out" / "rendering.json").read_text())["predictors"]["default"]["version"] == "3"
+
+
+def test_a_failed_rendering_leaves_the_previous_one_in_place(main_version, tmp_path):
+    rendered = render("cpu", model=main_version)
+    write_manifests(rendered, tmp_path / "out")
+    before = (tmp_path / "out" / "all.yaml").read_text()
+    rendered.docs.append({"kind": "Broken"})  # no metadata: writing fails half-way
+    with pytest.raises(KeyError):
+        write_manifests(rendered, tmp_path / "out")
+    assert (tmp_path / "out" / "all.yaml").read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_version_records_are_read_and_checked_at_the_edge(record_files, tmp_path):
+    version = ModelVersion.from_record_file(record_files("7", tags=["champion"]))
+    assert (version.name, version.version, version.digest[:9], version.tags) == ("digits", "7", "sha256:ab", ("champion",))
+    moved = ModelVersion.from_record_file(record_files("7"), uri="gs://elsewhere/digits/7")
+    assert moved.uri == "gs://elsewhere/digits/7"
+    bad = tmp_path / "bad.json"
+    for content, message in [
+        ("not json", "is not JSON"),
+        ("[1]", "must be a JSON object"),
+        ('{"name": "Digits_V2", "version": 1, "uri": "s3://b/x", "digest": "' + "a" * 64 + '"}', "cannot name Kubernetes objects"),
+        ('{"name": "digits", "version": 1, "uri": "file:///store/digits/1", "digest": "' + "a" * 64 + '"}', "pass --model-uri"),
+        ('{"name": "digits", "version": 1, "uri": "s3://b/x", "digest": "md5:00"}', "is not a sha256 digest"),
+        ('{"name": "digits", "uri": "s3://b/x", "digest": "' + "a" * 64 + '"}', "version: Field required"),
+    ]:
+        bad.write_text(content)
+        with pytest.raises(RecordError, match=message):
+            ModelVersion.from_record_file(bad)
+    with pytest.raises(RecordError, match="does not exist"):
+        ModelVersion.from_record_file(tmp_path / "missing.json")

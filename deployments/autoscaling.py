@@ -1,0 +1,61 @@
+"""Request-rate autoscaling: MLServer's own request counter, and the prometheus-adapter rule
+that turns it into the per-pod metric an HPA reads.
+
+The names live here once: the rps component's HPA metric, the KEDA query and the adapter
+rule must agree, and a test checks them against the counter a real MLServer exposes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from deployments import seldon
+
+# prometheus_client appends `_total` to a Counter's name when it exposes it.
+REQUEST_COUNTER = "model_infer_request_success_total"
+RPS_METRIC = "mlserver_infer_requests_per_second"
+RATE_WINDOW = "1m"
+COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
+MODES = ("cpu", "rps", "keda", "behavior")  # cpu: the base's hpaSpec, no component
+
+
+def component_dir(mode: str) -> Path | None:
+    """The kustomize component that switches predictor 0 to `mode` (None for the default, CPU)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown autoscaling mode {mode!r}; choose one of {', '.join(MODES)}")
+    return None if mode == "cpu" else COMPONENTS_DIR / f"autoscaling-{mode}"
+
+
+def adapter_rules() -> dict:
+    """prometheus-adapter Helm values (`rules.custom`) serving RPS_METRIC per pod to the custom metrics API."""
+    return {
+        "rules": {
+            "custom": [
+                {
+                    "seriesQuery": f'{REQUEST_COUNTER}{{namespace!="",pod!=""}}',
+                    "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                    "name": {"matches": f"^{REQUEST_COUNTER}$", "as": RPS_METRIC},
+                    "metricsQuery": f"sum(rate(<<.Series>>{{<<.LabelMatchers>>}}[{RATE_WINDOW}])) by (<<.GroupBy>>)",
+                }
+            ]
+        }
+    }
+
+
+def pods_metric_names(docs: list[dict]) -> Iterator[str]:
+    """Names of every `Pods` metric an autoscaler in `docs` reads (hpaSpec or a standalone HPA)."""
+    for doc in docs:
+        metric_lists = []
+        if doc.get("kind") == seldon.KIND:
+            metric_lists = [c.get("hpaSpec", {}).get("metricsv2", []) for _, _, c in seldon.pod_specs(doc)]
+        elif doc.get("kind") == "HorizontalPodAutoscaler":
+            metric_lists = [doc.get("spec", {}).get("metrics", [])]
+        for metrics in metric_lists:
+            for metric in metrics:
+                if metric.get("type") == "Pods":
+                    yield metric["pods"]["metric"]["name"]
+
+
+def needs_adapter_rules(docs: list[dict]) -> bool:
+    return RPS_METRIC in set(pods_metric_names(docs))

@@ -1,0 +1,30 @@
+# Slipway's CPU serving image: MLServer + Slipway's ONNX runtime (the `wrappers` package) + onnxruntime.
+# Only the `serve` extra is installed: no TensorFlow, no training code. Build from the repository root:
+#   docker build -f deployments/images/cpu.Dockerfile -t slipway/mlserver-onnx:0.1.0 .
+FROM python:3.11.14-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY slipway ./slipway
+COPY wrappers ./wrappers
+RUN python -m venv /opt/slipway \
+ && /opt/slipway/bin/pip install ".[serve]" \
+ && /opt/slipway/bin/pip check
+
+FROM python:3.11.14-slim-bookworm
+LABEL org.opencontainers.image.title="slipway-mlserver-onnx" \
+      org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CPU)"
+COPY --from=build /opt/slipway /opt/slipway
+# The user the manifests run as (runAsUser 10001); it owns nothing it could change at run time.
+RUN groupadd --gid 10001 slipway && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin slipway
+ENV PATH=/opt/slipway/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    MLSERVER_METRICS_DIR=/tmp/mlserver-metrics
+WORKDIR /tmp
+USER 10001:10001
+# Kubernetes uses the manifests' probes; this serves `docker run` and other engines.
+HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('MLSERVER_HTTP_PORT', '8080') + '/v2/health/live', timeout=2)"]
+EXPOSE 9000 9500 6000
+CMD ["mlserver", "start", "/mnt/models"]

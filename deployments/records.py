@@ -1,0 +1,117 @@
+"""The model version a rendering is pinned to: from the model store's version record, or an artifact folder.
+
+The store's record (`python -m export versions show REF --json`) arrives as a file; it is
+validated here once, at the edge, and nothing deeper re-reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_URI_TEMPLATE = "s3://slipway-models/{name}/{version}"
+# A model's name becomes the SeldonDeployment's, the container's and a DNS label in Service names.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+_SHA256 = re.compile(r"^(sha256:)?([0-9a-f]{64})$")
+
+
+class RecordError(ValueError):
+    """A version record (or artifact) that cannot pin a deployment; the message says what to send instead."""
+
+
+class ModelVersion(BaseModel):
+    """One immutable model version: what the SeldonDeployment pulls and the digest it is annotated with."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(description="model name; becomes the SeldonDeployment, graph node and container name")
+    version: str
+    uri: str = Field(description="where the storage initializer pulls the artifact folder from")
+    digest: str = Field(description="sha256 of the stored artifact, as `sha256:<hex>`")
+    tags: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"{value!r} cannot name Kubernetes objects: use at most 40 lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: object) -> str:
+        return str(value)
+
+    @field_validator("digest")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        match = _SHA256.match(value.lower())
+        if not match:
+            raise ValueError(f"{value!r} is not a sha256 digest (64 hex digits, optionally prefixed `sha256:`)")
+        return f"sha256:{match.group(2)}"
+
+    @field_validator("uri")
+    @classmethod
+    def _pullable(cls, value: str) -> str:
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme in ("file", "local", "memory") or value.startswith(("/", ".")):
+            raise ValueError(
+                f"{value!r} is on this machine, where the cluster's storage initializer cannot reach it; "
+                "upload the version to object storage (s3://, gs://, pvc://...) and pass --model-uri"
+            )
+        if not scheme and ":" not in value:
+            raise ValueError(f"{value!r} is not a URI the storage initializer can pull (s3://bucket/path, gs://..., pvc://...)")
+        return value
+
+    @classmethod
+    def from_record_file(cls, path: Path, *, uri: str | None = None) -> ModelVersion:
+        """Read the store's JSON record; `uri` replaces the record's where the artifact was copied elsewhere."""
+        path = Path(path)
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError as err:
+            raise RecordError(f"version record {path} does not exist; write it with `python -m export versions show REF --json`") from err
+        except json.JSONDecodeError as err:
+            raise RecordError(f"version record {path} is not JSON ({err.msg} at line {err.lineno}); "
+                              "write it with `python -m export versions show REF --json`") from err
+        if not isinstance(record, dict):
+            raise RecordError(f"version record {path} must be a JSON object with name, version, uri and digest")
+        if uri:
+            record = {**record, "uri": uri}
+        return cls._validated(record, source=str(path))
+
+    @classmethod
+    def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None) -> ModelVersion:
+        """An unpublished artifact folder (the demo's): name and digest from its files, version from the digest."""
+        from wrappers.artifact import SETTINGS_FILE, ArtifactError, read_manifest
+
+        settings_path = Path(model_dir) / SETTINGS_FILE
+        if not settings_path.is_file():
+            raise RecordError(f"{model_dir} is not an artifact folder (no {SETTINGS_FILE}); run `make demo` first")
+        settings = json.loads(settings_path.read_text())
+        try:
+            digest = read_manifest(model_dir).digest
+        except ArtifactError as err:
+            raise RecordError(str(err)) from err
+        name = settings["name"]
+        version = str(version or settings.get("parameters", {}).get("version") or digest[:12])
+        record = {"name": name, "version": version, "digest": digest,
+                  "uri": uri or DEFAULT_URI_TEMPLATE.format(name=name, version=version)}
+        return cls._validated(record, source=str(model_dir))
+
+    @classmethod
+    def _validated(cls, record: dict, *, source: str) -> ModelVersion:
+        try:
+            return cls.model_validate(record)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, issue['loc'])) or 'record'}: {issue['msg'].removeprefix('Value error, ')}"
+                for issue in err.errors()
+            )
+            raise RecordError(f"{source}: {problems}") from err

@@ -1,0 +1,118 @@
+"""`python -m deployments` and the Make targets, run as a user runs them, against no cluster at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from slipway.paths import PROJECT_ROOT
+from tests.conftest import run_module
+from wrappers.server import free_port
+
+
+@pytest.fixture
+def unreachable_kubeconfig(tmp_path) -> dict[str, str]:
+    """A kubeconfig whose cluster is a loopback port nothing listens on: the API server is down."""
+    port = free_port()
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "down",
+        "clusters": [{"name": "down", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "down", "context": {"cluster": "down", "user": "u", "namespace": "slipway"}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return {"KUBECONFIG": str(path), "KUBERNETES_SERVICE_HOST": "", "SLIPWAY_TEST_API_PORT": str(port)}
+
+
+def _one_line_error(result) -> str:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_deploy_without_a_cluster_is_one_line_and_applies_nothing(record_files, reports_env, unreachable_kubeconfig, tmp_path):
+    out = tmp_path / "manifests"
+    result = run_module("deployments", "deploy", "--version-record", str(record_files("3")), "--out", str(out),
+                        env={**reports_env, **unreachable_kubeconfig}, check=False, timeout=120)
+    line = _one_line_error(result)
+    assert f"no Kubernetes cluster answers at https://127.0.0.1:{unreachable_kubeconfig['SLIPWAY_TEST_API_PORT']}" in line
+    assert "nothing was applied" in line and "make manifests" in line
+    assert not out.exists()  # stopped before rendering anything
+
+
+def test_undeploy_without_a_cluster_is_one_line(reports_env, unreachable_kubeconfig):
+    result = run_module("deployments", "undeploy", "--name", "digits", env={**reports_env, **unreachable_kubeconfig},
+                        check=False, timeout=120)
+    assert "no Kubernetes cluster answers" in _one_line_error(result)
+
+
+def test_deploy_with_no_kubeconfig_at_all_is_one_line(record_files, reports_env, tmp_path):
+    env = {**reports_env, "KUBECONFIG": str(tmp_path / "none"), "KUBERNETES_SERVICE_HOST": ""}
+    result = run_module("deployments", "deploy", "--version-record", str(record_files("3")), env=env, check=False)
+    assert "no Kubernetes context is configured" in _one_line_error(result)
+
+
+def test_client_dry_run_renders_and_validates_without_a_cluster(record_files, reports_env, unreachable_kubeconfig, tmp_path):
+    out = tmp_path / "canary"
+    result = run_module("deployments", "deploy", "--overlay", "canary", "--version-record", str(record_files("3")),
+                        "--canary-record", str(record_files("4", "cd")), "--canary-percent", "20", "--dry-run", "client",
+                        "--out", str(out), env={**reports_env, **unreachable_kubeconfig})
+    assert "client dry run, nothing sent" in result.stderr and "SeldonDeployment/digits" in result.stderr
+    sdep = yaml.safe_load((out / "seldondeployment-digits.yaml").read_text())
+    assert [p["traffic"] for p in sdep["spec"]["predictors"]] == [80, 20]
+    report = json.loads((PROJECT_ROOT / reports_env["SLIPWAY_REPORTS_DIR"] / "manifests.json").read_text())
+    assert report["validation"]["ok"] and report["predictors"]["canary"]["version"] == "4"
+
+
+def test_render_refuses_a_bad_record_in_one_line(tmp_path, reports_env):
+    bad = tmp_path / "record.json"
+    bad.write_text('{"name": "digits", "version": 1, "uri": "file:///store/digits/1", "digest": "' + "0" * 64 + '"}')
+    result = run_module("deployments", "render", "--version-record", str(bad), "--out", str(tmp_path / "out"),
+                        env=reports_env, check=False)
+    assert "storage initializer cannot reach it" in _one_line_error(result)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [[], ["render"], ["deploy"], ["undeploy"]])
+def test_every_command_has_help(command):
+    result = run_module("deployments", *command, "--help")
+    assert "usage: python -m deployments" in result.stdout
+
+
+def _make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_make_pins_versions_through_the_model_store_cli():
+    """The glue, as make would run it: the store writes each record whole, render pins to both."""
+    result = _make("-n", "manifests", "OVERLAY=canary", "TAG=champion", "CANARY_VERSION=4", "CANARY_PERCENT=20",
+                   "AUTOSCALING=rps", "NAMESPACE=ml")
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout
+    assert "-m export versions show digits@champion --json > build/model-version.json.tmp" in commands
+    assert "-m export versions show digits@4 --json > build/model-version-canary.json.tmp" in commands
+    render_line = next(line for line in commands.splitlines() if "-m deployments render" in line)
+    for expected in ("--overlay canary", "--version-record build/model-version.json",
+                     "--canary-record build/model-version-canary.json", "--canary-percent 20", "--autoscaling rps",
+                     "--namespace ml"):
+        assert expected in render_line, render_line
+    unpinned = _make("-n", "deploy", "DRY_RUN=server")
+    assert "--model-dir build/artifacts/digits" in unpinned.stdout and "--dry-run server --wait 300" in unpinned.stdout
+
+
+def test_make_image_without_a_docker_engine_says_so():
+    if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+        pytest.skip("a Docker engine answers here: make image would build for real")
+    result = _make("image")
+    assert result.returncode != 0
+    assert "make image needs a running Docker engine" in result.stderr
+    assert "docker build -f deployments/images/cpu.Dockerfile" in result.stderr

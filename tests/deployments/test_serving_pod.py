@@ -1,0 +1,77 @@
+"""The rendered pod's container, run for real on loopback: our env plus what the Seldon operator adds.
+
+It proves what the manifests assume of MLServer: the probes' paths answer, the metrics are where
+the PodMonitor scrapes them, and the request counter that the RPS adapter rule and the KEDA
+query read exists under that name and counts every inference.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from deployments import autoscaling, seldon
+from deployments.render import render
+from loadtest.payloads import example_batch, v2_json_body
+from wrappers.server import LocalServer
+
+REQUESTS = 4
+
+
+def _model_container(rendered) -> dict:
+    return rendered.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0]
+
+
+@pytest.fixture(scope="module")
+def pod_server(digits_artifact, main_version, tmp_path_factory):
+    rendered = render("cpu", model=main_version, engine="builtin", autoscaling_mode="rps")
+    container = _model_container(rendered)
+    env = {item["name"]: item["value"] for item in container["env"]}
+    env["MLSERVER_METRICS_DIR"] = str(tmp_path_factory.mktemp("metrics"))  # the pod's emptyDir
+    env.update({  # what the operator adds to the container (deployments/seldon.py)
+        "MLSERVER_MODEL_NAME": container["name"],
+        "MLSERVER_MODEL_URI": str(digits_artifact),  # the storage initializer's mount, here the artifact itself
+        "MLSERVER_METRICS_ENDPOINT": seldon.METRICS_PATH,
+        "PREDICTOR_ID": "default",
+        "SELDON_DEPLOYMENT_ID": rendered.name,
+    })
+    with LocalServer(digits_artifact, extra_env=env) as server:
+        yield server, rendered
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+def test_the_probes_paths_answer(pod_server):
+    server, rendered = pod_server
+    container = _model_container(rendered)
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "http"
+        status, _ = _get(server.http_url + container[probe]["httpGet"]["path"])
+        assert status == 200
+
+
+def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, digits_artifact):
+    server, rendered = pod_server
+    body = json.dumps(v2_json_body(example_batch(digits_artifact, batch_size=2))).encode()
+    for _ in range(REQUESTS):
+        request = urllib.request.Request(f"{server.http_url}/v2/models/{rendered.name}/infer", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+    status, text = _get(f"http://127.0.0.1:{server.metrics_port}{seldon.METRICS_PATH}")
+    assert status == 200
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == autoscaling.REQUEST_COUNTER and s.labels.get("model") == rendered.name]
+    assert [s.value for s in samples] == [REQUESTS]
+    rule = rendered.adapter_rules["rules"]["custom"][0]
+    assert re.match(rule["name"]["matches"], samples[0].name)
+    keda = render("cpu", model=rendered.models["default"], engine="builtin", autoscaling_mode="keda")
+    query = keda.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]["kedaSpec"]["triggers"][0]["metadata"]["query"]
+    assert query.startswith(f"sum(rate({samples[0].name}{{")
