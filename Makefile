@@ -19,6 +19,8 @@ METRICS_PORT ?= 8082
 HOST         ?= 127.0.0.1
 IMAGE        ?=
 PYTEST_ARGS  ?=
+STORE        ?= model-store
+KEEP         ?= 5
 
 .PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest manifests deploy undeploy image test clean
 
@@ -90,7 +92,7 @@ TOOLS_STAMP      := $(TOOLS_VENV)/.installed-checkov-$(CHECKOV_VERSION)
 # Ask the model store for a version record: $(1) = NAME@VERSION-or-TAG, $(2) = the file (written whole or not at all).
 define version_record
 	@mkdir -p $(dir $(2))
-	@$(PY) -m export versions show $(1) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
+	@$(PY) -m export versions show $(1) --store $(STORE) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
 	@mv $(2).tmp $(2)
 endef
 RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NAMESPACE) \
@@ -100,8 +102,8 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI))
 
 versions-resolve: setup
-	$(if $(VERSION)$(TAG),$(call version_record,$(MODEL_NAME)@$(or $(VERSION),$(TAG)),$(RECORD)))
-	$(if $(CANARY_VERSION)$(CANARY_TAG),$(call version_record,$(MODEL_NAME)@$(or $(CANARY_VERSION),$(CANARY_TAG)),$(CANARY_RECORD)))
+	$(if $(VERSION)$(TAG),$(call version_record,$(if $(VERSION),$(MODEL_NAME):$(VERSION),$(MODEL_NAME)@$(TAG)),$(RECORD)))
+	$(if $(CANARY_VERSION)$(CANARY_TAG),$(call version_record,$(if $(CANARY_VERSION),$(MODEL_NAME):$(CANARY_VERSION),$(MODEL_NAME)@$(CANARY_TAG)),$(CANARY_RECORD)))
 
 manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior)
 	$(PY) -m deployments render $(RENDER_ARGS)
@@ -125,6 +127,27 @@ $(TOOLS_STAMP):
 	$(TOOLS_VENV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
 	@rm -f $(TOOLS_VENV)/.installed-*
 	@touch $@
+
+# --- model store: python -m export versions ---------------------------------------------
+.PHONY: publish versions promote rollback gc
+
+publish: setup ## publish MODEL_DIR as the next version of MODEL_NAME in STORE (TAG= to tag it)
+	$(PY) -m export versions publish $(MODEL_DIR) --model $(MODEL_NAME) --store $(STORE) $(if $(TAG),--tag $(TAG))
+
+versions: setup ## list the versions in STORE, newest first
+	$(PY) -m export versions list --store $(STORE)
+
+promote: setup ## point TAG at VERSION of MODEL_NAME (make promote TAG=champion VERSION=3)
+	@test -n "$(TAG)" -a -n "$(VERSION)" || { echo "usage: make promote TAG=champion VERSION=3" >&2; exit 2; }
+	$(PY) -m export versions promote $(MODEL_NAME)@$(TAG) $(MODEL_NAME):$(VERSION) --store $(STORE)
+
+rollback: setup ## move TAG of MODEL_NAME back to its previous version, then redeploy it (TAG=champion)
+	@test -n "$(TAG)" || { echo "usage: make rollback TAG=champion" >&2; exit 2; }
+	$(PY) -m export versions rollback $(MODEL_NAME)@$(TAG) --store $(STORE)
+	$(MAKE) deploy TAG=$(TAG)
+
+gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; never one a tag needs
+	$(PY) -m export versions gc --keep $(KEEP) --store $(STORE)
 
 clean: ## remove build outputs and reports (keeps .venv)
 	rm -rf build reports .pytest_cache

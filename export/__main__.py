@@ -1,4 +1,4 @@
-"""`python -m export`: train the digits CNN and turn it into a served-ready ONNX artifact."""
+"""`python -m export`: train the digits CNN, turn it into a served-ready ONNX artifact, and version it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from export.store.cli import add_versions_parser
 from slipway.cli import UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
 
@@ -107,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("--name", default=DEMO_MODEL_NAME, help="model name clients use in /v2/models/<name>")
     convert.add_argument("--opset", type=int, default=17)
     convert.set_defaults(func=cmd_convert)
+
+    add_versions_parser(commands)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -2,13 +2,17 @@
 
 A folder holds `model.onnx`, `model-settings.json`, optional extras (an input example,
 labels) and `manifest.json` with the sha256 of every other file. The runtime refuses a
-folder whose files do not match their manifest, so what serves is what was exported.
+folder whose files do not match their manifest (a file changed, missing, or added), so
+what serves is what was exported. A deployment can also pin the digest it expects
+(`$SLIPWAY_EXPECTED_DIGESTS`), so a folder replaced together with its manifest is refused too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -20,6 +24,7 @@ MODEL_FILE = "model.onnx"
 SETTINGS_FILE = "model-settings.json"
 INPUT_EXAMPLE_FILE = "input-example.npz"
 MANIFEST_FORMAT = "slipway.artifact/v1"
+EXPECTED_DIGESTS_ENV = "SLIPWAY_EXPECTED_DIGESTS"
 _CHUNK = 1 << 20
 
 
@@ -88,10 +93,19 @@ def read_manifest(folder: Path) -> Manifest:
         raise ArtifactError(f"{path} is not a valid manifest: {err}") from err
 
 
-def verify_artifact(folder: Path) -> Manifest:
-    """Check every file against the manifest; name the first file that is missing or changed."""
+def verify_artifact(folder: Path, expected_digest: str | None = None) -> Manifest:
+    """Check every file against the manifest; name the first file that is missing, changed or unlisted.
+
+    With `expected_digest`, the manifest itself must be the pinned one (a deployment pins
+    the digest the model store recorded at publish).
+    """
     folder = Path(folder)
     manifest = read_manifest(folder)
+    if expected_digest is not None and manifest.digest != expected_digest:
+        raise ArtifactError(
+            f"artifact {folder} is not the pinned version: its manifest digest is {manifest.digest[:12]}..., "
+            f"the deployment expects {expected_digest[:12]}... (the folder was replaced)"
+        )
     for name, entry in sorted(manifest.files.items()):
         path = folder / name
         if not path.is_file():
@@ -100,9 +114,40 @@ def verify_artifact(folder: Path) -> Manifest:
             raise ArtifactError(
                 f"artifact {folder} was modified: {name} does not match its sha256 in {MANIFEST_NAME}"
             )
+    unlisted = sorted(
+        path.relative_to(folder).as_posix()
+        for path in folder.rglob("*")
+        if path.is_file() and path.name != MANIFEST_NAME and path.relative_to(folder).as_posix() not in manifest.files
+    )
+    if unlisted:
+        raise ArtifactError(
+            f"artifact {folder} was modified: {unlisted[0]} is not listed in its {MANIFEST_NAME}"
+            + (f" (nor {len(unlisted) - 1} more)" if len(unlisted) > 1 else "")
+        )
     if folder_digest(manifest.files) != manifest.digest:
         raise ArtifactError(f"{folder / MANIFEST_NAME} is inconsistent: its digest does not match its files")
     return manifest
+
+
+def pinned_digest(model: str, version: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The digest a deployment pins for this model, from `$SLIPWAY_EXPECTED_DIGESTS`.
+
+    The variable holds `NAME[:VERSION]=[sha256:]DIGEST` pairs separated by commas, e.g.
+    `digits:3=sha256:ab12...`; a `NAME:VERSION` entry wins over a bare `NAME` one.
+    """
+    text = environ.get(EXPECTED_DIGESTS_ENV, "").strip()
+    pins: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, digest = item.partition("=")
+        digest = digest.strip().removeprefix("sha256:")
+        if not sep or not key.strip() or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ArtifactError(
+                f"{EXPECTED_DIGESTS_ENV} entry {item!r} is malformed: write NAME[:VERSION]=sha256:<64 hex digits>"
+            )
+        pins[key.strip()] = digest
+    if version:
+        return pins.get(f"{model}:{version}") or pins.get(model)
+    return pins.get(model)
 
 
 def load_input_example(folder: Path) -> tuple[dict, dict, object]:

@@ -20,7 +20,7 @@ from mlserver.errors import InferenceError, MLServerError
 from mlserver.types import InferenceRequest, InferenceResponse, MetadataTensor, RequestInput
 from mlserver.utils import get_model_uri
 
-from wrappers.artifact import MANIFEST_NAME, ArtifactError, verify_artifact
+from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.session import V2_TO_NUMPY, TensorSpec, create_session, describe
 from wrappers.settings import SettingsError, parse_runtime_settings
 
@@ -47,14 +47,18 @@ class OnnxRuntime(MLModel):
             raise ModelLoadError(f"model {self.name}: {err}") from err
         model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
         folder = model_path.parent
-        if self._runtime_settings.verify_manifest:
+        try:
+            pinned = pinned_digest(self.name, self.version)
+        except ArtifactError as err:
+            raise ModelLoadError(f"model {self.name}: {err}") from err
+        if self._runtime_settings.verify_manifest or pinned:
             if not (folder / MANIFEST_NAME).is_file():
                 raise ModelLoadError(
                     f"model {self.name}: {folder} has no {MANIFEST_NAME}; publish it with `python -m export` "
                     "or set parameters.extra.verify_manifest=false to serve an unverified model"
                 )
             try:
-                verify_artifact(folder)
+                verify_artifact(folder, expected_digest=pinned)
             except ArtifactError as err:
                 raise ModelLoadError(f"model {self.name}: refusing to load: {err}") from err
         self._session = create_session(model_path, self._runtime_settings)

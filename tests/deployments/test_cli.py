@@ -98,8 +98,8 @@ def test_make_pins_versions_through_the_model_store_cli():
                    "AUTOSCALING=rps", "NAMESPACE=ml")
     assert result.returncode == 0, result.stderr
     commands = result.stdout
-    assert "-m export versions show digits@champion --json > build/model-version.json.tmp" in commands
-    assert "-m export versions show digits@4 --json > build/model-version-canary.json.tmp" in commands
+    assert "-m export versions show digits@champion --store model-store --json > build/model-version.json.tmp" in commands
+    assert "-m export versions show digits:4 --store model-store --json > build/model-version-canary.json.tmp" in commands
     render_line = next(line for line in commands.splitlines() if "-m deployments render" in line)
     for expected in ("--overlay canary", "--version-record build/model-version.json",
                      "--canary-record build/model-version-canary.json", "--canary-percent 20", "--autoscaling rps",

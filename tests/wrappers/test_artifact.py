@@ -2,7 +2,16 @@ import json
 
 import pytest
 
-from wrappers.artifact import ArtifactError, build_manifest, verify_artifact, write_manifest
+from wrappers.artifact import (
+    EXPECTED_DIGESTS_ENV,
+    ArtifactError,
+    build_manifest,
+    pinned_digest,
+    verify_artifact,
+    write_manifest,
+)
+
+DIGEST_A, DIGEST_B = "a" * 64, "b" * 64
 
 
 @pytest.fixture
@@ -53,3 +62,30 @@ def test_missing_or_corrupt_manifest(artifact):
 def test_a_folder_without_a_model_has_no_manifest(tmp_path):
     with pytest.raises(ArtifactError, match="has no model.onnx"):
         build_manifest(tmp_path)
+
+
+def test_an_added_file_is_named(artifact):
+    folder = artifact
+    (folder / "sub").mkdir()
+    (folder / "sub" / "model.onnx_data").write_bytes(b"external weights nobody published")
+    with pytest.raises(ArtifactError, match=r"was modified: sub/model\.onnx_data is not listed in its manifest\.json"):
+        verify_artifact(folder)
+
+
+def test_a_pinned_digest_must_match(artifact):
+    folder, manifest = artifact, build_manifest(artifact)
+    assert verify_artifact(folder, expected_digest=manifest.digest) == manifest
+    with pytest.raises(ArtifactError, match="is not the pinned version"):
+        verify_artifact(folder, expected_digest=DIGEST_A)
+
+
+def test_pins_are_read_per_model_and_version():
+    env = {EXPECTED_DIGESTS_ENV: f"digits=sha256:{DIGEST_A}, digits:3={DIGEST_B}"}
+    assert pinned_digest("digits", "3", env) == DIGEST_B
+    assert pinned_digest("digits", "2", env) == DIGEST_A
+    assert pinned_digest("digits", None, env) == DIGEST_A
+    assert pinned_digest("other", "1", env) is None
+    assert pinned_digest("digits", "1", {}) is None
+    for bad in ("digits", "digits=sha256:abc", f"={DIGEST_A}", f"digits={DIGEST_A.upper()}"):
+        with pytest.raises(ArtifactError, match="malformed: write NAME"):
+            pinned_digest("digits", "1", {EXPECTED_DIGESTS_ENV: bad})

@@ -1,0 +1,133 @@
+"""`python -m export versions ...` as a user runs it: every command, its JSON, and its failure paths."""
+
+import json
+
+import pytest
+
+from export.__main__ import main
+from slipway.cli import run
+from tests.store.conftest import versions, versions_json
+
+COMMANDS = ["publish", "list", "show", "promote", "rollback", "history", "diff", "gc", "verify"]
+
+
+def test_every_command_works_end_to_end_with_json(store_dir, artifact_factory, tmp_path):
+    store = ["--store", str(store_dir)]
+    reports = ["--reports", str(tmp_path / "no-reports")]
+    first = versions_json("publish", str(artifact_factory(1.0)), "--model", "tiny", "--tag", "champion",
+                          "--metric", "accuracy=0.91", *reports, *store)
+    assert first["created"] and first["ref"] == "tiny:1" and first["tags"] == ["champion"]
+    assert first["metrics"] == {"accuracy": 0.91} and first["notes"]  # no reports: the lineage says so
+    again = versions_json("publish", str(artifact_factory(1.0)), *reports, *store)  # model name from the settings
+    assert not again["created"] and again["version"] == "1"
+    versions_json("publish", str(artifact_factory(2.0)), "--model", "tiny", "--metric", "accuracy=0.95", *reports, *store)
+
+    # The record deployments read: name, version (a string), uri (absolute file:// URL), digest, tags.
+    record = versions_json("show", "tiny@champion", *store)
+    assert {"name": "tiny", "version": "1", "tags": ["champion"]}.items() <= record.items()
+    assert record["uri"] == (store_dir / "artifacts" / "tiny" / "1").resolve().as_uri()
+    assert len(record["digest"]) == 64
+
+    assert [r["ref"] for r in versions_json("list", *store)] == ["tiny:2", "tiny:1"]
+    move = versions_json("promote", "champion", "tiny:latest", *store)
+    assert (move["version"], move["previous"], move["action"]) == ("2", "1", "promote")
+    diff = versions_json("diff", "tiny:1", "tiny@champion", *store)
+    accuracy = next(row for row in diff["rows"] if row["field"] == "metrics.accuracy")
+    assert (accuracy["a"], accuracy["b"]) == (0.91, 0.95) and accuracy["change"] == pytest.approx(0.04)
+    back = versions_json("rollback", "champion", *store)  # a bare tag: the only model carrying it
+    assert (back["version"], back["previous"], back["action"]) == ("1", "2", "rollback")
+    assert [m["action"] for m in versions_json("history", "tiny@champion", *store)] == ["promote", "promote", "rollback"]
+    assert versions_json("verify", "tiny:2", *store)["verified"] is True
+    gc = versions_json("gc", "--keep", "0", *store)
+    assert gc["deleted"] == ["tiny:2"] and gc["kept_for_tags"] == {"tiny:1": ["champion"]}
+    assert not (store_dir / "artifacts" / "tiny" / "2").exists()
+
+
+def test_human_output_reads_well(store_dir, artifact_factory):
+    store = ["--store", str(store_dir)]
+    published = versions("publish", str(artifact_factory(1.0)), "--tag", "v1.0", *store)
+    assert "published tiny:1" in published.stdout and "tags: v1.0" in published.stdout
+    assert "tiny:1" in versions("list", *store).stdout
+    shown = versions("show", "tiny:1", *store).stdout
+    assert "parameters" not in shown and "file://" in shown and "lineage.git.commit" in shown
+    assert "nothing changed" in versions("promote", "v1.0", "tiny:1", *store).stdout
+    assert "would delete 0 version(s)" in versions("gc", "--keep", "1", "--dry-run", *store).stdout
+
+
+def in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """The same command in this process (through `slipway.cli.run`, as `python -m export` runs it): quicker."""
+    code = run(main, ["versions", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["versions", command, "--help"])
+    help_text = capsys.readouterr().out
+    assert exited.value.code == 0 and "--store" in help_text and "--json" in help_text
+
+
+def test_mistakes_are_one_line_and_exit_2(store_dir, artifact_factory, tmp_path, capsys):
+    store = ["--store", str(store_dir)]
+    code, _, err = in_process(capsys, "list", *store)
+    assert code == 2 and "no model store at" in err
+    assert not store_dir.exists()
+    in_process(capsys, "publish", str(artifact_factory(1.0)), "--model", "a", "--tag", "champion", *store)
+    in_process(capsys, "publish", str(artifact_factory(1.0)), "--model", "b", "--tag", "champion", *store)
+    for args, message in [
+        (["show", "a"], "bad reference 'a': use NAME:NUMBER"),
+        (["show", "a:7"], "model 'a' has no version 7 (versions: 1)"),
+        (["show", "zzz@champion"], "no model 'zzz' in the store (models: a, b)"),
+        (["rollback", "champion"], "models a, b all carry it; name the model as NAME@champion or with --model"),
+        (["rollback", "a@champion"], "a@champion points at version 1 and has no earlier version to roll back to"),
+        (["promote", "b@champion", "a:1"], "tag 'b@champion' belongs to model 'b' but 'a:1' is a version of 'a'"),
+        (["promote", "latest", "a:1"], "tag 'latest' is reserved"),
+        (["gc", "--keep", "-1"], "--keep must be 0 or more"),
+        (["publish", str(tmp_path), "--model", "a"], "manifest.json is missing"),
+        (["publish", str(tmp_path / "absent"), "--model", "a"], "manifest.json is missing"),
+        (["publish", str(artifact_factory(2.0)), "--metric", "accuracy"], "--metric 'accuracy': write NAME=NUMBER"),
+        (["publish", str(artifact_factory(2.0)), "--model", "bad name"], "model name 'bad name' is not valid"),
+    ]:
+        code, out, err = in_process(capsys, *args, *store)
+        assert code == 2, (args, err)
+        assert message in " ".join(err.split()), (args, err)
+        assert "Traceback" not in err and out == ""
+
+
+def test_a_corrupt_store_is_one_line_not_a_traceback(store_dir, artifact_factory):
+    versions("publish", str(artifact_factory(1.0)), "--store", str(store_dir))
+    db = store_dir / "store.db"
+    for suffix in ("-wal", "-shm"):
+        (store_dir / f"store.db{suffix}").unlink(missing_ok=True)
+    db.write_bytes(b"\0garbage" * 4096)
+    for args in (["list"], ["show", "tiny:1"], ["publish", str(artifact_factory(2.0))], ["gc", "--keep", "1"]):
+        result = versions(*args, "--store", str(store_dir), check=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "is unreadable (file is not a database)" in lines[0], result.stderr
+    stray = store_dir.parent / "not-a-store"
+    stray.write_text("a file")
+    result = versions("list", "--store", str(stray), check=False)
+    assert result.returncode == 2 and "is a file, not a store folder" in result.stderr
+
+
+def test_json_output_is_pure_json_on_stdout(store_dir, artifact_factory):
+    result = versions("publish", str(artifact_factory(1.0)), "--store", str(store_dir), "--json")
+    assert json.loads(result.stdout)["ref"] == "tiny:1"
+    assert "note:" in result.stderr  # messages stay off stdout
+
+
+def test_make_rollback_moves_the_tag_then_redeploys_it():
+    import subprocess
+
+    from slipway.paths import PROJECT_ROOT
+
+    result = subprocess.run(["make", "-n", "rollback", "TAG=champion", "STORE=/srv/store"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    rollback = next(i for i, line in enumerate(lines) if "-m export versions rollback digits@champion --store /srv/store" in line)
+    deploy = next(i for i, line in enumerate(lines) if "-m deployments deploy" in line)
+    assert rollback < deploy
