@@ -114,11 +114,8 @@ def verify_artifact(folder: Path, expected_digest: str | None = None) -> Manifes
             raise ArtifactError(
                 f"artifact {folder} was modified: {name} does not match its sha256 in {MANIFEST_NAME}"
             )
-    unlisted = sorted(
-        path.relative_to(folder).as_posix()
-        for path in folder.rglob("*")
-        if path.is_file() and path.name != MANIFEST_NAME and path.relative_to(folder).as_posix() not in manifest.files
-    )
+    present = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file() and path.name != MANIFEST_NAME}
+    unlisted = sorted(present - set(manifest.files))
     if unlisted:
         raise ArtifactError(
             f"artifact {folder} was modified: {unlisted[0]} is not listed in its {MANIFEST_NAME}"

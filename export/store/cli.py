@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ from rich.table import Table
 
 from export.store.db import StoreError
 from export.store.lineage import gather
-from export.store.records import VersionRecord, diff_records, flatten
-from export.store.refs import Ref, RefError, parse_ref, parse_tag_ref
+from export.store.records import TagMove, VersionRecord, diff_records, flatten
+from export.store.refs import RefError, parse_ref, parse_tag_ref
 from export.store.store import DEFAULT_STORE, ModelStore
 from slipway.cli import UserError, console
 
@@ -53,9 +54,10 @@ def _tag(store: ModelStore, text: str, model: str | None) -> tuple[str, str]:
 def _metric(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
     try:
-        if not sep or not name:
+        number = float(value)
+        if not sep or not name or not math.isfinite(number):
             raise ValueError(text)
-        return name, float(value)
+        return name, number
     except ValueError:
         raise UserError(f"--metric {text!r}: write NAME=NUMBER, e.g. --metric accuracy=0.98") from None
 
@@ -142,7 +144,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_move(move) -> None:
+def _print_move(move: TagMove) -> None:
     if not move.changed:
         out.print(f"{move.model}@{move.tag} already points at version {move.version}; nothing changed")
         return

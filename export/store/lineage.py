@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from export.store.records import flatten, is_number
 from slipway.paths import PROJECT_ROOT, REPORTS_DIR
 from slipway.reports import read_report
 
@@ -39,14 +40,7 @@ class Lineage:
 
 def numeric_leaves(value: Any, prefix: str = "") -> dict[str, float]:
     """Every number inside `value` (nested dicts flattened with dots); booleans and lists are not metrics."""
-    if isinstance(value, dict):
-        out: dict[str, float] = {}
-        for key, item in value.items():
-            out.update(numeric_leaves(item, f"{prefix}{key}."))
-        return out
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return {prefix.rstrip("."): float(value)}
-    return {}
+    return {key: float(item) for key, item in flatten(value, prefix).items() if is_number(item)}
 
 
 def _same_folder(a: Any, b: Path) -> bool:

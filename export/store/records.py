@@ -72,13 +72,13 @@ def diff_records(a: VersionRecord, b: VersionRecord) -> list[dict[str, Any]]:
     for field in sorted(set(sides[0]) | set(sides[1]), key=_field_order):
         left, right = sides[0].get(field), sides[1].get(field)
         row: dict[str, Any] = {"field": field, "a": left, "b": right, "same": left == right}
-        if _is_number(left) and _is_number(right):
+        if is_number(left) and is_number(right):
             row["change"] = right - left
         rows.append(row)
     return rows
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
