@@ -17,6 +17,7 @@ import yaml
 from deployments import autoscaling, kustomize, seldon
 from deployments.records import ModelVersion
 from slipway import atomic
+from wrappers.artifact import EXPECTED_DIGESTS_ENV
 
 DEPLOYMENTS_DIR = Path(__file__).resolve().parent
 OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"
@@ -184,7 +185,15 @@ def _pin_seldon_deployment(
                     container["name"] = version.name
                     if image:
                         container["image"] = image
+                    _pin_digest(container, version)
             _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
+
+
+def _pin_digest(container: dict, version: ModelVersion) -> None:
+    """Make the runtime refuse any other content: the annotation informs people, this env var binds the server."""
+    env = [item for item in container.setdefault("env", []) if item.get("name") != EXPECTED_DIGESTS_ENV]
+    env.append({"name": EXPECTED_DIGESTS_ENV, "value": f"{version.name}={version.digest}"})
+    container["env"] = env
 
 
 def _fill_keda_query(component: dict, *, namespace: str, model: str, predictor: str) -> None:

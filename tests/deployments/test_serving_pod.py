@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deployments import autoscaling, seldon
+from deployments.records import ModelVersion
 from deployments.render import render
 from loadtest.payloads import example_batch, v2_json_body
 from wrappers.server import LocalServer
@@ -27,8 +28,9 @@ def _model_container(rendered) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pod_server(digits_artifact, main_version, tmp_path_factory):
-    rendered = render("cpu", model=main_version, engine="builtin", autoscaling_mode="rps")
+def pod_server(digits_artifact, tmp_path_factory):
+    # Pinned to the artifact it serves: the container's digest pin must match what is loaded.
+    rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact), engine="builtin", autoscaling_mode="rps")
     container = _model_container(rendered)
     env = {item["name"]: item["value"] for item in container["env"]}
     env["MLSERVER_METRICS_DIR"] = str(tmp_path_factory.mktemp("metrics"))  # the pod's emptyDir

@@ -1,0 +1,35 @@
+"""The store and deployments meet through a file: `versions show --json` -> `deployments render --version-record`."""
+
+import subprocess
+import sys
+
+import yaml
+
+from slipway.paths import PROJECT_ROOT
+from tests.store.conftest import versions_json
+from wrappers.artifact import EXPECTED_DIGESTS_ENV
+
+
+def test_a_tagged_version_renders_pinned_to_its_digest(artifact_factory, tmp_path):
+    store = ["--store", str(tmp_path / "store")]
+    first = versions_json("publish", str(artifact_factory(1.0)), "--model", "tiny", "--tag", "champion", *store)
+    versions_json("publish", str(artifact_factory(2.0)), "--model", "tiny", *store)
+    record_file = tmp_path / "model-version.json"
+    shown = subprocess.run([sys.executable, "-m", "export", "versions", "show", "tiny@champion", "--json", *store],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    record_file.write_text(shown.stdout)
+    out = tmp_path / "manifests"
+    subprocess.run(
+        [sys.executable, "-m", "deployments", "render", "--version-record", str(record_file),
+         "--model-uri", "s3://models/tiny/1", "--out", str(out), "--kustomize", "builtin"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, check=True,
+    )
+    docs = list(yaml.safe_load_all((out / "all.yaml").read_text()))
+    sdep = next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
+    predictor = sdep["spec"]["predictors"][0]
+    container = predictor["componentSpecs"][0]["spec"]["containers"][0]
+    assert sdep["metadata"]["annotations"]["slipway.io/model-version"] == first["version"] == "1"
+    assert sdep["metadata"]["annotations"]["slipway.io/model-digest"] == f"sha256:{first['digest']}"
+    assert predictor["graph"]["modelUri"] == "s3://models/tiny/1"
+    pins = [item["value"] for item in container["env"] if item["name"] == EXPECTED_DIGESTS_ENV]
+    assert pins == [f"tiny=sha256:{first['digest']}"]
