@@ -59,8 +59,17 @@ serve: setup ## serve MODEL_DIR with MLServer in the foreground (HTTP_PORT, GRPC
 smoke: setup ## start MLServer on MODEL_DIR, check REST and gRPC answers with tritonclient, stop it
 	$(PY) -m loadtest smoke --model-dir $(MODEL_DIR)
 
-loadtest: setup ## a short headless Locust run against a local server on MODEL_DIR
-	$(PY) -m loadtest run --model-dir $(MODEL_DIR)
+# --- load tests (loadtest/) -------------------------------------------------
+# `make loadtest` serves MODEL_DIR locally for the run unless HOST= is given on the command
+# line (HOST's default above is only the address `make serve` binds to).
+SHAPE         ?= step
+PROTOCOL      ?= rest
+SLO           ?=
+LOADTEST_ARGS ?=
+
+loadtest: setup ## load-test a local server on MODEL_DIR or HOST=url; SHAPE=step|constant|spike|soak PROTOCOL=rest|grpc SLO=file.yaml
+	$(PY) -m loadtest run --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
+	  $(if $(filter command line,$(origin HOST)),--host $(HOST)) $(if $(SLO),--slo $(SLO)) $(LOADTEST_ARGS)
 
 test: setup tools ## install what is needed and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

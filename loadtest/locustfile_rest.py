@@ -1,25 +1,24 @@
 """Locust user for V2 REST: POST one prepared inference body, again and again.
 
-Configured by the runner through environment variables: SLIPWAY_MODEL (model name),
-SLIPWAY_PAYLOAD (a JSON file holding the request body).
+Started by `python -m loadtest run`, which writes the job (endpoint, shape, payload) that
+`current_job()` reads; the shape comes from `loadtest.shapes`.
 """
-
-import json
-import os
 
 from locust import FastHttpUser, constant, task
 
-MODEL = os.environ.get("SLIPWAY_MODEL", "digits")
-with open(os.environ["SLIPWAY_PAYLOAD"], "rb") as _handle:
-    BODY = _handle.read()
-json.loads(BODY)  # fail at start-up, not on the first request, when the payload is not JSON
+from loadtest.config import current_job
+from loadtest.shapes import PlannedShape  # noqa: F401  (Locust picks the shape up from this module)
+
+JOB = current_job()
+BODY = JOB.payload_bytes()
+HEADERS = {"Content-Type": "application/json"}
 
 
 class V2RestUser(FastHttpUser):
     wait_time = constant(0)
+    network_timeout = JOB.request_timeout_s
+    connection_timeout = JOB.request_timeout_s
 
     @task
     def infer(self):
-        self.client.post(
-            f"/v2/models/{MODEL}/infer", data=BODY, headers={"Content-Type": "application/json"}, name="infer"
-        )
+        self.client.post(JOB.endpoint.infer_path, data=BODY, headers=HEADERS, name="infer")

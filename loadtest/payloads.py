@@ -1,12 +1,23 @@
-"""V2 request bodies built from an artifact's input example, so load looks like real traffic."""
+"""V2 request payloads for load: real rows from a sample file, or tensors shaped from the model's metadata.
+
+The model's own metadata (`/v2/models/{name}`) is always read first: it proves the endpoint
+and model exist before any load is sent, and a sample file is checked against it, so a
+wrong name or datatype is one clear error instead of a run of 400s.
+"""
 
 from __future__ import annotations
 
+import json
+import ssl
+import struct
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loadtest.config import Endpoint
 from wrappers.artifact import load_input_example
 
 NUMPY_TO_V2 = {
@@ -18,25 +29,218 @@ NUMPY_TO_V2 = {
     np.dtype(np.int32): "INT32",
     np.dtype(np.int64): "INT64",
     np.dtype(np.uint8): "UINT8",
+    np.dtype(np.uint16): "UINT16",
+    np.dtype(np.uint32): "UINT32",
+    np.dtype(np.uint64): "UINT64",
     np.dtype(np.bool_): "BOOL",
 }
+V2_TO_NUMPY = {name: dtype for dtype, name in NUMPY_TO_V2.items()}
+METADATA_TIMEOUT_S = 10
+
+
+class PayloadError(ValueError):
+    """No valid request can be built; the message says what the model expects."""
+
+
+def v2_datatype(array: np.ndarray) -> str:
+    if array.dtype.kind in "OSU":
+        return "BYTES"
+    try:
+        return NUMPY_TO_V2[array.dtype]
+    except KeyError:
+        raise PayloadError(f"arrays of dtype {array.dtype} have no V2 datatype; send one of {sorted(V2_TO_NUMPY)}") from None
 
 
 def v2_json_body(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
     """A V2 REST inference request body for these arrays (row-major flattened data)."""
+    def values(array: np.ndarray) -> list:
+        if array.dtype.kind in "OSU":
+            return [item.decode() if isinstance(item, bytes) else str(item) for item in array.ravel()]
+        return array.ravel().tolist()
+
     return {
         "inputs": [
-            {"name": name, "datatype": NUMPY_TO_V2[array.dtype], "shape": list(array.shape), "data": array.ravel().tolist()}
+            {"name": name, "datatype": v2_datatype(array), "shape": list(array.shape), "data": values(array)}
             for name, array in inputs.items()
         ]
     }
 
 
 def example_batch(model_dir: Path, batch_size: int = 1, offset: int = 0) -> dict[str, np.ndarray]:
-    """`batch_size` rows of the input example, wrapping around when it has fewer."""
+    """`batch_size` rows of an artifact's input example, wrapping around when it has fewer."""
     inputs, _, _ = load_input_example(model_dir)
+    return take_rows(inputs, batch_size, offset)
+
+
+def take_rows(inputs: dict[str, np.ndarray], batch_size: int, offset: int = 0) -> dict[str, np.ndarray]:
     batch = {}
     for name, array in inputs.items():
+        if array.ndim == 0 or len(array) == 0:
+            raise PayloadError(f"sample input {name!r} has no rows to send")
         rows = np.arange(offset, offset + batch_size) % len(array)
         batch[name] = np.ascontiguousarray(array[rows])
     return batch
+
+
+def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
+    """Rows from a sample file: an `.npz` (keys `input:<name>` as in artifacts, or plain input names)
+    or a `.json` V2 request body (sent as it is, whatever the batch size)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PayloadError(f"sample data file {path} does not exist; send an .npz of input arrays or a V2 .json body")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as archive:
+            keys = archive.files
+            prefixed = [key for key in keys if key.startswith("input:")]
+            chosen = prefixed or [key for key in keys if ":" not in key and key != "labels"]
+            arrays = {key.split(":", 1)[-1]: archive[key] for key in chosen}
+        if not arrays:
+            raise PayloadError(f"{path} holds no input arrays (keys {keys}); name them after the model's inputs")
+        return take_rows(arrays, batch_size)
+    if path.suffix == ".json":
+        try:
+            body = json.loads(path.read_text())
+            return {item["name"]: _array_from_json(item) for item in body["inputs"]}
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise PayloadError(f"{path} is not a V2 request body ({{\"inputs\": [{{name, datatype, shape, data}}]}}): {err}") from err
+    raise PayloadError(f"sample data file {path} must be .npz or .json, not {path.suffix or 'no suffix'!r}")
+
+
+def _array_from_json(item: dict) -> np.ndarray:
+    datatype = item["datatype"]
+    if datatype == "BYTES":
+        return np.array(item["data"], dtype=object).reshape(item["shape"])
+    if datatype not in V2_TO_NUMPY:
+        raise ValueError(f"unknown datatype {datatype!r}")
+    return np.asarray(item["data"], dtype=V2_TO_NUMPY[datatype]).reshape(item["shape"])
+
+
+def arrays_from_metadata(inputs: list[dict], batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Tensors shaped and typed as the model's metadata says: a dynamic first dimension is the
+    batch; values are random but plausible (floats in [0, 1), small integers)."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for tensor in inputs:
+        name, datatype, shape = tensor["name"], tensor["datatype"], list(tensor["shape"])
+        if datatype not in V2_TO_NUMPY:
+            raise PayloadError(f"input {name!r} has datatype {datatype}: random data would be meaningless; pass --data FILE")
+        if shape and shape[0] == -1:
+            shape[0] = batch_size
+        if any(dim < 0 for dim in shape):
+            raise PayloadError(
+                f"input {name!r} has shape {tensor['shape']} with dynamic dimensions beyond the batch; "
+                "pass --data FILE with real rows"
+            )
+        dtype = V2_TO_NUMPY[datatype]
+        if dtype.kind == "f":
+            array = rng.random(shape).astype(dtype)
+        elif dtype.kind == "b":
+            array = rng.random(shape) < 0.5
+        else:
+            array = rng.integers(0, 10, size=shape).astype(dtype)
+        arrays[name] = np.ascontiguousarray(array)
+    if not arrays:
+        raise PayloadError("the model's metadata lists no inputs; pass --data FILE")
+    return arrays
+
+
+def check_against_metadata(arrays: dict[str, np.ndarray], inputs: list[dict]) -> None:
+    """Refuse a payload whose names or datatypes the model would refuse, before any load is sent."""
+    expected = {tensor["name"]: tensor for tensor in inputs}
+    if set(arrays) != set(expected):
+        raise PayloadError(f"the sample data has inputs {sorted(arrays)}, the model takes {sorted(expected)}")
+    for name, array in arrays.items():
+        want = expected[name]["datatype"]
+        if v2_datatype(array) != want:
+            raise PayloadError(f"sample input {name!r} is {v2_datatype(array)}, the model wants {want}")
+
+
+def rest_body(arrays: dict[str, np.ndarray]) -> bytes:
+    return json.dumps(v2_json_body(arrays)).encode()
+
+
+def grpc_request(endpoint: Endpoint, arrays: dict[str, np.ndarray]) -> bytes:
+    """A serialized `ModelInferRequest` carrying the tensors as `raw_input_contents` (the fast path)."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=endpoint.model, model_version=endpoint.version or "")
+    for name, array in arrays.items():
+        tensor = request.inputs.add()
+        tensor.name = name
+        tensor.datatype = v2_datatype(array)
+        tensor.shape.extend(array.shape)
+        request.raw_input_contents.append(_raw_bytes(array))
+    return request.SerializeToString()
+
+
+def _raw_bytes(array: np.ndarray) -> bytes:
+    if array.dtype.kind in "OSU":  # BYTES: each element as a 4-byte little-endian length, then the bytes
+        parts = []
+        for item in array.ravel():
+            data = item if isinstance(item, bytes) else str(item).encode()
+            parts.append(struct.pack("<I", len(data)) + data)
+        return b"".join(parts)
+    return np.ascontiguousarray(array).tobytes()
+
+
+def fetch_metadata(endpoint: Endpoint, timeout_s: float = METADATA_TIMEOUT_S) -> dict:
+    """The model's V2 metadata (`name`, `inputs`, `outputs`) over the endpoint's own protocol."""
+    return _grpc_metadata(endpoint, timeout_s) if endpoint.protocol == "grpc" else _rest_metadata(endpoint, timeout_s)
+
+
+def _rest_metadata(endpoint: Endpoint, timeout_s: float) -> dict:
+    url = endpoint.base_url + endpoint.model_path
+    context = ssl.create_default_context() if endpoint.tls else None
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        raise PayloadError(f"GET {url} answered HTTP {err.code}: is model {endpoint.model!r}"
+                           f"{' version ' + endpoint.version if endpoint.version else ''} served there?") from err
+    except (urllib.error.URLError, OSError) as err:
+        raise PayloadError(f"cannot reach {url}: {getattr(err, 'reason', err)}") from err
+    except json.JSONDecodeError as err:
+        raise PayloadError(f"GET {url} did not answer V2 metadata JSON: {err}") from err
+
+
+def _grpc_metadata(endpoint: Endpoint, timeout_s: float) -> dict:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    channel = open_channel(endpoint)
+    try:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelMetadataRequest(name=endpoint.model, version=endpoint.version or "")
+        reply = stub.ModelMetadata(request, metadata=endpoint.grpc_metadata, timeout=timeout_s)
+    except grpc.RpcError as err:
+        raise PayloadError(f"gRPC ModelMetadata for {endpoint.model!r} at {endpoint.base_url} failed: "
+                           f"{err.code().name}: {err.details()}") from err
+    finally:
+        channel.close()
+    tensors = lambda items: [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in items]  # noqa: E731
+    return {"name": reply.name, "inputs": tensors(reply.inputs), "outputs": tensors(reply.outputs)}
+
+
+def open_channel(endpoint: Endpoint):
+    """A gRPC channel to the endpoint (TLS for grpcs:// and https:// hosts)."""
+    import grpc
+
+    if endpoint.tls:
+        return grpc.secure_channel(endpoint.base_url, grpc.ssl_channel_credentials())
+    return grpc.insecure_channel(endpoint.base_url)
+
+
+def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, model_dir: Path | None) -> tuple[bytes, dict]:
+    """The request to send again and again, and where its rows came from."""
+    metadata = fetch_metadata(endpoint)
+    if data is not None:
+        arrays, source = arrays_from_file(data, batch_size), str(data)
+    elif model_dir is not None:
+        arrays, source = example_batch(model_dir, batch_size), f"{model_dir}/input-example.npz"
+    else:
+        arrays, source = arrays_from_metadata(metadata.get("inputs", []), batch_size), "random, from the model's metadata"
+    check_against_metadata(arrays, metadata.get("inputs", []))
+    body = grpc_request(endpoint, arrays) if endpoint.protocol == "grpc" else rest_body(arrays)
+    rows = len(next(iter(arrays.values())))
+    return body, {"source": source, "rows_per_request": rows, "bytes": len(body),
+                  "inputs": [{"name": n, "datatype": v2_datatype(a), "shape": list(a.shape)} for n, a in arrays.items()]}

@@ -1,4 +1,9 @@
-"""Run Locust headless in its own process, bounded in users and time, and read its CSV back."""
+"""Run Locust headless in its own process, bounded in users and time, and read back what it measured.
+
+Locust gets a job file (endpoint, shape, payload) and writes its CSV and HTML plus a
+steps file (one entry per stage, written by `loadtest.shapes`). The runner only starts,
+watches and, past the shape's longest possible run, kills it by PID.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,23 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from loadtest.payloads import example_batch, v2_json_body
+from loadtest.config import JOB_ENV, LoadJob
+from loadtest.steps import StepFigures
+from slipway import atomic
+from slipway.paths import PROJECT_ROOT
 
-LOCUSTFILE_REST = Path(__file__).with_name("locustfile_rest.py")
-MAX_DURATION_S = 600
+LOCUSTFILES = {
+    "rest": Path(__file__).with_name("locustfile_rest.py"),
+    "grpc": Path(__file__).with_name("locustfile_grpc.py"),
+}
+START_GRACE_S = 30  # start-up, stopping the users and writing the CSV and HTML
+MAX_PROCESSES = 64
 
 
 class LoadTestError(RuntimeError):
@@ -26,6 +37,8 @@ class LoadTestError(RuntimeError):
 
 @dataclass(frozen=True)
 class LoadResult:
+    """Locust's Aggregated row: the whole run, ramps included."""
+
     users: int
     duration_s: float
     requests: int
@@ -44,54 +57,110 @@ class LoadResult:
         return {**self.__dict__, "error_rate": self.error_rate}
 
 
-def run_locust(
-    host: str, *, model: str, model_dir: Path, users: int, duration_s: int, batch_size: int = 1, out_dir: Path
-) -> LoadResult:
-    """Drive `users` concurrent V2 REST users against `host` for `duration_s` seconds."""
-    if not 1 <= duration_s <= MAX_DURATION_S:
-        raise LoadTestError(f"duration must be between 1 and {MAX_DURATION_S} s, got {duration_s}")
+@dataclass
+class LoadRun:
+    """A finished run: the whole-run aggregate, each stage's figures and where the files are."""
+
+    aggregate: LoadResult
+    steps: list[StepFigures]
+    stopped: str
+    saturation: dict | None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+def run_locust(job: LoadJob, out_dir: Path, *, processes: int = 0, show_progress: bool = True) -> LoadRun:
+    """Run the job's shape with Locust; `processes` > 0 spreads the users over that many worker processes."""
+    if not 0 <= processes <= MAX_PROCESSES:
+        raise LoadTestError(f"--processes must be between 0 and {MAX_PROCESSES}, got {processes}")
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    payload = Path(tempfile.mkstemp(prefix="slipway-payload-", suffix=".json")[1])
-    payload.write_text(json.dumps(v2_json_body(example_batch(model_dir, batch_size))))
+    job_file = out_dir / "job.json"
+    atomic.write_text(job_file, job.model_dump_json(indent=2))
+    Path(job.steps_file).unlink(missing_ok=True)
     prefix = out_dir / "locust"
     command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE_REST), "--headless", "--host", host,
-        "--users", str(users), "--spawn-rate", str(users), "--run-time", f"{duration_s}s",
-        "--stop-timeout", "5", "--csv", str(prefix), "--html", str(out_dir / "locust.html"),
-        "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILES[job.endpoint.protocol]), "--headless",
+        "--host", job.endpoint.base_url, "--csv", str(prefix), "--html", str(out_dir / "locust.html"),
+        "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0", "--stop-timeout", "5",
     ]
-    env = {"SLIPWAY_MODEL": model, "SLIPWAY_PAYLOAD": str(payload)}
-
-    with open(out_dir / "locust.log", "wb") as log:
-        process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    if processes:
+        command += ["--processes", str(processes)]
+    env = {**os.environ, JOB_ENV: str(job_file)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    limit_s = job.shape.planned_max_s() + START_GRACE_S
+    log_path = out_dir / "locust.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            _wait_with_progress(process, duration_s, f"locust: {users} users for {duration_s} s")
+            _wait(process, job, limit_s, show_progress)
         finally:
             if process.poll() is None:
-                process.kill()
-                process.wait()
-            payload.unlink(missing_ok=True)
+                _kill_group(process)
     if process.returncode != 0:
-        tail = (out_dir / "locust.log").read_text(errors="replace")[-2000:]
-        raise LoadTestError(f"locust exited with code {process.returncode}:\n{tail}")
-    return read_stats(Path(f"{prefix}_stats.csv"), users=users, duration_s=duration_s)
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise LoadTestError(f"locust exited with code {process.returncode} (log: {log_path}):\n{tail}")
+    steps = read_steps(Path(job.steps_file))
+    users = max((step.users for step in steps["steps"]), default=job.shape.users)
+    aggregate = read_stats(Path(f"{prefix}_stats.csv"), users=users)
+    return LoadRun(
+        aggregate=aggregate,
+        steps=steps["steps"],
+        stopped=steps["stopped"],
+        saturation=steps["saturation"],
+        files={"locust_csv": f"{prefix}_stats.csv", "locust_html": str(out_dir / "locust.html"), "locust_log": str(log_path),
+               "job": str(job_file)},
+    )
 
 
-def _wait_with_progress(process: subprocess.Popen, duration_s: int, label: str) -> None:
-    grace = 30  # start-up, the stop timeout and writing the CSV
-    deadline = time.monotonic() + duration_s + grace
-    with Progress(TextColumn(label), BarColumn(), TimeRemainingColumn(), transient=True) as progress:
-        task = progress.add_task("load", total=duration_s)
-        started = time.monotonic()
+def _wait(process: subprocess.Popen, job: LoadJob, limit_s: float, show_progress: bool) -> None:
+    """Wait for Locust, showing the current step; kill it past the shape's longest possible run."""
+    planned = job.shape.planned_max_s()
+    started = time.monotonic()
+    label = f"locust: {job.shape.kind} load, {job.endpoint.protocol}"
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(), transient=True,
+                  disable=not show_progress) as progress:
+        task = progress.add_task(label, total=planned)
         while process.poll() is None:
-            if time.monotonic() > deadline:
-                process.kill()
-                raise LoadTestError(f"locust ran past {duration_s + grace} s and was killed")
-            progress.update(task, completed=min(duration_s, time.monotonic() - started))
-            time.sleep(0.2)
+            elapsed = time.monotonic() - started
+            if elapsed > limit_s:
+                _kill_group(process)
+                raise LoadTestError(f"locust ran past {limit_s:.0f} s and was killed")
+            progress.update(task, completed=min(planned, elapsed), description=f"{label} {_latest_step(job)}")
+            time.sleep(0.25)
 
 
-def read_stats(stats_csv: Path, *, users: int, duration_s: float) -> LoadResult:
+def _latest_step(job: LoadJob) -> str:
+    try:
+        steps = json.loads(Path(job.steps_file).read_text())["steps"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    if not steps:
+        return ""
+    last = steps[-1]
+    return f"({last['name']}: {last['users']} users, {last['rps']:.0f} req/s, p95 {last['p95_ms'] or 0:.0f} ms)"
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Locust with --processes has children: stop the whole group we started, by its PID."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def read_steps(path: Path) -> dict:
+    """The stages Locust's shape measured (see `loadtest.shapes.PlannedShape`)."""
+    if not path.is_file():
+        raise LoadTestError(f"the load shape wrote no steps ({path} is missing); see locust.log")
+    data = json.loads(path.read_text())
+    data["steps"] = [StepFigures.from_dict(step) for step in data["steps"]]
+    return data
+
+
+def read_stats(stats_csv: Path, *, users: int) -> LoadResult:
     """The Aggregated row of Locust's `_stats.csv`."""
     if not stats_csv.is_file():
         raise LoadTestError(f"locust wrote no statistics ({stats_csv} is missing)")
@@ -101,14 +170,19 @@ def read_stats(stats_csv: Path, *, users: int, duration_s: float) -> LoadResult:
         raise LoadTestError(f"{stats_csv} has no Aggregated row")
     row = rows[0]
     requests = int(row["Request Count"])
+    rps = float(row["Requests/s"])
+
+    def number(key: str) -> float:
+        return float(row[key]) if requests and row[key] not in ("", "N/A") else float("nan")
+
     return LoadResult(
         users=users,
-        duration_s=duration_s,
+        duration_s=round(requests / rps, 3) if rps else 0.0,
         requests=requests,
         failures=int(row["Failure Count"]),
-        rps=float(row["Requests/s"]),
-        p50_ms=float(row["50%"]) if requests else float("nan"),
-        p95_ms=float(row["95%"]) if requests else float("nan"),
-        p99_ms=float(row["99%"]) if requests else float("nan"),
+        rps=rps,
+        p50_ms=number("50%"),
+        p95_ms=number("95%"),
+        p99_ms=number("99%"),
         avg_ms=float(row["Average Response Time"]),
     )

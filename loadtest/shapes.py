@@ -1,0 +1,90 @@
+"""The load shape Locust runs: constant, step (until saturation), spike or soak, as the job says.
+
+`PlannedShape` is the one `LoadTestShape` the locustfiles expose: it follows
+`loadtest.planner.StagePlanner`, cuts each stage's figures out of Locust's totals and
+writes them to the job's steps file after every stage, so a killed run keeps its steps.
+Only Locust's own process imports this module (importing locust monkey-patches gevent).
+"""
+
+from __future__ import annotations
+
+import time
+
+import locust.runners
+from locust import LoadTestShape
+
+from loadtest.config import Stage, current_job
+from loadtest.planner import ServerCpu, StagePlanner
+from loadtest.steps import Snapshot, StepFigures, figures_between
+from slipway import atomic
+
+# With --processes the master only sees what workers report, every 3 s by default: report
+# often enough that a step's boundaries blur by at most half a second.
+locust.runners.WORKER_REPORT_INTERVAL = 0.5
+
+
+class PlannedShape(LoadTestShape):
+    """Runs the job's shape stage by stage and records each stage's figures."""
+
+    def __init__(self):
+        super().__init__()
+        self.job = current_job()
+        self.planner = StagePlanner(self.job.shape)
+        self.cpu = ServerCpu(self.job.watch_pid)
+        self.done: list[StepFigures] = []
+        self.stage: Stage | None = None
+        self.stage_ends_at = 0.0
+        self.opened: Snapshot | None = None
+        self.hard_stop_s = self.job.shape.planned_max_s() + 30
+
+    def tick(self):
+        now = self.get_run_time()
+        if self.stage is None or now >= self.stage_ends_at:
+            if self.stage is not None:
+                self._close_stage()
+            self.stage = self.planner.next_stage(self.done) if now < self.hard_stop_s else None
+            if self.stage is None:
+                self._write(final=True)
+                return None
+            self.stage_ends_at = now + self.stage.duration_s
+            self.opened = None
+            return self._tick_value()
+        if self.opened is None:
+            # Measure from the first tick after the users changed: the ramp is not the step.
+            self.opened = self._snapshot()
+        return self._tick_value()
+
+    def _tick_value(self) -> tuple[int, float]:
+        return self.stage.users, float(max(self.stage.users, 1) * 10)
+
+    def _snapshot(self) -> Snapshot:
+        total = self.runner.stats.total
+        return Snapshot(
+            at_s=time.perf_counter(),
+            requests=total.num_requests,
+            failures=total.num_failures,
+            response_times=dict(total.response_times),
+            cpu_s=self.cpu.seconds(),
+        )
+
+    def _close_stage(self) -> None:
+        if self.opened is None:
+            return  # too short to measure: no tick fell inside it
+        figures = figures_between(
+            self.opened, self._snapshot(), index=len(self.done), name=self.stage.name, users=self.stage.users,
+            origin_s=self.start_time,
+        )
+        self.done.append(figures)
+        self._write(final=False)
+
+    def _write(self, *, final: bool) -> None:
+        saturation = self.planner.saturation(self.done)
+        atomic.write_json(
+            self.job.steps_file,
+            {
+                "final": final,
+                "stopped": self.planner.stop_reason if final else "",
+                "steps": [step.as_dict() for step in self.done],
+                "saturation": saturation.as_dict() if saturation else None,
+            },
+        )

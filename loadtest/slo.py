@@ -1,0 +1,146 @@
+"""The SLO gate: latency percentiles, error rate and throughput limits, judged on measured figures.
+
+A release can be gated on a load test only if a broken limit says which one and by how
+much; `Verdict.lines()` does, and the command exits non-zero with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from loadtest.config import ConfigError, Slo, one_line
+
+LATENCY_LIMITS = ("p50_ms", "p95_ms", "p99_ms")
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One broken limit: what it allows, what was measured and by how much it missed."""
+
+    limit: str
+    allowed: float
+    measured: float | None
+
+    @property
+    def by(self) -> float | None:
+        if self.measured is None:
+            return None
+        return self.allowed - self.measured if self.limit == "min_rps" else self.measured - self.allowed
+
+    def message(self) -> str:
+        if self.measured is None:
+            return f"{self.limit}: nothing was measured (limit {self.allowed:g})"
+        relative = f", {self.by / self.allowed:+.0%}" if self.allowed else ""
+        if self.limit == "min_rps":
+            return f"throughput {self.measured:.1f} req/s < min_rps {self.allowed:g} (short by {self.by:.1f} req/s{relative.replace('+', '-')})"
+        if self.limit == "max_error_rate":
+            return f"error rate {self.measured:.2%} > max_error_rate {self.allowed:.2%} (over by {self.by:.2%})"
+        name = self.limit.removesuffix("_ms")
+        return f"{name} latency {self.measured:.1f} ms > {self.limit} {self.allowed:g} (over by {self.by:.1f} ms{relative})"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "by": self.by, "message": self.message()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's answer, with the figures it judged and where they came from."""
+
+    slo: Slo
+    judged_on: str
+    figures: dict[str, Any]
+    breaches: list[Breach]
+
+    @property
+    def passed(self) -> bool:
+        return not self.breaches
+
+    def lines(self) -> list[str]:
+        return [breach.message() for breach in self.breaches]
+
+    def as_dict(self) -> dict:
+        return {
+            "limits": self.slo.model_dump(exclude_none=True),
+            "passed": self.passed,
+            "judged_on": self.judged_on,
+            "figures": self.figures,
+            "breaches": [breach.as_dict() for breach in self.breaches],
+        }
+
+
+def load_slo(path: Path | None = None, **overrides: float | None) -> Slo:
+    """Limits from a YAML file (keys p50_ms, p95_ms, p99_ms, max_error_rate, min_rps), flags winning."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"SLO file {path} does not exist; write one with keys {', '.join(Slo.model_fields)}")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise ConfigError(f"SLO file {path} is not valid YAML: {err}") from err
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"SLO file {path} must be a mapping of limits, e.g. `p95_ms: 50`")
+        data.update(loaded or {})
+    data.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return Slo.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"invalid SLO{f' in {path}' if path else ''}: {one_line(err)} (keys: {', '.join(Slo.model_fields)})") from err
+
+
+def breaches(slo: Slo, figures: dict[str, Any], *, latency_only: bool = False) -> list[Breach]:
+    """Every limit of `slo` that `figures` (rps, error_rate, p50_ms, ...) breaks."""
+    found = []
+    for limit in LATENCY_LIMITS:
+        allowed = getattr(slo, limit)
+        if allowed is not None:
+            measured = figures.get(limit)
+            if measured is None or measured > allowed:
+                found.append(Breach(limit, allowed, measured))
+    if latency_only:
+        return found
+    if slo.max_error_rate is not None and figures.get("error_rate", 0.0) > slo.max_error_rate:
+        found.append(Breach("max_error_rate", slo.max_error_rate, figures.get("error_rate")))
+    if slo.min_rps is not None and (figures.get("rps") or 0.0) < slo.min_rps:
+        found.append(Breach("min_rps", slo.min_rps, figures.get("rps")))
+    return found
+
+
+def holds_latency(slo: Slo, figures: dict[str, Any]) -> bool:
+    """True when latency and errors are within limits (throughput aside)."""
+    return not breaches(slo, figures, latency_only=True) and not (
+        slo.max_error_rate is not None and figures.get("error_rate", 0.0) > slo.max_error_rate
+    )
+
+
+def capacity_step(slo: Slo, steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The step with the most throughput whose latency and errors hold the SLO, or None."""
+    holding = [step for step in steps if step.get("requests") and holds_latency(slo, step)]
+    return max(holding, key=lambda step: step["rps"]) if holding else None
+
+
+def judge(slo: Slo, *, shape: str, steps: list[dict[str, Any]], aggregate: dict[str, Any]) -> Verdict:
+    """Judge a run. A step load is judged on its capacity at the SLO: the best step that holds
+    latency and errors must reach min_rps (or, when none holds, the lightest step shows why).
+    A constant load is judged on its steady state; spike and soak on the whole run."""
+    if shape == "step":
+        best = capacity_step(slo, steps)
+        if best is None and steps:
+            best = steps[0]
+            where = f"step {best['index'] + 1} ({best['users']} users): even the lightest load breaks the SLO"
+        else:
+            where = f"step {best['index'] + 1} ({best['users']} users): the most throughput within the SLO" if best else "no step"
+        figures = best or {}
+    elif shape == "constant" and steps and steps[0].get("requests"):
+        figures, where = steps[0], "the steady state (ramp-up excluded)"
+    else:
+        figures, where = aggregate, "the whole run"
+    keep = ("rps", "error_rate", "requests", "failures", *LATENCY_LIMITS)
+    return Verdict(slo, where, {key: figures.get(key) for key in keep}, breaches(slo, figures))
