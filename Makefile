@@ -22,7 +22,7 @@ PYTEST_ARGS  ?=
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest manifests deploy undeploy image test clean
+.PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -70,6 +70,26 @@ LOADTEST_ARGS ?=
 loadtest: setup ## load-test a local server on MODEL_DIR or HOST=url; SHAPE=step|constant|spike|soak PROTOCOL=rest|grpc SLO=file.yaml
 	$(PY) -m loadtest run --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
 	  $(if $(filter command line,$(origin HOST)),--host $(HOST)) $(if $(SLO),--slo $(SLO)) $(LOADTEST_ARGS)
+
+# --- tuning and resource recommendations (loadtest/tuning, deployments/recommend.py) ---
+# Measurements take the bench lock so they never overlap other benchmarks on a shared machine.
+BENCH_LOCK     ?= /tmp/slipway-bench.lock
+VARIANTS       ?=
+TUNE_ARGS      ?=
+CPU            ?=
+MEMORY         ?=
+RPS            ?=
+RECOMMEND_ARGS ?=
+TUNE_SPACE     := --model-dir $(MODEL_DIR) $(foreach v,$(VARIANTS),--variant $(v))
+
+tune: setup ## search serving specs by real step loads (VARIANTS="fp32=DIR int8=DIR", TUNE_ARGS=): reports/tune.json, build/tune/
+	flock $(BENCH_LOCK) $(PY) -m loadtest tune $(TUNE_SPACE) $(TUNE_ARGS)
+
+tune-check: setup ## measure the whole grid; the tuner must reach 95% of its best in 25% of its trials: reports/tune-check.json
+	flock $(BENCH_LOCK) $(PY) -m loadtest tune-check $(TUNE_SPACE) $(TUNE_ARGS)
+
+recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= query_range files, or PROMETHEUS_URL
+	$(PY) -m deployments recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) $(RECOMMEND_ARGS)
 
 test: setup tools ## install what is needed and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

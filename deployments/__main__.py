@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from deployments.recommend import add_command as register_recommend
 from slipway.cli import UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 
@@ -174,7 +175,7 @@ def register_undeploy(commands) -> None:
     command.set_defaults(func=cmd_undeploy)
 
 
-REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeploy]
+REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeploy, register_recommend]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""`python -m loadtest`: smoke-check a served model and load-test it with Locust."""
+"""`python -m loadtest`: smoke-check a served model, load-test it with Locust, tune its serving spec."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from loadtest.tuning.cli import add_commands as add_tune_commands
 from slipway import atomic
 from slipway.cli import UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
@@ -69,6 +70,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except ConfigError as err:
         raise UserError(str(err)) from err
+    if args.batch_size < 1 or args.request_timeout <= 0:
+        raise UserError("--batch-size must be at least 1 and --request-timeout above 0 seconds")
     try:
         if args.host:
             endpoint = parse_host(args.host, protocol=args.protocol, model=args.model or DEMO_MODEL_NAME, version=args.model_version)
@@ -91,8 +94,7 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
 
     out_dir = args.out_dir or BUILD_DIR / args.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    body, payload = build_payload(endpoint, batch_size=args.batch_size, data=args.data,
-                                  model_dir=model_dir if args.data is None else None)
+    body, payload = build_payload(endpoint, batch_size=args.batch_size, data=args.data, model_dir=model_dir)
     payload_file = out_dir / ("request.pb" if endpoint.protocol == "grpc" else "request.json")
     atomic.write_bytes(payload_file, body)
     job = LoadJob(endpoint=endpoint, shape=shape, payload_file=payload_file, steps_file=out_dir / "steps.json",
@@ -184,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--name", default="loadtest", help="report name: reports/NAME.json and .png")
     report.add_argument("--out-dir", type=Path, help="Locust CSV/HTML/log folder (default build/NAME)")
     run.set_defaults(func=cmd_run)
+    add_tune_commands(commands)
     args = parser.parse_args(argv)
     return args.func(args)
 

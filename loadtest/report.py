@@ -7,7 +7,6 @@ from typing import Any
 
 from loadtest.run import LoadRun
 from loadtest.slo import Verdict
-from slipway import atomic
 from slipway.paths import REPORTS_DIR
 from slipway.reports import write_report
 
@@ -62,12 +61,9 @@ def _ratio(new: float | None, old: float | None) -> float | None:
 
 def plot_throughput_latency(run: LoadRun, path: Path, *, title: str) -> None:
     """Throughput and p95 against load (users), and the same over time; the saturation point marked."""
-    import io
+    from slipway.plots import pyplot, save_png
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = [step for step in run.steps if step.requests]
     figure, (by_load, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -109,8 +105,4 @@ def plot_throughput_latency(run: LoadRun, path: Path, *, title: str) -> None:
     by_time.set_title("each step over time (users shaded)")
     for axis in (by_time, over_time):
         axis.set_ylim(bottom=0)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic.write_bytes(path, buffer.getvalue())
+    save_png(figure, path, dpi=110)

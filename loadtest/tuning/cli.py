@@ -1,0 +1,187 @@
+"""`python -m loadtest tune` and `tune-check`: flags in, typed space and SLO out, then search and report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from slipway.cli import UserError, console
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, REPORTS_DIR
+
+EXIT_CHECK_FAILED = 1
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 0,1") from None
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. 1,5") from None
+
+
+def _variant(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a variant as NAME=ARTIFACT_DIR, e.g. int8=build/variants/digits/int8")
+    return name, Path(folder)
+
+
+def add_commands(commands) -> None:
+    for name, func, text in (
+        ("tune", cmd_tune, "search serving specs with Optuna (TPE), measuring each with a real step load"),
+        ("tune-check", cmd_tune_check, "measure the whole grid and check the tuner against it on the same numbers"),
+    ):
+        parser = commands.add_parser(name, help=text, description=text + ". Measurements run one at a time; "
+                                     "wrap them in `flock /tmp/slipway-bench.lock` on a shared machine.")
+        space = parser.add_argument_group("search space")
+        space.add_argument("--variant", type=_variant, action="append", default=[], metavar="NAME=DIR",
+                           help="an artifact folder to serve (repeat: fp32=..., int8=...); default: fp32/int8 from "
+                           "reports/export.json, else --model-dir as fp32")
+        space.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="the fp32 artifact when no variant is known")
+        space.add_argument("--workers", type=_int_list, default=[0, 1], help="MLServer parallel_workers choices")
+        space.add_argument("--batch-sizes", type=_int_list, default=[1, 8, 32], help="max_batch_size choices (1: off)")
+        space.add_argument("--batch-times-ms", type=_float_list, default=[1, 5], help="max_batch_time choices, ms")
+        space.add_argument("--intra", type=_int_list, help="intra_op_threads choices (default 1,2; 1,2,4 with one variant)")
+        space.add_argument("--inter", type=_int_list, default=[1], help="inter_op_threads choices")
+        slo = parser.add_argument_group("SLO (a trial is infeasible when no step holds it)")
+        slo.add_argument("--slo", type=Path, help="YAML with p50_ms, p95_ms, p99_ms, max_error_rate")
+        slo.add_argument("--p95-ms", type=float, help="p95 latency limit (default 50 unless --slo or --p99-ms gives one)")
+        slo.add_argument("--p99-ms", type=float)
+        slo.add_argument("--max-error-rate", type=float, default=0.01)
+        load = parser.add_argument_group("measurement")
+        load.add_argument("--step-seconds", type=float, default=3, help="seconds per load step (users 1, 2, 4, ...)")
+        load.add_argument("--max-users", type=int, default=16)
+        load.add_argument("--protocol", choices=["rest", "grpc"], default="rest")
+        search = parser.add_argument_group("search")
+        search.add_argument("--patience", type=int, default=4, help="stop after this many configs without improvement")
+        search.add_argument("--seed", type=int, default=0)
+        search.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna sampler (tpe: TPE, the default)")
+        if name == "tune":
+            search.add_argument("--trials", type=int, default=12, help="most configs to measure")
+            search.add_argument("--no-known-good", action="store_true", help="do not start from the known-good settings")
+            search.add_argument("--rps-metric", help="HPA on this per-pod requests/s metric (prometheus-adapter) instead of CPU")
+            parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "tune", help="best/ settings and overlay/ go here")
+        else:
+            search.add_argument("--budget-fraction", type=float, default=0.25, help="tuner trials allowed, as a share of the grid")
+            search.add_argument("--target", type=float, default=0.95, help="share of the grid's best the tuner must reach")
+            parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "tune-check")
+        parser.set_defaults(func=func)
+
+
+def _space_and_slo(args: argparse.Namespace):
+    from pydantic import ValidationError
+
+    from loadtest.config import ConfigError, one_line
+    from loadtest.slo import load_slo
+    from loadtest.tuning.space import SearchSpace, discover_variants
+
+    variants = dict(args.variant) if args.variant else discover_variants(args.model_dir)
+    intra = args.intra or ([1, 2] if len(variants) > 1 else [1, 2, 4])
+    try:
+        space = SearchSpace(variants=variants, parallel_workers=args.workers, max_batch_size=args.batch_sizes,
+                            max_batch_time_ms=args.batch_times_ms, intra_op_threads=intra, inter_op_threads=args.inter)
+        slo = load_slo(args.slo, p95_ms=args.p95_ms, p99_ms=args.p99_ms, max_error_rate=args.max_error_rate)
+    except ValidationError as err:
+        raise UserError(f"invalid search space: {one_line(err)}") from err
+    except ConfigError as err:
+        raise UserError(str(err)) from err
+    if slo.p95_ms is None and slo.p99_ms is None:
+        slo = slo.model_copy(update={"p95_ms": 50.0})
+    if slo.min_rps is not None:
+        raise UserError("min_rps has no place in tuning: the tuner maximizes throughput; give latency and error limits")
+    return space, slo
+
+
+def _measurer(args, space, slo):
+    from loadtest.tuning.measure import LiveMeasurer
+
+    try:
+        return LiveMeasurer(space, slo, step_s=args.step_seconds, max_users=args.max_users, protocol=args.protocol,
+                            workdir=args.out_dir / "trials", show_progress=False)
+    except ValueError as err:
+        raise UserError(f"invalid measurement settings: {err}") from err
+
+
+def _say(measurement, prefix: str = "") -> None:
+    text = (f"{measurement.capacity_rps:7.1f} req/s, p95 {measurement.p95_ms:g} ms, {measurement.cpu_cores or 0:.2f} cores "
+            f"-> {measurement.objective:7.1f} req/s/core" if measurement.feasible else f"infeasible: {measurement.reason}")
+    console.print(f"{prefix}{measurement.config.key:32s} {text}")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from loadtest.tuning.outputs import write_tune_outputs
+    from loadtest.tuning.search import search
+
+    space, slo = _space_and_slo(args)
+    if args.trials < 1 or args.patience < 1:
+        raise UserError("--trials and --patience must be at least 1")
+    measurer = _measurer(args, space, slo)
+    console.print(f"tuning {', '.join(f'{k}={v}' for k, v in space.variants.items())}: {len(space.grid())} configs, "
+                  f"at most {args.trials} measured, SLO {slo.model_dump(exclude_none=True)}")
+    with console.status("measuring") as status:
+        counter = {"n": 0}
+
+        def progress(measurement):
+            counter["n"] += 1
+            _say(measurement, f"[{counter['n']:2d}] ")
+            status.update(f"measuring (trial {counter['n'] + 1} of at most {args.trials})")
+
+        result = search(space, measurer, budget=args.trials, patience=args.patience, seed=args.seed,
+                        start_from_known=not args.no_known_good, sampler=args.sampler, on_measurement=progress)
+    path = write_tune_outputs(result, space, slo, out_dir=args.out_dir, settings=_settings(args), rps_metric=args.rps_metric)
+    console.print(f"stopped: {result.stopped}")
+    if result.best is None:
+        console.print(f"[bold red]no config held the SLO[/]; report: {path}")
+        return EXIT_CHECK_FAILED
+    best = result.best
+    console.print(f"[green]best[/] {best.config.key}: {best.capacity_rps:.0f} req/s at p95 {best.p95_ms:g} ms on "
+                  f"{best.cpu_cores:.2f} cores ({best.objective:.0f} req/s per core)")
+    console.print(f"report: {path}; settings: {args.out_dir / 'best' / 'model-settings.json'}; "
+                  f"overlay: {args.out_dir / 'overlay'}")
+    return 0
+
+
+def cmd_tune_check(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from loadtest.tuning.check import CheckError, check_grid_size, plot_check, run_check
+    from slipway.reports import write_report
+
+    space, slo = _space_and_slo(args)
+    try:
+        size = check_grid_size(space)
+    except CheckError as err:
+        raise UserError(str(err)) from err
+    if not 0 < args.budget_fraction <= 1 or not 0 < args.target <= 1:
+        raise UserError("--budget-fraction and --target must be in (0, 1]")
+    measurer = _measurer(args, space, slo)
+    with Progress(TextColumn("grid"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("grid", total=size)
+
+        def advance(measurement):
+            progress.console.print(measurement.config.key, f"{measurement.objective:.1f}" if measurement.feasible else "infeasible")
+            progress.advance(task)
+
+        result = run_check(space, measurer, budget_fraction=args.budget_fraction, target=args.target,
+                           patience=args.patience, seed=args.seed, sampler=args.sampler, on_grid_measurement=advance)
+    plot = REPORTS_DIR / "tune-check.png"
+    plot_check(result, plot)
+    path = write_report("tune-check", {**result.as_dict(), "slo": slo.model_dump(exclude_none=True),
+                                       "settings": _settings(args), "plot": str(plot)})
+    summary = (f"grid best {result.as_dict()['grid_best']} ({result.as_dict()['grid_best_config']}, {len(result.grid)} trials); "
+               f"tuner {result.as_dict()['tuner_best']} ({result.as_dict()['tuner_best_config']}) in {len(result.tuner)} trials "
+               f"(budget {result.budget}): {result.ratio:.1%} of the best")
+    console.print(("[green]check passed[/]: " if result.passed else "[bold red]check failed[/]: ") + summary)
+    console.print(f"report: {path}")
+    return 0 if result.passed else EXIT_CHECK_FAILED
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    keep = ("step_seconds", "max_users", "protocol", "patience", "seed", "sampler", "trials", "budget_fraction", "target")
+    return {key: getattr(args, key) for key in keep if hasattr(args, key)}

@@ -1,0 +1,155 @@
+"""What the tuner may change: model variant, MLServer workers, adaptive batching, ONNX Runtime threads.
+
+A `ServingConfig` is one point of the space; `apply_config` turns it into a real artifact
+folder (model-settings.json rewritten, manifest re-hashed) that MLServer serves as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from slipway.reports import read_report
+
+# What is already known to serve the digits model well on few cores (DESIGN.md, the wrappers
+# issue): everything in one process, one intra-op thread, no batching window at low load.
+KNOWN_GOOD = [
+    {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1},
+    {"parallel_workers": 0, "max_batch_size": 8, "max_batch_time_ms": 1, "intra_op_threads": 1, "inter_op_threads": 1},
+]
+TUNABLE_VARIANTS = ("fp32", "int8")
+
+
+class SpaceError(ValueError):
+    """The space cannot be searched (no variant, an artifact folder missing...)."""
+
+
+class ServingConfig(BaseModel):
+    """One serving spec: what a trial serves and how."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    variant: str
+    parallel_workers: int = Field(ge=0)
+    max_batch_size: int = Field(ge=1, description="1: adaptive batching off")
+    max_batch_time_ms: float = Field(default=0, ge=0, description="batching window; 0 when batching is off")
+    intra_op_threads: int = Field(ge=1)
+    inter_op_threads: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _batching(self) -> ServingConfig:
+        if self.max_batch_size == 1 and self.max_batch_time_ms:
+            raise ValueError("max_batch_time_ms only applies when max_batch_size > 1")
+        if self.max_batch_size > 1 and not self.max_batch_time_ms:
+            raise ValueError("adaptive batching (max_batch_size > 1) needs max_batch_time_ms > 0")
+        return self
+
+    @property
+    def key(self) -> str:
+        batching = f"b{self.max_batch_size}@{self.max_batch_time_ms:g}ms" if self.max_batch_size > 1 else "b1"
+        return f"{self.variant}-w{self.parallel_workers}-{batching}-t{self.intra_op_threads}x{self.inter_op_threads}"
+
+    def params(self) -> dict[str, Any]:
+        """As Optuna's trial parameters (the batching window only when batching is on)."""
+        data = self.model_dump()
+        if self.max_batch_size == 1:
+            data.pop("max_batch_time_ms")
+        return data
+
+
+class SearchSpace(BaseModel):
+    """The choices for each dimension; the grid is every valid combination."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    variants: dict[str, Path]
+    parallel_workers: list[int] = [0, 1]
+    max_batch_size: list[int] = [1, 8, 32]
+    max_batch_time_ms: list[float] = [1, 5]
+    intra_op_threads: list[int] = [1, 2]
+    inter_op_threads: list[int] = [1]
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchSpace:
+        if not self.variants:
+            raise ValueError("no model variant to tune: give --variant NAME=ARTIFACT_DIR")
+        for name, folder in self.variants.items():
+            if not (Path(folder) / "model-settings.json").is_file():
+                raise ValueError(f"variant {name}: {folder} is not an artifact folder (no model-settings.json)")
+        for field in ("parallel_workers", "max_batch_size", "intra_op_threads", "inter_op_threads"):
+            if not getattr(self, field):
+                raise ValueError(f"{field}: give at least one value")
+        if any(size > 1 for size in self.max_batch_size) and not self.max_batch_time_ms:
+            raise ValueError("max_batch_time_ms: batching sizes > 1 need at least one batching window")
+        return self
+
+    def grid(self) -> list[ServingConfig]:
+        """Every configuration of the space, each once."""
+        configs = []
+        for variant, workers, size, intra, inter in itertools.product(
+            self.variants, self.parallel_workers, self.max_batch_size, self.intra_op_threads, self.inter_op_threads
+        ):
+            windows = self.max_batch_time_ms if size > 1 else [0]
+            configs.extend(
+                ServingConfig(variant=variant, parallel_workers=workers, max_batch_size=size, max_batch_time_ms=window,
+                              intra_op_threads=intra, inter_op_threads=inter)
+                for window in windows
+            )
+        return configs
+
+    def known_good(self) -> list[ServingConfig]:
+        """The known-good settings that lie in this space, for every variant: the search starts there."""
+        found = []
+        for variant in self.variants:
+            for seed in KNOWN_GOOD:
+                config = ServingConfig(variant=variant, **seed)
+                if config in self.grid() and config not in found:
+                    found.append(config)
+        return found
+
+
+def discover_variants(fallback: Path, export_report: str = "export") -> dict[str, Path]:
+    """fp32/int8 artifact folders from the export report's `variants` (those not rejected), else `fallback` as fp32."""
+    report = read_report(export_report) or {}
+    found = {
+        row["name"]: Path(row["path"])
+        for row in report.get("variants", [])
+        if isinstance(row, dict) and row.get("name") in TUNABLE_VARIANTS and row.get("path") and row.get("status") != "rejected"
+        and (Path(row["path"]) / "model-settings.json").is_file()
+    }
+    return found or {"fp32": Path(fallback)}
+
+
+def model_settings_for(config: ServingConfig, base: dict[str, Any]) -> dict[str, Any]:
+    """`base` model-settings.json with the config's batching and ONNX Runtime threads set."""
+    settings = json.loads(json.dumps(base))
+    if config.max_batch_size > 1:
+        settings["max_batch_size"] = config.max_batch_size
+        settings["max_batch_time"] = config.max_batch_time_ms / 1000
+    else:
+        settings.pop("max_batch_size", None)
+        settings.pop("max_batch_time", None)
+    parameters = settings.setdefault("parameters", {})
+    extra = parameters.setdefault("extra", {}) or {}
+    extra.update({"intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads})
+    parameters["extra"] = extra
+    return settings
+
+
+def apply_config(config: ServingConfig, source: Path, target: Path) -> Path:
+    """Copy the variant's artifact to `target` with the config's model-settings.json and a fresh manifest."""
+    from slipway import atomic
+    from wrappers.artifact import SETTINGS_FILE, write_manifest
+
+    source = Path(source)
+    with atomic.staged_dir(Path(target)) as staging:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
+        base = json.loads((source / SETTINGS_FILE).read_text())
+        (staging / SETTINGS_FILE).write_text(json.dumps(model_settings_for(config, base), indent=2) + "\n")
+        write_manifest(staging)
+    return Path(target)

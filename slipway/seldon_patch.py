@@ -1,0 +1,111 @@
+"""Kustomize JSON 6902 patches for the model container and autoscaler of Slipway's SeldonDeployment.
+
+A strategic-merge patch cannot touch a SeldonDeployment's `componentSpecs` without replacing
+the whole list (custom resources carry no merge keys), so `make tune` and `make recommend`
+write JSON 6902 operations on the first component and its first container (the model
+container of `deployments/base`), plus an overlay kustomization that applies them.
+PyYAML is imported where it is used: the serving image carries `slipway` without it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from slipway import atomic
+
+COMPONENT = "/spec/predictors/0/componentSpecs/0"
+CONTAINER = f"{COMPONENT}/spec/containers/0"
+KIND = "SeldonDeployment"
+
+
+def cpu_quantity(cores: float) -> str:
+    """Cores as a Kubernetes quantity, rounded up to 10 millicores."""
+    return f"{max(10, math.ceil(cores * 100) * 10)}m"
+
+
+def memory_quantity(size: float) -> str:
+    """Bytes as a Kubernetes quantity, rounded up to a mebibyte."""
+    return f"{max(1, math.ceil(size / 2**20))}Mi"
+
+
+def resources_op(*, cpu_request: float, cpu_limit: float, memory_request: float, memory_limit: float) -> dict[str, Any]:
+    return {
+        "op": "replace",
+        "path": f"{CONTAINER}/resources",
+        "value": {
+            "requests": {"cpu": cpu_quantity(cpu_request), "memory": memory_quantity(memory_request)},
+            "limits": {"cpu": cpu_quantity(cpu_limit), "memory": memory_quantity(memory_limit)},
+        },
+    }
+
+
+def hpa_ops(*, metrics: list[dict] | None = None, min_replicas: int | None = None, max_replicas: int | None = None) -> list[dict]:
+    ops = []
+    if min_replicas is not None:
+        ops.append({"op": "replace", "path": f"{COMPONENT}/hpaSpec/minReplicas", "value": int(min_replicas)})
+    if max_replicas is not None:
+        ops.append({"op": "replace", "path": f"{COMPONENT}/hpaSpec/maxReplicas", "value": int(max_replicas)})
+    if metrics is not None:
+        ops.append({"op": "replace", "path": f"{COMPONENT}/hpaSpec/metricsv2", "value": metrics})
+    return ops
+
+
+def cpu_utilization_metric(percent: int) -> dict:
+    return {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": int(percent)}}}
+
+
+def pods_metric(name: str, average_value: float) -> dict:
+    """A per-pod custom metric (served by prometheus-adapter), e.g. requests per second."""
+    return {"type": "Pods", "pods": {"metric": {"name": name}, "target": {"type": "AverageValue", "averageValue": f"{average_value:g}"}}}
+
+
+def env_op(env: list[dict] | None, name: str, value: str) -> list[dict]:
+    """Set one container env var: test-and-replace where the base defines it (a changed base then fails
+    loudly in kustomize instead of patching the wrong entry), append otherwise."""
+    for index, item in enumerate(env or []):
+        if item.get("name") == name:
+            path = f"{CONTAINER}/env/{index}"
+            return [{"op": "test", "path": f"{path}/name", "value": name}, {"op": "replace", "path": f"{path}/value", "value": value}]
+    return [{"op": "add", "path": f"{CONTAINER}/env/-", "value": {"name": name, "value": value}}]
+
+
+def write_overlay(out_dir: Path, ops: list[dict], *, name: str, base: Path, comment: str) -> tuple[Path, Path]:
+    """Write `patch.yaml` (the operations, with `comment` on top) and a `kustomization.yaml` that
+    applies them to `base` for the SeldonDeployment `name`; returns both paths."""
+    import yaml
+
+    out_dir = Path(out_dir)
+    header = "".join(f"# {line}\n" if line else "#\n" for line in comment.strip().splitlines())
+    patch = out_dir / "patch.yaml"
+    atomic.write_text(patch, header + yaml.safe_dump(ops, sort_keys=False))
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [_relative(base, out_dir)],
+        "patches": [{"path": patch.name, "target": {"kind": KIND, "name": name}}],
+    }
+    path = out_dir / "kustomization.yaml"
+    atomic.write_text(path, "# Apply with: kubectl kustomize " + str(out_dir) + "\n" + yaml.safe_dump(kustomization, sort_keys=False))
+    return patch, path
+
+
+def _relative(target: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(Path(target).resolve(), Path(start).resolve())
+
+
+def base_container_env(base: Path) -> list[dict]:
+    """The model container's env in a base SeldonDeployment YAML (empty if it cannot be read)."""
+    import yaml
+
+    for path in sorted(Path(base).glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == KIND:
+                try:
+                    return doc["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0].get("env", [])
+                except (KeyError, IndexError, TypeError):
+                    return []
+    return []
