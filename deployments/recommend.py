@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from deployments.autoscaling import REQUEST_COUNTER, RPS_METRIC
 from deployments.usage import Usage, UsageError
 
 FIRST_BUCKET_CORES = 0.01  # VPA's CPU histogram: 10 millicores first bucket...
@@ -162,7 +163,7 @@ def capacity_from_tune(reports_dir: Path | None = None) -> float | None:
 
 
 def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | None, capacity_source: str = "--capacity-rps",
-              hpa_metric: str = "cpu", rps_metric: str | None = None, half_life_s: float = HALF_LIFE_S,
+              hpa_metric: str = "cpu", rps_metric: str = RPS_METRIC, half_life_s: float = HALF_LIFE_S,
               margin: float = SAFETY_MARGIN, min_floor: int = 1) -> Recommendation:
     """The whole recommendation, with its reasoning and warnings."""
     from deployments.usage import check_same_pods
@@ -177,8 +178,6 @@ def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | No
     warnings = []
     target_rps = capacity_rps * TARGET_UTILIZATION
     if hpa_metric == "rps":
-        if not rps_metric:
-            raise RecommendError("--hpa-metric rps needs --rps-metric NAME (the per-pod metric prometheus-adapter serves)")
         metric = seldon_patch.pods_metric(rps_metric, round(target_rps, 1))
     else:
         needed = (_cores_per_request(cpu, rps) or 0.0) * target_rps
@@ -227,7 +226,7 @@ def write_outputs(rec: Recommendation, cpu: Usage, memory: Usage, rps: Usage, *,
     from slipway.paths import REPORTS_DIR
     from slipway.reports import write_report
 
-    from deployments.render import BASE_DIR
+    from deployments.render import OVERLAYS_DIR
 
     reports_dir = Path(reports_dir or REPORTS_DIR)
     ops = [
@@ -236,7 +235,7 @@ def write_outputs(rec: Recommendation, cpu: Usage, memory: Usage, rps: Usage, *,
         *seldon_patch.hpa_ops(min_replicas=rec.min_replicas, max_replicas=rec.max_replicas, metrics=rec.hpa["metricsv2"]),
     ]
     comment = "Written by `make recommend` from usage history.\n" + "\n".join(rec.reasoning + rec.warnings)
-    patch, kustomization = seldon_patch.write_overlay(Path(out_dir) / "overlay", ops, name=model, base=BASE_DIR, comment=comment)
+    patch, kustomization = seldon_patch.write_overlay(Path(out_dir) / "overlay", ops, base=OVERLAYS_DIR / "cpu", comment=comment)
     plot = reports_dir / "recommend.png"
     plot_recommendation(rec, cpu, memory, rps, plot)
     return write_report("recommend", {**rec.as_dict(), "model": model, "kustomize_patch": str(patch),
@@ -283,7 +282,7 @@ def _mib(size: float) -> str:
 DEFAULT_QUERIES = {
     "cpu": 'sum by (pod) (rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="{model}"}}[5m]))',
     "memory": 'sum by (pod) (container_memory_working_set_bytes{{namespace="{namespace}",container="{model}"}})',
-    "rps": 'sum by (pod) (rate(model_infer_request_success_total{{namespace="{namespace}",model_name="{model}"}}[5m]))',
+    "rps": 'sum by (pod) (rate(' + REQUEST_COUNTER + '{{namespace="{namespace}",model_name="{model}"}}[5m]))',
 }
 
 
@@ -301,7 +300,7 @@ def add_command(commands) -> None:
     history.add_argument("--memory", type=Path, help="query_range JSON: memory bytes per pod (working set)")
     history.add_argument("--rps", type=Path, help="query_range JSON: requests/s, per pod or in total")
     history.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
-    history.add_argument("--namespace", default="default")
+    history.add_argument("--namespace", default="slipway", help="where the model runs (default slipway, as make deploy)")
     history.add_argument("--model", default="digits", help="the SeldonDeployment / container / model name")
     history.add_argument("--range", default="7d", help="how far back to query (e.g. 24h, 7d)")
     history.add_argument("--step", default="5m", help="query resolution")
@@ -310,7 +309,8 @@ def add_command(commands) -> None:
     knobs = parser.add_argument_group("recommendation")
     knobs.add_argument("--capacity-rps", type=float, help="per-replica capacity at the SLO (default: reports/tune.json)")
     knobs.add_argument("--hpa-metric", choices=["cpu", "rps"], default="cpu", help="what the HPA scales on")
-    knobs.add_argument("--rps-metric", help="with --hpa-metric rps: the per-pod metric prometheus-adapter serves")
+    knobs.add_argument("--rps-metric", default=RPS_METRIC, help=f"with --hpa-metric rps: the per-pod metric (default {RPS_METRIC}, "
+                       "the prometheus-adapter rule `make manifests AUTOSCALING=rps` renders)")
     knobs.add_argument("--half-life", default="24h", help="CPU histogram: a sample's weight halves every this long")
     knobs.add_argument("--margin", type=float, default=SAFETY_MARGIN, help="safety margin on top (0.15 = 15%%)")
     knobs.add_argument("--min-replicas-floor", type=int, default=1, help="never recommend fewer replicas (2 for HA)")

@@ -3,7 +3,8 @@
 A strategic-merge patch cannot touch a SeldonDeployment's `componentSpecs` without replacing
 the whole list (custom resources carry no merge keys), so `make tune` and `make recommend`
 write JSON 6902 operations on the first component and its first container (the model
-container of `deployments/base`), plus an overlay kustomization that applies them.
+container of `deployments/base`, as the shipped overlays' sizing patches do), plus an
+overlay kustomization on top of a shipped overlay that applies them.
 PyYAML is imported where it is used: the serving image carries `slipway` without it.
 """
 
@@ -71,9 +72,9 @@ def env_op(env: list[dict] | None, name: str, value: str) -> list[dict]:
     return [{"op": "add", "path": f"{CONTAINER}/env/-", "value": {"name": name, "value": value}}]
 
 
-def write_overlay(out_dir: Path, ops: list[dict], *, name: str, base: Path, comment: str) -> tuple[Path, Path]:
+def write_overlay(out_dir: Path, ops: list[dict], *, base: Path, comment: str) -> tuple[Path, Path]:
     """Write `patch.yaml` (the operations, with `comment` on top) and a `kustomization.yaml` that
-    applies them to `base` for the SeldonDeployment `name`; returns both paths."""
+    applies them to the SeldonDeployment of `base` (an overlay folder); returns both paths."""
     import yaml
 
     out_dir = Path(out_dir)
@@ -84,10 +85,11 @@ def write_overlay(out_dir: Path, ops: list[dict], *, name: str, base: Path, comm
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [_relative(base, out_dir)],
-        "patches": [{"path": patch.name, "target": {"kind": KIND, "name": name}}],
+        "patches": [{"path": patch.name, "target": {"kind": KIND}}],
     }
     path = out_dir / "kustomization.yaml"
-    atomic.write_text(path, "# Apply with: kubectl kustomize " + str(out_dir) + "\n" + yaml.safe_dump(kustomization, sort_keys=False))
+    usage = f"# Render it for a model version: make manifests OVERLAY={out_dir} (or kubectl kustomize {out_dir})\n"
+    atomic.write_text(path, usage + yaml.safe_dump(kustomization, sort_keys=False))
     return patch, path
 
 

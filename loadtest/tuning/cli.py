@@ -65,7 +65,8 @@ def add_commands(commands) -> None:
         if name == "tune":
             search.add_argument("--trials", type=int, default=12, help="most configs to measure")
             search.add_argument("--no-known-good", action="store_true", help="do not start from the known-good settings")
-            search.add_argument("--rps-metric", help="HPA on this per-pod requests/s metric (prometheus-adapter) instead of CPU")
+            search.add_argument("--hpa-metric", choices=["cpu", "rps"], default="cpu",
+                                help="what the tuned HPA scales on: CPU utilization, or requests/s per pod (prometheus-adapter)")
             parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "tune", help="best/ settings and overlay/ go here")
         else:
             search.add_argument("--budget-fraction", type=float, default=0.25, help="tuner trials allowed, as a share of the grid")
@@ -134,7 +135,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         result = search(space, measurer, budget=args.trials, patience=args.patience, seed=args.seed,
                         start_from_known=not args.no_known_good, sampler=args.sampler, on_measurement=progress)
-    path = write_tune_outputs(result, space, slo, out_dir=args.out_dir, settings=_settings(args), rps_metric=args.rps_metric)
+    path = write_tune_outputs(result, space, slo, out_dir=args.out_dir, settings=_settings(args), hpa_metric=args.hpa_metric)
     console.print(f"stopped: {result.stopped}")
     if result.best is None:
         console.print(f"[bold red]no config held the SLO[/]; report: {path}")

@@ -20,7 +20,9 @@ CPU_LIMIT_FACTOR = 2.0  # bursts (warm-up, GC) may use twice the steady need bef
 MEMORY_REQUEST_FACTOR = 1.25
 MEMORY_LIMIT_FACTOR = 2.0
 DEFAULT_MEMORY = 512 * 2**20  # when the server's memory could not be read
-BASE_DIR = PROJECT_ROOT / "deployments" / "base"
+BASE_DIR = PROJECT_ROOT / "deployments" / "base"  # where the model container's env is defined
+OVERLAY_DIR = PROJECT_ROOT / "deployments" / "overlays" / "cpu"  # what the tuned overlay builds on
+RPS_METRIC = "mlserver_infer_requests_per_second"  # the prometheus-adapter rule deployments/ renders
 
 
 def pareto_front(measurements: list[Measurement]) -> list[Measurement]:
@@ -35,12 +37,12 @@ def pareto_front(measurements: list[Measurement]) -> list[Measurement]:
     )
 
 
-def deployment_advice(best: Measurement, *, rps_metric: str | None = None) -> dict[str, Any]:
+def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu") -> dict[str, Any]:
     """Requests, limits and the HPA target for one replica running the best spec at its capacity."""
     memory = best.memory_bytes or DEFAULT_MEMORY
     cores = best.cpu_cores or 1.0
     target_rps = round(best.capacity_rps * HPA_UTILIZATION / 100, 1)
-    metric = (seldon_patch.pods_metric(rps_metric, target_rps) if rps_metric
+    metric = (seldon_patch.pods_metric(RPS_METRIC, target_rps) if hpa_metric == "rps"
               else seldon_patch.cpu_utilization_metric(HPA_UTILIZATION))
     return {
         "per_replica_capacity_rps": best.capacity_rps,
@@ -60,7 +62,7 @@ def deployment_advice(best: Measurement, *, rps_metric: str | None = None) -> di
 
 def write_tune_outputs(
     result: SearchResult, space: SearchSpace, slo: Slo, *, out_dir: Path, name: str = "tune",
-    settings: dict[str, Any], rps_metric: str | None = None, reports_dir: Path | None = None,
+    settings: dict[str, Any], hpa_metric: str = "cpu", reports_dir: Path | None = None,
 ) -> Path:
     """reports/<name>.json + .png, and (when a config held the SLO) build/tune/best and build/tune/overlay."""
     out_dir = Path(out_dir)
@@ -82,13 +84,11 @@ def write_tune_outputs(
         "plot": str(plot_path),
     }
     if best is not None:
-        advice = deployment_advice(best, rps_metric=rps_metric)
+        advice = deployment_advice(best, hpa_metric=hpa_metric)
         best_dir = out_dir / "best"
         base_settings = json.loads((Path(space.variants[best.config.variant]) / "model-settings.json").read_text())
         atomic.write_json(best_dir / "model-settings.json", model_settings_for(best.config, base_settings))
-        model = base_settings.get("name", "model")
-        patch, kustomization = write_patch(best, advice, model=model, out_dir=out_dir / "overlay",
-                                           settings_path=best_dir / "model-settings.json")
+        patch, kustomization = write_patch(best, advice, out_dir=out_dir / "overlay", settings_path=best_dir / "model-settings.json")
         payload["deployment"] = {
             **advice, "model_settings": str(best_dir / "model-settings.json"), "variant_dir": str(space.variants[best.config.variant]),
             "parallel_workers": best.config.parallel_workers, "kustomize_patch": str(patch), "kustomization": str(kustomization),
@@ -96,7 +96,7 @@ def write_tune_outputs(
     return write_report(name, payload, reports_dir)
 
 
-def write_patch(best: Measurement, advice: dict[str, Any], *, model: str, out_dir: Path, settings_path: Path) -> tuple[Path, Path]:
+def write_patch(best: Measurement, advice: dict[str, Any], *, out_dir: Path, settings_path: Path) -> tuple[Path, Path]:
     ops = [
         seldon_patch.resources_op(
             cpu_request=advice["cpu_request_cores"], cpu_limit=advice["cpu_limit_cores"],
@@ -110,7 +110,7 @@ def write_patch(best: Measurement, advice: dict[str, Any], *, model: str, out_di
         f"{advice['why']}.\n"
         f"Serve the variant with {settings_path} as its model-settings.json (re-publish it: the manifest hashes it)."
     )
-    return seldon_patch.write_overlay(out_dir, ops, name=model, base=BASE_DIR, comment=comment)
+    return seldon_patch.write_overlay(out_dir, ops, base=OVERLAY_DIR, comment=comment)
 
 
 def plot_pareto(measurements: list[Measurement], front: list[Measurement], best: Measurement | None, path: Path, slo: Slo) -> None:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from loadtest.config import Slo
 from loadtest.tuning.check import run_check
 from loadtest.tuning.measure import Measurement, TableMeasurer, judge_steps
 from loadtest.tuning.search import search
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
+from slipway.seldon_patch import cpu_quantity, memory_quantity
 from tests.conftest import run_module
 
 
@@ -121,27 +120,6 @@ def test_a_config_with_no_step_within_the_slo_is_infeasible():
     assert holds.feasible and holds.objective == 600 and holds.users == 2
 
 
-def _apply_json6902(doc: dict, ops: list[dict]) -> dict:
-    """Enough of RFC 6902 (test, replace, add) to apply a patch the way kustomize would."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        *parents, last = [part for part in op["path"].split("/")[1:]]
-        node = doc
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        key = last if isinstance(node, dict) else (len(node) if last == "-" else int(last))
-        if op["op"] == "test":
-            assert node[key] == op["value"], op
-        elif op["op"] == "replace":
-            assert key in node if isinstance(node, dict) else key < len(node), op
-            node[key] = op["value"]
-        elif isinstance(node, list):
-            node.insert(key, op["value"])
-        else:
-            node[key] = op["value"]
-    return doc
-
-
 def test_short_real_tuning_run_measures_both_variants_and_writes_a_deployable_spec(two_variants, reports_env, tmp_path):
     out = tmp_path / "tune"
     result = run_module(
@@ -163,27 +141,25 @@ def test_short_real_tuning_run_measures_both_variants_and_writes_a_deployable_sp
 
     deployment = report["deployment"]
     assert deployment["per_replica_capacity_rps"] == best["capacity_rps"]
-    ops = yaml.safe_load((out / "overlay" / "patch.yaml").read_text())
-    kustomization = yaml.safe_load((out / "overlay" / "kustomization.yaml").read_text())
-    assert (out / "overlay" / kustomization["resources"][0]).resolve() == (Path(__file__).parents[2] / "deployments" / "base")
-    _check_patch_applies(ops)
+    sdep = _render_overlay(out / "overlay")
+    component = sdep["spec"]["predictors"][0]["componentSpecs"][0]
+    container = component["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == cpu_quantity(deployment["cpu_request_cores"])
+    assert {"name": "MLSERVER_PARALLEL_WORKERS", "value": "0"} in container["env"]
+    assert component["hpaSpec"]["metricsv2"] == [deployment["hpa_metric"]]
 
 
-def _check_patch_applies(ops: list[dict]) -> None:
-    from deployments.render import ModelRef, render
-    from deployments.validate import validate_documents
+def _render_overlay(overlay: Path) -> dict:
+    """Render a generated overlay for a model version with deployments' own renderer, and validate it."""
+    from deployments.records import ModelVersion
+    from deployments.render import render
+    from deployments.validate import load_crd_schema, validate_documents
     from slipway.paths import SELDON_CRD_SCHEMA
 
-    docs = render(ModelRef(name="digits", version="1", uri="s3://m/digits/1", digest="ab" * 32))
-    patched = [_apply_json6902(doc, ops) if doc["kind"] == "SeldonDeployment" else doc for doc in docs]
-    container = patched[[d["kind"] for d in patched].index("SeldonDeployment")]["spec"]["predictors"][0]["componentSpecs"][0]
-    assert container["spec"]["containers"][0]["resources"]["requests"]["cpu"].endswith("m")
-    assert {"name": "MLSERVER_PARALLEL_WORKERS", "value": "0"} in container["spec"]["containers"][0]["env"]
-    from deployments.validate import load_crd_schema
-
-    schema = load_crd_schema(SELDON_CRD_SCHEMA)
-    report = validate_documents(patched, crd_schema=schema) if schema else validate_documents(patched, crd_schema={})
+    rendered = render(overlay, model=ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32))
+    report = validate_documents(rendered.docs, crd_schema=load_crd_schema(SELDON_CRD_SCHEMA) or {})
     assert report.ok, report.errors
+    return rendered.seldon_deployment
 
 
 def test_tune_check_refuses_a_grid_outside_24_to_48(tmp_path, digits_artifact, reports_env):
@@ -192,26 +168,16 @@ def test_tune_check_refuses_a_grid_outside_24_to_48(tmp_path, digits_artifact, r
     assert result.returncode == 2 and "the space has 5 configurations; the check wants 24-48" in result.stderr
 
 
-def test_recommend_patch_applies_to_the_rendered_base(tmp_path):
+def test_recommend_overlay_renders_and_validates(tmp_path):
     from deployments.recommend import recommend, write_outputs
-    from tests.deployments.traces import MIB, matrix, times
     from deployments.usage import parse_query_range
+    from tests.deployments.traces import MIB, matrix, times
 
     stamps = times(1)
     usage = {kind: parse_query_range(matrix({"p": (stamps, np.full(stamps.shape, value))}), kind=kind, source=kind)
              for kind, value in (("cpu", 0.3), ("memory", 200.0 * MIB), ("rps", 30.0))}
     rec = recommend(usage["cpu"], usage["memory"], usage["rps"], capacity_rps=20)
     write_outputs(rec, usage["cpu"], usage["memory"], usage["rps"], model="digits", out_dir=tmp_path, reports_dir=tmp_path)
-    _check_patch_applies_without_env(yaml.safe_load((tmp_path / "overlay" / "patch.yaml").read_text()), rec)
-
-
-def _check_patch_applies_without_env(ops, rec):
-    from deployments.render import ModelRef, render
-    from deployments.validate import validate_documents
-
-    docs = render(ModelRef(name="digits", version="1", uri="s3://m/digits/1", digest="ab" * 32))
-    patched = [_apply_json6902(doc, ops) if doc["kind"] == "SeldonDeployment" else doc for doc in docs]
-    sdep = next(doc for doc in patched if doc["kind"] == "SeldonDeployment")
-    hpa = sdep["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]
-    assert (hpa["minReplicas"], hpa["maxReplicas"]) == (rec.min_replicas, rec.max_replicas)
-    assert validate_documents(patched, crd_schema={}).ok
+    component = _render_overlay(tmp_path / "overlay")["spec"]["predictors"][0]["componentSpecs"][0]
+    assert (component["hpaSpec"]["minReplicas"], component["hpaSpec"]["maxReplicas"]) == (rec.min_replicas, rec.max_replicas)
+    assert component["spec"]["containers"][0]["resources"]["limits"]["memory"] == memory_quantity(rec.memory_limit)
