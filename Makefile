@@ -23,6 +23,17 @@ STORE        ?= model-store
 KEEP         ?= 5
 
 .PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean
+.PHONY: export import profile bench-export
+
+# export variants, import, profile, bench-export
+MODEL        ?= digits
+KERAS_MODEL  ?= build/train/digits/model.keras
+ONNX         ?=
+NAME         ?= $(basename $(notdir $(ONNX)))
+CALIBRATION  ?=
+LABELS       ?=
+VARIANT      ?= int8
+EXPORT_ARGS  ?=
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -90,6 +101,23 @@ tune-check: setup ## measure the whole grid; the tuner must reach 95% of its bes
 
 recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= query_range files, or PROMETHEUS_URL
 	$(PY) -m deployments recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) $(RECOMMEND_ARGS)
+
+# --- export: variants, bring-your-own ONNX, profiling, benchmark -------------
+export: setup ## ONNX variants of MODEL=digits|mobilenetv2 (fp32/int8/fp16/pruned/slim), measured, best one chosen
+	@if [ "$(MODEL)" = "digits" ] && [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
+	$(PY) -m export variants $(MODEL) --keras-model $(KERAS_MODEL) $(EXPORT_ARGS)
+
+import: setup ## bring any ONNX model: ONNX=model.onnx [NAME=] [CALIBRATION=x.npz] [LABELS=y.npz] -> variants + report
+	@test -n "$(ONNX)" || { echo "error: pass ONNX=path/to/model.onnx (e.g. from torch.onnx.export)" >&2; exit 2; }
+	$(PY) -m export import $(ONNX) --name $(NAME) $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
+	  $(if $(LABELS),--labels $(LABELS)) $(EXPORT_ARGS)
+
+profile: setup ## ONNX Runtime profile of VARIANT (default int8) of MODEL: top operators + trace for Perfetto
+	$(PY) -m export profile $(VARIANT) --model $(MODEL)
+
+bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench lock) -> reports/bench-export.* + README
+	@if [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
+	flock $(BENCH_LOCK) $(PY) -m export bench --keras-model $(KERAS_MODEL)
 
 test: setup tools ## install what is needed and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

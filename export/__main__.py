@@ -1,4 +1,4 @@
-"""`python -m export`: train the digits CNN, turn it into a served-ready ONNX artifact, and version it."""
+"""`python -m export`: train the digits CNN, turn it (or any ONNX model) into measured, served-ready ONNX variants, and version them."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from export.commands import KERAS_MODELS, VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
 from export.store.cli import add_versions_parser
 from slipway.cli import UserError, console, exit_with
-from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME, PROJECT_ROOT
 
 DEFAULT_TRAIN_DIR = BUILD_DIR / "train" / DEMO_MODEL_NAME
 EXAMPLE_ROWS = 32
@@ -69,7 +70,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     )
     accuracy = float((onnx_probs.argmax(axis=1) == splits.y_test).mean())
     write_report(
-        "export",
+        "convert",
         {
             "source_model": str(args.model),
             "artifact": str(args.out),
@@ -108,6 +109,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("--name", default=DEMO_MODEL_NAME, help="model name clients use in /v2/models/<name>")
     convert.add_argument("--opset", type=int, default=17)
     convert.set_defaults(func=cmd_convert)
+
+    variants = commands.add_parser(
+        "variants", help="make fp32/int8/fp16/pruned/slim ONNX variants, measure them, choose the one to ship"
+    )
+    variants.add_argument("model", nargs="?", choices=KERAS_MODELS, default="digits",
+                          help="digits (the trained demo CNN) or mobilenetv2 (random weights, synthetic data)")
+    variants.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
+    variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
+    variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")
+    variants.add_argument("--fine-tune-epochs", type=int, default=12, help="pruned and slim: epochs of fine-tuning")
+    variants.add_argument("--opset", type=int, default=17, help="ONNX opset of the Keras conversions (>= 13)")
+    add_export_options(variants, variants_help="comma-separated, from fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8 "
+                       "(default: all for digits; fp32,int8,fp16 for mobilenetv2)")
+    variants.set_defaults(func=cmd_variants)
+
+    importer = commands.add_parser(
+        "import", help="bring any ONNX model (PyTorch's included): check it, make fp32/int8/fp16 variants, measure, choose"
+    )
+    importer.add_argument("model", type=Path, metavar="MODEL.onnx", help="the ONNX file (e.g. from torch.onnx.export)")
+    importer.add_argument("--name", required=True, help="model name clients use in /v2/models/<name>")
+    importer.add_argument("--calibration", type=Path, metavar="DATA.npz",
+                          help="sample inputs to calibrate int8 on: one array per model input, named like it")
+    importer.add_argument("--labels", type=Path, metavar="DATA.npz",
+                          help="held-out inputs (named like the model's) plus a 'labels' array: fills the accuracy columns")
+    add_export_options(importer, variants_help="comma-separated, from fp32,int8,fp16 (default: all three)")
+    importer.set_defaults(func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=17)
+
+    profile = commands.add_parser("profile", help="run ONNX Runtime's profiler on one variant: top operators, trace for Perfetto")
+    profile.add_argument("variant", metavar="VARIANT", help="a variant name (fp32, int8, ...) or an artifact folder")
+    profile.add_argument("--model", default="digits", help="whose variants (a folder under --variants-dir)")
+    profile.add_argument("--variants-dir", type=Path, default=VARIANTS_DIR)
+    profile.add_argument("--batch-size", type=int, default=1)
+    profile.add_argument("--runs", type=int, default=200, help="profiled runs (after 5 unprofiled warm-up runs)")
+    profile.add_argument("--top", type=int, default=10, help="operators to list")
+    profile.add_argument("--trace", type=Path, help="where to keep the trace JSON (default build/profiles/<model>-<variant>-b<batch>.json)")
+    profile.set_defaults(func=cmd_profile)
+
+    bench = commands.add_parser("bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + README")
+    bench.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
+    bench.add_argument("--readme", type=Path, default=PROJECT_ROOT / "README.md", help="README whose performance section is refreshed")
+    bench.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    add_export_options(bench, variants_help=None)
+    bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=17, measure_rounds=7)
 
     add_versions_parser(commands)
 

@@ -13,7 +13,8 @@ def summary_table() -> Table:
     table.add_column("step")
     table.add_column("result")
     train = read_report("train")
-    export = read_report("export")
+    export = read_report("convert")
+    variants = read_report("export")
     smoke = read_report("smoke")
     load = read_report("loadtest")
     manifests = read_report("manifests")
@@ -27,6 +28,12 @@ def summary_table() -> Table:
         f"ONNX opset {export['opset']}, {export['onnx_bytes'] / 1024:.0f} KiB, predictions identical: "
         f"{export['parity']['identical_predictions']}, max abs diff {export['parity']['max_abs_diff']:.1e}" if export else "not run",
     )
+    if variants:
+        table.add_row(
+            "variants",
+            f"{variants['model']}: {len(variants['variants'])} variants, chosen {variants['chosen']['name']} "
+            f"({variants['chosen']['path']})",
+        )
     table.add_row(
         "serve",
         f"REST and gRPC (tritonclient) answer as exported; max abs diff "

@@ -41,7 +41,7 @@ def test_training_reaches_the_accuracy_bar_with_callbacks(trained_model, reports
 
 
 def test_conversion_is_faithful(digits_artifact, reports_env):
-    report = _report(reports_env, "export")
+    report = _report(reports_env, "convert")
     assert report["opset"] >= 17
     assert report["parity"]["identical_predictions"] is True
     assert report["parity"]["max_abs_diff"] < 1e-4

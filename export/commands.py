@@ -1,0 +1,232 @@
+"""The export commands beyond train and convert: variants, import, profile, bench.
+
+Argument parsing lives in `__main__`; here each command turns its arguments into typed
+configuration once, runs the pipeline under a progress bar and maps every user mistake
+to a `UserError` (one line, non-zero exit). Heavy imports stay inside the functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from slipway.cli import UserError, console
+from slipway.paths import BUILD_DIR
+
+VARIANTS_DIR = BUILD_DIR / "variants"
+PROFILES_DIR = BUILD_DIR / "profiles"
+KERAS_MODELS = ("digits", "mobilenetv2")
+DEFAULT_KERAS_MODEL = BUILD_DIR / "train" / "digits" / "model.keras"
+ALL_VARIANTS = "fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8"
+FLOAT_VARIANTS = "fp32,int8,fp16"
+
+
+def _variant_list(text: str) -> list:
+    from export.pipeline import Variant
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = [v.value for v in Variant]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise UserError(f"unknown variant(s) {unknown or [text]}: choose from {', '.join(known)} (comma-separated)")
+    return [Variant(name) for name in dict.fromkeys(names)]
+
+
+def export_config(args: argparse.Namespace, default_variants: str):
+    """The typed export configuration from the command line, with pydantic's complaint as one line."""
+    from pydantic import ValidationError
+
+    from export.pipeline import ExportConfig
+
+    try:
+        return ExportConfig(
+            variants=_variant_list(args.variants or default_variants),
+            target=args.target,
+            calibration_method=args.calibration_method,
+            calibration_rows=args.calibration_rows,
+            sparsity=args.sparsity,
+            slim_fraction=args.slim_fraction,
+            fine_tune_epochs=args.fine_tune_epochs,
+            budget={"accuracy_points": args.accuracy_budget, "fp32_tolerance": args.fp32_tolerance,
+                    "fp16_tolerance": args.fp16_tolerance},
+            optimize_for=args.optimize_for,
+            measure_rounds=args.measure_rounds,
+            measure_seconds=args.measure_seconds,
+            opset=args.opset,
+        )
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(str(p) for p in issue['loc'])}: {issue['msg']}" for issue in err.errors())
+        raise UserError(f"invalid export options: {problems}") from err
+
+
+def run_and_report(source, config, out: Path, report_name: str, warnings: list[str]):
+    """Run the export pipeline under a progress bar, write the report, print the table; returns the report."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from export.optimize import OptimizeError
+    from export.pipeline import ExportPlanError, run_export, step_count
+    from export.prune import PruneError
+    from export.quantize import QuantizeError
+    from export.report import build_report, console_table, write_export_report
+    from export.selection import NoVariantWithinBudget
+
+    for warning in warnings:
+        console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True)
+    try:
+        total = step_count(source, config)
+        with Progress(SpinnerColumn(), TextColumn("[bold]export[/] {task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            task = progress.add_task("starting", total=total)
+            result = run_export(source, config, out, step=lambda text: progress.update(task, advance=1, description=text))
+    except (ExportPlanError, NoVariantWithinBudget, PruneError, QuantizeError, OptimizeError) as err:
+        raise UserError(str(err)) from err
+    report = build_report(source, config, result, warnings)
+    path = write_export_report(report, report_name)
+    console.print(console_table(report))
+    console.print(f"chosen [bold]{report.chosen.name}[/]: {report.chosen.reason}", soft_wrap=True)
+    console.print(f"artifacts in {out}; report {path} (+ .md, .png)", soft_wrap=True)
+    return report
+
+
+def keras_source(model: str, keras_model: Path, config):
+    """The digits CNN or MobileNetV2 as an export source, converted to ONNX."""
+    from export.sources import digits_source, mobilenet_source
+
+    with console.status(f"loading {model} and converting it to ONNX"):
+        try:
+            if model == "digits":
+                return digits_source(keras_model, opset=config.opset, calibration_rows=config.calibration_rows)
+            return mobilenet_source(opset=config.opset)
+        except (FileNotFoundError, ValueError) as err:
+            raise UserError(str(err)) from err
+
+
+def synthetic_warning(source) -> list[str]:
+    if not source.calibration_synthetic:
+        return []
+    return [f"int8 is calibrated on synthetic data ({source.calibration_note}): its accuracy on real data is unknown"]
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
+    source = keras_source(args.model, args.keras_model, config)
+    report = run_and_report(source, config, args.out or VARIANTS_DIR / args.model, args.report, synthetic_warning(source))
+    console.print(f"publish it with: python -m export versions publish {report.chosen.path} --model {source.name}", soft_wrap=True)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Both models, every variant, one run: the figures of the README's performance section."""
+    from export.bench import write_bench
+
+    before = os.getloadavg()[0]
+    reports = {}
+    for model, variants, seconds in (("digits", ALL_VARIANTS, args.measure_seconds), ("mobilenetv2", FLOAT_VARIANTS, args.measure_seconds * 2)):
+        run_args = argparse.Namespace(**{**vars(args), "variants": variants, "measure_seconds": seconds})
+        config = export_config(run_args, variants)
+        source = keras_source(model, args.keras_model, config)
+        reports[model] = run_and_report(source, config, VARIANTS_DIR / model, f"bench-export-{model}", synthetic_warning(source))
+    load = {"before": before, "after": os.getloadavg()[0]}
+    path, found = write_bench(reports["digits"], reports["mobilenetv2"], load, None if args.no_readme else args.readme)
+    from rich.table import Table
+
+    table = Table(title="figures to reach")
+    for column in ("figure", "measured", "target", "met"):
+        table.add_column(column)
+    for target in found:
+        table.add_row(target.figure, "n/a" if target.value is None else f"{target.value:.2f}", target.target,
+                      "[green]yes[/]" if target.met else "[red]no[/]")
+    console.print(table)
+    console.print(f"report {path} (+ .md); load average {load['before']:.1f} -> {load['after']:.1f} on {os.cpu_count()} cores"
+                  + ("" if args.no_readme else f"; README section updated in {args.readme}"), soft_wrap=True)
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """ORT's profiler on one variant: operators by time, and the trace kept for Perfetto."""
+    from rich.table import Table
+
+    from export.profile import profile_artifact
+    from slipway.reports import write_report
+    from wrappers.artifact import ArtifactError
+
+    folder = Path(args.variant)
+    if not folder.is_dir():
+        family = args.variants_dir / args.model
+        folder = family / args.variant
+        if not folder.is_dir():
+            have = sorted(p.name for p in family.iterdir() if p.is_dir() and not p.name.startswith(".")) if family.is_dir() else []
+            raise UserError(
+                f"no variant {args.variant!r} in {family}" + (f" (it has {', '.join(have)})" if have else "")
+                + f": run `make export MODEL={args.model}` first, or pass an artifact folder"
+            )
+    if args.batch_size < 1 or args.runs < 1:
+        raise UserError("--batch-size and --runs must be at least 1")
+    trace = args.trace or PROFILES_DIR / f"{folder.parent.name}-{folder.name}-b{args.batch_size}.json"
+    try:
+        with console.status(f"profiling {folder} ({args.runs} runs at batch {args.batch_size})"):
+            times = profile_artifact(folder, trace, batch_size=args.batch_size, runs=args.runs)
+    except ArtifactError as err:
+        raise UserError(str(err)) from err
+    table = Table(title=f"{folder}: where the time goes (batch {args.batch_size}, {args.runs} runs)")
+    for column in ("operator", "calls", "total ms", "mean us", "share"):
+        table.add_column(column, justify="left" if column == "operator" else "right")
+    for entry in times[: args.top]:
+        table.add_row(entry.op_type, str(entry.calls), f"{entry.total_us / 1e3:.2f}", f"{entry.mean_us:.1f}", f"{entry.share:.1%}")
+    console.print(table)
+    path = write_report("profile", {
+        "artifact": str(folder), "batch_size": args.batch_size, "runs": args.runs, "trace": str(trace),
+        "operators": [{"op_type": t.op_type, "calls": t.calls, "total_us": t.total_us, "share": t.share} for t in times],
+    })
+    console.print(f"trace {trace} (open it in https://ui.perfetto.dev); report {path}", soft_wrap=True)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from export.onnx_import import ImportCheckError, check_name, onnx_source
+    from export.pipeline import Variant
+    from export.quantize import quantizable_operators
+
+    config = export_config(args, "fp32,int8,fp16")
+    try:
+        name = check_name(args.name)
+        with console.status(f"checking {args.model} and its data"):
+            source, warnings = onnx_source(
+                args.model, name, calibration=args.calibration, labels=args.labels, max_calibration_rows=config.calibration_rows
+            )
+    except ImportCheckError as err:
+        raise UserError(str(err)) from err
+    if Variant.int8 in config.variants and not quantizable_operators(source.onnx_model):
+        raise UserError(
+            f"{args.model} has no operator ONNX Runtime can quantize to int8 (Conv, MatMul, Gemm, ...): "
+            "leave int8 out of --variants (e.g. --variants fp32,fp16)"
+        )
+    report = run_and_report(source, config, args.out or VARIANTS_DIR / name, args.report, warnings)
+    console.print(f"publish it with: python -m export versions publish {report.chosen.path} --model {name}", soft_wrap=True)
+    return 0
+
+
+def add_export_options(parser: argparse.ArgumentParser, *, variants_help: str | None) -> None:
+    """Options shared by `variants`, `import` and `bench`: what to build, the budget, how to time.
+
+    `variants_help=None` leaves out the choice of variants and of output places (the benchmark fixes them).
+    """
+    if variants_help is not None:
+        parser.add_argument("--variants", help=variants_help)
+        parser.add_argument("--out", type=Path, help="folder for the variant artifact folders (default build/variants/<model>)")
+        parser.add_argument("--report", default="export", help="report name: reports/<name>.json, .md and .png")
+    parser.add_argument("--target", choices=["cpu", "tensorrt"], default="cpu",
+                        help="int8 flavour: cpu = uint8 activations (U8S8, x86), tensorrt = symmetric int8 (S8S8)")
+    parser.add_argument("--calibration-method", choices=["minmax", "entropy", "percentile"], default="minmax")
+    parser.add_argument("--calibration-rows", type=int, default=256, help="rows to calibrate int8 on (at most)")
+    parser.add_argument("--accuracy-budget", type=float, default=0.5,
+                        help="largest accuracy drop in points (top-1 disagreement when there are no labels)")
+    parser.add_argument("--fp32-tolerance", type=float, default=1e-4, help="max abs diff allowed for fp32 variants")
+    parser.add_argument("--fp16-tolerance", type=float, default=1e-2, help="max abs diff allowed for fp16 variants")
+    parser.add_argument("--optimize-for", choices=["latency", "throughput"], default="latency",
+                        help="pick the variant with the lowest p50 latency at batch 1, or the highest throughput at batch 32")
+    parser.add_argument("--measure-rounds", type=int, default=5, help="interleaved timing rounds")
+    parser.add_argument("--measure-seconds", type=float, default=0.3, help="seconds per model, batch and round")
+
+

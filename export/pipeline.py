@@ -1,0 +1,264 @@
+"""Build every variant, judge it against its budget, time it, choose one, write it all.
+
+The order is deliberate: variants are built and judged first, so a budget nobody meets
+fails in seconds, before any timing and before anything is written; the variant
+folders are then written into a staging folder that replaces the output folder in one
+rename, and the report comes last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from export.evaluate import Quality, compare, predict, rows_of
+from export.measure import LATENCY_BATCH, THROUGHPUT_BATCH, Feeds, SizeStats, SpeedStats, measure_speed, onnx_runner, onnx_size
+from export.quantize import CalibrationMethod, Target
+from export.selection import Budget, Candidate, NoVariantWithinBudget, OptimizeFor, Precision, Verdict, choose, judge
+from export.sources import Source
+
+EXAMPLE_ROWS = 32
+VARIANT_FILE = "variant.json"
+
+
+class Variant(str, Enum):
+    fp32 = "fp32"
+    int8 = "int8"
+    fp16 = "fp16"
+    pruned = "pruned"
+    pruned_int8 = "pruned-int8"
+    slim = "slim"
+    slim_int8 = "slim-int8"
+
+
+PRECISION: dict[Variant, Precision] = {
+    Variant.fp32: "fp32", Variant.int8: "int8", Variant.fp16: "fp16", Variant.pruned: "fp32",
+    Variant.pruned_int8: "int8", Variant.slim: "fp32", Variant.slim_int8: "int8",
+}
+# What each variant is made from; building one builds its parent first.
+PARENT: dict[Variant, Variant | None] = {
+    Variant.fp32: None, Variant.int8: Variant.fp32, Variant.fp16: Variant.fp32, Variant.pruned: None,
+    Variant.pruned_int8: Variant.pruned, Variant.slim: None, Variant.slim_int8: Variant.slim,
+}
+NEEDS_TRAINING = (Variant.pruned, Variant.slim)
+FLOAT_ONLY = [Variant.fp32, Variant.int8, Variant.fp16]
+
+
+class ExportConfig(BaseModel):
+    """Every choice an export run makes, validated once where the command line is read."""
+
+    variants: list[Variant] = Field(default_factory=lambda: list(Variant), min_length=1)
+    target: Target = Target.cpu
+    calibration_method: CalibrationMethod = CalibrationMethod.minmax
+    calibration_rows: int = Field(default=256, ge=1)
+    sparsity: float = Field(default=0.75, gt=0, lt=1)
+    slim_fraction: float = Field(default=0.5, gt=0, lt=1)
+    fine_tune_epochs: int = Field(default=12, ge=1)
+    budget: Budget = Field(default_factory=Budget)
+    optimize_for: OptimizeFor = "latency"
+    measure_rounds: int = Field(default=5, ge=1)
+    measure_seconds: float = Field(default=0.3, gt=0)
+    opset: int = Field(default=17, ge=13)
+
+
+@dataclass
+class Built:
+    """One variant in memory, with the outputs of the model it was converted from."""
+
+    variant: Variant
+    model_bytes: bytes
+    conversion_reference: np.ndarray
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class Judged:
+    built: Built
+    quality: Quality
+    verdict: Verdict
+    size: SizeStats
+
+
+class ExportPlanError(ValueError):
+    """The variants asked for cannot be made from this source."""
+
+
+def plan(source: Source, requested: list[Variant]) -> list[Variant]:
+    """The variants to build, parents first; refuses what this source cannot make."""
+    if source.splits is None:
+        impossible = [v.value for v in requested if v in NEEDS_TRAINING or PARENT[v] in NEEDS_TRAINING]
+        if impossible:
+            raise ExportPlanError(
+                f"{', '.join(impossible)} need(s) a Keras model with training data to fine-tune; "
+                f"{source.name} can make {', '.join(v.value for v in FLOAT_ONLY)}"
+            )
+    order: list[Variant] = []
+    for variant in Variant:  # enum order puts parents before children
+        if variant in requested or any(PARENT[r] is variant for r in requested):
+            order.append(variant)
+    return order
+
+
+def _fine_tune_data(source: Source, batch_size: int):
+    from export.data import make_dataset
+
+    splits = source.splits
+    train = make_dataset(splits.x_train, splits.y_train, batch_size=batch_size, training=True)
+    val = make_dataset(splits.x_val, splits.y_val, batch_size=256, training=False)
+    return train, val, -(-len(splits.x_train) // batch_size)
+
+
+def _clone(model):
+    import keras
+
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def build(source: Source, variant: Variant, parents: dict[Variant, Built], config: ExportConfig) -> Built:
+    """Make one variant from the source (or its parent, already built)."""
+    import onnx
+
+    from export.convert import keras_to_onnx
+    from export.float16 import to_float16
+    from export.optimize import optimize_graph
+    from export.quantize import quantize_int8
+
+    if variant is Variant.fp32:
+        return Built(variant, optimize_graph(source.onnx_model).SerializeToString(), source.reference)
+    parent = parents.get(PARENT[variant])
+    if PRECISION[variant] == "int8":
+        quantized = quantize_int8(
+            onnx.ModelProto.FromString(parent.model_bytes), source.calibration,
+            target=config.target, method=config.calibration_method, fixed_batch=source.fixed_batch,
+        )
+        details = {"target": config.target.value, "calibration_method": config.calibration_method.value,
+                   "activations": "int8 symmetric" if config.target is Target.tensorrt else "uint8",
+                   "weights": "int8 per-channel symmetric", **parent.details}
+        return Built(variant, quantized.SerializeToString(), parent.conversion_reference, details)
+    if variant is Variant.fp16:
+        return Built(variant, to_float16(onnx.ModelProto.FromString(parent.model_bytes)).SerializeToString(), parent.conversion_reference)
+
+    from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
+
+    settings = FineTune(epochs=config.fine_tune_epochs)
+    train, val, steps = _fine_tune_data(source, settings.batch_size)
+    if variant is Variant.pruned:
+        keras_model = prune_magnitude(_clone(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps)
+        details = {"sparsity": config.sparsity, "schedule": "polynomial (power 3)", "fine_tune_epochs": settings.epochs}
+    else:
+        keras_model = fine_tune(prune_filters(source.keras_model, config.slim_fraction), train, val, settings)
+        details = {"filters_removed": config.slim_fraction, "criterion": "L1 norm", "fine_tune_epochs": settings.epochs,
+                   "keras_parameters": int(keras_model.count_params())}
+    details["keras_nonzero_parameters"] = nonzero_parameters(keras_model)
+    x = next(iter(source.evaluation.values()))
+    reference = keras_model.predict(x, batch_size=256, verbose=0)
+    model_bytes = optimize_graph(keras_to_onnx(keras_model, opset=config.opset)).SerializeToString()
+    return Built(variant, model_bytes, reference, details)
+
+
+def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
+    outputs = predict(onnx_runner(built.model_bytes), source.evaluation, fixed_batch=source.fixed_batch)
+    quality = compare(outputs, source.reference, source.labels, conversion_reference=built.conversion_reference)
+    return Judged(built, quality, judge(quality, PRECISION[built.variant], budget), onnx_size(built.model_bytes))
+
+
+def timing_feeds(source: Source) -> tuple[Feeds, Feeds]:
+    """Rows for the latency batch and the throughput batch (a fixed batch dimension is used as it is)."""
+    def take(rows: int) -> Feeds:
+        return {name: np.resize(array, (rows, *array.shape[1:])) for name, array in source.evaluation.items()}
+
+    if source.fixed_batch:
+        return take(source.fixed_batch), take(source.fixed_batch)
+    return take(LATENCY_BATCH), take(THROUGHPUT_BATCH)
+
+
+def example_outputs(model_bytes: bytes, inputs: Feeds) -> dict[str, np.ndarray]:
+    """Every output of the variant on the example rows, by name: what a smoke test compares against."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))
+
+
+def example_inputs(source: Source) -> Feeds:
+    rows = source.fixed_batch or min(EXAMPLE_ROWS, rows_of(source.evaluation))
+    return {name: np.resize(array, (rows, *array.shape[1:])) for name, array in source.evaluation.items()}
+
+
+def step_count(source: Source, config: ExportConfig) -> int:
+    """How many times `run_export` calls `step`: the length of its progress bar."""
+    return len(plan(source, config.variants)) + len(config.variants) + 1 + config.measure_rounds + 1
+
+
+@dataclass
+class ExportResult:
+    judged: list[Judged]
+    speeds: dict[str, SpeedStats]
+    baseline_size: SizeStats
+    chosen: str
+    reason: str
+    out_dir: Path
+
+
+def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Callable[[str], None] = lambda _: None) -> ExportResult:
+    """Build, judge, time, choose and write: the whole export of one source."""
+    from export.package import write_artifact
+    from slipway import atomic
+
+    order = plan(source, config.variants)
+    built: dict[Variant, Built] = {}
+    for variant in order:
+        step(f"building {variant.value}")
+        built[variant] = build(source, variant, built, config)
+    judged = []
+    for variant in config.variants:
+        step(f"judging {variant.value}")
+        judged.append(evaluate(source, built[variant], config.budget))
+    if not any(j.verdict.accepted for j in judged):
+        reasons = "; ".join(f"{j.built.variant.value}: {j.verdict.reason}" for j in judged)
+        raise NoVariantWithinBudget(f"no variant of {source.name} is within budget ({reasons}); nothing was written")
+
+    runners = {source.baseline_name: source.baseline_runner()}
+    runners.update({j.built.variant.value: onnx_runner(j.built.model_bytes) for j in judged})
+    latency_feeds, throughput_feeds = timing_feeds(source)
+    step(f"timing {len(runners)} models")
+    speeds = measure_speed(
+        runners, latency_feeds, throughput_feeds, rounds=config.measure_rounds,
+        seconds_per_round=config.measure_seconds, on_round=lambda: step("timing round"),
+    )
+    candidates = [
+        Candidate(j.built.variant.value, j.verdict.accepted, speeds[j.built.variant.value].p50_latency_ms, speeds[j.built.variant.value].throughput)
+        for j in judged
+    ]
+    chosen, reason = choose(candidates, config.optimize_for)
+
+    step("writing artifacts")
+    inputs = example_inputs(source)
+    labels = source.labels[: rows_of(inputs)] if source.labels is not None else None
+    with atomic.staged_dir(out_dir) as staging:
+        for j in judged:
+            lineage = {
+                "model": source.name, "variant": j.built.variant.value, "precision": PRECISION[j.built.variant],
+                "source": {"description": source.description, "sha256": source.sha256},
+                "derived_from": PARENT[j.built.variant].value if PARENT[j.built.variant] else "source",
+                "details": j.built.details,
+            }
+            write_artifact(
+                staging / j.built.variant.value,
+                onnx_bytes=j.built.model_bytes,
+                name=source.name,
+                example_inputs=inputs,
+                example_outputs=example_outputs(j.built.model_bytes, inputs),
+                example_labels=labels,
+                extra_files={VARIANT_FILE: (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()},
+            )
+    return ExportResult(judged, speeds, source.baseline_size(), chosen, reason, Path(out_dir))

@@ -1,0 +1,212 @@
+"""Pruning in plain Keras 3: magnitude pruning with a mask constraint, and filter pruning by L1 norm.
+
+`tensorflow-model-optimization` only works with Keras 2 and flips the process to legacy
+Keras on import, so neither is used. Keras 3 re-applies `variable.constraint` after every
+optimizer step: a constraint that multiplies a kernel by a mask keeps pruned weights at
+zero while the rest fine-tune, and a callback tightens the mask on a polynomial schedule.
+
+Unstructured sparsity only shrinks the compressed file. Removing whole filters (and
+hidden units) makes a narrower model that really runs faster: `prune_filters` ranks
+them by L1 norm, rebuilds the model without the weakest and copies the survivors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from export import tf_env  # noqa: F401
+
+PRUNABLE = ("Conv2D", "Dense")
+# Layers that keep the channel axis as it is: a channel selection passes through them.
+CHANNELWISE = (
+    "InputLayer", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D",
+    "Dropout", "Activation", "ReLU", "SpatialDropout2D",
+)
+
+
+class PruneError(Exception):
+    """The model's architecture does not allow this kind of pruning."""
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """How long and how gently a pruned model re-learns what it lost."""
+
+    epochs: int = 10
+    learning_rate: float = 5e-4
+    batch_size: int = 64
+    seed: int = 0
+
+
+def polynomial_sparsity(step: int, *, final: float, begin: int, end: int, initial: float = 0.0, power: int = 3) -> float:
+    """Sparsity at `step`: fast at first, then gently towards `final` (Zhu & Gupta's schedule)."""
+    if step <= begin:
+        return initial
+    progress = min(1.0, (step - begin) / max(1, end - begin))
+    return final + (initial - final) * (1.0 - progress) ** power
+
+
+def magnitude_mask(weights: np.ndarray, sparsity: float) -> np.ndarray:
+    """1 for the weights kept, 0 for the `sparsity` fraction with the smallest magnitude."""
+    flat = np.abs(weights).ravel()
+    drop = int(np.floor(sparsity * flat.size))
+    mask = np.ones(flat.size, dtype=weights.dtype)
+    if drop > 0:
+        mask[np.argpartition(flat, drop - 1)[:drop]] = 0
+    return mask.reshape(weights.shape)
+
+
+def _prunable_kernels(model) -> list:
+    return [layer.kernel for layer in model.layers if type(layer).__name__ in PRUNABLE]
+
+
+def prune_magnitude(model, train, val, *, sparsity: float, fine_tune: FineTune, steps_per_epoch: int):
+    """Fine-tune `model` while pruning every Conv2D/Dense kernel to `sparsity` (in place); return it."""
+    import keras
+
+    if not 0 < sparsity < 1:
+        raise PruneError(f"sparsity must be between 0 and 1 (exclusive), got {sparsity}")
+    kernels = _prunable_kernels(model)
+    if not kernels:
+        raise PruneError(f"model {model.name} has no Conv2D or Dense kernels to prune")
+    masks = [keras.Variable(np.ones(kernel.shape, dtype="float32"), trainable=False, name=f"{kernel.path}_mask".replace("/", "_")) for kernel in kernels]
+
+    class MaskConstraint(keras.constraints.Constraint):
+        """Re-zero the pruned weights after every optimizer step."""
+
+        def __init__(self, mask):
+            self.mask = mask
+
+        def __call__(self, weights):
+            return weights * self.mask
+
+    total_steps = fine_tune.epochs * steps_per_epoch
+    end_step = max(1, int(0.7 * total_steps))  # reach the final sparsity, then recover with the mask fixed
+
+    class PolynomialPruning(keras.callbacks.Callback):
+        """Tighten the masks every few steps along the polynomial schedule."""
+
+        frequency = max(1, steps_per_epoch // 2)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            step = int(self.model.optimizer.iterations.numpy())
+            if step % self.frequency and step < end_step:
+                return
+            target = polynomial_sparsity(step, final=sparsity, begin=0, end=end_step)
+            for kernel, mask in zip(kernels, masks):
+                new_mask = magnitude_mask(keras.ops.convert_to_numpy(kernel), target)
+                mask.assign(new_mask)
+                kernel.assign(kernel * new_mask)
+
+    for kernel, mask in zip(kernels, masks):
+        kernel.constraint = MaskConstraint(mask)
+    try:
+        _fit(model, train, val, fine_tune, [PolynomialPruning()])
+        for kernel, mask in zip(kernels, masks):  # the last steps ran with the final masks: bake them in
+            kernel.assign(kernel * mask)
+    finally:
+        for kernel in kernels:
+            kernel.constraint = None
+    return model
+
+
+def nonzero_parameters(model) -> int:
+    """Weights that are not exactly zero, over every variable of the model."""
+    import keras
+
+    return int(sum(np.count_nonzero(keras.ops.convert_to_numpy(w)) for w in model.weights))
+
+
+def _fit(model, train, val, fine_tune: FineTune, callbacks: list) -> None:
+    import keras
+
+    keras.utils.set_random_seed(fine_tune.seed)
+    model.compile(
+        optimizer=keras.optimizers.Adam(fine_tune.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy"],
+    )
+    model.fit(train, validation_data=val, epochs=fine_tune.epochs, callbacks=callbacks, shuffle=False, verbose=0)
+
+
+def _chain(model) -> list:
+    """The model's layers in order, refusing anything that is not a single chain."""
+    layers = list(model.layers)
+    for previous, layer in zip(layers, layers[1:]):
+        if len(layer._inbound_nodes) != 1:
+            raise PruneError(f"layer {layer.name!r} is used {len(layer._inbound_nodes)} times; filter pruning needs each layer used once")
+        inbound = [parent.operation.name for parent in layer._inbound_nodes[0].parent_nodes]
+        if inbound != [previous.name]:
+            raise PruneError(
+                f"filter pruning needs a chain of layers (each feeding the next); {layer.name!r} "
+                f"takes {inbound or 'no layer'} instead of {previous.name!r}: models with branches "
+                "(residual connections, several inputs) are not supported"
+            )
+    return layers
+
+
+def _strongest(weights: np.ndarray, keep_fraction: float) -> np.ndarray:
+    """Indices (sorted) of the output channels on the last axis with the largest L1 norm."""
+    norms = np.abs(weights).reshape(-1, weights.shape[-1]).sum(axis=0)
+    keep = max(1, int(round(weights.shape[-1] * keep_fraction)))
+    return np.sort(np.argsort(norms)[-keep:])
+
+
+def prune_filters(model, fraction: float):
+    """A new, narrower model without the `fraction` of filters (and hidden units) with the smallest L1 norm.
+
+    The output layer keeps all its units. Weights of the surviving filters are copied, so
+    the narrower model starts close to the original and needs only a short fine-tune.
+    """
+    import keras
+
+    if not 0 < fraction < 1:
+        raise PruneError(f"the fraction of filters to remove must be between 0 and 1 (exclusive), got {fraction}")
+    layers = _chain(model)
+    last_prunable = max((i for i, layer in enumerate(layers) if type(layer).__name__ in PRUNABLE), default=None)
+    if last_prunable is None:
+        raise PruneError(f"model {model.name} has no Conv2D or Dense layers to prune")
+    keep: np.ndarray | None = None  # channels of the current tensor that survive (None: all)
+    x = inputs = keras.Input(shape=model.input_shape[1:], name=layers[0].name)
+    new_weights: list[tuple[object, list[np.ndarray]]] = []
+    for index, layer in enumerate(layers):
+        kind = type(layer).__name__
+        if kind == "InputLayer":
+            continue
+        config = layer.get_config()
+        weights = [np.asarray(w) for w in layer.get_weights()]
+        if kind in PRUNABLE:
+            kernel, *rest = weights
+            if keep is not None:
+                kernel = np.take(kernel, keep, axis=-2)
+            out_keep = _strongest(kernel, 1 - fraction) if index != last_prunable else None
+            if out_keep is not None:
+                kernel = kernel[..., out_keep]
+                rest = [bias[out_keep] for bias in rest]
+                config["filters" if kind == "Conv2D" else "units"] = len(out_keep)
+            weights, keep = [kernel, *rest], out_keep
+        elif kind == "BatchNormalization":
+            if keep is not None:
+                weights = [w[keep] for w in weights]
+        elif kind == "Flatten":
+            if keep is not None:
+                channels = layer.input.shape[-1]
+                positions = int(np.prod(layer.input.shape[1:-1]))
+                keep = (np.arange(positions)[:, None] * channels + keep[None, :]).ravel()
+        elif kind not in CHANNELWISE:
+            raise PruneError(f"filter pruning does not know how layer {layer.name!r} ({kind}) uses channels")
+        new_layer = type(layer).from_config(config)
+        x = new_layer(x)
+        new_weights.append((new_layer, weights))
+    narrow = keras.Model(inputs, x, name=f"{model.name}_slim")
+    for new_layer, weights in new_weights:
+        new_layer.set_weights(weights)
+    return narrow
+
+
+def fine_tune(model, train, val, settings: FineTune):
+    """Re-train a pruned model briefly; returns it."""
+    _fit(model, train, val, settings, [])
+    return model

@@ -1,0 +1,173 @@
+"""Where a model to export comes from, with the rows it is judged and calibrated on.
+
+Every source gives the export pipeline the same things: an fp32 ONNX graph, held-out
+rows (labelled when possible) with the source model's own answers on them, rows to
+calibrate int8 on, and a baseline to time against. Keras sources can also be
+fine-tuned, which pruning needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+
+from export import tf_env  # noqa: F401
+from export.measure import Feeds, Runner, SizeStats, keras_runner, onnx_runner, onnx_size
+
+MOBILENET_SHAPE = (224, 224, 3)
+MOBILENET_EVAL_ROWS = 64
+MOBILENET_CALIBRATION_ROWS = 32
+
+
+@dataclass
+class Source:
+    name: str
+    kind: Literal["keras", "onnx"]
+    description: str
+    sha256: str | None
+    onnx_model: onnx.ModelProto
+    evaluation: Feeds
+    labels: np.ndarray | None
+    evaluation_note: str
+    calibration: Feeds
+    calibration_note: str
+    calibration_synthetic: bool
+    reference: np.ndarray  # the source model's first output on the evaluation rows
+    fixed_batch: int | None = None
+    keras_model: object | None = None
+    splits: object | None = None  # export.data.Splits: training rows for fine-tuning
+    original_bytes: bytes | None = None  # the ONNX file as imported
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline_name(self) -> str:
+        return "keras" if self.kind == "keras" else "imported"
+
+    def baseline_runner(self) -> Runner:
+        if self.keras_model is not None:
+            return keras_runner(self.keras_model, next(iter(self.evaluation)))
+        return onnx_runner(self.original_bytes)
+
+    def baseline_size(self) -> SizeStats:
+        if self.keras_model is None:
+            return onnx_size(self.original_bytes)
+        from export.measure import gzip_size
+        from export.prune import nonzero_parameters
+
+        with tempfile.TemporaryDirectory(prefix="slipway-keras-size-") as tmp:
+            path = Path(tmp) / "model.keras"
+            self.keras_model.save(path)
+            data = path.read_bytes()
+        return SizeStats(len(data), gzip_size(data), int(self.keras_model.count_params()), nonzero_parameters(self.keras_model))
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_keras_model(path: Path):
+    """Load a Keras model, turning every way a file can be wrong into one `ValueError` line."""
+    import zipfile
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trained model at {path}: run `python -m export train` (or `make train`) first, or pass --keras-model")
+    if path.suffix == ".keras" and not zipfile.is_zipfile(path):  # found without the seconds TensorFlow takes to import
+        raise ValueError(f"cannot read {path} as a Keras model: a .keras file is a zip archive and this is not one")
+    import keras
+
+    try:
+        return keras.models.load_model(path)
+    except Exception as err:  # Keras raises many types for a bad file
+        raise ValueError(f"cannot read {path} as a Keras model ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
+
+
+def digits_source(model_path: Path, *, opset: int, calibration_rows: int) -> Source:
+    """The trained digits CNN: judged on the held-out split, calibrated on training rows."""
+    from export.convert import keras_to_onnx
+    from export.data import load_digits_splits
+    from export.model import INPUT_NAME
+    from export.train import read_train_config
+
+    model = load_keras_model(model_path)
+    config, _ = read_train_config(model_path)
+    splits = load_digits_splits(seed=config.seed)
+    calibration = splits.x_train[:calibration_rows]
+    return Source(
+        name="digits",
+        kind="keras",
+        description=f"Keras model {model_path}",
+        sha256=sha256_bytes(Path(model_path).read_bytes()),
+        onnx_model=keras_to_onnx(model, opset=opset),
+        evaluation={INPUT_NAME: splits.x_test},
+        labels=splits.y_test,
+        evaluation_note=f"held-out test split, {len(splits.y_test)} labelled rows",
+        calibration={INPUT_NAME: calibration},
+        calibration_note=f"training split, {len(calibration)} rows",
+        calibration_synthetic=False,
+        reference=model.predict(splits.x_test, batch_size=256, verbose=0),
+        keras_model=model,
+        splits=splits,
+    )
+
+
+def synthetic_images(rows: int, shape: tuple[int, int, int], seed: int) -> np.ndarray:
+    """Image-like rows in [-1, 1]: blocky colour fields with per-image contrast, not white noise.
+
+    White noise makes every image look alike to a CNN (every answer the same class), so
+    agreement between variants would say nothing; varied low-frequency content does.
+    """
+    rng = np.random.default_rng(seed)
+    height, width, channels = shape
+    cells = 7
+    low = rng.normal(0, 1, (rows, cells, cells, channels))
+    blocks = np.kron(low, np.ones((1, -(-height // cells), -(-width // cells), 1)))[:, :height, :width]
+    images = blocks * rng.uniform(0.3, 1.0, (rows, 1, 1, channels)) + rng.uniform(-0.5, 0.5, (rows, 1, 1, channels))
+    images += rng.normal(0, 0.1, images.shape)
+    return np.clip(images, -1, 1).astype(np.float32)
+
+
+def mobilenet_source(*, opset: int, seed: int = 0) -> Source:
+    """MobileNetV2 with random weights (nothing is downloaded), for realistic sizes and speeds.
+
+    Random weights with freshly initialised batch-norm statistics make activations vanish
+    through the depth of the network (every output exactly uniform). One forward pass in
+    training mode with momentum 0 sets each batch-norm layer's statistics from synthetic
+    images, as a trained network's would be: no weight is trained.
+    """
+    import keras
+
+    from export.convert import keras_to_onnx
+    from export.model import INPUT_NAME
+
+    keras.utils.set_random_seed(seed)
+    model = keras.applications.MobileNetV2(weights=None, input_shape=MOBILENET_SHAPE)
+    norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    momenta = [layer.momentum for layer in norms]
+    for layer in norms:
+        layer.momentum = 0.0
+    model(synthetic_images(32, MOBILENET_SHAPE, seed + 1), training=True)
+    for layer, momentum in zip(norms, momenta):
+        layer.momentum = momentum
+    evaluation = synthetic_images(MOBILENET_EVAL_ROWS, MOBILENET_SHAPE, seed + 2)
+    return Source(
+        name="mobilenetv2",
+        kind="keras",
+        description="keras.applications.MobileNetV2(weights=None), batch-norm statistics from synthetic images",
+        sha256=None,
+        onnx_model=keras_to_onnx(model, opset=opset),
+        evaluation={INPUT_NAME: evaluation},
+        labels=None,
+        evaluation_note=f"{MOBILENET_EVAL_ROWS} synthetic images: accuracy n/a, agreement with Keras reported",
+        calibration={INPUT_NAME: synthetic_images(MOBILENET_CALIBRATION_ROWS, MOBILENET_SHAPE, seed + 3)},
+        calibration_note=f"synthetic, {MOBILENET_CALIBRATION_ROWS} images",
+        calibration_synthetic=True,
+        reference=model.predict(evaluation, batch_size=32, verbose=0),
+        keras_model=model,
+    )

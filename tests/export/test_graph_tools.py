@@ -1,0 +1,98 @@
+"""Graph surgery and bookkeeping on small hand-built ONNX graphs: slimming, QDQ outputs, sizes, profiles."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from export.measure import onnx_size
+from export.optimize import optimize_graph, strip
+from export.profile import operator_times
+from export.quantize import float_outputs, quantizable_operators, quantize_int8
+
+IR = 8  # ONNX Runtime 1.31 reads IR <= 13; onnx 1.23's make_model writes 14
+
+
+def dense_model(with_junk: bool = False) -> onnx.ModelProto:
+    """y = softmax(x @ W + b) with a dynamic batch; optionally an unused initializer and doc strings."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "W"),
+             numpy_helper.from_array(np.zeros(3, np.float32), "b")]
+    if with_junk:
+        inits.append(numpy_helper.from_array(np.ones((100, 100), np.float32), "unused"))
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"], doc_string="matmul here"),
+             helper.make_node("Add", ["xw", "b"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits, doc_string="a graph")
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+
+
+def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_optimize_keeps_answers_and_drops_what_only_costs_bytes():
+    model = dense_model(with_junk=True)
+    optimized = optimize_graph(model)
+    x = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_allclose(run(optimized, x), run(model, x), atol=1e-6)
+    assert "unused" not in {init.name for init in optimized.graph.initializer}
+    assert not optimized.graph.doc_string and not any(node.doc_string for node in optimized.graph.node)
+    assert {op.domain for op in optimized.opset_import} <= {"", "ai.onnx"}  # ORT's own domains are not left declared
+    assert optimized.ir_version == IR
+    assert len(optimized.SerializeToString()) < len(model.SerializeToString())
+
+
+def test_strip_removes_declared_but_unused_opsets():
+    model = dense_model()
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    strip(model)
+    assert [op.domain for op in model.opset_import] == [""]
+
+
+def test_int8_keeps_float_outputs_and_counts_only_real_parameters():
+    model = dense_model()
+    calibration = {"x": np.random.default_rng(2).normal(size=(64, 4)).astype(np.float32)}
+    quantized = quantize_int8(model, calibration)
+    ops = [node.op_type for node in quantized.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    producer = {out: node.op_type for node in quantized.graph.node for out in node.output}
+    assert producer["y"] == "Softmax"  # the output is not rounded to 8 bits
+    x = calibration["x"][:8]
+    assert (run(quantized, x).argmax(1) == run(model, x).argmax(1)).mean() >= 0.75
+    # 12 weights + 3 biases: scales and zero points of the Q/DQ pairs are bookkeeping
+    assert onnx_size(quantized.SerializeToString()).parameters == onnx_size(model.SerializeToString()).parameters == 15
+
+
+def test_float_outputs_leaves_graphs_without_an_output_pair_alone():
+    model = dense_model()
+    before = model.SerializeToString()
+    float_outputs(model)
+    assert model.SerializeToString() == before
+
+
+def test_quantizable_operators_names_what_int8_can_reach():
+    assert quantizable_operators(dense_model()) == ["MatMul"]
+    exp_only = helper.make_model(
+        helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "exp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+    assert quantizable_operators(exp_only) == []
+
+
+def test_operator_times_sum_kernel_time_per_type_after_warm_up():
+    def node(op, ts, dur):
+        return {"cat": "Node", "name": f"{op}_node_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": op}}
+
+    trace = [
+        {"cat": "Session", "name": "model_run", "ts": 0, "dur": 100},
+        node("Conv", 1, 500),  # warm-up run: left out
+        {"cat": "Session", "name": "model_run", "ts": 100, "dur": 100},
+        node("Conv", 101, 30), node("Gemm", 120, 10), node("Conv", 130, 20),
+        {"cat": "Node", "name": "Conv_fence_before", "ts": 140, "dur": 999, "args": {"op_name": "Conv"}},
+    ]
+    times = operator_times(trace, skip_runs=1)
+    assert [(t.op_type, t.calls, t.total_us) for t in times] == [("Conv", 2, 50.0), ("Gemm", 1, 10.0)]
+    assert times[0].share == 50 / 60 and times[0].mean_us == 25

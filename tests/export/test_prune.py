@@ -1,0 +1,90 @@
+"""Pruning in Keras 3 without tensorflow-model-optimization: schedules, masks, filter removal."""
+
+import numpy as np
+import pytest
+
+from export.prune import FineTune, PruneError, magnitude_mask, polynomial_sparsity, prune_filters, prune_magnitude
+
+
+def test_polynomial_schedule_starts_fast_and_ends_at_the_target():
+    values = [polynomial_sparsity(step, final=0.8, begin=10, end=110) for step in range(0, 130, 10)]
+    assert values[0] == values[1] == 0.0 and values[-1] == values[-2] == pytest.approx(0.8)
+    assert all(a <= b for a, b in zip(values, values[1:]))
+    assert values[2] > 0.8 * 0.25  # cubic: a quarter of the target after a tenth of the way
+
+
+def test_magnitude_mask_drops_exactly_the_smallest():
+    weights = np.array([[0.5, -0.1], [0.05, -2.0], [0.3, 0.01]], dtype=np.float32)
+    mask = magnitude_mask(weights, 0.5)
+    assert mask.sum() == 3
+    np.testing.assert_array_equal(mask, [[1, 0], [0, 1], [1, 0]])
+
+
+def small_cnn():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(shape=(6, 6, 2), name="image")
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu", name="c1")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.MaxPooling2D(2, name="pool")(x)
+    x = keras.layers.Flatten(name="flat")(x)
+    x = keras.layers.Dense(6, activation="relu", name="hidden")(x)
+    outputs = keras.layers.Dense(3, activation="softmax", name="out")(x)
+    return keras.Model(inputs, outputs)
+
+
+def test_prune_filters_removes_the_weakest_and_keeps_the_answers_they_did_not_change():
+    model = small_cnn()
+    kernel, bias = model.get_layer("c1").get_weights()
+    dead = [1, 4, 6, 7]  # filters that contribute nothing: L1 norm 0 and bias 0
+    kernel[..., dead] = 0
+    bias[dead] = 0
+    model.get_layer("c1").set_weights([kernel, bias])
+    bn = model.get_layer("bn").get_weights()
+    bn[1][dead] = 0  # beta 0: the batch norm keeps dead channels at zero
+    model.get_layer("bn").set_weights(bn)
+    hidden_kernel, hidden_bias = model.get_layer("hidden").get_weights()
+    hidden_kernel[:, [0, 3, 5]] *= 1e-3  # the three weakest hidden units
+    model.get_layer("hidden").set_weights([hidden_kernel * 1, hidden_bias * 0])
+
+    narrow = prune_filters(model, 0.5)
+    assert narrow.get_layer("c1").filters == 4 and narrow.get_layer("hidden").units == 3
+    assert narrow.get_layer("out").units == 3  # the output layer keeps every class
+    x = np.random.default_rng(0).random((16, 6, 6, 2)).astype(np.float32)
+    full = model.predict(x, verbose=0)
+    # Only the tiny hidden units changed anything: answers agree, values are close.
+    assert (narrow.predict(x, verbose=0).argmax(1) == full.argmax(1)).all()
+    np.testing.assert_allclose(narrow.predict(x, verbose=0), full, atol=2e-2)
+    assert narrow.count_params() < model.count_params() / 2
+
+
+def test_prune_filters_refuses_models_with_branches():
+    import keras
+
+    inputs = keras.Input(shape=(4, 4, 3))
+    a = keras.layers.Conv2D(3, 1, name="a")(inputs)
+    merged = keras.layers.Add(name="add")([a, inputs])
+    model = keras.Model(inputs, keras.layers.Flatten()(merged))
+    with pytest.raises(PruneError, match="chain of layers"):
+        prune_filters(model, 0.5)
+
+
+def test_magnitude_pruning_reaches_the_sparsity_and_keeps_it_through_training():
+    import tensorflow as tf
+
+    model = small_cnn()
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 6, 6, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 64).astype(np.int32)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    prune_magnitude(model, data, data, sparsity=0.6, fine_tune=FineTune(epochs=3), steps_per_epoch=4)
+    for name in ("c1", "hidden", "out"):
+        kernel = model.get_layer(name).kernel.numpy()
+        assert 1 - np.count_nonzero(kernel) / kernel.size == pytest.approx(0.6, abs=1 / kernel.size)
+        assert model.get_layer(name).kernel.constraint is None  # the mask does not leak into saved models
+
+
+def test_sparsity_out_of_range_is_refused():
+    with pytest.raises(PruneError, match="between 0 and 1"):
+        prune_magnitude(small_cnn(), None, None, sparsity=1.0, fine_tune=FineTune(), steps_per_epoch=1)
