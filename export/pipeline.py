@@ -248,7 +248,7 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
         for j in judged:
             lineage = {
                 "model": source.name, "variant": j.built.variant.value, "precision": PRECISION[j.built.variant],
-                "source": {"description": source.description, "sha256": source.sha256},
+                "source": {"kind": source.kind, "sha256": source.sha256},  # no paths: equal content, equal digest
                 "derived_from": PARENT[j.built.variant].value if PARENT[j.built.variant] else "source",
                 "details": j.built.details,
             }

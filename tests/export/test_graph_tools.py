@@ -3,6 +3,7 @@
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from export.measure import onnx_size
@@ -96,3 +97,29 @@ def test_operator_times_sum_kernel_time_per_type_after_warm_up():
     times = operator_times(trace, skip_runs=1)
     assert [(t.op_type, t.calls, t.total_us) for t in times] == [("Conv", 2, 50.0), ("Gemm", 1, 10.0)]
     assert times[0].share == 50 / 60 and times[0].mean_us == 25
+
+
+def _zero_points(model: onnx.ModelProto) -> list[np.ndarray]:
+    inits = {init.name: init for init in model.graph.initializer}
+    return [numpy_helper.to_array(inits[node.input[2]]) for node in model.graph.node
+            if node.op_type == "QuantizeLinear" and len(node.input) > 2 and node.input[2] in inits]
+
+
+def test_tensorrt_target_makes_symmetric_int8_activations():
+    from export.quantize import Target
+
+    calibration = {"x": np.random.default_rng(3).normal(size=(32, 4)).astype(np.float32)}
+    cpu = _zero_points(quantize_int8(dense_model(), calibration))
+    trt = _zero_points(quantize_int8(dense_model(), calibration, target=Target.tensorrt))
+    assert cpu and all(zp.dtype == np.uint8 for zp in cpu)
+    assert trt and all(zp.dtype == np.int8 and not zp.any() for zp in trt)  # S8S8: symmetric, zero point 0
+
+
+@pytest.mark.parametrize("method", ["entropy", "percentile"])
+def test_other_calibration_methods_quantize_too(method):
+    from export.quantize import CalibrationMethod
+
+    calibration = {"x": np.random.default_rng(4).normal(size=(64, 4)).astype(np.float32)}
+    quantized = quantize_int8(dense_model(), calibration, method=CalibrationMethod(method))
+    x = calibration["x"][:16]
+    assert (run(quantized, x).argmax(1) == run(dense_model(), x).argmax(1)).mean() >= 0.75
