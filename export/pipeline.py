@@ -207,6 +207,7 @@ class ExportResult:
     chosen: str
     reason: str
     out_dir: Path
+    digests: dict[str, str]  # variant -> manifest digest: what the version store matches a published folder by
 
 
 def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Callable[[str], None] = lambda _: None) -> ExportResult:
@@ -244,6 +245,7 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
     step("writing artifacts")
     inputs = example_inputs(source)
     labels = source.labels[: rows_of(inputs)] if source.labels is not None else None
+    digests = {}
     with atomic.staged_dir(out_dir) as staging:
         for j in judged:
             lineage = {
@@ -252,7 +254,7 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
                 "derived_from": PARENT[j.built.variant].value if PARENT[j.built.variant] else "source",
                 "details": j.built.details,
             }
-            write_artifact(
+            digests[j.built.variant.value] = write_artifact(
                 staging / j.built.variant.value,
                 onnx_bytes=j.built.model_bytes,
                 name=source.name,
@@ -260,5 +262,5 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
                 example_outputs=example_outputs(j.built.model_bytes, inputs),
                 example_labels=labels,
                 extra_files={VARIANT_FILE: (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()},
-            )
-    return ExportResult(judged, speeds, source.baseline_size(), chosen, reason, Path(out_dir))
+            ).digest
+    return ExportResult(judged, speeds, source.baseline_size(), chosen, reason, Path(out_dir), digests)

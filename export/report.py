@@ -25,6 +25,7 @@ class Row(BaseModel):
     status: Literal["baseline", "accepted", "rejected"]
     reason: str
     path: str | None
+    digest: str | None = None
     precision: str | None
     file_bytes: int
     gzip_bytes: int
@@ -54,6 +55,8 @@ class Chosen(BaseModel):
 class ExportReport(BaseModel):
     model: str
     source: dict
+    source_model: str | None  # the Keras file (the version store reads its training lineage from beside it)
+    data_fingerprint: str | None
     evaluation: dict
     calibration: dict
     budget: dict
@@ -78,10 +81,11 @@ def _size_fields(size: SizeStats) -> dict:
             "nonzero_parameters": size.nonzero_parameters}
 
 
-def _variant_row(judged: Judged, speed: SpeedStats, out_dir: Path) -> Row:
+def _variant_row(judged: Judged, speed: SpeedStats, out_dir: Path, digest: str) -> Row:
     quality = judged.quality
     return Row(
         name=judged.built.variant.value,
+        digest=digest,
         status="accepted" if judged.verdict.accepted else "rejected",
         reason=judged.verdict.reason,
         path=str(out_dir / judged.built.variant.value),
@@ -108,7 +112,8 @@ def _with_ratios(row: Row, fp32: Row | None) -> Row:
 
 def build_report(source: Source, config: ExportConfig, result: ExportResult, warnings: list[str]) -> ExportReport:
     """Turn a finished export into its report (figures, conditions and the choice)."""
-    rows = [_variant_row(j, result.speeds[j.built.variant.value], result.out_dir) for j in result.judged]
+    rows = [_variant_row(j, result.speeds[j.built.variant.value], result.out_dir, result.digests[j.built.variant.value])
+            for j in result.judged]
     baseline_quality_accuracy = result.judged[0].quality.reference_accuracy
     baseline = Row(
         name=source.baseline_name,
@@ -128,6 +133,8 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
     return ExportReport(
         model=source.name,
         source={"kind": source.kind, "description": source.description, "sha256": source.sha256},
+        source_model=str(source.keras_path) if source.keras_path else None,
+        data_fingerprint=source.splits.fingerprint() if source.splits is not None else None,
         evaluation={"rows": len(source.reference), "labelled": source.labels is not None, "note": source.evaluation_note},
         calibration={"rows": len(next(iter(source.calibration.values()))), "synthetic": source.calibration_synthetic,
                      "note": source.calibration_note, "method": config.calibration_method.value, "target": config.target.value},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -43,7 +43,7 @@ class Source:
     keras_model: object | None = None
     splits: object | None = None  # export.data.Splits: training rows for fine-tuning
     original_bytes: bytes | None = None  # the ONNX file as imported
-    notes: list[str] = field(default_factory=list)
+    keras_path: Path | None = None  # the trained Keras file: lineage finds its training config beside it
 
     @property
     def baseline_name(self) -> str:
@@ -114,6 +114,7 @@ def digits_source(model_path: Path, *, opset: int, calibration_rows: int) -> Sou
         reference=model.predict(splits.x_test, batch_size=256, verbose=0),
         keras_model=model,
         splits=splits,
+        keras_path=Path(model_path),
     )
 
 

@@ -1,6 +1,7 @@
 """Where a version came from: training config, data fingerprint, metrics, export variant, git commit, who and when.
 
-Lineage is read from the reports the export steps wrote (`reports/export.json`,
+Lineage is read from the reports the export steps wrote (`reports/export.json` from
+`export variants`/`import`, `reports/convert.json` from the demo's `export convert`,
 `reports/train.json`) and the `train-config.json` kept beside the Keras model. A report
 is only trusted for an artifact it provably describes (same digest, or for a variant
 entry without one, the same folder); otherwise the lineage says "unknown" and a note
@@ -25,6 +26,7 @@ from slipway.reports import read_report
 
 TRAIN_CONFIG_FILE = "train-config.json"  # written by export.train beside model.keras
 FOUNDATION_VARIANT = "fp32"  # `export convert` writes float32 ONNX without slimming
+EXPORT_REPORTS = ("export", "convert")  # the variants report first, then the single conversion's
 EXPORT_METRIC_KEYS = ("onnx_test_accuracy", "onnx_bytes", "opset", "parity")
 TRAIN_METRIC_KEYS = ("test_accuracy", "test_loss", "epochs_run", "best_epoch", "parameters", "train_seconds")
 
@@ -125,12 +127,20 @@ def gather(
 ) -> Lineage:
     """Collect lineage for the artifact whose manifest digest is `digest`."""
     result = Lineage()
-    report = read_report("export", reports_dir)
-    export, found_variant, variant_metrics = _match_export(report, Path(artifact_dir), digest)
+    found = [(name, read_report(name, reports_dir)) for name in EXPORT_REPORTS]
+    export, found_variant, variant_metrics = None, None, {}
+    for _, report in found:
+        export, found_variant, variant_metrics = _match_export(report, Path(artifact_dir), digest)
+        if export is not None:
+            break
     training, train_metrics = (None, {})
     if export is None:
-        path = Path(reports_dir or REPORTS_DIR) / "export.json"
-        why = f"no {path}" if report is None else f"{path} describes another artifact"
+        folder = Path(reports_dir or REPORTS_DIR)
+        existing = [str(folder / f"{name}.json") for name, report in found if report is not None]
+        if existing:
+            why = f"{' and '.join(existing)} {'describes' if len(existing) == 1 else 'describe'} another artifact"
+        else:
+            why = f"no {' or '.join(str(folder / f'{name}.json') for name in EXPORT_REPORTS)}"
         result.notes.append(f"{why}: training config, data fingerprint and export metrics are unknown for this version")
     else:
         training, train_metrics = _training(export, reports_dir)

@@ -182,3 +182,15 @@ def test_a_budget_no_variant_meets_writes_nothing(trained_model, tmp_path, repor
     assert [p.name for p in out.iterdir()] == ["previous-run.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
     assert ((reports / "export.json").read_bytes() if (reports / "export.json").exists() else None) == before
+
+
+def test_the_chosen_variant_publishes_with_its_lineage(variants_run, reports_env, tmp_path):
+    _, report, _ = variants_run
+    chosen = next(row for row in report["variants"] if row["name"] == report["chosen"]["name"])
+    result = run_module("export", "versions", "publish", chosen["path"], "--store", str(tmp_path / "store"), "--json", env=reports_env)
+    record = json.loads(result.stdout)
+    assert record["lineage"]["source"]["digest"] == chosen["digest"] and record["name"] == "digits"
+    assert record["lineage"]["variant"] == chosen["name"]
+    assert record["lineage"]["training"]["config"]["seed"] == 0
+    assert record["lineage"]["data_fingerprint"] == report["data_fingerprint"]
+    assert record["metrics"]["accuracy"] == pytest.approx(chosen["accuracy"])

@@ -25,7 +25,7 @@ def test_foundation_reports_give_config_fingerprint_and_metrics(tmp_path, artifa
     model_path, reports = write_training(tmp_path)
     artifact = artifact_factory(1.0)
     digest = read_manifest(artifact).digest
-    write_report("export", {"source_model": str(model_path), "artifact": str(artifact), "digest": digest, "opset": 17,
+    write_report("convert", {"source_model": str(model_path), "artifact": str(artifact), "digest": digest, "opset": 17,
                             "onnx_bytes": 101, "onnx_test_accuracy": 0.975, "data_fingerprint": "fp-123",
                             "parity": {"max_abs_diff": 1e-6, "identical_predictions": True}}, reports)
     found = gather(artifact, digest, reports_dir=reports, extra_metrics={"latency_p50_ms": 1.5})
@@ -65,4 +65,5 @@ def test_a_report_about_another_artifact_is_not_attached(tmp_path, artifact_fact
     assert found.metrics == {} and found.lineage["training"] is None and found.lineage["variant"] is None
     assert found.notes == [f"{reports / 'export.json'} describes another artifact: training config, data fingerprint "
                            "and export metrics are unknown for this version"]
-    assert f"no {tmp_path / 'empty' / 'export.json'}:" in gather(artifact, "x", reports_dir=tmp_path / "empty").notes[0]
+    empty = tmp_path / "empty"
+    assert f"no {empty / 'export.json'} or {empty / 'convert.json'}:" in gather(artifact, "x", reports_dir=empty).notes[0]
