@@ -16,6 +16,7 @@ from export.pipeline import PRECISION, ExportConfig, ExportResult, Judged
 from export.sources import Source
 from slipway import atomic
 from slipway.reports import write_report
+from wrappers.session import cpu_limit
 
 
 class Row(BaseModel):
@@ -114,15 +115,15 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
     """Turn a finished export into its report (figures, conditions and the choice)."""
     rows = [_variant_row(j, result.speeds[j.built.variant.value], result.out_dir, result.digests[j.built.variant.value])
             for j in result.judged]
-    baseline_quality_accuracy = result.judged[0].quality.reference_accuracy
+    reference_accuracy = result.judged[0].quality.reference_accuracy
     baseline = Row(
         name=source.baseline_name,
         status="baseline",
         reason="Keras model run as a compiled tf.function" if source.kind == "keras" else "the ONNX file as imported, in ONNX Runtime",
         path=None,
         precision="fp32",
-        accuracy=baseline_quality_accuracy,
-        accuracy_drop_points=0.0 if baseline_quality_accuracy is not None else None,
+        accuracy=reference_accuracy,
+        accuracy_drop_points=0.0 if reference_accuracy is not None else None,
         top1_agreement=1.0,
         max_abs_diff=0.0,
         **_size_fields(result.baseline_size),
@@ -140,8 +141,8 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
                      "note": source.calibration_note, "method": config.calibration_method.value, "target": config.target.value},
         budget={**config.budget.model_dump(), "basis": "accuracy drop" if source.labels is not None else "top-1 disagreement"},
         optimize_for=config.optimize_for,
-        measurement={"rounds": config.measure_rounds, "seconds_per_round": config.measure_seconds,
-                     "session": "wrappers.session defaults, CPUExecutionProvider", "interleaved": True},
+        measurement={"rounds": config.measure_rounds, "seconds_per_round": config.measure_seconds, "interleaved": True,
+                     "session": "wrappers.session defaults, CPUExecutionProvider", "cpu_limit": cpu_limit()},
         baseline=_with_ratios(baseline, fp32),
         variants=[_with_ratios(row, fp32) for row in rows],
         chosen=Chosen(name=result.chosen, path=chosen_row.path, reason=result.reason),
@@ -194,20 +195,23 @@ def plot(report: ExportReport, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     rows = [report.baseline, *report.variants]
     colours = {"baseline": "grey", "accepted": "tab:green", "rejected": "tab:red"}
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for row in rows:
+    for index, row in enumerate(rows):
         quality = row.accuracy if row.accuracy is not None else row.top1_agreement
         kind = "acc" if row.accuracy is not None else "agree"
         left.scatter(row.p50_latency_ms, row.file_bytes / 1024, s=70, color=colours[row.status], edgecolors="black")
+        # Variants often share a size (pruned = fp32 on disk): stagger the labels so they stay readable.
         left.annotate(f"{row.name} ({kind} {_pct(quality)})", (row.p50_latency_ms, row.file_bytes / 1024),
-                      textcoords="offset points", xytext=(6, 4), fontsize=8)
+                      textcoords="offset points", xytext=(7, 10 - 11 * (index % 4)), fontsize=8)
     left.set_xscale("log")
     left.set_yscale("log")
+    left.margins(x=0.15, y=0.2)  # room for the labels of the outermost points
     for axis in (left.xaxis, left.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axis.set_minor_formatter(NullFormatter())
         axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     left.set_xlabel(f"p50 latency at batch {rows[0].latency_batch} (ms, log)")
