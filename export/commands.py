@@ -17,7 +17,6 @@ from slipway.paths import BUILD_DIR
 VARIANTS_DIR = BUILD_DIR / "variants"
 PROFILES_DIR = BUILD_DIR / "profiles"
 KERAS_MODELS = ("digits", "mobilenetv2")
-DEFAULT_KERAS_MODEL = BUILD_DIR / "train" / "digits" / "model.keras"
 ALL_VARIANTS = "fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8"
 FLOAT_VARIANTS = "fp32,int8,fp16"
 

@@ -46,7 +46,6 @@ class SpeedStats:
     p95_latency_ms: float
     throughput_batch: int
     throughput: float
-    calls: int
 
 
 def gzip_size(data: bytes) -> int:
@@ -139,6 +138,5 @@ def measure_speed(
             p95_latency_ms=latency[min(len(latency) - 1, int(0.95 * len(latency)))] * 1e3,
             throughput_batch=throughput_rows,
             throughput=throughput_rows / statistics.median(samples[name, "throughput"]),
-            calls=len(latency) + len(samples[name, "throughput"]),
         )
     return results

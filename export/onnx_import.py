@@ -17,10 +17,10 @@ import numpy as np
 import onnx
 
 from export.measure import Feeds
+from export.optimize import STANDARD_DOMAINS
 from export.sources import Source, sha256_bytes
 
 MIN_OPSET = 13  # per-channel int8 QuantizeLinear/DequantizeLinear need opset 13
-STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 SYNTHETIC_ROWS = 64
 HELD_OUT_SHARE = 0.2
 LABELS_KEY = "labels"

@@ -84,7 +84,7 @@ def test_pruned_is_sparse_and_slim_is_half_as_wide(variants_run):
     _, report, _ = variants_run
     rows = {row["name"]: row for row in report["variants"]}
     fp32 = rows["fp32"]
-    assert fp32["parameters"] == fp32["nonzero_parameters"] == 151_306
+    assert fp32["parameters"] == 151_306 and fp32["nonzero_parameters"] >= 151_306 - 10  # a bias never updated stays 0
     # 75% of every kernel is zero; biases (234) stay: same file, far smaller gzip
     assert rows["pruned"]["nonzero_parameters"] <= 0.26 * fp32["parameters"] + 234
     assert rows["pruned"]["gzip_bytes"] < 0.5 * fp32["gzip_bytes"]
