@@ -27,18 +27,12 @@ def torch_export(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def torch_reports(reports_env, tmp_path_factory) -> dict:
-    """Reports of the import go to their own folder: `reports/export.json` there is the import's."""
-    return {**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path_factory.mktemp("torch-reports"))}
-
-
-@pytest.fixture(scope="module")
-def imported(torch_export, torch_reports, tmp_path_factory):
+def imported(torch_export, module_reports_env, tmp_path_factory):
     out = tmp_path_factory.mktemp("imported") / "torch-digits"
     run_module("export", "import", str(torch_export / "model.onnx"), "--name", "torch-digits",
                "--calibration", str(torch_export / "calibration.npz"), "--labels", str(torch_export / "labelled.npz"),
-               "--out", str(out), "--measure-rounds", "1", "--measure-seconds", "0.02", env=torch_reports)
-    report = json.loads((Path(torch_reports["SLIPWAY_REPORTS_DIR"]) / "export.json").read_text())
+               "--out", str(out), "--measure-rounds", "1", "--measure-seconds", "0.02", env=module_reports_env)
+    report = json.loads((Path(module_reports_env["SLIPWAY_REPORTS_DIR"]) / "export.json").read_text())
     return out, ExportReport.model_validate(report)
 
 
@@ -103,11 +97,11 @@ def test_served_int8_model_agrees_with_pytorch_over_rest_and_grpc(imported, torc
     assert (rest.argmax(1) == torch_answers).mean() >= 0.95
 
 
-def test_imported_variants_publish_to_the_store_like_keras_ones(imported, torch_reports, tmp_path):
+def test_imported_variants_publish_to_the_store_like_keras_ones(imported, module_reports_env, tmp_path):
     out, report = imported
     int8 = next(row for row in report.variants if row.name == "int8")
     result = run_module("export", "versions", "publish", str(out / "int8"), "--store", str(tmp_path / "store"), "--json",
-                        env=torch_reports)
+                        env=module_reports_env)
     record = json.loads(result.stdout)
     assert record["name"] == "torch-digits" and record["lineage"]["source"]["digest"] == int8.digest
     assert record["lineage"]["variant"] == "int8" and record["metrics"]["accuracy"] == pytest.approx(int8.accuracy)

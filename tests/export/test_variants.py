@@ -21,22 +21,16 @@ QUICK = ["--measure-rounds", "1", "--measure-seconds", "0.02"]
 
 
 @pytest.fixture(scope="module")
-def variants_env(reports_env, tmp_path_factory) -> dict:
-    """This module's own reports folder: its `export.json` must not surprise other suites reading the session's."""
-    return {**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path_factory.mktemp("variants-reports"))}
-
-
-@pytest.fixture(scope="module")
-def variants_run(tmp_path_factory, trained_model, variants_env):
+def variants_run(tmp_path_factory, trained_model, module_reports_env):
     """One full export run (short fine-tunes, short timing): the artifacts folder and the report."""
     out = tmp_path_factory.mktemp("variants") / "digits"
     result = run_module("export", "variants", "digits", "--keras-model", str(trained_model), "--out", str(out),
-                        "--fine-tune-epochs", "4", *QUICK, env=variants_env)
-    report = json.loads((Path(variants_env["SLIPWAY_REPORTS_DIR"]) / "export.json").read_text())
+                        "--fine-tune-epochs", "4", *QUICK, env=module_reports_env)
+    report = json.loads((Path(module_reports_env["SLIPWAY_REPORTS_DIR"]) / "export.json").read_text())
     return out, report, result
 
 
-def test_report_follows_its_schema_and_names_every_variant(variants_run, variants_env):
+def test_report_follows_its_schema_and_names_every_variant(variants_run, module_reports_env):
     out, report, _ = variants_run
     parsed = ExportReport.model_validate(report)
     assert [row.name for row in parsed.variants] == ALL
@@ -45,7 +39,7 @@ def test_report_follows_its_schema_and_names_every_variant(variants_run, variant
         assert row.file_bytes > 0 and row.gzip_bytes > 0 and row.parameters > 0
         assert row.p50_latency_ms > 0 and row.throughput > 0 and row.latency_batch == 1 and row.throughput_batch == 32
         assert row.accuracy is not None and row.accuracy_drop_points is not None
-    reports = Path(variants_env["SLIPWAY_REPORTS_DIR"])
+    reports = Path(module_reports_env["SLIPWAY_REPORTS_DIR"])
     assert "| int8 |" in (reports / "export.md").read_text()
     assert (reports / "export.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -124,13 +118,13 @@ def test_an_int8_variant_serves_over_rest_and_grpc(variants_run):
             assert result.predictions_match and result.rows == 32
 
 
-def test_profile_lists_operators_and_keeps_a_perfetto_trace(variants_run, variants_env, tmp_path):
+def test_profile_lists_operators_and_keeps_a_perfetto_trace(variants_run, module_reports_env, tmp_path):
     out, _, _ = variants_run
     trace = tmp_path / "trace.json"
-    result = run_module("export", "profile", str(out / "int8"), "--runs", "20", "--batch-size", "4", "--trace", str(trace), env=variants_env)
+    result = run_module("export", "profile", str(out / "int8"), "--runs", "20", "--batch-size", "4", "--trace", str(trace), env=module_reports_env)
     events = json.loads(trace.read_text())
     assert any(event.get("cat") == "Node" for event in events)
-    report = json.loads((Path(variants_env["SLIPWAY_REPORTS_DIR"]) / "profile.json").read_text())
+    report = json.loads((Path(module_reports_env["SLIPWAY_REPORTS_DIR"]) / "profile.json").read_text())
     assert report["operators"][0]["op_type"] in result.stdout + result.stderr
     assert sum(op["share"] for op in report["operators"]) == pytest.approx(1.0)
     assert any("Conv" in op["op_type"] for op in report["operators"]) and report["operators"][0]["calls"] >= 20
@@ -153,15 +147,15 @@ def _fails(args: list[str], env: dict, out: Path, expected: str):
     return result
 
 
-def test_missing_and_corrupt_models_are_refused(tmp_path, variants_env):
-    _fails(["variants", "digits", "--keras-model", str(tmp_path / "none.keras")], variants_env, tmp_path / "o1", "no trained model at")
+def test_missing_and_corrupt_models_are_refused(tmp_path, module_reports_env):
+    _fails(["variants", "digits", "--keras-model", str(tmp_path / "none.keras")], module_reports_env, tmp_path / "o1", "no trained model at")
     corrupt = tmp_path / "corrupt.keras"
     corrupt.write_bytes(np.random.default_rng(0).bytes(4096))
-    _fails(["variants", "digits", "--keras-model", str(corrupt)], variants_env, tmp_path / "o2", "is not one")
+    _fails(["variants", "digits", "--keras-model", str(corrupt)], module_reports_env, tmp_path / "o2", "is not one")
     not_a_model = tmp_path / "zipped.keras"  # a zip archive, but not of a Keras model: Keras itself refuses it
     with zipfile.ZipFile(not_a_model, "w") as archive:
         archive.writestr("notes.txt", "hello")
-    _fails(["variants", "digits", "--keras-model", str(not_a_model)], variants_env, tmp_path / "o3", "cannot read")
+    _fails(["variants", "digits", "--keras-model", str(not_a_model)], module_reports_env, tmp_path / "o3", "cannot read")
     assert not any((tmp_path / name).exists() for name in ("o1", "o2", "o3"))
 
 
@@ -170,30 +164,30 @@ def test_missing_and_corrupt_models_are_refused(tmp_path, variants_env):
     (["--accuracy-budget", "-1"], "invalid export options: budget.accuracy_points"),
     (["--sparsity", "1.5"], "invalid export options: sparsity"),
 ])
-def test_bad_options_are_refused_before_any_work(args, expected, trained_model, tmp_path, variants_env):
-    _fails(["variants", "digits", "--keras-model", str(trained_model), *args], variants_env, tmp_path / "out", expected)
+def test_bad_options_are_refused_before_any_work(args, expected, trained_model, tmp_path, module_reports_env):
+    _fails(["variants", "digits", "--keras-model", str(trained_model), *args], module_reports_env, tmp_path / "out", expected)
     assert not (tmp_path / "out").exists()
 
 
-def test_a_budget_no_variant_meets_writes_nothing(trained_model, tmp_path, variants_env):
+def test_a_budget_no_variant_meets_writes_nothing(trained_model, tmp_path, module_reports_env):
     out = tmp_path / "variants"
     out.mkdir()
     (out / "previous-run.txt").write_text("kept")
-    reports = Path(variants_env["SLIPWAY_REPORTS_DIR"])
+    reports = Path(module_reports_env["SLIPWAY_REPORTS_DIR"])
     before = (reports / "export.json").read_bytes() if (reports / "export.json").exists() else None
     # fp16 can never reproduce fp32 probabilities exactly: a zero tolerance rejects it for sure
     result = _fails(["variants", "digits", "--keras-model", str(trained_model), "--variants", "fp16", "--fp16-tolerance", "0", *QUICK],
-                    variants_env, out, "no variant of digits is within budget")
+                    module_reports_env, out, "no variant of digits is within budget")
     assert "fp16: max abs diff" in result.stderr
     assert [p.name for p in out.iterdir()] == ["previous-run.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
     assert ((reports / "export.json").read_bytes() if (reports / "export.json").exists() else None) == before
 
 
-def test_the_chosen_variant_publishes_with_its_lineage(variants_run, variants_env, tmp_path):
+def test_the_chosen_variant_publishes_with_its_lineage(variants_run, module_reports_env, tmp_path):
     _, report, _ = variants_run
     chosen = next(row for row in report["variants"] if row["name"] == report["chosen"]["name"])
-    result = run_module("export", "versions", "publish", chosen["path"], "--store", str(tmp_path / "store"), "--json", env=variants_env)
+    result = run_module("export", "versions", "publish", chosen["path"], "--store", str(tmp_path / "store"), "--json", env=module_reports_env)
     record = json.loads(result.stdout)
     assert record["lineage"]["source"]["digest"] == chosen["digest"] and record["name"] == "digits"
     assert record["lineage"]["variant"] == chosen["name"]
