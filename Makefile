@@ -22,7 +22,7 @@ PYTEST_ARGS  ?=
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean
+.PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean bench bench-gpu
 .PHONY: export import profile bench-export
 
 # export variants, import, profile, bench-export
@@ -205,6 +205,18 @@ rollback: setup ## move TAG of MODEL_NAME back to its previous version, then red
 
 gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; never one a tag needs
 	$(PY) -m export versions gc --keep $(KEEP) --store $(STORE)
+
+# --- wrappers: serving benchmarks (issue 4) ---------------------------------------------
+BENCH_ARGS     ?=
+BENCH_GPU_ARGS ?=
+
+bench: setup ## raw ONNX Runtime vs a plain MLServer runtime vs ours, digits + MobileNetV2 (reports/bench.json, README table)
+	flock $(BENCH_LOCK) $(PY) -m wrappers bench $(BENCH_ARGS)
+
+bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBinding, batch 1/32 (reports/gpu.json)
+	@if command -v nvidia-smi >/dev/null; then $(MAKE) setup GPU=1; \
+	 else echo "no nvidia-smi here: measuring the CPU rows only, with the installed onnxruntime"; $(MAKE) setup; fi
+	flock $(BENCH_LOCK) $(PY) -m wrappers bench-gpu $(BENCH_GPU_ARGS)
 
 clean: ## remove build outputs and reports (keeps .venv)
 	rm -rf build reports .pytest_cache

@@ -1,14 +1,91 @@
-"""`python -m wrappers serve`: serve an artifact folder with MLServer in the foreground."""
+"""`python -m wrappers`: serve an artifact folder with MLServer, or benchmark the runtime."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slipway.cli import UserError, exit_with
-from slipway.paths import DEMO_ARTIFACT_DIR
+from slipway import atomic
+from slipway.cli import UserError, console, exit_with
+from slipway.paths import DEMO_ARTIFACT_DIR, PROJECT_ROOT
 from wrappers.server import ServerError, serve_foreground
+
+README = PROJECT_ROOT / "README.md"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        serve_foreground(
+            args.model_dir, host=args.host, http_port=args.http_port,
+            grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+        )
+    except ServerError as err:
+        raise UserError(str(err)) from err
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from slipway.paths import REPORTS_DIR
+    from slipway.reports import write_report
+    from wrappers.bench.models import MODELS
+    from wrappers.bench.report import markdown, plot, replace_readme_section
+    from wrappers.bench.run import BenchConfig, run_bench
+
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        raise UserError(f"unknown models {unknown}: choose from {sorted(MODELS)}")
+    if args.seconds <= 0:
+        raise UserError("--seconds must be positive")
+    if args.rounds < 1:
+        raise UserError("--rounds must be at least 1")
+    payload = run_bench(BenchConfig(models=args.models, seconds=args.seconds, rounds=args.rounds))
+    path = write_report("bench", payload)
+    plot(payload, REPORTS_DIR / "bench.png")
+    table = markdown({**payload, "created_at": time.strftime("%Y-%m-%d")}, "Serving throughput")
+    atomic.write_text(REPORTS_DIR / "bench.md", table)
+    if args.update_readme and replace_readme_section(README, "bench", table):
+        console.print(f"README benchmark table updated from {path}")
+    for figure in payload["figures"]:
+        mark = "[green]met[/]" if figure["met"] else "[red]not met[/]"
+        console.print(f"{figure['figure']}: {figure['value']:.2f} (target {figure['target']}) {mark}")
+    console.print(f"report {path}, plot {REPORTS_DIR / 'bench.png'}")
+    return 0
+
+
+def cmd_bench_gpu(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from slipway.paths import REPORTS_DIR
+    from slipway.reports import write_report
+    from wrappers.bench.gpu import PRECISIONS, PROVIDERS, GpuBenchConfig, markdown, plot, run_gpu_bench
+    from wrappers.bench.models import BENCH_DIR, mobilenet_model
+    from wrappers.artifact import sha256_file
+    from wrappers.bench.report import replace_readme_section
+
+    if args.seconds <= 0 or any(batch < 1 for batch in args.batch_sizes):
+        raise UserError("--seconds and --batch-sizes must be positive")
+    model = args.model or mobilenet_model().onnx_path
+    if not Path(model).is_file():
+        raise UserError(f"no ONNX model at {model}: pass --model FILE")
+    work_dir = BENCH_DIR / "gpu" / sha256_file(Path(model))[:12]  # fp16/int8 graphs and engines of this model
+    config = GpuBenchConfig(model=Path(model), work_dir=work_dir, batch_sizes=tuple(args.batch_sizes),
+                            seconds=args.seconds)
+    with Progress() as progress:
+        task = progress.add_task("bench-gpu", total=len(PROVIDERS) * len(PRECISIONS) * 2 * len(config.batch_sizes))
+        payload = run_gpu_bench(config, on_step=lambda steps: progress.advance(task, steps))
+    path = write_report("gpu", payload)
+    plot(payload, REPORTS_DIR / "gpu.png")
+    table = markdown(payload)
+    atomic.write_text(REPORTS_DIR / "gpu.md", table)
+    if args.update_readme and replace_readme_section(README, "gpu", table):
+        console.print("README GPU table updated")
+    if payload["gpu"] is None:
+        console.print("[yellow]no GPU here: only the CPU rows were measured; run `make bench-gpu` on a GPU machine "
+                      "(make setup GPU=1) for CUDA and TensorRT[/]")
+    console.print(f"report {path}, plot {REPORTS_DIR / 'gpu.png'}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,15 +97,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--http-port", type=int, default=8080)
     serve.add_argument("--grpc-port", type=int, default=8081)
     serve.add_argument("--metrics-port", type=int, default=8082)
+    serve.set_defaults(func=cmd_serve)
+
+    bench = commands.add_parser(
+        "bench", help="raw ONNX Runtime vs a plain MLServer runtime vs the wrappers runtime (reports/bench.json)"
+    )
+    bench.add_argument("--models", nargs="+", default=["digits", "mobilenetv2"], help="models to measure")
+    bench.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round of a point (default 3)")
+    bench.add_argument("--rounds", type=int, default=3,
+                       help="rounds per point, alternating the runtimes; the median round counts (default 3)")
+    bench.add_argument("--no-readme", dest="update_readme", action="store_false",
+                       help="do not rewrite the README's benchmark table")
+    bench.set_defaults(func=cmd_bench)
+
+    gpu = commands.add_parser(
+        "bench-gpu", help="CPU vs CUDA vs TensorRT, fp32/fp16/int8, with/without IOBinding (reports/gpu.json)"
+    )
+    gpu.add_argument("--model", type=Path, help="fp32 ONNX model (default: MobileNetV2, built if needed)")
+    gpu.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
+    gpu.add_argument("--seconds", type=float, default=2.0, help="measured seconds per row (default 2)")
+    gpu.add_argument("--no-readme", dest="update_readme", action="store_false",
+                     help="do not rewrite the README's GPU table")
+    gpu.set_defaults(func=cmd_bench_gpu)
     args = parser.parse_args(argv)
-    try:
-        serve_foreground(
-            args.model_dir, host=args.host, http_port=args.http_port,
-            grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-        )
-    except ServerError as err:
-        raise UserError(str(err)) from err
-    return 0
+    return args.func(args)
 
 
 if __name__ == "__main__":

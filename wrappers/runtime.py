@@ -4,29 +4,44 @@ Point a `model-settings.json` at it with
 `"implementation": "wrappers.runtime.OnnxRuntime"` and `"parameters": {"uri": "./model.onnx"}`.
 The inputs and outputs it advertises come from the graph itself; requests are checked
 against them and refused with HTTP 400 (gRPC INVALID_ARGUMENT) naming what was expected.
+
+Where the time goes, and what this runtime does about it:
+- decoding: raw gRPC contents become NumPy views (`wrappers.grpc_raw`), JSON lists become
+  arrays in one call (`wrappers.tensors`), never Python lists of floats;
+- inference: on dedicated threads, merging requests that queued behind a run
+  (`wrappers.batching`), so the event loop keeps serving; tiny models run inline instead;
+- pre/post-processing: on a separate CPU pool, overlapped with inference.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from mlserver import MLModel
-from mlserver.codecs import NumpyCodec
 from mlserver.errors import InferenceError, MLServerError
-from mlserver.types import InferenceRequest, InferenceResponse, MetadataTensor, RequestInput
+from mlserver.types import InferenceRequest, InferenceResponse, MetadataTensor, RequestInput, ResponseOutput, TensorData
 from mlserver.utils import get_model_uri
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
+from wrappers import grpc_raw
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
-from wrappers.session import V2_TO_NUMPY, TensorSpec, create_session, describe
-from wrappers.settings import SettingsError, parse_runtime_settings
+from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, run_in_fixed_batches
+from wrappers.metrics import ModelMetrics
+from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
+from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options
+from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
+from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, from_json
 
 logger = logging.getLogger(__name__)
 
 WELLKNOWN_MODEL_FILES = ["model.onnx"]
+_FLOAT_KINDS = "f"
 
 
 class ModelLoadError(MLServerError):
@@ -37,68 +52,220 @@ class ModelLoadError(MLServerError):
 
 
 class OnnxRuntime(MLModel):
-    """Serve one ONNX graph; inference runs on a worker thread so the event loop keeps serving."""
+    """Serve one ONNX graph: checked inputs, merged runs, optional CPU stages, metrics."""
 
     async def load(self) -> bool:
+        _log_through_mlserver()
         extra = self.settings.parameters.extra if self.settings.parameters else None
         try:
-            self._runtime_settings = parse_runtime_settings(extra)
+            self._config: RuntimeSettings = parse_runtime_settings(extra)
         except SettingsError as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
         model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
-        folder = model_path.parent
+        self._verify(model_path.parent)
+        session = create_session(model_path, self._config)
+        self._runner = SessionRunner(session, io_binding=self._config.io_binding)
+        self._graph_inputs, graph_outputs = describe(session)
+        self._graph_output_names = [spec.name for spec in graph_outputs]
+        # MLServer's adaptive batching (max_batch_size/max_batch_time) wraps predict before load().
+        self._mlserver_batching = getattr(self, "__adaptive_batching__", None) is not None
+        try:
+            batching = self._mlserver_batching or self._config.max_batch_rows > 1
+            self._fixed_rows = fixed_batch_rows(self._graph_inputs, graph_outputs) if batching else None
+            self._configure_stages(self._graph_inputs, graph_outputs, model_path.parent)
+        except (BatchingConfigError, ProcessingConfigError) as err:
+            raise ModelLoadError(f"model {self.name}: {err}") from err
+        self._advertise(graph_outputs)
+        self._start_workers()
+        self._warm_up()
+        if self._config.intra_op_threads is None and self._runs_inline(1) and session_options(self._config).intra_op_num_threads > 1:
+            # Inline runs happen on the event loop thread: extra intra-op threads only add hand-offs.
+            logger.info("%s runs inline (under %s ms): using one intra-op thread", self.name, self._config.inline_below_ms)
+            self._config = self._config.model_copy(update={"intra_op_threads": 1})
+            self._runner = SessionRunner(create_session(model_path, self._config), io_binding=self._config.io_binding)
+            self._warm_up()
+        if self._mlserver_batching:
+            self._check_before_mlserver_batching()
+        if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
+            grpc_raw.enable(self.name)
+        logger.info(
+            "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d rows%s",
+            self.name,
+            self.version,
+            self._runner.session.get_providers(),
+            " and IOBinding" if self._runner.uses_io_binding else "",
+            [(s.name, s.datatype, s.shape) for s in self._input_specs],
+            [(s.name, s.datatype, s.shape) for s in self._output_specs],
+            self._config.inference_threads,
+            self._config.max_batch_rows,
+            " (under MLServer's adaptive batching)" if self._mlserver_batching else "",
+        )
+        return True
+
+    def _advertise(self, graph_outputs: list[TensorSpec]) -> None:
+        """The inputs and outputs clients see: the graph's, as pre/post-processing and batching change them."""
+        self._input_specs = [
+            _batchable(spec, self._fixed_rows) for spec in self._graph_inputs if spec.name != self._image_input
+        ]
+        if self._preprocessor is not None:
+            self._input_specs.insert(0, TensorSpec(self._image_input, BYTES, (DYNAMIC,)))
+        self._output_specs = [
+            _batchable(spec, self._fixed_rows) for spec in graph_outputs if spec.name != self._scores_output
+        ]
+        if self._topk is not None:
+            k = self._config.postprocess.k
+            self._output_specs += [
+                TensorSpec(LABELS_OUTPUT, BYTES, (DYNAMIC, k)),
+                TensorSpec(SCORES_OUTPUT, "FP32", (DYNAMIC, k)),
+            ]
+        self._inputs_by_name = {spec.name: spec for spec in self._input_specs}
+        self._datatypes = {spec.name: spec.datatype for spec in self._output_specs}
+        self.inputs = [_metadata(spec) for spec in self._input_specs]
+        self.outputs = [_metadata(spec) for spec in self._output_specs]
+
+    def _start_workers(self) -> None:
+        """The inference threads (behind the batcher), the CPU pool for pre/post-processing, the metrics."""
+        self._metrics = ModelMetrics.for_model(self.name, self.version)
+        self._inference_thread = ThreadPoolExecutor(
+            max_workers=self._config.inference_threads, thread_name_prefix=f"ort-{self.name}"
+        )
+        workers = self._config.cpu_workers or max(1, int(cpu_limit()))
+        self._cpu_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"cpu-{self.name}")
+        self._batcher = RowBatcher(
+            self._run_rows,
+            self._inference_thread,
+            max_rows=self._config.max_batch_rows,
+            max_runs=self._config.inference_threads,
+            on_run=self._observe_run,
+        )
+
+    def _verify(self, folder: Path) -> None:
+        """Refuse a folder that does not match its manifest, or not the digest a deployment pins."""
         try:
             pinned = pinned_digest(self.name, self.version)
         except ArtifactError as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
-        if self._runtime_settings.verify_manifest or pinned:
-            if not (folder / MANIFEST_NAME).is_file():
-                raise ModelLoadError(
-                    f"model {self.name}: {folder} has no {MANIFEST_NAME}; publish it with `python -m export` "
-                    "or set parameters.extra.verify_manifest=false to serve an unverified model"
-                )
+        if not (self._config.verify_manifest or pinned):
+            return
+        if not (folder / MANIFEST_NAME).is_file():
+            raise ModelLoadError(
+                f"model {self.name}: {folder} has no {MANIFEST_NAME}; publish it with `python -m export` "
+                "or set parameters.extra.verify_manifest=false to serve an unverified model"
+            )
+        try:
+            verify_artifact(folder, expected_digest=pinned)
+        except ArtifactError as err:
+            raise ModelLoadError(f"model {self.name}: refusing to load: {err}") from err
+
+    def _configure_stages(self, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec], folder: Path) -> None:
+        self._preprocessor = self._topk = None
+        self._image_input = self._scores_output = None
+        if self._config.preprocess is not None:
+            spec = _pick(graph_inputs, self._config.preprocess.input, "preprocess.input", "input")
+            self._preprocessor = ImagePreprocessor(self._config.preprocess, spec)
+            self._image_input = spec.name
+        if self._config.postprocess is not None:
+            spec = _pick(graph_outputs, self._config.postprocess.output, "postprocess.output", "output")
+            clash = {LABELS_OUTPUT, SCORES_OUTPUT} & {s.name for s in graph_outputs if s.name != spec.name}
+            if clash:
+                raise ProcessingConfigError(f"postprocess: the graph already has outputs named {sorted(clash)}")
+            self._topk = TopK(self._config.postprocess, spec, folder)
+            self._scores_output = spec.name
+
+    def _warm_up(self) -> None:
+        """Run the session at the expected batch sizes before reporting ready: first runs are slow.
+
+        The fastest warm-up run also tells how long a row takes, which decides whether small
+        requests run inline on the event loop (see `inline_below_ms`).
+        """
+        self._seconds_per_row = None
+        sizes = [self._fixed_rows] if self._fixed_rows else self._config.warmup_batch_sizes
+        for rows in sizes if self._config.warmup_runs else []:
+            feeds = {spec.name: _zeros(spec, rows) for spec in self._graph_inputs}
+            timings = []
             try:
-                verify_artifact(folder, expected_digest=pinned)
-            except ArtifactError as err:
-                raise ModelLoadError(f"model {self.name}: refusing to load: {err}") from err
-        self._session = create_session(model_path, self._runtime_settings)
-        self._input_specs, self._output_specs = describe(self._session)
-        self._inputs_by_name = {spec.name: spec for spec in self._input_specs}
-        self._output_names = [spec.name for spec in self._output_specs]
-        self.inputs = [_metadata(spec) for spec in self._input_specs]
-        self.outputs = [_metadata(spec) for spec in self._output_specs]
-        # One inference at a time per session: ONNX Runtime parallelises inside the call,
-        # and a second concurrent run would only fight the first for the same cores.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ort-{self.name}")
-        logger.info(
-            "loaded %s (version %s): inputs %s, outputs %s",
-            self.name,
-            self.version,
-            [(s.name, s.datatype, s.shape) for s in self._input_specs],
-            [(s.name, s.datatype, s.shape) for s in self._output_specs],
-        )
-        return True
+                for _ in range(self._config.warmup_runs + 1):  # the first run is the slow one; time the rest
+                    started = time.perf_counter()
+                    self._runner.run(self._graph_output_names, feeds)
+                    timings.append(time.perf_counter() - started)
+            except Exception as err:
+                raise ModelLoadError(
+                    f"model {self.name}: warm-up at batch size {rows} failed ({err}); set "
+                    "parameters.extra.warmup_batch_sizes to sizes the graph accepts, or warmup_runs to 0"
+                ) from err
+            per_row = min(timings[1:]) / rows  # the largest per-row time decides: inline must stay cheap
+            self._seconds_per_row = max(per_row, self._seconds_per_row or 0.0)
+            logger.info("warmed up %s at batch size %d: %.3f ms per run", self.name, rows, 1000 * min(timings[1:]))
+
+    def _runs_inline(self, rows: int) -> bool:
+        """Tiny runs go on the event loop: the hop to a thread and back would cost more than they do."""
+        if self._seconds_per_row is None or self._runner.device != "cpu":
+            return False
+        return 1000 * self._seconds_per_row * rows < self._config.inline_below_ms
+
+    def _run_inline(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
+        started = time.perf_counter()
+        outputs = self._run_rows(feeds, rows)
+        self._observe_run(BatchStats(rows, time.perf_counter() - started, [0.0]))
+        return outputs
+
+    def _check_before_mlserver_batching(self) -> None:
+        """Check each request before MLServer merges it: a bad one must not fail its neighbours."""
+        batched_predict = self.predict
+
+        async def predict(payload: InferenceRequest) -> InferenceResponse:
+            for request_input in self._checked_inputs(payload):
+                array = self._decode(request_input)
+                request_input.data = TensorData.model_construct(root=array.reshape(-1))
+            return await batched_predict(payload)
+
+        self.predict = predict
 
     async def unload(self) -> bool:
-        executor = getattr(self, "_executor", None)  # MLServer also unloads a model whose load failed
-        if executor is not None:
-            executor.shutdown(wait=True)
+        grpc_raw.disable(self.name)
+        if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
+            self._batcher.close()
+        for pool in (getattr(self, "_inference_thread", None), getattr(self, "_cpu_pool", None)):
+            if pool is not None:
+                pool.shutdown(wait=True)
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        feeds = self._feeds(payload)
+        request_inputs = self._checked_inputs(payload)
         wanted = self._requested_outputs(payload)
+        arrays = {request_input.name: self._decode(request_input) for request_input in request_inputs}
         loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self._executor, self._session.run, wanted, feeds)
-        return InferenceResponse(
+        if self._preprocessor is not None:
+            arrays[self._image_input] = await loop.run_in_executor(self._cpu_pool, self._preprocess, arrays[self._image_input])
+        rows = _rows(arrays)
+        graph_outputs = self._graph_outputs_for(wanted)
+        try:
+            if self._runs_inline(rows):
+                outputs = self._run_inline(arrays, rows)
+            else:
+                outputs = await self._batcher.submit(arrays, rows)
+        except InvalidArgument as err:  # shapes the metadata allows but the graph does not (e.g. a Reshape)
+            raise InferenceError(f"model {self.name} cannot run this input: {err}") from err
+        results = dict(zip(self._graph_output_names, outputs))
+        if self._topk is not None and self._scores_output in graph_outputs:
+            labels, scores = await loop.run_in_executor(self._cpu_pool, self._postprocess, results[self._scores_output])
+            results.update({LABELS_OUTPUT: labels, SCORES_OUTPUT: scores})
+        as_arrays = not self._mlserver_batching and any(
+            isinstance(request_input.data.root, np.ndarray) for request_input in request_inputs
+        )
+        return InferenceResponse.model_construct(  # every field built here is already valid
             model_name=self.name,
             model_version=self.version,
             id=payload.id,
-            outputs=[NumpyCodec.encode_output(name, result) for name, result in zip(wanted, results)],
+            outputs=[_encode(name, results[name], self._datatypes[name], as_arrays) for name in wanted],
         )
 
-    def _feeds(self, payload: InferenceRequest) -> dict[str, np.ndarray]:
+    # -- checking and decoding ---------------------------------------------------------------
+
+    def _checked_inputs(self, payload: InferenceRequest) -> list[RequestInput]:
         names = [request_input.name for request_input in payload.inputs]
+        if len(names) == len(self._inputs_by_name) and set(names) == self._inputs_by_name.keys():
+            return payload.inputs
         expected = sorted(self._inputs_by_name)
         unknown = sorted(set(names) - set(expected))
         missing = sorted(set(expected) - set(names))
@@ -107,7 +274,7 @@ class OnnxRuntime(MLModel):
                 f"model {self.name} takes inputs {expected}, got {names}: "
                 f"send each of {expected} exactly once" + (f" (unknown: {unknown})" if unknown else "")
             )
-        return {request_input.name: self._decode(request_input) for request_input in payload.inputs}
+        return payload.inputs
 
     def _decode(self, request_input: RequestInput) -> np.ndarray:
         spec = self._inputs_by_name[request_input.name]
@@ -118,23 +285,132 @@ class OnnxRuntime(MLModel):
         shape = tuple(request_input.shape)
         if not spec.accepts_shape(shape):
             raise InferenceError(f"input {spec.name!r} must have shape {_shape_text(spec.shape)}, got {list(shape)}")
-        try:
-            array = NumpyCodec.decode_input(request_input)
-        except (ValueError, TypeError) as err:
+        row_limit = self._config.max_request_rows * (self.settings.max_batch_size if self._mlserver_batching else 1)
+        if shape and shape[0] > row_limit:
             raise InferenceError(
-                f"input {spec.name!r}: its data does not fill shape {list(shape)} "
-                f"({int(np.prod(shape))} {spec.datatype} values expected): {err}"
-            ) from err
-        return np.ascontiguousarray(array, dtype=V2_TO_NUMPY[spec.datatype])
+                f"input {spec.name!r} has {shape[0]} rows, over this model's limit of {row_limit}; "
+                "split the request (or raise parameters.extra.max_request_rows)"
+            )
+        data = request_input.data.root if isinstance(request_input.data, TensorData) else request_input.data
+        try:
+            if isinstance(data, np.ndarray):  # the raw gRPC path: already a checked view
+                flat = data
+            elif isinstance(data, list) and data and isinstance(data[0], np.ndarray):  # merged by MLServer
+                flat = np.concatenate(data)
+            else:
+                flat = from_json(data, spec.datatype, list(shape), spec.name)
+            if flat.size != element_count(shape, spec.name):  # merged arrays: each was checked, their sum not yet
+                raise TensorError(f"input {spec.name!r}: data holds {flat.size} values, which does not fill shape "
+                                  f"{list(shape)} exactly ({element_count(shape, spec.name)} needed)")
+        except TensorError as err:
+            raise InferenceError(str(err)) from err
+        if self._config.reject_non_finite and flat.dtype.kind in _FLOAT_KINDS and not np.isfinite(flat).all():
+            raise InferenceError(
+                f"input {spec.name!r} holds NaN or infinite values; send finite numbers "
+                "(or set parameters.extra.reject_non_finite=false)"
+            )
+        return flat.reshape(shape)
 
     def _requested_outputs(self, payload: InferenceRequest) -> list[str]:
+        names = [spec.name for spec in self._output_specs]
         if not payload.outputs:
-            return self._output_names
+            return names
         wanted = [output.name for output in payload.outputs]
-        unknown = sorted(set(wanted) - set(self._output_names))
+        unknown = sorted(set(wanted) - set(names))
         if unknown:
-            raise InferenceError(f"model {self.name} has outputs {self._output_names}; unknown outputs requested: {unknown}")
+            raise InferenceError(f"model {self.name} has outputs {names}; unknown outputs requested: {unknown}")
         return wanted
+
+    def _graph_outputs_for(self, wanted: list[str]) -> set[str]:
+        needed = {name for name in wanted if name in self._graph_output_names}
+        if self._topk is not None and {LABELS_OUTPUT, SCORES_OUTPUT} & set(wanted):
+            needed.add(self._scores_output)
+        return needed
+
+    # -- work on the pools -------------------------------------------------------------------
+
+    def _preprocess(self, encoded: np.ndarray) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return self._preprocessor(encoded)
+        except TensorError as err:
+            raise InferenceError(str(err)) from err
+        finally:
+            self._metrics.preprocess_seconds.observe(time.perf_counter() - started)
+
+    def _postprocess(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        started = time.perf_counter()
+        try:
+            return self._topk(scores)
+        finally:
+            self._metrics.postprocess_seconds.observe(time.perf_counter() - started)
+
+    def _run_rows(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
+        """One run on the inference thread; a graph with a fixed batch size runs in padded chunks."""
+        run = partial(self._runner.run, self._graph_output_names)
+        if not self._fixed_rows or rows == self._fixed_rows:
+            return run(feeds)
+        return run_in_fixed_batches(run, feeds, rows, self._fixed_rows)
+
+    def _observe_run(self, stats: BatchStats) -> None:
+        self._metrics.inference_seconds.observe(stats.run_seconds)
+        self._metrics.batch_rows.observe(stats.rows)
+        for seconds in stats.queue_seconds:
+            self._metrics.queue_seconds.observe(seconds)
+
+
+def _log_through_mlserver() -> None:
+    """Send `wrappers.*` logs (providers chosen, fallbacks, warm-up) to MLServer's handlers and format."""
+    ours, theirs = logging.getLogger("wrappers"), logging.getLogger("mlserver")
+    for handler in theirs.handlers:
+        if handler not in ours.handlers:
+            ours.addHandler(handler)
+    ours.setLevel(theirs.level or logging.INFO)
+
+
+def _pick(specs: list[TensorSpec], name: str | None, setting: str, kind: str) -> TensorSpec:
+    if name is None:
+        if len(specs) != 1:
+            raise ProcessingConfigError(f"the graph has {len(specs)} {kind}s {[s.name for s in specs]}: set {setting}")
+        return specs[0]
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    raise ProcessingConfigError(f"{setting} {name!r} is not a graph {kind}; it has {[s.name for s in specs]}")
+
+
+def _batchable(spec: TensorSpec, fixed_rows: int | None) -> TensorSpec:
+    """Advertise any row count when fixed-size batches are run in padded chunks."""
+    if fixed_rows is None:
+        return spec
+    return TensorSpec(spec.name, spec.datatype, (DYNAMIC, *spec.shape[1:]))
+
+
+def _rows(arrays: dict[str, np.ndarray]) -> int:
+    counts = {name: (array.shape[0] if array.ndim else 1) for name, array in arrays.items()}
+    if len(set(counts.values())) > 1:
+        raise InferenceError(f"inputs must have the same number of rows (first dimension), got {counts}")
+    return next(iter(counts.values()))
+
+
+def _zeros(spec: TensorSpec, rows: int) -> np.ndarray:
+    shape = [rows if axis == 0 else (1 if dim == DYNAMIC else dim) for axis, dim in enumerate(spec.shape)]
+    if spec.datatype == BYTES:
+        return np.full(shape, "", dtype=object)
+    return np.zeros(shape, dtype=V2_TO_NUMPY[spec.datatype])
+
+
+def _encode(name: str, array: np.ndarray, datatype: str, as_array: bool) -> ResponseOutput:
+    """A response output: a flat array for the raw gRPC path (packed by `tobytes`), else a list for JSON."""
+    if datatype == BYTES:
+        data = [item.decode() if isinstance(item, bytes) else str(item) for item in array.ravel()]
+        if as_array:
+            data = [item.encode() for item in data]
+    else:
+        data = array.reshape(-1) if as_array else array.ravel().tolist()
+    return ResponseOutput.model_construct(
+        name=name, shape=list(array.shape), datatype=datatype, data=TensorData.model_construct(root=data)
+    )
 
 
 def _metadata(spec: TensorSpec) -> MetadataTensor:

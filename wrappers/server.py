@@ -49,6 +49,17 @@ def model_name(model_dir: Path) -> str:
     return json.loads(path.read_text())["name"]
 
 
+def model_names(model_dir: Path) -> list[str]:
+    """The models MLServer will load from `model_dir`: the folder itself, or each sub-folder with settings."""
+    model_dir = Path(model_dir)
+    if (model_dir / SETTINGS_FILE).is_file() or not model_dir.is_dir():
+        return [model_name(model_dir)]
+    names = [model_name(path.parent) for path in sorted(model_dir.glob(f"*/{SETTINGS_FILE}"))]
+    if not names:
+        raise ServerError(f"{model_dir} holds no {SETTINGS_FILE}, nor do its sub-folders (run `make demo` first)")
+    return names
+
+
 def server_env(
     *, host: str, http_port: int, grpc_port: int, metrics_port: int, parallel_workers: int, metrics_dir: Path
 ) -> dict[str, str]:
@@ -63,6 +74,8 @@ def server_env(
             # 0 serves in the main process: on few cores the inter-process hop costs 35-45%.
             "MLSERVER_PARALLEL_WORKERS": str(parallel_workers),
             "MLSERVER_METRICS_DIR": str(metrics_dir),
+            # MLServer's default (debug) logs every request at INFO and itself at DEBUG: CPU the server needs.
+            "MLSERVER_DEBUG": "false",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
         }
     )
@@ -88,7 +101,8 @@ class LocalServer:
 
     def __post_init__(self) -> None:
         self.model_dir = Path(self.model_dir)
-        self.model = model_name(self.model_dir)
+        self.models = model_names(self.model_dir)  # a model folder, or a repository of model folders
+        self.model = self.models[0]
         self._workdir = Path(tempfile.mkdtemp(prefix="slipway-mlserver-"))
         self.log_path = self._workdir / "mlserver.log"
         self._process: subprocess.Popen | None = None
@@ -139,7 +153,7 @@ class LocalServer:
         return self
 
     def _wait_ready(self) -> None:
-        url = f"{self.http_url}/v2/models/{self.model}/ready"
+        waiting = list(self.models)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -147,9 +161,12 @@ class LocalServer:
                     f"MLServer exited with code {self._process.returncode}: {self.failure_reason()} (log: {self.log_path})"
                 )
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:
+                with urllib.request.urlopen(f"{self.http_url}/v2/models/{waiting[0]}/ready", timeout=2) as response:
                     if response.status == 200:
-                        return
+                        waiting.pop(0)
+                        if not waiting:
+                            return
+                        continue
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.25)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -34,21 +36,6 @@ ONNX_TO_V2 = {
     "tensor(bool)": "BOOL",
     "tensor(string)": "BYTES",
 }
-V2_TO_NUMPY = {
-    "FP32": np.float32,
-    "FP64": np.float64,
-    "FP16": np.float16,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "BOOL": np.bool_,
-    "BYTES": np.object_,
-}
 _OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -67,9 +54,16 @@ class TensorSpec:
     shape: tuple[int, ...]
 
     def accepts_shape(self, shape: tuple[int, ...]) -> bool:
-        return len(shape) == len(self.shape) and all(
-            want == DYNAMIC or want == got for want, got in zip(self.shape, shape)
-        )
+        if len(shape) != len(self.shape):
+            return False
+        for axis, size in self._fixed_axes:  # called per request: no generator, only the fixed axes
+            if shape[axis] != size:
+                return False
+        return True
+
+    @cached_property
+    def _fixed_axes(self) -> tuple[tuple[int, int], ...]:
+        return tuple((axis, size) for axis, size in enumerate(self.shape) if size != DYNAMIC)
 
 
 def _spec(node: ort.NodeArg) -> TensorSpec:
@@ -85,49 +79,67 @@ def describe(session: ort.InferenceSession) -> tuple[list[TensorSpec], list[Tens
     return [_spec(node) for node in session.get_inputs()], [_spec(node) for node in session.get_outputs()]
 
 
-def cpu_limit() -> float:
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cpu_limit(cgroup_root: Path = CGROUP_ROOT) -> float:
     """The CPUs this process may use: the cgroup quota when a container sets one, else the affinity mask.
 
     `os.cpu_count()` reports the host's cores; a pod limited to 2 CPUs on a 64-core node
     that sizes its thread pools from it thrashes.
     """
     available = float(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else float(os.cpu_count() or 1)
-    quota = _cgroup_quota()
+    quota = cgroup_cpu_quota(cgroup_root)
     return min(available, quota) if quota else available
 
 
-def _cgroup_quota() -> float | None:
-    v2 = Path("/sys/fs/cgroup/cpu.max")
+def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> float | None:
+    """CPUs granted by the cgroup (v2 `cpu.max`, or v1 `cfs_quota_us / cfs_period_us`); None when unlimited."""
+    v2 = root / "cpu.max"
     try:
         if v2.is_file():
             quota, period = v2.read_text().split()[:2]
             return None if quota == "max" else int(quota) / int(period)
-        v1_quota = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-        v1_period = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+        v1_quota = root / "cpu" / "cpu.cfs_quota_us"
+        v1_period = root / "cpu" / "cpu.cfs_period_us"
         if v1_quota.is_file() and v1_period.is_file():
             quota_us = int(v1_quota.read_text())
             return None if quota_us <= 0 else quota_us / int(v1_period.read_text())
     except (OSError, ValueError):
-        logger.warning("could not read the cgroup CPU quota; sizing thread pools from the affinity mask")
+        logger.warning("could not read the cgroup CPU quota under %s; sizing thread pools from the affinity mask", root)
     return None
+
+
+TENSORRT = "TensorrtExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+GPU_PROVIDERS = (TENSORRT, CUDA)
+_EXECUTION_MODES = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
 
 
 def choose_providers(requested: list[str] | None) -> list[str]:
     """Keep the requested providers that this onnxruntime build has, in order, ending with CPU.
 
+    With nothing requested: TensorRT and CUDA where this build has them, then CPU.
     A provider that is not installed is skipped with a warning, never a crash.
     """
     available = ort.get_available_providers()
-    wanted = requested or available
+    wanted = requested or [name for name in (*GPU_PROVIDERS, CPU) if name in available]
     chosen = []
     for name in wanted:
         if name in available:
             chosen.append(name)
         else:
             logger.warning("execution provider %s is not available here (have %s); skipping it", name, available)
-    if "CPUExecutionProvider" not in chosen:
-        chosen.append("CPUExecutionProvider")
+    if CPU not in chosen:
+        chosen.append(CPU)
     return chosen
+
+
+def provider_entries(names: list[str], settings: RuntimeSettings) -> list[tuple[str, dict[str, str]]]:
+    """Each provider with its options from settings, as ONNX Runtime takes them."""
+    options = {TENSORRT: settings.tensorrt.provider_options(), CUDA: settings.cuda.provider_options()}
+    return [(name, options.get(name, {})) for name in names]
 
 
 def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
@@ -136,15 +148,86 @@ def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
     intra = settings.intra_op_threads
     options.intra_op_num_threads = intra if intra is not None else max(1, math.floor(cpu_limit()))
     options.inter_op_num_threads = settings.inter_op_threads
+    options.execution_mode = _EXECUTION_MODES[settings.execution_mode]
     options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.graph_optimization_level]
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.allow_spinning else "0")
     return options
 
 
 def create_session(model_path: Path, settings: RuntimeSettings) -> ort.InferenceSession:
-    """Create the session and log the providers it really uses."""
-    session = ort.InferenceSession(
-        str(model_path), sess_options=session_options(settings), providers=choose_providers(settings.providers)
-    )
-    logger.info("ONNX Runtime session for %s uses providers %s", model_path, session.get_providers())
+    """Create the session, falling back provider by provider, and log the providers it really uses.
+
+    A GPU provider that is installed may still fail (no device, missing CUDA or TensorRT
+    libraries): the session is then built with the next provider, with a warning.
+    """
+    names = choose_providers(settings.providers)
+    while True:
+        try:
+            session = ort.InferenceSession(
+                str(model_path), sess_options=session_options(settings), providers=provider_entries(names, settings)
+            )
+            break
+        except Exception as err:  # ONNX Runtime raises its own exception types, not one base class
+            if len(names) == 1:
+                raise
+            logger.warning("execution provider %s failed (%s); falling back to %s", names[0], err, names[1:])
+            names = names[1:]
+    used = session.get_providers()
+    for name in names:
+        if name not in used:
+            logger.warning("execution provider %s was requested but the session does not use it", name)
+    logger.info("ONNX Runtime session for %s uses providers %s", model_path, used)
     return session
+
+
+def device_of(session: ort.InferenceSession) -> tuple[str, int]:
+    """Where the session's first provider keeps tensors: ("cuda", id) on a GPU, ("cpu", 0) otherwise."""
+    first = session.get_providers()[0]
+    if first in GPU_PROVIDERS:
+        return "cuda", int(session.get_provider_options().get(first, {}).get("device_id", 0))
+    return "cpu", 0
+
+
+class SessionRunner:
+    """Runs the session with or without IOBinding, so callers need not care which.
+
+    With IOBinding the inputs are copied to the device once and outputs stay there until
+    one copy back, instead of ONNX Runtime staging both through its own host buffers.
+    """
+
+    def __init__(self, session: ort.InferenceSession, *, io_binding: str = "auto"):
+        self.session = session
+        self.device, self.device_id = device_of(session)
+        self.uses_io_binding = io_binding == "on" or (io_binding == "auto" and self.device != "cpu")
+        self._local = threading.local()  # device buffers per inference thread: runs may overlap
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if not self.uses_io_binding:
+            return self.session.run(output_names, feeds)
+        binding = self.session.io_binding()
+        for name, array in feeds.items():
+            if self.device == "cpu":
+                binding.bind_cpu_input(name, array)
+            else:
+                binding.bind_ortvalue_input(name, self._device_input(name, array))
+        for name in output_names:
+            binding.bind_output(name, self.device, self.device_id)
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
+
+    def _device_input(self, name: str, array: np.ndarray) -> ort.OrtValue:
+        """Reuse the device buffer while the shape holds: CUDA graphs replay on fixed addresses."""
+        buffers = self._local.__dict__.setdefault("buffers", {})
+        value = buffers.get(name)
+        if value is not None and value.shape() == list(array.shape) and value.data_type() == _ort_type(array):
+            value.update_inplace(array)
+        else:
+            value = buffers[name] = ort.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id)
+        return value
+
+
+def _ort_type(array: np.ndarray) -> str:
+    return f"tensor({_NUMPY_TO_ORT_ELEMENT.get(array.dtype.name, array.dtype.name)})"
+
+
+_NUMPY_TO_ORT_ELEMENT = {"float32": "float", "float64": "double", "bool": "bool", "float16": "float16"}

@@ -8,34 +8,183 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
+OptionValue = str | int | float | bool
 
 
 class SettingsError(ValueError):
     """`parameters.extra` does not describe valid runtime settings."""
 
 
-class RuntimeSettings(BaseModel):
-    """How the ONNX Runtime session is built and how requests are checked."""
-
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class TensorrtOptions(_Strict):
+    """TensorRT provider options; engines take minutes to build, so cache them on a volume."""
+
+    device_id: int = Field(default=0, ge=0)
+    fp16: bool = Field(default=False, description="Let TensorRT pick FP16 kernels (trt_fp16_enable).")
+    int8: bool = Field(
+        default=False, description="Enable INT8 (trt_int8_enable); a QDQ graph carries its own scales."
+    )
+    engine_cache_path: str | None = Field(
+        default=None, description="Folder for built engines; setting it turns the engine cache on."
+    )
+    timing_cache_path: str | None = Field(
+        default=None, description="Folder for the kernel timing cache; setting it turns that cache on."
+    )
+    workspace_size_bytes: int | None = Field(default=None, gt=0, description="trt_max_workspace_size.")
+    extra_options: dict[str, OptionValue] = Field(
+        default_factory=dict, description="Any other TensorRT provider option, passed through as is."
+    )
+
+    def provider_options(self) -> dict[str, str]:
+        options: dict[str, OptionValue] = {
+            "device_id": self.device_id,
+            "trt_fp16_enable": self.fp16,
+            "trt_int8_enable": self.int8,
+        }
+        if self.engine_cache_path:
+            options.update(trt_engine_cache_enable=True, trt_engine_cache_path=self.engine_cache_path)
+        if self.timing_cache_path:
+            options.update(trt_timing_cache_enable=True, trt_timing_cache_path=self.timing_cache_path)
+        if self.workspace_size_bytes:
+            options["trt_max_workspace_size"] = self.workspace_size_bytes
+        options.update(self.extra_options)
+        return _as_option_strings(options)
+
+
+class CudaOptions(_Strict):
+    """CUDA provider options."""
+
+    device_id: int = Field(default=0, ge=0)
+    cudnn_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = Field(
+        default="EXHAUSTIVE", description="How cuDNN picks convolution algorithms (EXHAUSTIVE: timed once at warm-up)."
+    )
+    enable_cuda_graph: bool = Field(
+        default=False, description="Capture the graph once and replay it; needs fixed shapes and IOBinding."
+    )
+    gpu_mem_limit_bytes: int | None = Field(default=None, gt=0)
+    extra_options: dict[str, OptionValue] = Field(default_factory=dict)
+
+    def provider_options(self) -> dict[str, str]:
+        options: dict[str, OptionValue] = {
+            "device_id": self.device_id,
+            "cudnn_conv_algo_search": self.cudnn_conv_algo_search,
+            "enable_cuda_graph": self.enable_cuda_graph,
+        }
+        if self.gpu_mem_limit_bytes:
+            options["gpu_mem_limit"] = self.gpu_mem_limit_bytes
+        options.update(self.extra_options)
+        return _as_option_strings(options)
+
+
+def _as_option_strings(options: dict[str, OptionValue]) -> dict[str, str]:
+    """ONNX Runtime wants provider options as strings, booleans as "1"/"0"."""
+    return {key: ("1" if value else "0") if isinstance(value, bool) else str(value) for key, value in options.items()}
+
+
+class ImagePreprocessing(_Strict):
+    """Decode encoded images (PNG, JPEG, ... sent as BYTES) into the tensor the graph expects.
+
+    The graph input keeps its name; clients send one encoded image per element
+    (raw bytes over gRPC, base64 strings over REST JSON).
+    """
+
+    input: str | None = Field(default=None, description="Graph input to feed; None: the model's only input.")
+    layout: Literal["NHWC", "NCHW"] | None = Field(
+        default=None, description="None: read from the graph (channels of 1 or 3 at the end: NHWC)."
+    )
+    size: tuple[int, int] | None = Field(
+        default=None, description="(height, width) to resize to; None: the graph's fixed spatial size."
+    )
+    scale: float = Field(default=1 / 255, description="Pixels (0..255) are multiplied by this first...")
+    mean: list[float] = Field(default_factory=lambda: [0.0], description="...then this is subtracted...")
+    std: list[float] = Field(default_factory=lambda: [1.0], description="...and the result divided by this.")
+    max_image_bytes: int = Field(default=16 << 20, gt=0, description="Larger encoded images are refused.")
+
+    @model_validator(mode="after")
+    def _check_normalisation(self) -> ImagePreprocessing:
+        if any(value == 0 for value in self.std):
+            raise ValueError("std must not contain 0")
+        return self
+
+
+class TopKPostprocessing(_Strict):
+    """Turn the graph's scores into the k best labels with their scores."""
+
+    output: str | None = Field(default=None, description="Graph output holding scores; None: the only output.")
+    k: int = Field(default=5, ge=1)
+    labels_file: str | None = Field(
+        default=None, description="Text file beside model.onnx, one label per line; None: class indices."
+    )
+    softmax: bool = Field(default=False, description="Apply a softmax first (for graphs that output logits).")
+
+
+class RuntimeSettings(_Strict):
+    """How the ONNX Runtime session is built and how requests are checked."""
 
     providers: list[str] | None = Field(
         default=None,
-        description="Execution providers in order of preference; None picks the best installed.",
+        description="Execution providers in order of preference; None: TensorRT, CUDA where installed, then CPU.",
     )
+    tensorrt: TensorrtOptions = Field(default_factory=TensorrtOptions)
+    cuda: CudaOptions = Field(default_factory=CudaOptions)
     intra_op_threads: int | None = Field(
         default=None, ge=0, description="Threads inside one operator; None derives it from the CPU limit."
     )
     inter_op_threads: int = Field(default=1, ge=0)
+    execution_mode: Literal["sequential", "parallel"] = Field(
+        default="sequential", description="parallel runs independent graph branches on inter_op_threads."
+    )
     allow_spinning: bool = Field(
-        default=True,
-        description="Let idle intra-op threads spin: faster for big models, burns CPU the server needs for tiny ones.",
+        default=False,
+        description="Let idle intra-op threads spin between operators: a little faster for big models on idle "
+        "cores, but the spinning burns CPU the server's own threads need (off by default).",
     )
     graph_optimization_level: GraphOptimizationLevel = "all"
     verify_manifest: bool = Field(default=True, description="Check every file against manifest.json at load.")
+    io_binding: Literal["auto", "on", "off"] = Field(
+        default="auto", description="Bind inputs and outputs to the device (auto: on when a GPU provider runs)."
+    )
+    inference_threads: int = Field(
+        default=1,
+        ge=1,
+        description="Runs of the session allowed side by side. 1 (default) gives each run every intra-op thread: "
+        "lowest latency. On a shared CPU, 2+ with intra_op_threads 1 gives more throughput under load.",
+    )
+    max_batch_rows: int = Field(
+        default=1,
+        ge=1,
+        description="Merge requests that queue while the session is busy into one run of up to this many rows "
+        "(1: never merge). No waiting window: an idle session runs a request at once.",
+    )
+    inline_below_ms: float = Field(
+        default=0.5,
+        ge=0,
+        description="Run on the event loop itself when warm-up says a request takes less than this: for tiny "
+        "models a hop to the inference thread costs more than the run (0: always use the thread).",
+    )
+    max_request_rows: int = Field(default=1024, ge=1, description="Requests with more rows are refused (HTTP 400).")
+    reject_non_finite: bool = Field(default=True, description="Refuse float inputs holding NaN or infinity.")
+    warmup_batch_sizes: list[int] = Field(
+        default_factory=lambda: [1], description="Batch sizes run at load, before the model reports ready."
+    )
+    warmup_runs: int = Field(default=2, ge=0, description="Runs per warm-up batch size (0: no warm-up).")
+    cpu_workers: int | None = Field(
+        default=None, ge=1, description="Threads for pre/post-processing; None: the CPU limit."
+    )
+    preprocess: ImagePreprocessing | None = None
+    postprocess: TopKPostprocessing | None = None
+
+    @model_validator(mode="after")
+    def _check_warmup(self) -> RuntimeSettings:
+        if any(size < 1 for size in self.warmup_batch_sizes):
+            raise ValueError("warmup_batch_sizes must hold positive batch sizes")
+        return self
 
 
 def parse_runtime_settings(extra: dict[str, Any] | None) -> RuntimeSettings:

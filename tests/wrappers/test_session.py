@@ -2,29 +2,33 @@ import logging
 import os
 
 import numpy as np
-import onnx
+import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
-from wrappers.session import DYNAMIC, choose_providers, cpu_limit, create_session, describe
+from tests.wrappers.graphs import WEIGHT, matmul_graph
+from wrappers.session import (
+    CPU,
+    DYNAMIC,
+    SessionRunner,
+    cgroup_cpu_quota,
+    choose_providers,
+    cpu_limit,
+    create_session,
+    describe,
+    provider_entries,
+    session_options,
+)
 from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
+
+GPU_ONLY = ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+no_gpu_build = pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime build has CUDA"
+)
 
 
 @pytest.fixture
 def matmul_model(tmp_path):
-    """y = x @ W with a dynamic batch dimension: enough graph to read metadata from."""
-    weight = helper.make_tensor("W", TensorProto.FLOAT, [4, 3], np.arange(12, dtype=np.float32).tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        "matmul",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
-        [weight],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)  # ORT 1.31 reads IR <= 13
-    path = tmp_path / "model.onnx"
-    onnx.save(model, path)
-    return path
+    return matmul_graph(tmp_path / "model.onnx")
 
 
 def test_describe_reads_names_types_and_dynamic_dims(matmul_model):
@@ -35,23 +39,77 @@ def test_describe_reads_names_types_and_dynamic_dims(matmul_model):
     assert inputs[0].accepts_shape((7, 4)) and not inputs[0].accepts_shape((7, 5)) and not inputs[0].accepts_shape((4,))
 
 
-def test_unavailable_providers_fall_back_to_cpu_with_a_warning(caplog):
-    with caplog.at_level(logging.WARNING):
-        chosen = choose_providers(["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
-    assert chosen[-1] == "CPUExecutionProvider"
-    import onnxruntime as ort
-
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        assert chosen == ["CPUExecutionProvider"]
-        assert "CUDAExecutionProvider is not available" in caplog.text
+def test_default_providers_prefer_gpus_and_never_pick_other_installed_ones():
+    chosen = choose_providers(None)
+    assert chosen[-1] == CPU
+    assert set(chosen) <= {*GPU_ONLY, CPU}  # e.g. never AzureExecutionProvider, which the CPU build lists
+    assert chosen == [name for name in (*GPU_ONLY, CPU) if name in ort.get_available_providers()]
 
 
-def test_threads_follow_the_cpu_limit_not_the_host(matmul_model):
-    limit = cpu_limit()
-    assert 0 < limit <= len(os.sched_getaffinity(0))
-    session = create_session(matmul_model, RuntimeSettings(intra_op_threads=None))
-    x = np.ones((2, 4), dtype=np.float32)
-    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ np.arange(12, dtype=np.float32).reshape(4, 3))
+@no_gpu_build
+def test_requested_gpu_providers_fall_back_to_cpu_with_a_warning_and_the_log_says_so(matmul_model, caplog):
+    with caplog.at_level(logging.INFO, logger="wrappers"):
+        session = create_session(matmul_model, RuntimeSettings(providers=GPU_ONLY, cuda={"enable_cuda_graph": True}))
+    assert session.get_providers() == [CPU]
+    assert "TensorrtExecutionProvider is not available" in caplog.text
+    assert "CUDAExecutionProvider is not available" in caplog.text
+    assert "uses providers ['CPUExecutionProvider']" in caplog.text
+    np.testing.assert_allclose(session.run(None, {"x": np.ones((1, 4), np.float32)})[0], np.ones((1, 4)) @ WEIGHT)
+
+
+def test_provider_options_are_passed_as_onnx_runtime_strings():
+    settings = RuntimeSettings(
+        tensorrt={"fp16": True, "engine_cache_path": "/cache/trt", "workspace_size_bytes": 1 << 30,
+                  "extra_options": {"trt_builder_optimization_level": 5}},
+        cuda={"cudnn_conv_algo_search": "HEURISTIC", "device_id": 1},
+    )
+    entries = dict(provider_entries(["TensorrtExecutionProvider", "CUDAExecutionProvider", CPU], settings))
+    assert entries["TensorrtExecutionProvider"] == {
+        "device_id": "0", "trt_fp16_enable": "1", "trt_int8_enable": "0", "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "/cache/trt", "trt_max_workspace_size": str(1 << 30),
+        "trt_builder_optimization_level": "5",
+    }
+    assert entries["CUDAExecutionProvider"] == {
+        "device_id": "1", "cudnn_conv_algo_search": "HEURISTIC", "enable_cuda_graph": "0",
+    }
+    assert entries[CPU] == {}
+
+
+def test_session_options_come_from_settings():
+    options = session_options(RuntimeSettings(intra_op_threads=3, inter_op_threads=2, execution_mode="parallel",
+                                              graph_optimization_level="basic"))
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (3, 2)
+    assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert session_options(RuntimeSettings()).intra_op_num_threads == max(1, int(cpu_limit()))
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ({"cpu.max": "150000 100000\n"}, 1.5),
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_thread_defaults_follow_the_cgroup_quota_not_the_host(tmp_path, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpu_quota(tmp_path) == expected
+    host = len(os.sched_getaffinity(0))
+    assert cpu_limit(tmp_path) == (min(host, expected) if expected else host)
+
+
+@pytest.mark.parametrize("io_binding", ["on", "off", "auto"])
+def test_io_binding_path_gives_the_same_answers_on_cpu(matmul_model, io_binding):
+    runner = SessionRunner(create_session(matmul_model, RuntimeSettings()), io_binding=io_binding)
+    assert runner.device == "cpu" and runner.uses_io_binding == (io_binding == "on")
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    (y,) = runner.run(["y"], {"x": x})
+    np.testing.assert_allclose(y, x @ WEIGHT, rtol=1e-6)
 
 
 def test_unknown_or_invalid_settings_are_refused_with_the_key():
@@ -59,4 +117,8 @@ def test_unknown_or_invalid_settings_are_refused_with_the_key():
         parse_runtime_settings({"intra_op_thread": 2})
     with pytest.raises(SettingsError, match="inter_op_threads"):
         parse_runtime_settings({"inter_op_threads": -1})
+    with pytest.raises(SettingsError, match="tensorrt.fp61"):
+        parse_runtime_settings({"tensorrt": {"fp61": True}})
+    with pytest.raises(SettingsError, match="warmup_batch_sizes"):
+        parse_runtime_settings({"warmup_batch_sizes": [0]})
     assert parse_runtime_settings(None) == RuntimeSettings()

@@ -1,0 +1,86 @@
+"""The benchmarks' own machinery, run for real at a tiny scale: servers, load, reports; the GPU script's CPU path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from tests.conftest import run_module
+from wrappers.artifact import MODEL_FILE, load_input_example
+from wrappers.bench.models import BenchModel
+from wrappers.bench.report import markdown, plot, replace_readme_section
+from wrappers.bench.run import BenchConfig, bench_model, figures
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, tmp_path):
+    row = load_input_example(digits_artifact)[0]["image"][:1]
+    model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
+    config = BenchConfig(models=["digits"], protocols=["grpc", "rest"], concurrency=[2], seconds=0.4, rounds=1,
+                         warmup_s=0.2, raw_seconds=0.1)
+    steps = []
+    result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
+    assert len(steps) == 2 * 3 + 1 + 1 + 4
+    assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
+    assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
+        ("plain", "grpc"), ("slipway", "grpc"), ("plain", "rest"), ("slipway", "rest")}
+    for point in result["points"]:
+        assert point["requests"] > 0 and point["errors"] == 0 and point["server_cpu_ms_per_request"] > 0
+        assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / result["raw_limit_rows_per_s"], abs=1e-3)
+    payload = {"models": {"digits": result}, "cpu_count": 2, "load_average": {"before": [1.0]}, "created_at": "today"}
+    payload["figures"] = figures(payload["models"])
+    assert payload["figures"] == []  # the figures compare concurrency 1 and 8, not measured here
+    table = markdown(payload, "Serving throughput")
+    assert "| digits | slipway | grpc | 2 |" in table and "raw `session.run`" in table
+    plot(payload, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- bench:start -->\nold\n<!-- bench:end -->\nrest\n")
+    assert replace_readme_section(readme, "bench", table)
+    assert readme.read_text().startswith("intro\n<!-- bench:start -->\nServing throughput") and "old" not in readme.read_text()
+    assert not replace_readme_section(readme, "gpu", table)
+
+
+def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():
+    def point(runtime, protocol, concurrency, rps, p50, x):
+        return {"runtime": runtime, "protocol": protocol, "concurrency": concurrency, "requests_per_s": rps,
+                "p50_ms": p50, "x_raw_limit": x}
+
+    models = {
+        "mobilenetv2": {"points": [point("slipway", "grpc", 8, 90, 80, 0.92), point("slipway", "rest", 8, 20, 300, 0.25)]},
+        "digits": {"points": [point("plain", "grpc", 8, 1000, 5, 0), point("slipway", "grpc", 8, 1400, 4, 0),
+                              point("plain", "grpc", 1, 500, 1.0, 0), point("slipway", "grpc", 1, 600, 1.1, 0)]},
+    }
+    got = {f["figure"]: (f["value"], f["met"]) for f in figures(models)}
+    assert got == {
+        "mobilenetv2 grpc c8: served images/s / raw limit": (0.92, True),
+        "mobilenetv2 rest c8: served images/s / raw limit": (0.25, False),
+        "digits grpc c8: requests/s / plain runtime's": (1.4, True),
+        "digits grpc c1: p50 latency / plain runtime's": (1.1, False),
+    }
+
+
+def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(digits_artifact, reports_env, tmp_path):
+    env = {**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports"), "SLIPWAY_BUILD_DIR": str(tmp_path / "build")}
+    run_module("wrappers", "bench-gpu", "--model", str(digits_artifact / MODEL_FILE), "--seconds", "0.1",
+               "--batch-sizes", "1", "2", "--no-readme", env=env)
+    report = json.loads((tmp_path / "reports" / "gpu.json").read_text())
+    rows = {(r["provider"], r["precision"], r.get("io_binding"), r.get("batch")): r for r in report["rows"]}
+    for io_binding in ("off", "on"):
+        for batch in (1, 2):
+            for precision in ("fp32", "int8"):
+                row = rows[("CPUExecutionProvider", precision, io_binding, batch)]
+                assert row["status"] == "measured" and row["rows_per_s"] > 0, row
+    fp16 = [r for r in report["rows"] if r["provider"] == "CPUExecutionProvider" and r["precision"] == "fp16"]
+    assert all(r["status"] == "measured" for r in fp16) or fp16[0]["reason"].startswith("onnxconverter_common")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        gpu_rows = [r for r in report["rows"] if r["provider"] != "CPUExecutionProvider"]
+        assert len(gpu_rows) == 6 and all(r["status"] == "unavailable" and "GPU=1" in r["reason"] for r in gpu_rows)
+    assert (tmp_path / "reports" / "gpu.png").is_file() and Path(tmp_path / "reports" / "gpu.md").is_file()
+    int8 = next((tmp_path / "build" / "bench" / "gpu").glob("*/model.int8.onnx"))
+    assert np.isfinite(ort.InferenceSession(str(int8)).run(None, {"image": np.zeros((1, 8, 8, 1), np.float32)})[0]).all()

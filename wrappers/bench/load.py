@@ -1,0 +1,168 @@
+"""Closed-loop load generators: N concurrent clients sending one prepared V2 request again and again.
+
+The request is built once, so the generator spends as little of the shared CPU as a
+client can: what is measured is the server. gRPC uses `raw_input_contents` (the fast
+path, with `tritonclient`'s protos); REST sends V2 JSON, as `tritonclient.http` does.
+Every run is bounded in time and in count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAX_MESSAGE_BYTES = 256 << 20
+MAX_REQUESTS = 1_000_000
+
+
+@dataclass
+class LoadResult:
+    protocol: str
+    concurrency: int
+    rows_per_request: int
+    requests: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+    server_cpu_seconds: float | None = None
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> dict:
+        latencies = np.asarray(self.latencies_ms or [np.nan])
+        return {
+            "protocol": self.protocol,
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "requests_per_s": round(self.requests_per_s, 2),
+            "rows_per_s": round(self.requests_per_s * self.rows_per_request, 2),
+            "p50_ms": round(float(np.percentile(latencies, 50)), 3),
+            "p95_ms": round(float(np.percentile(latencies, 95)), 3),
+            "p99_ms": round(float(np.percentile(latencies, 99)), 3),
+            "server_cpu_ms_per_request": (
+                round(1000 * self.server_cpu_seconds / self.requests, 3)
+                if self.server_cpu_seconds is not None and self.requests
+                else None
+            ),
+        }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its threads, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def grpc_request(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]):
+    """A `ModelInferRequest` carrying every input as raw contents."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, array in inputs.items():
+        tensor = request.inputs.add(name=name, datatype=datatypes[name])
+        tensor.shape.extend(array.shape)
+        request.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
+    return request
+
+
+def rest_body(inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> bytes:
+    """A V2 JSON body, flattened row-major like `tritonclient.http` sends it."""
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": name, "datatype": datatypes[name], "shape": list(array.shape), "data": array.ravel().tolist()}
+                for name, array in inputs.items()
+            ]
+        }
+    ).encode()
+
+
+async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+    await call()  # connect before timing
+    stop_warmup = time.perf_counter() + warmup_s
+    while time.perf_counter() < stop_warmup:
+        await call()
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client() -> None:
+        nonlocal errors
+        while time.perf_counter() < deadline and len(latencies) + errors < MAX_REQUESTS:
+            started = time.perf_counter()
+            try:
+                await call()
+            except Exception:
+                errors += 1
+                continue
+            latencies.append(1000 * (time.perf_counter() - started))
+
+    cpu_before, started = process_cpu_seconds(pid), time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed, cpu = time.perf_counter() - started, process_cpu_seconds(pid) - cpu_before
+    return len(latencies), errors, elapsed, latencies, cpu
+
+
+async def _grpc_load(target: str, request, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+        async def call():
+            return await stub.ModelInfer(request, timeout=60)
+
+        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
+
+
+async def _rest_load(url: str, body: bytes, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def call():
+            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+                payload = await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"HTTP {response.status}: {payload[:200]!r}")
+                return json.loads(payload)
+
+        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
+
+
+def run_load(
+    *,
+    protocol: str,
+    server,
+    model: str,
+    inputs: dict[str, np.ndarray],
+    datatypes: dict[str, str],
+    concurrency: int,
+    seconds: float,
+    warmup_s: float = 1.0,
+) -> LoadResult:
+    """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time."""
+    timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid}
+    if protocol == "grpc":
+        work = _grpc_load(server.grpc_target, grpc_request(model, inputs, datatypes), **timing)
+    elif protocol == "rest":
+        work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs, datatypes), **timing)
+    else:
+        raise ValueError(f"unknown protocol {protocol!r}: use grpc or rest")
+    count, errors, elapsed, latencies, cpu = asyncio.run(work)
+    rows = next(iter(inputs.values())).shape[0]
+    return LoadResult(protocol, concurrency, rows, count, errors, elapsed, latencies, cpu)

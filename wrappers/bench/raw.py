@@ -1,0 +1,56 @@
+"""The limit: ONNX Runtime's `session.run` in this process, with nothing around it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from wrappers.session import create_session
+from wrappers.settings import RuntimeSettings
+
+MAX_RUNS = 100_000
+
+
+def rows_per_second(session, feeds: dict[str, np.ndarray], seconds: float) -> tuple[float, float]:
+    """Rows per second of back-to-back runs for `seconds` (after one untimed run), and CPU ms per row."""
+    rows = next(iter(feeds.values())).shape[0]
+    session.run(None, feeds)
+    runs, started, cpu_before = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - started < seconds and runs < MAX_RUNS:
+        session.run(None, feeds)
+        runs += 1
+    return rows * runs / (time.perf_counter() - started), 1000 * (time.process_time() - cpu_before) / (rows * runs)
+
+
+def measure_raw(
+    onnx_path: Path, input_name: str, row: np.ndarray, *, batch_sizes: list[int], seconds: float, on_step=None
+) -> list[dict]:
+    """Rows/s at each batch size, with intra-op threads spinning and not: the limit is the best of all."""
+    results = []
+    for spinning in (False, True):
+        session = create_session(onnx_path, RuntimeSettings(allow_spinning=spinning))
+        for batch in batch_sizes:
+            feeds = {input_name: np.repeat(row, batch, axis=0)}
+            speed, cpu_ms = rows_per_second(session, feeds, seconds)
+            results.append({"batch": batch, "allow_spinning": spinning, "rows_per_s": round(speed, 2),
+                            "cpu_ms_per_row": round(cpu_ms, 4)})
+            if on_step:
+                on_step()
+    return results
+
+
+def measure_side_by_side(onnx_path: Path, input_name: str, row: np.ndarray, *, batch: int, callers: int, seconds: float) -> float:
+    """Rows/s of `callers` threads running one single-threaded session side by side (not the issue's limit)."""
+    session = create_session(onnx_path, RuntimeSettings(intra_op_threads=1))
+    feeds = {input_name: np.repeat(row, batch, axis=0)}
+    results: list[float] = []
+    threads = [threading.Thread(target=lambda: results.append(rows_per_second(session, feeds, seconds)[0]))
+               for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return round(sum(results), 2)

@@ -1,0 +1,151 @@
+"""`make bench`: the wrappers runtime against the raw limit and against a plain MLServer runtime.
+
+For each model: ONNX Runtime alone in this process (the limit), then two real MLServer
+processes side by side, the plain runtime (`wrappers.bench.plain_runtime`) and the
+wrappers runtime, loaded in turn at each point (protocol x concurrency) so that both
+meet the same machine. Writes reports/bench.json, reports/bench.png, reports/bench.md
+and the README's benchmark table.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from wrappers.bench.load import run_load
+from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
+from wrappers.bench.raw import measure_raw, measure_side_by_side
+from wrappers.server import LocalServer
+
+PLAIN = "plain"
+SLIPWAY = "slipway"
+IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPWAY: "wrappers.runtime.OnnxRuntime"}
+# The wrappers runtime's settings per model, as a user would put them in model-settings.json.
+SLIPWAY_SETTINGS = {
+    "digits": {},  # the defaults: tiny runs go inline on the event loop
+    # Throughput mode: two single-threaded runs side by side, merging what queues behind them.
+    "mobilenetv2": {"max_batch_rows": 8, "inference_threads": 2, "intra_op_threads": 1},
+}
+RAW_BATCH_SIZES = [1, 8, 32]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    models: list[str] = field(default_factory=lambda: list(MODELS))
+    protocols: list[str] = field(default_factory=lambda: ["grpc", "rest"])
+    concurrency: list[int] = field(default_factory=lambda: [1, 8])
+    seconds: float = 3.0
+    rounds: int = 3  # each point is measured this many times, alternating runtimes; the median counts
+    warmup_s: float = 1.0
+    raw_seconds: float = 3.0
+
+
+def _steps(config: BenchConfig) -> int:
+    per_model = 2 * len(RAW_BATCH_SIZES) + 1 + 2 * config.rounds * len(config.protocols) * len(config.concurrency) + 1
+    return len(config.models) * per_model
+
+
+def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path = BENCH_DIR / "servers") -> dict:
+    """Raw limit, then both runtimes at every point, for one model (server folders under `work_dir`)."""
+    raw = measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
+                      seconds=config.raw_seconds, on_step=advance)
+    limit = max(result["rows_per_s"] for result in raw)
+    side_by_side = measure_side_by_side(model.onnx_path, model.input_name, model.row, batch=8, callers=2,
+                                        seconds=config.raw_seconds)
+    advance()
+    settings = SLIPWAY_SETTINGS.get(model.name, {})
+    folders = {
+        PLAIN: server_folder(work_dir, model, PLAIN, IMPLEMENTATIONS[PLAIN], None),
+        SLIPWAY: server_folder(work_dir, model, SLIPWAY, IMPLEMENTATIONS[SLIPWAY], settings),
+    }
+    points = []
+    with LocalServer(folders[PLAIN]) as plain, LocalServer(folders[SLIPWAY]) as slipway:
+        advance()
+        for protocol in config.protocols:
+            for concurrency in config.concurrency:
+                rounds: dict[str, list[dict]] = {PLAIN: [], SLIPWAY: []}
+                for _ in range(config.rounds):  # alternate, so both meet the same machine
+                    for runtime, server in ((PLAIN, plain), (SLIPWAY, slipway)):
+                        result = run_load(
+                            protocol=protocol, server=server, model=model.name,
+                            inputs={model.input_name: model.row}, datatypes={model.input_name: "FP32"},
+                            concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
+                        )
+                        rounds[runtime].append(result.summary())
+                        advance()
+                for runtime, summaries in rounds.items():
+                    point = {"runtime": runtime, **_median_round(summaries)}
+                    point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
+                    point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
+                    points.append(point)
+    return {
+        "source": model.source,
+        "raw": raw,
+        "raw_limit_rows_per_s": limit,
+        "raw_two_single_threaded_callers_rows_per_s": side_by_side,
+        "slipway_settings": settings,
+        "points": points,
+    }
+
+
+def _median_round(summaries: list[dict]) -> dict:
+    """The round with the median throughput (its latencies and CPU come with it)."""
+    return sorted(summaries, key=lambda summary: summary["rows_per_s"])[len(summaries) // 2]
+
+
+def _point(models: dict, model: str, runtime: str, protocol: str, concurrency: int) -> dict | None:
+    for point in models.get(model, {}).get("points", []):
+        if (point["runtime"], point["protocol"], point["concurrency"]) == (runtime, protocol, concurrency):
+            return point
+    return None
+
+
+def figures(models: dict) -> list[dict]:
+    """The issue's figures to reach, each with its measured value and whether it is met."""
+    out = []
+
+    def add(name: str, value: float | None, target: float, higher_is_better: bool = True) -> None:
+        if value is None:
+            return
+        met = value >= target if higher_is_better else value <= target
+        out.append({"figure": name, "value": round(value, 3), "target": target, "met": met})
+
+    for protocol, target in (("grpc", 0.90), ("rest", 0.30)):
+        point = _point(models, "mobilenetv2", SLIPWAY, protocol, 8)
+        add(f"mobilenetv2 {protocol} c8: served images/s / raw limit", point and point["x_raw_limit"], target)
+    for protocol in ("grpc", "rest"):
+        ours, plain = _point(models, "digits", SLIPWAY, protocol, 8), _point(models, "digits", PLAIN, protocol, 8)
+        if ours and plain:
+            add(f"digits {protocol} c8: requests/s / plain runtime's", ours["requests_per_s"] / plain["requests_per_s"], 1.3)
+        ours, plain = _point(models, "digits", SLIPWAY, protocol, 1), _point(models, "digits", PLAIN, protocol, 1)
+        if ours and plain:
+            add(f"digits {protocol} c1: p50 latency / plain runtime's", ours["p50_ms"] / plain["p50_ms"], 1.0, False)
+    return out
+
+
+def run_bench(config: BenchConfig) -> dict:
+    """Measure everything in `config` and return the report's payload."""
+    load_before = os.getloadavg()
+    started = time.time()
+    models: dict = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns) as progress:
+        task = progress.add_task("bench", total=_steps(config))
+        for name in config.models:
+            progress.update(task, description=f"bench {name}: preparing the model")
+            model = MODELS[name]()
+            progress.update(task, description=f"bench {name}")
+            models[name] = bench_model(model, config, lambda: progress.advance(task))
+    return {
+        "config": config.__dict__,
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
+        "cpu_count": os.cpu_count(),
+        "duration_s": round(time.time() - started, 1),
+        "client": "closed loop, one prepared request per client (gRPC: raw_input_contents; REST: V2 JSON), same machine",
+        "models": models,
+        "figures": figures(models),
+    }

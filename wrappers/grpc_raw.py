@@ -1,0 +1,93 @@
+"""The fast gRPC path: `raw_input_contents` become NumPy views, raw outputs come from `tobytes`.
+
+MLServer 1.7 converts raw contents with `struct.unpack` into Python lists (and back with
+`struct.pack`), which costs more CPU than running MobileNetV2; a truncated buffer also
+escapes as a `struct.error` (gRPC INTERNAL) instead of INVALID_ARGUMENT. This module
+swaps MLServer's two gRPC converters for ones that keep the data as arrays, but only
+for models served by `wrappers.runtime.OnnxRuntime` (they register here at load), so
+other runtimes in the same server see exactly what MLServer gives them.
+
+It works where the gRPC server and the model share a process (`parallel_workers: 0`,
+Slipway's default); with worker processes MLServer's own converters stay in charge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mlserver.errors import InferenceError
+from mlserver.grpc import converters
+from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, TensorData
+
+from wrappers.tensors import TensorError, from_raw, to_raw
+
+_fast_models: set[str] = set()
+_original_request_to_types = converters.ModelInferRequestConverter.to_types
+_original_response_from_types = converters.ModelInferResponseConverter.from_types
+
+
+def enable(model_name: str) -> None:
+    """Serve `model_name`'s raw gRPC requests through NumPy (installs the converters once)."""
+    _install()
+    _fast_models.add(model_name)
+
+
+def disable(model_name: str) -> None:
+    _fast_models.discard(model_name)
+
+
+def _install() -> None:
+    if converters.ModelInferRequestConverter.to_types.__func__ is not _request_to_types:
+        converters.ModelInferRequestConverter.to_types = classmethod(_request_to_types)
+        converters.ModelInferResponseConverter.from_types = classmethod(_response_from_types)
+
+
+def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
+    if pb_object.model_name not in _fast_models or not pb_object.raw_input_contents:
+        return _original_request_to_types(pb_object)
+    request = InferenceRequest.model_construct(
+        id=pb_object.id,
+        parameters=converters.ParametersConverter.to_types(pb_object.parameters),
+        inputs=[_request_input(tensor) for tensor in pb_object.inputs],
+    )
+    if pb_object.outputs:
+        request.outputs = [converters.InferRequestedOutputTensorConverter.to_types(o) for o in pb_object.outputs]
+    raw_contents = pb_object.raw_input_contents
+    empty = [tensor for tensor in request.inputs if not tensor.data.root]
+    if len(empty) != len(raw_contents):
+        raise InferenceError(
+            f"the request carries {len(raw_contents)} raw_input_contents for {len(empty)} inputs without contents "
+            f"({[tensor.name for tensor in empty]}); send one raw buffer per input, in input order"
+        )
+    for tensor, raw in zip(empty, raw_contents):
+        try:
+            array = from_raw(raw, tensor.datatype, tensor.shape, tensor.name)
+        except TensorError as err:
+            raise InferenceError(str(err)) from err
+        tensor.data = TensorData.model_construct(root=array)
+    return request
+
+
+def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInput:
+    """MLServer's converter, minus its work on typed contents when there are none (the raw case)."""
+    if tensor.HasField("contents"):
+        return converters.InferInputTensorConverter.to_types(tensor)
+    return RequestInput.model_construct(
+        name=tensor.name,
+        shape=list(tensor.shape),
+        datatype=tensor.datatype,
+        parameters=converters.ParametersConverter.to_types(tensor.parameters),
+        data=TensorData.model_construct(root=[]),
+    )
+
+
+def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = False) -> pb.ModelInferResponse:
+    if not use_raw or not any(isinstance(output.data.root, np.ndarray) for output in type_object.outputs):
+        return _original_response_from_types(type_object, use_raw=use_raw)
+    raw = []
+    for output in type_object.outputs:  # take the data out as bytes; MLServer builds the rest
+        raw.append(to_raw(np.asarray(output.data.root), output.datatype))
+        output.data = TensorData.model_construct(root=[])
+    response = _original_response_from_types(type_object, use_raw=False)
+    response.raw_output_contents.extend(raw)
+    return response
