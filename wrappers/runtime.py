@@ -6,8 +6,8 @@ The inputs and outputs it advertises come from the graph itself; requests are ch
 against them and refused with HTTP 400 (gRPC INVALID_ARGUMENT) naming what was expected.
 
 Where the time goes, and what this runtime does about it:
-- decoding: raw gRPC contents become NumPy views (`wrappers.grpc_raw`), JSON lists become
-  arrays in one call (`wrappers.tensors`), never Python lists of floats;
+- decoding: raw gRPC contents become NumPy views (`wrappers.grpc_raw`), REST bodies are parsed
+  by simdjson (`wrappers.rest_json`), JSON lists become arrays in one call (`wrappers.tensors`);
 - inference: on dedicated threads, merging requests that queued behind a run
   (`wrappers.batching`), so the event loop keeps serving; tiny models run inline instead;
 - pre/post-processing: on a separate CPU pool, overlapped with inference.
@@ -29,7 +29,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, MetadataTensor, 
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from wrappers import grpc_raw
+from wrappers import grpc_raw, rest_json
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, run_in_fixed_batches
 from wrappers.metrics import ModelMetrics
@@ -88,6 +88,7 @@ class OnnxRuntime(MLModel):
             self._check_before_mlserver_batching()
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
             grpc_raw.enable(self.name)
+        rest_json.install()
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d rows%s",
             self.name,
@@ -126,17 +127,14 @@ class OnnxRuntime(MLModel):
     def _start_workers(self) -> None:
         """The inference threads (behind the batcher), the CPU pool for pre/post-processing, the metrics."""
         self._metrics = ModelMetrics.for_model(self.name, self.version)
-        self._inference_thread = ThreadPoolExecutor(
-            max_workers=self._config.inference_threads, thread_name_prefix=f"ort-{self.name}"
-        )
         workers = self._config.cpu_workers or max(1, int(cpu_limit()))
         self._cpu_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"cpu-{self.name}")
         self._batcher = RowBatcher(
             self._run_rows,
-            self._inference_thread,
             max_rows=self._config.max_batch_rows,
             max_runs=self._config.inference_threads,
             on_run=self._observe_run,
+            thread_name=f"ort-{self.name}",
         )
 
     def _verify(self, folder: Path) -> None:
@@ -225,9 +223,8 @@ class OnnxRuntime(MLModel):
         grpc_raw.disable(self.name)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
-        for pool in (getattr(self, "_inference_thread", None), getattr(self, "_cpu_pool", None)):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        if getattr(self, "_cpu_pool", None) is not None:
+            self._cpu_pool.shutdown(wait=True)
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:

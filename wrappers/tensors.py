@@ -10,7 +10,6 @@ No MLServer import: tests and clients can use these functions directly.
 
 from __future__ import annotations
 
-import array
 import math
 import struct
 from collections.abc import Iterable
@@ -136,24 +135,26 @@ def from_json(data: object, datatype: str, shape: list[int], name: str) -> np.nd
     return _numbers(flat, datatype, name)
 
 
-# array.array converts a list of Python numbers at C speed, 2-3x faster than np.asarray,
-# and refuses what is not a number (strings, None, lists) with a TypeError; 'q'/'Q'
-# also refuse floats, and raise OverflowError for integers out of their range.
-_ARRAY_CODES = {"FP16": "d", "FP32": "d", "FP64": "d", "UINT64": "Q"} | {
+# struct.pack converts a list of Python numbers to C values in one call, 2.5x faster than
+# array.array or np.asarray (which convert item by item through generic paths), and
+# refuses what is not a number (strings, None, lists); 'q'/'Q' also refuse floats and
+# integers out of their range.
+_PACK_CODES = {"FP16": "d", "FP32": "d", "FP64": "d", "UINT64": "Q"} | {
     name: "q" for name in ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32")
 }
 
 
 def _numbers(flat: list, datatype: str, name: str) -> np.ndarray:
-    code = _ARRAY_CODES[datatype]
+    code = _PACK_CODES[datatype]
     try:
-        values = np.frombuffer(array.array(code, flat), dtype=code)
-    except OverflowError as err:
-        raise TensorError(f"input {name!r}: values must fit {datatype} ({_range(datatype)})") from err
-    except TypeError as err:
-        wanted = "numbers" if code == "d" else "integers"
-        found = sorted({type(item).__name__ for item in flat if not isinstance(item, int if code != "d" else (int, float))})
-        raise TensorError(f"input {name!r}: {datatype} data must be {wanted}, got {', '.join(found)}") from err
+        values = np.frombuffer(struct.pack(f"<{len(flat)}{code}", *flat), dtype=f"<{code}")
+    except struct.error as err:
+        if "out of range" in str(err):
+            raise TensorError(f"input {name!r}: values must fit {datatype} ({_range(datatype)})") from err
+        wanted, allowed = ("numbers", (int, float)) if code == "d" else ("integers", int)
+        found = sorted({type(item).__name__ for item in flat if not isinstance(item, allowed)})
+        got = ", ".join(found) or "an integer too large for a float"
+        raise TensorError(f"input {name!r}: {datatype} data must be {wanted}, got {got}") from err
     dtype = np.dtype(V2_TO_NUMPY[datatype])
     if dtype.kind in "iu" and values.size:
         info = np.iinfo(dtype)
@@ -168,7 +169,7 @@ def _range(datatype: str) -> str:
 
 
 def _is_flat(data: object) -> bool:
-    """A list whose first element is not a list: try it as flat; array.array refuses it otherwise."""
+    """A list whose first element is not a list: try it as flat; struct.pack refuses it otherwise."""
     return isinstance(data, list) and (not data or not isinstance(data[0], list))
 
 

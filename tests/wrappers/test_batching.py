@@ -1,7 +1,8 @@
 """Merging requests into one run: each request gets its own rows back, nothing waits when idle."""
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,69 +18,136 @@ def session(tmp_path):
     return create_session(matmul_graph(tmp_path / "model.onnx"), RuntimeSettings())
 
 
-def _batcher(session, runs, max_rows, max_runs=1):
-    def run(feeds, rows):
+class GatedRuns:
+    """Runs the session, but the first `gated` runs wait for `release`: requests queue up behind them."""
+
+    def __init__(self, session, gated: int):
+        self._session = session
+        self._gated = gated
+        self._lock = threading.Lock()
+        self.started = threading.Semaphore(0)
+        self.release = threading.Event()
+
+    def __call__(self, feeds, rows):
         assert next(iter(feeds.values())).shape[0] == rows
-        return session.run(None, feeds)
+        with self._lock:
+            gated, self._gated = self._gated > 0, self._gated - 1
+        if gated:
+            self.started.release()
+            self.release.wait(timeout=10)
+        return self._session.run(None, feeds)
 
-    return RowBatcher(run, ThreadPoolExecutor(max_runs), max_rows=max_rows, max_runs=max_runs, on_run=runs.append)
+
+async def _submit_behind_busy_runs(batcher, runs: GatedRuns, first: list, rest: list):
+    """Submit `first` (one request per run slot), wait until each is running, queue `rest`, then release."""
+    loop = asyncio.get_running_loop()
+    started = []
+    for x in first:  # one at a time: each must start a run of its own
+        started.append(asyncio.ensure_future(batcher.submit({"x": x}, len(x))))
+        assert await loop.run_in_executor(None, runs.started.acquire, True, 10), "a run did not start"
+    queued = [asyncio.ensure_future(batcher.submit({"x": x}, len(x))) for x in rest]
+    await asyncio.sleep(0)  # let every queued request reach the queue
+    runs.release.set()
+    return await asyncio.gather(*started, *queued, return_exceptions=True)
 
 
-def test_requests_queued_behind_a_run_are_merged_and_split_back(session):
-    runs = []
-    batcher = _batcher(session, runs, max_rows=64)
+@pytest.fixture
+def batchers():
+    made = []
+
+    def make(run, max_rows, max_runs=1):
+        stats = []
+        made.append(RowBatcher(run, max_rows=max_rows, max_runs=max_runs, on_run=stats.append))
+        return made[-1], stats
+
+    yield make
+    for batcher in made:
+        batcher.close()
+
+
+def test_requests_queued_behind_a_run_are_merged_and_split_back(session, batchers):
+    runs = GatedRuns(session, gated=1)
+    batcher, stats = batchers(runs, max_rows=64)
     requests = [np.full((rows, 4), float(index), dtype=np.float32) for index, rows in enumerate([1, 3, 2, 5, 1, 4])]
-
-    async def main():
-        return await asyncio.gather(*(batcher.submit({"x": x}, len(x)) for x in requests))
-
-    results = asyncio.run(main())
+    results = asyncio.run(_submit_behind_busy_runs(batcher, runs, requests[:1], requests[1:]))
     for x, (y,) in zip(requests, results):
         np.testing.assert_allclose(y, x @ WEIGHT)
     # The first request runs alone at once (nothing waits for a window); the rest queued behind it run together.
-    assert [stats.rows for stats in runs] == [1, 15]
-    assert all(wait >= 0 for stats in runs for wait in stats.queue_seconds)
+    assert [run.rows for run in stats] == [1, 15]
+    assert all(wait >= 0 for run in stats for wait in run.queue_seconds)
 
 
-def test_with_two_run_slots_two_requests_start_at_once_and_the_rest_merge(session):
-    runs = []
-    batcher = _batcher(session, runs, max_rows=64, max_runs=2)
+def test_an_idle_batcher_runs_a_request_at_once(session, batchers):
+    batcher, stats = batchers(GatedRuns(session, gated=0), max_rows=64)
+    x = np.ones((2, 4), np.float32)
+    (y,) = asyncio.run(batcher.submit({"x": x}, 2))
+    np.testing.assert_allclose(y, x @ WEIGHT)
+    assert [run.rows for run in stats] == [2]
+
+
+def test_run_threads_carry_their_name_in_the_os(session):
+    """`top -H` and the benchmark's CPU accounting (by /proc/<pid>/task/*/comm) see the run threads."""
+    native_names = []
+
+    def run(feeds, rows):
+        native_names.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip())
+        return session.run(None, feeds)
+
+    batcher = RowBatcher(run, max_rows=4, max_runs=2, thread_name="ort-digits")
+    try:
+        asyncio.run(batcher.submit({"x": np.ones((1, 4), np.float32)}, 1))
+    finally:
+        batcher.close()
+    assert native_names and native_names[0] in {"ort-digits_0", "ort-digits_1"}
+
+
+def test_with_two_run_slots_two_requests_start_at_once_and_the_rest_merge(session, batchers):
+    runs = GatedRuns(session, gated=2)
+    batcher, stats = batchers(runs, max_rows=64, max_runs=2)
     requests = [np.full((rows, 4), float(rows), dtype=np.float32) for rows in (1, 2, 3, 4, 5)]
-
-    async def main():
-        return await asyncio.gather(*(batcher.submit({"x": x}, len(x)) for x in requests))
-
-    for x, (y,) in zip(requests, asyncio.run(main())):
+    results = asyncio.run(_submit_behind_busy_runs(batcher, runs, requests[:2], requests[2:]))
+    for x, (y,) in zip(requests, results):
         np.testing.assert_allclose(y, x @ WEIGHT)
-    assert sorted(stats.rows for stats in runs[:2]) == [1, 2] and sum(stats.rows for stats in runs) == 15
-    assert len(runs) <= 4  # 3, 4 and 5 queued behind the two running ones: merged, not run one by one
+    # 1 and 2 ran at once, side by side; 3, 4 and 5 queued behind them and were merged into one run.
+    assert sorted(run.rows for run in stats) == [1, 2, 12]
 
 
-def test_runs_never_exceed_max_rows(session):
-    runs = []
-    batcher = _batcher(session, runs, max_rows=4)
+def test_runs_never_exceed_max_rows(session, batchers):
+    runs = GatedRuns(session, gated=1)
+    batcher, stats = batchers(runs, max_rows=4)
+    requests = [np.ones((rows, 4), np.float32) for rows in (1, 3, 2, 2)]
+    asyncio.run(_submit_behind_busy_runs(batcher, runs, requests[:1], requests[1:]))
+    assert [run.rows for run in stats] == [1, 3, 4]
+
+
+def test_a_failing_run_fails_only_its_own_requests(session, batchers):
+    runs = GatedRuns(session, gated=1)
+    batcher, _ = batchers(runs, max_rows=1)
+    bad = np.ones((1, 5), np.float32)  # ONNX Runtime refuses the shape
+    bad_result, good_result = asyncio.run(_submit_behind_busy_runs(batcher, runs, [bad], [np.ones((1, 4), np.float32)]))
+    assert isinstance(bad_result, Exception) and "x" in str(bad_result)
+    np.testing.assert_allclose(good_result[0], np.ones((1, 4)) @ WEIGHT)
+
+
+def test_closing_fails_what_still_waits_and_refuses_new_requests(session):
+    runs = GatedRuns(session, gated=1)
+    batcher = RowBatcher(runs, max_rows=8)
 
     async def main():
-        first = batcher.submit({"x": np.ones((1, 4), np.float32)}, 1)
-        others = [batcher.submit({"x": np.ones((rows, 4), np.float32)}, rows) for rows in (3, 2, 2)]
-        return await asyncio.gather(first, *others)
+        loop = asyncio.get_running_loop()
+        running = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 4), np.float32)}, 1))
+        assert await loop.run_in_executor(None, runs.started.acquire, True, 10), "the run did not start"
+        waiting = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 4), np.float32)}, 1))
+        await asyncio.sleep(0)
+        loop.call_later(0.05, runs.release.set)
+        await loop.run_in_executor(None, batcher.close)  # returns once the running run has ended
+        with pytest.raises(RuntimeError, match="unloaded"):
+            await batcher.submit({"x": np.ones((1, 4), np.float32)}, 1)
+        return await asyncio.gather(running, waiting, return_exceptions=True)
 
-    asyncio.run(main())
-    assert [stats.rows for stats in runs] == [1, 3, 4]
-
-
-def test_a_failing_run_fails_only_its_own_requests(session):
-    runs = []
-    batcher = _batcher(session, runs, max_rows=1)
-
-    async def main():
-        bad = batcher.submit({"x": np.ones((1, 5), np.float32)}, 1)  # ONNX Runtime refuses the shape
-        good = batcher.submit({"x": np.ones((1, 4), np.float32)}, 1)
-        return await asyncio.gather(bad, good, return_exceptions=True)
-
-    bad, good = asyncio.run(main())
-    assert isinstance(bad, Exception) and "x" in str(bad)
-    np.testing.assert_allclose(good[0], np.ones((1, 4)) @ WEIGHT)
+    done, failed = asyncio.run(main())
+    np.testing.assert_allclose(done[0], np.ones((1, 4)) @ WEIGHT)
+    assert isinstance(failed, RuntimeError) and "unloaded before this request ran" in str(failed)
 
 
 def test_fixed_batch_graphs_run_any_row_count_in_padded_chunks(tmp_path):

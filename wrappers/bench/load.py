@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ class LoadResult:
     seconds: float
     latencies_ms: list[float]
     server_cpu_seconds: float | None = None
+    server_cpu_by_thread: dict[str, float] | None = None  # seconds: THREAD_GROUPS
+    client_cpu_seconds: float | None = None
+    machine_idle_fraction: float | None = None
 
     @property
     def requests_per_s(self) -> float:
@@ -49,18 +53,71 @@ class LoadResult:
             "p50_ms": round(float(np.percentile(latencies, 50)), 3),
             "p95_ms": round(float(np.percentile(latencies, 95)), 3),
             "p99_ms": round(float(np.percentile(latencies, 99)), 3),
-            "server_cpu_ms_per_request": (
-                round(1000 * self.server_cpu_seconds / self.requests, 3)
-                if self.server_cpu_seconds is not None and self.requests
+            "server_cpu_ms_per_request": self._per_request_ms(self.server_cpu_seconds),
+            "server_cpu_ms_per_request_by_thread": (
+                {group: self._per_request_ms(seconds) for group, seconds in self.server_cpu_by_thread.items()}
+                if self.server_cpu_by_thread is not None and self.requests
                 else None
             ),
+            "client_cpu_ms_per_request": self._per_request_ms(self.client_cpu_seconds),
+            "machine_idle_pct": None if self.machine_idle_fraction is None else round(100 * self.machine_idle_fraction, 1),
         }
+
+    def _per_request_ms(self, seconds: float | None) -> float | None:
+        return round(1000 * seconds / self.requests, 3) if seconds is not None and self.requests else None
 
 
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process and its threads, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
+def _cpu_seconds(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# Where a server's CPU time goes: its event loop (the main thread: gRPC/HTTP handling, MLServer,
+# decoding; inline runs too), the wrappers runtime's inference threads (named `ort-<model>_<n>` by
+# `wrappers.batching`), and every other thread (gRPC's own threads, ONNX Runtime's intra-op pools).
+THREAD_GROUPS = ("event_loop", "inference", "other")
+
+
+@dataclass
+class CpuSnapshot:
+    """CPU seconds so far: the server's by thread group, this process's (the client), the machine's idle time."""
+
+    server: dict[str, float]
+    client: float
+    machine_busy: float
+    machine_idle: float
+
+    @classmethod
+    def take(cls, pid: int) -> CpuSnapshot:
+        groups = dict.fromkeys(THREAD_GROUPS, 0.0)
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                seconds = _cpu_seconds(task / "stat")
+                name = (task / "comm").read_text().strip()
+            except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+                continue
+            if task.name == str(pid):
+                groups["event_loop"] += seconds
+            elif name.startswith("ort-"):
+                groups["inference"] += seconds
+        # The rest of the process's total, which also holds threads that have ended (never below 0: the
+        # total and the threads are read a moment apart).
+        groups["other"] = max(0.0, process_cpu_seconds(pid) - groups["event_loop"] - groups["inference"])
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        ticks = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = ticks[3] + ticks[4]  # idle + iowait
+        return cls(groups, usage.ru_utime + usage.ru_stime, sum(ticks) - idle, idle)
+
+    def since(self, before: CpuSnapshot) -> tuple[dict[str, float], float, float]:
+        """Server seconds by group, client seconds and the machine's idle fraction between two snapshots."""
+        server = {group: self.server[group] - before.server[group] for group in THREAD_GROUPS}
+        busy, idle = self.machine_busy - before.machine_busy, self.machine_idle - before.machine_idle
+        return server, self.client - before.client, idle / (busy + idle) if busy + idle else 0.0
 
 
 def grpc_request(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]):
@@ -107,9 +164,9 @@ async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid
                 continue
             latencies.append(1000 * (time.perf_counter() - started))
 
-    cpu_before, started = process_cpu_seconds(pid), time.perf_counter()
+    before, started = CpuSnapshot.take(pid), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    elapsed, cpu = time.perf_counter() - started, process_cpu_seconds(pid) - cpu_before
+    elapsed, cpu = time.perf_counter() - started, CpuSnapshot.take(pid).since(before)
     return len(latencies), errors, elapsed, latencies, cpu
 
 
@@ -163,6 +220,9 @@ def run_load(
         work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs, datatypes), **timing)
     else:
         raise ValueError(f"unknown protocol {protocol!r}: use grpc or rest")
-    count, errors, elapsed, latencies, cpu = asyncio.run(work)
+    count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)
     rows = next(iter(inputs.values())).shape[0]
-    return LoadResult(protocol, concurrency, rows, count, errors, elapsed, latencies, cpu)
+    return LoadResult(
+        protocol, concurrency, rows, count, errors, elapsed, latencies, server_cpu_seconds=sum(server_cpu.values()),
+        server_cpu_by_thread=server_cpu, client_cpu_seconds=client_cpu, machine_idle_fraction=idle,
+    )
