@@ -30,6 +30,12 @@ STOP_TIMEOUT_S = 15.0
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
 
 
+# glibc returns a freed block over 128 kB to the OS at once, so every 3 MB JSON body (and the
+# lists parsed from it) is mapped again, page by page, on the event loop: ~1.5 ms per MobileNetV2
+# request. Blocks under 16 MB now come from the heap, and up to 64 MB of freed heap is kept.
+SERVING_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(16 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+
+
 class ServerError(RuntimeError):
     """MLServer did not start, or exited; the message names the cause and the log file."""
 
@@ -79,6 +85,7 @@ def server_env(
             # MLServer gzips every REST response over 1 kB that a client accepts gzip for, at level 9, on its
             # event loop: ~1.2 ms per MobileNetV2 response, more CPU than the bytes saved on a cluster network.
             "MLSERVER_GZIP_ENABLED": "false",
+            **SERVING_MALLOC_ENV,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
         }
     )

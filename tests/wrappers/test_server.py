@@ -241,3 +241,21 @@ def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(di
              if key.startswith("slipway_batch_rows_bucket") and 'le="4.0"' in key and '"digits"' in key]
     assert small and small[0] >= 2  # runs of 1 and 3 rows fall in the bucket up to 4
     assert any(key.startswith("model_infer_request_success") for key in after)  # MLServer's own, beside ours
+
+
+def test_responses_are_not_gzipped_and_freed_memory_stays_in_the_heap(digits_server, example):
+    """The server's settings for CPU per request: no level-9 gzip on the event loop, no re-mapping of big bodies."""
+    import urllib.request
+
+    images, expected = example
+    assert len(images) >= 16  # 160 scores: a response well over MLServer's 1 kB gzip threshold
+    body = json.dumps({"inputs": [json_input("image", images[:16])]}).encode()
+    request = urllib.request.Request(
+        infer_url(digits_server), data=body, headers={"Content-Type": "application/json", "Accept-Encoding": "gzip"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200 and response.headers.get("Content-Encoding") is None
+        answer = json.loads(response.read())
+    np.testing.assert_allclose(np.asarray(answer["outputs"][0]["data"]).reshape(16, 10), expected[:16], atol=1e-6)
+    environ = open(f"/proc/{digits_server.pid}/environ", "rb").read().split(b"\0")
+    assert b"MALLOC_MMAP_THRESHOLD_=16777216" in environ and b"MALLOC_TRIM_THRESHOLD_=67108864" in environ

@@ -105,9 +105,7 @@ class CpuSnapshot:
                 groups["event_loop"] += seconds
             elif name.startswith("ort-"):
                 groups["inference"] += seconds
-        # The rest of the process's total, which also holds threads that have ended (never below 0: the
-        # total and the threads are read a moment apart).
-        groups["other"] = max(0.0, process_cpu_seconds(pid) - groups["event_loop"] - groups["inference"])
+        groups["other"] = process_cpu_seconds(pid) - groups["event_loop"] - groups["inference"]  # ended threads too
         usage = resource.getrusage(resource.RUSAGE_SELF)
         ticks = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
         idle = ticks[3] + ticks[4]  # idle + iowait
@@ -115,7 +113,8 @@ class CpuSnapshot:
 
     def since(self, before: CpuSnapshot) -> tuple[dict[str, float], float, float]:
         """Server seconds by group, client seconds and the machine's idle fraction between two snapshots."""
-        server = {group: self.server[group] - before.server[group] for group in THREAD_GROUPS}
+        # Never below 0: a process's total and its threads are read a clock tick apart.
+        server = {group: max(0.0, self.server[group] - before.server[group]) for group in THREAD_GROUPS}
         busy, idle = self.machine_busy - before.machine_busy, self.machine_idle - before.machine_idle
         return server, self.client - before.client, idle / (busy + idle) if busy + idle else 0.0
 
