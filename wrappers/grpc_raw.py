@@ -17,7 +17,7 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.grpc import converters
 from mlserver.grpc import dataplane_pb2 as pb
-from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, TensorData
+from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput, TensorData
 
 from wrappers.tensors import TensorError, from_raw, to_raw
 
@@ -82,12 +82,31 @@ def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInpu
 
 
 def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = False) -> pb.ModelInferResponse:
+    """The response with every output as raw contents, built directly: MLServer's converter would walk
+    pydantic models and build empty typed contents for each output first."""
     if not use_raw or not any(isinstance(output.data.root, np.ndarray) for output in type_object.outputs):
         return _original_response_from_types(type_object, use_raw=use_raw)
-    raw = []
-    for output in type_object.outputs:  # take the data out as bytes; MLServer builds the rest
-        raw.append(to_raw(np.asarray(output.data.root), output.datatype))
-        output.data = TensorData.model_construct(root=[])
-    response = _original_response_from_types(type_object, use_raw=False)
-    response.raw_output_contents.extend(raw)
+    response = pb.ModelInferResponse(
+        model_name=type_object.model_name,
+        outputs=[_output_tensor(output) for output in type_object.outputs],
+        raw_output_contents=[to_raw(np.asarray(output.data.root), output.datatype) for output in type_object.outputs],
+    )
+    if type_object.model_version is not None:
+        response.model_version = type_object.model_version
+    if type_object.id is not None:
+        response.id = type_object.id
+    _copy_parameters(type_object.parameters, response.parameters)
     return response
+
+
+def _output_tensor(output: ResponseOutput) -> pb.ModelInferResponse.InferOutputTensor:
+    tensor = pb.ModelInferResponse.InferOutputTensor(name=output.name, shape=output.shape, datatype=str(output.datatype))
+    _copy_parameters(output.parameters, tensor.parameters)
+    return tensor
+
+
+def _copy_parameters(parameters: Parameters | None, into) -> None:
+    """Parameters as MLServer's converter writes them (what protobuf cannot carry, e.g. headers, is left out)."""
+    if parameters:
+        for key, value in converters.ParametersConverter.from_types(parameters).items():
+            into[key].CopyFrom(value)
