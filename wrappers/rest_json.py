@@ -27,9 +27,6 @@ try:
 except ImportError:  # an optional speed-up: MLServer's orjson parsing stays
     fastsimdjson = None
 
-_mlserver_json = requests.Request.json
-
-
 def install() -> bool:
     """Parse REST bodies with simdjson from now on; False (nothing changed) when it is not installed."""
     if fastsimdjson is None:
@@ -37,11 +34,6 @@ def install() -> bool:
         return False
     requests.Request.json = _simdjson_json
     return True
-
-
-def uninstall() -> None:
-    """Give MLServer its own parsing back."""
-    requests.Request.json = _mlserver_json
 
 
 async def _simdjson_json(self: requests.Request) -> Any:
