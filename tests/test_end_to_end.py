@@ -106,8 +106,19 @@ def test_a_tampered_artifact_is_refused_at_load(digits_artifact, tmp_path):
     shutil.copytree(digits_artifact, tampered)
     with open(tampered / "model.onnx", "ab") as handle:
         handle.write(b"\0")
-    with pytest.raises(ServerError, match=r"model\.onnx does not match its sha256"):
-        LocalServer(tampered, ready_timeout_s=60).start()
+    refused = LocalServer(tampered, ready_timeout_s=60)
+    with pytest.raises(ServerError, match=r"model\.onnx does not match its sha256") as caught:
+        refused.start()
+    assert str(refused.log_path) in str(caught.value) and refused.log_path.is_file()  # kept for the user to read
+    shutil.rmtree(refused.log_path.parent)
+
+
+def test_a_server_stopped_cleanly_leaves_nothing_behind(digits_artifact):
+    from wrappers.server import LocalServer
+
+    with LocalServer(digits_artifact) as server:
+        assert server.log_path.is_file()
+    assert not server.log_path.parent.exists() and server.pid is None
 
 
 def test_locust_run_reports_throughput_and_latency(digits_artifact, reports_env):

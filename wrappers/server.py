@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -158,7 +159,7 @@ class LocalServer:
         try:
             self._wait_ready()
         except BaseException:
-            self.stop()
+            self._stop_process()  # the log stays: the error names it
             raise
         return self
 
@@ -191,6 +192,16 @@ class LocalServer:
         return found.group(0).strip() if found else "no exception in its log"
 
     def stop(self) -> None:
+        """Stop the server, then remove its working folder (log, metrics) unless it crashed meanwhile."""
+        crashed = self._process is not None and self._process.poll() not in (None, 0)
+        self._stop_process()
+        if crashed:
+            print(f"MLServer had exited with an error before it was stopped: {self.failure_reason()} (log: {self.log_path})",
+                  file=sys.stderr)
+        else:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _stop_process(self) -> None:
         """SIGTERM the server's process group by PID, then SIGKILL if it will not go."""
         process, self._process = self._process, None
         if process is None or process.poll() is not None:

@@ -13,7 +13,7 @@ from tests.conftest import run_module
 from wrappers.artifact import MODEL_FILE, load_input_example
 from wrappers.bench.models import BenchModel
 from wrappers.bench.report import markdown, plot, replace_readme_section
-from wrappers.bench.run import BenchConfig, bench_model, figures
+from wrappers.bench.run import SLIPWAY_LATENCY, BenchConfig, _steps, bench_model, figures
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +25,11 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
                          warmup_s=0.2, raw_seconds=0.1)
     steps = []
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
-    assert len(steps) == 2 * 3 + 1 + 1 + 4
+    assert len(steps) == 2 * 3 + 1 + 1 + 6  # digits is also measured with its latency settings
     assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
+    runtimes = ("plain", "slipway", SLIPWAY_LATENCY)
     assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
-        ("plain", "grpc"), ("slipway", "grpc"), ("plain", "rest"), ("slipway", "rest")}
+        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")}
     for point in result["points"]:
         assert point["requests"] > 0 and point["errors"] == 0 and point["server_cpu_ms_per_request"] > 0
         split = point["server_cpu_ms_per_request_by_thread"]  # where the server's CPU went, by thread
@@ -58,7 +59,8 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():
     models = {
         "mobilenetv2": {"points": [point("slipway", "grpc", 8, 90, 80, 0.92), point("slipway", "rest", 8, 20, 300, 0.25)]},
         "digits": {"points": [point("plain", "grpc", 8, 1000, 5, 0), point("slipway", "grpc", 8, 1400, 4, 0),
-                              point("plain", "grpc", 1, 500, 1.0, 0), point("slipway", "grpc", 1, 600, 1.1, 0)]},
+                              point("plain", "grpc", 1, 500, 1.0, 0), point("slipway", "grpc", 1, 600, 1.1, 0),
+                              point(SLIPWAY_LATENCY, "grpc", 1, 700, 0.9, 0)]},
     }
     got = {f["figure"]: (f["value"], f["met"]) for f in figures(models)}
     assert got == {
@@ -66,7 +68,14 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():
         "mobilenetv2 rest c8: served images/s / raw limit": (0.25, False),
         "digits grpc c8: requests/s / plain runtime's": (1.4, True),
         "digits grpc c1: p50 latency / plain runtime's": (1.1, False),
+        "digits grpc c1: p50 latency / plain runtime's (latency settings)": (0.9, True),
     }
+
+
+def test_the_progress_bar_counts_every_load_of_every_runtime():
+    config = BenchConfig(protocols=["grpc"], concurrency=[1, 8], rounds=3)
+    raw_steps = 2 * 3 + 1 + 1  # raw batch sizes with CPU accounting, side by side, servers started
+    assert _steps(config) == (raw_steps + 3 * 6) + (raw_steps + 2 * 6)  # digits has a third runtime
 
 
 def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(digits_artifact, reports_env, tmp_path):
