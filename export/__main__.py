@@ -9,7 +9,8 @@ from pathlib import Path
 from export.commands import KERAS_MODELS, VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
 from export.store.cli import add_versions_parser
 from slipway.cli import UserError, console, exit_with
-from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME, PROJECT_ROOT
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
+from slipway.readme import README
 
 DEFAULT_TRAIN_DIR = BUILD_DIR / "train" / DEMO_MODEL_NAME
 EXAMPLE_ROWS = 32
@@ -148,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     bench = commands.add_parser("bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + README")
     bench.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
-    bench.add_argument("--readme", type=Path, default=PROJECT_ROOT / "README.md", help="README whose performance section is refreshed")
+    bench.add_argument("--readme", type=Path, default=README, help="README whose performance section is refreshed")
     bench.add_argument("--no-readme", action="store_true", help="leave the README alone")
     add_export_options(bench, variants_help=None)
     bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=17, measure_rounds=7)

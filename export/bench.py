@@ -9,16 +9,15 @@ refreshes the published figures in one command.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from export.report import ExportReport, Row, markdown
 from slipway import atomic
+from slipway.readme import replace_section
 from slipway.reports import write_report
 
-README_BEGIN = "<!-- bench-export:begin -->"
-README_END = "<!-- bench-export:end -->"
+README_SECTION = "bench-export"
 
 
 @dataclass(frozen=True)
@@ -79,16 +78,6 @@ def targets_markdown(found: list[Target], load: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_readme(readme: Path, section: str) -> bool:
-    """Replace the text between the bench markers; False (and nothing written) when the markers are absent."""
-    text = readme.read_text()
-    pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.DOTALL)
-    if not pattern.search(text):
-        return False
-    atomic.write_text(readme, pattern.sub(lambda _: f"{README_BEGIN}\n{section}\n{README_END}", text))
-    return True
-
-
 def write_bench(digits: ExportReport, mobilenet: ExportReport, load: dict, readme: Path | None) -> tuple[Path, list[Target]]:
     """Targets JSON + markdown (and the README section); returns the JSON path and the targets."""
     found = targets(digits, mobilenet)
@@ -102,5 +91,5 @@ def write_bench(digits: ExportReport, mobilenet: ExportReport, load: dict, readm
     full = "\n".join([summary, markdown(digits), markdown(mobilenet)])
     atomic.write_text(path.with_suffix(".md"), full)
     if readme is not None:
-        update_readme(readme, full.replace("### ", "#### "))
+        replace_section(readme, README_SECTION, full.replace("### ", "#### "))
     return path, found

@@ -134,18 +134,15 @@ def synthetic_images(rows: int, shape: tuple[int, int, int], seed: int) -> np.nd
     return np.clip(images, -1, 1).astype(np.float32)
 
 
-def mobilenet_source(*, opset: int, seed: int = 0) -> Source:
-    """MobileNetV2 with random weights (nothing is downloaded), for realistic sizes and speeds.
+def mobilenet_keras(seed: int = 0):
+    """MobileNetV2 with random weights (nothing is downloaded) and batch-norm statistics set.
 
     Random weights with freshly initialised batch-norm statistics make activations vanish
-    through the depth of the network (every output exactly uniform). One forward pass in
-    training mode with momentum 0 sets each batch-norm layer's statistics from synthetic
-    images, as a trained network's would be: no weight is trained.
+    through the depth of the network (every output exactly uniform, and tiny floats can take
+    slow CPU paths). One forward pass in training mode with momentum 0 sets each batch-norm
+    layer's statistics from synthetic images, as a trained network's would be: no weight is trained.
     """
     import keras
-
-    from export.convert import keras_to_onnx
-    from export.model import INPUT_NAME
 
     keras.utils.set_random_seed(seed)
     model = keras.applications.MobileNetV2(weights=None, input_shape=MOBILENET_SHAPE)
@@ -156,6 +153,15 @@ def mobilenet_source(*, opset: int, seed: int = 0) -> Source:
     model(synthetic_images(32, MOBILENET_SHAPE, seed + 1), training=True)
     for layer, momentum in zip(norms, momenta):
         layer.momentum = momentum
+    return model
+
+
+def mobilenet_source(*, opset: int, seed: int = 0) -> Source:
+    """MobileNetV2 (`mobilenet_keras`) for realistic sizes and speeds, evaluated on synthetic images."""
+    from export.convert import keras_to_onnx
+    from export.model import INPUT_NAME
+
+    model = mobilenet_keras(seed)
     evaluation = synthetic_images(MOBILENET_EVAL_ROWS, MOBILENET_SHAPE, seed + 2)
     return Source(
         name="mobilenetv2",

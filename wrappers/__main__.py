@@ -9,10 +9,8 @@ from pathlib import Path
 
 from slipway import atomic
 from slipway.cli import UserError, console, exit_with
-from slipway.paths import DEMO_ARTIFACT_DIR, PROJECT_ROOT
+from slipway.paths import DEMO_ARTIFACT_DIR
 from wrappers.server import ServerError, serve_foreground
-
-README = PROJECT_ROOT / "README.md"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -28,9 +26,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from slipway.paths import REPORTS_DIR
+    from slipway.readme import README, replace_section
     from slipway.reports import write_report
     from wrappers.bench.models import MODELS
-    from wrappers.bench.report import markdown, plot, replace_readme_section
+    from wrappers.bench.report import markdown, plot
     from wrappers.bench.run import BenchConfig, run_bench
 
     unknown = sorted(set(args.models) - set(MODELS))
@@ -45,7 +44,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     plot(payload, REPORTS_DIR / "bench.png")
     table = markdown({**payload, "created_at": time.strftime("%Y-%m-%d")}, "Serving throughput")
     atomic.write_text(REPORTS_DIR / "bench.md", table)
-    if args.update_readme and replace_readme_section(README, "bench", table):
+    if args.update_readme and replace_section(README, "bench", table):
         console.print(f"README benchmark table updated from {path}")
     for figure in payload["figures"]:
         mark = "[green]met[/]" if figure["met"] else "[red]not met[/]"
@@ -62,7 +61,7 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     from wrappers.bench.gpu import PRECISIONS, PROVIDERS, GpuBenchConfig, markdown, plot, run_gpu_bench
     from wrappers.bench.models import BENCH_DIR, mobilenet_model
     from wrappers.artifact import sha256_file
-    from wrappers.bench.report import replace_readme_section
+    from slipway.readme import README, replace_section
 
     if args.seconds <= 0 or any(batch < 1 for batch in args.batch_sizes):
         raise UserError("--seconds and --batch-sizes must be positive")
@@ -79,7 +78,7 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     plot(payload, REPORTS_DIR / "gpu.png")
     table = markdown(payload)
     atomic.write_text(REPORTS_DIR / "gpu.md", table)
-    if args.update_readme and replace_readme_section(README, "gpu", table):
+    if args.update_readme and replace_section(README, "gpu", table):
         console.print("README GPU table updated")
     if payload["gpu"] is None:
         console.print("[yellow]no GPU here: only the CPU rows were measured; run `make bench-gpu` on a GPU machine "

@@ -107,6 +107,27 @@ def run_check(
     return CheckResult(grid, main.measurements, budget, target, robustness, main.stopped)
 
 
+def check_markdown(result: CheckResult, *, cpu_count: int | None, load_before: float, minutes: float, day: str) -> str:
+    """The check in a few lines, for reports/tune-check.md and the README."""
+    lines = [f"Measured by `make tune-check` on {cpu_count} CPU cores (load average {load_before:.2f} at the start), "
+             f"{day}: {len(result.grid)} configs in {minutes:.0f} min.", ""]
+    lines += ["| | config | req/s per core | req/s at capacity | p95 ms | cores | trials |", "|---|---|--:|--:|--:|--:|--:|"]
+    for label, best, trials in (("grid (every config)", result.grid_best, len(result.grid)),
+                                ("tuner", result.tuner_best, f"{len(result.tuner)} of {result.budget} allowed")):
+        if best is None:
+            lines.append(f"| {label} | none feasible | | | | | {trials} |")
+        else:
+            lines.append(f"| {label} | `{best.config.key}` | {best.objective:.0f} | {best.capacity_rps:.0f} | "
+                         f"{best.p95_ms:g} | {best.cpu_cores:.2f} | {trials} |")
+    robust = result.robustness
+    lines += ["", f"The tuner reached **{result.ratio:.1%}** of the grid's best (target {result.target:.0%}) with "
+              f"{len(result.tuner)} trials: check {'passed' if result.passed else '**failed**'}. On the same measurements "
+              f"with {robust['seeds']} other sampler seeds, the target was reached by the tuner {robust['tuner']} times, "
+              f"by TPE without the known-good start {robust['tpe_without_known_good']} times, "
+              f"by random search {robust['random_search']} times."]
+    return "\n".join(lines) + "\n"
+
+
 def plot_check(result: CheckResult, path: Path) -> None:
     """Every grid config's objective, sorted; the ones the tuner measured marked, the 95% line drawn."""
     from slipway.plots import pyplot, save_png

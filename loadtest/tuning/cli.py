@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 from slipway.cli import UserError, console
@@ -72,6 +74,8 @@ def add_commands(commands) -> None:
             search.add_argument("--budget-fraction", type=float, default=0.25, help="tuner trials allowed, as a share of the grid")
             search.add_argument("--target", type=float, default=0.95, help="share of the grid's best the tuner must reach")
             parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "tune-check")
+            parser.add_argument("--no-readme", dest="update_readme", action="store_false",
+                                help="do not rewrite the README's tuning figures")
         parser.set_defaults(func=func)
 
 
@@ -151,7 +155,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_tune_check(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from loadtest.tuning.check import CheckError, check_grid_size, plot_check, run_check
+    from loadtest.tuning.check import CheckError, check_grid_size, check_markdown, plot_check, run_check
+    from slipway import atomic
+    from slipway.readme import README, replace_section
     from slipway.reports import write_report
 
     space, slo = _space_and_slo(args)
@@ -162,6 +168,7 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
     if not 0 < args.budget_fraction <= 1 or not 0 < args.target <= 1:
         raise UserError("--budget-fraction and --target must be in (0, 1]")
     measurer = _measurer(args, space, slo)
+    load_before, started = os.getloadavg()[0], time.monotonic()
     with Progress(TextColumn("grid"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("grid", total=size)
 
@@ -175,6 +182,11 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
     plot_check(result, plot)
     path = write_report("tune-check", {**result.as_dict(), "slo": slo.model_dump(exclude_none=True),
                                        "settings": _settings(args), "plot": str(plot)})
+    table = check_markdown(result, cpu_count=os.cpu_count(), load_before=load_before,
+                           minutes=(time.monotonic() - started) / 60, day=time.strftime("%Y-%m-%d"))
+    atomic.write_text(REPORTS_DIR / "tune-check.md", table)
+    if args.update_readme and replace_section(README, "tune-check", table):
+        console.print("README tuning figures updated")
     summary = (f"grid best {result.as_dict()['grid_best']} ({result.as_dict()['grid_best_config']}, {len(result.grid)} trials); "
                f"tuner {result.as_dict()['tuner_best']} ({result.as_dict()['tuner_best_config']}) in {len(result.tuner)} trials "
                f"(budget {result.budget}): {result.ratio:.1%} of the best")

@@ -1,6 +1,6 @@
-"""The benchmark's figures to reach, computed from two export reports, and the README section they refresh."""
+"""The benchmark's figures to reach, computed from two export reports."""
 
-from export.bench import README_BEGIN, README_END, targets, update_readme
+from export.bench import targets
 from export.report import Chosen, ExportReport, Row
 
 
@@ -33,13 +33,3 @@ def test_targets_are_ratios_of_rows_measured_in_the_same_run():
     assert found["mobilenetv2: fp32 ONNX Runtime vs Keras tf.function, p50 at batch 1"].value == 1.5
     assert found["digits: slim (half the filters) vs fp32, throughput at batch 32"].value == 4.0
     assert found["digits: slim accuracy drop (points)"].met
-
-
-def test_readme_section_is_replaced_between_markers_only(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\n{README_BEGIN}\nold figures\n{README_END}\n\nafter\n")
-    assert update_readme(readme, "new figures")
-    assert readme.read_text() == f"# Title\n\n{README_BEGIN}\nnew figures\n{README_END}\n\nafter\n"
-    plain = tmp_path / "PLAIN.md"
-    plain.write_text("no markers\n")
-    assert not update_readme(plain, "x") and plain.read_text() == "no markers\n"

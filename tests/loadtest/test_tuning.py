@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from loadtest.config import Slo
-from loadtest.tuning.check import run_check
+from loadtest.tuning.check import check_markdown, run_check
 from loadtest.tuning.measure import Measurement, TableMeasurer, judge_steps
 from loadtest.tuning.search import search
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
@@ -89,6 +89,10 @@ def test_tuner_reaches_95_percent_of_the_grid_best_with_a_quarter_of_its_trials(
     assert report["tuner_trials"] <= 10 and report["ratio"] >= 0.95 and report["passed"]
     assert report["robustness"]["tuner"] >= 4
     assert set(report["tuner_order"]) <= {m.config.key for m in grid}
+    table = check_markdown(result, cpu_count=2, load_before=0.5, minutes=12, day="2026-01-01")
+    assert f"| grid (every config) | `{report['grid_best_config']}` |" in table
+    assert f"| {report['tuner_trials']} of 10 allowed |" in table and "check passed" in table
+    assert f"by the tuner {report['robustness']['tuner']} times" in table
 
 
 def test_check_fails_when_the_tuner_cannot_get_there(tmp_path):
@@ -100,6 +104,7 @@ def test_check_fails_when_the_tuner_cannot_get_there(tmp_path):
             object.__setattr__(m, "capacity_rps", m.capacity_rps * 3)
     result = run_check(space, TableMeasurer(grid), budget_fraction=1 / 40, target=0.95, robustness_seeds=0)
     assert not result.passed and len(result.tuner) == 1 and result.ratio < 0.95
+    assert "check **failed**" in check_markdown(result, cpu_count=2, load_before=0.5, minutes=1, day="2026-01-01")
 
 
 def test_search_stops_after_patience_without_improvement(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import run_module
 from wrappers.artifact import MODEL_FILE, load_input_example
 from wrappers.bench.models import BenchModel
-from wrappers.bench.report import markdown, plot, replace_readme_section
+from wrappers.bench.report import markdown, plot
 from wrappers.bench.run import SLIPWAY_LATENCY, BenchConfig, _steps, bench_model, figures
 
 pytestmark = pytest.mark.slow
@@ -44,11 +44,6 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
     assert "| digits | slipway | grpc | 2 |" in table and "raw `session.run`" in table
     plot(payload, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- bench:start -->\nold\n<!-- bench:end -->\nrest\n")
-    assert replace_readme_section(readme, "bench", table)
-    assert readme.read_text().startswith("intro\n<!-- bench:start -->\nServing throughput") and "old" not in readme.read_text()
-    assert not replace_readme_section(readme, "gpu", table)
 
 
 def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():

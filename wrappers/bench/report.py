@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 
 from slipway import atomic
@@ -94,15 +93,3 @@ def save_png(figure, path: Path) -> None:
     figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
     atomic.write_bytes(path, buffer.getvalue())
-
-
-def replace_readme_section(readme: Path, marker: str, body: str) -> bool:
-    """Replace what lies between `<!-- marker:start -->` and `<!-- marker:end -->`; False if absent."""
-    if not readme.is_file():
-        return False
-    text = readme.read_text()
-    pattern = re.compile(rf"(<!-- {re.escape(marker)}:start -->\n).*?(<!-- {re.escape(marker)}:end -->)", re.DOTALL)
-    if not pattern.search(text):
-        return False
-    atomic.write_text(readme, pattern.sub(lambda match: match.group(1) + body + match.group(2), text))
-    return True

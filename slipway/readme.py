@@ -1,0 +1,29 @@
+"""The README's measured sections, refreshed in place by the targets that measure them.
+
+`make bench`, `make bench-export` and `make tune-check` each own the text between
+`<!-- NAME:start -->` and `<!-- NAME:end -->`, so a re-run on a quieter machine updates the
+figures without touching the prose around them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from slipway import atomic
+from slipway.paths import PROJECT_ROOT
+
+README = PROJECT_ROOT / "README.md"
+
+
+def replace_section(readme: Path, name: str, body: str) -> bool:
+    """Put `body` between the section's markers (atomically); False, and nothing written, where they are absent."""
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    pattern = re.compile(rf"(<!-- {re.escape(name)}:start -->\n).*?(<!-- {re.escape(name)}:end -->)", re.DOTALL)
+    if not pattern.search(text):
+        return False
+    body = body if body.endswith("\n") else body + "\n"
+    atomic.write_text(readme, pattern.sub(lambda match: match.group(1) + body + match.group(2), text, count=1))
+    return True

@@ -1,0 +1,28 @@
+"""The README's measured sections: replaced between their markers only, and all present."""
+
+from slipway.readme import README, replace_section
+
+MEASURED_SECTIONS = ("bench-export", "bench", "tune-check", "gpu")
+
+
+def test_a_section_is_replaced_between_its_markers_only(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n<!-- bench:start -->\nold\n<!-- bench:end -->\n<!-- gpu:start -->\nkept\n<!-- gpu:end -->\n")
+    assert replace_section(readme, "bench", "new figures")
+    assert readme.read_text() == (
+        "# Title\n<!-- bench:start -->\nnew figures\n<!-- bench:end -->\n<!-- gpu:start -->\nkept\n<!-- gpu:end -->\n"
+    )
+
+
+def test_nothing_is_written_where_the_markers_are_absent(tmp_path):
+    plain = tmp_path / "PLAIN.md"
+    plain.write_text("no markers\n")
+    assert not replace_section(plain, "bench", "x") and plain.read_text() == "no markers\n"
+    assert not replace_section(tmp_path / "missing.md", "bench", "x") and not (tmp_path / "missing.md").exists()
+
+
+def test_every_measured_section_has_its_markers_once_in_the_readme():
+    text = README.read_text()
+    for name in MEASURED_SECTIONS:
+        assert text.count(f"<!-- {name}:start -->") == 1 and text.count(f"<!-- {name}:end -->") == 1, name
+        assert text.index(f"<!-- {name}:start -->") < text.index(f"<!-- {name}:end -->"), name
