@@ -9,6 +9,7 @@ MLServer always runs as its own process: never import `mlserver` or
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,20 @@ import pytest
 from slipway.paths import PROJECT_ROOT, SELDON_CRD_SCHEMA
 
 TRAIN_EPOCHS = "25"
+
+
+def refused_at_load(model_dir: Path, match: str, **server_options) -> None:
+    """MLServer must refuse `model_dir` at load with an error matching `match` that names its log.
+
+    The log is kept for a user to read; here it is checked, then removed.
+    """
+    from wrappers.server import LocalServer, ServerError
+
+    refused = LocalServer(model_dir, ready_timeout_s=60, **server_options)
+    with pytest.raises(ServerError, match=match) as caught:
+        refused.start()
+    assert str(refused.log_path) in str(caught.value) and refused.log_path.is_file()
+    shutil.rmtree(refused.log_path.parent)
 
 
 def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600):

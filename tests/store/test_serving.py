@@ -10,7 +10,8 @@ import pytest
 
 from tests.store.conftest import versions_json
 from wrappers.artifact import EXPECTED_DIGESTS_ENV, load_input_example
-from wrappers.server import LocalServer, ServerError
+from tests.conftest import refused_at_load
+from wrappers.server import LocalServer
 
 pytestmark = pytest.mark.slow
 
@@ -69,11 +70,10 @@ def test_the_server_refuses_an_added_file_and_a_replaced_version(artifact_factor
 
     added = local_folder(first) / "model.onnx_data"
     added.write_bytes(b"weights nobody published")
-    with pytest.raises(ServerError, match=r"was modified: model\.onnx_data is not listed in its manifest\.json"):
-        LocalServer(local_folder(first), ready_timeout_s=60).start()
+    refused_at_load(local_folder(first), r"was modified: model\.onnx_data is not listed in its manifest\.json")
     added.unlink()
 
     # The deployment pins version 1's digest; version 2's files (manifest and all) sit in its place.
     pin = {EXPECTED_DIGESTS_ENV: f"tiny=sha256:{first['digest']}"}
-    with pytest.raises(ServerError, match=r"is not the pinned version: its manifest digest is " + second["digest"][:12]):
-        LocalServer(local_folder(second), ready_timeout_s=60, extra_env=pin).start()
+    refused_at_load(local_folder(second), r"is not the pinned version: its manifest digest is " + second["digest"][:12],
+                    extra_env=pin)

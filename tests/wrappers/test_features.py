@@ -13,10 +13,11 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
+from tests.conftest import refused_at_load
 from tests.wrappers.graphs import WEIGHT, matmul_graph, scalar_graph
 from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
 from wrappers.artifact import SETTINGS_FILE, load_input_example, write_manifest
-from wrappers.server import LocalServer, ServerError
+from wrappers.server import LocalServer
 from wrappers.tensors import pack_bytes, unpack_bytes
 
 pytestmark = pytest.mark.slow
@@ -205,5 +206,4 @@ def test_a_graph_with_a_fixed_batch_size_serves_any_row_count(server, client):
 
 def test_a_graph_that_cannot_be_batched_is_refused_at_load_saying_what_to_set(tmp_path):
     folder = model_folder(tmp_path, "scalar", scalar_graph(tmp_path / "scalar.onnx"), extra={"max_batch_rows": 4})
-    with pytest.raises(ServerError, match="'x' is a scalar with no batch dimension.*max_batch_rows to 1"):
-        LocalServer(folder, ready_timeout_s=60).start()
+    refused_at_load(folder, "'x' is a scalar with no batch dimension.*max_batch_rows to 1")
