@@ -189,13 +189,11 @@ def markdown(report: ExportReport) -> str:
 
 def plot(report: ExportReport, path: Path) -> None:
     """Size vs latency (each point labelled with its accuracy or agreement) and throughput, one PNG."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from slipway.plots import pyplot, save_png
+
+    plt = pyplot()
 
     rows = [report.baseline, *report.variants]
     colours = {"baseline": "grey", "accepted": "tab:green", "rejected": "tab:red"}
@@ -222,11 +220,7 @@ def plot(report: ExportReport, path: Path) -> None:
     right.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
     right.set_xlabel(f"rows/s at batch {rows[0].throughput_batch}")
     right.set_title(f"throughput (chosen: {report.chosen.name})", fontsize=10)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic.write_bytes(path, buffer.getvalue())
+    save_png(figure, path)
 
 
 def write_export_report(report: ExportReport, name: str = "export", reports_dir: Path | None = None) -> Path:

@@ -217,12 +217,9 @@ def markdown(payload: dict) -> str:
 
 def plot(payload: dict, path: Path) -> None:
     """Rows/s per configuration, one bar group per batch size."""
-    import matplotlib
+    from slipway.plots import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from wrappers.bench.report import save_png
+    plt = pyplot()
 
     measured = [row for row in payload["rows"] if row["status"] == "measured"]
     batches = sorted({row["batch"] for row in measured})

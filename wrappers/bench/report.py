@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
-
-from slipway import atomic
 
 
 def markdown(payload: dict, title: str) -> str:
@@ -57,11 +54,9 @@ def _blank_if_none(value) -> str:
 
 def plot(payload: dict, path: Path) -> None:
     """One panel per model: rows/s of each runtime at each point, with the raw limit as a line."""
-    import matplotlib
+    from slipway.plots import pyplot, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     models = payload["models"]
     figure, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for axis, (name, model) in zip(axes[0], models.items()):
@@ -82,14 +77,3 @@ def plot(payload: dict, path: Path) -> None:
         axis.set_title(name)
         axis.legend(fontsize=8)
     save_png(figure, path)
-
-
-def save_png(figure, path: Path) -> None:
-    """Write a matplotlib figure as a PNG atomically, then free it."""
-    import matplotlib.pyplot as plt
-
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic.write_bytes(path, buffer.getvalue())
