@@ -10,8 +10,8 @@ from export.measure import onnx_size
 from export.optimize import optimize_graph, strip
 from export.profile import operator_times
 from export.quantize import float_outputs, quantizable_operators, quantize_int8
+from tests.graphs import IR_VERSION, exp_model, onnx_model
 
-IR = 8  # ONNX Runtime 1.31 reads IR <= 13; onnx 1.23's make_model writes 14
 
 
 def dense_model(with_junk: bool = False) -> onnx.ModelProto:
@@ -26,7 +26,7 @@ def dense_model(with_junk: bool = False) -> onnx.ModelProto:
              helper.make_node("Softmax", ["logits"], ["y"], axis=-1)]
     graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits, doc_string="a graph")
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
+    return onnx_model(graph)
 
 
 def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -41,7 +41,7 @@ def test_optimize_keeps_answers_and_drops_what_only_costs_bytes():
     assert "unused" not in {init.name for init in optimized.graph.initializer}
     assert not optimized.graph.doc_string and not any(node.doc_string for node in optimized.graph.node)
     assert {op.domain for op in optimized.opset_import} <= {"", "ai.onnx"}  # ORT's own domains are not left declared
-    assert optimized.ir_version == IR
+    assert optimized.ir_version == IR_VERSION
     assert len(optimized.SerializeToString()) < len(model.SerializeToString())
 
 
@@ -75,12 +75,7 @@ def test_float_outputs_leaves_graphs_without_an_output_pair_alone():
 
 def test_quantizable_operators_names_what_int8_can_reach():
     assert quantizable_operators(dense_model()) == ["MatMul"]
-    exp_only = helper.make_model(
-        helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "exp",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]),
-        opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
-    assert quantizable_operators(exp_only) == []
+    assert quantizable_operators(exp_model()) == []
 
 
 def test_operator_times_sum_kernel_time_per_type_after_warm_up():

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export.onnx_import import ImportCheckError, InputSpec, read_rows
 from tests.conftest import run_module
+from tests.graphs import exp_model, onnx_model
 
-IR = 8  # ONNX Runtime 1.31 reads IR <= 13; onnx 1.23's make_model writes 14
 QUICK = ["--measure-rounds", "1", "--measure-seconds", "0.02"]
 
 
@@ -39,7 +39,7 @@ def conv_model(*, batch: int | str = "N", opset: int = 17, extra_nodes=(), domai
         opsets.append(helper.make_opsetid("com.example", 1))
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 1, 8, 8])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])], inits)
-    return helper.make_model(graph, opset_imports=opsets, ir_version=IR)
+    return onnx_model(graph, opsets)
 
 
 def save(model: onnx.ModelProto, path: Path) -> Path:
@@ -111,11 +111,7 @@ def test_other_bad_requests_are_refused(tmp_path, reports_env):
     _refused(tmp_path, reports_env, [str(model), "--name", "m", "--calibration", str(tmp_path / "text.npz")], "cannot read calibration data")
     _refused(tmp_path, reports_env, [str(model), "--name", "no spaces!"], "cannot be used in /v2/models/<name>")
     _refused(tmp_path, reports_env, [str(model), "--name", "m", "--variants", "fp32,slim"], "slim need(s) a Keras model")
-    exp_only = helper.make_model(
-        helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "exp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]),
-        opset_imports=[helper.make_opsetid("", 17)], ir_version=IR)
-    _refused(tmp_path, reports_env, [str(save(exp_only, tmp_path / "exp.onnx")), "--name", "e"], "no operator ONNX Runtime can quantize")
+    _refused(tmp_path, reports_env, [str(save(exp_model(), tmp_path / "exp.onnx")), "--name", "e"], "no operator ONNX Runtime can quantize")
 
 
 def test_labels_must_be_one_class_index_per_row(tmp_path):

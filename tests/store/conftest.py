@@ -13,12 +13,11 @@ import pytest
 
 from slipway.paths import PROJECT_ROOT
 
-IR_VERSION = 9  # onnx 1.23 writes IR 14 by default; onnxruntime 1.31 reads at most 13
-
-
 def tiny_onnx(offset: float) -> bytes:
     """y = x + offset over FP32 [N, 4]: distinct offsets give distinct content."""
     from onnx import TensorProto, helper
+
+    from tests.graphs import onnx_model
 
     graph = helper.make_graph(
         [helper.make_node("Add", ["x", "offset"], ["y"])],
@@ -27,8 +26,7 @@ def tiny_onnx(offset: float) -> bytes:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
         initializer=[helper.make_tensor("offset", TensorProto.FLOAT, [1], [offset])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
-    return model.SerializeToString()
+    return onnx_model(graph).SerializeToString()
 
 
 def make_artifact(folder: Path, offset: float = 1.0, name: str = "tiny") -> Path:

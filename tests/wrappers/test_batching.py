@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.wrappers.graphs import WEIGHT, matmul_graph
+from tests.graphs import WEIGHT, matmul_graph
 from wrappers.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, run_in_fixed_batches
 from wrappers.session import TensorSpec, create_session
 from wrappers.settings import RuntimeSettings

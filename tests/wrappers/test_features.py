@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import refused_at_load
-from tests.wrappers.graphs import WEIGHT, matmul_graph, scalar_graph
+from tests.graphs import WEIGHT, matmul_graph, scalar_graph
 from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
 from wrappers.artifact import SETTINGS_FILE, load_input_example, write_manifest
 from wrappers.server import LocalServer

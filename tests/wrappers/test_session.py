@@ -5,7 +5,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tests.wrappers.graphs import WEIGHT, matmul_graph
+from tests.graphs import WEIGHT, matmul_graph
 from wrappers.session import (
     CPU,
     DYNAMIC,

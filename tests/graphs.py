@@ -1,4 +1,8 @@
-"""Small real ONNX graphs for tests: built with onnx.helper, run by ONNX Runtime."""
+"""Small real ONNX graphs for tests: built with onnx.helper, run by ONNX Runtime.
+
+Every test graph goes through `onnx_model`, which pins the IR version: onnx 1.23's
+`make_model` writes IR 14 by default, and ONNX Runtime 1.31 reads at most 13.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,21 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-IR_VERSION = 8  # onnx 1.23 writes IR 14 by default; ONNX Runtime 1.31 reads at most 13
+IR_VERSION = 8
+OPSET = 17
 WEIGHT = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+
+def onnx_model(graph: onnx.GraphProto, opset_imports: list | None = None) -> onnx.ModelProto:
+    """`graph` as a model ONNX Runtime loads: default opset 17, IR version pinned."""
+    return helper.make_model(graph, opset_imports=opset_imports or [helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def exp_model() -> onnx.ModelProto:
+    """y = exp(x) over [N, 4]: no operator ONNX Runtime can quantize."""
+    return onnx_model(helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "exp",
+                                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]))
 
 
 def matmul_graph(path: Path, batch: int | str = "batch") -> Path:
@@ -22,8 +39,7 @@ def matmul_graph(path: Path, batch: int | str = "batch") -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
         [weight],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
-    onnx.save(model, path)
+    onnx.save(onnx_model(graph), path)
     return path
 
 
@@ -35,5 +51,5 @@ def scalar_graph(path: Path) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION), path)
+    onnx.save(onnx_model(graph), path)
     return path
