@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import struct
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,22 +18,9 @@ import numpy as np
 
 from loadtest.config import Endpoint
 from wrappers.artifact import load_input_example
+from wrappers.tensors import NUMPY_TO_V2, pack_bytes, to_raw
 
-NUMPY_TO_V2 = {
-    np.dtype(np.float32): "FP32",
-    np.dtype(np.float64): "FP64",
-    np.dtype(np.float16): "FP16",
-    np.dtype(np.int8): "INT8",
-    np.dtype(np.int16): "INT16",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.uint8): "UINT8",
-    np.dtype(np.uint16): "UINT16",
-    np.dtype(np.uint32): "UINT32",
-    np.dtype(np.uint64): "UINT64",
-    np.dtype(np.bool_): "BOOL",
-}
-V2_TO_NUMPY = {name: dtype for dtype, name in NUMPY_TO_V2.items()}
+NUMERIC_DTYPES = {name: dtype for dtype, name in NUMPY_TO_V2.items()}  # V2 datatype -> dtype, BYTES aside
 METADATA_TIMEOUT_S = 10
 
 
@@ -48,7 +34,7 @@ def v2_datatype(array: np.ndarray) -> str:
     try:
         return NUMPY_TO_V2[array.dtype]
     except KeyError:
-        raise PayloadError(f"arrays of dtype {array.dtype} have no V2 datatype; send one of {sorted(V2_TO_NUMPY)}") from None
+        raise PayloadError(f"arrays of dtype {array.dtype} have no V2 datatype; send one of {sorted(NUMERIC_DTYPES)}") from None
 
 
 def v2_json_body(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -110,9 +96,9 @@ def _array_from_json(item: dict) -> np.ndarray:
     datatype = item["datatype"]
     if datatype == "BYTES":
         return np.array(item["data"], dtype=object).reshape(item["shape"])
-    if datatype not in V2_TO_NUMPY:
+    if datatype not in NUMERIC_DTYPES:
         raise ValueError(f"unknown datatype {datatype!r}")
-    return np.asarray(item["data"], dtype=V2_TO_NUMPY[datatype]).reshape(item["shape"])
+    return np.asarray(item["data"], dtype=NUMERIC_DTYPES[datatype]).reshape(item["shape"])
 
 
 def arrays_from_metadata(inputs: list[dict], batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -122,7 +108,7 @@ def arrays_from_metadata(inputs: list[dict], batch_size: int, seed: int = 0) -> 
     arrays = {}
     for tensor in inputs:
         name, datatype, shape = tensor["name"], tensor["datatype"], list(tensor["shape"])
-        if datatype not in V2_TO_NUMPY:
+        if datatype not in NUMERIC_DTYPES:
             raise PayloadError(f"input {name!r} has datatype {datatype}: random data would be meaningless; pass --data FILE")
         if shape and shape[0] == -1:
             shape[0] = batch_size
@@ -131,7 +117,7 @@ def arrays_from_metadata(inputs: list[dict], batch_size: int, seed: int = 0) -> 
                 f"input {name!r} has shape {tensor['shape']} with dynamic dimensions beyond the batch; "
                 "pass --data FILE with real rows"
             )
-        dtype = V2_TO_NUMPY[datatype]
+        dtype = NUMERIC_DTYPES[datatype]
         if dtype.kind == "f":
             array = rng.random(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -174,13 +160,9 @@ def grpc_request(endpoint: Endpoint, arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def _raw_bytes(array: np.ndarray) -> bytes:
-    if array.dtype.kind in "OSU":  # BYTES: each element as a 4-byte little-endian length, then the bytes
-        parts = []
-        for item in array.ravel():
-            data = item if isinstance(item, bytes) else str(item).encode()
-            parts.append(struct.pack("<I", len(data)) + data)
-        return b"".join(parts)
-    return np.ascontiguousarray(array).tobytes()
+    if array.dtype.kind in "OSU":  # BYTES: each element length-prefixed
+        return pack_bytes(item if isinstance(item, bytes) else str(item) for item in array.ravel())
+    return to_raw(array, NUMPY_TO_V2[array.dtype])
 
 
 def fetch_metadata(endpoint: Endpoint, timeout_s: float = METADATA_TIMEOUT_S) -> dict:

@@ -32,6 +32,8 @@ V2_TO_NUMPY = {
     "BYTES": np.object_,
 }
 BYTES = "BYTES"
+# The V2 datatype of a NumPy array, for clients building requests (BYTES aside: str, bytes, object).
+NUMPY_TO_V2 = {np.dtype(kind): name for name, kind in V2_TO_NUMPY.items() if name != BYTES}
 _LENGTH_PREFIX = struct.Struct("<I")
 # The V2 protocol's raw contents are little-endian, whatever the host.
 _RAW_DTYPES = {name: np.dtype(kind).newbyteorder("<") for name, kind in V2_TO_NUMPY.items() if name != BYTES}
