@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from slipway.cli import one_line
+
 DEFAULT_URI_TEMPLATE = "s3://slipway-models/{name}/{version}"
 # A model's name becomes the SeldonDeployment's, the container's and a DNS label in Service names.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -110,8 +112,4 @@ class ModelVersion(BaseModel):
         try:
             return cls.model_validate(record)
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, issue['loc'])) or 'record'}: {issue['msg'].removeprefix('Value error, ')}"
-                for issue in err.errors()
-            )
-            raise RecordError(f"{source}: {problems}") from err
+            raise RecordError(f"{source}: {one_line(err, whole='record')}") from err

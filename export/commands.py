@@ -11,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from slipway.cli import UserError, console
+from slipway.cli import UserError, console, one_line
 from slipway.paths import BUILD_DIR
 
 VARIANTS_DIR = BUILD_DIR / "variants"
@@ -55,8 +55,7 @@ def export_config(args: argparse.Namespace, default_variants: str):
             opset=args.opset,
         )
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(str(p) for p in issue['loc'])}: {issue['msg']}" for issue in err.errors())
-        raise UserError(f"invalid export options: {problems}") from err
+        raise UserError(f"invalid export options: {one_line(err, whole='options')}") from err
 
 
 def run_and_report(source, config, out: Path, report_name: str, warnings: list[str]):

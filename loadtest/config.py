@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from slipway.cli import one_line
+
 JOB_ENV = "SLIPWAY_LOAD_JOB"
 MAX_RUN_S = 4 * 3600  # the longest soak a single command may run
 MIN_STAGE_S = 2.0  # Locust's shape ticks once a second: a stage needs two ticks to be measured
@@ -192,14 +194,6 @@ class ShapeSpec(BaseModel):
         if self.kind == "step":
             return self.step_s * len(self.step_users())
         return sum(stage.duration_s for stage in self.fixed_stages())
-
-
-def one_line(err: ValidationError) -> str:
-    """Pydantic's report as one line: `field: problem; field: problem`."""
-    return "; ".join(
-        f"{'.'.join(str(part) for part in issue['loc']) or 'value'}: {issue['msg'].removeprefix('Value error, ')}"
-        for issue in err.errors()
-    )
 
 
 def build_shape(**settings) -> ShapeSpec:

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from loadtest.config import ConfigError, Slo, one_line
+from loadtest.config import ConfigError, Slo
+from slipway.cli import one_line
 
 LATENCY_LIMITS = ("p50_ms", "p95_ms", "p99_ms")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+from pydantic import ValidationError
 from rich.console import Console
 
 console = Console(stderr=True, highlight=False)
@@ -19,6 +20,14 @@ EXIT_USER_ERROR = 2
 
 class UserError(Exception):
     """Bad input from the user; the message is the whole story, so no traceback."""
+
+
+def one_line(err: ValidationError, whole: str = "value") -> str:
+    """Pydantic's report as one line, `field: problem; field: problem` (`whole` names an error about the whole)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in issue['loc']) or whole}: {issue['msg'].removeprefix('Value error, ')}"
+        for issue in err.errors()
+    )
 
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:

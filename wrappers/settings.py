@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from slipway.cli import one_line
+
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
 OptionValue = str | int | float | bool
 
@@ -192,7 +194,4 @@ def parse_runtime_settings(extra: dict[str, Any] | None) -> RuntimeSettings:
     try:
         return RuntimeSettings.model_validate(extra or {})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in issue['loc']) or 'extra'}: {issue['msg']}" for issue in err.errors()
-        )
-        raise SettingsError(f"invalid parameters.extra in model-settings.json: {problems}") from err
+        raise SettingsError(f"invalid parameters.extra in model-settings.json: {one_line(err, whole='extra')}") from err

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from slipway.cli import UserError, console
+from slipway.cli import UserError, console, one_line
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, REPORTS_DIR
 
 EXIT_CHECK_FAILED = 1
@@ -82,7 +82,7 @@ def add_commands(commands) -> None:
 def _space_and_slo(args: argparse.Namespace):
     from pydantic import ValidationError
 
-    from loadtest.config import ConfigError, one_line
+    from loadtest.config import ConfigError
     from loadtest.slo import load_slo
     from loadtest.tuning.space import SearchSpace, discover_variants
 
