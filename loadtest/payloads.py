@@ -12,13 +12,13 @@ import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from loadtest.config import Endpoint
 from wrappers.artifact import load_input_example
-from wrappers.tensors import NUMPY_TO_V2, pack_bytes, to_raw
+from wrappers.request_bodies import grpc_request, rest_body, v2_datatype
+from wrappers.tensors import NUMPY_TO_V2, TensorError
 
 NUMERIC_DTYPES = {name: dtype for dtype, name in NUMPY_TO_V2.items()}  # V2 datatype -> dtype, BYTES aside
 METADATA_TIMEOUT_S = 10
@@ -26,30 +26,6 @@ METADATA_TIMEOUT_S = 10
 
 class PayloadError(ValueError):
     """No valid request can be built; the message says what the model expects."""
-
-
-def v2_datatype(array: np.ndarray) -> str:
-    if array.dtype.kind in "OSU":
-        return "BYTES"
-    try:
-        return NUMPY_TO_V2[array.dtype]
-    except KeyError:
-        raise PayloadError(f"arrays of dtype {array.dtype} have no V2 datatype; send one of {sorted(NUMERIC_DTYPES)}") from None
-
-
-def v2_json_body(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
-    """A V2 REST inference request body for these arrays (row-major flattened data)."""
-    def values(array: np.ndarray) -> list:
-        if array.dtype.kind in "OSU":
-            return [item.decode() if isinstance(item, bytes) else str(item) for item in array.ravel()]
-        return array.ravel().tolist()
-
-    return {
-        "inputs": [
-            {"name": name, "datatype": v2_datatype(array), "shape": list(array.shape), "data": values(array)}
-            for name, array in inputs.items()
-        ]
-    }
 
 
 def example_batch(model_dir: Path, batch_size: int = 1, offset: int = 0) -> dict[str, np.ndarray]:
@@ -141,30 +117,6 @@ def check_against_metadata(arrays: dict[str, np.ndarray], inputs: list[dict]) ->
             raise PayloadError(f"sample input {name!r} is {v2_datatype(array)}, the model wants {want}")
 
 
-def rest_body(arrays: dict[str, np.ndarray]) -> bytes:
-    return json.dumps(v2_json_body(arrays)).encode()
-
-
-def grpc_request(endpoint: Endpoint, arrays: dict[str, np.ndarray]) -> bytes:
-    """A serialized `ModelInferRequest` carrying the tensors as `raw_input_contents` (the fast path)."""
-    from tritonclient.grpc import service_pb2
-
-    request = service_pb2.ModelInferRequest(model_name=endpoint.model, model_version=endpoint.version or "")
-    for name, array in arrays.items():
-        tensor = request.inputs.add()
-        tensor.name = name
-        tensor.datatype = v2_datatype(array)
-        tensor.shape.extend(array.shape)
-        request.raw_input_contents.append(_raw_bytes(array))
-    return request.SerializeToString()
-
-
-def _raw_bytes(array: np.ndarray) -> bytes:
-    if array.dtype.kind in "OSU":  # BYTES: each element length-prefixed
-        return pack_bytes(item if isinstance(item, bytes) else str(item) for item in array.ravel())
-    return to_raw(array, NUMPY_TO_V2[array.dtype])
-
-
 def fetch_metadata(endpoint: Endpoint, timeout_s: float = METADATA_TIMEOUT_S) -> dict:
     """The model's V2 metadata (`name`, `inputs`, `outputs`) over the endpoint's own protocol."""
     return _grpc_metadata(endpoint, timeout_s) if endpoint.protocol == "grpc" else _rest_metadata(endpoint, timeout_s)
@@ -221,8 +173,11 @@ def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, mod
         arrays, source = example_batch(model_dir, batch_size), f"{model_dir}/input-example.npz"
     else:
         arrays, source = arrays_from_metadata(metadata.get("inputs", []), batch_size), "random, from the model's metadata"
-    check_against_metadata(arrays, metadata.get("inputs", []))
-    body = grpc_request(endpoint, arrays) if endpoint.protocol == "grpc" else rest_body(arrays)
+    try:
+        check_against_metadata(arrays, metadata.get("inputs", []))
+        body = grpc_request(endpoint.model, arrays, endpoint.version or "") if endpoint.protocol == "grpc" else rest_body(arrays)
+    except TensorError as err:  # an array no V2 datatype carries
+        raise PayloadError(f"sample data from {source}: {err}") from err
     rows = len(next(iter(arrays.values())))
     return body, {"source": source, "rows_per_request": rows, "bytes": len(body),
                   "inputs": [{"name": n, "datatype": v2_datatype(a), "shape": list(a.shape)} for n, a in arrays.items()]}

@@ -156,7 +156,8 @@ class RuntimeSettings(_Strict):
         default=1,
         ge=1,
         description="Runs of the session allowed side by side. 1 (default) gives each run every intra-op thread: "
-        "lowest latency. On a shared CPU, 2+ with intra_op_threads 1 gives more throughput under load.",
+        "lowest latency. For throughput under load: twice the cores, with intra_op_threads 1 and max_batch_rows "
+        "of a few rows, so that while one run's answers travel back the other runs keep every core busy.",
     )
     max_batch_rows: int = Field(
         default=1,

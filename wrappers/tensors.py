@@ -93,11 +93,11 @@ def unpack_bytes(raw: bytes | memoryview, name: str) -> list[bytes]:
     return items
 
 
-def pack_bytes(items: Iterable[bytes | str]) -> bytes:
-    """Length-prefixed BYTES raw contents, the inverse of `unpack_bytes`."""
+def pack_bytes(items: Iterable[object]) -> bytes:
+    """Length-prefixed BYTES raw contents, the inverse of `unpack_bytes` (anything not bytes goes as its text)."""
     parts = []
     for item in items:
-        data = item.encode() if isinstance(item, str) else bytes(item)
+        data = bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else str(item).encode()
         parts += [_LENGTH_PREFIX.pack(len(data)), data]
     return b"".join(parts)
 

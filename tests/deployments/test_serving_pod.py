@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from deployments import autoscaling, seldon
 from deployments.records import ModelVersion
 from deployments.render import render
-from loadtest.payloads import example_batch, v2_json_body
+from loadtest.payloads import example_batch
+from wrappers.request_bodies import json_request
 from wrappers.server import LocalServer
 
 REQUESTS = 4
@@ -61,7 +62,7 @@ def test_the_probes_paths_answer(pod_server):
 
 def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, digits_artifact):
     server, rendered = pod_server
-    body = json.dumps(v2_json_body(example_batch(digits_artifact, batch_size=2))).encode()
+    body = json.dumps(json_request(example_batch(digits_artifact, batch_size=2))).encode()
     for _ in range(REQUESTS):
         request = urllib.request.Request(f"{server.http_url}/v2/models/{rendered.name}/infer", data=body,
                                          headers={"Content-Type": "application/json"})

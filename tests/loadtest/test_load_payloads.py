@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from loadtest.config import parse_host
-from loadtest.payloads import PayloadError, arrays_from_file, arrays_from_metadata, check_against_metadata, grpc_request, rest_body
+from loadtest.payloads import PayloadError, arrays_from_file, arrays_from_metadata, check_against_metadata
+from wrappers.request_bodies import rest_body
 
 METADATA_INPUTS = [{"name": "image", "datatype": "FP32", "shape": [-1, 8, 8, 1]}, {"name": "ids", "datatype": "INT64", "shape": [-1, 3]}]
 
@@ -50,13 +50,3 @@ def test_sample_data_that_does_not_match_the_model_is_refused():
     with pytest.raises(PayloadError, match="'image' is FP64, the model wants FP32"):
         check_against_metadata({"image": np.zeros((1, 8, 8, 1)), "ids": np.zeros((1, 3), np.int64)}, METADATA_INPUTS)
 
-
-def test_grpc_request_carries_raw_contents_and_the_version():
-    from tritonclient.grpc import service_pb2
-
-    endpoint = parse_host("127.0.0.1:1", protocol="grpc", model="digits", version="2")
-    image = np.arange(64, dtype=np.float32).reshape(1, 8, 8, 1)
-    request = service_pb2.ModelInferRequest.FromString(grpc_request(endpoint, {"image": image}))
-    assert (request.model_name, request.model_version) == ("digits", "2")
-    assert list(request.inputs[0].shape) == [1, 8, 8, 1] and request.inputs[0].datatype == "FP32"
-    assert np.array_equal(np.frombuffer(request.raw_input_contents[0], np.float32).reshape(1, 8, 8, 1), image)

@@ -25,8 +25,10 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
                          warmup_s=0.2, raw_seconds=0.1)
     steps = []
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
-    assert len(steps) == 2 * 3 + 1 + 1 + 6  # digits is also measured with its latency settings
+    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 6  # raw before and after; digits also with its latency settings
     assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
+    for raw in result["raw"]:  # the limit is each setting's mean of the sweeps before and after the loads
+        assert raw["rows_per_s"] == pytest.approx(sum(raw["rows_per_s_before_after"]) / 2, abs=0.01)
     runtimes = ("plain", "slipway", SLIPWAY_LATENCY)
     assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
         (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")}
@@ -69,7 +71,7 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():
 
 def test_the_progress_bar_counts_every_load_of_every_runtime():
     config = BenchConfig(protocols=["grpc"], concurrency=[1, 8], rounds=3)
-    raw_steps = 2 * 3 + 1 + 1  # raw batch sizes with CPU accounting, side by side, servers started
+    raw_steps = 2 * 2 * 3 + 1 + 1  # raw sweeps before and after (batch sizes x spinning), side by side, servers started
     assert _steps(config) == (raw_steps + 3 * 6) + (raw_steps + 2 * 6)  # digits has a third runtime
 
 

@@ -1,8 +1,8 @@
 """Closed-loop load generators: N concurrent clients sending one prepared V2 request again and again.
 
-The request is built once, so the generator spends as little of the shared CPU as a
-client can: what is measured is the server. gRPC uses `raw_input_contents` (the fast
-path, with `tritonclient`'s protos); REST sends V2 JSON, as `tritonclient.http` does.
+The request is built and serialized once (`wrappers.request_bodies`), so the generator
+spends as little of the shared CPU as a client can: what is measured is the server. gRPC
+sends `raw_input_contents` (the fast path); REST sends V2 JSON, as `tritonclient.http` does.
 Every run is bounded in time and in count.
 """
 
@@ -18,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from wrappers.request_bodies import grpc_request, rest_body
+
 MAX_MESSAGE_BYTES = 256 << 20
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MAX_REQUESTS = 1_000_000
 
 
@@ -119,30 +122,6 @@ class CpuSnapshot:
         return server, self.client - before.client, idle / (busy + idle) if busy + idle else 0.0
 
 
-def grpc_request(model: str, inputs: dict[str, np.ndarray], datatypes: dict[str, str]):
-    """A `ModelInferRequest` carrying every input as raw contents."""
-    from tritonclient.grpc import service_pb2
-
-    request = service_pb2.ModelInferRequest(model_name=model)
-    for name, array in inputs.items():
-        tensor = request.inputs.add(name=name, datatype=datatypes[name])
-        tensor.shape.extend(array.shape)
-        request.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
-    return request
-
-
-def rest_body(inputs: dict[str, np.ndarray], datatypes: dict[str, str]) -> bytes:
-    """A V2 JSON body, flattened row-major like `tritonclient.http` sends it."""
-    return json.dumps(
-        {
-            "inputs": [
-                {"name": name, "datatype": datatypes[name], "shape": list(array.shape), "data": array.ravel().tolist()}
-                for name, array in inputs.items()
-            ]
-        }
-    ).encode()
-
-
 async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
     await call()  # connect before timing
     stop_warmup = time.perf_counter() + warmup_s
@@ -169,16 +148,18 @@ async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid
     return len(latencies), errors, elapsed, latencies, cpu
 
 
-async def _grpc_load(target: str, request, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+async def _grpc_load(target: str, request: bytes, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
     import grpc
-    from tritonclient.grpc import service_pb2_grpc
+    from tritonclient.grpc import service_pb2
 
     options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     async with grpc.aio.insecure_channel(target, options=options) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        # The request goes as the bytes it already is: serializing it again per call is client CPU the server needs.
+        infer = channel.unary_unary(MODEL_INFER, request_serializer=None,
+                                    response_deserializer=service_pb2.ModelInferResponse.FromString)
 
         async def call():
-            return await stub.ModelInfer(request, timeout=60)
+            return await infer(request, timeout=60)
 
         return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
 
@@ -206,7 +187,6 @@ def run_load(
     server,
     model: str,
     inputs: dict[str, np.ndarray],
-    datatypes: dict[str, str],
     concurrency: int,
     seconds: float,
     warmup_s: float = 1.0,
@@ -214,9 +194,9 @@ def run_load(
     """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time."""
     timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid}
     if protocol == "grpc":
-        work = _grpc_load(server.grpc_target, grpc_request(model, inputs, datatypes), **timing)
+        work = _grpc_load(server.grpc_target, grpc_request(model, inputs), **timing)
     elif protocol == "rest":
-        work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs, datatypes), **timing)
+        work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs), **timing)
     else:
         raise ValueError(f"unknown protocol {protocol!r}: use grpc or rest")
     count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)

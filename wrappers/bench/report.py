@@ -18,7 +18,9 @@ def markdown(payload: dict, title: str) -> str:
     for name, model in payload["models"].items():
         limit = model["raw_limit_rows_per_s"]
         best = max(model["raw"], key=lambda result: result["rows_per_s"])
-        lines.append(f"| {name} | raw `session.run` (best: batch {best['batch']}): the limit | in-process | 1 | | "
+        runs = best.get("rows_per_s_before_after")
+        when = f"; {runs[0]:.0f} before, {runs[1]:.0f} after the loads" if runs else ""
+        lines.append(f"| {name} | raw `session.run` (best: batch {best['batch']}{when}): the limit | in-process | 1 | | "
                      f"{limit:.1f} | 1.00 | | | {best.get('cpu_ms_per_row', '')} per row | | |")
         side_by_side = model.get("raw_two_single_threaded_callers_rows_per_s")
         if side_by_side:

@@ -1,0 +1,60 @@
+"""V2 inference requests as a client sends them: a JSON body for REST, a serialized
+`ModelInferRequest` with raw contents for gRPC.
+
+Load generators (`loadtest`, `make bench`) build one request and send it again and again,
+so both builders return bytes ready for the wire: nothing is serialized per request.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from wrappers.tensors import BYTES, NUMPY_TO_V2, TensorError, to_raw
+
+
+def v2_datatype(array: np.ndarray) -> str:
+    """The V2 datatype that carries this array (str, bytes and object arrays are BYTES)."""
+    if array.dtype.kind in "OSU":
+        return BYTES
+    try:
+        return NUMPY_TO_V2[array.dtype]
+    except KeyError:
+        raise TensorError(
+            f"arrays of dtype {array.dtype} have no V2 datatype; send one of {sorted(NUMPY_TO_V2.values())} or BYTES"
+        ) from None
+
+
+def json_request(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A V2 REST request body as a dict, data flattened row-major as `tritonclient.http` sends it."""
+
+    def values(array: np.ndarray) -> list:
+        if array.dtype.kind in "OSU":
+            return [item.decode() if isinstance(item, bytes) else str(item) for item in array.ravel()]
+        return array.ravel().tolist()
+
+    return {
+        "inputs": [
+            {"name": name, "datatype": v2_datatype(array), "shape": list(array.shape), "data": values(array)}
+            for name, array in arrays.items()
+        ]
+    }
+
+
+def rest_body(arrays: dict[str, np.ndarray]) -> bytes:
+    return json.dumps(json_request(arrays)).encode()
+
+
+def grpc_request(model: str, arrays: dict[str, np.ndarray], version: str = "") -> bytes:
+    """A serialized `ModelInferRequest` carrying every input as `raw_input_contents` (the fast path)."""
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
+    for name, array in arrays.items():
+        datatype = v2_datatype(array)
+        tensor = request.inputs.add(name=name, datatype=datatype)
+        tensor.shape.extend(array.shape)
+        request.raw_input_contents.append(to_raw(array, datatype))
+    return request.SerializeToString()
