@@ -51,6 +51,10 @@ def add_commands(commands) -> None:
         space.add_argument("--batch-times-ms", type=_float_list, default=[1, 5], help="max_batch_time choices, ms")
         space.add_argument("--intra", type=_int_list, help="intra_op_threads choices (default 1,2; 1,2,4 with one variant)")
         space.add_argument("--inter", type=_int_list, default=[1], help="inter_op_threads choices")
+        space.add_argument("--run-slots", type=_int_list, default=[1],
+                           help="inference_threads choices: runs side by side (for models that do not run inline)")
+        space.add_argument("--merge-rows", type=_int_list, default=[1],
+                           help="max_batch_rows choices: rows merged into one run, no window (1: off)")
         slo = parser.add_argument_group("SLO (a trial is infeasible when no step holds it)")
         slo.add_argument("--slo", type=Path, help="YAML with p50_ms, p95_ms, p99_ms, max_error_rate")
         slo.add_argument("--p95-ms", type=float, help="p95 latency limit (default 50 unless --slo or --p99-ms gives one)")
@@ -90,7 +94,8 @@ def _space_and_slo(args: argparse.Namespace):
     intra = args.intra or ([1, 2] if len(variants) > 1 else [1, 2, 4])
     try:
         space = SearchSpace(variants=variants, parallel_workers=args.workers, max_batch_size=args.batch_sizes,
-                            max_batch_time_ms=args.batch_times_ms, intra_op_threads=intra, inter_op_threads=args.inter)
+                            max_batch_time_ms=args.batch_times_ms, intra_op_threads=intra, inter_op_threads=args.inter,
+                            inference_threads=args.run_slots, max_batch_rows=args.merge_rows)
         slo = load_slo(args.slo, p95_ms=args.p95_ms, p99_ms=args.p99_ms, max_error_rate=args.max_error_rate)
     except ValidationError as err:
         raise UserError(f"invalid search space: {one_line(err)}") from err

@@ -42,6 +42,8 @@ def suggest_config(trial, space: SearchSpace) -> ServingConfig:
         max_batch_time_ms=window,
         intra_op_threads=trial.suggest_categorical("intra_op_threads", space.intra_op_threads),
         inter_op_threads=trial.suggest_categorical("inter_op_threads", space.inter_op_threads),
+        inference_threads=trial.suggest_categorical("inference_threads", space.inference_threads),
+        max_batch_rows=trial.suggest_categorical("max_batch_rows", space.max_batch_rows),
     )
 
 

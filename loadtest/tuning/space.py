@@ -1,4 +1,5 @@
-"""What the tuner may change: model variant, MLServer workers, adaptive batching, ONNX Runtime threads.
+"""What the tuner may change: model variant, MLServer workers, adaptive batching, ONNX Runtime threads,
+and the wrappers runtime's run slots and merged rows.
 
 A `ServingConfig` is one point of the space; `apply_config` turns it into a real artifact
 folder (model-settings.json rewritten, manifest re-hashed) that MLServer serves as it is.
@@ -40,6 +41,8 @@ class ServingConfig(BaseModel):
     max_batch_time_ms: float = Field(default=0, ge=0, description="batching window; 0 when batching is off")
     intra_op_threads: int = Field(ge=1)
     inter_op_threads: int = Field(default=1, ge=1)
+    inference_threads: int = Field(default=1, ge=1, description="the wrappers runtime's run slots")
+    max_batch_rows: int = Field(default=1, ge=1, description="rows the wrappers runtime merges into one run (1: off)")
 
     @model_validator(mode="after")
     def _batching(self) -> ServingConfig:
@@ -52,7 +55,8 @@ class ServingConfig(BaseModel):
     @property
     def key(self) -> str:
         batching = f"b{self.max_batch_size}@{self.max_batch_time_ms:g}ms" if self.max_batch_size > 1 else "b1"
-        return f"{self.variant}-w{self.parallel_workers}-{batching}-t{self.intra_op_threads}x{self.inter_op_threads}"
+        runs = f"-s{self.inference_threads}r{self.max_batch_rows}" if (self.inference_threads, self.max_batch_rows) != (1, 1) else ""
+        return f"{self.variant}-w{self.parallel_workers}-{batching}-t{self.intra_op_threads}x{self.inter_op_threads}{runs}"
 
     def params(self) -> dict[str, Any]:
         """As Optuna's trial parameters (the batching window only when batching is on)."""
@@ -73,6 +77,8 @@ class SearchSpace(BaseModel):
     max_batch_time_ms: list[float] = [1, 5]
     intra_op_threads: list[int] = [1, 2]
     inter_op_threads: list[int] = [1]
+    inference_threads: list[int] = [1]
+    max_batch_rows: list[int] = [1]
 
     @model_validator(mode="after")
     def _check(self) -> SearchSpace:
@@ -81,7 +87,8 @@ class SearchSpace(BaseModel):
         for name, folder in self.variants.items():
             if not (Path(folder) / "model-settings.json").is_file():
                 raise ValueError(f"variant {name}: {folder} is not an artifact folder (no model-settings.json)")
-        for field in ("parallel_workers", "max_batch_size", "intra_op_threads", "inter_op_threads"):
+        for field in ("parallel_workers", "max_batch_size", "intra_op_threads", "inter_op_threads", "inference_threads",
+                      "max_batch_rows"):
             if not getattr(self, field):
                 raise ValueError(f"{field}: give at least one value")
         if any(size > 1 for size in self.max_batch_size) and not self.max_batch_time_ms:
@@ -91,13 +98,14 @@ class SearchSpace(BaseModel):
     def grid(self) -> list[ServingConfig]:
         """Every configuration of the space, each once."""
         configs = []
-        for variant, workers, size, intra, inter in itertools.product(
-            self.variants, self.parallel_workers, self.max_batch_size, self.intra_op_threads, self.inter_op_threads
+        for variant, workers, size, intra, inter, slots, rows in itertools.product(
+            self.variants, self.parallel_workers, self.max_batch_size, self.intra_op_threads, self.inter_op_threads,
+            self.inference_threads, self.max_batch_rows,
         ):
             windows = self.max_batch_time_ms if size > 1 else [0]
             configs.extend(
                 ServingConfig(variant=variant, parallel_workers=workers, max_batch_size=size, max_batch_time_ms=window,
-                              intra_op_threads=intra, inter_op_threads=inter)
+                              intra_op_threads=intra, inter_op_threads=inter, inference_threads=slots, max_batch_rows=rows)
                 for window in windows
             )
         return configs
@@ -126,7 +134,7 @@ def discover_variants(fallback: Path, export_report: str = "export") -> dict[str
 
 
 def model_settings_for(config: ServingConfig, base: dict[str, Any]) -> dict[str, Any]:
-    """`base` model-settings.json with the config's batching and ONNX Runtime threads set."""
+    """`base` model-settings.json with the config's batching, ONNX Runtime threads and run slots set."""
     settings = json.loads(json.dumps(base))
     if config.max_batch_size > 1:
         settings["max_batch_size"] = config.max_batch_size
@@ -136,7 +144,8 @@ def model_settings_for(config: ServingConfig, base: dict[str, Any]) -> dict[str,
         settings.pop("max_batch_time", None)
     parameters = settings.setdefault("parameters", {})
     extra = parameters.setdefault("extra", {}) or {}
-    extra.update({"intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads})
+    extra.update({"intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
+                  "inference_threads": config.inference_threads, "max_batch_rows": config.max_batch_rows})
     parameters["extra"] = extra
     return settings
 

@@ -65,8 +65,23 @@ def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, dig
     folder = apply_config(config, digits_artifact, tmp_path / "trial")
     settings = json.loads((folder / "model-settings.json").read_text())
     assert (settings["max_batch_size"], settings["max_batch_time"]) == (8, 0.002)
-    assert settings["parameters"]["extra"] == {"intra_op_threads": 2, "inter_op_threads": 1}
+    assert settings["parameters"]["extra"] == {"intra_op_threads": 2, "inter_op_threads": 1, "inference_threads": 1,
+                                               "max_batch_rows": 1}
     verify_artifact(folder)  # the manifest was re-hashed: the runtime will accept it
+
+
+def test_the_runtimes_run_slots_and_merged_rows_are_searched_when_asked(tmp_path, digits_artifact):
+    from wrappers.settings import parse_runtime_settings
+
+    space = _space(tmp_path, variants=("fp32",), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1],
+                   inference_threads=[1, 4], max_batch_rows=[1, 4])
+    keys = sorted(c.key for c in space.grid())
+    assert keys == ["fp32-w0-b1-t1x1", "fp32-w0-b1-t1x1-s1r4", "fp32-w0-b1-t1x1-s4r1", "fp32-w0-b1-t1x1-s4r4"]
+    assert space.known_good() == [ServingConfig(variant="fp32", parallel_workers=0, max_batch_size=1, intra_op_threads=1)]
+    config = next(c for c in space.grid() if c.key.endswith("-s4r4"))
+    extra = json.loads((apply_config(config, digits_artifact, tmp_path / "trial") / "model-settings.json").read_text())
+    runtime = parse_runtime_settings(extra["parameters"]["extra"])  # what the runtime will read at load
+    assert (runtime.inference_threads, runtime.max_batch_rows, runtime.intra_op_threads) == (4, 4, 1)
 
 
 def _landscape(space: SearchSpace, seed: int) -> list[Measurement]:
