@@ -3,8 +3,8 @@
 For each model: ONNX Runtime alone in this process (the limit, measured before and after
 the servers' loads and averaged), then real MLServer processes side by side, the plain
 runtime (`wrappers.bench.plain_runtime`) and the wrappers runtime, loaded in turn at each
-point (protocol x concurrency) so that both meet the same machine. Writes reports/bench.json, reports/bench.png, reports/bench.md
-and the README's benchmark table.
+point (protocol x concurrency) so that both meet the same machine. Writes reports/bench.json,
+reports/bench.png, reports/bench.md and the README's benchmark table.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _steps(config: BenchConfig) -> int:
 
 
 def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path = BENCH_DIR / "servers") -> dict:
-    """Raw limit, then both runtimes at every point, for one model (server folders under `work_dir`)."""
+    """Raw limit, both runtimes at every point, raw limit again; for one model (server folders under `work_dir`)."""
     def raw_sweep() -> list[dict]:
         return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
                            seconds=config.raw_seconds, on_step=advance)
