@@ -17,11 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from slipway.reports import read_report
 
-# What is already known to serve the digits model well on few cores (DESIGN.md, the wrappers
-# issue): everything in one process, one intra-op thread, no batching window at low load.
+# What is already known to serve well on few cores (DESIGN.md, the wrappers issue): everything in
+# one process, one intra-op thread, no batching window at low load; and, where the space has run
+# slots (models that run on inference threads, such as MobileNetV2), two single-threaded slots
+# merging up to 4 rows (`make bench`; the tuner's best for MobileNetV2 on 2 cores).
 KNOWN_GOOD = [
     {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1},
     {"parallel_workers": 0, "max_batch_size": 8, "max_batch_time_ms": 1, "intra_op_threads": 1, "inter_op_threads": 1},
+    {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1, "inference_threads": 2,
+     "max_batch_rows": 4},
 ]
 TUNABLE_VARIANTS = ("fp32", "int8")
 

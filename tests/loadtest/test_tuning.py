@@ -78,6 +78,9 @@ def test_the_runtimes_run_slots_and_merged_rows_are_searched_when_asked(tmp_path
     keys = sorted(c.key for c in space.grid())
     assert keys == ["fp32-w0-b1-t1x1", "fp32-w0-b1-t1x1-s1r4", "fp32-w0-b1-t1x1-s4r1", "fp32-w0-b1-t1x1-s4r4"]
     assert space.known_good() == [ServingConfig(variant="fp32", parallel_workers=0, max_batch_size=1, intra_op_threads=1)]
+    with_slots = _space(tmp_path, variants=("fp32",), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1],
+                        inference_threads=[1, 2], max_batch_rows=[1, 4])
+    assert [c.key for c in with_slots.known_good()] == ["fp32-w0-b1-t1x1", "fp32-w0-b1-t1x1-s2r4"]  # both starts lie in it
     config = next(c for c in space.grid() if c.key.endswith("-s4r4"))
     extra = json.loads((apply_config(config, digits_artifact, tmp_path / "trial") / "model-settings.json").read_text())
     runtime = parse_runtime_settings(extra["parameters"]["extra"])  # what the runtime will read at load
