@@ -20,7 +20,8 @@ from slipway.reports import read_report
 # What is already known to serve well on few cores (DESIGN.md, the wrappers issue): everything in
 # one process, one intra-op thread, no batching window at low load; and, where the space has run
 # slots (models that run on inference threads, such as MobileNetV2), two single-threaded slots
-# merging up to 4 rows (`make bench`; the tuner's best for MobileNetV2 on 2 cores).
+# merging up to 4 rows (the tuner's best per core for MobileNetV2 on 2 cores; four slots, which
+# `make bench` uses, served as much within 2%).
 KNOWN_GOOD = [
     {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1},
     {"parallel_workers": 0, "max_batch_size": 8, "max_batch_time_ms": 1, "intra_op_threads": 1, "inter_op_threads": 1},
