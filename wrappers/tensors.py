@@ -158,11 +158,16 @@ def _numbers(flat: list, datatype: str, name: str) -> np.ndarray:
         got = ", ".join(found) or "an integer too large for a float"
         raise TensorError(f"input {name!r}: {datatype} data must be {wanted}, got {got}") from err
     dtype = np.dtype(V2_TO_NUMPY[datatype])
-    if dtype.kind in "iu" and values.size:
+    if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        if values.min() < info.min or values.max() > info.max:
+        if values.size and (values.min() < info.min or values.max() > info.max):
             raise TensorError(f"input {name!r}: values must fit {datatype} ({_range(datatype)})")
-    return values.astype(dtype, copy=False)
+        return values.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):  # a finite number too large for FP16/FP32 would become infinity
+        cast = values.astype(dtype, copy=False)
+    if dtype.kind == "f" and np.isinf(cast).any() and (np.isinf(cast) & np.isfinite(values)).any():
+        raise TensorError(f"input {name!r}: values must fit {datatype} (magnitudes up to {np.finfo(dtype).max:.4g})")
+    return cast
 
 
 def _range(datatype: str) -> str:

@@ -64,6 +64,8 @@ def test_malformed_raw_contents_are_named(raw, datatype, shape, message):
         ([1, [2]], "FP32", [2], "must be numbers, got list"),
         ([300], "INT8", [1], "must fit INT8"),
         ([-1], "UINT64", [1], "must fit UINT64"),
+        ([1e300], "FP32", [1], "must fit FP32 (magnitudes up to 3.403e+38)"),
+        ([70000.0], "FP16", [1], "must fit FP16"),
         ([10**400], "FP32", [1], "FP32 data must be numbers, got an integer too large for a float"),
         ([1, 0], "BOOL", [2], "true/false"),
         ([1.0, 2.0], "FP32", [3], "holds 2 values, which does not fill shape [3] exactly (3 needed)"),
