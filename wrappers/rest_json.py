@@ -27,6 +27,7 @@ try:
 except ImportError:  # an optional speed-up: MLServer's orjson parsing stays
     fastsimdjson = None
 
+
 def install() -> bool:
     """Parse REST bodies with simdjson from now on; False (nothing changed) when it is not installed."""
     if fastsimdjson is None:

@@ -165,7 +165,8 @@ def _numbers(flat: list, datatype: str, name: str) -> np.ndarray:
         return values.astype(dtype, copy=False)
     with np.errstate(over="ignore"):  # a finite number too large for FP16/FP32 would become infinity
         cast = values.astype(dtype, copy=False)
-    if dtype.kind == "f" and np.isinf(cast).any() and (np.isinf(cast) & np.isfinite(values)).any():
+    infinite = np.isinf(cast)
+    if infinite.any() and np.isfinite(values[infinite]).any():
         raise TensorError(f"input {name!r}: values must fit {datatype} (magnitudes up to {np.finfo(dtype).max:.4g})")
     return cast
 
