@@ -34,10 +34,13 @@ class LoadResult:
     errors: int
     seconds: float
     latencies_ms: list[float]
-    server_cpu_seconds: float | None = None
     server_cpu_by_thread: dict[str, float] | None = None  # seconds: THREAD_GROUPS
     client_cpu_seconds: float | None = None
     machine_idle_fraction: float | None = None
+
+    @property
+    def server_cpu_seconds(self) -> float | None:
+        return None if self.server_cpu_by_thread is None else sum(self.server_cpu_by_thread.values())
 
     @property
     def requests_per_s(self) -> float:
@@ -202,6 +205,6 @@ def run_load(
     count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)
     rows = next(iter(inputs.values())).shape[0]
     return LoadResult(
-        protocol, concurrency, rows, count, errors, elapsed, latencies, server_cpu_seconds=sum(server_cpu.values()),
+        protocol, concurrency, rows, count, errors, elapsed, latencies,
         server_cpu_by_thread=server_cpu, client_cpu_seconds=client_cpu, machine_idle_fraction=idle,
     )
