@@ -28,8 +28,8 @@ IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPW
 # The wrappers runtime's settings per model, as a user would put them in model-settings.json.
 SLIPWAY_SETTINGS = {
     "digits": {},  # the defaults: tiny runs go inline on the event loop
-    # Throughput mode: single-threaded runs, more run slots than cores, merging what queues behind them.
-    "mobilenetv2": {"max_batch_rows": 4, "inference_threads": 4, "intra_op_threads": 1},
+    # Throughput mode: single-threaded runs, one run slot more than cores, merging what queues behind them.
+    "mobilenetv2": {"max_batch_rows": 2, "inference_threads": 3, "intra_op_threads": 1},
 }
 # The same runtime set for latency instead (a per-model choice): two spinning intra-op threads
 # take ~0.1 ms off a tiny model's latency at low load, for about twice the CPU per request
