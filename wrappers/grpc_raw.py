@@ -5,7 +5,9 @@ MLServer 1.7 converts raw contents with `struct.unpack` into Python lists (and b
 escapes as a `struct.error` (gRPC INTERNAL) instead of INVALID_ARGUMENT. This module
 swaps MLServer's two gRPC converters for ones that keep the data as arrays, but only
 for models served by `wrappers.runtime.OnnxRuntime` (they register here at load), so
-other runtimes in the same server see exactly what MLServer gives them.
+other runtimes in the same server see exactly what MLServer gives them. Requests whose
+inputs lie in shared memory (`wrappers.shared_memory`) take the same path and are answered
+raw, as Triton answers them.
 
 It works where the gRPC server and the model share a process (`parallel_workers: 0`,
 Slipway's default); with worker processes MLServer's own converters stay in charge.
@@ -17,11 +19,14 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.grpc import converters
 from mlserver.grpc import dataplane_pb2 as pb
+from mlserver.grpc.servicers import InferenceServicer
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput, TensorData
 
+from wrappers.shared_memory import REGION
 from wrappers.tensors import TensorError, from_raw, to_raw
 
 _fast_models: set[str] = set()
+_NO_DATA = np.empty(0, dtype=np.uint8)
 _original_request_to_types = converters.ModelInferRequestConverter.to_types
 _original_response_from_types = converters.ModelInferResponseConverter.from_types
 
@@ -40,10 +45,21 @@ def _install() -> None:
     if converters.ModelInferRequestConverter.to_types.__func__ is not _request_to_types:
         converters.ModelInferRequestConverter.to_types = classmethod(_request_to_types)
         converters.ModelInferResponseConverter.from_types = classmethod(_response_from_types)
+        InferenceServicer._GetReturnRaw = staticmethod(_answer_raw)
+
+
+def _answer_raw(request: pb.ModelInferRequest) -> bool:
+    """Raw outputs for raw requests (MLServer's rule) and for requests with inputs in shared memory:
+    they carry no contents to mirror, and tritonclient reads outputs only from raw contents."""
+    return bool(request.raw_input_contents) or _has_shared_inputs(request)
+
+
+def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
+    return request.model_name in _fast_models and any(REGION in tensor.parameters for tensor in request.inputs)
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
-    if pb_object.model_name not in _fast_models or not pb_object.raw_input_contents:
+    if pb_object.model_name not in _fast_models or not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
         return _original_request_to_types(pb_object)
     request = InferenceRequest.model_construct(
         id=pb_object.id,
@@ -53,7 +69,14 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
     if pb_object.outputs:
         request.outputs = [converters.InferRequestedOutputTensorConverter.to_types(o) for o in pb_object.outputs]
     raw_contents = pb_object.raw_input_contents
-    empty = [tensor for tensor in request.inputs if not tensor.data.root]
+    empty = []
+    for tensor in request.inputs:
+        if tensor.data.root:
+            continue
+        if getattr(tensor.parameters, REGION, None) is not None:  # in shared memory: no contents, no raw buffer
+            tensor.data = TensorData.model_construct(root=_NO_DATA)  # an array: the outputs go back raw too
+        else:
+            empty.append(tensor)
     if len(empty) != len(raw_contents):
         raise InferenceError(
             f"the request carries {len(raw_contents)} raw_input_contents for {len(empty)} inputs without contents "
@@ -84,7 +107,7 @@ def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInpu
 def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = False) -> pb.ModelInferResponse:
     """The response with every output as raw contents, built directly: MLServer's converter would walk
     pydantic models and build empty typed contents for each output first."""
-    if not use_raw or not any(isinstance(output.data.root, np.ndarray) for output in type_object.outputs):
+    if not use_raw or not any(_as_raw(output) for output in type_object.outputs):
         return _original_response_from_types(type_object, use_raw=use_raw)
     response = pb.ModelInferResponse(
         model_name=type_object.model_name,
@@ -97,6 +120,12 @@ def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = Fa
         response.id = type_object.id
     _copy_parameters(type_object.parameters, response.parameters)
     return response
+
+
+def _as_raw(output: ResponseOutput) -> bool:
+    """Built by the wrappers runtime for a raw answer: an array, or an output written to shared memory
+    (its raw contents stay empty, keeping the others' positions)."""
+    return isinstance(output.data.root, np.ndarray) or getattr(output.parameters, REGION, None) is not None
 
 
 def _output_tensor(output: ResponseOutput) -> pb.ModelInferResponse.InferOutputTensor:

@@ -1,5 +1,5 @@
 """V2 inference requests as a client sends them: a JSON body for REST, a serialized
-`ModelInferRequest` with raw contents for gRPC.
+`ModelInferRequest` with raw contents (or shared-memory locations) for gRPC.
 
 Load generators (`loadtest`, `make bench`) build one request and send it again and again,
 so both builders return bytes ready for the wire: nothing is serialized per request.
@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, Location
 from wrappers.tensors import BYTES, NUMPY_TO_V2, TensorError, to_raw
 
 
@@ -47,8 +48,11 @@ def rest_body(arrays: dict[str, np.ndarray]) -> bytes:
     return json.dumps(json_request(arrays)).encode()
 
 
-def grpc_request(model: str, arrays: dict[str, np.ndarray], version: str = "") -> bytes:
-    """A serialized `ModelInferRequest` carrying every input as `raw_input_contents` (the fast path)."""
+def grpc_request(
+    model: str, arrays: dict[str, np.ndarray], version: str = "", shared: dict[str, Location] | None = None
+) -> bytes:
+    """A serialized `ModelInferRequest` carrying every input as `raw_input_contents` (the fast path),
+    but those named in `shared`: they go as where they lie in shared memory, with no data."""
     from tritonclient.grpc import service_pb2
 
     request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
@@ -56,5 +60,11 @@ def grpc_request(model: str, arrays: dict[str, np.ndarray], version: str = "") -
         datatype = v2_datatype(array)
         tensor = request.inputs.add(name=name, datatype=datatype)
         tensor.shape.extend(array.shape)
-        request.raw_input_contents.append(to_raw(array, datatype))
+        where = (shared or {}).get(name)
+        if where is None:
+            request.raw_input_contents.append(to_raw(array, datatype))
+        else:
+            tensor.parameters[REGION].string_param = where.region
+            tensor.parameters[OFFSET].int64_param = where.offset
+            tensor.parameters[BYTE_SIZE].int64_param = where.byte_size
     return request.SerializeToString()

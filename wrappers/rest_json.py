@@ -10,7 +10,9 @@ about 1.6x faster. It is a drop-in for `json.loads`: what simdjson refuses is ha
 JSON (HTTP 422). Without `fastsimdjson` installed, MLServer's own parsing stays.
 
 It swaps MLServer's `Request.json` once, for the whole REST server: the result is the same
-dict for every model, so other runtimes in the server see no difference.
+dict for every model, so other runtimes in the server see no difference, but for one thing:
+an input that names a shared-memory region (`wrappers.shared_memory`) may come without
+`data`, as the V2 extension has it, and is given an empty `data` for MLServer's schema.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 
 from mlserver.rest import requests
 
+from wrappers.shared_memory import REGION
+
 logger = logging.getLogger(__name__)
 
 try:
@@ -27,17 +31,26 @@ try:
 except ImportError:  # an optional speed-up: MLServer's orjson parsing stays
     fastsimdjson = None
 
+_mlserver_json = requests.Request.json
 
-def install() -> bool:
-    """Parse REST bodies with simdjson from now on; False (nothing changed) when it is not installed."""
+
+def install() -> None:
+    """Parse REST bodies this way from now on (with MLServer's orjson where simdjson is not installed)."""
     if fastsimdjson is None:
         logger.info("fastsimdjson is not installed: REST bodies are parsed by MLServer (orjson)")
-        return False
-    requests.Request.json = _simdjson_json
-    return True
+    requests.Request.json = _json
 
 
-async def _simdjson_json(self: requests.Request) -> Any:
+async def _json(self: requests.Request) -> Any:
     if not hasattr(self, "_json"):
-        self._json = fastsimdjson.loads(await self.body())
+        self._json = fastsimdjson.loads(await self.body()) if fastsimdjson else await _mlserver_json(self)
+        _give_shared_inputs_data(self._json)
     return self._json
+
+
+def _give_shared_inputs_data(body: Any) -> None:
+    inputs = body.get("inputs") if isinstance(body, dict) else None
+    for tensor in inputs if isinstance(inputs, list) else []:
+        parameters = tensor.get("parameters") if isinstance(tensor, dict) else None
+        if isinstance(parameters, dict) and REGION in parameters and "data" not in tensor:
+            tensor["data"] = []

@@ -10,7 +10,8 @@ Where the time goes, and what this runtime does about it:
   by simdjson (`wrappers.rest_json`), JSON lists become arrays in one call (`wrappers.tensors`);
 - inference: on dedicated threads, merging requests that queued behind a run
   (`wrappers.batching`), so the event loop keeps serving; tiny models run inline instead;
-- pre/post-processing: on a separate CPU pool, overlapped with inference.
+- pre/post-processing: on a separate CPU pool, overlapped with inference;
+- large tensors: optionally in shared memory instead of the request (`wrappers.shared_memory`).
 """
 
 from __future__ import annotations
@@ -25,17 +26,21 @@ from pathlib import Path
 import numpy as np
 from mlserver import MLModel
 from mlserver.errors import InferenceError, MLServerError
-from mlserver.types import InferenceRequest, InferenceResponse, MetadataTensor, RequestInput, ResponseOutput, TensorData
+from mlserver.types import (
+    InferenceRequest, InferenceResponse, MetadataTensor, Parameters, RequestInput, ResponseOutput, TensorData,
+)
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from wrappers import grpc_raw, rest_json
+from wrappers import grpc_raw, rest_json, shared_memory_rest
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, run_in_fixed_batches
 from wrappers.metrics import ModelMetrics
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
 from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options
 from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
+from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, REGIONS, Location, SharedMemoryError, location
+from wrappers.shared_memory_rest import SharedMemoryEndpoints
 from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, from_json
 
 logger = logging.getLogger(__name__)
@@ -51,7 +56,7 @@ class ModelLoadError(MLServerError):
         super().__init__(msg, status_code=500)
 
 
-class OnnxRuntime(MLModel):
+class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     """Serve one ONNX graph: checked inputs, merged runs, optional CPU stages, metrics."""
 
     async def load(self) -> bool:
@@ -89,6 +94,8 @@ class OnnxRuntime(MLModel):
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
             grpc_raw.enable(self.name)
         rest_json.install()
+        if self._config.shared_memory:
+            shared_memory_rest.enable(self.name)
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d rows%s",
             self.name,
@@ -212,8 +219,15 @@ class OnnxRuntime(MLModel):
         batched_predict = self.predict
 
         async def predict(payload: InferenceRequest) -> InferenceResponse:
+            if self._shared_outputs(payload):
+                raise InferenceError(
+                    f"model {self.name} is served with MLServer's adaptive batching, which cannot write outputs "
+                    "into shared memory; request the outputs in the response"
+                )
             for request_input in self._checked_inputs(payload):
                 array = self._decode(request_input)
+                if location(request_input.parameters, request_input.name):
+                    request_input.parameters = None  # read already: MLServer merges the data, not the location
                 request_input.data = TensorData.model_construct(root=array.reshape(-1))
             return await batched_predict(payload)
 
@@ -221,6 +235,7 @@ class OnnxRuntime(MLModel):
 
     async def unload(self) -> bool:
         grpc_raw.disable(self.name)
+        shared_memory_rest.disable(self.name)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:
@@ -230,6 +245,7 @@ class OnnxRuntime(MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         request_inputs = self._checked_inputs(payload)
         wanted = self._requested_outputs(payload)
+        shared_outputs = self._shared_outputs(payload)
         arrays = {request_input.name: self._decode(request_input) for request_input in request_inputs}
         loop = asyncio.get_running_loop()
         if self._preprocessor is not None:
@@ -254,7 +270,12 @@ class OnnxRuntime(MLModel):
             model_name=self.name,
             model_version=self.version,
             id=payload.id,
-            outputs=[_encode(name, results[name], self._datatypes[name], as_arrays) for name in wanted],
+            outputs=[
+                self._write_shared(name, results[name], shared_outputs[name])
+                if name in shared_outputs
+                else _encode(name, results[name], self._datatypes[name], as_arrays)
+                for name in wanted
+            ],
         )
 
     # -- checking and decoding ---------------------------------------------------------------
@@ -290,7 +311,10 @@ class OnnxRuntime(MLModel):
             )
         data = request_input.data.root if isinstance(request_input.data, TensorData) else request_input.data
         try:
-            if isinstance(data, np.ndarray):  # the raw gRPC path: already a checked view
+            where = location(request_input.parameters, spec.name)
+            if where is not None:
+                flat = self._read_shared(where, data, spec, shape)
+            elif isinstance(data, np.ndarray):  # the raw gRPC path: already a checked view
                 flat = data
             elif isinstance(data, list) and data and isinstance(data[0], np.ndarray):  # merged by MLServer
                 flat = np.concatenate(data)
@@ -299,7 +323,7 @@ class OnnxRuntime(MLModel):
             if flat.size != element_count(shape, spec.name):  # merged arrays: each was checked, their sum not yet
                 raise TensorError(f"input {spec.name!r}: data holds {flat.size} values, which does not fill shape "
                                   f"{list(shape)} exactly ({element_count(shape, spec.name)} needed)")
-        except TensorError as err:
+        except (TensorError, SharedMemoryError) as err:
             raise InferenceError(str(err)) from err
         if self._config.reject_non_finite and flat.dtype.kind in _FLOAT_KINDS and not np.isfinite(flat).all():
             raise InferenceError(
@@ -307,6 +331,21 @@ class OnnxRuntime(MLModel):
                 "(or set parameters.extra.reject_non_finite=false)"
             )
         return flat.reshape(shape)
+
+    def _read_shared(self, where: Location, data: object, spec: TensorSpec, shape: tuple[int, ...]) -> np.ndarray:
+        self._check_shared_memory_on()
+        if (isinstance(data, np.ndarray) and data.size) or (isinstance(data, list) and data):
+            raise SharedMemoryError(
+                f"input {spec.name!r} names a shared-memory region and carries data too; send one or the other"
+            )
+        return REGIONS.read(where, spec.datatype, list(shape), spec.name)
+
+    def _check_shared_memory_on(self) -> None:
+        if not self._config.shared_memory:
+            raise SharedMemoryError(
+                f"model {self.name} does not use shared memory; send the tensors' data in the request "
+                "(or set parameters.extra.shared_memory=true)"
+            )
 
     def _requested_outputs(self, payload: InferenceRequest) -> list[str]:
         names = [spec.name for spec in self._output_specs]
@@ -317,6 +356,32 @@ class OnnxRuntime(MLModel):
         if unknown:
             raise InferenceError(f"model {self.name} has outputs {names}; unknown outputs requested: {unknown}")
         return wanted
+
+    def _shared_outputs(self, payload: InferenceRequest) -> dict[str, Location]:
+        """The requested outputs to write into shared memory, checked before the run."""
+        try:
+            wanted = {output.name: location(output.parameters, output.name) for output in payload.outputs or []}
+            shared = {name: where for name, where in wanted.items() if where is not None}
+            if shared:
+                self._check_shared_memory_on()
+                for name, where in shared.items():
+                    REGIONS.region(where.region).span(where, name)
+        except SharedMemoryError as err:
+            raise InferenceError(str(err)) from err
+        return shared
+
+    def _write_shared(self, name: str, array: np.ndarray, where: Location) -> ResponseOutput:
+        """Write an output into its region; the response says where, and carries no data."""
+        datatype = self._datatypes[name]
+        try:
+            written = REGIONS.write(where, array, datatype, name)
+        except SharedMemoryError as err:
+            raise InferenceError(str(err)) from err
+        parameters = Parameters(**{REGION: where.region, OFFSET: where.offset, BYTE_SIZE: written})
+        return ResponseOutput.model_construct(
+            name=name, shape=list(array.shape), datatype=datatype, parameters=parameters,
+            data=TensorData.model_construct(root=[]),
+        )
 
     def _graph_outputs_for(self, wanted: list[str]) -> set[str]:
         needed = {name for name in wanted if name in self._graph_output_names}

@@ -156,8 +156,9 @@ class RuntimeSettings(_Strict):
         default=1,
         ge=1,
         description="Runs of the session allowed side by side. 1 (default) gives each run every intra-op thread: "
-        "lowest latency. For throughput under load: twice the cores, with intra_op_threads 1 and max_batch_rows "
-        "of a few rows, so that while one run's answers travel back the other runs keep every core busy.",
+        "lowest latency. For throughput under load: one or two more than the cores, with intra_op_threads 1 and "
+        "max_batch_rows of a few rows (MobileNetV2 on 2 cores: 3 and 2), so that while one run's answers travel "
+        "back the other runs keep every core busy.",
     )
     max_batch_rows: int = Field(
         default=1,
@@ -173,6 +174,12 @@ class RuntimeSettings(_Strict):
     )
     max_request_rows: int = Field(default=1024, ge=1, description="Requests with more rows are refused (HTTP 400).")
     reject_non_finite: bool = Field(default=True, description="Refuse float inputs holding NaN or infinity.")
+    shared_memory: bool = Field(
+        default=False,
+        description="Serve the V2 system shared-memory extension: clients on the same host (or pod) register "
+        "regions of /dev/shm and send tensors as region, offset and size. Off by default: it lets network clients "
+        "map the pod's shared memory and have outputs written into it.",
+    )
     warmup_batch_sizes: list[int] = Field(
         default_factory=lambda: [1], description="Batch sizes run at load, before the model reports ready."
     )

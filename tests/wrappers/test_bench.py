@@ -21,17 +21,17 @@ pytestmark = pytest.mark.slow
 def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, tmp_path):
     row = load_input_example(digits_artifact)[0]["image"][:1]
     model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
-    config = BenchConfig(models=["digits"], protocols=["grpc", "rest"], concurrency=[2], seconds=0.4, rounds=1,
-                         warmup_s=0.2, raw_seconds=0.1)
-    steps = []
+    config = BenchConfig(models=["digits"], protocols=["grpc", "rest", "grpc-shm"], concurrency=[2], seconds=0.4,
+                         rounds=1, warmup_s=0.2, raw_seconds=0.1)
+    steps, shared_before = [], set(Path("/dev/shm").glob("psm_*"))
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
-    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 6  # raw before and after; digits also with its latency settings
+    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 6 + 1  # raw before and after; digits also with its latency settings
     assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
     for raw in result["raw"]:  # the limit is each setting's mean of the sweeps before and after the loads
         assert raw["rows_per_s"] == pytest.approx(sum(raw["rows_per_s_before_after"]) / 2, abs=0.01)
     runtimes = ("plain", "slipway", SLIPWAY_LATENCY)
     assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
-        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")}
+        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")} | {("slipway", "grpc-shm")}
     for point in result["points"]:
         assert point["requests"] > 0 and point["errors"] == 0 and point["server_cpu_ms_per_request"] > 0
         split = point["server_cpu_ms_per_request_by_thread"]  # where the server's CPU went, by thread
@@ -43,7 +43,9 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
     payload["figures"] = figures(payload["models"])
     assert payload["figures"] == []  # the figures compare concurrency 1 and 8, not measured here
     table = markdown(payload, "Serving throughput")
-    assert "| digits | slipway | grpc | 2 |" in table and "raw `session.run`" in table
+    assert "| digits | slipway | grpc | 2 |" in table and "| digits | slipway | grpc-shm | 2 |" in table
+    assert "raw `session.run`" in table
+    assert set(Path("/dev/shm").glob("psm_*")) <= shared_before, "the load left shared-memory objects behind"
     plot(payload, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -70,9 +72,10 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():
 
 
 def test_the_progress_bar_counts_every_load_of_every_runtime():
-    config = BenchConfig(protocols=["grpc"], concurrency=[1, 8], rounds=3)
+    config = BenchConfig(protocols=["grpc", "grpc-shm"], concurrency=[1, 8], rounds=3)
     raw_steps = 2 * 2 * 3 + 1 + 1  # raw sweeps before and after (batch sizes x spinning), side by side, servers started
-    assert _steps(config) == (raw_steps + 3 * 6) + (raw_steps + 2 * 6)  # digits has a third runtime
+    shared_memory = 6  # the wrappers runtime alone
+    assert _steps(config) == (raw_steps + 3 * 6 + shared_memory) + (raw_steps + 2 * 6 + shared_memory)
 
 
 def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(digits_artifact, reports_env, tmp_path):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import io
-import json
-import shutil
 
 import numpy as np
 import onnxruntime as ort
@@ -15,8 +13,9 @@ from PIL import Image
 
 from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, scalar_graph
+from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
-from wrappers.artifact import SETTINGS_FILE, load_input_example, write_manifest
+from wrappers.artifact import load_input_example
 from wrappers.server import LocalServer
 from wrappers.tensors import pack_bytes, unpack_bytes
 
@@ -24,21 +23,6 @@ pytestmark = pytest.mark.slow
 IMAGE = (8, 8, 1)
 LABELS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 GPU_FIRST = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
-
-
-def model_folder(root, name, onnx_path, *, extra=None, version=None, batching=None, files=None):
-    folder = root / name
-    folder.mkdir(parents=True)
-    shutil.copyfile(onnx_path, folder / "model.onnx")
-    parameters = {"uri": "./model.onnx", "extra": extra or {}}
-    if version:
-        parameters["version"] = version
-    settings = {"name": name, "implementation": "wrappers.runtime.OnnxRuntime", "parameters": parameters, **(batching or {})}
-    (folder / SETTINGS_FILE).write_text(json.dumps(settings))
-    for file_name, text in (files or {}).items():
-        (folder / file_name).write_text(text)
-    write_manifest(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

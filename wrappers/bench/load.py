@@ -2,7 +2,9 @@
 
 The request is built and serialized once (`wrappers.request_bodies`), so the generator
 spends as little of the shared CPU as a client can: what is measured is the server. gRPC
-sends `raw_input_contents` (the fast path); REST sends V2 JSON, as `tritonclient.http` does.
+sends `raw_input_contents` (the fast path); gRPC over shared memory writes each input into
+the client's own region of /dev/shm and sends where it lies (the V2 system shared-memory
+extension); REST sends V2 JSON, as `tritonclient.http` does.
 Every run is bounded in time and in count.
 """
 
@@ -13,13 +15,19 @@ import json
 import os
 import resource
 import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from wrappers.request_bodies import grpc_request, rest_body
+from wrappers.shared_memory import Location
 
+GRPC, GRPC_SHARED_MEMORY, REST = "grpc", "grpc-shm", "rest"
+PROTOCOLS = (GRPC, GRPC_SHARED_MEMORY, REST)
 MAX_MESSAGE_BYTES = 256 << 20
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MAX_REQUESTS = 1_000_000
@@ -151,7 +159,9 @@ async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid
     return len(latencies), errors, elapsed, latencies, cpu
 
 
-async def _grpc_load(target: str, request: bytes, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+async def _grpc_load(target: str, requests: list[bytes], *, before_call=None, concurrency: int, seconds: float,
+                     warmup_s: float, pid: int):
+    """gRPC load; each client holds one of `requests` while its call is in flight (`before_call(slot)` first)."""
     import grpc
     from tritonclient.grpc import service_pb2
 
@@ -160,11 +170,67 @@ async def _grpc_load(target: str, request: bytes, *, concurrency: int, seconds: 
         # The request goes as the bytes it already is: serializing it again per call is client CPU the server needs.
         infer = channel.unary_unary(MODEL_INFER, request_serializer=None,
                                     response_deserializer=service_pb2.ModelInferResponse.FromString)
+        free_slots = list(range(len(requests)))
 
         async def call():
-            return await infer(request, timeout=60)
+            slot = free_slots.pop()
+            try:
+                if before_call is not None:
+                    before_call(slot)
+                return await infer(requests[slot], timeout=60)
+            finally:
+                free_slots.append(slot)
 
         return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
+
+
+@contextmanager
+def _shared_memory_slots(http_url: str, inputs: dict[str, np.ndarray], count: int):
+    """`count` shared-memory regions holding `inputs`, registered with the server for the load and
+    removed after it: their locations per slot, and a function that writes the inputs into a slot."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    size = sum(array.nbytes for array in inputs.values())
+    blocks, views = [], []
+    try:
+        for _ in range(count):
+            block = SharedMemory(create=True, size=size)
+            blocks.append(block)
+            _post_json(f"{http_url}/v2/systemsharedmemory/region/{block.name}/register",
+                       {"key": block.name, "offset": 0, "byte_size": size})
+        locations, offset = [], 0
+        for name, array in inputs.items():
+            locations.append((name, offset, array))
+            offset += array.nbytes
+        slots = [{name: Location(block.name, at, array.nbytes) for name, at, array in locations} for block in blocks]
+        views = [[(np.ndarray(array.shape, array.dtype, buffer=block.buf, offset=at), array) for _, at, array in locations]
+                 for block in blocks]
+
+        def write(slot: int) -> None:  # a client writes each new input, as a producer on the same host would
+            for view, array in views[slot]:
+                view[...] = array
+
+        yield slots, write
+    finally:
+        views.clear()  # a block cannot close while arrays still view it
+        for block in blocks:
+            try:
+                _post_json(f"{http_url}/v2/systemsharedmemory/region/{block.name}/unregister", None)
+            except (OSError, RuntimeError):
+                pass  # the server is gone, and its regions with it
+            finally:
+                block.close()
+                block.unlink()
+
+
+def _post_json(url: str, body: dict | None) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body).encode() if body else b"", method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+    except urllib.error.HTTPError as err:
+        raise RuntimeError(f"POST {url}: HTTP {err.code}: {err.read()[:300]!r}") from None
 
 
 async def _rest_load(url: str, body: bytes, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
@@ -196,13 +262,18 @@ def run_load(
 ) -> LoadResult:
     """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time."""
     timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid}
-    if protocol == "grpc":
-        work = _grpc_load(server.grpc_target, grpc_request(model, inputs), **timing)
-    elif protocol == "rest":
-        work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs), **timing)
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}: use grpc or rest")
-    count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)
+    with ExitStack() as stack:
+        if protocol == GRPC:
+            work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, **timing)
+        elif protocol == GRPC_SHARED_MEMORY:
+            slots, write = stack.enter_context(_shared_memory_slots(server.http_url, inputs, concurrency))
+            requests = [grpc_request(model, inputs, shared=slot) for slot in slots]
+            work = _grpc_load(server.grpc_target, requests, before_call=write, **timing)
+        elif protocol == REST:
+            work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs), **timing)
+        else:
+            raise ValueError(f"unknown protocol {protocol!r}: use one of {PROTOCOLS}")
+        count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)
     rows = next(iter(inputs.values())).shape[0]
     return LoadResult(
         protocol, concurrency, rows, count, errors, elapsed, latencies,

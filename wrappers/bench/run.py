@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from wrappers.bench.load import run_load
+from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, run_load
 from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from wrappers.bench.raw import measure_raw, measure_side_by_side
 from wrappers.server import LocalServer
@@ -42,7 +42,7 @@ RAW_BATCH_SIZES = [1, 8, 32]
 @dataclass(frozen=True)
 class BenchConfig:
     models: list[str] = field(default_factory=lambda: list(MODELS))
-    protocols: list[str] = field(default_factory=lambda: ["grpc", "rest"])
+    protocols: list[str] = field(default_factory=lambda: [GRPC, REST, GRPC_SHARED_MEMORY])
     concurrency: list[int] = field(default_factory=lambda: [1, 8])
     seconds: float = 3.0
     rounds: int = 3  # each point is measured this many times, alternating runtimes; the median counts
@@ -50,11 +50,18 @@ class BenchConfig:
     raw_seconds: float = 3.0
 
 
+def _runtimes_for(protocol: str, runtimes: list[str]) -> list[str]:
+    """Shared memory is the wrappers runtime's alone (with its main settings); the rest is measured for all."""
+    return [SLIPWAY] if protocol == GRPC_SHARED_MEMORY else runtimes
+
+
 def _steps(config: BenchConfig) -> int:
-    loads = config.rounds * len(config.protocols) * len(config.concurrency)
-    return sum(
-        2 * 2 * len(RAW_BATCH_SIZES) + 1 + (3 if name in LATENCY_SETTINGS else 2) * loads + 1 for name in config.models
-    )
+    def loads(name: str) -> int:
+        runtimes = [PLAIN, SLIPWAY] + ([SLIPWAY_LATENCY] if name in LATENCY_SETTINGS else [])
+        per_point = config.rounds * len(config.concurrency)
+        return per_point * sum(len(_runtimes_for(protocol, runtimes)) for protocol in config.protocols)
+
+    return sum(2 * 2 * len(RAW_BATCH_SIZES) + 1 + loads(name) + 1 for name in config.models)
 
 
 def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path = BENCH_DIR / "servers") -> dict:
@@ -67,7 +74,8 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     side_by_side = measure_side_by_side(model.onnx_path, model.input_name, model.row, batch=8, callers=2,
                                         seconds=config.raw_seconds)
     advance()
-    settings = SLIPWAY_SETTINGS.get(model.name, {})
+    # Shared memory on, so that its path can be measured too: the other paths do not change with it.
+    settings = {**SLIPWAY_SETTINGS.get(model.name, {}), "shared_memory": True}
     folders = {
         PLAIN: server_folder(work_dir, model, PLAIN, IMPLEMENTATIONS[PLAIN], None),
         SLIPWAY: server_folder(work_dir, model, SLIPWAY, IMPLEMENTATIONS[SLIPWAY], settings),
@@ -82,11 +90,12 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
         advance()
         for protocol in config.protocols:
             for concurrency in config.concurrency:
-                rounds: dict[str, list[dict]] = {runtime: [] for runtime in servers}
+                runtimes = _runtimes_for(protocol, list(servers))
+                rounds: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
                 for _ in range(config.rounds):  # alternate, so all meet the same machine
-                    for runtime, server in servers.items():
+                    for runtime in runtimes:
                         result = run_load(
-                            protocol=protocol, server=server, model=model.name,
+                            protocol=protocol, server=servers[runtime], model=model.name,
                             inputs={model.input_name: model.row},
                             concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
                         )
@@ -143,10 +152,10 @@ def figures(models: dict) -> list[dict]:
         met = value >= target if higher_is_better else value <= target
         out.append({"figure": name, "value": round(value, 3), "target": target, "met": met})
 
-    for protocol, target in (("grpc", 0.90), ("rest", 0.30)):
+    for protocol, target in ((GRPC, 0.90), (REST, 0.30)):
         point = _point(models, "mobilenetv2", SLIPWAY, protocol, 8)
         add(f"mobilenetv2 {protocol} c8: served images/s / raw limit", point and point["x_raw_limit"], target)
-    for protocol in ("grpc", "rest"):
+    for protocol in (GRPC, REST):
         ours, plain = _point(models, "digits", SLIPWAY, protocol, 8), _point(models, "digits", PLAIN, protocol, 8)
         if ours and plain:
             add(f"digits {protocol} c8: requests/s / plain runtime's", ours["requests_per_s"] / plain["requests_per_s"], 1.3)
@@ -176,7 +185,8 @@ def run_bench(config: BenchConfig) -> dict:
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "cpu_count": os.cpu_count(),
         "duration_s": round(time.time() - started, 1),
-        "client": "closed loop, one prepared request per client (gRPC: raw_input_contents; REST: V2 JSON), same machine",
+        "client": "closed loop, one prepared request per client (gRPC: raw_input_contents, or inputs in the client's "
+                  "own shared-memory region; REST: V2 JSON), same machine",
         "models": models,
         "figures": figures(models),
     }
