@@ -16,6 +16,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,7 +174,8 @@ def location(parameters: Any, tensor: str) -> Location | None:
         if extra:
             raise SharedMemoryError(f"tensor {tensor!r}: {extra} given without {REGION}; send the region's name too")
         return None
-    region, offset, byte_size = values[REGION], values.get(OFFSET) or 0, values.get(BYTE_SIZE)
+    region, offset, byte_size = values[REGION], values.get(OFFSET), values.get(BYTE_SIZE)
+    offset = 0 if offset is None else offset
     if not isinstance(region, str) or not region:
         raise SharedMemoryError(f"tensor {tensor!r}: {REGION} must be a region's name, got {region!r}")
     if byte_size is None:
@@ -186,14 +188,17 @@ def location(parameters: Any, tensor: str) -> Location | None:
 
 def _map(path: Path, key: str, needed: int, name: str) -> mmap.mmap:
     try:
-        descriptor = os.open(path, os.O_RDWR)
+        descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW)  # a link in /dev/shm must not lead elsewhere
     except OSError as err:
         raise SharedMemoryError(
             f"region {name!r}: cannot open shared-memory object {key!r} ({err.strerror}); create it first "
             "(shm_open, or tritonclient.utils.shared_memory.create_shared_memory_region) in this server's /dev/shm"
         ) from None
     try:
-        size = os.fstat(descriptor).st_size
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise SharedMemoryError(f"region {name!r}: {key!r} is not a shared-memory object")
+        size = status.st_size
         if needed > size or size == 0:
             raise SharedMemoryError(
                 f"region {name!r}: offset + byte_size is {needed} bytes but object {key!r} holds {size}; "

@@ -25,6 +25,7 @@ IMAGE = (8, 8, 1)
 @pytest.fixture
 def regions(tmp_path):
     (tmp_path / "block").write_bytes(bytes(1024))
+    (tmp_path / "link").symlink_to(tmp_path / "block")
     return Regions(root=tmp_path)
 
 
@@ -50,6 +51,7 @@ def test_a_region_reads_inputs_and_takes_outputs_where_the_client_put_them(regio
         ("r", "../etc/passwd", 0, 8, "is not a shared-memory object name"),
         ("r", "/a/b", 0, 8, "is not a shared-memory object name"),
         ("r", "/missing", 0, 8, "cannot open shared-memory object '/missing' (No such file or directory)"),
+        ("r", "/link", 0, 8, "cannot open shared-memory object '/link' (Too many levels of symbolic links)"),
         ("r", "/block", 1000, 100, "offset + byte_size is 1100 bytes but object '/block' holds 1024"),
         ("r", "/block", -1, 8, "offset must be an integer >= 0, got -1"),
         ("r", "/block", 0, None, "byte_size must be an integer >= 0, got None"),
