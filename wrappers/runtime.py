@@ -32,7 +32,7 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from wrappers import grpc_raw, rest_json, shared_memory_rest
+from wrappers import grpc_raw, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, run_in_fixed_batches
 from wrappers.metrics import ModelMetrics
@@ -40,7 +40,7 @@ from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor,
 from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options
 from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, REGIONS, Location, SharedMemoryError, location
-from wrappers.shared_memory_rest import SharedMemoryEndpoints
+from wrappers.shared_memory_api import SharedMemoryEndpoints
 from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, from_json
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             grpc_raw.enable(self.name)
         rest_json.install()
         if self._config.shared_memory:
-            shared_memory_rest.enable(self.name)
+            shared_memory_api.enable(self.name)
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d rows%s",
             self.name,
@@ -235,7 +235,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
 
     async def unload(self) -> bool:
         grpc_raw.disable(self.name)
-        shared_memory_rest.disable(self.name)
+        shared_memory_api.disable(self.name)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:

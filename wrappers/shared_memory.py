@@ -7,7 +7,7 @@ be written into a region the same way. The bytes never cross gRPC or HTTP: for a
 MobileNetV2 image, moving them through gRPC is most of what a request costs the server and
 the client outside the run itself (README, "Where the rest of the MobileNetV2 gap is").
 
-Regions belong to the server process, as in Triton; `wrappers.shared_memory_rest` registers
+Regions belong to the server process, as in Triton; `wrappers.shared_memory_api` registers
 them over REST. This module has no MLServer import: it maps, checks, reads and writes.
 """
 

@@ -7,6 +7,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from wrappers.request_bodies import grpc_request, rest_body
+from wrappers.shared_memory import Location
 from wrappers.tensors import TensorError, unpack_bytes
 
 
@@ -16,6 +17,17 @@ def test_grpc_request_carries_raw_contents_and_the_version():
     assert (request.model_name, request.model_version) == ("digits", "2")
     assert list(request.inputs[0].shape) == [1, 8, 8, 1] and request.inputs[0].datatype == "FP32"
     assert np.array_equal(np.frombuffer(request.raw_input_contents[0], np.float32).reshape(1, 8, 8, 1), image)
+
+
+def test_inputs_in_shared_memory_go_as_their_location_and_the_others_as_raw_contents():
+    image, mask = np.ones((1, 4), np.float32), np.zeros((1, 4), np.uint8)
+    request = service_pb2.ModelInferRequest.FromString(
+        grpc_request("m", {"image": image, "mask": mask}, shared={"image": Location("slot0", 64, 16)})
+    )
+    where = request.inputs[0].parameters
+    assert (where["shared_memory_region"].string_param, where["shared_memory_offset"].int64_param,
+            where["shared_memory_byte_size"].int64_param) == ("slot0", 64, 16)
+    assert not request.inputs[1].parameters and list(request.raw_input_contents) == [mask.tobytes()]
 
 
 def test_bytes_inputs_go_as_length_prefixed_text_over_grpc_and_as_strings_over_rest():

@@ -169,10 +169,14 @@ def test_tritonclient_sends_and_receives_tensors_through_shared_memory_over_grpc
     outputs, output_key = blocks("out", expected.nbytes)
     shm.set_shared_memory_region(inputs, [images])
     http.register_system_shared_memory("in", input_key, images.nbytes)
-    http.register_system_shared_memory("out", output_key, expected.nbytes)
+    grpc_.register_system_shared_memory("out", output_key, expected.nbytes)  # either protocol registers
     assert {region["name"] for region in http.get_system_shared_memory_status()} == {"in", "out"}
     assert http.get_system_shared_memory_status("in") == [
         {"name": "in", "key": input_key, "offset": 0, "byte_size": images.nbytes}]
+    status = grpc_.get_system_shared_memory_status("out").regions["out"]
+    assert (status.name, status.key, status.byte_size) == ("out", output_key, expected.nbytes)
+    with pytest.raises(Exception, match="is not a shared-memory object name"):
+        grpc_.register_system_shared_memory("bad", "../../etc/passwd", 8)
 
     for module, client in ((grpcclient, grpc_), (httpclient, http)):
         tensor = module.InferInput("image", list(images.shape), "FP32")
@@ -189,7 +193,8 @@ def test_tritonclient_sends_and_receives_tensors_through_shared_memory_over_grpc
         np.testing.assert_allclose(got, expected, atol=1e-6)
         shm.set_shared_memory_region(outputs, [np.zeros_like(expected)])  # the next round must write it again
 
-    http.unregister_system_shared_memory("in")
+    grpc_.unregister_system_shared_memory("in")
+    assert [region["name"] for region in http.get_system_shared_memory_status()] == ["out"]
     tensor = grpcclient.InferInput("image", list(images.shape), "FP32")
     tensor.set_shared_memory("in", images.nbytes)
     with pytest.raises(Exception, match="no shared-memory region named 'in' is registered"):

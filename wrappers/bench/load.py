@@ -198,12 +198,12 @@ def _shared_memory_slots(http_url: str, inputs: dict[str, np.ndarray], count: in
             blocks.append(block)
             _post_json(f"{http_url}/v2/systemsharedmemory/region/{block.name}/register",
                        {"key": block.name, "offset": 0, "byte_size": size})
-        locations, offset = [], 0
+        layout, offset = [], 0  # where each input lies in a slot's region
         for name, array in inputs.items():
-            locations.append((name, offset, array))
+            layout.append((name, offset, array))
             offset += array.nbytes
-        slots = [{name: Location(block.name, at, array.nbytes) for name, at, array in locations} for block in blocks]
-        views = [[(np.ndarray(array.shape, array.dtype, buffer=block.buf, offset=at), array) for _, at, array in locations]
+        slots = [{name: Location(block.name, at, array.nbytes) for name, at, array in layout} for block in blocks]
+        views = [[(np.ndarray(array.shape, array.dtype, buffer=block.buf, offset=at), array) for _, at, array in layout]
                  for block in blocks]
 
         def write(slot: int) -> None:  # a client writes each new input, as a producer on the same host would
