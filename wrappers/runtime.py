@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -66,6 +67,11 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._config: RuntimeSettings = parse_runtime_settings(extra)
         except SettingsError as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
+        if self._config.shared_memory and multiprocessing.parent_process() is not None:
+            raise ModelLoadError(
+                f"model {self.name}: shared_memory needs the model in the server's own process, where regions are "
+                "registered; set MLServer's parallel_workers to 0 (MLSERVER_PARALLEL_WORKERS=0)"
+            )
         model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
         self._verify(model_path.parent)
         session = create_session(model_path, self._config)

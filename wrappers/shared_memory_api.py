@@ -51,9 +51,10 @@ class SharedMemoryEndpoints:
 
     @custom_handler(rest_path=f"{_PREFIX}/region/{{region_name}}/register")
     async def shm_register(self, region_name: str, request: Request) -> Response:
-        body = await _json_object(request)
-        if isinstance(body, Response):
-            return body
+        try:
+            body = _json_object(await request.body())
+        except SharedMemoryError as err:
+            return _error(str(err))
         key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")
         return _answer(lambda: REGIONS.register(region_name, key, offset, byte_size))
 
@@ -74,7 +75,7 @@ class SharedMemoryEndpoints:
         return _answer(REGIONS.status, with_result=True)
 
 
-def _registered(action: Callable[[], Any]) -> Any:
+def _if_enabled(action: Callable[[], Any]) -> Any:
     if not _enabling_models:
         raise SharedMemoryError(
             "system shared memory is off in this server; set parameters.extra.shared_memory=true "
@@ -85,20 +86,19 @@ def _registered(action: Callable[[], Any]) -> Any:
 
 def _answer(action: Callable[[], Any], with_result: bool = False) -> Response:
     try:
-        result = _registered(action)
+        result = _if_enabled(action)
     except SharedMemoryError as err:
         return _error(str(err))
     return JSONResponse(result) if with_result else Response(status_code=200)
 
 
-async def _json_object(request: Request) -> dict | Response:
-    body = await request.body()
+def _json_object(body: bytes) -> dict:
     try:
         parsed = json.loads(body) if body else None
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
-        return _error('send a JSON object: {"key": "/name", "offset": 0, "byte_size": N}')
+        raise SharedMemoryError('send a JSON object: {"key": "/name", "offset": 0, "byte_size": N}')
     return parsed
 
 
@@ -126,7 +126,7 @@ def _grpc_handler() -> grpc.GenericRpcHandler:
     def method(request_type: str, response_type: str, action: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
         async def handle(request, context):
             try:
-                result = _registered(lambda: action(request))
+                result = _if_enabled(lambda: action(request))
             except SharedMemoryError as err:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             return result if result is not None else messages[response_type]()

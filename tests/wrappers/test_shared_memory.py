@@ -10,6 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from tests.conftest import refused_at_load
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, post, raw_request
 from wrappers.artifact import load_input_example
@@ -306,3 +307,9 @@ def test_requests_from_many_regions_at_once_each_get_their_own_rows(server, clie
 def test_the_endpoints_are_off_where_no_model_turns_shared_memory_on(digits_server):
     status, answer = post(f"{digits_server.http_url}/v2/systemsharedmemory/region/a/register", {"key": "/a", "byte_size": 8})
     assert status == 400 and "system shared memory is off in this server" in answer["error"]
+
+
+@pytest.mark.slow
+def test_shared_memory_in_a_worker_process_is_refused_at_load_saying_what_to_set(tmp_path, digits_artifact):
+    folder = model_folder(tmp_path, "digits-workers", digits_artifact / "model.onnx", extra={"shared_memory": True})
+    refused_at_load(folder, "shared_memory needs the model in the server's own process", parallel_workers=1)
