@@ -6,9 +6,12 @@ import concurrent.futures
 import os
 from types import SimpleNamespace as Parameters  # MLServer's Parameters, as far as location() reads it
 
+import grpc
 import numpy as np
 import onnxruntime as ort
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import refused_at_load
 from tests.wrappers.folders import model_folder
@@ -313,3 +316,58 @@ def test_the_endpoints_are_off_where_no_model_turns_shared_memory_on(digits_serv
 def test_shared_memory_in_a_worker_process_is_refused_at_load_saying_what_to_set(tmp_path, digits_artifact):
     folder = model_folder(tmp_path, "digits-workers", digits_artifact / "model.onnx", extra={"shared_memory": True})
     refused_at_load(folder, "shared_memory needs the model in the server's own process", parallel_workers=1)
+
+
+@pytest.fixture(scope="module")
+def generated_region(server):
+    """A registered 1 kB region of small floats, for the generated requests."""
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/slipway-test-{os.getpid()}-generated"
+    handle = shm.create_shared_memory_region("generated", key, 1024)
+    shm.set_shared_memory_region(handle, [np.linspace(0, 1, 256, dtype=np.float32)])
+    http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+    http.register_system_shared_memory("generated", key, 1024)
+    yield
+    http.unregister_system_shared_memory("generated")
+    http.close()
+    shm.destroy_shared_memory_region(handle)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    model=st.sampled_from(["digits-shm", "digits-batched", "digits-off"]),
+    region=st.just("generated") | st.sampled_from(["nope", ""]),  # `|` draws each side half the time
+    rows=st.integers(0, 5),
+    datatype=st.just("FP32") | st.sampled_from(["FP64", "UINT8", "BYTES"]),
+    offset=st.sampled_from([0, 256]) | st.integers(-8, 1100),
+    byte_size=st.sampled_from(["exact", None]) | st.integers(-8, 1100),  # exact: what the rows need
+    output=st.none() | st.tuples(st.sampled_from(["generated", "nope"]), st.integers(-8, 1100), st.integers(-8, 1100)),
+)
+def test_generated_shared_memory_requests_are_answered_or_invalid_argument(
+    server, generated_region, model, region, rows, datatype, offset, byte_size, output
+):
+    request = raw_request(model, {})
+    tensor = request.inputs.add(name="image", datatype=datatype)
+    tensor.shape.extend([rows, *IMAGE])
+    tensor.parameters["shared_memory_region"].string_param = region
+    tensor.parameters["shared_memory_offset"].int64_param = offset
+    if byte_size is not None:
+        tensor.parameters["shared_memory_byte_size"].int64_param = rows * 256 if byte_size == "exact" else byte_size
+    if output is not None:
+        wanted = request.outputs.add(name="probabilities")
+        wanted.parameters["shared_memory_region"].string_param = output[0]
+        wanted.parameters["shared_memory_offset"].int64_param = output[1]
+        wanted.parameters["shared_memory_byte_size"].int64_param = output[2]
+    client = GrpcClient(server.grpc_target)
+    try:
+        response = client.infer(request)
+    except grpc.RpcError as err:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (err.code(), err.details())
+    else:
+        assert list(response.outputs[0].shape) == [rows, 10]
+        event("answered")
+    finally:
+        client.close()
