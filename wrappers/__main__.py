@@ -58,7 +58,7 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
 
     from slipway.paths import REPORTS_DIR
     from slipway.reports import write_report
-    from wrappers.bench.gpu import PRECISIONS, PROVIDERS, GpuBenchConfig, markdown, plot, run_gpu_bench
+    from wrappers.bench.gpu import GpuBenchConfig, markdown, plot, run_gpu_bench, steps
     from wrappers.bench.models import BENCH_DIR, mobilenet_model
     from wrappers.artifact import sha256_file
     from slipway.readme import README, replace_section
@@ -72,7 +72,7 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     config = GpuBenchConfig(model=Path(model), work_dir=work_dir, batch_sizes=tuple(args.batch_sizes),
                             seconds=args.seconds)
     with Progress() as progress:
-        task = progress.add_task("bench-gpu", total=len(PROVIDERS) * len(PRECISIONS) * 2 * len(config.batch_sizes))
+        task = progress.add_task("bench-gpu", total=steps(config))
         payload = run_gpu_bench(config, on_step=lambda steps: progress.advance(task, steps))
     path = write_report("gpu", payload)
     plot(payload, REPORTS_DIR / "gpu.png")

@@ -5,6 +5,9 @@ No MLServer here: benchmarks and tests use the same session the server does.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import logging
 import math
 import os
@@ -158,13 +161,16 @@ def create_session(model_path: Path, settings: RuntimeSettings) -> ort.Inference
     """Create the session, falling back provider by provider, and log the providers it really uses.
 
     A GPU provider that is installed may still fail (no device, missing CUDA or TensorRT
-    libraries): the session is then built with the next provider, with a warning.
+    libraries): the session is then built with the next provider, with a warning that says why.
     """
     names = choose_providers(settings.providers)
+    if any(name in GPU_PROVIDERS for name in names):
+        load_gpu_libraries()
     while True:
-        try:
+        try:  # enable_fallback=0: ONNX Runtime's own retry would go straight to CPU and drop every option
             session = ort.InferenceSession(
-                str(model_path), sess_options=session_options(settings), providers=provider_entries(names, settings)
+                str(model_path), sess_options=session_options(settings), providers=provider_entries(names, settings),
+                enable_fallback=0,
             )
             break
         except Exception as err:  # ONNX Runtime raises its own exception types, not one base class
@@ -180,6 +186,27 @@ def create_session(model_path: Path, settings: RuntimeSettings) -> ort.Inference
     return session
 
 
+@functools.cache
+def load_gpu_libraries() -> None:
+    """Load CUDA and cuDNN from NVIDIA's pip packages once, where onnxruntime-gpu can do it.
+
+    Without this the CUDA provider's library finds them only through LD_LIBRARY_PATH or
+    an earlier `import torch`; what fails to load is logged, and the session falls back.
+    """
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    printed = io.StringIO()  # it prints what it could not load: send that to the log instead
+    try:
+        with contextlib.redirect_stdout(printed):
+            preload()
+    except Exception as err:  # a missing library must cost the GPU provider, never the server
+        logger.warning("could not preload the GPU libraries (%s); the session may fall back to the CPU", err)
+    for line in printed.getvalue().splitlines():
+        if line.strip():
+            logger.warning("loading GPU libraries: %s", line.strip())
+
+
 def device_of(session: ort.InferenceSession) -> tuple[str, int]:
     """Where the session's first provider keeps tensors: ("cuda", id) on a GPU, ("cpu", 0) otherwise."""
     first = session.get_providers()[0]
@@ -191,43 +218,67 @@ def device_of(session: ort.InferenceSession) -> tuple[str, int]:
 class SessionRunner:
     """Runs the session with or without IOBinding, so callers need not care which.
 
-    With IOBinding the inputs are copied to the device once and outputs stay there until
-    one copy back, instead of ONNX Runtime staging both through its own host buffers.
+    With IOBinding on a GPU the inputs go into device buffers kept per inference thread
+    while their shapes hold, and outputs stay on the device until one copy back, instead of
+    ONNX Runtime staging both through its own host buffers. With CUDA graphs the outputs'
+    buffers are kept too: a replayed graph writes to the addresses it was captured with.
     """
 
     def __init__(self, session: ort.InferenceSession, *, io_binding: str = "auto"):
         self.session = session
         self.device, self.device_id = device_of(session)
         self.uses_io_binding = io_binding == "on" or (io_binding == "auto" and self.device != "cpu")
+        self.fixed_outputs = session.get_provider_options().get(CUDA, {}).get("enable_cuda_graph") == "1"
         self._local = threading.local()  # device buffers per inference thread: runs may overlap
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         if not self.uses_io_binding:
             return self.session.run(output_names, feeds)
+        if self.device != "cpu":
+            return self._run_on_device(output_names, feeds)
         binding = self.session.io_binding()
         for name, array in feeds.items():
-            if self.device == "cpu":
-                binding.bind_cpu_input(name, array)
-            else:
-                binding.bind_ortvalue_input(name, self._device_input(name, array))
+            binding.bind_cpu_input(name, array)
         for name in output_names:
-            binding.bind_output(name, self.device, self.device_id)
+            binding.bind_output(name)
         self.session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()
 
-    def _device_input(self, name: str, array: np.ndarray) -> ort.OrtValue:
-        """Reuse the device buffer while the shape holds: CUDA graphs replay on fixed addresses."""
-        buffers = self._local.__dict__.setdefault("buffers", {})
-        value = buffers.get(name)
-        if value is not None and value.shape() == list(array.shape) and value.data_type() == _ort_type(array):
-            value.update_inplace(array)
+    def _run_on_device(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        key = (tuple(output_names), tuple((name, array.shape, array.dtype.str) for name, array in feeds.items()))
+        bound = getattr(self._local, "bound", None)
+        if bound is None or bound.key != key:
+            bound = self._local.bound = _DeviceBinding(self, key, feeds, output_names)
         else:
-            value = buffers[name] = ort.OrtValue.ortvalue_from_numpy(array, self.device, self.device_id)
-        return value
+            for name, array in feeds.items():
+                bound.inputs[name].update_inplace(np.ascontiguousarray(array))
+            if not self.fixed_outputs:  # outputs whose shape may depend on the data: allocated per run
+                bound.binding.clear_binding_outputs()
+                for name in output_names:
+                    bound.binding.bind_output(name, self.device, self.device_id)
+        self.session.run_with_iobinding(bound.binding)
+        outputs = bound.binding.copy_outputs_to_cpu()
+        if self.fixed_outputs and not bound.outputs_fixed:
+            for name, value in zip(output_names, bound.binding.get_outputs()):
+                bound.binding.bind_ortvalue_output(name, value)
+            bound.outputs_fixed = True
+        return outputs
 
 
-def _ort_type(array: np.ndarray) -> str:
-    return f"tensor({_NUMPY_TO_ORT_ELEMENT.get(array.dtype.name, array.dtype.name)})"
+class _DeviceBinding:
+    """One thread's IOBinding and device input buffers for one set of input shapes."""
+
+    def __init__(self, runner: SessionRunner, key: tuple, feeds: dict[str, np.ndarray], output_names: list[str]):
+        self.key = key
+        self.binding = runner.session.io_binding()
+        self.inputs = {
+            name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), runner.device, runner.device_id)
+            for name, array in feeds.items()
+        }
+        for name, value in self.inputs.items():
+            self.binding.bind_ortvalue_input(name, value)
+        for name in output_names:
+            self.binding.bind_output(name, runner.device, runner.device_id)
+        self.outputs_fixed = False
 
 
-_NUMPY_TO_ORT_ELEMENT = {"float32": "float", "float64": "double", "bool": "bool", "float16": "float16"}

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import run_module
 from wrappers.artifact import MODEL_FILE, load_input_example
+from wrappers.bench.gpu_served import POINTS, measure_served
 from wrappers.bench.models import BenchModel
 from wrappers.bench.report import markdown, plot
 from wrappers.bench.run import SLIPWAY_LATENCY, BenchConfig, _steps, bench_model, figures
@@ -89,11 +90,27 @@ def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(dig
             for precision in ("fp32", "int8"):
                 row = rows[("CPUExecutionProvider", precision, io_binding, batch)]
                 assert row["status"] == "measured" and row["rows_per_s"] > 0, row
+                assert 0 <= row["top1_agreement"] <= 1 and np.isfinite(row["max_abs_diff"]), row
+            fp32 = rows[("CPUExecutionProvider", "fp32", io_binding, batch)]
+            assert fp32["max_abs_diff"] < 1e-4 and fp32["top1_agreement"] == 1.0, fp32  # the reference itself
     fp16 = [r for r in report["rows"] if r["provider"] == "CPUExecutionProvider" and r["precision"] == "fp16"]
     assert all(r["status"] == "measured" for r in fp16) or fp16[0]["reason"].startswith("onnxconverter_common")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         gpu_rows = [r for r in report["rows"] if r["provider"] != "CPUExecutionProvider"]
-        assert len(gpu_rows) == 6 and all(r["status"] == "unavailable" and "GPU=1" in r["reason"] for r in gpu_rows)
+        assert len(gpu_rows) == 8 and all(r["status"] == "unavailable" and "GPU=1" in r["reason"] for r in gpu_rows)
     assert (tmp_path / "reports" / "gpu.png").is_file() and Path(tmp_path / "reports" / "gpu.md").is_file()
     int8 = next((tmp_path / "build" / "bench" / "gpu").glob("*/model.int8.onnx"))
     assert np.isfinite(ort.InferenceSession(str(int8)).run(None, {"image": np.zeros((1, 8, 8, 1), np.float32)})[0]).all()
+
+
+def test_the_served_measurement_checks_the_answer_and_loads_every_point(digits_artifact, tmp_path):
+    """What `make bench-gpu` runs on CUDA, run here on the CPU provider."""
+    row = load_input_example(digits_artifact)[0]["image"][:1].astype(np.float32)
+    model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
+    expected = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"]).run(None, {"image": row})[0]
+    steps = []
+    served = measure_served(model, "CPUExecutionProvider", expected, seconds=0.3, work_dir=tmp_path, on_step=steps.append)
+    assert served["providers_used"] == "['CPUExecutionProvider']" and served["settings"]["providers"] == ["CPUExecutionProvider"]
+    assert served["max_abs_diff"] < 1e-5
+    assert [(point["concurrency"], point["rows_per_request"]) for point in served["points"]] == list(POINTS)
+    assert all(point["requests"] > 0 and point["errors"] == 0 for point in served["points"]) and len(steps) == len(POINTS)

@@ -1,5 +1,6 @@
 import logging
 import os
+import shutil
 
 import numpy as np
 import onnxruntime as ort
@@ -8,6 +9,7 @@ import pytest
 from tests.graphs import WEIGHT, matmul_graph
 from wrappers.session import (
     CPU,
+    CUDA,
     DYNAMIC,
     SessionRunner,
     cgroup_cpu_quota,
@@ -23,6 +25,11 @@ from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_sett
 GPU_ONLY = ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
 no_gpu_build = pytest.mark.skipif(
     "CUDAExecutionProvider" in ort.get_available_providers(), reason="this onnxruntime build has CUDA"
+)
+
+on_gpu = pytest.mark.skipif(
+    CUDA not in ort.get_available_providers() or shutil.which("nvidia-smi") is None,
+    reason="needs onnxruntime-gpu and an NVIDIA GPU (run on the GPU machine, beside make bench-gpu)",
 )
 
 
@@ -122,3 +129,29 @@ def test_unknown_or_invalid_settings_are_refused_with_the_key():
     with pytest.raises(SettingsError, match="warmup_batch_sizes"):
         parse_runtime_settings({"warmup_batch_sizes": [0]})
     assert parse_runtime_settings(None) == RuntimeSettings()
+
+
+@on_gpu
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_cuda_sessions_keep_tensors_on_the_device_and_give_the_cpu_answers(matmul_model, cuda_graph):
+    session = create_session(matmul_model, RuntimeSettings(providers=[CUDA], cuda={"enable_cuda_graph": cuda_graph}))
+    assert session.get_providers()[0] == CUDA
+    runner = SessionRunner(session)  # auto: IOBinding on a GPU
+    assert (runner.device, runner.uses_io_binding, runner.fixed_outputs) == ("cuda", True, cuda_graph)
+    rng = np.random.default_rng(0)
+    shapes = [(5, 4)] * 4 if cuda_graph else [(5, 4), (5, 4), (2, 4), (5, 4)]  # a captured graph holds one shape
+    for shape in shapes:  # the same shape reuses the device buffers (a graph is replayed); a new one replaces them
+        x = rng.normal(size=shape).astype(np.float32)
+        (y,) = runner.run(["y"], {"x": x})
+        np.testing.assert_allclose(y, x @ WEIGHT, rtol=1e-5)
+
+
+@on_gpu
+def test_tensorrt_that_cannot_run_falls_back_to_cuda_with_its_options_not_to_cpu(matmul_model, caplog):
+    with caplog.at_level(logging.WARNING, logger="wrappers"):
+        session = create_session(matmul_model, RuntimeSettings(providers=GPU_ONLY, cuda={"cudnn_conv_algo_search": "HEURISTIC"}))
+    used = session.get_providers()
+    assert used[0] in GPU_ONLY
+    if used[0] == CUDA:  # TensorRT's libraries are missing: the log says why, and CUDA keeps its options
+        assert "TensorrtExecutionProvider failed" in caplog.text
+        assert session.get_provider_options()[CUDA]["cudnn_conv_algo_search"] == "HEURISTIC"

@@ -14,6 +14,7 @@ per-channel weights (what TensorRT 10 reads its scales from), calibrated on synt
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wrappers.bench.gpu_served import POINTS, measure_served
+from wrappers.bench.models import BenchModel
 from wrappers.session import CPU, CUDA, TENSORRT, SessionRunner, create_session
 from wrappers.settings import RuntimeSettings
 
@@ -114,8 +117,10 @@ def _trt_profiles(input_name: str, row_shape, max_batch: int) -> dict[str, str]:
     }
 
 
-def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float, warmup_runs: int) -> dict:
-    """Rows/s and latency percentiles of back-to-back runs (the first run, engine builds included, apart)."""
+def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float, warmup_runs: int,
+            expected: np.ndarray) -> dict:
+    """Rows/s and latency percentiles of back-to-back runs (the first run, engine builds included, apart),
+    and how far the last run's first output is from `expected` (CPU fp32's)."""
     output_names = [output.name for output in runner.session.get_outputs()]
     started = time.perf_counter()
     runner.run(output_names, feeds)
@@ -126,7 +131,7 @@ def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float,
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline and len(latencies) < MAX_RUNS:
         started = time.perf_counter()
-        runner.run(output_names, feeds)
+        outputs = runner.run(output_names, feeds)
         latencies.append(time.perf_counter() - started)
     rows = next(iter(feeds.values())).shape[0]
     return {
@@ -135,53 +140,98 @@ def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float,
         "p99_ms": round(1000 * float(np.percentile(latencies, 99)), 3),
         "first_run_s": round(first_run_s, 3),
         "runs": len(latencies),
+        **agreement(outputs[0], expected),
     }
 
 
+def agreement(output: np.ndarray, reference: np.ndarray) -> dict:
+    """How far a variant's first output is from CPU fp32's on the same rows: fp16 and int8 trade some of it."""
+    figures = {"max_abs_diff": float(np.max(np.abs(output.astype(np.float64) - reference)))}
+    if reference.ndim == 2 and reference.shape[1] > 1:
+        figures["top1_agreement"] = float(np.mean(output.argmax(axis=1) == reference.argmax(axis=1)))
+    return figures
+
+
+@dataclass(frozen=True)
+class Case:
+    """One session configuration; a CUDA-graph case needs IOBinding and one session per batch size."""
+
+    provider: str
+    precision: str
+    cuda_graph: bool = False
+
+    @property
+    def io_bindings(self) -> tuple[str, ...]:
+        return ("on",) if self.cuda_graph else ("off", "on")
+
+
+CASES = (
+    *(Case(provider, precision) for provider in PROVIDERS for precision in PRECISIONS),
+    *(Case(CUDA, precision, cuda_graph=True) for precision in ("fp32", "fp16")),
+)
+
+
+def steps(config: GpuBenchConfig) -> int:
+    """Progress steps: one per measured row, one per served point."""
+    return sum(len(case.io_bindings) * len(config.batch_sizes) for case in CASES) + len(POINTS)
+
+
 def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
-    """Every (provider, precision, IOBinding, batch) row; unavailable ones say why instead of failing."""
+    """Every case at every batch size; unavailable ones say why instead of failing."""
     import onnxruntime as ort
 
     config.work_dir.mkdir(parents=True, exist_ok=True)
     available = ort.get_available_providers()
-    probe = ort.InferenceSession(str(config.model), providers=[CPU])
-    model_input = probe.get_inputs()[0]
+    reference = ort.InferenceSession(str(config.model), providers=[CPU])
+    model_input = reference.get_inputs()[0]
     row_shape = tuple(model_input.shape[1:])
     if not all(isinstance(dim, int) for dim in row_shape):
         raise ValueError(f"input {model_input.name} has dynamic dimensions {model_input.shape}: give a fixed-size model")
+    feeds = {
+        batch: {model_input.name: np.random.default_rng(batch).uniform(-1, 1, (batch, *row_shape)).astype(np.float32)}
+        for batch in config.batch_sizes
+    }
+    expected = {batch: reference.run(None, feed)[0].astype(np.float64) for batch, feed in feeds.items()}
+    first = min(config.batch_sizes)
+    served_model = BenchModel(config.model.stem, config.model, model_input.name, feeds[first][model_input.name][:1],
+                              str(config.model))
     rows = []
-    for provider in PROVIDERS:
-        for precision in PRECISIONS:
-            base = {"provider": provider, "precision": precision}
-            if provider not in available:
-                rows.append({**base, "status": "unavailable",
-                             "reason": f"this onnxruntime build has {available} (install onnxruntime-gpu: make setup GPU=1)"})
-                _advance(on_step, 2 * len(config.batch_sizes))
-                continue
-            try:
-                path, trt = _variant(precision, provider, config, model_input.name, row_shape)
-                settings = RuntimeSettings(providers=[provider], tensorrt=trt)
-                session = create_session(path, settings)
-            except ImportError as err:
-                rows.append({**base, "status": "skipped", "reason": f"{err.name} is not installed (it builds the {precision} graph)"})
-                _advance(on_step, 2 * len(config.batch_sizes))
-                continue
-            used = session.get_providers()
-            if used[0] != provider:
-                rows.append({**base, "status": "fell back", "providers_used": used,
-                             "reason": f"{provider} could not run this graph; see the log for why"})
-                _advance(on_step, 2 * len(config.batch_sizes))
-                continue
-            for io_binding in ("off", "on"):
+    for case in CASES:
+        base = {"provider": case.provider, "precision": case.precision, "cuda_graph": case.cuda_graph}
+        case_steps = len(case.io_bindings) * len(config.batch_sizes)
+        if case.provider not in available:
+            rows.append({**base, "status": "unavailable",
+                         "reason": f"this onnxruntime build has {available} (install onnxruntime-gpu: make setup GPU=1)"})
+            _advance(on_step, case_steps)
+            continue
+        try:
+            path, trt = _variant(case.precision, case.provider, config, model_input.name, row_shape)
+        except ImportError as err:
+            rows.append({**base, "status": "skipped", "reason": f"{err.name} is not installed (it builds the {case.precision} graph)"})
+            _advance(on_step, case_steps)
+            continue
+        settings = RuntimeSettings(providers=[case.provider], tensorrt=trt, cuda={"enable_cuda_graph": case.cuda_graph})
+        shared, done = None, 0
+        for batch in config.batch_sizes:
+            session = shared
+            if session is None:
+                session, fell_back = _session_on(case.provider, path, settings)
+                if fell_back:
+                    rows.append({**base, "status": "fell back", "providers_used": session.get_providers(), "reason": fell_back})
+                    _advance(on_step, case_steps - done)
+                    break
+                if not case.cuda_graph:  # a captured CUDA graph holds one set of shapes: a session per batch
+                    shared = session
+            for io_binding in case.io_bindings:
+                row = {**base, "io_binding": io_binding, "batch": batch}
                 runner = SessionRunner(session, io_binding=io_binding)
-                for batch in config.batch_sizes:
-                    feeds = {model_input.name: np.random.default_rng(0).uniform(-1, 1, (batch, *row_shape)).astype(np.float32)}
-                    try:
-                        figures = measure(runner, feeds, config.seconds, config.warmup_runs)
-                        rows.append({**base, "io_binding": io_binding, "batch": batch, "status": "measured", **figures})
-                    except Exception as err:  # one failing kernel must not lose the other rows
-                        rows.append({**base, "io_binding": io_binding, "batch": batch, "status": "failed", "reason": str(err)})
-                    _advance(on_step, 1)
+                try:
+                    figures = measure(runner, feeds[batch], config.seconds, config.warmup_runs, expected[batch])
+                    rows.append({**row, "status": "measured", **figures})
+                except Exception as err:  # one failing kernel must not lose the other rows
+                    rows.append({**row, "status": "failed", "reason": str(err)})
+                _advance(on_step, 1)
+                done += 1
     return {
         "model": str(config.model),
         "gpu": gpu_name(),
@@ -189,7 +239,39 @@ def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
         "onnxruntime": ort.__version__,
         "config": {"batch_sizes": list(config.batch_sizes), "seconds": config.seconds, "warmup_runs": config.warmup_runs},
         "rows": rows,
+        "served": _served(config, rows, served_model, expected[first][:1], on_step),
     }
+
+
+def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expected_first_row: np.ndarray, on_step) -> dict:
+    """The served measurement on CUDA where CUDA ran fp32 here, with each point against the in-process best."""
+    cuda = [row["rows_per_s"] for row in rows
+            if row["provider"] == CUDA and row["precision"] == "fp32" and row["status"] == "measured"]
+    if not cuda:
+        _advance(on_step, len(POINTS))
+        return {"status": "skipped", "reason": "CUDA did not run fp32 here, so there is no GPU to serve from"}
+    served = measure_served(model, CUDA, expected_first_row, seconds=config.seconds, work_dir=config.work_dir / "servers",
+                            on_step=on_step)
+    for point in served["points"]:
+        point["x_cuda_limit"] = round(point["rows_per_s"] / max(cuda), 3)
+    return {"status": "measured", "cuda_limit_rows_per_s": max(cuda), **served}
+
+
+def _session_on(provider: str, path: Path, settings: RuntimeSettings):
+    """The session, and why it does not run on `provider` (the fallback warnings), or "" when it does."""
+    from logging.handlers import BufferingHandler
+
+    caught = BufferingHandler(capacity=100)
+    caught.setLevel(logging.WARNING)
+    session_logger = logging.getLogger("wrappers.session")
+    session_logger.addHandler(caught)
+    try:
+        session = create_session(path, settings)
+    finally:
+        session_logger.removeHandler(caught)
+    if session.get_providers()[0] == provider:
+        return session, ""
+    return session, "; ".join(record.getMessage() for record in caught.buffer) or f"{provider} could not run this graph"
 
 
 def _advance(on_step, steps: int) -> None:
@@ -197,22 +279,53 @@ def _advance(on_step, steps: int) -> None:
         on_step(steps)
 
 
+def _provider_label(row: dict) -> str:
+    name = row["provider"].removesuffix("ExecutionProvider")
+    return f"{name} + graph" if row.get("cuda_graph") else name
+
+
 def markdown(payload: dict) -> str:
     """The GPU table for the README."""
     gpu = payload["gpu"] or "no GPU on the machine that ran it"
     lines = [
-        f"`make bench-gpu` on {gpu} (onnxruntime {payload['onnxruntime']}), rows/s and p50 ms per run:",
+        f"`make bench-gpu` on {gpu} (onnxruntime {payload['onnxruntime']}): rows/s and p50 ms of back-to-back runs, "
+        "and how far each variant's output is from CPU fp32's on the same rows (largest absolute difference; "
+        "share of rows with the same top class).",
         "",
-        "| provider | precision | IOBinding | batch | rows/s | p50 ms | status |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| provider | precision | IOBinding | batch | rows/s | p50 ms | max abs diff | top-1 same | status |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for row in payload["rows"]:
+        diff = f"{row['max_abs_diff']:.1e}" if "max_abs_diff" in row else ""
+        top1 = f"{row['top1_agreement']:.0%}" if "top1_agreement" in row else ""
         lines.append(
-            f"| {row['provider'].removesuffix('ExecutionProvider')} | {row['precision']} | {row.get('io_binding', '')} | "
-            f"{row.get('batch', '')} | {row.get('rows_per_s', '')} | {row.get('p50_ms', '')} | "
+            f"| {_provider_label(row)} | {row['precision']} | {row.get('io_binding', '')} | "
+            f"{row.get('batch', '')} | {row.get('rows_per_s', '')} | {row.get('p50_ms', '')} | {diff} | {top1} | "
             f"{row['status']}{': ' + row['reason'] if row.get('reason') else ''} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _served_lines(payload.get("served"))) + "\n"
+
+
+def _served_lines(served: dict | None) -> list[str]:
+    if not served or served["status"] != "measured":
+        return ["", f"Served through MLServer: {served['reason'] if served else 'not measured'}."]
+    lines = [
+        "",
+        f"Served through MLServer by the wrappers runtime (providers used: {served['providers_used']}; settings "
+        f"`{json.dumps(served['settings'])}`), gRPC with raw contents, against the best in-process CUDA fp32 figure "
+        f"above ({served['cuda_limit_rows_per_s']:.0f} rows/s); served answer vs CPU fp32: max abs diff "
+        f"{served['max_abs_diff']:.1e}.",
+        "",
+        "| concurrency | rows per request | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for point in served["points"]:
+        lines.append(
+            f"| {point['concurrency']} | {point['rows_per_request']} | "
+            f"{point['rows_per_s']:.0f} | {point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
+            f"{point['server_cpu_ms_per_request']} | {point['errors']} |"
+        )
+    return lines
 
 
 def plot(payload: dict, path: Path) -> None:
@@ -226,10 +339,11 @@ def plot(payload: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, max(1, len(batches)), figsize=(7 * max(1, len(batches)), 4.5), squeeze=False)
     for axis, batch in zip(axes[0], batches):
         chosen = [row for row in measured if row["batch"] == batch]
-        labels = [f"{r['provider'].removesuffix('ExecutionProvider')}\n{r['precision']} io={r['io_binding']}" for r in chosen]
+        labels = [f"{_provider_label(r)}\n{r['precision']} io={r['io_binding']}" for r in chosen]
         axis.bar(range(len(chosen)), [row["rows_per_s"] for row in chosen])
         axis.set_xticks(range(len(chosen)))
         axis.set_xticklabels(labels, fontsize=7, rotation=60)
         axis.set_ylabel("rows per second")
+        axis.set_yscale("log")  # CPU and GPU rows differ by orders of magnitude
         axis.set_title(f"batch {batch} ({payload['gpu'] or 'no GPU'})")
     save_png(figure, path)

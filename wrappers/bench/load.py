@@ -59,6 +59,7 @@ class LoadResult:
         return {
             "protocol": self.protocol,
             "concurrency": self.concurrency,
+            "rows_per_request": self.rows_per_request,
             "requests": self.requests,
             "errors": self.errors,
             "seconds": round(self.seconds, 3),

@@ -1,0 +1,63 @@
+"""`make bench-gpu`, served: the model through the real MLServer runtime on one provider.
+
+On a GPU a MobileNetV2 run takes well under a millisecond, so what limits a server is each
+request's CPU work (gRPC, MLServer, the Python client), not the GPU. This measures how much
+of the in-process throughput survives being served, at a few concurrencies and request
+sizes, and checks a served answer against CPU fp32's for the same row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from wrappers.bench.load import GRPC, run_load
+from wrappers.bench.models import BenchModel, server_folder
+from wrappers.bench.run import IMPLEMENTATIONS, SLIPWAY
+from wrappers.request_bodies import rest_body
+from wrappers.server import LocalServer
+
+# (concurrency, rows per request): single rows as most clients send them, and small batches
+POINTS = ((1, 1), (8, 1), (32, 1), (8, 8))
+
+
+def served_settings(provider: str) -> dict:
+    """Two run slots, so that one run's host-side work (binding, copying back) overlaps the other's run;
+    up to 32 queued rows merged into one run."""
+    return {"providers": [provider], "max_batch_rows": 32, "inference_threads": 2, "warmup_batch_sizes": [1, 8, 32]}
+
+
+def measure_served(model: BenchModel, provider: str, expected_first_row: np.ndarray, *, seconds: float,
+                   work_dir: Path, on_step=None) -> dict:
+    """Served rows/s over gRPC at each point, the providers the server says it uses, and the answer's error."""
+    settings = served_settings(provider)
+    folder = server_folder(work_dir, model, provider.removesuffix("ExecutionProvider").lower(),
+                           IMPLEMENTATIONS[SLIPWAY], settings)
+    with LocalServer(folder) as server:
+        answer = _rest_answer(f"{server.http_url}/v2/models/{model.name}/infer", {model.input_name: model.row})
+        found = re.findall(r"uses providers (\[[^\]]*\])", server.log_path.read_text(errors="replace"))
+        points = []
+        for concurrency, rows in POINTS:
+            result = run_load(protocol=GRPC, server=server, model=model.name,
+                              inputs={model.input_name: model.batch(rows)}, concurrency=concurrency, seconds=seconds)
+            points.append(result.summary())
+            if on_step:
+                on_step(1)
+    return {
+        "settings": settings,
+        "providers_used": found[-1] if found else "not in the server's log",
+        "max_abs_diff": float(np.max(np.abs(answer.astype(np.float64) - expected_first_row))),
+        "points": points,
+    }
+
+
+def _rest_answer(url: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The first output of one V2 JSON request, shaped as the server says."""
+    request = urllib.request.Request(url, data=rest_body(inputs), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        output = json.load(response)["outputs"][0]
+    return np.asarray(output["data"], dtype=np.float64).reshape(output["shape"])
