@@ -35,7 +35,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
 from wrappers import grpc_raw, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
-from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, run_in_fixed_batches
+from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
 from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options
@@ -83,6 +83,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         try:
             batching = self._mlserver_batching or self._config.max_batch_rows > 1
             self._fixed_rows = fixed_batch_rows(self._graph_inputs, graph_outputs) if batching else None
+            self._buckets = self._padding_buckets()
             self._configure_stages(self._graph_inputs, graph_outputs, model_path.parent)
         except (BatchingConfigError, ProcessingConfigError) as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
@@ -103,7 +104,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if self._config.shared_memory:
             shared_memory_api.enable(self.name)
         logger.info(
-            "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d rows%s",
+            "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d "
+            "rows%s%s",
             self.name,
             self.version,
             self._runner.session.get_providers(),
@@ -112,9 +114,32 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             [(s.name, s.datatype, s.shape) for s in self._output_specs],
             self._config.inference_threads,
             self._config.max_batch_rows,
+            f", runs padded to {self._buckets} rows" if self._buckets else "",
             " (under MLServer's adaptive batching)" if self._mlserver_batching else "",
         )
         return True
+
+    def _padding_buckets(self) -> list[int]:
+        """The row counts runs are padded up to (see `batch_buckets`); [] for none."""
+        if self._fixed_rows:
+            return [self._fixed_rows]
+        dynamic = all(spec.shape and spec.shape[0] == DYNAMIC for spec in self._graph_inputs)
+        configured = self._config.batch_buckets
+        if configured is None:
+            buckets = [] if self._runner.device == "cpu" else gpu_buckets(self._config.max_batch_rows)
+        else:
+            buckets = sorted(set(configured))
+        if buckets and not dynamic:
+            if configured:
+                raise BatchingConfigError("batch_buckets needs graph inputs whose first (batch) dimension is dynamic; "
+                                          "remove batch_buckets for this graph")
+            return []
+        if self._runner.fixed_outputs and (len(buckets) != 1 or self._config.inference_threads != 1):
+            raise BatchingConfigError(
+                "cuda.enable_cuda_graph replays one captured shape from one run slot: set parameters.extra."
+                "batch_buckets to a single row count (e.g. [8]) and inference_threads to 1"
+            )
+        return buckets
 
     def _advertise(self, graph_outputs: list[TensorSpec]) -> None:
         """The inputs and outputs clients see: the graph's, as pre/post-processing and batching change them."""
@@ -190,7 +215,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         requests run inline on the event loop (see `inline_below_ms`).
         """
         self._seconds_per_row = None
-        sizes = [self._fixed_rows] if self._fixed_rows else self._config.warmup_batch_sizes
+        sizes = self._buckets or self._config.warmup_batch_sizes  # padded runs meet only the buckets
         for rows in sizes if self._config.warmup_runs else []:
             feeds = {spec.name: _zeros(spec, rows) for spec in self._graph_inputs}
             timings = []
@@ -414,11 +439,11 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._metrics.postprocess_seconds.observe(time.perf_counter() - started)
 
     def _run_rows(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
-        """One run on the inference thread; a graph with a fixed batch size runs in padded chunks."""
+        """One run on the inference thread, padded up to a bucket where there are buckets (a fixed batch size is one)."""
         run = partial(self._runner.run, self._graph_output_names)
-        if not self._fixed_rows or rows == self._fixed_rows:
+        if not self._buckets or rows in self._buckets:
             return run(feeds)
-        return run_in_fixed_batches(run, feeds, rows, self._fixed_rows)
+        return run_in_buckets(run, feeds, rows, self._buckets)
 
     def _observe_run(self, stats: BatchStats) -> None:
         self._metrics.inference_seconds.observe(stats.run_seconds)

@@ -246,9 +246,12 @@ class SessionRunner:
 
     def _run_on_device(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         key = (tuple(output_names), tuple((name, array.shape, array.dtype.str) for name, array in feeds.items()))
-        bound = getattr(self._local, "bound", None)
-        if bound is None or bound.key != key:
-            bound = self._local.bound = _DeviceBinding(self, key, feeds, output_names)
+        bindings = self._local.__dict__.setdefault("bindings", {})  # one per shape: padded runs meet a few
+        bound = bindings.get(key)
+        if bound is None:
+            if len(bindings) >= _MAX_BINDINGS_PER_THREAD:  # shapes without end (no buckets): keep memory bounded
+                bindings.clear()
+            bound = bindings[key] = _DeviceBinding(self, key, feeds, output_names)
         else:
             for name, array in feeds.items():
                 bound.inputs[name].update_inplace(np.ascontiguousarray(array))
@@ -263,6 +266,9 @@ class SessionRunner:
                 bound.binding.bind_ortvalue_output(name, value)
             bound.outputs_fixed = True
         return outputs
+
+
+_MAX_BINDINGS_PER_THREAD = 16
 
 
 class _DeviceBinding:

@@ -166,6 +166,15 @@ class RuntimeSettings(_Strict):
         description="Merge requests that queue while the session is busy into one run of up to this many rows "
         "(1: never merge). No waiting window: an idle session runs a request at once.",
     )
+    batch_buckets: list[int] | None = Field(
+        default=None,
+        description="Row counts every run is padded up to with zero rows (their outputs dropped); a request with "
+        "more rows than the largest runs in chunks of it. A GPU then meets only these shapes, each tuned at "
+        "warm-up (cuDNN's algorithm search takes about a second per new shape), instead of stalling on the first "
+        "request of every new size. None: on a GPU, powers of two up to max_batch_rows or 32, whichever is "
+        "larger; on the CPU, none (padding costs CPU time there). []: never pad. Only for graphs whose batch "
+        "dimension is dynamic.",
+    )
     inline_below_ms: float = Field(
         default=0.5,
         ge=0,
@@ -194,6 +203,8 @@ class RuntimeSettings(_Strict):
     def _check_warmup(self) -> RuntimeSettings:
         if any(size < 1 for size in self.warmup_batch_sizes):
             raise ValueError("warmup_batch_sizes must hold positive batch sizes")
+        if self.batch_buckets is not None and any(size < 1 for size in self.batch_buckets):
+            raise ValueError("batch_buckets must hold positive row counts (or be [] for no padding)")
         return self
 
 

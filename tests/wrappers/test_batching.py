@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.graphs import WEIGHT, matmul_graph
-from wrappers.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, run_in_fixed_batches
+from wrappers.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.session import TensorSpec, create_session
 from wrappers.settings import RuntimeSettings
 
@@ -153,8 +153,32 @@ def test_closing_fails_what_still_waits_and_refuses_new_requests(session):
 def test_fixed_batch_graphs_run_any_row_count_in_padded_chunks(tmp_path):
     session = create_session(matmul_graph(tmp_path / "fixed.onnx", batch=2), RuntimeSettings())
     x = np.arange(20, dtype=np.float32).reshape(5, 4)
-    (y,) = run_in_fixed_batches(lambda feeds: session.run(None, feeds), {"x": x}, 5, 2)
+    (y,) = run_in_buckets(lambda feeds: session.run(None, feeds), {"x": x}, 5, [2])
     np.testing.assert_allclose(y, x @ WEIGHT)
+
+
+def test_runs_are_padded_up_to_buckets_and_long_requests_go_in_chunks_of_the_largest(tmp_path):
+    session = create_session(matmul_graph(tmp_path / "model.onnx"), RuntimeSettings())
+    shapes = []
+
+    def run(feeds):
+        shapes.append(feeds["x"].shape[0])
+        return session.run(None, feeds)
+
+    x = np.arange(44, dtype=np.float32).reshape(11, 4)
+    for rows, runs in [(3, [4]), (4, [4]), (11, [8, 4]), (1, [1])]:
+        shapes.clear()
+        (y,) = run_in_buckets(run, {"x": x[:rows]}, rows, [1, 4, 8])
+        assert shapes == runs
+        np.testing.assert_allclose(y, x[:rows] @ WEIGHT)
+    with pytest.raises(RuntimeError, match=r"set parameters.extra.batch_buckets to \[\]"):
+        run_in_buckets(lambda feeds: [np.float32(1.0)], {"x": x[:3]}, 3, [4])
+
+
+def test_gpu_buckets_are_powers_of_two_up_to_the_merge_limit_or_32():
+    assert gpu_buckets(1) == [1, 2, 4, 8, 16, 32]
+    assert gpu_buckets(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert gpu_buckets(64) == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_graphs_that_cannot_be_merged_are_refused_with_what_to_set():

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import run_module
 from wrappers.artifact import MODEL_FILE, load_input_example
-from wrappers.bench.gpu_served import POINTS, measure_served
+from wrappers.bench.gpu_served import POINTS, measure_served, served_configs
 from wrappers.bench.models import BenchModel
 from wrappers.bench.report import markdown, plot
 from wrappers.bench.run import SLIPWAY_LATENCY, BenchConfig, _steps, bench_model, figures
@@ -103,14 +103,15 @@ def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(dig
     assert np.isfinite(ort.InferenceSession(str(int8)).run(None, {"image": np.zeros((1, 8, 8, 1), np.float32)})[0]).all()
 
 
-def test_the_served_measurement_checks_the_answer_and_loads_every_point(digits_artifact, tmp_path):
-    """What `make bench-gpu` runs on CUDA, run here on the CPU provider."""
+def test_the_served_measurements_check_the_answer_and_load_every_point(digits_artifact, tmp_path):
+    """What `make bench-gpu` serves on CUDA, served here on the CPU provider (the graph setting then only pads)."""
     row = load_input_example(digits_artifact)[0]["image"][:1].astype(np.float32)
     model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
     expected = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"]).run(None, {"image": row})[0]
-    steps = []
-    served = measure_served(model, "CPUExecutionProvider", expected, seconds=0.3, work_dir=tmp_path, on_step=steps.append)
-    assert served["providers_used"] == "['CPUExecutionProvider']" and served["settings"]["providers"] == ["CPUExecutionProvider"]
-    assert served["max_abs_diff"] < 1e-5
-    assert [(point["concurrency"], point["rows_per_request"]) for point in served["points"]] == list(POINTS)
-    assert all(point["requests"] > 0 and point["errors"] == 0 for point in served["points"]) and len(steps) == len(POINTS)
+    for name, settings in served_configs("CPUExecutionProvider").items():
+        steps = []
+        served = measure_served(model, name, settings, expected, seconds=0.3, work_dir=tmp_path, on_step=steps.append)
+        assert served["providers_used"] == "['CPUExecutionProvider']" and served["settings"] == settings
+        assert served["max_abs_diff"] < 1e-5
+        assert [(point["concurrency"], point["rows_per_request"]) for point in served["points"]] == list(POINTS)
+        assert all(point["requests"] > 0 and point["errors"] == 0 for point in served["points"]) and len(steps) == len(POINTS)

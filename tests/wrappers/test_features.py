@@ -31,7 +31,7 @@ def repository(tmp_path_factory, digits_artifact):
     digits = digits_artifact / "model.onnx"
     model_folder(root, "digits-v", digits, version="2", batching={"max_batch_size": 4, "max_batch_time": 0.05})
     model_folder(root, "digits-merge", digits, extra={
-        "max_batch_rows": 16, "inline_below_ms": 0, "io_binding": "on", "providers": GPU_FIRST, "warmup_batch_sizes": [1, 16],
+        "max_batch_rows": 16, "inline_below_ms": 0, "io_binding": "on", "providers": GPU_FIRST, "batch_buckets": [1, 4, 16],
     })
     model_folder(root, "digits-images", digits, files={"labels.txt": "\n".join(LABELS)},
                  extra={"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}})
@@ -137,6 +137,8 @@ def test_runtime_merging_with_io_binding_and_gpu_fallback(server, client, exampl
     assert "execution provider CUDAExecutionProvider is not available" in log
     assert "model.onnx uses providers ['CPUExecutionProvider']" in log
     assert "loaded digits-merge (version None) with providers ['CPUExecutionProvider'] and IOBinding" in log
+    assert "merging up to 16 rows, runs padded to [1, 4, 16] rows" in log
+    assert "warmed up digits-merge at batch size 4" in log  # every bucket is tuned before the model is ready
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -191,3 +193,5 @@ def test_a_graph_with_a_fixed_batch_size_serves_any_row_count(server, client):
 def test_a_graph_that_cannot_be_batched_is_refused_at_load_saying_what_to_set(tmp_path):
     folder = model_folder(tmp_path, "scalar", scalar_graph(tmp_path / "scalar.onnx"), extra={"max_batch_rows": 4})
     refused_at_load(folder, "'x' is a scalar with no batch dimension.*max_batch_rows to 1")
+    fixed = model_folder(tmp_path, "fixed", matmul_graph(tmp_path / "fixed.onnx", batch=2), extra={"batch_buckets": [4]})
+    refused_at_load(fixed, r"batch_buckets needs graph inputs whose first \(batch\) dimension is dynamic")

@@ -112,7 +112,7 @@ def test_thread_defaults_follow_the_cgroup_quota_not_the_host(tmp_path, files, e
 
 @pytest.mark.parametrize("io_binding", ["on", "off", "auto"])
 def test_io_binding_path_gives_the_same_answers_on_cpu(matmul_model, io_binding):
-    runner = SessionRunner(create_session(matmul_model, RuntimeSettings()), io_binding=io_binding)
+    runner = SessionRunner(create_session(matmul_model, RuntimeSettings(providers=[CPU])), io_binding=io_binding)
     assert runner.device == "cpu" and runner.uses_io_binding == (io_binding == "on")
     x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     (y,) = runner.run(["y"], {"x": x})
@@ -140,10 +140,10 @@ def test_cuda_sessions_keep_tensors_on_the_device_and_give_the_cpu_answers(matmu
     assert (runner.device, runner.uses_io_binding, runner.fixed_outputs) == ("cuda", True, cuda_graph)
     rng = np.random.default_rng(0)
     shapes = [(5, 4)] * 4 if cuda_graph else [(5, 4), (5, 4), (2, 4), (5, 4)]  # a captured graph holds one shape
-    for shape in shapes:  # the same shape reuses the device buffers (a graph is replayed); a new one replaces them
+    for shape in shapes:  # the same shape reuses its device buffers (a graph is replayed)
         x = rng.normal(size=shape).astype(np.float32)
         (y,) = runner.run(["y"], {"x": x})
-        np.testing.assert_allclose(y, x @ WEIGHT, rtol=1e-5)
+        np.testing.assert_allclose(y, x @ WEIGHT, rtol=2e-3, atol=1e-3)  # CUDA's fp32 MatMul uses TF32 by default
 
 
 @on_gpu

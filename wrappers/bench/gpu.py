@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.bench.gpu_served import POINTS, measure_served
+from wrappers.bench.gpu_served import POINTS, measure_served, served_configs
 from wrappers.bench.models import BenchModel
 from wrappers.session import CPU, CUDA, TENSORRT, SessionRunner, create_session
 from wrappers.settings import RuntimeSettings
@@ -173,7 +173,7 @@ CASES = (
 
 def steps(config: GpuBenchConfig) -> int:
     """Progress steps: one per measured row, one per served point."""
-    return sum(len(case.io_bindings) * len(config.batch_sizes) for case in CASES) + len(POINTS)
+    return sum(len(case.io_bindings) * len(config.batch_sizes) for case in CASES) + len(POINTS) * len(served_configs(CUDA))
 
 
 def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
@@ -244,17 +244,21 @@ def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
 
 
 def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expected_first_row: np.ndarray, on_step) -> dict:
-    """The served measurement on CUDA where CUDA ran fp32 here, with each point against the in-process best."""
+    """The served measurements on CUDA where CUDA ran fp32 here, each point against the in-process best."""
     cuda = [row["rows_per_s"] for row in rows
             if row["provider"] == CUDA and row["precision"] == "fp32" and row["status"] == "measured"]
+    configs = served_configs(CUDA)
     if not cuda:
-        _advance(on_step, len(POINTS))
+        _advance(on_step, len(POINTS) * len(configs))
         return {"status": "skipped", "reason": "CUDA did not run fp32 here, so there is no GPU to serve from"}
-    served = measure_served(model, CUDA, expected_first_row, seconds=config.seconds, work_dir=config.work_dir / "servers",
-                            on_step=on_step)
-    for point in served["points"]:
-        point["x_cuda_limit"] = round(point["rows_per_s"] / max(cuda), 3)
-    return {"status": "measured", "cuda_limit_rows_per_s": max(cuda), **served}
+    measured = []
+    for name, settings in configs.items():
+        served = measure_served(model, name, settings, expected_first_row, seconds=config.seconds,
+                                work_dir=config.work_dir / "servers", on_step=on_step)
+        for point in served["points"]:
+            point["x_cuda_limit"] = round(point["rows_per_s"] / max(cuda), 3)
+        measured.append(served)
+    return {"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured}
 
 
 def _session_on(provider: str, path: Path, settings: RuntimeSettings):
@@ -271,7 +275,9 @@ def _session_on(provider: str, path: Path, settings: RuntimeSettings):
         session_logger.removeHandler(caught)
     if session.get_providers()[0] == provider:
         return session, ""
-    return session, "; ".join(record.getMessage() for record in caught.buffer) or f"{provider} could not run this graph"
+    return session, "; ".join(" ".join(record.getMessage().split()) for record in caught.buffer) or (
+        f"{provider} could not run this graph"
+    )
 
 
 def _advance(on_step, steps: int) -> None:
@@ -311,20 +317,24 @@ def _served_lines(served: dict | None) -> list[str]:
         return ["", f"Served through MLServer: {served['reason'] if served else 'not measured'}."]
     lines = [
         "",
-        f"Served through MLServer by the wrappers runtime (providers used: {served['providers_used']}; settings "
-        f"`{json.dumps(served['settings'])}`), gRPC with raw contents, against the best in-process CUDA fp32 figure "
-        f"above ({served['cuda_limit_rows_per_s']:.0f} rows/s); served answer vs CPU fp32: max abs diff "
-        f"{served['max_abs_diff']:.1e}.",
-        "",
-        "| concurrency | rows per request | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Served through MLServer by the wrappers runtime, gRPC with raw contents, against the best in-process CUDA "
+        f"fp32 figure above ({served['cuda_limit_rows_per_s']:.0f} rows/s):",
     ]
-    for point in served["points"]:
-        lines.append(
-            f"| {point['concurrency']} | {point['rows_per_request']} | "
-            f"{point['rows_per_s']:.0f} | {point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
-            f"{point['server_cpu_ms_per_request']} | {point['errors']} |"
-        )
+    for measured in served["configs"]:
+        lines += [
+            "",
+            f"`{measured['name']}`: settings `{json.dumps(measured['settings'])}`, providers used "
+            f"{measured['providers_used']}, served answer vs CPU fp32: max abs diff {measured['max_abs_diff']:.1e}.",
+            "",
+            "| concurrency | rows per request | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | errors |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for point in measured["points"]:
+            lines.append(
+                f"| {point['concurrency']} | {point['rows_per_request']} | {point['rows_per_s']:.0f} | "
+                f"{point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
+                f"{point['server_cpu_ms_per_request']} | {point['errors']} |"
+            )
     return lines
 
 

@@ -22,21 +22,24 @@ from wrappers.request_bodies import rest_body
 from wrappers.server import LocalServer
 
 # (concurrency, rows per request): single rows as most clients send them, and small batches
-POINTS = ((1, 1), (8, 1), (32, 1), (8, 8))
+# (4 MobileNetV2 rows are 2.4 MB: under gRPC's default 4 MB message limit, which MLServer keeps)
+POINTS = ((1, 1), (8, 1), (32, 1), (8, 4))
 
 
-def served_settings(provider: str) -> dict:
-    """Two run slots, so that one run's host-side work (binding, copying back) overlaps the other's run;
-    up to 32 queued rows merged into one run."""
-    return {"providers": [provider], "max_batch_rows": 32, "inference_threads": 2, "warmup_batch_sizes": [1, 8, 32]}
+def served_configs(provider: str) -> dict[str, dict]:
+    """The runtime's settings to serve with, by name: merging queued requests on two run slots (each
+    run padded to a power of two, the GPU default), and one CUDA graph replayed for runs of 8 rows."""
+    return {
+        "merging": {"providers": [provider], "max_batch_rows": 32, "inference_threads": 2},
+        "cuda-graph": {"providers": [provider], "max_batch_rows": 8, "batch_buckets": [8],
+                       "cuda": {"enable_cuda_graph": True}},
+    }
 
 
-def measure_served(model: BenchModel, provider: str, expected_first_row: np.ndarray, *, seconds: float,
+def measure_served(model: BenchModel, name: str, settings: dict, expected_first_row: np.ndarray, *, seconds: float,
                    work_dir: Path, on_step=None) -> dict:
     """Served rows/s over gRPC at each point, the providers the server says it uses, and the answer's error."""
-    settings = served_settings(provider)
-    folder = server_folder(work_dir, model, provider.removesuffix("ExecutionProvider").lower(),
-                           IMPLEMENTATIONS[SLIPWAY], settings)
+    folder = server_folder(work_dir, model, name, IMPLEMENTATIONS[SLIPWAY], settings)
     with LocalServer(folder) as server:
         answer = _rest_answer(f"{server.http_url}/v2/models/{model.name}/infer", {model.input_name: model.row})
         found = re.findall(r"uses providers (\[[^\]]*\])", server.log_path.read_text(errors="replace"))
@@ -48,6 +51,7 @@ def measure_served(model: BenchModel, provider: str, expected_first_row: np.ndar
             if on_step:
                 on_step(1)
     return {
+        "name": name,
         "settings": settings,
         "providers_used": found[-1] if found else "not in the server's log",
         "max_abs_diff": float(np.max(np.abs(answer.astype(np.float64) - expected_first_row))),
