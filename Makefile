@@ -218,5 +218,6 @@ bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBindi
 	 else echo "no nvidia-smi here: measuring the CPU rows only, with the installed onnxruntime"; $(MAKE) setup; fi
 	flock $(BENCH_LOCK) $(PY) -m wrappers bench-gpu $(BENCH_GPU_ARGS)
 
-clean: ## remove build outputs and reports (keeps .venv)
-	rm -rf build reports .pytest_cache
+clean: ## remove build outputs and reports (keeps .venv and the GPU record, reports/gpu.*)
+	rm -rf build .pytest_cache
+	find reports -mindepth 1 -not -name 'gpu.*' -delete 2>/dev/null || true

@@ -74,16 +74,18 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     with Progress() as progress:
         task = progress.add_task("bench-gpu", total=steps(config))
         payload = run_gpu_bench(config, on_step=lambda steps: progress.advance(task, steps))
-    path = write_report("gpu", payload)
-    plot(payload, REPORTS_DIR / "gpu.png")
+    # A run without a GPU checks the fallbacks; it must not replace a GPU machine's record (kept in git).
+    name = "gpu" if payload["gpu"] else "gpu-cpu-only"
+    path = write_report(name, payload)
+    plot(payload, REPORTS_DIR / f"{name}.png")
     table = markdown(payload)
-    atomic.write_text(REPORTS_DIR / "gpu.md", table)
-    if args.update_readme and replace_section(README, "gpu", table):
-        console.print("README GPU table updated")
+    atomic.write_text(REPORTS_DIR / f"{name}.md", table)
     if payload["gpu"] is None:
-        console.print("[yellow]no GPU here: only the CPU rows were measured; run `make bench-gpu` on a GPU machine "
-                      "(make setup GPU=1) for CUDA and TensorRT[/]")
-    console.print(f"report {path}, plot {REPORTS_DIR / 'gpu.png'}")
+        console.print("[yellow]no GPU here: only the CPU rows were measured (README left as it is); run "
+                      "`make bench-gpu` on a GPU machine (make setup GPU=1) for CUDA and TensorRT[/]")
+    elif args.update_readme and replace_section(README, "gpu", table):
+        console.print("README GPU table updated")
+    console.print(f"report {path}, plot {REPORTS_DIR / name}.png")
     return 0
 
 

@@ -56,7 +56,8 @@ class RowBatcher:
     `run` returns the outputs for all rows (each output's first axis is the row axis);
     every request gets back its own rows. Requests whose non-row dimensions or dtypes
     differ from the head of the queue are left for a later run instead of being merged.
-    `on_run` is called on the run's thread after each run.
+    `on_run` is called on the run's thread after each run. `warm_up`, when given, runs on
+    every run thread before the batcher is returned (its first error is raised here).
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class RowBatcher:
         max_runs: int = 1,
         on_run: Callable[[BatchStats], None] | None = None,
         thread_name: str = "inference",
+        warm_up: Callable[[], None] | None = None,
     ):
         self._run = run
         self._max_rows = max_rows
@@ -74,11 +76,19 @@ class RowBatcher:
         self._queue: deque[_Pending] = deque()
         self._ready = threading.Condition()
         self._closed = False
+        self._warm_up = warm_up
+        self._warmed = threading.Semaphore(0)
+        self._warm_up_errors: list[BaseException] = []
         self._threads = [
             threading.Thread(target=self._serve, name=f"{thread_name}_{index}", daemon=True) for index in range(max_runs)
         ]
         for thread in self._threads:
             thread.start()
+        for _ in self._threads:
+            self._warmed.acquire()
+        if self._warm_up_errors:
+            self.close()
+            raise self._warm_up_errors[0]
 
     async def submit(self, feeds: Feeds, rows: int) -> list[np.ndarray]:
         """The outputs for these rows, once a run that includes them has finished."""
@@ -107,6 +117,13 @@ class RowBatcher:
     def _serve(self) -> None:
         """One run slot: take the next batch, run it, hand each request its rows on its event loop."""
         _name_native_thread(threading.current_thread().name)
+        try:
+            if self._warm_up is not None:
+                self._warm_up()
+        except Exception as err:  # reported by __init__, which closes the batcher
+            self._warm_up_errors.append(err)
+        finally:
+            self._warmed.release()
         while True:
             with self._ready:
                 while not self._queue and not self._closed:

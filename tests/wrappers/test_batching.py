@@ -101,6 +101,27 @@ def test_run_threads_carry_their_name_in_the_os(session):
     assert native_names and native_names[0] in {"ort-digits_0", "ort-digits_1"}
 
 
+def test_every_run_thread_warms_up_before_the_batcher_is_returned(session):
+    """On a GPU first runs are slow per thread: each run slot warms up on its own thread, before serving."""
+    warmed = []
+    batcher = RowBatcher(lambda feeds, rows: session.run(None, feeds), max_rows=4, max_runs=3, thread_name="ort-w",
+                         warm_up=lambda: warmed.append(threading.current_thread().name))
+    try:
+        assert sorted(warmed) == ["ort-w_0", "ort-w_1", "ort-w_2"]
+        (y,) = asyncio.run(batcher.submit({"x": np.ones((1, 4), np.float32)}, 1))
+        np.testing.assert_allclose(y, np.ones((1, 4)) @ WEIGHT)
+    finally:
+        batcher.close()
+
+    def failing_warm_up():
+        raise RuntimeError("warm-up at batch size 8 failed")
+
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="batch size 8 failed"):
+        RowBatcher(lambda feeds, rows: [], max_rows=4, max_runs=2, warm_up=failing_warm_up)
+    assert threading.active_count() == before  # its run threads were stopped
+
+
 def test_with_two_run_slots_two_requests_start_at_once_and_the_rest_merge(session, batchers):
     runs = GatedRuns(session, gated=2)
     batcher, stats = batchers(runs, max_rows=64, max_runs=2)

@@ -134,7 +134,8 @@ def test_unknown_or_invalid_settings_are_refused_with_the_key():
 @on_gpu
 @pytest.mark.parametrize("cuda_graph", [False, True])
 def test_cuda_sessions_keep_tensors_on_the_device_and_give_the_cpu_answers(matmul_model, cuda_graph):
-    session = create_session(matmul_model, RuntimeSettings(providers=[CUDA], cuda={"enable_cuda_graph": cuda_graph}))
+    cuda = {"enable_cuda_graph": cuda_graph, "extra_options": {"use_tf32": 0}}  # full fp32: TF32 is CUDA's default
+    session = create_session(matmul_model, RuntimeSettings(providers=[CUDA], cuda=cuda))
     assert session.get_providers()[0] == CUDA
     runner = SessionRunner(session)  # auto: IOBinding on a GPU
     assert (runner.device, runner.uses_io_binding, runner.fixed_outputs) == ("cuda", True, cuda_graph)
@@ -143,7 +144,7 @@ def test_cuda_sessions_keep_tensors_on_the_device_and_give_the_cpu_answers(matmu
     for shape in shapes:  # the same shape reuses its device buffers (a graph is replayed)
         x = rng.normal(size=shape).astype(np.float32)
         (y,) = runner.run(["y"], {"x": x})
-        np.testing.assert_allclose(y, x @ WEIGHT, rtol=2e-3, atol=1e-3)  # CUDA's fp32 MatMul uses TF32 by default
+        np.testing.assert_allclose(y, x @ WEIGHT, rtol=1e-5, atol=1e-4)
 
 
 @on_gpu

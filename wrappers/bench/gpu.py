@@ -1,10 +1,12 @@
 """`make bench-gpu`: one model on CPU vs CUDA vs TensorRT, fp32/fp16/int8, with and without IOBinding.
 
 A prepared script for a machine with an NVIDIA GPU and `make setup GPU=1`: it measures
-rows/s and p50 latency at batch 1 and 32 for every (provider, precision, IOBinding) and
-writes reports/gpu.json, reports/gpu.png and the README's GPU table. Where a provider is
-missing it still runs: those rows say "unavailable" and why, and the CPU rows are measured,
-so the same command checks the fallback paths on any machine.
+rows/s and p50 latency at batch 1 and 32 for every (provider, precision, IOBinding), and
+CUDA graphs, with each variant's answers against CPU fp32's; then the model served through
+MLServer on CUDA (`wrappers.bench.gpu_served`). It writes reports/gpu.json, reports/gpu.png
+and the README's GPU table. Where a provider is missing it still runs: those rows say
+"unavailable" or "fell back" and why, and the CPU rows are measured, so the same command
+checks the fallback paths on any machine (into reports/gpu-cpu-only.*).
 
 Precisions: fp32 is the model as exported; fp16 is converted with float16 weights and
 float32 inputs/outputs (onnxconverter-common), and for TensorRT it is TensorRT's own fp16
@@ -286,7 +288,7 @@ def _advance(on_step, steps: int) -> None:
 
 
 def _provider_label(row: dict) -> str:
-    name = row["provider"].removesuffix("ExecutionProvider")
+    name = {TENSORRT: "TensorRT"}.get(row["provider"], row["provider"].removesuffix("ExecutionProvider"))
     return f"{name} + graph" if row.get("cuda_graph") else name
 
 
