@@ -215,6 +215,9 @@ def device_of(session: ort.InferenceSession) -> tuple[str, int]:
     return "cpu", 0
 
 
+_MAX_BINDINGS_PER_THREAD = 16
+
+
 class SessionRunner:
     """Runs the session with or without IOBinding, so callers need not care which.
 
@@ -251,7 +254,7 @@ class SessionRunner:
         if bound is None:
             if len(bindings) >= _MAX_BINDINGS_PER_THREAD:  # shapes without end (no buckets): keep memory bounded
                 bindings.clear()
-            bound = bindings[key] = _DeviceBinding(self, key, feeds, output_names)
+            bound = bindings[key] = _DeviceBinding(self, feeds, output_names)
         else:
             for name, array in feeds.items():
                 bound.inputs[name].update_inplace(np.ascontiguousarray(array))
@@ -268,14 +271,10 @@ class SessionRunner:
         return outputs
 
 
-_MAX_BINDINGS_PER_THREAD = 16
-
-
 class _DeviceBinding:
     """One thread's IOBinding and device input buffers for one set of input shapes."""
 
-    def __init__(self, runner: SessionRunner, key: tuple, feeds: dict[str, np.ndarray], output_names: list[str]):
-        self.key = key
+    def __init__(self, runner: SessionRunner, feeds: dict[str, np.ndarray], output_names: list[str]):
         self.binding = runner.session.io_binding()
         self.inputs = {
             name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), runner.device, runner.device_id)
