@@ -90,16 +90,15 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             raise ModelLoadError(f"model {self.name}: {err}") from err
         self._advertise(graph_outputs)
         self._seconds_per_row = None
-        self._start_workers()  # on a GPU every run slot warms up on its own thread here
-        if self._runner.device == "cpu":
-            self._warm_up()
+        self._warm_up_lock = threading.Lock()
+        self._start_workers()  # every run slot warms up on its own thread here
         if self._config.intra_op_threads is None and self._runs_inline(1) and session_options(self._config).intra_op_num_threads > 1:
             # Inline runs happen on the event loop thread: extra intra-op threads only add hand-offs.
             logger.info("%s runs inline (under %s ms): using one intra-op thread", self.name, self._config.inline_below_ms)
             self._config = self._config.model_copy(update={"intra_op_threads": 1})
             self._runner = SessionRunner(create_session(model_path, self._config), io_binding=self._config.io_binding)
             self._seconds_per_row = None
-            self._warm_up()
+            self._warm_up()  # on this thread: the event loop's, where inline runs happen
         if self._mlserver_batching:
             self._check_before_mlserver_batching()
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
@@ -177,7 +176,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             max_runs=self._config.inference_threads,
             on_run=self._observe_run,
             thread_name=f"ort-{self.name}",
-            warm_up=None if self._runner.device == "cpu" else self._warm_up,
+            warm_up=self._warm_up,
         )
 
     def _verify(self, folder: Path) -> None:
@@ -216,12 +215,11 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     def _warm_up(self) -> None:
         """Run the session at the expected batch sizes before reporting ready: first runs are slow.
 
-        On the CPU this runs on the loading thread, and the fastest run also tells how long a
-        row takes, which decides whether small requests run inline on the event loop (see
-        `inline_below_ms`). On a GPU it runs on every run slot's own thread instead: measured on
-        an H200, the first run of each batch size on each new thread cost about a second (ONNX
-        Runtime's CUDA provider keeps per-thread state), and a server warmed on its loading
-        thread alone stalled for seconds under its first concurrent load.
+        It runs on every run slot's own thread: measured on an H200, the first run of each batch
+        size on each new thread cost about a second (ONNX Runtime's CUDA provider keeps
+        per-thread state), and a server warmed on its loading thread alone stalled for seconds
+        under its first concurrent load. The fastest run also tells how long a row takes, which
+        decides whether small requests run inline on the event loop (see `inline_below_ms`).
         """
         sizes = self._buckets or self._config.warmup_batch_sizes  # padded runs meet only the buckets
         for rows in sizes if self._config.warmup_runs else []:
@@ -238,7 +236,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                     "parameters.extra.warmup_batch_sizes to sizes the graph accepts, or warmup_runs to 0"
                 ) from err
             per_row = min(timings[1:]) / rows  # the largest per-row time decides: inline must stay cheap
-            self._seconds_per_row = max(per_row, self._seconds_per_row or 0.0)
+            with self._warm_up_lock:  # run slots warm up side by side
+                self._seconds_per_row = max(per_row, self._seconds_per_row or 0.0)
             logger.info("warmed up %s at batch size %d: %.3f ms per run (first %.0f ms, thread %s)", self.name, rows,
                         1000 * min(timings[1:]), 1000 * timings[0], threading.current_thread().name)
 

@@ -138,7 +138,8 @@ def test_runtime_merging_with_io_binding_and_gpu_fallback(server, client, exampl
     assert "model.onnx uses providers ['CPUExecutionProvider']" in log
     assert "loaded digits-merge (version None) with providers ['CPUExecutionProvider'] and IOBinding" in log
     assert "merging up to 16 rows, runs padded to [1, 4, 16] rows" in log
-    assert "warmed up digits-merge at batch size 4" in log  # every bucket is tuned before the model is ready
+    assert "warmed up digits-merge at batch size 4" in log  # every bucket is tuned before the model is ready,
+    assert "thread ort-digits-merge_0)" in log  # on the run slot's own thread
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -195,3 +196,5 @@ def test_a_graph_that_cannot_be_batched_is_refused_at_load_saying_what_to_set(tm
     refused_at_load(folder, "'x' is a scalar with no batch dimension.*max_batch_rows to 1")
     fixed = model_folder(tmp_path, "fixed", matmul_graph(tmp_path / "fixed.onnx", batch=2), extra={"batch_buckets": [4]})
     refused_at_load(fixed, r"batch_buckets needs graph inputs whose first \(batch\) dimension is dynamic")
+    odd = model_folder(tmp_path, "odd", matmul_graph(tmp_path / "odd.onnx", batch=2), extra={"warmup_batch_sizes": [3]})
+    refused_at_load(odd, r"model odd: warm-up at batch size 3 failed .*invalid dimensions for input: x")
