@@ -156,7 +156,8 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
   $(if $(CANARY_VERSION)$(CANARY_TAG),--canary-record $(CANARY_RECORD)) \
   $(if $(CANARY_PERCENT),--canary-percent $(CANARY_PERCENT)) $(if $(IMAGE),--image $(IMAGE)) \
-  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI))
+  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI)) \
+  $(if $(SHARED_MEMORY),--shared-memory $(SHARED_MEMORY))
 
 versions-resolve: setup
 	$(if $(VERSION)$(TAG),$(call version_record,$(if $(VERSION),$(MODEL_NAME):$(VERSION),$(MODEL_NAME)@$(TAG)),$(RECORD)))

@@ -40,6 +40,9 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
                          help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
                               "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour)")
     command.add_argument("--image", help="the MLServer + wrappers image (default: the overlay's)")
+    command.add_argument("--shared-memory", metavar="SIZE", help="mount a memory-backed emptyDir of SIZE (e.g. 1Gi) "
+                         "at /dev/shm in every container, for tensors in shared memory (the model needs "
+                         "parameters.extra.shared_memory: true)")
     command.add_argument("--namespace", default=DEFAULT_NAMESPACE)
     command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
                          help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
@@ -69,7 +72,7 @@ def render_validated(args: argparse.Namespace):
         main, canary = _models(args)
         rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
                           image=args.image, namespace=args.namespace, autoscaling_mode=args.autoscaling,
-                          engine=args.kustomize)
+                          engine=args.kustomize, shared_memory=args.shared_memory)
     except (RecordError, RenderError, KustomizeError) as err:
         raise UserError(str(err)) from err
     report = validate_documents(rendered.docs)

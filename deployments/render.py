@@ -8,6 +8,7 @@ image, the namespace, the canary's traffic share and the names a standalone HPA 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ MODEL_LABEL = "slipway.io/model"
 PREDICTOR_LABEL = "slipway.io/predictor"
 ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
 COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
+SHARED_MEMORY_VOLUME = "dshm"
+SHARED_MEMORY_PATH = "/dev/shm"
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
 class RenderError(ValueError):
@@ -44,6 +48,7 @@ class Rendered:
     autoscaling: str
     engine: str
     models: dict[str, ModelVersion] = field(default_factory=dict)  # predictor -> version
+    shared_memory: str | None = None  # size of the memory-backed /dev/shm, where one is mounted
 
     @property
     def name(self) -> str:
@@ -64,7 +69,7 @@ class Rendered:
     def summary(self) -> dict[str, Any]:
         return {
             "overlay": self.overlay, "namespace": self.namespace, "autoscaling": self.autoscaling,
-            "kustomize": self.engine, "inference_path": self.inference_path,
+            "kustomize": self.engine, "inference_path": self.inference_path, "shared_memory": self.shared_memory,
             "predictors": {p: {"version": m.version, "uri": m.uri, "digest": m.digest} for p, m in self.models.items()},
             "resources": [f"{doc['kind']}/{doc['metadata']['name']}" for doc in self.docs],
         }
@@ -88,6 +93,7 @@ def render(
     namespace: str = DEFAULT_NAMESPACE,
     autoscaling_mode: str = "cpu",
     engine: kustomize.Engine = "auto",
+    shared_memory: str | None = None,
 ) -> Rendered:
     """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions."""
     directory = resolve_overlay(overlay)
@@ -105,13 +111,16 @@ def render(
     for doc in docs:
         _pin_common(doc, model.name, namespace)
     _pin_seldon_deployment(sdeps[0], model, models, image, namespace)
+    if shared_memory is not None:
+        _mount_shared_memory(sdeps[0], shared_memory)
     for doc in docs:
         if doc["kind"] == "HorizontalPodAutoscaler":
             _pin_standalone_hpa(doc, sdeps[0])
     leftover = _placeholders(docs)
     if leftover:
         raise RenderError(f"placeholders left unset after rendering: {', '.join(sorted(leftover))}")
-    return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used, models=models)
+    return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used,
+                    models=models, shared_memory=shared_memory)
 
 
 def _assign_models(sdep: dict, model: ModelVersion, canary: ModelVersion | None) -> dict[str, ModelVersion]:
@@ -187,6 +196,25 @@ def _pin_seldon_deployment(
                         container["image"] = image
                     _pin_digest(container, version)
             _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
+
+
+def _mount_shared_memory(sdep: dict, size: str) -> None:
+    """A memory-backed emptyDir of `size` at /dev/shm in every container of every predictor's pod.
+
+    For tensors in shared memory (the runtime's `shared_memory` setting): a producer container in
+    the pod and MLServer then map the same tmpfs, sized for the regions instead of the runtime's
+    64 MB default. Its pages count against the pod's memory limit.
+    """
+    quantity = _QUANTITY.match(size)
+    if not quantity or float(quantity.group(1)) <= 0:
+        raise RenderError(f"shared memory size {size!r} is not a Kubernetes quantity: give one such as 512Mi or 1Gi")
+    for _, _, component in seldon.pod_specs(sdep):
+        spec = component.setdefault("spec", {})
+        volumes = [volume for volume in spec.get("volumes", []) if volume.get("name") != SHARED_MEMORY_VOLUME]
+        spec["volumes"] = [*volumes, {"name": SHARED_MEMORY_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}]
+        for container in spec.get("containers", []):
+            mounts = [mount for mount in container.get("volumeMounts", []) if mount.get("mountPath") != SHARED_MEMORY_PATH]
+            container["volumeMounts"] = [*mounts, {"name": SHARED_MEMORY_VOLUME, "mountPath": SHARED_MEMORY_PATH}]
 
 
 def _pin_digest(container: dict, version: ModelVersion) -> None:

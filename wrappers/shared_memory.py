@@ -1,8 +1,9 @@
 """Tensors in POSIX shared memory: the server side of the V2 system shared-memory extension.
 
 A client on the same host (in Kubernetes, a container of the same pod that mounts the same
-memory-backed emptyDir at /dev/shm) registers a region of a shared-memory object once, then sends requests whose tensors name
-the region, an offset and a byte size instead of carrying their data; requested outputs can
+memory-backed emptyDir at /dev/shm: `make manifests SHARED_MEMORY=1Gi`) registers a region of
+a shared-memory object once, then sends requests whose tensors name the region, an offset and
+a byte size instead of carrying their data; requested outputs can
 be written into a region the same way. The bytes never cross gRPC or HTTP: for a 600 kB
 MobileNetV2 image, moving them through gRPC is most of what a request costs the server and
 the client outside the run itself (README, "Where the rest of the MobileNetV2 gap is").

@@ -184,3 +184,27 @@ def test_version_records_are_read_and_checked_at_the_edge(record_files, tmp_path
             ModelVersion.from_record_file(bad)
     with pytest.raises(RecordError, match="does not exist"):
         ModelVersion.from_record_file(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("overlay", ["cpu", "canary"])
+def test_shared_memory_mounts_one_memory_backed_dev_shm_in_every_container(main_version, canary_version, overlay):
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
+                      shared_memory="1Gi")
+    assert render("cpu", model=main_version, shared_memory="1.5Gi").shared_memory == "1.5Gi"
+    specs = [component["spec"] for _, _, component in seldon.pod_specs(_sdep(rendered))]
+    assert len(specs) == (2 if overlay == "canary" else 1)  # the canary's pods too
+    for spec in specs:
+        volumes = [volume for volume in spec["volumes"] if volume["name"] == "dshm"]
+        assert volumes == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]
+        for container in spec["containers"]:
+            assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+            assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # the others stay
+    assert rendered.summary()["shared_memory"] == "1Gi"
+    assert "dshm" not in json.dumps(render(overlay, model=main_version,
+                                           canary=canary_version if overlay == "canary" else None).docs)
+
+
+@pytest.mark.parametrize("size", ["1 GiB", "0", "0.0Gi", "-1Gi", "lots", "1Gb"])
+def test_shared_memory_sizes_that_are_not_quantities_are_refused(main_version, size):
+    with pytest.raises(RenderError, match="not a Kubernetes quantity: give one such as 512Mi or 1Gi"):
+        render("cpu", model=main_version, shared_memory=size)

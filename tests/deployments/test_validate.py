@@ -34,6 +34,12 @@ def test_every_overlay_and_autoscaler_is_valid(overlay, mode, main_version, cana
     assert any("NetworkPolicy" in item and "1.29.0, 1.33.0 strict" in item for item in report.checked)
 
 
+def test_shared_memory_manifests_are_valid(main_version, canary_version, seldon_crd_schema):
+    rendered = render("canary", model=main_version, canary=canary_version, shared_memory="512Mi")
+    report = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
+    assert report.ok, report.errors
+
+
 def test_crd_schema_rejects_a_wrong_field_type(main_version, seldon_crd_schema):
     docs = render("cpu", model=main_version).docs
     next(d for d in docs if d["kind"] == "SeldonDeployment")["spec"]["predictors"][0]["replicas"] = "three"

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.graphs import WEIGHT, matmul_graph
 from wrappers.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
@@ -16,6 +18,11 @@ from wrappers.settings import RuntimeSettings
 @pytest.fixture
 def session(tmp_path):
     return create_session(matmul_graph(tmp_path / "model.onnx"), RuntimeSettings())
+
+
+@pytest.fixture(scope="module")
+def matmul_session(tmp_path_factory):
+    return create_session(matmul_graph(tmp_path_factory.mktemp("graphs") / "model.onnx"), RuntimeSettings())
 
 
 class GatedRuns:
@@ -194,6 +201,22 @@ def test_runs_are_padded_up_to_buckets_and_long_requests_go_in_chunks_of_the_lar
         np.testing.assert_allclose(y, x[:rows] @ WEIGHT)
     with pytest.raises(RuntimeError, match=r"set parameters.extra.batch_buckets to \[\]"):
         run_in_buckets(lambda feeds: [np.float32(1.0)], {"x": x[:3]}, 3, [4])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 40), buckets=st.sets(st.integers(1, 16), min_size=1, max_size=5))
+def test_any_row_count_runs_only_at_bucket_sizes_and_gets_its_own_rows_back(matmul_session, rows, buckets):
+    buckets = sorted(buckets)
+    shapes = []
+
+    def run(feeds):
+        shapes.append(feeds["x"].shape[0])
+        return matmul_session.run(None, feeds)
+
+    x = np.random.default_rng(rows).normal(size=(rows, 4)).astype(np.float32)
+    (y,) = run_in_buckets(run, {"x": x}, rows, buckets)
+    assert set(shapes) <= set(buckets) and sum(shapes) >= rows and len(shapes) == -(-rows // buckets[-1])
+    np.testing.assert_allclose(y, x @ WEIGHT, rtol=1e-5, atol=1e-5)
 
 
 def test_gpu_buckets_are_powers_of_two_up_to_the_merge_limit_or_32():
