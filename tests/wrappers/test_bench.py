@@ -115,5 +115,7 @@ def test_the_served_measurements_check_the_answer_and_load_every_point(digits_ar
         served = measure_served(model, name, settings, expected, seconds=0.3, work_dir=tmp_path, on_step=steps.append)
         assert served["providers_used"] == "['CPUExecutionProvider']" and served["settings"] == settings
         assert served["max_abs_diff"] < 1e-5
+        slots = {entry["thread"] for entry in served["warm_up_first_run_ms"]}  # every run slot warmed up itself
+        assert slots >= {f"ort-digits_{index}" for index in range(settings.get("inference_threads", 1))}, served
         assert [(point["concurrency"], point["rows_per_request"]) for point in served["points"]] == list(POINTS)
         assert all(point["requests"] > 0 and point["errors"] == 0 for point in served["points"]) and len(steps) == len(POINTS)

@@ -326,7 +326,8 @@ def _served_lines(served: dict | None) -> list[str]:
         lines += [
             "",
             f"`{measured['name']}`: settings `{json.dumps(measured['settings'])}`, providers used "
-            f"{measured['providers_used']}, served answer vs CPU fp32: max abs diff {measured['max_abs_diff']:.1e}.",
+            f"{measured['providers_used']}, served answer vs CPU fp32: max abs diff {measured['max_abs_diff']:.1e}"
+            f"{_slowest_first_run(measured)}.",
             "",
             "| concurrency | rows per request | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | errors |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -338,6 +339,15 @@ def _served_lines(served: dict | None) -> list[str]:
                 f"{point['server_cpu_ms_per_request']} | {point['errors']} |"
             )
     return lines
+
+
+def _slowest_first_run(measured: dict) -> str:
+    first_runs = measured.get("warm_up_first_run_ms") or []
+    if not first_runs:
+        return ""
+    slowest = max(first_runs, key=lambda entry: entry["first_ms"])
+    return (f"; slowest first run at warm-up {slowest['first_ms']:.0f} ms ({slowest['rows']} rows on "
+            f"{slowest['thread']}, {len(first_runs)} first runs)")
 
 
 def plot(payload: dict, path: Path) -> None:

@@ -42,7 +42,8 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
     folder = server_folder(work_dir, model, name, IMPLEMENTATIONS[SLIPWAY], settings)
     with LocalServer(folder) as server:
         answer = _rest_answer(f"{server.http_url}/v2/models/{model.name}/infer", {model.input_name: model.row})
-        found = re.findall(r"uses providers (\[[^\]]*\])", server.log_path.read_text(errors="replace"))
+        log = server.log_path.read_text(errors="replace")
+        found = re.findall(r"uses providers (\[[^\]]*\])", log)
         points = []
         for concurrency, rows in POINTS:
             result = run_load(protocol=GRPC, server=server, model=model.name,
@@ -54,6 +55,11 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
         "name": name,
         "settings": settings,
         "providers_used": found[-1] if found else "not in the server's log",
+        # what each run slot's first run of each batch size cost at load: the stall that warm-up absorbs
+        "warm_up_first_run_ms": [
+            {"rows": int(rows), "thread": thread, "first_ms": float(first)}
+            for rows, first, thread in re.findall(r"warmed up \S+ at batch size (\d+): \S+ ms per run \(first (\d+) ms, thread ([^)]+)\)", log)
+        ],
         "max_abs_diff": float(np.max(np.abs(answer.astype(np.float64) - expected_first_row))),
         "points": points,
     }
