@@ -190,7 +190,9 @@ class RuntimeSettings(_Strict):
         "map the pod's shared memory and have outputs written into it.",
     )
     warmup_batch_sizes: list[int] = Field(
-        default_factory=lambda: [1], description="Batch sizes run at load, before the model reports ready."
+        default_factory=lambda: [1],
+        description="Batch sizes run at load, on every run slot, before the model reports ready (where runs are "
+        "padded to batch_buckets, the buckets instead).",
     )
     warmup_runs: int = Field(default=2, ge=0, description="Runs per warm-up batch size (0: no warm-up).")
     cpu_workers: int | None = Field(
