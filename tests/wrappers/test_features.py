@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import io
+import re
 
 import numpy as np
 import onnxruntime as ort
@@ -198,3 +199,9 @@ def test_a_graph_that_cannot_be_batched_is_refused_at_load_saying_what_to_set(tm
     refused_at_load(fixed, r"batch_buckets needs graph inputs whose first \(batch\) dimension is dynamic")
     odd = model_folder(tmp_path, "odd", matmul_graph(tmp_path / "odd.onnx", batch=2), extra={"warmup_batch_sizes": [3]})
     refused_at_load(odd, r"model odd: warm-up at batch size 3 failed .*invalid dimensions for input: x")
+
+
+def test_loaded_heap_is_frozen_out_of_full_collections(server):
+    # Full collections run on the event loop: what loading left alive must not be walked by each one.
+    counts = [int(count) for count in re.findall(r"(\d+) objects alive after loading frozen", server.log_path.read_text())]
+    assert counts and min(counts) > 10_000  # MLServer, ONNX Runtime and NumPy alone leave more than that

@@ -243,8 +243,9 @@ def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(di
     assert any(key.startswith("model_infer_request_success") for key in after)  # MLServer's own, beside ours
 
 
-def test_responses_are_not_gzipped_and_freed_memory_stays_in_the_heap(digits_server, example):
-    """The server's settings for CPU per request: no level-9 gzip on the event loop, no re-mapping of big bodies."""
+def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_parsed_in_c(digits_server, example):
+    """The server's settings for CPU per request: no level-9 gzip on the event loop, no re-mapping of big bodies,
+    and uvicorn's C parser (httptools) rather than its pure-Python fallback (h11)."""
     import urllib.request
 
     images, expected = example
@@ -259,3 +260,5 @@ def test_responses_are_not_gzipped_and_freed_memory_stays_in_the_heap(digits_ser
     np.testing.assert_allclose(np.asarray(answer["outputs"][0]["data"]).reshape(16, 10), expected[:16], atol=1e-6)
     environ = open(f"/proc/{digits_server.pid}/environ", "rb").read().split(b"\0")
     assert b"MALLOC_MMAP_THRESHOLD_=16777216" in environ and b"MALLOC_TRIM_THRESHOLD_=67108864" in environ
+    mapped = open(f"/proc/{digits_server.pid}/maps").read()
+    assert "/httptools/parser/parser." in mapped, "the REST server parses HTTP with h11: install httptools"
