@@ -41,7 +41,10 @@ from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verif
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
-from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options
+from wrappers.session import (
+    DYNAMIC, TENSORRT, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options,
+    tensorrt_batch_profile,
+)
 from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, REGIONS, Location, SharedMemoryError, location
 from wrappers.shared_memory_api import SharedMemoryEndpoints
@@ -87,6 +90,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             batching = self._mlserver_batching or self._config.max_batch_rows > 1
             self._fixed_rows = fixed_batch_rows(self._graph_inputs, graph_outputs) if batching else None
             self._buckets = self._padding_buckets()
+            self._give_tensorrt_a_profile(model_path)
             self._configure_stages(self._graph_inputs, graph_outputs, model_path.parent)
         except (BatchingConfigError, ProcessingConfigError) as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
@@ -146,6 +150,27 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                 "batch_buckets to a single row count (e.g. [8]) and inference_threads to 1"
             )
         return buckets
+
+    def _give_tensorrt_a_profile(self, model_path: Path) -> None:
+        """Rebuild the session with one TensorRT profile over the padded row counts (`tensorrt_batch_profile`).
+
+        Only where TensorRT runs, runs are padded, and the settings name no trt_profile_* of their own.
+        TensorRT builds engines for dynamic inputs at their first run, so the session it replaces built none.
+        """
+        options = self._config.tensorrt.extra_options
+        if (not self._buckets or TENSORRT not in self._runner.session.get_providers()
+                or any(key.startswith("trt_profile_") for key in options)):
+            return
+        profile = tensorrt_batch_profile(self._graph_inputs, max(self._buckets))
+        if not profile:
+            logger.warning("%s: TensorRT gets no batch profile (an input has another dynamic dimension, or a name with "
+                           "',' or ':'): it builds an engine per new shape; set tensorrt.extra_options trt_profile_*",
+                           self.name)
+            return
+        tensorrt = self._config.tensorrt.model_copy(update={"extra_options": {**options, **profile}})
+        self._config = self._config.model_copy(update={"tensorrt": tensorrt})
+        self._runner = SessionRunner(create_session(model_path, self._config), io_binding=self._config.io_binding)
+        logger.info("%s: TensorRT profile for 1 to %d rows: %s", self.name, max(self._buckets), profile)
 
     def _advertise(self, graph_outputs: list[TensorSpec]) -> None:
         """The inputs and outputs clients see: the graph's, as pre/post-processing and batching change them."""

@@ -145,6 +145,28 @@ def provider_entries(names: list[str], settings: RuntimeSettings) -> list[tuple[
     return [(name, options.get(name, {})) for name in names]
 
 
+def tensorrt_batch_profile(inputs: list[TensorSpec], max_rows: int) -> dict[str, str]:
+    """TensorRT profile options for runs of 1 to `max_rows` rows: one engine for every padded run.
+
+    Without a profile TensorRT builds an engine for the first batch size it meets, and builds again
+    (minutes for a large model) whenever a run falls outside the sizes met so far. {} unless the batch
+    dimension is every input's only dynamic one and the names fit the option's `name:1x2x3,...` format:
+    other ranges are the user's to give as `tensorrt.extra_options` trt_profile_*.
+    """
+    def fits(spec: TensorSpec) -> bool:
+        return (bool(spec.shape) and spec.shape[0] == DYNAMIC and DYNAMIC not in spec.shape[1:]
+                and not any(mark in spec.name for mark in ",:"))
+
+    if not inputs or not all(fits(spec) for spec in inputs):
+        return {}
+
+    def shapes(rows: int) -> str:
+        return ",".join(f"{spec.name}:{'x'.join(str(size) for size in (rows, *spec.shape[1:]))}" for spec in inputs)
+
+    return {"trt_profile_min_shapes": shapes(1), "trt_profile_opt_shapes": shapes(max_rows),
+            "trt_profile_max_shapes": shapes(max_rows)}
+
+
 def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
     """Session options from settings, with thread counts sized to the container, not the host."""
     options = ort.SessionOptions()

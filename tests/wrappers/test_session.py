@@ -12,6 +12,7 @@ from wrappers.session import (
     CUDA,
     DYNAMIC,
     SessionRunner,
+    TensorSpec,
     cgroup_cpu_quota,
     choose_providers,
     cpu_limit,
@@ -19,6 +20,7 @@ from wrappers.session import (
     describe,
     provider_entries,
     session_options,
+    tensorrt_batch_profile,
 )
 from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
 
@@ -80,6 +82,25 @@ def test_provider_options_are_passed_as_onnx_runtime_strings():
         "device_id": "1", "cudnn_conv_algo_search": "HEURISTIC", "enable_cuda_graph": "0",
     }
     assert entries[CPU] == {}
+
+
+def test_tensorrt_profile_spans_one_row_to_the_largest_bucket_for_every_input():
+    inputs = [TensorSpec("image", "FP32", (DYNAMIC, 224, 224, 3)), TensorSpec("mask", "BOOL", (DYNAMIC, 7))]
+    assert tensorrt_batch_profile(inputs, 32) == {
+        "trt_profile_min_shapes": "image:1x224x224x3,mask:1x7",
+        "trt_profile_opt_shapes": "image:32x224x224x3,mask:32x7",
+        "trt_profile_max_shapes": "image:32x224x224x3,mask:32x7",
+    }
+
+
+@pytest.mark.parametrize("spec", [
+    TensorSpec("tokens", "INT64", (DYNAMIC, DYNAMIC)),  # a second dynamic dimension: its range is unknown here
+    TensorSpec("image", "FP32", (8, 224, 224, 3)),  # a fixed batch: no range to give
+    TensorSpec("scale", "FP32", ()),
+    TensorSpec("a:b", "FP32", (DYNAMIC, 3)),  # the option's format cannot carry the name
+])
+def test_tensorrt_profile_is_left_to_the_user_where_it_cannot_be_derived(spec):
+    assert tensorrt_batch_profile([TensorSpec("x", "FP32", (DYNAMIC, 3)), spec], 8) == {}
 
 
 def test_session_options_come_from_settings():
