@@ -501,8 +501,8 @@ def _freeze_loaded_heap() -> None:
     """Keep what the server has loaded out of Python's full collections, which run on the event loop.
 
     Modules, MLServer, ONNX Runtime's bindings and the models live as long as the server, yet every
-    oldest-generation collection walked them all: 72-87 ms with no request answered, every 10-20 s
-    under load on the benchmark servers; frozen, such a pass took 0.9 ms. Collected first, so that no
+    oldest-generation collection walked them all: 72-87 ms with no request answered, one in each
+    10-second load of the benchmark servers; frozen, such a pass took 0.9 ms. Collected first, so that no
     cyclic garbage is frozen with them; reference counting still frees frozen objects.
     """
     gc.collect()
