@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import socket
 
 import grpc
 import numpy as np
@@ -220,6 +221,25 @@ def test_the_server_keeps_serving_while_bad_requests_pour_in(digits_server, grpc
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         outcomes = list(pool.map(one, range(80)))
     assert outcomes.count("ok") == 40 and outcomes.count(grpc.StatusCode.INVALID_ARGUMENT) == 40
+
+
+CUT_SHORT = b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n{\"inputs\": ["
+BAD_CHUNK = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+             b"ZZ\r\n{}\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("raw, answer", [
+    (b"NOT HTTP AT ALL\r\n\r\n", b"HTTP/1.1 400 "),
+    (BAD_CHUNK, b"HTTP/1.1 400 "),
+    (CUT_SHORT, b""),  # the client went away mid-body: nobody to answer, nothing half-run
+])
+def test_broken_http_is_refused_and_the_server_keeps_serving(digits_server, grpc_client, example, raw, answer):
+    with socket.create_connection(("127.0.0.1", digits_server.http_port), timeout=30) as connection:
+        connection.sendall(raw)
+        connection.shutdown(socket.SHUT_WR)
+        received = connection.recv(65536)
+    assert received.startswith(answer) if answer else received == b"", received[:200]
+    good_request_still_works(digits_server, grpc_client, example)
 
 
 def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(digits_server, grpc_client, example):
