@@ -52,25 +52,32 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_figures_compare_against_the_raw_limit_and_the_plain_runtime():
-    def point(runtime, protocol, concurrency, rps, p50, x):
+def test_figures_compare_against_the_raw_limit_and_the_plain_runtime_round_by_round():
+    def point(runtime, protocol, concurrency, rps, p50, x, rounds_rps, rounds_p50):
         return {"runtime": runtime, "protocol": protocol, "concurrency": concurrency, "requests_per_s": rps,
-                "p50_ms": p50, "x_raw_limit": x}
+                "p50_ms": p50, "x_raw_limit": x, "rounds_rows_per_s": rounds_rps, "rounds_p50_ms": rounds_p50,
+                "rounds_x_raw_limit": [round(r / 100, 3) for r in rounds_rps]}
 
     models = {
-        "mobilenetv2": {"points": [point("slipway", "grpc", 8, 90, 80, 0.92), point("slipway", "rest", 8, 20, 300, 0.25)]},
-        "digits": {"points": [point("plain", "grpc", 8, 1000, 5, 0), point("slipway", "grpc", 8, 1400, 4, 0),
-                              point("plain", "grpc", 1, 500, 1.0, 0), point("slipway", "grpc", 1, 600, 1.1, 0),
-                              point(SLIPWAY_LATENCY, "grpc", 1, 700, 0.9, 0)]},
+        "mobilenetv2": {"points": [point("slipway", "grpc", 8, 92, 80, 0.92, [88, 92, 95], [80] * 3),
+                                   point("slipway", "rest", 8, 25, 300, 0.25, [25] * 3, [300] * 3)]},
+        "digits": {"points": [point("plain", "grpc", 8, 1000, 5, 0, [1000, 900, 1100], [5] * 3),
+                              point("slipway", "grpc", 8, 1400, 4, 0, [1400, 1350, 1320], [4] * 3),
+                              point("plain", "grpc", 1, 500, 1.0, 0, [500] * 3, [1.0, 0.8, 1.2]),
+                              point("slipway", "grpc", 1, 600, 1.1, 0, [600] * 3, [1.1, 1.0, 1.2]),
+                              point(SLIPWAY_LATENCY, "grpc", 1, 700, 0.9, 0, [700] * 3, [0.9, 0.8, 1.0])]},
     }
-    got = {f["figure"]: (f["value"], f["met"]) for f in figures(models)}
+    got = {f["figure"]: (f["value"], f["met"], f["rounds"]) for f in figures(models)}
     assert got == {
-        "mobilenetv2 grpc c8: served images/s / raw limit": (0.92, True),
-        "mobilenetv2 rest c8: served images/s / raw limit": (0.25, False),
-        "digits grpc c8: requests/s / plain runtime's": (1.4, True),
-        "digits grpc c1: p50 latency / plain runtime's": (1.1, False),
-        "digits grpc c1: p50 latency / plain runtime's (latency settings)": (0.9, True),
+        "mobilenetv2 grpc c8: served images/s / raw limit": (0.92, True, [0.88, 0.92, 0.95]),
+        "mobilenetv2 rest c8: served images/s / raw limit": (0.25, False, [0.25] * 3),
+        # paired round by round: the runtimes' loads alternate, so round i of each met the same machine
+        "digits grpc c8: requests/s / plain runtime's": (1.4, True, [1.4, 1.5, 1.2]),
+        "digits grpc c1: p50 latency / plain runtime's": (1.1, False, [1.1, 1.25, 1.0]),
+        "digits grpc c1: p50 latency / plain runtime's (latency settings)": (0.9, True, [0.9, 1.0, 0.833]),
     }
+    table = markdown({"cpu_count": 2, "load_average": {"before": [0.1]}, "models": {}, "figures": figures(models)}, "t")
+    assert "| digits grpc c8: requests/s / plain runtime's | 1.40 | 1.40 / 1.50 / 1.20 | >= 1.3 | yes |" in table
 
 
 def test_the_progress_bar_counts_every_load_of_every_runtime():

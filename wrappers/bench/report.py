@@ -33,10 +33,11 @@ def markdown(payload: dict, title: str) -> str:
                 f"{point['p50_ms']:.2f} | {point['p99_ms']:.2f} | {_server_cpu(point)} | "
                 f"{_blank_if_none(point.get('client_cpu_ms_per_request'))} | {_blank_if_none(point.get('machine_idle_pct'))} |"
             )
-    lines += ["", "| figure | measured | target | met |", "|---|---:|---:|---|"]
+    lines += ["", "| figure | measured | each round | target | met |", "|---|---:|---:|---:|---|"]
     for figure in payload["figures"]:
         comparison = ">=" if "latency" not in figure["figure"] else "<="
-        lines.append(f"| {figure['figure']} | {figure['value']:.2f} | {comparison} {figure['target']} | "
+        rounds = " / ".join(f"{ratio:.2f}" for ratio in figure.get("rounds", []))
+        lines.append(f"| {figure['figure']} | {figure['value']:.2f} | {rounds} | {comparison} {figure['target']} | "
                      f"{'yes' if figure['met'] else '**no**'} |")
     return "\n".join(lines) + "\n"
 
