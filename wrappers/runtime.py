@@ -53,6 +53,7 @@ from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, fro
 logger = logging.getLogger(__name__)
 
 WELLKNOWN_MODEL_FILES = ["model.onnx"]
+REFREEZE_AFTER_UNLOAD_S = 1.0
 _FLOAT_KINDS = "f"
 
 
@@ -307,6 +308,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:
             self._cpu_pool.shutdown(wait=True)
+        _thaw_heap_after_unload()
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
@@ -508,6 +510,17 @@ def _freeze_loaded_heap() -> None:
     gc.collect()
     gc.freeze()
     logger.info("%d objects alive after loading frozen out of the garbage collector's passes", gc.get_freeze_count())
+
+
+def _thaw_heap_after_unload() -> None:
+    """Let the collector reach what the last load froze, then freeze the rest again a moment later.
+
+    An unloaded model is kept alive by its own reference cycles (the run slots' bound methods, say):
+    frozen, it and its ONNX Runtime session would never be freed. By the time the heap is frozen
+    again, MLServer has let go of the model, and the collection before the freeze frees it.
+    """
+    gc.unfreeze()
+    asyncio.get_running_loop().call_later(REFREEZE_AFTER_UNLOAD_S, _freeze_loaded_heap)
 
 
 def _pick(specs: list[TensorSpec], name: str | None, setting: str, kind: str) -> TensorSpec:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import io
+import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -16,7 +19,8 @@ from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
-from wrappers.artifact import load_input_example
+from slipway.paths import PROJECT_ROOT
+from wrappers.artifact import SETTINGS_FILE, load_input_example
 from wrappers.server import LocalServer
 from wrappers.tensors import pack_bytes, unpack_bytes
 
@@ -205,3 +209,39 @@ def test_loaded_heap_is_frozen_out_of_full_collections(server):
     # Full collections run on the event loop: what loading left alive must not be walked by each one.
     counts = [int(count) for count in re.findall(r"(\d+) objects alive after loading frozen", server.log_path.read_text())]
     assert counts and min(counts) > 10_000  # MLServer, ONNX Runtime and NumPy alone leave more than that
+
+
+
+# Run in its own process, as MLServer runs the runtime: importing it here would register MLServer's
+# V2 protobufs beside tritonclient's, which share their names.
+UNLOAD_CHECK = """
+import asyncio, gc, json, sys, weakref
+from mlserver.settings import ModelSettings
+from wrappers.runtime import REFREEZE_AFTER_UNLOAD_S, OnnxRuntime
+
+async def main(path):
+    settings = ModelSettings.parse_file(path)
+    settings._source = path
+    model = OnnxRuntime(settings)
+    await model.load()
+    frozen_at_load = gc.get_freeze_count()
+    session, runtime = weakref.ref(model._runner.session), weakref.ref(model)
+    await model.unload()
+    del model
+    await asyncio.sleep(REFREEZE_AFTER_UNLOAD_S + 0.5)
+    print(json.dumps({"frozen_at_load": frozen_at_load, "freed": session() is None and runtime() is None,
+                      "frozen_after": gc.get_freeze_count()}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_an_unloaded_model_and_its_session_are_freed_though_the_heap_was_frozen(tmp_path):
+    # Frozen objects are never collected, and a model lives on in its own reference cycles: unloading
+    # must thaw the heap, and freeze it again once the model is gone.
+    folder = model_folder(tmp_path, "m", matmul_graph(tmp_path / "m.onnx"))
+    done = subprocess.run([sys.executable, "-c", UNLOAD_CHECK, str(folder / SETTINGS_FILE)], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["frozen_at_load"] > 10_000 and result["freed"] and result["frozen_after"] > 10_000
