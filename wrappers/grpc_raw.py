@@ -22,23 +22,24 @@ from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc.servicers import InferenceServicer
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput, TensorData
 
+from wrappers.loaded_models import LoadedModels
 from wrappers.shared_memory import REGION
 from wrappers.tensors import TensorError, from_raw, to_raw
 
-_fast_models: set[str] = set()
+_fast_models = LoadedModels()
 _NO_DATA = np.empty(0, dtype=np.uint8)
 _original_request_to_types = converters.ModelInferRequestConverter.to_types
 _original_response_from_types = converters.ModelInferResponseConverter.from_types
 
 
-def enable(model_name: str) -> None:
-    """Serve `model_name`'s raw gRPC requests through NumPy (installs the converters once)."""
+def enable(model) -> None:
+    """Serve the model's raw gRPC requests through NumPy (installs the converters once)."""
     _install()
-    _fast_models.add(model_name)
+    _fast_models.add(model)
 
 
-def disable(model_name: str) -> None:
-    _fast_models.discard(model_name)
+def disable(model) -> None:
+    _fast_models.discard(model)
 
 
 def _install() -> None:

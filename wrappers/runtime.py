@@ -109,10 +109,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if self._mlserver_batching:
             self._check_before_mlserver_batching()
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
-            grpc_raw.enable(self.name)
+            grpc_raw.enable(self)
         rest_json.install()
         if self._config.shared_memory:
-            shared_memory_api.enable(self.name)
+            shared_memory_api.enable(self)
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d "
             "rows%s%s",
@@ -302,8 +302,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self.predict = predict
 
     async def unload(self) -> bool:
-        grpc_raw.disable(self.name)
-        shared_memory_api.disable(self.name)
+        grpc_raw.disable(self)
+        shared_memory_api.disable(self)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:

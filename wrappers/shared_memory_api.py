@@ -25,23 +25,24 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from mlserver.handlers import custom_handler
 
+from wrappers.loaded_models import LoadedModels
 from wrappers.shared_memory import REGIONS, SharedMemoryError
 
 logger = logging.getLogger(__name__)
 _PREFIX = "/v2/systemsharedmemory"
 _GRPC_SERVICE = "inference.GRPCInferenceService"
-_enabling_models: set[str] = set()
+_enabling_models = LoadedModels()
 _grpc_servers_served: set[int] = set()
 
 
-def enable(model_name: str) -> None:
-    _enabling_models.add(model_name)
+def enable(model) -> None:
+    _enabling_models.add(model)
     _serve_grpc_registration()
 
 
-def disable(model_name: str) -> None:
-    """The model unloads: once no model enables shared memory, all regions are forgotten."""
-    _enabling_models.discard(model_name)
+def disable(model) -> None:
+    """The model unloads: once no loaded model enables shared memory, all regions are forgotten."""
+    _enabling_models.discard(model)
     if not _enabling_models:
         REGIONS.unregister()
 

@@ -306,6 +306,35 @@ def test_requests_from_many_regions_at_once_each_get_their_own_rows(server, clie
         grpc_.infer("digits-batched", [tensor], outputs=[wanted])
 
 
+def test_a_reloaded_model_keeps_its_regions_shared_memory_and_raw_grpc_path(tmp_path, digits_artifact, blocks, example):
+    """MLServer reloads a model by loading the new instance before unloading the old one: the old one
+    must not switch off, under the new one, what both hold by name."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    images, expected = example
+    folder = model_folder(tmp_path, "digits-reload", digits_artifact / "model.onnx", extra={"shared_memory": True})
+    with LocalServer(folder) as server:
+        http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+        grpc_ = grpcclient.InferenceServerClient(server.grpc_target)
+        handle, key = blocks("reload", images[:1].nbytes)
+        shm.set_shared_memory_region(handle, [images[:1]])
+        http.register_system_shared_memory("reload", key, images[:1].nbytes)
+        http.load_model("digits-reload")  # loaded already: a reload
+        assert "Reloaded model 'digits-reload' successfully" in server.log_path.read_text()
+        assert [region["name"] for region in http.get_system_shared_memory_status()] == ["reload"]
+        tensor = grpcclient.InferInput("image", [1, *IMAGE], "FP32")
+        tensor.set_shared_memory("reload", images[:1].nbytes)
+        np.testing.assert_allclose(grpc_.infer("digits-reload", [tensor]).as_numpy("probabilities"), expected[:1], atol=1e-6)
+        client = GrpcClient(server.grpc_target)  # MLServer's own raw decoding would fail this with INTERNAL
+        with pytest.raises(grpc.RpcError) as caught:
+            client.infer(raw_request("digits-reload", {"image": ("FP32", [1, *IMAGE], b"\0" * 7)}))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        for closing in (client, http, grpc_):
+            closing.close()
+
+
 @pytest.mark.slow
 def test_the_endpoints_are_off_where_no_model_turns_shared_memory_on(digits_server):
     status, answer = post(f"{digits_server.http_url}/v2/systemsharedmemory/region/a/register", {"key": "/a", "byte_size": 8})
