@@ -28,7 +28,9 @@ import numpy as np
 
 from wrappers.bench.gpu_served import POINTS, measure_served, served_configs
 from wrappers.bench.models import BenchModel
-from wrappers.session import CPU, CUDA, TENSORRT, SessionRunner, create_session
+from wrappers.session import (
+    CPU, CUDA, DYNAMIC, TENSORRT, SessionRunner, TensorSpec, create_session, tensorrt_batch_profile,
+)
 from wrappers.settings import RuntimeSettings
 
 PROVIDERS = (CPU, CUDA, TENSORRT)
@@ -98,7 +100,8 @@ def _variant(precision: str, provider: str, config: GpuBenchConfig, input_name: 
     trt = {
         "engine_cache_path": str(config.work_dir / "trt-engines"),
         "timing_cache_path": str(config.work_dir / "trt-timing"),
-        "extra_options": _trt_profiles(input_name, row_shape, max(config.batch_sizes)),
+        "extra_options": tensorrt_batch_profile([TensorSpec(input_name, "FP32", (DYNAMIC, *row_shape))],
+                                                max(config.batch_sizes)),
     }
     if precision == "fp32":
         return config.model, trt
@@ -108,15 +111,6 @@ def _variant(precision: str, provider: str, config: GpuBenchConfig, input_name: 
         return fp16_model(config.model, config.work_dir / "model.fp16.onnx"), trt
     path = int8_model(config.model, config.work_dir / "model.int8.onnx", input_name, row_shape)
     return path, {**trt, "int8": True}
-
-
-def _trt_profiles(input_name: str, row_shape, max_batch: int) -> dict[str, str]:
-    dims = "x".join(str(dim) for dim in row_shape)
-    return {
-        "trt_profile_min_shapes": f"{input_name}:1x{dims}",
-        "trt_profile_opt_shapes": f"{input_name}:{max_batch}x{dims}",
-        "trt_profile_max_shapes": f"{input_name}:{max_batch}x{dims}",
-    }
 
 
 def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float, warmup_runs: int,
