@@ -7,7 +7,7 @@ request together, and that thread, not the CPUs, capped REST throughput. `fastsi
 (simdjson's own Python binding) parses the same document into the same Python objects
 about 1.6x faster. It is a drop-in for `json.loads`: what simdjson refuses is handed to
 `json.loads`, so bodies parse exactly as before and malformed ones still fail as malformed
-JSON (HTTP 422). Without `fastsimdjson` installed, MLServer's own parsing stays.
+JSON (HTTP 422). Without `fastsimdjson` installed, bodies are parsed with orjson, as MLServer does.
 
 It swaps MLServer's `Request.json` once, for the whole REST server: the result is the same
 dict for every model, so other runtimes in the server see no difference, but for one thing:
@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
 from mlserver.rest import requests
 
 from wrappers.shared_memory import REGION
@@ -31,21 +32,25 @@ try:
 except ImportError:  # an optional speed-up: MLServer's orjson parsing stays
     fastsimdjson = None
 
-_mlserver_json = requests.Request.json
-
 
 def install() -> None:
-    """Parse REST bodies this way from now on (with MLServer's orjson where simdjson is not installed)."""
+    """Parse REST bodies this way from now on (with orjson, as MLServer does, where simdjson is not installed)."""
     if fastsimdjson is None:
-        logger.info("fastsimdjson is not installed: REST bodies are parsed by MLServer (orjson)")
+        logger.info("fastsimdjson is not installed: REST bodies are parsed with orjson, as MLServer does")
     requests.Request.json = _json
 
 
 async def _json(self: requests.Request) -> Any:
     if not hasattr(self, "_json"):
-        self._json = fastsimdjson.loads(await self.body()) if fastsimdjson else await _mlserver_json(self)
-        _give_shared_inputs_data(self._json)
+        self._json = parse(await self.body())
     return self._json
+
+
+def parse(body: bytes) -> Any:
+    """A REST body as a Python object (ValueError where it is not JSON)."""
+    parsed = fastsimdjson.loads(body) if fastsimdjson else orjson.loads(body)
+    _give_shared_inputs_data(parsed)
+    return parsed
 
 
 def _give_shared_inputs_data(body: Any) -> None:

@@ -7,7 +7,8 @@ against them and refused with HTTP 400 (gRPC INVALID_ARGUMENT) naming what was e
 
 Where the time goes, and what this runtime does about it:
 - decoding: raw gRPC contents become NumPy views (`wrappers.grpc_raw`), REST bodies are parsed
-  by simdjson (`wrappers.rest_json`), JSON lists become arrays in one call (`wrappers.tensors`);
+  by simdjson (`wrappers.rest_json`) and answered without FastAPI's per-request work
+  (`wrappers.rest_infer`), JSON lists become arrays in one call (`wrappers.tensors`);
 - inference: on dedicated threads, merging requests that queued behind a run
   (`wrappers.batching`), so the event loop keeps serving; tiny models run inline instead;
 - pre/post-processing: on a separate CPU pool, overlapped with inference;
@@ -36,7 +37,7 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from wrappers import grpc_raw, rest_json, shared_memory_api
+from wrappers import grpc_raw, rest_infer, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
@@ -69,6 +70,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
 
     async def load(self) -> bool:
         _log_through_mlserver()
+        # What earlier loads froze is invisible to gc.get_objects(), by which MLServer's REST app and gRPC server
+        # are found below (`rest_infer`, `shared_memory_api`); the heap is frozen again when this load ends.
+        gc.unfreeze()
         extra = self.settings.parameters.extra if self.settings.parameters else None
         try:
             self._config: RuntimeSettings = parse_runtime_settings(extra)
@@ -111,6 +115,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
             grpc_raw.enable(self)
         rest_json.install()
+        if self._config.fast_rest_route:
+            rest_infer.enable(self)
         if self._config.shared_memory:
             shared_memory_api.enable(self)
         logger.info(
@@ -303,6 +309,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
 
     async def unload(self) -> bool:
         grpc_raw.disable(self)
+        rest_infer.disable(self)
         shared_memory_api.disable(self)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()

@@ -189,6 +189,11 @@ class RuntimeSettings(_Strict):
         "regions of /dev/shm and send tensors as region, offset and size. Off by default: it lets network clients "
         "map the pod's shared memory and have outputs written into it.",
     )
+    fast_rest_route: bool = Field(
+        default=True,
+        description="Answer REST infer requests by Slipway's route (wrappers.rest_infer): the same answers as "
+        "MLServer's, for ~0.1 ms less of the event loop per request. false: MLServer's FastAPI route.",
+    )
     warmup_batch_sizes: list[int] = Field(
         default_factory=lambda: [1],
         description="Batch sizes run at load, on every run slot, before the model reports ready (where runs are "

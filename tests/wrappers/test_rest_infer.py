@@ -1,0 +1,159 @@
+"""The fast REST infer route answers exactly as MLServer's own route does, in one real server.
+
+Two models serve the same graph: `ours` through `wrappers.rest_infer`, `fastapi` with
+`fast_rest_route: false`, through MLServer's FastAPI route. Every request goes to both and
+the answers must match: status, body and headers (model names and random ids aside).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.wrappers.folders import model_folder
+from tests.wrappers.v2 import scrape
+from wrappers.artifact import load_input_example
+from wrappers.server import LocalServer
+
+pytestmark = pytest.mark.slow
+VERSION = "3"
+# Headers that differ between any two answers: when, and MLServer's per-response ids.
+_UNSTABLE_HEADERS = {"date", "ce-id", "ce-requestid", "content-length"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, digits_artifact):
+    """`fastapi` loads at start-up and freezes the heap; `ours` is loaded afterwards through the repository API,
+    so the route must find MLServer's REST app among frozen objects."""
+    root = tmp_path_factory.mktemp("rest-infer")
+    onnx = digits_artifact / "model.onnx"
+    model_folder(root, "fastapi", onnx, version=VERSION, extra={"fast_rest_route": False})
+    with LocalServer(root) as running:
+        model_folder(root, "ours", onnx, version=VERSION)
+        status, answer, _ = _send(f"{running.http_url}/v2/repository/models/ours/load", b"", {})
+        assert status == 200, answer
+        yield running
+
+
+@pytest.fixture(scope="module")
+def good_body(digits_artifact):
+    inputs, _, _ = load_input_example(digits_artifact)
+    name, rows = next(iter(inputs.items()))
+    return {"inputs": [{"name": name, "datatype": "FP32", "shape": list(rows[:2].shape),
+                        "data": rows[:2].ravel().tolist()}]}
+
+
+def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict, dict[str, str]]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, text, answered = response.status, response.read(), response.headers
+    except urllib.error.HTTPError as err:
+        status, text, answered = err.code, err.read(), err.headers
+    return status, json.loads(text or b"null"), {key.lower(): value for key, value in answered.items()}
+
+
+def _both(server, body, *, path: str = "infer", headers: dict[str, str] | None = None, version: str | None = None):
+    """Send one request to each model; return both answers with the model names made alike."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    answers = []
+    for model in ("ours", "fastapi"):
+        prefix = f"{server.http_url}/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        status, content, answered = _send(f"{prefix}/{path}", data, headers or {"Content-Type": "application/json"})
+        text = json.dumps(content).replace(model, "MODEL")
+        answered = {key: value.replace(model, "MODEL") for key, value in answered.items() if key not in _UNSTABLE_HEADERS}
+        answers.append((status, json.loads(text), answered))
+    return answers
+
+
+def _without_ids(content: dict) -> dict:
+    return {key: value for key, value in content.items() if key != "id"}
+
+
+def test_good_requests_are_answered_alike_with_mlservers_headers(server, good_body):
+    for body, version in ((good_body, None), (good_body, VERSION), ({**good_body, "id": "mine"}, None)):
+        (status, fast, fast_headers), (mlserver_status, mlserver, mlserver_headers) = _both(server, body, version=version)
+        assert status == mlserver_status == 200
+        assert fast == mlserver if "id" in body else _without_ids(fast) == _without_ids(mlserver)
+        assert fast["outputs"][0]["shape"] == [2, 10] and all(math.isfinite(x) for x in fast["outputs"][0]["data"])
+        assert fast_headers == mlserver_headers
+        assert fast_headers["ce-modelid"] == "MODEL" and fast_headers["content-type"] == "application/json"
+    (_, fast, _), (_, mlserver, _) = _both(server, {**good_body, "id": "mine"})
+    assert fast["id"] == mlserver["id"] == "mine"
+
+
+def test_requested_outputs_and_parameters_are_answered_alike(server, good_body):
+    body = {**good_body, "id": "x", "parameters": {"note": "kept"}, "outputs": [{"name": "probabilities"}]}
+    (status, fast, _), (_, mlserver, _) = _both(server, body)
+    assert fast == mlserver
+    assert status in (200, 400)  # 400 where the graph names its output otherwise: then both say so alike
+
+
+@pytest.mark.parametrize(
+    "body, headers, status",
+    [
+        (b"{not json", None, 422),
+        (b"", None, 422),
+        (b'{"inputs": "no"}', None, 422),
+        (b'{"outputs": []}', None, 422),
+        (b'[1, 2]', None, 422),
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}', None, 422),
+        (None, {"Content-Type": "text/plain"}, 422),
+        (None, {"Content-Type": "application/json", "Content-Encoding": "deflate"}, None),
+    ],
+    ids=["not-json", "empty", "inputs-not-a-list", "no-inputs", "not-an-object", "no-data", "text-plain", "deflate"],
+)
+def test_bodies_the_route_does_not_take_get_mlservers_own_answers(server, good_body, body, headers, status):
+    data = json.dumps(good_body).encode() if body is None else body
+    (fast_status, fast, fast_headers), (mlserver_status, mlserver, mlserver_headers) = _both(
+        server, data, headers=headers or {"Content-Type": "application/json"}
+    )
+    assert fast_status == mlserver_status and fast_headers == mlserver_headers
+    assert _without_ids(fast) == _without_ids(mlserver)
+    if status is not None:
+        assert fast_status == status
+
+
+def test_refused_requests_get_the_same_errors(server, good_body):
+    tensor = good_body["inputs"][0]
+    cases = [
+        {"inputs": [{**tensor, "datatype": "INT32"}]},
+        {"inputs": [{**tensor, "shape": [2, 7]}]},
+        {"inputs": [{**tensor, "data": [math.nan] * len(tensor["data"])}]},
+        {"inputs": [{**tensor, "name": "nope"}]},
+        {"inputs": [tensor, tensor]},
+    ]
+    for body in cases:
+        data = json.dumps(body, allow_nan=True).encode()
+        (fast_status, fast, _), (mlserver_status, mlserver, _) = _both(server, data)
+        assert fast_status == mlserver_status == 400, (fast, mlserver)
+        assert fast == mlserver and "error" in fast
+    (fast_status, fast, _), (mlserver_status, mlserver, _) = _both(server, good_body, version="99")
+    assert fast_status == mlserver_status == 404 and fast == mlserver
+
+
+def test_the_route_keeps_mlservers_model_and_http_metrics(server, good_body):
+    def counts() -> tuple[float, float]:
+        samples = scrape(server.metrics_url)
+        model = sum(value for key, value in samples.items()
+                    if key.startswith("model_infer_request_success_total{") and 'model="ours"' in key)
+        http = sum(value for key, value in samples.items()
+                   if key.startswith("rest_server_requests_total{") and "/v2/models/{model_name}/infer" in key
+                   and 'status_code="200"' in key)
+        return model, http
+
+    model_before, http_before = counts()
+    for _ in range(3):
+        _both(server, good_body)
+    model_after, http_after = counts()
+    assert model_after - model_before == 3
+    assert http_after - http_before == 6  # both models' requests, under MLServer's path template
+
+
+def test_the_log_says_which_route_answers(server):
+    log = server.log_path.read_text()
+    assert "REST infer requests for wrappers.runtime models are answered without FastAPI" in log

@@ -1,0 +1,136 @@
+"""The fast REST infer route: V2 infer requests for this runtime's models, without FastAPI's per-request work.
+
+Measured on digits (2 CPUs, REST, concurrency 8, four alternating rounds): MLServer's REST
+server spent 0.45 ms of its one event-loop thread per request, and that thread capped
+throughput with a third of the machine idle. About 0.12 ms of it was FastAPI's own work
+around the endpoint: solving its dependencies, then dumping, re-validating and serializing
+the response through pydantic. Answered by this route, the same server spent 0.33 ms and
+served 36% more requests per second.
+
+The route sits where MLServer's own infer routes are, inside every HTTP middleware MLServer
+installs (its Prometheus HTTP metrics, gzip, CORS, tracing, error handlers), and calls
+MLServer's data plane as MLServer's endpoint does: model metrics, CloudEvents headers, the
+response cache and versions all stay as they were. Only two steps change: the body becomes an
+`InferenceRequest` by one pydantic validation, and the response becomes JSON by one dump,
+with MLServer's own JSON encoder. Anything the route does not take as it is (another
+runtime's model, a body that is not JSON or does not validate, a gzipped or non-JSON content
+type) goes to MLServer's own route, with the body as read: malformed requests get exactly
+MLServer's answers (HTTP 422 naming the field).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+from mlserver.rest.responses import Response
+from mlserver.types import InferenceRequest
+from mlserver.utils import extract_headers, insert_headers
+from starlette.routing import Route
+
+from wrappers import rest_json
+from wrappers.loaded_models import LoadedModels
+
+logger = logging.getLogger(__name__)
+
+INFER_PATHS = ("/v2/models/{model_name}/infer", "/v2/models/{model_name}/versions/{model_version}/infer")
+_fast_models = LoadedModels()
+
+
+def enable(model) -> None:
+    """Answer the model's REST infer requests by this route (installed once per REST app)."""
+    _install()
+    _fast_models.add(model)
+
+
+def disable(model) -> None:
+    _fast_models.discard(model)
+
+
+def _install() -> None:
+    for app in _mlserver_rest_apps():
+        routes = app.router.routes
+        if any(isinstance(getattr(route, "app", None), FastInferRoute) for route in routes):
+            continue
+        for path in INFER_PATHS:
+            mlserver_route = next(route for route in routes if getattr(route, "path", None) == path)
+            routes.insert(0, Route(path, FastInferRoute(mlserver_route), methods=["POST"]))
+        logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
+
+
+def _mlserver_rest_apps() -> list[FastAPI]:
+    """MLServer's REST app(s) in this process; none in a worker process (`parallel_workers` > 0)."""
+    return [
+        obj for obj in gc.get_objects()
+        if isinstance(obj, FastAPI) and any(getattr(route, "path", None) == INFER_PATHS[0] for route in obj.routes)
+    ]
+
+
+class FastInferRoute:
+    """The ASGI app behind one infer path; MLServer's route for that path answers what it does not take."""
+
+    def __init__(self, mlserver_route) -> None:
+        self._mlserver_route = mlserver_route
+        self._data_plane = mlserver_route.endpoint.__self__._data_plane  # the data plane MLServer's endpoint calls
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
+        headers = _headers(scope)
+        if name not in _fast_models or not _is_plain_json(headers):
+            await self._mlserver_route.handle(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        try:
+            payload = InferenceRequest.model_validate(rest_json.parse(body))
+        except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
+            await self._mlserver_route.handle(scope, _replaying(body, receive), send)
+            return
+        insert_headers(payload, headers)
+        result = await self._data_plane.infer(payload, name, version)
+        response_headers = extract_headers(result)
+        content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+        await Response(content, headers=response_headers)(scope, receive, send)
+
+
+def _headers(scope: dict) -> dict[str, str]:
+    """The request's headers as MLServer's endpoint passes them on (the first of repeated ones)."""
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+    return headers
+
+
+def _is_plain_json(headers: dict[str, str]) -> bool:
+    """A body FastAPI would read as JSON (no content type, or application/json or */*+json), not gzipped."""
+    if "content-encoding" in headers:
+        return False
+    content_type = headers.get("content-type")
+    if content_type is None:
+        return True
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind.startswith("application/") and (kind == "application/json" or kind.endswith("+json"))
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive):
+    """A `receive` that gives the body already read, then whatever the connection sends next."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
