@@ -54,9 +54,12 @@ def _install() -> None:
         routes = app.router.routes
         if any(isinstance(getattr(route, "app", None), FastInferRoute) for route in routes):
             continue
+        mlserver_routes = {route.path: route for route in routes if getattr(route, "path", None) in INFER_PATHS}
+        if len(mlserver_routes) < len(INFER_PATHS):  # another MLServer: leave its routes alone
+            logger.warning("MLServer's REST app has no routes %s: REST infer requests go through FastAPI", INFER_PATHS)
+            continue
         for path in INFER_PATHS:
-            mlserver_route = next(route for route in routes if getattr(route, "path", None) == path)
-            routes.insert(0, Route(path, FastInferRoute(mlserver_route), methods=["POST"]))
+            routes.insert(0, Route(path, FastInferRoute(mlserver_routes[path]), methods=["POST"]))
         logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
 
 
