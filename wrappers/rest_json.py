@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 try:
     import fastsimdjson
-except ImportError:  # an optional speed-up: MLServer's orjson parsing stays
+except ImportError:  # an optional speed-up: orjson parses instead, as in MLServer
     fastsimdjson = None
 
 
