@@ -26,20 +26,9 @@ from wrappers.loaded_models import LoadedModels
 from wrappers.shared_memory import REGION
 from wrappers.tensors import TensorError, from_raw, to_raw
 
-_fast_models = LoadedModels()
 _NO_DATA = np.empty(0, dtype=np.uint8)
 _original_request_to_types = converters.ModelInferRequestConverter.to_types
 _original_response_from_types = converters.ModelInferResponseConverter.from_types
-
-
-def enable(model) -> None:
-    """Serve the model's raw gRPC requests through NumPy (installs the converters once)."""
-    _install()
-    _fast_models.add(model)
-
-
-def disable(model) -> None:
-    _fast_models.discard(model)
 
 
 def _install() -> None:
@@ -49,6 +38,10 @@ def _install() -> None:
         InferenceServicer._GetReturnRaw = staticmethod(_answer_raw)
 
 
+# The models whose raw gRPC requests go through NumPy; adding one installs the converters.
+fast_models = LoadedModels(install=_install)
+
+
 def _answer_raw(request: pb.ModelInferRequest) -> bool:
     """Raw outputs for raw requests (MLServer's rule) and for requests with inputs in shared memory:
     they carry no contents to mirror, and tritonclient reads outputs only from raw contents."""
@@ -56,11 +49,11 @@ def _answer_raw(request: pb.ModelInferRequest) -> bool:
 
 
 def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
-    return request.model_name in _fast_models and any(REGION in tensor.parameters for tensor in request.inputs)
+    return request.model_name in fast_models and any(REGION in tensor.parameters for tensor in request.inputs)
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
-    if pb_object.model_name not in _fast_models or not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
+    if pb_object.model_name not in fast_models or not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
         return _original_request_to_types(pb_object)
     request = InferenceRequest.model_construct(
         id=pb_object.id,

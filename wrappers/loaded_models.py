@@ -7,14 +7,23 @@ the new one (the raw gRPC path, and shared memory with every registered region).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class LoadedModels:
-    """Model names with at least one loaded instance that turned the switch on."""
+    """Model names with at least one loaded instance that turned the switch on.
 
-    def __init__(self) -> None:
+    `install` runs at each `add`, before the model counts: it puts the switch's machinery in
+    place in the server (once; it must do nothing when it is there already).
+    """
+
+    def __init__(self, install: Callable[[], None] | None = None) -> None:
         self._instances: dict[str, set[int]] = {}
+        self._install = install
 
     def add(self, model) -> None:
+        if self._install is not None:
+            self._install()
         self._instances.setdefault(model.name, set()).add(id(model))
 
     def discard(self, model) -> None:

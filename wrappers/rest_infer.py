@@ -36,17 +36,6 @@ from wrappers.loaded_models import LoadedModels
 logger = logging.getLogger(__name__)
 
 INFER_PATHS = ("/v2/models/{model_name}/infer", "/v2/models/{model_name}/versions/{model_version}/infer")
-_fast_models = LoadedModels()
-
-
-def enable(model) -> None:
-    """Answer the model's REST infer requests by this route (installed once per REST app)."""
-    _install()
-    _fast_models.add(model)
-
-
-def disable(model) -> None:
-    _fast_models.discard(model)
 
 
 def _install() -> None:
@@ -61,6 +50,10 @@ def _install() -> None:
         for path in INFER_PATHS:
             routes.insert(0, Route(path, FastInferRoute(mlserver_routes[path]), methods=["POST"]))
         logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
+
+
+# The models whose REST infer requests this route answers; adding one installs the route (once per REST app).
+fast_models = LoadedModels(install=_install)
 
 
 def _mlserver_rest_apps() -> list[FastAPI]:
@@ -81,7 +74,7 @@ class FastInferRoute:
     async def __call__(self, scope: dict, receive, send) -> None:
         name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
         headers = _headers(scope)
-        if name not in _fast_models or not _is_plain_json(headers):
+        if name not in fast_models or not _is_plain_json(headers):
             await self._mlserver_route.handle(scope, receive, send)
             return
         body = await _read_body(receive)

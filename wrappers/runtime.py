@@ -113,10 +113,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if self._mlserver_batching:
             self._check_before_mlserver_batching()
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
-            grpc_raw.enable(self)
+            grpc_raw.fast_models.add(self)
         rest_json.install()
         if self._config.fast_rest_route:
-            rest_infer.enable(self)
+            rest_infer.fast_models.add(self)
         if self._config.shared_memory:
             shared_memory_api.enable(self)
         logger.info(
@@ -308,8 +308,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self.predict = predict
 
     async def unload(self) -> bool:
-        grpc_raw.disable(self)
-        rest_infer.disable(self)
+        grpc_raw.fast_models.discard(self)
+        rest_infer.fast_models.discard(self)
         shared_memory_api.disable(self)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
