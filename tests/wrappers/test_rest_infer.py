@@ -7,6 +7,7 @@ the answers must match: status, body and headers (model names and random ids asi
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import urllib.error
@@ -17,7 +18,7 @@ import pytest
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
 from wrappers.artifact import load_input_example
-from wrappers.server import LocalServer
+from wrappers.server import LOOPBACK, LocalServer
 
 pytestmark = pytest.mark.slow
 VERSION = "3"
@@ -157,3 +158,21 @@ def test_the_route_keeps_mlservers_model_and_http_metrics(server, good_body):
 def test_the_log_says_which_route_answers(server):
     log = server.log_path.read_text()
     assert "REST infer requests for wrappers.runtime models are answered without FastAPI" in log
+
+
+def test_a_chunked_body_is_read_whole(server, good_body):
+    """Clients that stream their body send it in chunks: the route reads them all before parsing."""
+    body = json.dumps(good_body).encode()
+    answers = {}
+    for model in ("ours", "fastapi"):
+        connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
+        try:
+            chunks = iter([body[:100], body[100:1000], body[1000:]])
+            connection.request("POST", f"/v2/models/{model}/infer", body=chunks, encode_chunked=True,
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answers[model] = (response.status, _without_ids(json.loads(response.read())))
+        finally:
+            connection.close()
+    assert answers["ours"][0] == answers["fastapi"][0] == 200
+    assert answers["ours"][1]["outputs"] == answers["fastapi"][1]["outputs"]
