@@ -13,9 +13,13 @@ MLServer's data plane as MLServer's endpoint does: model metrics, CloudEvents he
 response cache and versions all stay as they were. Only two steps change: the body becomes an
 `InferenceRequest` by one pydantic validation, and the response becomes JSON by one dump,
 with MLServer's own JSON encoder. Anything the route does not take as it is (another
-runtime's model, a body that is not JSON or does not validate, a gzipped or non-JSON content
+runtime's model, a body that is not JSON or does not validate, a compressed or non-JSON content
 type) goes to MLServer's own route, with the body as read: malformed requests get exactly
 MLServer's answers (HTTP 422 naming the field).
+
+It also serves what MLServer cannot: Triton's binary tensor extension (`wrappers.binary_data`),
+`tritonclient.http`'s default, where tensors travel as bytes after a JSON header. A request that
+breaks that extension's rules gets HTTP 400 saying how.
 """
 
 from __future__ import annotations
@@ -25,17 +29,21 @@ import logging
 from typing import Any
 
 from fastapi import FastAPI
+from mlserver.codecs.json import encode_to_json_bytes
+from mlserver.errors import InferenceError
 from mlserver.rest.responses import Response
 from mlserver.types import InferenceRequest
 from mlserver.utils import extract_headers, insert_headers
+from starlette.responses import Response as BinaryResponse
 from starlette.routing import Route
 
-from wrappers import rest_json
+from wrappers import binary_data, rest_json
 from wrappers.loaded_models import LoadedModels
 
 logger = logging.getLogger(__name__)
 
 INFER_PATHS = ("/v2/models/{model_name}/infer", "/v2/models/{model_name}/versions/{model_version}/infer")
+OCTET_STREAM = "application/octet-stream"
 
 
 def _install() -> None:
@@ -74,20 +82,35 @@ class FastInferRoute:
     async def __call__(self, scope: dict, receive, send) -> None:
         name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
         headers = _headers(scope)
-        if name not in fast_models or not _is_plain_json(headers):
+        binary = binary_data.HEADER in headers
+        if name not in fast_models or "content-encoding" in headers or not (binary or _is_json(headers)):
             await self._mlserver_route.handle(scope, receive, send)
             return
         body = await _read_body(receive)
-        try:
-            payload = InferenceRequest.model_validate(rest_json.parse(body))
-        except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
-            await self._mlserver_route.handle(scope, _replaying(body, receive), send)
-            return
+        if binary:
+            try:
+                payload = binary_data.request_from_body(body, headers[binary_data.HEADER])
+            except binary_data.BinaryDataError as err:
+                raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler
+        else:
+            try:
+                payload = InferenceRequest.model_validate(rest_json.parse(body))
+            except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
+                await self._mlserver_route.handle(scope, _replaying(body, receive), send)
+                return
+        binary_outputs = binary_data.binary_outputs(payload)
         insert_headers(payload, headers)
         result = await self._data_plane.infer(payload, name, version)
-        response_headers = extract_headers(result)
+        response_headers = extract_headers(result) or {}
+        parts = binary_data.split_outputs(result, binary_outputs)
         content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
-        await Response(content, headers=response_headers)(scope, receive, send)
+        if not parts:
+            await Response(content, headers=response_headers)(scope, receive, send)
+            return
+        header = encode_to_json_bytes(content)
+        response_headers[binary_data.HEADER] = str(len(header))
+        answer = BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
+        await answer(scope, receive, send)
 
 
 def _headers(scope: dict) -> dict[str, str]:
@@ -98,10 +121,8 @@ def _headers(scope: dict) -> dict[str, str]:
     return headers
 
 
-def _is_plain_json(headers: dict[str, str]) -> bool:
-    """A body FastAPI would read as JSON (no content type, or application/json or */*+json), not gzipped."""
-    if "content-encoding" in headers:
-        return False
+def _is_json(headers: dict[str, str]) -> bool:
+    """A body FastAPI would read as JSON: no content type, or application/json or application/*+json."""
     content_type = headers.get("content-type")
     if content_type is None:
         return True

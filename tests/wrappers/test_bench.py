@@ -23,17 +23,17 @@ pytestmark = pytest.mark.slow
 def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, tmp_path):
     row = load_input_example(digits_artifact)[0]["image"][:1]
     model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
-    config = BenchConfig(models=["digits"], protocols=["grpc", "rest", "grpc-shm"], concurrency=[2], seconds=0.4,
+    config = BenchConfig(models=["digits"], protocols=["grpc", "rest", "grpc-shm", "rest-binary"], concurrency=[2], seconds=0.4,
                          rounds=1, warmup_s=0.2, raw_seconds=0.1)
     steps, shared_before = [], set(Path("/dev/shm").glob("psm_*"))
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
-    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 6 + 1  # raw before and after; digits also with its latency settings
+    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 7 + 1  # raw before and after; digits also with its latency settings
     assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
     for raw in result["raw"]:  # the limit is each setting's mean of the sweeps before and after the loads
         assert raw["rows_per_s"] == pytest.approx(sum(raw["rows_per_s_before_after"]) / 2, abs=0.01)
     runtimes = ("plain", "slipway", SLIPWAY_LATENCY)
     assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
-        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")} | {("slipway", "grpc-shm")}
+        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")} | {("slipway", "grpc-shm"), ("slipway", "rest-binary")}
     for point in result["points"]:
         assert point["requests"] > 0 and point["errors"] == 0 and point["server_cpu_ms_per_request"] > 0
         split = point["server_cpu_ms_per_request_by_thread"]  # where the server's CPU went, by thread

@@ -173,6 +173,17 @@ def test_encoded_images_in_top_k_labels_out_over_grpc_and_rest(server, client, e
     assert labels.tolist() == [[LABELS[i].encode() for i in row] for row in best]
     np.testing.assert_allclose(raw_output(response, names.index("scores")), np.take_along_axis(scores, best, 1), atol=1e-6)
 
+    # tritonclient.http's default: the images as bytes in Triton's binary extension; one output binary, one JSON
+    triton = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+    sent = httpclient.InferInput("image", [4], "BYTES")
+    sent.set_data_from_numpy(np.array(pngs, dtype=object))
+    result = triton.infer("digits-images", [sent], outputs=[
+        httpclient.InferRequestedOutput("labels"), httpclient.InferRequestedOutput("scores", binary_data=False)])
+    assert "data" not in result.get_output("labels") and "data" in result.get_output("scores")
+    assert result.as_numpy("labels").tolist() == [[LABELS[i].encode() for i in row] for row in best]
+    np.testing.assert_allclose(result.as_numpy("scores"), np.take_along_axis(scores, best, 1), atol=1e-6)
+    triton.close()
+
     body = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [2], "data": [base64.b64encode(p).decode() for p in pngs[:2]]}]}
     status, answer = post(f"{server.http_url}/v2/models/digits-images/infer", body)
     assert status == 200, answer

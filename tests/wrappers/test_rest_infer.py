@@ -176,3 +176,77 @@ def test_a_chunked_body_is_read_whole(server, good_body):
             connection.close()
     assert answers["ours"][0] == answers["fastapi"][0] == 200
     assert answers["ours"][1]["outputs"] == answers["fastapi"][1]["outputs"]
+
+
+def test_tritonclient_http_with_its_binary_defaults(server, digits_artifact, good_body):
+    """tritonclient.http sends and asks for binary tensors unless told otherwise: the route reads and writes
+    Triton's binary extension, for every mix of binary and JSON, on both URLs."""
+    import numpy as np
+    import onnxruntime as ort
+    import tritonclient.http as httpclient
+
+    tensor = good_body["inputs"][0]
+    images = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+    session = ort.InferenceSession(str(digits_artifact / "model.onnx"), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {tensor["name"]: images})[0]
+    output = session.get_outputs()[0].name
+    client = httpclient.InferenceServerClient(f"{LOOPBACK}:{server.http_port}")
+    try:
+        for binary_in in (True, False):
+            for outputs in (None, [httpclient.InferRequestedOutput(output)],
+                            [httpclient.InferRequestedOutput(output, binary_data=False)]):
+                for version in ("", VERSION):
+                    sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
+                    sent.set_data_from_numpy(images, binary_data=binary_in)
+                    result = client.infer("ours", [sent], outputs=outputs, model_version=version)
+                    np.testing.assert_allclose(result.as_numpy(output), expected, rtol=1e-6, atol=1e-7)
+                    binary_out = outputs is None or outputs[0]._binary
+                    assert ("data" in result.get_output(output)) is not binary_out
+        sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
+        sent.set_data_from_numpy(images)
+        with pytest.raises(Exception, match="400|422"):  # MLServer's own route has no binary extension
+            client.infer("fastapi", [sent])
+    finally:
+        client.close()
+
+
+def _binary(name, datatype, shape, size):
+    return {"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": size}}
+
+
+IMAGE = ("image", "FP32", [1, 8, 8, 1])
+
+
+@pytest.mark.parametrize(
+    "header_value, request_, tail, expected",
+    [
+        ("x", {"inputs": []}, b"", "Inference-Header-Content-Length must be a byte count, got 'x'"),
+        ("9999", {"inputs": []}, b"", "Inference-Header-Content-Length is 9999 but the body has"),
+        (None, {"inputs": [_binary(*IMAGE, 256)]}, b"\0" * 4, "its 256 bytes of binary data would end at byte"),
+        (None, {"inputs": [_binary(*IMAGE, 4)]}, b"\0" * 4,
+         "binary data hold 4 bytes but shape [1, 8, 8, 1] of FP32 needs 256"),
+        (None, {"inputs": [_binary(*IMAGE, 256)]}, b"\0" * 260, "4 bytes after the JSON request"),
+        (None, {"inputs": [{**_binary(*IMAGE, 256), "data": [0.0] * 64}]}, b"\0" * 256, "data too"),
+        (None, {"inputs": [_binary(*IMAGE, -4)]}, b"", "binary_data_size must be a byte count, got -4"),
+        (None, {"inputs": [{"name": "image"}]}, b"", "not a V2 inference request: inputs.0.shape: Field required"),
+        (None, {"inputs": [_binary("image", "BYTES", [1], 2)]}, b"\1\0", "truncated"),
+        (None, None, b"{oops", "not JSON"),
+    ],
+    ids=["not-a-number", "past-the-body", "short-body", "wrong-size", "bytes-left-over", "data-and-size",
+         "negative-size", "not-v2", "bytes-cut", "not-json"],
+)
+def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, good_body, header_value, request_,
+                                                                        tail, expected):
+    header = json.dumps(request_).encode() if request_ is not None else b""
+    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
+    try:
+        connection.request("POST", "/v2/models/ours/infer", body=header + tail,
+                           headers={"Inference-Header-Content-Length": header_value or str(len(header) or len(tail))})
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    finally:
+        connection.close()
+    assert response.status == 400, answer
+    assert expected in answer["error"]
+    (status, _, _), _ = _both(server, good_body)
+    assert status == 200

@@ -4,7 +4,8 @@ The request is built and serialized once (`wrappers.request_bodies`), so the gen
 spends as little of the shared CPU as a client can: what is measured is the server. gRPC
 sends `raw_input_contents` (the fast path); gRPC over shared memory writes each input into
 the client's own region of /dev/shm and sends where it lies (the V2 system shared-memory
-extension); REST sends V2 JSON, as `tritonclient.http` does.
+extension); REST sends V2 JSON, as `tritonclient.http` does with `binary_data=False`, or tensors in
+Triton's binary extension (`rest-binary`), as it does by default.
 Every run is bounded in time and in count.
 """
 
@@ -23,11 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.request_bodies import grpc_request, rest_body
+from wrappers.request_bodies import binary_rest_body, grpc_request, rest_body
 from wrappers.shared_memory import Location
 
-GRPC, GRPC_SHARED_MEMORY, REST = "grpc", "grpc-shm", "rest"
-PROTOCOLS = (GRPC, GRPC_SHARED_MEMORY, REST)
+GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY = "grpc", "grpc-shm", "rest", "rest-binary"
+PROTOCOLS = (GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY)
+BINARY_HEADER = "Inference-Header-Content-Length"
 MAX_MESSAGE_BYTES = 256 << 20
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MAX_REQUESTS = 1_000_000
@@ -234,19 +236,23 @@ def _post_json(url: str, body: dict | None) -> None:
         raise RuntimeError(f"POST {url}: HTTP {err.code}: {err.read()[:300]!r}") from None
 
 
-async def _rest_load(url: str, body: bytes, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+async def _rest_load(url: str, body: bytes, *, header_length: int | None = None, concurrency: int, seconds: float,
+                     warmup_s: float, pid: int):
+    """REST load: V2 JSON, or Triton's binary extension where `header_length` is given."""
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=60)
+    headers = {"Content-Type": "application/json"} if header_length is None else {BINARY_HEADER: str(header_length)}
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
         async def call():
-            async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+            async with session.post(url, data=body, headers=headers) as response:
                 payload = await response.read()
                 if response.status != 200:
                     raise RuntimeError(f"HTTP {response.status}: {payload[:200]!r}")
-                return json.loads(payload)
+                answered = response.headers.get(BINARY_HEADER)
+                return json.loads(payload if answered is None else payload[:int(answered)])
 
         return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
 
@@ -272,6 +278,9 @@ def run_load(
             work = _grpc_load(server.grpc_target, requests, before_call=write, **timing)
         elif protocol == REST:
             work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", rest_body(inputs), **timing)
+        elif protocol == REST_BINARY:
+            body, header_length = binary_rest_body(inputs)
+            work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", body, header_length=header_length, **timing)
         else:
             raise ValueError(f"unknown protocol {protocol!r}: use one of {PROTOCOLS}")
         count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)

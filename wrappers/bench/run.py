@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, run_load
+from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
 from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from wrappers.bench.raw import measure_raw, measure_side_by_side
 from wrappers.server import LocalServer
@@ -42,7 +42,7 @@ RAW_BATCH_SIZES = [1, 8, 32]
 @dataclass(frozen=True)
 class BenchConfig:
     models: list[str] = field(default_factory=lambda: list(MODELS))
-    protocols: list[str] = field(default_factory=lambda: [GRPC, REST, GRPC_SHARED_MEMORY])
+    protocols: list[str] = field(default_factory=lambda: [GRPC, REST, GRPC_SHARED_MEMORY, REST_BINARY])
     concurrency: list[int] = field(default_factory=lambda: [1, 8])
     seconds: float = 3.0
     rounds: int = 3  # each point is measured this many times, alternating runtimes; the median counts
@@ -51,8 +51,9 @@ class BenchConfig:
 
 
 def _runtimes_for(protocol: str, runtimes: list[str]) -> list[str]:
-    """Shared memory is the wrappers runtime's alone (with its main settings); the rest is measured for all."""
-    return [SLIPWAY] if protocol == GRPC_SHARED_MEMORY else runtimes
+    """Shared memory and Triton's binary REST extension are the wrappers runtime's alone (with its main settings;
+    MLServer has neither); the rest is measured for all."""
+    return [SLIPWAY] if protocol in (GRPC_SHARED_MEMORY, REST_BINARY) else runtimes
 
 
 def _steps(config: BenchConfig) -> int:
@@ -202,7 +203,7 @@ def run_bench(config: BenchConfig) -> dict:
         "cpu_count": os.cpu_count(),
         "duration_s": round(time.time() - started, 1),
         "client": "closed loop, one prepared request per client (gRPC: raw_input_contents, or inputs in the client's "
-                  "own shared-memory region; REST: V2 JSON), same machine",
+                  "own shared-memory region; REST: V2 JSON, or Triton's binary extension), same machine",
         "models": models,
         "figures": figures(models),
     }
