@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from slipway.cli import one_line
 from wrappers import rest_json
+from wrappers.shared_memory import REGION
 from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
 HEADER = "inference-header-content-length"
@@ -44,7 +45,7 @@ def request_from_body(body: bytes, header: str) -> InferenceRequest:
             "bytes of the JSON request at the start of the body"
         )
     try:
-        payload = InferenceRequest.model_validate(_with_empty_binary_data(rest_json.parse(body[:length])))
+        payload = InferenceRequest.model_validate(rest_json.parse(body[:length], empty_data_for=(REGION, SIZE)))
     except ValidationError as err:
         raise BinaryDataError(f"the body's first {length} bytes are not a V2 inference request: {one_line(err)}") from None
     except ValueError as err:
@@ -75,16 +76,6 @@ def request_from_body(body: bytes, header: str) -> InferenceRequest:
             f"give each binary input its {SIZE}, in input order"
         )
     return payload
-
-
-def _with_empty_binary_data(request):
-    """Binary inputs come without `data`, which MLServer's schema requires: they get an empty one."""
-    inputs = request.get("inputs") if isinstance(request, dict) else None
-    for tensor in inputs if isinstance(inputs, list) else []:
-        parameters = tensor.get("parameters") if isinstance(tensor, dict) else None
-        if isinstance(parameters, dict) and SIZE in parameters and "data" not in tensor:
-            tensor["data"] = []
-    return request
 
 
 def binary_outputs(payload: InferenceRequest) -> set[str] | bool:

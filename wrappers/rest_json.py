@@ -46,16 +46,13 @@ async def _json(self: requests.Request) -> Any:
     return self._json
 
 
-def parse(body: bytes) -> Any:
-    """A REST body as a Python object (ValueError where it is not JSON)."""
+def parse(body: bytes, *, empty_data_for: tuple[str, ...] = (REGION,)) -> Any:
+    """A REST body as a Python object (ValueError where it is not JSON). Inputs without `data` whose parameters
+    name one of `empty_data_for` (their data lies elsewhere) get an empty `data`, which MLServer's schema needs."""
     parsed = fastsimdjson.loads(body) if fastsimdjson else orjson.loads(body)
-    _give_shared_inputs_data(parsed)
-    return parsed
-
-
-def _give_shared_inputs_data(body: Any) -> None:
-    inputs = body.get("inputs") if isinstance(body, dict) else None
+    inputs = parsed.get("inputs") if isinstance(parsed, dict) else None
     for tensor in inputs if isinstance(inputs, list) else []:
         parameters = tensor.get("parameters") if isinstance(tensor, dict) else None
-        if isinstance(parameters, dict) and REGION in parameters and "data" not in tensor:
+        if isinstance(parameters, dict) and "data" not in tensor and any(key in parameters for key in empty_data_for):
             tensor["data"] = []
+    return parsed
