@@ -13,13 +13,14 @@ MLServer's data plane as MLServer's endpoint does: model metrics, CloudEvents he
 response cache and versions all stay as they were. Only two steps change: the body becomes an
 `InferenceRequest` by one pydantic validation, and the response becomes JSON by one dump,
 with MLServer's own JSON encoder. Anything the route does not take as it is (another
-runtime's model, a body that is not JSON or does not validate, a compressed or non-JSON content
-type) goes to MLServer's own route, with the body as read: malformed requests get exactly
-MLServer's answers (HTTP 422 naming the field).
+runtime's model; a JSON body that is compressed, is not JSON or does not validate; another
+content type) goes to MLServer's own route, with the body as read: malformed requests get
+exactly MLServer's answers (HTTP 422 naming the field).
 
 It also serves what MLServer cannot: Triton's binary tensor extension (`wrappers.binary_data`),
-`tritonclient.http`'s default, where tensors travel as bytes after a JSON header. A request that
-breaks that extension's rules gets HTTP 400 saying how.
+`tritonclient.http`'s default, where tensors travel as bytes after a JSON header (gzip- or
+deflate-compressed, if the client says so). A request that breaks that extension's rules gets
+HTTP 400 saying how.
 """
 
 from __future__ import annotations
@@ -83,12 +84,14 @@ class FastInferRoute:
         name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
         headers = _headers(scope)
         binary = binary_data.HEADER in headers
-        if name not in fast_models or "content-encoding" in headers or not (binary or _is_json(headers)):
+        encoding = headers.get("content-encoding")
+        if name not in fast_models or (encoding and not binary) or not (binary or _is_json(headers)):
             await self._mlserver_route.handle(scope, receive, send)
             return
         body = await _read_body(receive)
         if binary:
             try:
+                body = binary_data.decompressed(body, encoding)
                 payload = binary_data.request_from_body(body, headers[binary_data.HEADER])
             except binary_data.BinaryDataError as err:
                 raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler

@@ -202,6 +202,11 @@ def test_tritonclient_http_with_its_binary_defaults(server, digits_artifact, goo
                     np.testing.assert_allclose(result.as_numpy(output), expected, rtol=1e-6, atol=1e-7)
                     binary_out = outputs is None or outputs[0]._binary
                     assert ("data" in result.get_output(output)) is not binary_out
+        for compression in ("gzip", "deflate"):  # tritonclient.http's request compression
+            sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
+            sent.set_data_from_numpy(images)
+            result = client.infer("ours", [sent], request_compression_algorithm=compression)
+            np.testing.assert_allclose(result.as_numpy(output), expected, rtol=1e-6, atol=1e-7)
         sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
         sent.set_data_from_numpy(images)
         with pytest.raises(Exception, match="400|422"):  # MLServer's own route has no binary extension
@@ -231,17 +236,23 @@ IMAGE = ("image", "FP32", [1, 8, 8, 1])
         (None, {"inputs": [{"name": "image"}]}, b"", "not a V2 inference request: inputs.0.shape: Field required"),
         (None, {"inputs": [_binary("image", "BYTES", [1], 2)]}, b"\1\0", "truncated"),
         (None, None, b"{oops", "not JSON"),
+        ("gzip", {"inputs": []}, b"", "not valid gzip data"),
+        ("br", {"inputs": []}, b"", "Content-Encoding 'br' is not supported; send gzip, deflate or none"),
     ],
     ids=["not-a-number", "past-the-body", "short-body", "wrong-size", "bytes-left-over", "data-and-size",
-         "negative-size", "not-v2", "bytes-cut", "not-json"],
+         "negative-size", "not-v2", "bytes-cut", "not-json", "not-gzip", "unknown-encoding"],
 )
 def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, good_body, header_value, request_,
                                                                         tail, expected):
     header = json.dumps(request_).encode() if request_ is not None else b""
+    headers = {"Inference-Header-Content-Length": str(len(header) or len(tail))}
+    if header_value in ("gzip", "br"):
+        headers["Content-Encoding"] = header_value
+    elif header_value:
+        headers["Inference-Header-Content-Length"] = header_value
     connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
     try:
-        connection.request("POST", "/v2/models/ours/infer", body=header + tail,
-                           headers={"Inference-Header-Content-Length": header_value or str(len(header) or len(tail))})
+        connection.request("POST", "/v2/models/ours/infer", body=header + tail, headers=headers)
         response = connection.getresponse()
         answer = json.loads(response.read())
     finally:
