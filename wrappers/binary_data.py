@@ -8,7 +8,7 @@ contents). Outputs come back the same way when the request asks for them so: an 
 whose parameters say `binary_data: true`, or every output when the request's parameters
 say `binary_data_output: true` (what `tritonclient.http` sends when it names no outputs).
 
-MLServer has no such extension: it answers such a request 422, so `tritonclient.http` works
+MLServer has no such extension: it refuses such a request (HTTP 400), so `tritonclient.http` works
 against it only with `binary_data=False` everywhere, sending every number as JSON text.
 Binary inputs are read as views of the body, with no text to parse (`wrappers.rest_infer`
 takes these requests for this runtime's models).
