@@ -113,10 +113,13 @@ def binary_outputs(payload: InferenceRequest) -> set[str] | bool:
 
 def split_outputs(result: InferenceResponse, binary: set[str] | bool) -> list[bytes]:
     """Take the binary outputs' data out of `result` (each gets its `binary_data_size`); turn arrays left in
-    the others into lists for JSON. Returns the binary parts, in output order."""
+    the others into lists for JSON; leave outputs written into shared memory alone. Returns the binary parts,
+    in output order."""
     parts = []
     for output in result.outputs:
         data = output.data.root
+        if getattr(output.parameters, REGION, None) is not None:
+            continue  # written into shared memory: the response only says where
         if binary is True or (binary and output.name in binary):
             raw = to_raw(np.asarray(data, dtype=object if output.datatype == BYTES else None), output.datatype)
             parts.append(raw)
