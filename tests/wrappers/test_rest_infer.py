@@ -14,6 +14,8 @@ import urllib.error
 import urllib.request
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
@@ -261,3 +263,28 @@ def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, 
     assert expected in answer["error"]
     (status, _, _), _ = _both(server, good_body)
     assert status == 200
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(["image", "x"]),
+    datatype=st.sampled_from(["FP32", "FP16", "INT64", "UINT8", "BOOL", "BYTES", "FP99"]),
+    shape=st.lists(st.integers(-2, 70), max_size=4),
+    size=st.one_of(st.integers(-3, 600), st.just(256), st.text(max_size=3)),
+    tail=st.binary(max_size=600),
+    header_off_by=st.integers(-5, 5),
+)
+def test_generated_binary_requests_never_get_a_5xx(server, good_body, name, datatype, shape, size, tail, header_off_by):
+    header = json.dumps({"inputs": [{"name": name, "datatype": datatype, "shape": shape,
+                                     "parameters": {"binary_data_size": size}}]}).encode()
+    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
+    try:
+        connection.request("POST", "/v2/models/ours/infer", body=header + tail,
+                           headers={"Inference-Header-Content-Length": str(len(header) + header_off_by)})
+        response = connection.getresponse()
+        answer = response.read()
+    finally:
+        connection.close()
+    assert response.status in (200, 400), answer
+    if response.status == 400:
+        assert json.loads(answer)["error"]
