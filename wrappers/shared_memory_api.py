@@ -31,13 +31,12 @@ from wrappers.shared_memory import REGIONS, SharedMemoryError
 logger = logging.getLogger(__name__)
 _PREFIX = "/v2/systemsharedmemory"
 _GRPC_SERVICE = "inference.GRPCInferenceService"
-_enabling_models = LoadedModels()
+_enabling_models = LoadedModels(install=lambda: _serve_grpc_registration())  # defined below
 _grpc_servers_served: set[int] = set()
 
 
 def enable(model) -> None:
     _enabling_models.add(model)
-    _serve_grpc_registration()
 
 
 def disable(model) -> None:
