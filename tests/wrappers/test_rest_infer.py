@@ -252,14 +252,8 @@ def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, 
         headers["Content-Encoding"] = header_value
     elif header_value:
         headers["Inference-Header-Content-Length"] = header_value
-    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
-    try:
-        connection.request("POST", "/v2/models/ours/infer", body=header + tail, headers=headers)
-        response = connection.getresponse()
-        answer = json.loads(response.read())
-    finally:
-        connection.close()
-    assert response.status == 400, answer
+    status, answer, _ = _send(f"{server.http_url}/v2/models/ours/infer", header + tail, headers)
+    assert status == 400, answer
     assert expected in answer["error"]
     (status, _, _), _ = _both(server, good_body)
     assert status == 200
@@ -277,14 +271,8 @@ def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, 
 def test_generated_binary_requests_never_get_a_5xx(server, good_body, name, datatype, shape, size, tail, header_off_by):
     header = json.dumps({"inputs": [{"name": name, "datatype": datatype, "shape": shape,
                                      "parameters": {"binary_data_size": size}}]}).encode()
-    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
-    try:
-        connection.request("POST", "/v2/models/ours/infer", body=header + tail,
-                           headers={"Inference-Header-Content-Length": str(len(header) + header_off_by)})
-        response = connection.getresponse()
-        answer = response.read()
-    finally:
-        connection.close()
-    assert response.status in (200, 400), answer
-    if response.status == 400:
-        assert json.loads(answer)["error"]
+    status, answer, _ = _send(f"{server.http_url}/v2/models/ours/infer", header + tail,
+                              {"Inference-Header-Content-Length": str(len(header) + header_off_by)})
+    assert status in (200, 400), answer
+    if status == 400:
+        assert answer["error"]
