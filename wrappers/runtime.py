@@ -37,7 +37,7 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from wrappers import grpc_raw, rest_infer, rest_json, shared_memory_api
+from wrappers import cpu_pinning, grpc_raw, rest_infer, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
@@ -119,6 +119,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             rest_infer.fast_models.add(self)
         if self._config.shared_memory:
             shared_memory_api.enable(self)
+        self._pin_at_first_request = self._config.pin_event_loop  # by then gRPC's poller thread runs
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d "
             "rows%s%s",
@@ -311,6 +312,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         grpc_raw.fast_models.discard(self)
         rest_infer.fast_models.discard(self)
         shared_memory_api.disable(self)
+        cpu_pinning.unpin(id(self))
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:
@@ -319,6 +321,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        if self._pin_at_first_request:
+            self._pin_at_first_request = False
+            cpu_pinning.pin_event_loop(id(self))  # per instance: a reload loads the new one before unloading
         request_inputs = self._checked_inputs(payload)
         wanted = self._requested_outputs(payload)
         shared_outputs = self._shared_outputs(payload)

@@ -19,7 +19,7 @@ def post(url: str, body: bytes | dict, content_type: str = "application/json") -
     request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read() or b"{}")  # repository calls answer empty
     except urllib.error.HTTPError as err:
         text = err.read()
         try:
