@@ -17,19 +17,19 @@ import logging
 import os
 import threading
 
+from wrappers.loaded_models import LoadedModels
+
 logger = logging.getLogger(__name__)
 
 # grpc.aio runs `PollerCompletionQueue._poll_wrapper` on a Python thread, so its default name says so.
 GRPC_POLLER_TARGET = "_poll_wrapper"
 
 _before: dict[int, set[int]] = {}  # native thread id -> its CPUs before pinning
-_owners: set[int] = set()  # ids of the models asking for the pin
 
 
-def pin_event_loop(owner: int) -> None:
+def _pin() -> None:
     """Pin the calling thread (the event loop) and gRPC's poller thread, where this process runs one, to
-    the last CPU this process may use. Idempotent: later owners share the pin."""
-    _owners.add(owner)
+    the last CPU this process may use (once: later models share the pin)."""
     if _before or not hasattr(os, "sched_setaffinity"):
         return
     cpus = os.sched_getaffinity(0)
@@ -47,14 +47,15 @@ def pin_event_loop(owner: int) -> None:
         logger.info("no gRPC poller thread in this process: only the event loop is pinned")
 
 
-def unpin(owner: int) -> None:
-    """`owner` no longer asks for the pin: once nobody does, give each thread its CPUs back."""
-    _owners.discard(owner)
-    if _owners:
-        return
+def _unpin() -> None:
+    """Give each pinned thread its CPUs back."""
     for tid, cpus in _before.items():
         try:
             os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:  # the thread has ended
             pass
     _before.clear()
+
+
+# The models that asked for the pin: the first pins (from the event loop), the last to leave unpins.
+pinned_models = LoadedModels(install=_pin, uninstall=_unpin)

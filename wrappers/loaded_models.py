@@ -14,12 +14,14 @@ class LoadedModels:
     """Model names with at least one loaded instance that turned the switch on.
 
     `install` runs at each `add`, before the model counts: it puts the switch's machinery in
-    place in the server (once; it must do nothing when it is there already).
+    place in the server (once; it must do nothing when it is there already). `uninstall` runs
+    when the last instance of the last model leaves.
     """
 
-    def __init__(self, install: Callable[[], None] | None = None) -> None:
+    def __init__(self, install: Callable[[], None] | None = None, uninstall: Callable[[], None] | None = None) -> None:
         self._instances: dict[str, set[int]] = {}
         self._install = install
+        self._uninstall = uninstall
 
     def add(self, model) -> None:
         if self._install is not None:
@@ -27,10 +29,14 @@ class LoadedModels:
         self._instances.setdefault(model.name, set()).add(id(model))
 
     def discard(self, model) -> None:
-        instances = self._instances.get(model.name, set())
+        instances = self._instances.get(model.name)
+        if instances is None or id(model) not in instances:
+            return
         instances.discard(id(model))
         if not instances:
-            self._instances.pop(model.name, None)
+            del self._instances[model.name]
+            if not self._instances and self._uninstall is not None:
+                self._uninstall()
 
     def __contains__(self, name: str) -> bool:
         return name in self._instances

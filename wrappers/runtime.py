@@ -312,7 +312,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         grpc_raw.fast_models.discard(self)
         rest_infer.fast_models.discard(self)
         shared_memory_api.disable(self)
-        cpu_pinning.unpin(id(self))
+        cpu_pinning.pinned_models.discard(self)
         if getattr(self, "_batcher", None) is not None:  # MLServer also unloads a model whose load failed
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:
@@ -323,7 +323,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         if self._pin_at_first_request:
             self._pin_at_first_request = False
-            cpu_pinning.pin_event_loop(id(self))  # per instance: a reload loads the new one before unloading
+            cpu_pinning.pinned_models.add(self)
         request_inputs = self._checked_inputs(payload)
         wanted = self._requested_outputs(payload)
         shared_outputs = self._shared_outputs(payload)
