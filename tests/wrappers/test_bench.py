@@ -81,6 +81,10 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime_round_by_ro
     }
     table = markdown({"cpu_count": 2, "load_average": {"before": [0.1]}, "models": {}, "figures": figures(models)}, "t")
     assert "| digits grpc c8: requests/s / plain runtime's | 1.40 | 1.40 / 1.50 / 1.20 | >= 1.3 | yes |" in table
+    # each figure's own direction, whatever its name says: a throughput figure of the latency settings is ">="
+    assert ("| digits grpc c8: requests/s / plain runtime's (latency settings) | 1.20 | 1.20 / 1.50 / 1.00 "
+            "| >= 1.3 | **no** |") in table
+    assert "| digits grpc c1: p50 latency / plain runtime's | 1.10 | 1.10 / 1.25 / 1.00 | <= 1.0 | **no** |" in table
 
 
 def test_the_progress_bar_counts_every_load_of_every_runtime():

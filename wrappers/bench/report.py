@@ -35,9 +35,8 @@ def markdown(payload: dict, title: str) -> str:
             )
     lines += ["", "| figure | measured | each round | target | met |", "|---|---:|---:|---:|---|"]
     for figure in payload["figures"]:
-        comparison = ">=" if "latency" not in figure["figure"] else "<="
         rounds = " / ".join(f"{ratio:.2f}" for ratio in figure.get("rounds", []))
-        lines.append(f"| {figure['figure']} | {figure['value']:.2f} | {rounds} | {comparison} {figure['target']} | "
+        lines.append(f"| {figure['figure']} | {figure['value']:.2f} | {rounds} | {figure['comparison']} {figure['target']} | "
                      f"{'yes' if figure['met'] else '**no**'} |")
     return "\n".join(lines) + "\n"
 

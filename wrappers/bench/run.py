@@ -155,7 +155,8 @@ def figures(models: dict) -> list[dict]:
         if value is None:
             return
         met = value >= target if higher_is_better else value <= target
-        figure = {"figure": name, "value": round(value, 3), "target": target, "met": met}
+        figure = {"figure": name, "value": round(value, 3), "comparison": ">=" if higher_is_better else "<=",
+                  "target": target, "met": met}
         if rounds:
             figure["rounds"] = [round(ratio, 3) for ratio in rounds]
         out.append(figure)
