@@ -72,6 +72,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from err
     if args.batch_size < 1 or args.request_timeout <= 0:
         raise UserError("--batch-size must be at least 1 and --request-timeout above 0 seconds")
+    if args.rest_body != "json" and args.protocol != "rest":
+        raise UserError(f"--rest-body {args.rest_body} is for --protocol rest; gRPC already carries tensors as raw bytes")
     try:
         if args.host:
             endpoint = parse_host(args.host, protocol=args.protocol, model=args.model or DEMO_MODEL_NAME, version=args.model_version)
@@ -94,18 +96,23 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
 
     out_dir = args.out_dir or BUILD_DIR / args.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    body, payload = build_payload(endpoint, batch_size=args.batch_size, data=args.data, model_dir=model_dir)
-    payload_file = out_dir / ("request.pb" if endpoint.protocol == "grpc" else "request.json")
+    body, payload = build_payload(endpoint, batch_size=args.batch_size, data=args.data, model_dir=model_dir,
+                                  body_format=args.rest_body)
+    suffix = ".pb" if endpoint.protocol == "grpc" else ".bin" if args.rest_body == "binary" else ".json"
+    payload_file = out_dir / f"request{suffix}"
     atomic.write_bytes(payload_file, body)
-    job = LoadJob(endpoint=endpoint, shape=shape, payload_file=payload_file, steps_file=out_dir / "steps.json",
-                  request_timeout_s=args.request_timeout, watch_pid=watch_pid)
-    console.print(f"load: {shape.kind} on {endpoint.describe()} ({payload['rows_per_request']} rows/request from {payload['source']})")
+    job = LoadJob(endpoint=endpoint, shape=shape, payload_file=payload_file, request_headers=payload["headers"],
+                  steps_file=out_dir / "steps.json", request_timeout_s=args.request_timeout, watch_pid=watch_pid)
+    body_kind = ", binary tensors" if args.rest_body == "binary" else ""
+    console.print(f"load: {shape.kind} on {endpoint.describe()}{body_kind} "
+                  f"({payload['rows_per_request']} rows/request from {payload['source']})")
     run = run_locust(job, out_dir, processes=args.processes)
     verdict = None if slo.is_empty() else judge(
         slo, shape=shape.kind, steps=[step.as_dict() for step in run.steps], aggregate=run.aggregate.as_dict()
     )
     context = {
-        "protocol": endpoint.protocol, "model": endpoint.model, "version": endpoint.version, "host": host,
+        "protocol": endpoint.protocol, "rest_body": args.rest_body if endpoint.protocol == "rest" else None,
+        "model": endpoint.model, "version": endpoint.version, "host": host,
         "endpoint": endpoint.model_dump(), "shape": shape.model_dump(), "payload": payload, "processes": args.processes,
     }
     path = write_loadtest_report(run, name=args.name, context=context, verdict=verdict)
@@ -165,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     target.add_argument("--data", type=Path, help="sample rows: .npz of input arrays or a V2 .json request body "
                         "(default: the artifact's input example, else random tensors from the model's metadata)")
     target.add_argument("--batch-size", type=int, default=1, help="rows per request")
+    target.add_argument("--rest-body", choices=["json", "binary"], default="json",
+                        help="REST bodies: V2 JSON (any V2 server), or tensors as bytes after a JSON header (Triton's "
+                             "binary extension, tritonclient.http's default; served by Slipway's runtime, not by MLServer's own)")
     target.add_argument("--request-timeout", type=float, default=30, help="seconds before a request counts as failed")
     load = run.add_argument_group("load shape")
     load.add_argument("--shape", choices=["constant", "step", "spike", "soak"], default="constant")

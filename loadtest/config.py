@@ -21,6 +21,7 @@ JOB_ENV = "SLIPWAY_LOAD_JOB"
 MAX_RUN_S = 4 * 3600  # the longest soak a single command may run
 MIN_STAGE_S = 2.0  # Locust's shape ticks once a second: a stage needs two ticks to be measured
 Protocol = Literal["rest", "grpc"]
+RestBody = Literal["json", "binary"]
 ShapeKind = Literal["constant", "step", "spike", "soak"]
 
 
@@ -212,6 +213,7 @@ class LoadJob(BaseModel):
     endpoint: Endpoint
     shape: ShapeSpec
     payload_file: Path
+    request_headers: dict[str, str] = Field(default_factory=dict, description="REST: what every request says of its body")
     steps_file: Path
     request_timeout_s: float = Field(default=30, gt=0)
     watch_pid: int | None = Field(default=None, description="a local server's PID: its CPU use is measured per step")

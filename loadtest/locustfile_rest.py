@@ -1,4 +1,4 @@
-"""Locust user for V2 REST: POST one prepared inference body, again and again.
+"""Locust user for V2 REST: POST one prepared inference body (V2 JSON, or Triton's binary tensors), again and again.
 
 Started by `python -m loadtest run`, which writes the job (endpoint, shape, payload) that
 `current_job()` reads; the shape comes from `loadtest.shapes`.
@@ -11,7 +11,7 @@ from loadtest.shapes import PlannedShape  # noqa: F401  (Locust picks the shape 
 
 JOB = current_job()
 BODY = JOB.payload_bytes()
-HEADERS = {"Content-Type": "application/json"}
+HEADERS = JOB.request_headers
 
 
 class V2RestUser(FastHttpUser):

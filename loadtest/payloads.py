@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.config import Endpoint
+from loadtest.config import Endpoint, RestBody
 from wrappers.artifact import load_input_example
-from wrappers.request_bodies import grpc_request, rest_body, v2_datatype
+from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body, v2_datatype
 from wrappers.tensors import NUMPY_TO_V2, TensorError
 
 NUMERIC_DTYPES = {name: dtype for dtype, name in NUMPY_TO_V2.items()}  # V2 datatype -> dtype, BYTES aside
@@ -164,8 +164,11 @@ def open_channel(endpoint: Endpoint):
     return grpc.insecure_channel(endpoint.base_url)
 
 
-def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, model_dir: Path | None) -> tuple[bytes, dict]:
-    """The request to send again and again, and where its rows came from."""
+def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, model_dir: Path | None,
+                  body_format: RestBody = "json") -> tuple[bytes, dict]:
+    """The request to send again and again, and where its rows came from. Over REST the body is V2 JSON, or
+    Triton's binary tensors (`body_format="binary"`, what `tritonclient.http` sends); the returned description's
+    `headers` say which, and go with every request."""
     metadata = fetch_metadata(endpoint)
     if data is not None:
         arrays, source = arrays_from_file(data, batch_size), str(data)
@@ -175,9 +178,20 @@ def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, mod
         arrays, source = arrays_from_metadata(metadata.get("inputs", []), batch_size), "random, from the model's metadata"
     try:
         check_against_metadata(arrays, metadata.get("inputs", []))
-        body = grpc_request(endpoint.model, arrays, endpoint.version or "") if endpoint.protocol == "grpc" else rest_body(arrays)
+        body, headers = _encode(endpoint, arrays, body_format)
     except TensorError as err:  # an array no V2 datatype carries
         raise PayloadError(f"sample data from {source}: {err}") from err
     rows = len(next(iter(arrays.values())))
-    return body, {"source": source, "rows_per_request": rows, "bytes": len(body),
+    return body, {"source": source, "rows_per_request": rows, "bytes": len(body), "headers": headers,
                   "inputs": [{"name": n, "datatype": v2_datatype(a), "shape": list(a.shape)} for n, a in arrays.items()]}
+
+
+def _encode(endpoint: Endpoint, arrays: dict[str, np.ndarray], body_format: RestBody) -> tuple[bytes, dict[str, str]]:
+    if endpoint.protocol == "grpc":
+        if body_format != "json":
+            raise PayloadError(f"a {body_format} body is for REST; gRPC already carries tensors as raw bytes")
+        return grpc_request(endpoint.model, arrays, endpoint.version or ""), {}
+    if body_format == "binary":
+        body, header_length = binary_rest_body(arrays)
+        return body, {"Content-Type": "application/octet-stream", BINARY_HEADER: str(header_length)}
+    return rest_body(arrays), {"Content-Type": "application/json"}

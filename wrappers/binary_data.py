@@ -24,10 +24,11 @@ from pydantic import ValidationError
 
 from slipway.cli import one_line
 from wrappers import rest_json
+from wrappers.request_bodies import BINARY_HEADER
 from wrappers.shared_memory import REGION
 from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
-HEADER = "inference-header-content-length"
+HEADER = BINARY_HEADER.lower()  # as ASGI gives header names
 SIZE = "binary_data_size"
 # Compressed bodies (tritonclient.http's request_compression_algorithm) are inflated up to this size: a few
 # bytes of gzip can claim gigabytes.

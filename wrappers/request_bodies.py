@@ -15,6 +15,9 @@ import numpy as np
 from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, Location
 from wrappers.tensors import BYTES, NUMPY_TO_V2, TensorError, to_raw
 
+# Triton's binary tensor extension: the length of the JSON header that starts the body.
+BINARY_HEADER = "Inference-Header-Content-Length"
+
 
 def v2_datatype(array: np.ndarray) -> str:
     """The V2 datatype that carries this array (str, bytes and object arrays are BYTES)."""
@@ -51,7 +54,7 @@ def rest_body(arrays: dict[str, np.ndarray]) -> bytes:
 def binary_rest_body(arrays: dict[str, np.ndarray]) -> tuple[bytes, int]:
     """A REST body in Triton's binary extension, as `tritonclient.http` sends it by default: the JSON header
     (every input as `binary_data_size`, every output asked for in binary), then the inputs' bytes. Returns the
-    body and the header's length, for `Inference-Header-Content-Length`."""
+    body and the header's length, for `BINARY_HEADER`."""
     inputs, parts = [], []
     for name, array in arrays.items():
         datatype = v2_datatype(array)

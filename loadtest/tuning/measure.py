@@ -106,11 +106,11 @@ class LiveMeasurer:
             with LocalServer(folder, parallel_workers=config.parallel_workers) as server:
                 base = server.http_url if self.protocol == "rest" else server.grpc_target
                 endpoint = parse_host(base, protocol=self.protocol, model=server.model)
-                body, _ = build_payload(endpoint, batch_size=1, data=None, model_dir=folder)
+                body, described = build_payload(endpoint, batch_size=1, data=None, model_dir=folder)
                 payload = trial_dir / "request.bin"
                 atomic.write_bytes(payload, body)
-                job = LoadJob(endpoint=endpoint, shape=self.shape, payload_file=payload, steps_file=trial_dir / "steps.json",
-                              watch_pid=server.pid)
+                job = LoadJob(endpoint=endpoint, shape=self.shape, payload_file=payload, request_headers=described["headers"],
+                              steps_file=trial_dir / "steps.json", watch_pid=server.pid)
                 run = run_locust(job, trial_dir / "locust", show_progress=self.show_progress)
                 memory = _tree_rss(server.pid)
         except (ServerError, LoadTestError) as err:

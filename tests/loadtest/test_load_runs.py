@@ -73,6 +73,30 @@ def test_soak_over_grpc_fails_the_gate_naming_the_limit_and_by_how_much(digits_s
     assert report["findings"]["windows"] == 2
 
 
+def test_constant_load_over_rest_with_binary_tensors_is_answered(digits_server, reports_env, tmp_path):
+    out_dir = tmp_path / "locust"
+    result = run_module(
+        "loadtest", "run", "--host", digits_server.http_url, "--model", "digits", "--rest-body", "binary",
+        "--shape", "constant", "--users", "2", "--duration", "3", "--max-error-rate", "0", "--name", "binary-rest",
+        "--out-dir", str(out_dir), env=reports_env, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = _report(reports_env, "binary-rest")
+    _check_steps(report)
+    assert report["result"]["failures"] == 0 and report["rest_body"] == "binary"
+    # What Locust sent: a JSON header of the announced length, then one row's 64 float32s as bytes.
+    headers, body = report["payload"]["headers"], (out_dir / "request.bin").read_bytes()
+    header_length = int(headers["Inference-Header-Content-Length"])
+    header = json.loads(body[:header_length])
+    assert header["inputs"][0]["parameters"]["binary_data_size"] == len(body) - header_length == 64 * 4
+    # The same body without its header is not a V2 JSON request: the run's zero failures were the binary route's answers.
+    refused = urllib.request.Request(f"{digits_server.http_url}/v2/models/digits/infer", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(refused, timeout=10)
+    assert 400 <= answer.value.code < 500
+
+
 class _IngressProxy(http.server.ThreadingHTTPServer):
     """Serves `/seldon/<ns>/<name>/...` by forwarding to MLServer without the prefix, like Seldon's ingress."""
 
@@ -144,6 +168,7 @@ def test_spike_through_the_seldon_ingress_prefix(digits_server, reports_env):
         (["--host", "http://127.0.0.1:9", "--model", "digits"], "cannot reach http://127.0.0.1:9/v2/models/digits"),
         (["--model", "nope"], "answered HTTP 404: is model 'nope' served there?"),
         (["--model", "digits", "--shape", "step", "--step-seconds", "0.5"], "too short to measure"),
+        (["--model", "digits", "--protocol", "grpc", "--rest-body", "binary"], "--rest-body binary is for --protocol rest"),
     ],
 )
 def test_bad_targets_are_one_line_before_any_load(digits_server, reports_env, args, message):

@@ -24,12 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.request_bodies import binary_rest_body, grpc_request, rest_body
+from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body
 from wrappers.shared_memory import Location
 
 GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY = "grpc", "grpc-shm", "rest", "rest-binary"
 PROTOCOLS = (GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY)
-BINARY_HEADER = "Inference-Header-Content-Length"
 MAX_MESSAGE_BYTES = 256 << 20
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MAX_REQUESTS = 1_000_000
