@@ -21,7 +21,23 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "cpu_idle": cpu_idle(),
     }
+
+
+def cpu_idle() -> dict[str, str] | None:
+    """How this machine's idle CPUs wait (Linux cpuidle), or None where it does not say. A CPU that halts at
+    once must be woken before it runs anything, which shows in latencies at low load; a VM's `haltpoll`
+    driver polls up to `guest_halt_poll_ns` first (the kernel's default is 200000; 0 turns polling off)."""
+    found = {}
+    for key, path in (("driver", "/sys/devices/system/cpu/cpuidle/current_driver"),
+                      ("governor", "/sys/devices/system/cpu/cpuidle/current_governor_ro"),
+                      ("guest_halt_poll_ns", "/sys/module/haltpoll/parameters/guest_halt_poll_ns")):
+        try:
+            found[key] = Path(path).read_text().strip()
+        except OSError:
+            continue
+    return found or None
 
 
 def write_report(name: str, payload: dict[str, Any], reports_dir: Path | None = None) -> Path:
