@@ -37,7 +37,7 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from wrappers import cpu_pinning, grpc_raw, rest_infer, rest_json, shared_memory_api
+from wrappers import busy_poll, cpu_pinning, grpc_raw, rest_infer, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
@@ -120,6 +120,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if self._config.shared_memory:
             shared_memory_api.enable(self)
         self._pin_at_first_request = self._config.pin_event_loop  # by then gRPC's poller thread runs
+        self._spin_s = self._config.event_loop_spin_us / 1e6
+        if self._spin_s and not self._runs_inline(1):
+            logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
+                           "itself (under inline_below_ms), and this model's runs go to inference threads", self.name)
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d "
             "rows%s%s",
@@ -287,6 +291,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         started = time.perf_counter()
         outputs = self._run_rows(feeds, rows)
         self._observe_run(BatchStats(rows, time.perf_counter() - started, [0.0]))
+        if self._spin_s:
+            busy_poll.poller.keep_polling(self._spin_s)
         return outputs
 
     def _check_before_mlserver_batching(self) -> None:

@@ -200,6 +200,15 @@ class RuntimeSettings(_Strict):
         "at low load over gRPC (digits at concurrency 1: 10-17% lower p50), 2-5% fewer requests/s under "
         "load. Only for CPUs the pod has to itself: a VM's, or a Guaranteed pod's under the static CPU manager.",
     )
+    event_loop_spin_us: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="After each request run inline, keep the event loop polling for this many microseconds instead "
+        "of sleeping (wrappers.busy_poll): lower latency at low load where idle CPUs halt (digits at concurrency "
+        "1 with 1000: gRPC p50 -20%, REST -12%), the same under load. Costs up to a core while requests keep "
+        "coming, which a CPU-based HPA counts: autoscale on requests/s with it. 0: off.",
+    )
     warmup_batch_sizes: list[int] = Field(
         default_factory=lambda: [1],
         description="Batch sizes run at load, on every run slot, before the model reports ready (where runs are "

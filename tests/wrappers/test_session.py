@@ -149,6 +149,8 @@ def test_unknown_or_invalid_settings_are_refused_with_the_key():
         parse_runtime_settings({"tensorrt": {"fp61": True}})
     with pytest.raises(SettingsError, match="warmup_batch_sizes"):
         parse_runtime_settings({"warmup_batch_sizes": [0]})
+    with pytest.raises(SettingsError, match="event_loop_spin_us.*100000"):  # a window of polling, not a busy server
+        parse_runtime_settings({"event_loop_spin_us": 1_000_000})
     assert parse_runtime_settings(None) == RuntimeSettings()
 
 

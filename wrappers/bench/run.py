@@ -35,7 +35,7 @@ SLIPWAY_SETTINGS = {
 # gRPC's poller thread pinned to one CPU, so that their hand-offs need no idle CPU to wake. Measured beside
 # the defaults at every point, so that both are on record against the same figures.
 SLIPWAY_LATENCY = "slipway, latency settings"
-LATENCY_SETTINGS = {"digits": {"pin_event_loop": True}}
+LATENCY_SETTINGS = {"digits": {"event_loop_spin_us": 1000}}
 RAW_BATCH_SIZES = [1, 8, 32]
 
 
