@@ -197,7 +197,7 @@ class RuntimeSettings(_Strict):
     pin_event_loop: bool = Field(
         default=False,
         description="Keep the event loop and gRPC's poller thread on one CPU (wrappers.cpu_pinning): lower latency "
-        "at low load over gRPC (digits at concurrency 1: 10-17% lower p50), 2-5% fewer requests/s under "
+        "at low load over gRPC (digits at concurrency 1: 10-17% lower p50), 2-7% fewer requests/s under "
         "load. Only for CPUs the pod has to itself: a VM's, or a Guaranteed pod's under the static CPU manager.",
     )
     event_loop_spin_us: int = Field(
