@@ -124,6 +124,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if self._spin_s and not self._runs_inline(1):
             logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
                            "itself (under inline_below_ms), and this model's runs go to inference threads", self.name)
+        elif self._spin_s:
+            logger.info("%s: the event loop polls for %d us after each inline run; a CPU-utilization HPA counts that "
+                        "polling as load, so autoscale this model on requests/s", self.name, self._config.event_loop_spin_us)
         logger.info(
             "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d "
             "rows%s%s",

@@ -81,6 +81,7 @@ def test_a_real_server_polls_after_inline_runs_only(tmp_path, digits_artifact):
     with LocalServer(tmp_path) as server:
         log = server.log_path.read_text()
         assert "threads: event_loop_spin_us has no effect" in log and "inline: event_loop_spin_us" not in log
+        assert "inline: the event loop polls for 100000 us" in log and "threads: the event loop polls" not in log
         assert _loop_cpu_over(server.pid, 0.3) < 0.04, "an idle server's loop sleeps"
         status, answer = post(f"{server.http_url}/v2/models/threads/infer", body)
         assert status == 200, answer
