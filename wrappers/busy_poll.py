@@ -9,9 +9,10 @@ the next request comes. Measured on digits at concurrency 1 (alternating rounds,
 0.73-0.75 ms against 0.90-0.92 ms without it and the plain runtime's 0.80-0.83 ms; REST 0.52-0.53 ms
 against 0.60 and 0.67 ms; unchanged at concurrency 8, where the loop never waits anyway.
 
-The cost is CPU time: while requests keep coming within the window the loop uses a whole core,
-which a CPU-utilization HPA counts as load (autoscale such a model on requests/s instead). An
-idle server stops polling one window after its last request. Only requests run on the loop
+The window must span the whole wait for the next request (100-250 us gained nothing there; 500 us
+most of it), so the cost is CPU time: while requests keep coming within the window the loop uses
+a whole core, which a CPU-utilization HPA counts as load (autoscale such a model on requests/s
+instead). An idle server stops polling one window after its last request. Only requests run on the loop
 (inline) arm it: a model run on inference threads gains nothing and would lose CPU to the poll.
 """
 
