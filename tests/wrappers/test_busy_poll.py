@@ -40,7 +40,8 @@ def test_the_loop_polls_until_the_latest_deadline_then_sleeps(loop_kind):
         polling = await _cpu_while_sleeping(0.3)
         return polling, await _cpu_while_sleeping(0.3)
 
-    polling, after = asyncio.Runner(loop_factory=LOOPS[loop_kind]).run(scenario())
+    with asyncio.Runner(loop_factory=LOOPS[loop_kind]) as runner:
+        polling, after = runner.run(scenario())
     assert polling >= 0.1, f"the loop slept instead of polling: {polling:.3f} s of CPU in a 0.2 s window"
     assert after < 0.05, f"the loop kept polling past its deadline: {after:.3f} s of CPU"
 
