@@ -62,19 +62,27 @@ def _models(args: argparse.Namespace):
 
 def render_validated(args: argparse.Namespace):
     """Render and validate; write the manifests and `reports/manifests.json` only when they are valid."""
+    from deployments.autoscaling import busy_cpu_warning
     from deployments.kustomize import KustomizeError
     from deployments.records import RecordError
     from deployments.render import RenderError, render, write_manifests
     from deployments.validate import validate_documents
     from slipway.reports import write_report
+    from wrappers.settings import SettingsError
 
     try:
         main, canary = _models(args)
         rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
                           image=args.image, namespace=args.namespace, autoscaling_mode=args.autoscaling,
                           engine=args.kustomize, shared_memory=args.shared_memory)
+        warnings = [warning for predictor, version in rendered.models.items()
+                    if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))]
     except (RecordError, RenderError, KustomizeError) as err:
         raise UserError(str(err)) from err
+    except SettingsError as err:
+        raise UserError(f"{err}: the model would not load, nothing written") from err
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
     report = validate_documents(rendered.docs)
     for skipped in report.skipped:
         console.print(f"[yellow]skipped:[/] {skipped}", soft_wrap=True)
@@ -83,7 +91,7 @@ def render_validated(args: argparse.Namespace):
     out = args.out or MANIFESTS_DIR / Path(str(args.overlay)).name
     paths = write_manifests(rendered, out)
     write_report("manifests", {**rendered.summary(), "out_dir": str(out), "files": [str(p) for p in paths],
-                               "validation": report.as_dict()})
+                               "validation": report.as_dict(), "warnings": warnings})
     versions = ", ".join(f"{p} -> {m.name} v{m.version}" for p, m in rendered.models.items())
     console.print(f"{len(rendered.docs)} resources ({versions}; autoscaling {rendered.autoscaling}, "
                   f"kustomize {rendered.engine}) -> {out}, valid ({len(report.checked)} checked)", soft_wrap=True)

@@ -7,6 +7,7 @@ rule must agree, and a test checks them against the counter a real MLServer expo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,3 +60,43 @@ def pods_metric_names(docs: list[dict]) -> Iterator[str]:
 
 def needs_adapter_rules(docs: list[dict]) -> bool:
     return RPS_METRIC in set(pods_metric_names(docs))
+
+
+def scales_on_cpu(docs: list[dict], predictor: str) -> bool:
+    """Whether `predictor`'s autoscaler reads CPU utilization: its hpaSpec, a KEDA cpu trigger, or a standalone HPA."""
+    def reads_cpu(metrics: list[dict]) -> bool:
+        return any(metric.get("type") == "Resource" and metric.get("resource", {}).get("name") == "cpu" for metric in metrics)
+
+    for doc in docs:
+        if doc.get("kind") == seldon.KIND:
+            for owner, _, component in seldon.pod_specs(doc):
+                if owner.get("name") == predictor and (
+                    reads_cpu(component.get("hpaSpec", {}).get("metricsv2", []))
+                    or any(trigger.get("type") == "cpu" for trigger in component.get("kedaSpec", {}).get("triggers", []))
+                ):
+                    return True
+        elif (doc.get("kind") == "HorizontalPodAutoscaler"
+              and doc.get("metadata", {}).get("labels", {}).get(seldon.PREDICTOR_LABEL) == predictor
+              and reads_cpu(doc.get("spec", {}).get("metrics", []))):
+            return True
+    return False
+
+
+def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -> str | None:
+    """A warning when `predictor` autoscales on CPU utilization while its model's settings keep a CPU busy
+    between requests (the pod would read as loaded at low traffic and scale out); None otherwise, or where
+    the model's settings are not on this machine."""
+    from wrappers.artifact import SETTINGS_FILE
+    from wrappers.settings import RUNTIME_IMPLEMENTATION, parse_runtime_settings
+
+    if model_dir is None or not scales_on_cpu(docs, predictor):
+        return None
+    settings = json.loads((Path(model_dir) / SETTINGS_FILE).read_text())
+    if settings.get("implementation") != RUNTIME_IMPLEMENTATION:
+        return None
+    busy = parse_runtime_settings(settings.get("parameters", {}).get("extra")).busy_waiting()
+    if not busy:
+        return None
+    return (f"predictor {predictor} autoscales on CPU utilization, but its model keeps a CPU busy between requests "
+            f"({'; '.join(busy)}): it would read as loaded at low traffic and scale out. Render with --autoscaling "
+            "rps (or keda), or turn those settings off")

@@ -34,6 +34,8 @@ class ModelVersion(BaseModel):
     uri: str = Field(description="where the storage initializer pulls the artifact folder from")
     digest: str = Field(description="sha256 of the stored artifact, as `sha256:<hex>`")
     tags: tuple[str, ...] = ()
+    local_dir: Path | None = Field(default=None, exclude=True,
+                                   description="the artifact folder on this machine, where there is one: its settings are read")
 
     @field_validator("name")
     @classmethod
@@ -84,9 +86,10 @@ class ModelVersion(BaseModel):
                               "write it with `python -m export versions show REF --json`") from err
         if not isinstance(record, dict):
             raise RecordError(f"version record {path} must be a JSON object with name, version, uri and digest")
+        local_dir = _local_folder(record.get("uri"))
         if uri:
             record = {**record, "uri": uri}
-        return cls._validated(record, source=str(path))
+        return cls._validated({**record, "local_dir": local_dir}, source=str(path))
 
     @classmethod
     def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None) -> ModelVersion:
@@ -103,7 +106,7 @@ class ModelVersion(BaseModel):
             raise RecordError(str(err)) from err
         name = settings["name"]
         version = str(version or settings.get("parameters", {}).get("version") or digest[:12])
-        record = {"name": name, "version": version, "digest": digest,
+        record = {"name": name, "version": version, "digest": digest, "local_dir": Path(model_dir),
                   "uri": uri or DEFAULT_URI_TEMPLATE.format(name=name, version=version)}
         return cls._validated(record, source=str(model_dir))
 
@@ -113,3 +116,13 @@ class ModelVersion(BaseModel):
             return cls.model_validate(record)
         except ValidationError as err:
             raise RecordError(f"{source}: {one_line(err, whole='record')}") from err
+
+
+def _local_folder(uri: object) -> Path | None:
+    """The folder a local store's record points at (`file://` or a path), where it is on this machine."""
+    if not isinstance(uri, str) or not (uri.startswith("file://") or uri.startswith("/")):
+        return None
+    from wrappers.artifact import SETTINGS_FILE
+
+    folder = Path(uri.removeprefix("file://"))
+    return folder if (folder / SETTINGS_FILE).is_file() else None

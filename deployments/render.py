@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from deployments import autoscaling, kustomize, seldon
+from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from deployments.records import ModelVersion
 from slipway import atomic
 from wrappers.artifact import EXPECTED_DIGESTS_ENV
@@ -25,8 +26,6 @@ OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"
 OVERLAYS = ("cpu", "gpu", "canary")
 DEFAULT_NAMESPACE = "slipway"
 CANARY_PREDICTOR = "canary"
-MODEL_LABEL = "slipway.io/model"
-PREDICTOR_LABEL = "slipway.io/predictor"
 ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
 COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
 SHARED_MEMORY_VOLUME = "dshm"

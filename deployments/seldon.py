@@ -24,6 +24,9 @@ METRICS_PATH = "/prometheus"
 MODEL_MOUNT = "/mnt/models"
 NO_ENGINE_ANNOTATION = "seldon.io/no-engine"
 DEPLOYMENT_ID_LABEL = "seldon-deployment-id"
+# Slipway's own labels: the model a resource belongs to, and the predictor (a standalone HPA's too).
+MODEL_LABEL = "slipway.io/model"
+PREDICTOR_LABEL = "slipway.io/predictor"
 
 # Environment the operator writes into every graph container. Setting one of them yourself is
 # worse than redundant: 1.17's SetEnvVar returns an empty list when the variable already exists

@@ -14,8 +14,7 @@ import numpy as np
 
 from slipway import atomic
 from wrappers.artifact import INPUT_EXAMPLE_FILE, MODEL_FILE, SETTINGS_FILE, Manifest, write_manifest
-
-RUNTIME_IMPLEMENTATION = "wrappers.runtime.OnnxRuntime"
+from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 
 def model_settings(name: str, *, version: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:

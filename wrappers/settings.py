@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from slipway.cli import one_line
 
+# What model-settings.json names as `implementation` to be served by `wrappers.runtime.OnnxRuntime`.
+RUNTIME_IMPLEMENTATION = "wrappers.runtime.OnnxRuntime"
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
 OptionValue = str | int | float | bool
 
@@ -228,6 +230,16 @@ class RuntimeSettings(_Strict):
         if self.batch_buckets is not None and any(size < 1 for size in self.batch_buckets):
             raise ValueError("batch_buckets must hold positive row counts (or be [] for no padding)")
         return self
+
+    def busy_waiting(self) -> list[str]:
+        """The settings that keep a CPU busy while no request is being worked on: a CPU-utilization autoscaler
+        reads that as load (rendering the manifests warns of it)."""
+        found = []
+        if self.event_loop_spin_us:
+            found.append(f"event_loop_spin_us: {self.event_loop_spin_us} (the event loop polls after each inline run)")
+        if self.allow_spinning and self.intra_op_threads != 1:
+            found.append("allow_spinning: true (ONNX Runtime's idle intra-op threads spin)")
+        return found
 
 
 def parse_runtime_settings(extra: dict[str, Any] | None) -> RuntimeSettings:

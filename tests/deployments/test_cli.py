@@ -12,6 +12,7 @@ import yaml
 
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
+from wrappers.artifact import write_manifest
 from wrappers.server import free_port
 
 
@@ -79,6 +80,33 @@ def test_render_refuses_a_bad_record_in_one_line(tmp_path, reports_env):
                         env=reports_env, check=False)
     assert "storage initializer cannot reach it" in _one_line_error(result)
     assert not (tmp_path / "out").exists()
+
+
+def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digits_artifact, reports_env, tmp_path):
+    model_dir = tmp_path / "digits"
+    shutil.copytree(digits_artifact, model_dir)
+    settings = json.loads((model_dir / "model-settings.json").read_text())
+    settings["parameters"]["extra"]["event_loop_spin_us"] = 1000
+    (model_dir / "model-settings.json").write_text(json.dumps(settings))
+    write_manifest(model_dir)
+    report_path = PROJECT_ROOT / reports_env["SLIPWAY_REPORTS_DIR"] / "manifests.json"
+
+    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--out", str(tmp_path / "cpu"),
+                        env=reports_env)
+    assert "warning: predictor default autoscales on CPU utilization" in " ".join(result.stderr.split())
+    assert (tmp_path / "cpu" / "all.yaml").is_file()  # a warning, not a refusal
+    assert "event_loop_spin_us: 1000" in json.loads(report_path.read_text())["warnings"][0]
+
+    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--autoscaling", "rps",
+                        "--out", str(tmp_path / "rps"), env=reports_env)
+    assert "warning" not in result.stderr and json.loads(report_path.read_text())["warnings"] == []
+
+    settings["parameters"]["extra"]["event_loop_spin_us"] = "often"
+    (model_dir / "model-settings.json").write_text(json.dumps(settings))
+    write_manifest(model_dir)
+    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--out", str(tmp_path / "bad"),
+                        env=reports_env, check=False)
+    assert "event_loop_spin_us" in _one_line_error(result) and not (tmp_path / "bad").exists()
 
 
 @pytest.mark.parametrize("command", [[], ["render"], ["deploy"], ["undeploy"]])

@@ -12,6 +12,7 @@ from deployments import autoscaling, seldon
 from deployments.records import ModelVersion, RecordError
 from deployments.render import ADAPTER_RULES_FILE, RenderError, write_manifests
 from deployments.render import render as _render
+from wrappers.settings import RUNTIME_IMPLEMENTATION, SettingsError
 
 # Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
 render = functools.partial(_render, engine="builtin")
@@ -184,6 +185,57 @@ def test_version_records_are_read_and_checked_at_the_edge(record_files, tmp_path
             ModelVersion.from_record_file(bad)
     with pytest.raises(RecordError, match="does not exist"):
         ModelVersion.from_record_file(tmp_path / "missing.json")
+
+
+def test_a_local_stores_record_keeps_its_folder_for_the_settings(record_files, tmp_path):
+    folder = _settings_folder(tmp_path / "store" / "digits" / "7", {})
+    for uri in (folder.as_uri(), str(folder)):  # as fsspec writes a local store's URI, or a plain path
+        version = ModelVersion.from_record_file(record_files("7", uri=uri), uri="s3://bucket/digits/7")
+        assert (version.uri, version.local_dir) == ("s3://bucket/digits/7", folder)
+    assert ModelVersion.from_record_file(record_files("8")).local_dir is None  # in object storage
+    gone = record_files("9", uri=(tmp_path / "gone").as_uri())
+    assert ModelVersion.from_record_file(gone, uri="s3://bucket/digits/9").local_dir is None
+    assert "local_dir" not in ModelVersion.from_record_file(record_files("8")).model_dump()
+
+
+def _settings_folder(folder, extra, implementation=RUNTIME_IMPLEMENTATION):
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = {"name": "digits", "implementation": implementation, "parameters": {"uri": "./model.onnx", "extra": extra}}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+@pytest.mark.parametrize("mode, overlay, predictor, warned", [
+    ("cpu", "cpu", "default", True),  # the base's hpaSpec on CPU utilization
+    ("behavior", "cpu", "default", True),  # a standalone HPA, on CPU too
+    ("rps", "cpu", "default", False),
+    ("keda", "canary", "default", False),  # KEDA on the request rate
+    ("keda", "canary", "canary", True),  # the canary keeps its hpaSpec on CPU
+])
+def test_settings_that_keep_a_cpu_busy_are_warned_of_under_cpu_autoscaling(
+    main_version, canary_version, tmp_path, mode, overlay, predictor, warned
+):
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
+                      autoscaling_mode=mode)
+    spinning = _settings_folder(tmp_path / "spin", {"event_loop_spin_us": 1000})
+    warning = autoscaling.busy_cpu_warning(rendered.docs, predictor, spinning)
+    assert (warning is not None) == warned
+    if warned:
+        assert f"predictor {predictor} autoscales on CPU utilization" in warning
+        assert "event_loop_spin_us: 1000" in warning and "--autoscaling rps" in warning
+
+
+def test_only_settings_that_spin_are_warned_of(main_version, tmp_path):
+    docs = render("cpu", model=main_version).docs
+    assert autoscaling.busy_cpu_warning(docs, "default", None) is None  # settings not on this machine
+    quiet = {"intra_op_threads": 1, "allow_spinning": True}  # one thread: no pool to spin
+    assert autoscaling.busy_cpu_warning(docs, "default", _settings_folder(tmp_path / "quiet", quiet)) is None
+    warning = autoscaling.busy_cpu_warning(docs, "default", _settings_folder(tmp_path / "pool", {"allow_spinning": True}))
+    assert "allow_spinning: true" in warning
+    other = _settings_folder(tmp_path / "other", {"event_loop_spin_us": 1000}, implementation="mlserver_sklearn.SKLearnModel")
+    assert autoscaling.busy_cpu_warning(docs, "default", other) is None  # not our runtime's settings
+    with pytest.raises(SettingsError, match="event_loop_spin_us"):
+        autoscaling.busy_cpu_warning(docs, "default", _settings_folder(tmp_path / "bad", {"event_loop_spin_us": -1}))
 
 
 @pytest.mark.parametrize("overlay", ["cpu", "canary"])

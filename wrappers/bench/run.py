@@ -21,10 +21,11 @@ from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run
 from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from wrappers.bench.raw import measure_raw, measure_side_by_side
 from wrappers.server import LocalServer
+from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
-IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPWAY: "wrappers.runtime.OnnxRuntime"}
+IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPWAY: RUNTIME_IMPLEMENTATION}
 # The wrappers runtime's settings per model, as a user would put them in model-settings.json.
 SLIPWAY_SETTINGS = {
     "digits": {},  # the defaults: tiny runs go inline on the event loop
