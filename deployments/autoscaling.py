@@ -87,14 +87,11 @@ def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -
     between requests (the pod would read as loaded at low traffic and scale out); None otherwise, or where
     the model's settings are not on this machine."""
     from wrappers.artifact import SETTINGS_FILE
-    from wrappers.settings import RUNTIME_IMPLEMENTATION, parse_runtime_settings
+    from wrappers.settings import busy_waiting_settings
 
     if model_dir is None or not scales_on_cpu(docs, predictor):
         return None
-    settings = json.loads((Path(model_dir) / SETTINGS_FILE).read_text())
-    if settings.get("implementation") != RUNTIME_IMPLEMENTATION:
-        return None
-    busy = parse_runtime_settings(settings.get("parameters", {}).get("extra")).busy_waiting()
+    busy = busy_waiting_settings(json.loads((Path(model_dir) / SETTINGS_FILE).read_text()))
     if not busy:
         return None
     return (f"predictor {predictor} autoscales on CPU utilization, but its model keeps a CPU busy between requests "

@@ -248,3 +248,10 @@ def parse_runtime_settings(extra: dict[str, Any] | None) -> RuntimeSettings:
         return RuntimeSettings.model_validate(extra or {})
     except ValidationError as err:
         raise SettingsError(f"invalid parameters.extra in model-settings.json: {one_line(err, whole='extra')}") from err
+
+
+def busy_waiting_settings(model_settings: dict[str, Any]) -> list[str]:
+    """`RuntimeSettings.busy_waiting` for a whole model-settings.json; [] for another runtime's model."""
+    if model_settings.get("implementation") != RUNTIME_IMPLEMENTATION:
+        return []
+    return parse_runtime_settings((model_settings.get("parameters") or {}).get("extra")).busy_waiting()

@@ -14,6 +14,7 @@ from loadtest.tuning.space import SearchSpace, model_settings_for
 from slipway import atomic, seldon_patch
 from slipway.paths import PROJECT_ROOT, REPORTS_DIR
 from slipway.reports import write_report
+from wrappers.settings import busy_waiting_settings
 
 HPA_UTILIZATION = 70  # scale out at 70% of the measured capacity: room for the new pod to start
 CPU_LIMIT_FACTOR = 2.0  # bursts (warm-up, GC) may use twice the steady need before throttling
@@ -37,13 +38,23 @@ def pareto_front(measurements: list[Measurement]) -> list[Measurement]:
     )
 
 
-def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu") -> dict[str, Any]:
-    """Requests, limits and the HPA target for one replica running the best spec at its capacity."""
+def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu", busy_waiting: list[str] | None = None) -> dict[str, Any]:
+    """Requests, limits and the HPA target for one replica running the best spec at its capacity. Where the spec's
+    settings keep a CPU busy between requests (`busy_waiting`), CPU utilization does not follow the load: the HPA
+    then reads requests/s whatever `hpa_metric` asks."""
     memory = best.memory_bytes or DEFAULT_MEMORY
     cores = best.cpu_cores or 1.0
     target_rps = round(best.capacity_rps * HPA_UTILIZATION / 100, 1)
+    if busy_waiting:
+        hpa_metric = "rps"
     metric = (seldon_patch.pods_metric(RPS_METRIC, target_rps) if hpa_metric == "rps"
               else seldon_patch.cpu_utilization_metric(HPA_UTILIZATION))
+    why = (f"one replica served {best.capacity_rps:.0f} req/s within the SLO using {cores:.2f} CPU cores: the CPU "
+           f"request is that, so {HPA_UTILIZATION}% CPU utilization means {HPA_UTILIZATION}% of the measured capacity "
+           f"({target_rps:g} req/s per replica)")
+    if busy_waiting:
+        why += (f"; the HPA scales on requests/s, since the model's settings keep a CPU busy between requests "
+                f"({'; '.join(busy_waiting)})")
     return {
         "per_replica_capacity_rps": best.capacity_rps,
         "cpu_request_cores": cores,
@@ -52,11 +63,7 @@ def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu") -> dict[str
         "memory_limit_bytes": int(memory * MEMORY_LIMIT_FACTOR),
         "hpa_target_rps_per_replica": target_rps,
         "hpa_metric": metric,
-        "why": (
-            f"one replica served {best.capacity_rps:.0f} req/s within the SLO using {cores:.2f} CPU cores: the CPU "
-            f"request is that, so {HPA_UTILIZATION}% CPU utilization means {HPA_UTILIZATION}% of the measured capacity "
-            f"({target_rps:g} req/s per replica)"
-        ),
+        "why": why,
     }
 
 
@@ -84,10 +91,11 @@ def write_tune_outputs(
         "plot": str(plot_path),
     }
     if best is not None:
-        advice = deployment_advice(best, hpa_metric=hpa_metric)
         best_dir = out_dir / "best"
         base_settings = json.loads((Path(space.variants[best.config.variant]) / "model-settings.json").read_text())
-        atomic.write_json(best_dir / "model-settings.json", model_settings_for(best.config, base_settings))
+        best_settings = model_settings_for(best.config, base_settings)
+        advice = deployment_advice(best, hpa_metric=hpa_metric, busy_waiting=busy_waiting_settings(best_settings))
+        atomic.write_json(best_dir / "model-settings.json", best_settings)
         patch, kustomization = write_patch(best, advice, out_dir=out_dir / "overlay", settings_path=best_dir / "model-settings.json")
         payload["deployment"] = {
             **advice, "model_settings": str(best_dir / "model-settings.json"), "variant_dir": str(space.variants[best.config.variant]),

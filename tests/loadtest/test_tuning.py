@@ -12,10 +12,12 @@ import pytest
 from loadtest.config import Slo
 from loadtest.tuning.check import check_markdown, run_check
 from loadtest.tuning.measure import Measurement, TableMeasurer, judge_steps
-from loadtest.tuning.search import search
+from loadtest.tuning.outputs import write_tune_outputs
+from loadtest.tuning.search import SearchResult, search
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
 from slipway.seldon_patch import cpu_quantity, memory_quantity
 from tests.conftest import run_module
+from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 
 @pytest.fixture()
@@ -170,6 +172,24 @@ def test_short_real_tuning_run_measures_both_variants_and_writes_a_deployable_sp
     assert container["resources"]["requests"]["cpu"] == cpu_quantity(deployment["cpu_request_cores"])
     assert {"name": "MLSERVER_PARALLEL_WORKERS", "value": "0"} in container["env"]
     assert component["hpaSpec"]["metricsv2"] == [deployment["hpa_metric"]]
+
+
+@pytest.mark.parametrize("extra, scales_on", [({}, "Resource"), ({"event_loop_spin_us": 1000}, "Pods")])
+def test_a_tuned_spec_whose_settings_keep_a_cpu_busy_autoscales_on_requests(tmp_path, extra, scales_on):
+    folder = tmp_path / "fp32"
+    folder.mkdir()
+    settings = {"name": "digits", "implementation": RUNTIME_IMPLEMENTATION, "parameters": {"extra": extra}}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    space = SearchSpace(variants={"fp32": folder}, parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1])
+    best = Measurement(space.grid()[0], True, "", capacity_rps=400.0, p95_ms=4.0, cpu_cores=0.8, memory_bytes=2**28)
+    write_tune_outputs(SearchResult(measurements=[best]), space, Slo(p95_ms=50), out_dir=tmp_path / "tune",
+                       settings={}, hpa_metric="cpu", reports_dir=tmp_path / "reports")
+    deployment = json.loads((tmp_path / "reports" / "tune.json").read_text())["deployment"]
+    metric = _render_overlay(tmp_path / "tune" / "overlay")["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]["metricsv2"]
+    assert metric == [deployment["hpa_metric"]] and metric[0]["type"] == scales_on
+    assert ("event_loop_spin_us: 1000" in deployment["why"]) == bool(extra)
+    written = json.loads((tmp_path / "tune" / "best" / "model-settings.json").read_text())["parameters"]["extra"]
+    assert written.get("event_loop_spin_us") == extra.get("event_loop_spin_us")
 
 
 def _render_overlay(overlay: Path) -> dict:
