@@ -40,6 +40,49 @@ def cpu_idle() -> dict[str, str] | None:
     return found or None
 
 
+def wakeup_round_trip_us(round_trips: int = 2000) -> dict[str, float] | None:
+    """Microseconds for one thread to wake another and be woken back (a byte each way through pipes), with
+    both on one CPU and on two. Across CPUs each wake-up of an idle CPU is paid in full: a served request
+    makes several such hand-offs, so latency at low load moves with this number from host to host.
+    None on a machine with one CPU or without CPU affinity."""
+    import os
+    import threading
+
+    if not hasattr(os, "sched_getaffinity") or len(cpus := sorted(os.sched_getaffinity(0))) < 2:
+        return None
+
+    def measure(first: int, second: int) -> float:
+        to_echo, from_echo = os.pipe(), os.pipe()
+        elapsed: list[float] = []
+
+        def echo() -> None:
+            os.sched_setaffinity(0, {second})  # this thread only: Linux applies it to the caller
+            for _ in range(round_trips):
+                os.read(to_echo[0], 1)
+                os.write(from_echo[1], b"x")
+
+        def ping() -> None:
+            os.sched_setaffinity(0, {first})
+            started = time.perf_counter()
+            for _ in range(round_trips):
+                os.write(to_echo[1], b"x")
+                os.read(from_echo[0], 1)
+            elapsed.append(time.perf_counter() - started)
+
+        threads = [threading.Thread(target=echo), threading.Thread(target=ping)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            for fd in (*to_echo, *from_echo):
+                os.close(fd)
+        return round(elapsed[0] / round_trips * 1e6, 1)
+
+    return {"same_cpu": measure(cpus[0], cpus[0]), "across_cpus": measure(cpus[0], cpus[1])}
+
+
 def write_report(name: str, payload: dict[str, Any], reports_dir: Path | None = None) -> Path:
     """Write `reports/<name>.json` atomically, stamped with the time and the machine."""
     path = Path(reports_dir or REPORTS_DIR) / f"{name}.json"

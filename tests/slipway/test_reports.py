@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from slipway.reports import read_report, write_report
+import pytest
+
+from slipway.reports import read_report, wakeup_round_trip_us, write_report
 
 CPUIDLE_DRIVER = Path("/sys/devices/system/cpu/cpuidle/current_driver")
 
@@ -21,3 +26,14 @@ def test_a_report_is_stamped_with_the_machine_and_reads_back(tmp_path):
     else:
         assert machine["cpu_idle"] is None or "driver" not in machine["cpu_idle"]
     assert read_report("absent", reports_dir=tmp_path) is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to wake one from the other")
+def test_the_wakeup_round_trip_pins_only_its_own_threads():
+    before = os.sched_getaffinity(0)
+    measured = wakeup_round_trip_us(round_trips=200)
+    assert set(measured) == {"same_cpu", "across_cpus"} and all(us > 0 for us in measured.values())
+    assert os.sched_getaffinity(0) == before  # the caller (a bench about to load servers) keeps every CPU
+    one_cpu = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
+              "from slipway.reports import wakeup_round_trip_us; print(wakeup_round_trip_us())"
+    assert subprocess.run([sys.executable, "-c", one_cpu], capture_output=True, text=True, check=True).stdout.strip() == "None"

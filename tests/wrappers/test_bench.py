@@ -41,10 +41,12 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
         assert sum(split.values()) == pytest.approx(point["server_cpu_ms_per_request"], abs=0.01)
         assert point["client_cpu_ms_per_request"] > 0 and 0 <= point["machine_idle_pct"] <= 100
         assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / result["raw_limit_rows_per_s"], abs=1e-3)
-    payload = {"models": {"digits": result}, "cpu_count": 2, "load_average": {"before": [1.0]}, "created_at": "today"}
+    payload = {"models": {"digits": result}, "cpu_count": 2, "load_average": {"before": [1.0]}, "created_at": "today",
+               "wakeup_round_trip_us": {"before": {"same_cpu": 3.8, "across_cpus": 64.5}}}
     payload["figures"] = figures(payload["models"])
     assert payload["figures"] == []  # the figures compare concurrency 1 and 8, not measured here
     table = markdown(payload, "Serving throughput")
+    assert "a thread woken across CPUs and back in 64.5 µs, 3.8 µs on one CPU" in table.splitlines()[0]
     assert "| digits | slipway | grpc | 2 |" in table and "| digits | slipway | grpc-shm | 2 |" in table
     assert "raw `session.run`" in table
     assert set(Path("/dev/shm").glob("psm_*")) <= shared_before, "the load left shared-memory objects behind"

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
 from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from wrappers.bench.raw import measure_raw, measure_side_by_side
+from slipway.reports import wakeup_round_trip_us
 from wrappers.server import LocalServer
 from wrappers.settings import RUNTIME_IMPLEMENTATION
 
@@ -187,7 +188,7 @@ def figures(models: dict) -> list[dict]:
 
 def run_bench(config: BenchConfig) -> dict:
     """Measure everything in `config` and return the report's payload."""
-    load_before = os.getloadavg()
+    load_before, wakeup_before = os.getloadavg(), wakeup_round_trip_us()
     started = time.time()
     models: dict = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -202,6 +203,9 @@ def run_bench(config: BenchConfig) -> dict:
         "config": config.__dict__,
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "cpu_count": os.cpu_count(),
+        # How long the machine takes to wake an idle CPU (threads ping-ponging, us per round trip): latency at
+        # low load moves with it from host to host, and the ratios less.
+        "wakeup_round_trip_us": {"before": wakeup_before, "after": wakeup_round_trip_us()},
         "duration_s": round(time.time() - started, 1),
         "client": "closed loop, one prepared request per client (gRPC: raw_input_contents, or inputs in the client's "
                   "own shared-memory region; REST: V2 JSON, or Triton's binary extension), same machine",
