@@ -44,18 +44,23 @@ def adapter_rules() -> dict:
     }
 
 
+def _hpa_metrics(docs: list[dict]) -> Iterator[tuple[str | None, list[dict]]]:
+    """(predictor, metrics) for every HPA in `docs`: each hpaSpec, and each standalone HPA (its predictor
+    from its label)."""
+    for doc in docs:
+        if doc.get("kind") == seldon.KIND:
+            for predictor, _, component in seldon.pod_specs(doc):
+                yield predictor.get("name"), component.get("hpaSpec", {}).get("metricsv2", [])
+        elif doc.get("kind") == "HorizontalPodAutoscaler":
+            yield doc.get("metadata", {}).get("labels", {}).get(seldon.PREDICTOR_LABEL), doc.get("spec", {}).get("metrics", [])
+
+
 def pods_metric_names(docs: list[dict]) -> Iterator[str]:
     """Names of every `Pods` metric an autoscaler in `docs` reads (hpaSpec or a standalone HPA)."""
-    for doc in docs:
-        metric_lists = []
-        if doc.get("kind") == seldon.KIND:
-            metric_lists = [c.get("hpaSpec", {}).get("metricsv2", []) for _, _, c in seldon.pod_specs(doc)]
-        elif doc.get("kind") == "HorizontalPodAutoscaler":
-            metric_lists = [doc.get("spec", {}).get("metrics", [])]
-        for metrics in metric_lists:
-            for metric in metrics:
-                if metric.get("type") == "Pods":
-                    yield metric["pods"]["metric"]["name"]
+    for _, metrics in _hpa_metrics(docs):
+        for metric in metrics:
+            if metric.get("type") == "Pods":
+                yield metric["pods"]["metric"]["name"]
 
 
 def needs_adapter_rules(docs: list[dict]) -> bool:
@@ -64,22 +69,13 @@ def needs_adapter_rules(docs: list[dict]) -> bool:
 
 def scales_on_cpu(docs: list[dict], predictor: str) -> bool:
     """Whether `predictor`'s autoscaler reads CPU utilization: its hpaSpec, a KEDA cpu trigger, or a standalone HPA."""
-    def reads_cpu(metrics: list[dict]) -> bool:
-        return any(metric.get("type") == "Resource" and metric.get("resource", {}).get("name") == "cpu" for metric in metrics)
-
-    for doc in docs:
-        if doc.get("kind") == seldon.KIND:
-            for owner, _, component in seldon.pod_specs(doc):
-                if owner.get("name") == predictor and (
-                    reads_cpu(component.get("hpaSpec", {}).get("metricsv2", []))
-                    or any(trigger.get("type") == "cpu" for trigger in component.get("kedaSpec", {}).get("triggers", []))
-                ):
-                    return True
-        elif (doc.get("kind") == "HorizontalPodAutoscaler"
-              and doc.get("metadata", {}).get("labels", {}).get(seldon.PREDICTOR_LABEL) == predictor
-              and reads_cpu(doc.get("spec", {}).get("metrics", []))):
-            return True
-    return False
+    if any(owner == predictor and metric.get("type") == "Resource" and metric.get("resource", {}).get("name") == "cpu"
+           for owner, metrics in _hpa_metrics(docs) for metric in metrics):
+        return True
+    return any(owner.get("name") == predictor and trigger.get("type") == "cpu"
+               for doc in docs if doc.get("kind") == seldon.KIND
+               for owner, _, component in seldon.pod_specs(doc)
+               for trigger in component.get("kedaSpec", {}).get("triggers", []))
 
 
 def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -> str | None:

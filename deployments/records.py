@@ -120,7 +120,7 @@ class ModelVersion(BaseModel):
 
 def _local_folder(uri: object) -> Path | None:
     """The folder a local store's record points at (`file://` or a path), where it is on this machine."""
-    if not isinstance(uri, str) or not (uri.startswith("file://") or uri.startswith("/")):
+    if not isinstance(uri, str) or not (uri.startswith(("file://", "/"))):
         return None
     from wrappers.artifact import SETTINGS_FILE
 

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from deployments import autoscaling, kustomize, seldon
-from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from deployments.records import ModelVersion
+from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway import atomic
 from wrappers.artifact import EXPECTED_DIGESTS_ENV
 

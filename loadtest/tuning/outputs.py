@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from deployments.autoscaling import RPS_METRIC  # the per-pod metric deployments/' prometheus-adapter rule serves
 from loadtest.config import Slo
 from loadtest.tuning.measure import Measurement
 from loadtest.tuning.search import SearchResult
@@ -23,7 +24,6 @@ MEMORY_LIMIT_FACTOR = 2.0
 DEFAULT_MEMORY = 512 * 2**20  # when the server's memory could not be read
 BASE_DIR = PROJECT_ROOT / "deployments" / "base"  # where the model container's env is defined
 OVERLAY_DIR = PROJECT_ROOT / "deployments" / "overlays" / "cpu"  # what the tuned overlay builds on
-RPS_METRIC = "mlserver_infer_requests_per_second"  # the prometheus-adapter rule deployments/ renders
 
 
 def pareto_front(measurements: list[Measurement]) -> list[Measurement]:
@@ -45,16 +45,15 @@ def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu", busy_waitin
     memory = best.memory_bytes or DEFAULT_MEMORY
     cores = best.cpu_cores or 1.0
     target_rps = round(best.capacity_rps * HPA_UTILIZATION / 100, 1)
-    if busy_waiting:
-        hpa_metric = "rps"
-    metric = (seldon_patch.pods_metric(RPS_METRIC, target_rps) if hpa_metric == "rps"
-              else seldon_patch.cpu_utilization_metric(HPA_UTILIZATION))
     why = (f"one replica served {best.capacity_rps:.0f} req/s within the SLO using {cores:.2f} CPU cores: the CPU "
            f"request is that, so {HPA_UTILIZATION}% CPU utilization means {HPA_UTILIZATION}% of the measured capacity "
            f"({target_rps:g} req/s per replica)")
     if busy_waiting:
+        hpa_metric = "rps"
         why += (f"; the HPA scales on requests/s, since the model's settings keep a CPU busy between requests "
                 f"({'; '.join(busy_waiting)})")
+    metric = (seldon_patch.pods_metric(RPS_METRIC, target_rps) if hpa_metric == "rps"
+              else seldon_patch.cpu_utilization_metric(HPA_UTILIZATION))
     return {
         "per_replica_capacity_rps": best.capacity_rps,
         "cpu_request_cores": cores,

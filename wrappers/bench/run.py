@@ -17,10 +17,10 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from slipway.reports import wakeup_round_trip_us
 from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
 from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from wrappers.bench.raw import measure_raw, measure_side_by_side
-from slipway.reports import wakeup_round_trip_us
 from wrappers.server import LocalServer
 from wrappers.settings import RUNTIME_IMPLEMENTATION
 
