@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deployments.recommend import add_command as register_recommend
-from slipway.cli import UserError, console, exit_with
+from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 
 MANIFESTS_DIR = BUILD_DIR / "manifests"
@@ -190,7 +190,7 @@ REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeplo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deployments", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m deployments", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for register in REGISTRARS:
         register(commands)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from export.commands import KERAS_MODELS, VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
 from export.store.cli import add_versions_parser
-from slipway.cli import UserError, console, exit_with
+from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
 from slipway.readme import README
 
@@ -92,7 +92,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
+    parser = ArgumentParser(prog="python -m export", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train the digits CNN (tf.data, callbacks, TensorBoard)")

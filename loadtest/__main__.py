@@ -9,7 +9,7 @@ from pathlib import Path
 
 from loadtest.tuning.cli import add_commands as add_tune_commands
 from slipway import atomic
-from slipway.cli import UserError, console, exit_with
+from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
 from slipway.reports import write_report
 
@@ -151,7 +151,7 @@ def _print_run(run) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__)
+    parser = ArgumentParser(prog="python -m loadtest", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     smoke = commands.add_parser("smoke", help="serve MODEL_DIR, check REST and gRPC answers with tritonclient")
     smoke.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 
 from rich.console import Console
 
-from slipway.cli import exit_with
+from slipway.cli import ArgumentParser, exit_with
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m slipway", description=__doc__)
+    parser = ArgumentParser(prog="python -m slipway", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("summary", help="print what each step of the demo produced, from reports/")
     parser.parse_args(argv)

@@ -7,11 +7,14 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(stderr=True, highlight=False)
 
@@ -20,6 +23,15 @@ EXIT_USER_ERROR = 2
 
 class UserError(Exception):
     """Bad input from the user; the message is the whole story, so no traceback."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line naming the flag and pointing at `--help`, not the whole usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        console.print(f"[bold red]error:[/] {escape(self.prog)}: {escape(message)} (see `{escape(self.prog)} --help`)",
+                      soft_wrap=True)
+        sys.exit(EXIT_USER_ERROR)
 
 
 def one_line(err: ValidationError, whole: str = "value") -> str:
@@ -35,7 +47,7 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
     try:
         return int(main(argv) or 0)
     except UserError as err:
-        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)  # user text may hold [brackets]
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")

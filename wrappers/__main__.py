@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slipway import atomic
-from slipway.cli import UserError, console, exit_with
+from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import DEMO_ARTIFACT_DIR
 from wrappers.server import ServerError, serve_foreground
 
@@ -90,7 +90,7 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wrappers", description=__doc__)
+    parser = ArgumentParser(prog="python -m wrappers", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve an artifact folder with MLServer in the foreground")
     serve.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder (default: the demo's)")
