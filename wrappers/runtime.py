@@ -455,7 +455,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             if shared:
                 self._check_shared_memory_on()
                 for name, where in shared.items():
-                    REGIONS.region(where.region).span(where, name)
+                    REGIONS.region(where.region).start(where, name)
         except SharedMemoryError as err:
             raise InferenceError(str(err)) from err
         return shared

@@ -49,6 +49,18 @@ def test_a_region_reads_inputs_and_takes_outputs_where_the_client_put_them(regio
     assert odd.flags.aligned and odd.tobytes() == (tmp_path / "block").read_bytes()[64 + 101 : 64 + 125]
 
 
+def test_an_object_shrunk_after_registering_is_refused_not_a_crash(regions, tmp_path):
+    """A mapped read past a shrunk object's end would be SIGBUS, killing the server (and this test)."""
+    regions.register("r", "/block", 0, 1024)
+    os.truncate(tmp_path / "block", 100)
+    with pytest.raises(SharedMemoryError, match=r"object '/block' of region 'r' no longer holds 528 bytes"):
+        regions.read(Location("r", 512, 16), "FP32", [4], "x")
+    with pytest.raises(SharedMemoryError, match="no longer holds 116 bytes"):
+        regions.write(Location("r", 100, 16), np.ones(4, np.float32), "FP32", "y")
+    assert (tmp_path / "block").stat().st_size == 100  # not grown back by the write
+    np.testing.assert_array_equal(regions.read(Location("r", 0, 16), "FP32", [4], "x"), np.zeros(4, np.float32))
+
+
 @pytest.mark.parametrize(
     "name, key, offset, byte_size, expected",
     [
