@@ -43,10 +43,20 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--shared-memory", metavar="SIZE", help="mount a memory-backed emptyDir of SIZE (e.g. 1Gi) "
                          "at /dev/shm in every container, for tensors in shared memory (the model needs "
                          "parameters.extra.shared_memory: true)")
-    command.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
     command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
                          help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
     command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>)")
+
+
+def _namespace(text: str) -> str:
+    """--namespace as argparse checks it, so a name Kubernetes refuses stops before any rendering or connecting."""
+    from deployments.render import RenderError, check_namespace
+
+    try:
+        return check_namespace(text)
+    except RenderError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _models(args: argparse.Namespace):
@@ -113,19 +123,21 @@ def register_render(commands) -> None:
 # ---------------------------------------------------------------- deploy / undeploy
 
 
-def _connect():
+def _connect(nothing_done: str):
+    """The cluster's API client; without one, one line saying what did not happen (`nothing_done`) and what to do."""
     from deployments.apply import ClusterUnavailable, connect
 
     try:
         return connect()
     except ClusterUnavailable as err:
-        raise UserError(f"{err}: nothing was applied. To render only, run `make manifests`") from err
+        raise UserError(f"{err}: {nothing_done}") from err
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from deployments.apply import DeployError, apply, preflight, wait_available
 
-    api = None if args.dry_run == "client" else _connect()  # no cluster: one line, before any work
+    # no cluster: one line, before any work
+    api = None if args.dry_run == "client" else _connect("nothing was applied. To render only, run `make manifests`")
     rendered = render_validated(args)
     if api is None:
         console.print(f"client dry run, nothing sent: would apply {', '.join(_names(rendered.docs))} "
@@ -168,7 +180,8 @@ def register_deploy(commands) -> None:
 def cmd_undeploy(args: argparse.Namespace) -> int:
     from deployments.apply import delete
 
-    api = _connect()
+    api = _connect(f"nothing was deleted. Point kubectl's current context (or KUBECONFIG) at the cluster where "
+                   f"{args.name} runs in namespace {args.namespace}")
     deleted = delete(api, namespace=args.namespace, model=args.name)
     console.print(f"deleted {', '.join(deleted)} from namespace {args.namespace}" if deleted
                   else f"nothing of Slipway's for model {args.name} in namespace {args.namespace}", soft_wrap=True)
@@ -182,7 +195,7 @@ def register_undeploy(commands) -> None:
                                   description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
                                               "ServiceAccount Slipway applied for one model (found by its labels).")
     command.add_argument("--name", default="digits", help="the model name (default digits)")
-    command.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
     command.set_defaults(func=cmd_undeploy)
 
 

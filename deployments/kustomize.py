@@ -100,12 +100,39 @@ def build_builtin(directory: Path) -> list[dict]:
 # ---------------------------------------------------------------- the builtin renderer
 
 
+def _read_yaml(path: Path) -> list[Any]:
+    """Every document of a YAML file; one that is not UTF-8 or not YAML is a one-line `KustomizeError` saying where."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line, column = data.count(b"\n", 0, err.start) + 1, err.start - data.rfind(b"\n", 0, err.start)
+        raise KustomizeError(f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} at line {line}, column {column}); "
+                             "save it as UTF-8") from err
+    return _yaml_documents(text, str(path))
+
+
+def _yaml_documents(text: str, where: str) -> list[Any]:
+    """PyYAML's several-line report on bad YAML becomes one line: the problem, its line and column."""
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        problem = getattr(err, "problem", None) or getattr(err, "context", None) or first
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise KustomizeError(f"{where} is not valid YAML: {problem}{at}") from err
+
+
 def _build_level(directory: Path, *, expect_component: bool, accumulated: list[dict]) -> list[dict]:
     """One kustomization (or component) applied in kustomize's order: resources, components, transformers."""
     path = directory / KUSTOMIZATION_FILE
     if not path.is_file():
         raise KustomizeError(f"{directory} has no {KUSTOMIZATION_FILE}")
-    spec = yaml.safe_load(path.read_text()) or {}
+    found = _read_yaml(path)
+    spec = (found[0] if found else None) or {}
+    if len(found) > 1 or not isinstance(spec, dict):
+        raise KustomizeError(f"{path}: a kustomization is one YAML mapping (resources:, components:, patches: ...)")
     unknown = sorted(set(spec) - SUPPORTED_FIELDS)
     if unknown:
         raise KustomizeError(f"{path}: fields {unknown} are not supported by Slipway's renderer; install kubectl")
@@ -119,7 +146,7 @@ def _build_level(directory: Path, *, expect_component: bool, accumulated: list[d
         if target.is_dir():
             resources.extend(_build_level(target, expect_component=False, accumulated=[]))
         elif target.is_file():
-            resources.extend(doc for doc in yaml.safe_load_all(target.read_text()) if doc)
+            resources.extend(doc for doc in _read_yaml(target) if doc)
         else:
             raise KustomizeError(f"{path}: resource {entry!r} does not exist")
     for entry in spec.get("components", []):
@@ -147,12 +174,17 @@ def _build_level(directory: Path, *, expect_component: bool, accumulated: list[d
 
 def _apply_patch(resources: list[dict], directory: Path, patch: dict) -> None:
     if "path" in patch:
-        text = (directory / patch["path"]).read_text()
+        source = directory / str(patch["path"])
+        if not source.is_file():
+            raise KustomizeError(f"{directory}: patch file {patch['path']!r} does not exist")
+        found = _read_yaml(source)
     elif "patch" in patch:
-        text = patch["patch"]
+        found = _yaml_documents(str(patch["patch"]), f"{directory}: the inline patch")
     else:
         raise KustomizeError(f"{directory}: a patch needs `path` or `patch`")
-    body = yaml.safe_load(text)
+    body = found[0] if len(found) == 1 else None
+    if not isinstance(body, (dict, list)):
+        raise KustomizeError(f"{directory}: a patch is one YAML mapping (strategic merge) or list (JSON 6902)")
     if isinstance(body, list):  # JSON 6902
         if "target" not in patch:
             raise KustomizeError(f"{directory}: a JSON 6902 patch needs a `target`")

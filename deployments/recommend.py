@@ -156,10 +156,22 @@ def recommend_replicas(rps: Usage, capacity_rps: float, *, utilization: float = 
 
 def capacity_from_tune(reports_dir: Path | None = None) -> float | None:
     """The per-replica capacity at the SLO that `make tune` measured, if it ran."""
+    from slipway.paths import REPORTS_DIR
     from slipway.reports import read_report
 
     report = read_report("tune", reports_dir) or {}
-    return (report.get("deployment") or {}).get("per_replica_capacity_rps")
+    deployment = report.get("deployment") or {}
+    capacity = deployment.get("per_replica_capacity_rps") if isinstance(deployment, dict) else deployment
+    if capacity is not None and not _is_capacity(capacity):  # a hand-edited or foreign report: not a number to size on
+        report_path = Path(reports_dir or REPORTS_DIR) / "tune.json"
+        raise RecommendError(f"{report_path} gives deployment.per_replica_capacity_rps {capacity!r}, not a number of "
+                             "requests/s above 0: run `make tune` again, or pass --capacity-rps N")
+    return capacity
+
+
+def _is_capacity(value: object) -> bool:
+    """A per-replica capacity the replica arithmetic can use: a finite number of requests/s above 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | None, capacity_source: str = "--capacity-rps",
@@ -170,8 +182,11 @@ def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | No
     from slipway import seldon_patch
 
     check_same_pods(cpu, memory, rps)
-    if not capacity_rps or capacity_rps <= 0:
+    if capacity_rps is None:
         raise RecommendError("no per-replica capacity: run `make tune` (it writes reports/tune.json) or pass --capacity-rps N")
+    if not _is_capacity(capacity_rps):
+        raise RecommendError(f"{capacity_source} gives a per-replica capacity of {capacity_rps!r}: it must be a finite number "
+                             "of requests/s above 0, e.g. --capacity-rps 40")
     cpu_request, cpu_limit, cpu_why = recommend_cpu(cpu, half_life_s=half_life_s, margin=margin)
     memory_request, memory_limit, memory_why = recommend_memory(memory, half_life_s=half_life_s, margin=margin)
     min_replicas, max_replicas, replica_why = recommend_replicas(rps, capacity_rps, margin=margin, min_floor=min_floor)
@@ -319,6 +334,16 @@ def add_command(commands) -> None:
     parser.set_defaults(func=cmd_recommend)
 
 
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse an --out-dir that cannot hold the overlay (it or a folder above it is a file) before any work."""
+    for folder in (Path(out_dir) / "overlay", *(Path(out_dir) / "overlay").parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise RecommendError(f"--out-dir {out_dir}: {folder} is a file; "
+                                     "name a folder for the overlay (default build/recommend)")
+            return
+
+
 def cmd_recommend(args) -> int:
     import json
     import os
@@ -329,6 +354,7 @@ def cmd_recommend(args) -> int:
     from slipway.cli import UserError, console
 
     try:
+        _check_out_dir(args.out_dir)
         files = {"cpu": args.cpu, "memory": args.memory, "rps": args.rps}
         url = args.prometheus_url or os.environ.get("PROMETHEUS_URL")
         if all(files.values()):
@@ -355,7 +381,11 @@ def cmd_recommend(args) -> int:
                         margin=args.margin, min_floor=args.min_replicas_floor)
     except (UsageError, RecommendError) as err:
         raise UserError(str(err)) from err
-    path = write_outputs(rec, usage["cpu"], usage["memory"], usage["rps"], model=args.model, out_dir=args.out_dir)
+    try:
+        path = write_outputs(rec, usage["cpu"], usage["memory"], usage["rps"], model=args.model, out_dir=args.out_dir)
+    except OSError as err:  # a folder we may not write to: the user's to fix, not a bug
+        raise UserError(f"cannot write the recommendation: {err.strerror or err} ({err.filename}); "
+                        "pass an --out-dir you can write to") from err
     if args.json:
         sys.stdout.write(json.dumps(rec.as_dict(), indent=2) + "\n")
     for line in rec.reasoning:

@@ -77,13 +77,9 @@ class ModelVersion(BaseModel):
     def from_record_file(cls, path: Path, *, uri: str | None = None) -> ModelVersion:
         """Read the store's JSON record; `uri` replaces the record's where the artifact was copied elsewhere."""
         path = Path(path)
-        try:
-            record = json.loads(path.read_text())
-        except FileNotFoundError as err:
-            raise RecordError(f"version record {path} does not exist; write it with `python -m export versions show REF --json`") from err
-        except json.JSONDecodeError as err:
-            raise RecordError(f"version record {path} is not JSON ({err.msg} at line {err.lineno}); "
-                              "write it with `python -m export versions show REF --json`") from err
+        if not path.exists():
+            raise RecordError(f"version record {path} does not exist; write it with `python -m export versions show REF --json`")
+        record = _json_file(path, f"version record {path}", "write it with `python -m export versions show REF --json`")
         if not isinstance(record, dict):
             raise RecordError(f"version record {path} must be a JSON object with name, version, uri and digest")
         local_dir = _local_folder(record.get("uri"))
@@ -99,13 +95,17 @@ class ModelVersion(BaseModel):
         settings_path = Path(model_dir) / SETTINGS_FILE
         if not settings_path.is_file():
             raise RecordError(f"{model_dir} is not an artifact folder (no {SETTINGS_FILE}); run `make demo` first")
-        settings = json.loads(settings_path.read_text())
+        fix = "re-export the artifact (`python -m export convert`) or fix the file"
+        settings = _json_file(settings_path, str(settings_path), fix)
+        name = settings.get("name") if isinstance(settings, dict) else None
+        if not isinstance(name, str) or not name:
+            raise RecordError(f"{settings_path} names no model (a JSON object with a \"name\" string is expected); {fix}")
         try:
             digest = read_manifest(model_dir).digest
         except ArtifactError as err:
             raise RecordError(str(err)) from err
-        name = settings["name"]
-        version = str(version or settings.get("parameters", {}).get("version") or digest[:12])
+        parameters = settings.get("parameters")
+        version = str(version or (parameters.get("version") if isinstance(parameters, dict) else None) or digest[:12])
         record = {"name": name, "version": version, "digest": digest, "local_dir": Path(model_dir),
                   "uri": uri or DEFAULT_URI_TEMPLATE.format(name=name, version=version)}
         return cls._validated(record, source=str(model_dir))
@@ -116,6 +116,20 @@ class ModelVersion(BaseModel):
             return cls.model_validate(record)
         except ValidationError as err:
             raise RecordError(f"{source}: {one_line(err, whole='record')}") from err
+
+
+def _json_file(path: Path, what: str, fix: str) -> object:
+    """A JSON file's content; a file that cannot be read, is not UTF-8 or not JSON is a `RecordError` saying where."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except IsADirectoryError as err:
+        raise RecordError(f"{what} is a folder, not a JSON file; {fix}") from err
+    except OSError as err:
+        raise RecordError(f"{what} cannot be read ({err.strerror or err}); {fix}") from err
+    except UnicodeDecodeError as err:
+        raise RecordError(f"{what} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); {fix}") from err
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{what} is not JSON ({err.msg} at line {err.lineno}, column {err.colno}); {fix}") from err
 
 
 def _local_folder(uri: object) -> Path | None:

@@ -31,6 +31,7 @@ COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/mana
 SHARED_MEMORY_VOLUME = "dshm"
 SHARED_MEMORY_PATH = "/dev/shm"
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class RenderError(ValueError):
@@ -95,6 +96,7 @@ def render(
     shared_memory: str | None = None,
 ) -> Rendered:
     """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions."""
+    check_namespace(namespace)
     directory = resolve_overlay(overlay)
     try:
         component = autoscaling.component_dir(autoscaling_mode)
@@ -120,6 +122,15 @@ def render(
         raise RenderError(f"placeholders left unset after rendering: {', '.join(sorted(leftover))}")
     return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used,
                     models=models, shared_memory=shared_memory)
+
+
+def check_namespace(namespace: str) -> str:
+    """The API server refuses every object in a namespace that is not a DNS-1123 label: refuse it before writing any."""
+    if not isinstance(namespace, str) or not _DNS_1123_LABEL.match(namespace):
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", str(namespace).lower()).strip("-")[:63].strip("-") or "slipway"
+        raise RenderError(f"namespace {namespace!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits "
+                          f"and '-', starting and ending with a letter or digit (e.g. {suggestion})")
+    return namespace
 
 
 def _assign_models(sdep: dict, model: ModelVersion, canary: ModelVersion | None) -> dict[str, ModelVersion]:

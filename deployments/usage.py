@@ -89,7 +89,12 @@ def parse_query_range(data: object, *, kind: Kind, source: str) -> Usage:
                          f"/api/v1/query_range for {hint}")
     if data["resultType"] != "matrix":
         raise UsageError(f"{source} holds a {data['resultType']} result: use /api/v1/query_range (a matrix), not an instant query")
-    raw = [item for item in data["result"] if item.get("values")]
+    result = data["result"]
+    if not isinstance(result, list) or not all(isinstance(item, dict) and isinstance(item.get("metric", {}), dict)
+                                               for item in result):
+        raise UsageError(f'{source}: data.result must be a list of series {{"metric": {{labels}}, "values": [[time, "value"], ...]}}; '
+                         f"send the JSON of /api/v1/query_range for {hint}")
+    raw = [item for item in result if item.get("values")]
     if not raw:
         raise UsageError(f"{source} has no samples: the query matched no series; query {hint}")
     for item in raw:
@@ -169,9 +174,12 @@ def load_usage(path: Path, kind: Kind) -> Usage:
     """Read a saved `query_range` JSON file."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"{path} does not exist; save the JSON of /api/v1/query_range for {HINTS[kind]}")
+        missing = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise UsageError(f"{path} {missing}; save the JSON of /api/v1/query_range for {HINTS[kind]}")
     try:
         data = json.loads(path.read_text())
+    except OSError as err:
+        raise UsageError(f"{path} cannot be read: {err.strerror or err}") from err
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UsageError(f"{path} is not JSON: {err}") from err
     return parse_query_range(data, kind=kind, source=str(path))

@@ -36,12 +36,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from export.convert import check_parity, keras_to_onnx, onnx_predict
     from export.data import load_digits_splits
     from export.model import INPUT_NAME, OUTPUT_NAME
-    from export.package import write_artifact
+    from export.package import check_out_dir, write_artifact
     from export.train import read_train_config
     from slipway.reports import write_report
 
     if not args.model.is_file():
         raise UserError(f"no trained model at {args.model}: run `python -m export train` first or pass --model")
+    check_out_dir(args.out)  # before TensorFlow loads and converts
     import keras
 
     try:

@@ -63,12 +63,13 @@ def run_and_report(source, config, out: Path, report_name: str, warnings: list[s
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from export.optimize import OptimizeError
-    from export.pipeline import ExportPlanError, run_export, step_count
+    from export.pipeline import ExportPlanError, check_out_dir, run_export, step_count
     from export.prune import PruneError
     from export.quantize import QuantizeError
     from export.report import build_report, console_table, write_export_report
     from export.selection import NoVariantWithinBudget
 
+    check_out_dir(out)  # before minutes of work, not after
     for warning in warnings:
         console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True)
     try:
@@ -107,9 +108,13 @@ def synthetic_warning(source) -> list[str]:
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
+    from export.pipeline import check_out_dir
+
     config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
+    out = args.out or VARIANTS_DIR / args.model
+    check_out_dir(out)  # before the model is loaded and converted
     source = keras_source(args.model, args.keras_model, config)
-    report = run_and_report(source, config, args.out or VARIANTS_DIR / args.model, args.report, synthetic_warning(source))
+    report = run_and_report(source, config, out, args.report, synthetic_warning(source))
     console.print(f"publish it with: python -m export versions publish {report.chosen.path} --model {source.name}", soft_wrap=True)
     return 0
 
@@ -162,6 +167,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.runs < 1:
         raise UserError("--batch-size and --runs must be at least 1")
     trace = args.trace or PROFILES_DIR / f"{folder.parent.name}-{folder.name}-b{args.batch_size}.json"
+    if trace.is_dir():
+        raise UserError(f"--trace {trace} is a folder: name the trace file, e.g. --trace {trace / 'profile.json'}")
+    if blocked := next((parent for parent in trace.parents if parent.exists() and not parent.is_dir()), None):
+        raise UserError(f"--trace {trace} cannot be written: {blocked} is a file, not a folder; choose another --trace")
     try:
         with console.status(f"profiling {folder} ({args.runs} runs at batch {args.batch_size})"):
             times = profile_artifact(folder, trace, batch_size=args.batch_size, runs=args.runs)

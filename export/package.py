@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from slipway import atomic
-from wrappers.artifact import INPUT_EXAMPLE_FILE, MODEL_FILE, SETTINGS_FILE, Manifest, write_manifest
+from wrappers.artifact import INPUT_EXAMPLE_FILE, MODEL_FILE, SETTINGS_FILE, Manifest, is_artifact_folder, write_manifest
 from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 
@@ -23,6 +23,11 @@ def model_settings(name: str, *, version: str | None = None, extra: dict[str, An
     if version is not None:
         parameters["version"] = version
     return {"name": name, "implementation": RUNTIME_IMPLEMENTATION, "parameters": parameters}
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse, before any work, an `--out` that is a file or a folder other than a previous artifact."""
+    atomic.check_replaceable(Path(out_dir), owns=is_artifact_folder)
 
 
 def write_artifact(
@@ -40,8 +45,9 @@ def write_artifact(
 
     The input example (a few held-out rows with the outputs the exported model gives them)
     lets the server warm up and lets smoke tests check answers without TensorFlow.
+    An existing `out_dir` is replaced only when it is an artifact folder (see `check_out_dir`).
     """
-    with atomic.staged_dir(Path(out_dir)) as staging:
+    with atomic.staged_dir(Path(out_dir), owns=is_artifact_folder) as staging:
         (staging / MODEL_FILE).write_bytes(onnx_bytes)
         (staging / SETTINGS_FILE).write_text(json.dumps(model_settings(name, extra=extra_settings), indent=2) + "\n")
         arrays = {f"input:{k}": v for k, v in example_inputs.items()}

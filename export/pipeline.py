@@ -210,6 +210,20 @@ class ExportResult:
     digests: dict[str, str]  # variant -> manifest digest: what the version store matches a published folder by
 
 
+def holds_variants(folder: Path) -> bool:
+    """Is `folder` a previous export's output (only artifact folders)? Then a new export may replace it."""
+    from wrappers.artifact import is_artifact_folder
+
+    return all(path.is_dir() and is_artifact_folder(path) for path in Path(folder).iterdir())
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse, before the export runs, an `--out` that is a file or a folder other than a previous export."""
+    from slipway import atomic
+
+    atomic.check_replaceable(Path(out_dir), owns=holds_variants)
+
+
 def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Callable[[str], None] = lambda _: None) -> ExportResult:
     """Build, judge, time, choose and write: the whole export of one source."""
     from export.package import write_artifact
@@ -246,7 +260,7 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
     inputs = example_inputs(source)
     labels = source.labels[: rows_of(inputs)] if source.labels is not None else None
     digests = {}
-    with atomic.staged_dir(out_dir) as staging:
+    with atomic.staged_dir(out_dir, owns=holds_variants) as staging:
         for j in judged:
             lineage = {
                 "model": source.name, "variant": j.built.variant.value, "precision": PRECISION[j.built.variant],

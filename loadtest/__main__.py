@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -57,21 +58,24 @@ def cmd_smoke(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from loadtest.config import ConfigError, build_shape, parse_host
     from loadtest.payloads import PayloadError
-    from loadtest.run import LoadTestError
+    from loadtest.run import MAX_PROCESSES, LoadTestError
     from loadtest.slo import load_slo
 
     try:
         slo = load_slo(args.slo, p50_ms=args.p50_ms, p95_ms=args.p95_ms, p99_ms=args.p99_ms,
                        max_error_rate=args.max_error_rate, min_rps=args.min_rps)
         shape = build_shape(
-            kind=args.shape, users=args.users or (1 if args.shape == "step" else None), duration_s=args.duration, step_s=args.step_seconds,
+            kind=args.shape, users=(1 if args.shape == "step" else None) if args.users is None else args.users,
+            duration_s=args.duration, step_s=args.step_seconds,
             step_factor=args.step_factor, max_users=args.max_users, spike_users=args.spike_users,
             spike_s=args.spike_seconds, window_s=args.window_seconds,
         )
     except ConfigError as err:
         raise UserError(str(err)) from err
-    if args.batch_size < 1 or args.request_timeout <= 0:
+    if args.batch_size < 1 or not 0 < args.request_timeout < math.inf:
         raise UserError("--batch-size must be at least 1 and --request-timeout above 0 seconds")
+    if not 0 <= args.processes <= MAX_PROCESSES:
+        raise UserError(f"--processes must be between 0 and {MAX_PROCESSES}, got {args.processes}")
     if args.rest_body != "json" and args.protocol != "rest":
         raise UserError(f"--rest-body {args.rest_body} is for --protocol rest; gRPC already carries tensors as raw bytes")
     try:
@@ -91,13 +95,18 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
     from loadtest.config import LoadJob
     from loadtest.payloads import build_payload
     from loadtest.report import write_loadtest_report
-    from loadtest.run import run_locust
+    from loadtest.run import no_answer, run_locust
     from loadtest.slo import judge
 
     out_dir = args.out_dir or BUILD_DIR / args.name
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out-dir {out_dir} is a file; name a folder for Locust's CSV, HTML and log (or leave it out)")
     body, payload = build_payload(endpoint, batch_size=args.batch_size, data=args.data, model_dir=model_dir,
                                   body_format=args.rest_body)
+    try:  # only now that the target answered and the payload is built: a refused run leaves no empty folder
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create --out-dir {out_dir}: {err.strerror or err}; name a folder you can write to") from err
     suffix = ".pb" if endpoint.protocol == "grpc" else ".bin" if args.rest_body == "binary" else ".json"
     payload_file = out_dir / f"request{suffix}"
     atomic.write_bytes(payload_file, body)
@@ -118,6 +127,10 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
     path = write_loadtest_report(run, name=args.name, context=context, verdict=verdict)
     _print_run(run)
     console.print(f"report: {path} (plot {path.with_suffix('.png')}, Locust HTML {run.files['locust_html']})")
+    unanswered = no_answer(run)
+    if unanswered:  # not a measurement of the server at all, whatever the SLO says
+        raise UserError(f"{unanswered}; check that {endpoint.describe()} serves V2 inference (--host, --model, --protocol, "
+                        f"--model-version) and read {run.files['locust_log']}")
     if verdict is None:
         return 0
     if verdict.passed:
@@ -160,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run", help="load-test a V2 endpoint with headless Locust (a local MLServer on MODEL_DIR unless --host)",
         description="Load-test a V2 endpoint with headless Locust and gate the run on an SLO. Without --host, "
         "MLServer is started on --model-dir for the run and stopped after it. Exit codes: 0 passed, "
-        f"{EXIT_SLO_BROKEN} SLO broken, 2 bad input.",
+        f"{EXIT_SLO_BROKEN} SLO broken, 2 bad input (or a server that answered no request).",
     )
     target = run.add_argument_group("target")
     target.add_argument("--host", help="endpoint: http(s)://HOST:PORT[/seldon/NAMESPACE/NAME] (REST) or "

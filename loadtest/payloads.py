@@ -11,6 +11,7 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -49,13 +50,29 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
     or a `.json` V2 request body (sent as it is, whatever the batch size)."""
     path = Path(path)
     if not path.is_file():
-        raise PayloadError(f"sample data file {path} does not exist; send an .npz of input arrays or a V2 .json body")
+        missing = "is a folder" if path.is_dir() else "does not exist"
+        raise PayloadError(f"sample data file {path} {missing}; send an .npz of input arrays or a V2 .json body")
     if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
+        try:
+            archive = np.load(path, allow_pickle=False)  # never unpickle a file someone handed us
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
+            # numpy's ValueError here means "neither zip nor .npy" and suggests unpickling it: not advice to pass on
+            reason = "not a zip of arrays" if isinstance(err, ValueError) else _first_line(err)
+            raise PayloadError(f"{path} is not a readable .npz archive ({reason}); "
+                               "write one with numpy.savez(path, name=array)") from err
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise PayloadError(f"{path} is a single .npy array, not an .npz archive; write one with numpy.savez(path, name=array)")
+        with archive:
             keys = archive.files
             prefixed = [key for key in keys if key.startswith("input:")]
             chosen = prefixed or [key for key in keys if ":" not in key and key != "labels"]
-            arrays = {key.split(":", 1)[-1]: archive[key] for key in chosen}
+            arrays = {}
+            for key in chosen:
+                try:
+                    arrays[key.split(":", 1)[-1]] = archive[key]
+                except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:  # object arrays need pickle: refused
+                    raise PayloadError(f"{path}: array {key!r} cannot be read ({_first_line(err)}); "
+                                       "save plain numeric arrays with numpy.savez") from err
         if not arrays:
             raise PayloadError(f"{path} holds no input arrays (keys {keys}); name them after the model's inputs")
         return take_rows(arrays, batch_size)
@@ -66,6 +83,10 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise PayloadError(f"{path} is not a V2 request body ({{\"inputs\": [{{name, datatype, shape, data}}]}}): {err}") from err
     raise PayloadError(f"sample data file {path} must be .npz or .json, not {path.suffix or 'no suffix'!r}")
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _array_from_json(item: dict) -> np.ndarray:

@@ -107,9 +107,34 @@ def run_locust(job: LoadJob, out_dir: Path, *, processes: int = 0, show_progress
         steps=steps["steps"],
         stopped=steps["stopped"],
         saturation=steps["saturation"],
-        files={"locust_csv": f"{prefix}_stats.csv", "locust_html": str(out_dir / "locust.html"), "locust_log": str(log_path),
-               "job": str(job_file)},
+        files={"locust_csv": f"{prefix}_stats.csv", "locust_failures": f"{prefix}_failures.csv",
+               "locust_html": str(out_dir / "locust.html"), "locust_log": str(log_path), "job": str(job_file)},
     )
+
+
+def no_answer(run: LoadRun) -> str | None:
+    """Why a run measured nothing of the server (no request completed, or every one failed); None if it answered.
+
+    Such a run says the target is wrong or down, not how fast it is: its figures are the failures'.
+    """
+    result = run.aggregate
+    if result.requests == 0:
+        return "the server completed no request in the whole run (is it up, and answering within --request-timeout?)"
+    if result.failures < result.requests:
+        return None
+    common = most_common_failure(Path(run.files.get("locust_failures", "")))
+    return f"the server answered none of the {result.requests} requests" + (f" (most failed with {common})" if common else "")
+
+
+def most_common_failure(failures_csv: Path) -> str | None:
+    """The error Locust counted most often in its `_failures.csv`, e.g. `POST infer: LocustBadStatusCode(code=501)`."""
+    try:
+        with open(failures_csv, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        top = max(rows, key=lambda row: int(row.get("Occurrences") or 0), default=None)
+    except (OSError, ValueError, csv.Error):
+        return None
+    return f"{top['Method']} {top['Name']}: {top['Error']}" if top and top.get("Error") else None
 
 
 def _wait(process: subprocess.Popen, job: LoadJob, limit_s: float, show_progress: bool) -> None:

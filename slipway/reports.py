@@ -93,8 +93,19 @@ def write_report(name: str, payload: dict[str, Any], reports_dir: Path | None = 
 
 
 def read_report(name: str, reports_dir: Path | None = None) -> dict[str, Any] | None:
-    """Read `reports/<name>.json`, or None when that step has not run yet."""
+    """Read `reports/<name>.json`, or None when that step has not run yet.
+
+    A damaged report (cut short by a full disk, edited by hand) is a `UserError` naming the file, not a traceback.
+    """
+    from slipway.cli import UserError
+
     path = Path(reports_dir or REPORTS_DIR) / f"{name}.json"
     if not path.exists():
         return None
-    return json.loads(path.read_text())
+    try:
+        report = json.loads(path.read_text())
+        if not isinstance(report, dict):
+            raise ValueError(f"a JSON {type(report).__name__}, not an object")
+    except (OSError, ValueError) as err:  # ValueError: not JSON, not UTF-8, not an object
+        raise UserError(f"{path} is not a readable report ({err}): run the step that writes it again, or delete it") from err
+    return report

@@ -13,6 +13,17 @@ from slipway.paths import DEMO_ARTIFACT_DIR
 from wrappers.server import ServerError, serve_foreground
 
 
+def port(text: str) -> int:
+    """A TCP port number: anything outside 1-65535 would be bound as some other port, or not at all."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: give 1-65535") from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{number} is not a port number: give 1-65535")
+    return number
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve_foreground(
@@ -95,9 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="serve an artifact folder with MLServer in the foreground")
     serve.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder (default: the demo's)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    serve.add_argument("--http-port", type=int, default=8080)
-    serve.add_argument("--grpc-port", type=int, default=8081)
-    serve.add_argument("--metrics-port", type=int, default=8082)
+    serve.add_argument("--http-port", type=port, default=8080)
+    serve.add_argument("--grpc-port", type=port, default=8081)
+    serve.add_argument("--metrics-port", type=port, default=8082)
     serve.set_defaults(func=cmd_serve)
 
     bench = commands.add_parser(

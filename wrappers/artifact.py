@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from slipway import atomic
 
@@ -26,6 +26,9 @@ INPUT_EXAMPLE_FILE = "input-example.npz"
 MANIFEST_FORMAT = "slipway.artifact/v1"
 EXPECTED_DIGESTS_ENV = "SLIPWAY_EXPECTED_DIGESTS"
 _CHUNK = 1 << 20
+# Neither is content: the manifest describes the others, and the marker is `atomic.staged_dir`'s note
+# that a folder is a previous output (a tuning trial's artifact carries one).
+_NOT_CONTENT = {MANIFEST_NAME, atomic.OUTPUT_MARKER}
 
 
 class ArtifactError(Exception):
@@ -68,7 +71,7 @@ def build_manifest(folder: Path) -> Manifest:
     files = {
         path.relative_to(folder).as_posix(): FileEntry(sha256=sha256_file(path), bytes=path.stat().st_size)
         for path in sorted(folder.rglob("*"))
-        if path.is_file() and path.name != MANIFEST_NAME
+        if path.is_file() and path.name not in _NOT_CONTENT
     }
     if MODEL_FILE not in files:
         raise ArtifactError(f"{folder} has no {MODEL_FILE}; an artifact folder needs one")
@@ -89,8 +92,17 @@ def read_manifest(folder: Path) -> Manifest:
         raise ArtifactError(f"{path} is missing: an artifact folder must carry its {MANIFEST_NAME}")
     try:
         return Manifest.model_validate(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValueError) as err:
+    except ValidationError as err:
+        from slipway.cli import one_line
+
+        raise ArtifactError(f"{path} is not a valid manifest: {one_line(err, 'manifest')}") from err
+    except ValueError as err:  # not JSON, or not UTF-8
         raise ArtifactError(f"{path} is not a valid manifest: {err}") from err
+
+
+def is_artifact_folder(folder: Path) -> bool:
+    """Does `folder` look like an artifact folder (it carries a manifest)? `staged_dir` may replace one."""
+    return (Path(folder) / MANIFEST_NAME).is_file()
 
 
 def verify_artifact(folder: Path, expected_digest: str | None = None) -> Manifest:
@@ -114,7 +126,7 @@ def verify_artifact(folder: Path, expected_digest: str | None = None) -> Manifes
             raise ArtifactError(
                 f"artifact {folder} was modified: {name} does not match its sha256 in {MANIFEST_NAME}"
             )
-    present = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file() and path.name != MANIFEST_NAME}
+    present = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file() and path.name not in _NOT_CONTENT}
     unlisted = sorted(present - set(manifest.files))
     if unlisted:
         raise ArtifactError(

@@ -28,6 +28,8 @@ import numpy as np
 
 Feeds = dict[str, np.ndarray]
 RunFn = Callable[[Feeds, int], list[np.ndarray]]
+# Per request its outputs or its own error; or one error for the whole batch.
+Results = list[list[np.ndarray] | BaseException] | BaseException
 _JOIN_TIMEOUT_S = 30.0
 _PR_SET_NAME = 15  # prctl option: set the calling thread's name (15 bytes at most)
 
@@ -56,6 +58,8 @@ class RowBatcher:
     `run` returns the outputs for all rows (each output's first axis is the row axis);
     every request gets back its own rows. Requests whose non-row dimensions or dtypes
     differ from the head of the queue are left for a later run instead of being merged.
+    A merged run that raises one of `input_errors` (what one request's bad input can cause)
+    is run again request by request, so each gets its own result or error, not its neighbour's.
     `on_run` is called on the run's thread after each run. `warm_up`, when given, runs on
     every run thread before the batcher is returned (its first error is raised here).
     """
@@ -67,12 +71,14 @@ class RowBatcher:
         max_rows: int,
         max_runs: int = 1,
         on_run: Callable[[BatchStats], None] | None = None,
+        input_errors: tuple[type[BaseException], ...] = (),
         thread_name: str = "inference",
         warm_up: Callable[[], None] | None = None,
     ):
         self._run = run
         self._max_rows = max_rows
         self._on_run = on_run
+        self._input_errors = input_errors
         self._queue: deque[_Pending] = deque()
         self._ready = threading.Condition()
         self._closed = False
@@ -133,10 +139,7 @@ class RowBatcher:
                 batch, rows = self._take_batch()
             if not batch:
                 continue
-            try:
-                results: list[list[np.ndarray]] | BaseException = self._run_batch(batch, rows)
-            except Exception as err:  # a failing run fails only its own requests
-                results = err
+            results = self._results(batch, rows)
             try:
                 batch[0].loop.call_soon_threadsafe(_deliver, batch, results)
             except RuntimeError:  # the event loop is closed: nobody is waiting for these any more
@@ -156,6 +159,22 @@ class RowBatcher:
                 batch.append(item)
                 rows += item.rows
         return batch, rows
+
+    def _results(self, batch: list[_Pending], rows: int) -> Results:
+        """Each request's outputs, or the error of the run that failed it (a failing run fails only its own requests)."""
+        try:
+            return self._run_batch(batch, rows)
+        except Exception as err:
+            if len(batch) == 1 or not isinstance(err, self._input_errors):
+                return err
+        # One request's input may have failed the merged run: alone, the others run as they would have.
+        results: list[list[np.ndarray] | BaseException] = []
+        for item in batch:
+            try:
+                results.extend(self._run_batch([item], item.rows))
+            except Exception as err:
+                results.append(err)
+        return results
 
     def _run_batch(self, batch: list[_Pending], rows: int) -> list[list[np.ndarray]]:
         started = time.perf_counter()
@@ -191,8 +210,8 @@ def _name_native_thread(name: str) -> None:
         pass
 
 
-def _deliver(batch: list[_Pending], results: list[list[np.ndarray]] | BaseException) -> None:
-    """On the event loop: each request its own rows, or the run's error."""
+def _deliver(batch: list[_Pending], results: Results) -> None:
+    """On the event loop: each request its own rows or error, or the run's error."""
     for index, item in enumerate(batch):
         _settle(item, results if isinstance(results, BaseException) else results[index])
 
@@ -253,10 +272,11 @@ def gpu_buckets(max_batch_rows: int) -> list[int]:
 
 def run_in_buckets(run: Callable[[Feeds], list[np.ndarray]], feeds: Feeds, rows: int, buckets: list[int]) -> list[np.ndarray]:
     """Run `rows` rows in runs of bucket sizes only: each chunk (of at most the largest bucket)
-    zero-padded up to the smallest bucket that holds it; every request gets its own rows back."""
+    zero-padded up to the smallest bucket that holds it; every request gets its own rows back.
+    Zero rows run as one padded chunk too, for outputs of zero rows in the graph's shapes."""
     largest = buckets[-1]
     chunks = []
-    for start in range(0, rows, largest):
+    for start in range(0, max(rows, 1), largest):
         count = min(largest, rows - start)
         size = next(bucket for bucket in buckets if bucket >= count)
         outputs = run({name: _pad_rows(array[start : start + count], size) for name, array in feeds.items()})

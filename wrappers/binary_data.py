@@ -16,8 +16,6 @@ takes these requests for this runtime's models).
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, TensorData
 from pydantic import ValidationError
@@ -30,32 +28,10 @@ from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
 HEADER = BINARY_HEADER.lower()  # as ASGI gives header names
 SIZE = "binary_data_size"
-# Compressed bodies (tritonclient.http's request_compression_algorithm) are inflated up to this size: a few
-# bytes of gzip can claim gigabytes.
-MAX_INFLATED_BYTES = 1 << 30
-_ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 class BinaryDataError(ValueError):
     """The body does not follow the extension; the message says what is wrong and what to send."""
-
-
-def decompressed(body: bytes, encoding: str | None) -> bytes:
-    """The body as sent before `Content-Encoding` (gzip or deflate, as tritonclient.http compresses)."""
-    if not encoding or encoding.strip().lower() == "identity":
-        return body
-    window = _ZLIB_WINDOW.get(encoding.strip().lower())
-    if window is None:
-        raise BinaryDataError(f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or none")
-    inflater = zlib.decompressobj(window)
-    try:
-        inflated = inflater.decompress(body, MAX_INFLATED_BYTES)
-    except zlib.error as err:
-        raise BinaryDataError(f"the body is not valid {encoding} data: {err}") from None
-    if inflater.unconsumed_tail or not inflater.eof:
-        raise BinaryDataError(f"the {encoding} body is truncated or inflates past {MAX_INFLATED_BYTES} bytes; "
-                              "send a complete body (or split the request)")
-    return inflated
 
 
 def request_from_body(body: bytes, header: str) -> InferenceRequest:

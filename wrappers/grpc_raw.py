@@ -24,7 +24,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Requ
 
 from wrappers.loaded_models import LoadedModels
 from wrappers.shared_memory import REGION
-from wrappers.tensors import TensorError, from_raw, to_raw
+from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
 _NO_DATA = np.empty(0, dtype=np.uint8)
 _original_request_to_types = converters.ModelInferRequestConverter.to_types
@@ -40,6 +40,8 @@ def _install() -> None:
 
 # The models whose raw gRPC requests go through NumPy; adding one installs the converters.
 fast_models = LoadedModels(install=_install)
+# The models served with shared memory on: only their inputs may lie in a region instead of the request.
+shared_memory_models = LoadedModels()
 
 
 def _answer_raw(request: pb.ModelInferRequest) -> bool:
@@ -49,7 +51,10 @@ def _answer_raw(request: pb.ModelInferRequest) -> bool:
 
 
 def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
-    return request.model_name in fast_models and any(REGION in tensor.parameters for tensor in request.inputs)
+    """Inputs naming a region, for a model that reads regions; any other model gets its raw buffers as sent,
+    and the runtime says it does not use shared memory."""
+    return (request.model_name in fast_models and request.model_name in shared_memory_models
+            and any(REGION in tensor.parameters for tensor in request.inputs))
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
@@ -63,11 +68,12 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
     if pb_object.outputs:
         request.outputs = [converters.InferRequestedOutputTensorConverter.to_types(o) for o in pb_object.outputs]
     raw_contents = pb_object.raw_input_contents
+    reads_regions = pb_object.model_name in shared_memory_models
     empty = []
     for tensor in request.inputs:
         if tensor.data.root:
             continue
-        if getattr(tensor.parameters, REGION, None) is not None:  # in shared memory: no contents, no raw buffer
+        if reads_regions and getattr(tensor.parameters, REGION, None) is not None:  # in shared memory: no raw buffer
             tensor.data = TensorData.model_construct(root=_NO_DATA)  # an array: the outputs go back raw too
         else:
             empty.append(tensor)
@@ -102,7 +108,7 @@ def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = Fa
     """The response with every output as raw contents, built directly: MLServer's converter would walk
     pydantic models and build empty typed contents for each output first."""
     if not use_raw or not any(_as_raw(output) for output in type_object.outputs):
-        return _original_response_from_types(type_object, use_raw=use_raw)
+        return _original_response_from_types(_text_as_bytes(type_object), use_raw=use_raw)
     response = pb.ModelInferResponse(
         model_name=type_object.model_name,
         outputs=[_output_tensor(output) for output in type_object.outputs],
@@ -114,6 +120,27 @@ def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = Fa
         response.id = type_object.id
     _copy_parameters(type_object.parameters, response.parameters)
     return response
+
+
+def _text_as_bytes(response: InferenceResponse) -> InferenceResponse:
+    """The response with its BYTES outputs' str items as bytes: str suits JSON (top-k labels, a graph's
+    strings), but typed `bytes_contents` take bytes only, and MLServer's converter fails on str (gRPC INTERNAL)."""
+    if not any(_is_text(output) for output in response.outputs):
+        return response
+    outputs = [
+        output.model_copy(update={"data": TensorData.model_construct(root=[
+            item.encode() if isinstance(item, str) else item for item in output.data.root
+        ])}) if _is_text(output) else output
+        for output in response.outputs
+    ]
+    return response.model_copy(update={"outputs": outputs})
+
+
+def _is_text(output: ResponseOutput) -> bool:
+    """A BYTES output (its datatype a str, or MLServer's enum) whose data holds str items."""
+    datatype = getattr(output.datatype, "value", output.datatype)
+    data = output.data.root if output.data is not None else None
+    return datatype == BYTES and isinstance(data, list) and any(isinstance(item, str) for item in data)
 
 
 def _as_raw(output: ResponseOutput) -> bool:

@@ -68,6 +68,8 @@ class ImagePreprocessor:
     def __call__(self, encoded: np.ndarray) -> np.ndarray:
         from PIL import Image
 
+        if not encoded.size:  # np.stack has nothing to stack (the runtime refuses zero rows before this)
+            raise TensorError(f"input {self.name!r} holds no images; send at least one")
         pixels = np.stack([self._decode(Image, item, index) for index, item in enumerate(encoded.ravel())])
         if self.dtype != np.uint8:
             pixels = (pixels * np.float32(self.settings.scale) - self._mean) / self._std

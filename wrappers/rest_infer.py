@@ -13,20 +13,28 @@ MLServer's data plane as MLServer's endpoint does: model metrics, CloudEvents he
 response cache and versions all stay as they were. Only two steps change: the body becomes an
 `InferenceRequest` by one pydantic validation, and the response becomes JSON by one dump,
 with MLServer's own JSON encoder. Anything the route does not take as it is (another
-runtime's model; a JSON body that is compressed, is not JSON or does not validate; another
-content type) goes to MLServer's own route, with the body as read: malformed requests get
-exactly MLServer's answers (HTTP 422 naming the field).
+runtime's model; a JSON body that is not JSON or does not validate; another content type)
+goes to MLServer's own route, with the body as read: malformed requests get exactly MLServer's
+answers (HTTP 422 naming the field).
 
 It also serves what MLServer cannot: Triton's binary tensor extension (`wrappers.binary_data`),
-`tritonclient.http`'s default, where tensors travel as bytes after a JSON header (gzip- or
-deflate-compressed, if the client says so). A request that breaks that extension's rules gets
-HTTP 400 saying how.
+`tritonclient.http`'s default, where tensors travel as bytes after a JSON header. A request
+that breaks that extension's rules gets HTTP 400 saying how.
+
+Compressed bodies (`Content-Encoding: gzip` or `deflate`, `tritonclient.http`'s
+`request_compression_algorithm`) are inflated here for every model, before either route reads
+them: MLServer inflates gzip only, whole, on its event loop (1.5 MB of gzip held every request
+of the server for 17 s and took 3 GB), and deflate not at all. Here they are inflated on a worker
+thread, up to `MAX_INFLATED_BYTES`; past it, or undecodable, HTTP 400 says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI
@@ -45,6 +53,15 @@ logger = logging.getLogger(__name__)
 
 INFER_PATHS = ("/v2/models/{model_name}/infer", "/v2/models/{model_name}/versions/{model_version}/infer")
 OCTET_STREAM = "application/octet-stream"
+# A compressed body inflates up to this size: a few kilobytes of gzip can claim gigabytes. 256 MiB holds a batch
+# of 64 224x224x3 images as V2 JSON text (about 120 MB) with room to spare; bigger requests travel uncompressed,
+# where the sender pays for every byte the server holds, or split.
+MAX_INFLATED_BYTES = 256 << 20
+_INFLATE_STEP = 4 << 20  # inflated per zlib call: one step's copy holds the GIL briefly, whatever the body claims
+_ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+# Bodies inflate on these threads (zlib lets go of the GIL), so a big one stalls no other request; two at a time
+# keep what compressed requests can make the server hold to twice MAX_INFLATED_BYTES. Others wait their turn.
+_inflaters = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-inflate")
 
 
 def _install() -> None:
@@ -84,23 +101,19 @@ class FastInferRoute:
         name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
         headers = _headers(scope)
         binary = binary_data.HEADER in headers
-        encoding = headers.get("content-encoding")
-        if name not in fast_models or (encoding and not binary) or not (binary or _is_json(headers)):
+        taken = name in fast_models and (binary or _is_json(headers))
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if not taken and encoding == "identity":
             await self._mlserver_route.handle(scope, receive, send)
             return
         body = await _read_body(receive)
-        if binary:
-            try:
-                body = binary_data.decompressed(body, encoding)
-                payload = binary_data.request_from_body(body, headers[binary_data.HEADER])
-            except binary_data.BinaryDataError as err:
-                raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler
-        else:
-            try:
-                payload = InferenceRequest.model_validate(rest_json.parse(body))
-            except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
-                await self._mlserver_route.handle(scope, _replaying(body, receive), send)
-                return
+        if encoding != "identity":
+            body = await _inflated(body, encoding)
+            scope = _uncompressed(scope, len(body))
+        payload = _payload(body, headers, binary) if taken else None
+        if payload is None:
+            await self._mlserver_route.handle(scope, _replaying(body, receive), send)
+            return
         binary_outputs = binary_data.binary_outputs(payload)
         insert_headers(payload, headers)
         result = await self._data_plane.infer(payload, name, version)
@@ -114,6 +127,59 @@ class FastInferRoute:
         response_headers[binary_data.HEADER] = str(len(header))
         answer = BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
         await answer(scope, receive, send)
+
+
+def _payload(body: bytes, headers: dict[str, str], binary: bool) -> InferenceRequest | None:
+    """The request the body holds; None for a JSON body MLServer's route should answer (not JSON, not V2)."""
+    if binary:
+        try:
+            return binary_data.request_from_body(body, headers[binary_data.HEADER])
+        except binary_data.BinaryDataError as err:
+            raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler
+    try:
+        return InferenceRequest.model_validate(rest_json.parse(body))
+    except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
+        return None
+
+
+async def _inflated(body: bytes, encoding: str) -> bytes | bytearray:
+    """The body as sent before `Content-Encoding`, inflated off the event loop; HTTP 400 where it cannot be."""
+    window = _ZLIB_WINDOW.get(encoding)
+    if window is None:
+        raise InferenceError(f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or none")
+    return await asyncio.get_running_loop().run_in_executor(_inflaters, _inflate, body, encoding, window)
+
+
+def _inflate(body: bytes, encoding: str, window: int) -> bytearray:
+    """Inflate in steps, so that a body claiming more than MAX_INFLATED_BYTES is refused having made no more.
+    A gzip body may hold several members, as `gzip.decompress` (MLServer's way) reads them."""
+    inflated, pending, inflater = bytearray(), body, zlib.decompressobj(window)
+    try:
+        while True:
+            piece = inflater.decompress(pending, min(_INFLATE_STEP, MAX_INFLATED_BYTES + 1 - len(inflated)))
+            inflated += piece
+            if len(inflated) > MAX_INFLATED_BYTES:
+                raise InferenceError(
+                    f"the {encoding} body inflates past {MAX_INFLATED_BYTES} bytes ({MAX_INFLATED_BYTES >> 20} MiB), "
+                    "the most this server inflates; send it uncompressed, or split the request")
+            pending = inflater.unconsumed_tail
+            if inflater.eof:
+                if not inflater.unused_data:
+                    return inflated
+                if encoding != "gzip":
+                    raise InferenceError(f"the deflate body has {len(inflater.unused_data)} bytes after its end; "
+                                         "send one deflate stream")
+                pending, inflater = inflater.unused_data, zlib.decompressobj(window)
+            elif not pending and not piece:
+                raise InferenceError(f"the {encoding} body is truncated; send all of it")
+    except zlib.error as err:
+        raise InferenceError(f"the body is not valid {encoding} data: {err}") from None
+
+
+def _uncompressed(scope: dict, length: int) -> dict:
+    """The scope as if the body had come inflated, so that MLServer's route does not inflate it again."""
+    headers = [(key, value) for key, value in scope["headers"] if key not in (b"content-encoding", b"content-length")]
+    return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
 
 
 def _headers(scope: dict) -> dict[str, str]:

@@ -4,6 +4,8 @@ Point a `model-settings.json` at it with
 `"implementation": "wrappers.runtime.OnnxRuntime"` and `"parameters": {"uri": "./model.onnx"}`.
 The inputs and outputs it advertises come from the graph itself; requests are checked
 against them and refused with HTTP 400 (gRPC INVALID_ARGUMENT) naming what was expected.
+A request carries at least one row: zero rows are refused alike for every graph, where
+padded runs, image decoding or the graph itself would each have failed them another way.
 
 Where the time goes, and what this runtime does about it:
 - decoding: raw gRPC contents become NumPy views (`wrappers.grpc_raw`), REST bodies are parsed
@@ -22,6 +24,7 @@ import asyncio
 import gc
 import logging
 import multiprocessing
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +38,7 @@ from mlserver.types import (
     InferenceRequest, InferenceResponse, MetadataTensor, Parameters, RequestInput, ResponseOutput, TensorData,
 )
 from mlserver.utils import get_model_uri
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 from wrappers import busy_poll, cpu_pinning, grpc_raw, rest_infer, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
@@ -56,6 +59,13 @@ logger = logging.getLogger(__name__)
 WELLKNOWN_MODEL_FILES = ["model.onnx"]
 REFREEZE_AFTER_UNLOAD_S = 1.0
 _FLOAT_KINDS = "f"
+# What ONNX Runtime raises when a run fails on what it was fed. The session loaded and warmed up, so a
+# run that fails with either failed on the request's input: HTTP 400, and merged requests are rerun apart.
+INPUT_ERRORS = (InvalidArgument, Fail)
+# ONNX Runtime's messages name its sources ("/onnxruntime_src/...reshape_helper.h:84 onnxruntime::...(...)")
+# and the check that failed ("size != 0 && ... was false."): internals a client cannot act on.
+_ORT_STATUS = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_ORT_SOURCE = re.compile(r"\S+\.(?:h|hpp|cc|cpp|cu):\d+ [^(\n]*\([^)\n]*\)(?:[^\n]*? was false\.)?\s*")
 
 
 class ModelLoadError(MLServerError):
@@ -119,6 +129,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             rest_infer.fast_models.add(self)
         if self._config.shared_memory:
             shared_memory_api.enable(self)
+            grpc_raw.shared_memory_models.add(self)
         self._pin_at_first_request = self._config.pin_event_loop  # by then gRPC's poller thread runs
         self._spin_s = self._config.event_loop_spin_us / 1e6
         if self._spin_s and not self._runs_inline(1):
@@ -218,6 +229,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             max_rows=self._config.max_batch_rows,
             max_runs=self._config.inference_threads,
             on_run=self._observe_run,
+            input_errors=INPUT_ERRORS,
             thread_name=f"ort-{self.name}",
             warm_up=self._warm_up,
         )
@@ -319,6 +331,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
 
     async def unload(self) -> bool:
         grpc_raw.fast_models.discard(self)
+        grpc_raw.shared_memory_models.discard(self)
         rest_infer.fast_models.discard(self)
         shared_memory_api.disable(self)
         cpu_pinning.pinned_models.discard(self)
@@ -347,8 +360,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                 outputs = self._run_inline(arrays, rows)
             else:
                 outputs = await self._batcher.submit(arrays, rows)
-        except InvalidArgument as err:  # shapes the metadata allows but the graph does not (e.g. a Reshape)
-            raise InferenceError(f"model {self.name} cannot run this input: {err}") from err
+        except INPUT_ERRORS as err:  # inputs the metadata allows but the graph does not (a Reshape, a Gather's index)
+            raise InferenceError(f"model {self.name} could not run on this input: {_ort_message(err)}") from err
         results = dict(zip(self._graph_output_names, outputs))
         if self._topk is not None and self._scores_output in graph_outputs:
             labels, scores = await loop.run_in_executor(self._cpu_pool, self._postprocess, results[self._scores_output])
@@ -399,6 +412,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                 f"input {spec.name!r} has {shape[0]} rows, over this model's limit of {row_limit}; "
                 "split the request (or raise parameters.extra.max_request_rows)"
             )
+        if shape and shape[0] == 0:
+            raise InferenceError(f"input {spec.name!r} has 0 rows (shape {list(shape)}); send at least one row")
         data = request_input.data.root if isinstance(request_input.data, TensorData) else request_input.data
         try:
             where = location(request_input.parameters, spec.name)
@@ -420,6 +435,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                 f"input {spec.name!r} holds NaN or infinite values; send finite numbers "
                 "(or set parameters.extra.reject_non_finite=false)"
             )
+        if spec.datatype == BYTES and spec.name != self._image_input:  # encoded images stay bytes
+            flat = _as_text(flat, spec.name)
         return flat.reshape(shape)
 
     def _read_shared(self, where: Location, data: object, spec: TensorSpec, shape: tuple[int, ...]) -> np.ndarray:
@@ -567,6 +584,31 @@ def _rows(arrays: dict[str, np.ndarray]) -> int:
     if len(set(counts.values())) > 1:
         raise InferenceError(f"inputs must have the same number of rows (first dimension), got {counts}")
     return next(iter(counts.values()))
+
+
+def _as_text(flat: np.ndarray, name: str) -> np.ndarray:
+    """BYTES elements for a graph's string input as str: ONNX Runtime feeds it each bytes item's repr ("b'abc'").
+
+    Raw gRPC contents, Triton's binary extension and typed `bytes_contents` carry bytes; JSON carries str.
+    """
+    text = np.empty(flat.size, dtype=object)
+    for index, item in enumerate(flat.ravel()):
+        if isinstance(item, bytes):
+            try:
+                item = item.decode()
+            except UnicodeDecodeError as err:
+                raise InferenceError(
+                    f"input {name!r}: element {index} is not UTF-8 text ({err.reason} at byte {err.start}), "
+                    "and the graph takes strings; send UTF-8 text"
+                ) from None
+        text[index] = item
+    return text
+
+
+def _ort_message(err: Exception) -> str:
+    """ONNX Runtime's message without its status prefix and the source lines it names."""
+    text = _ORT_SOURCE.sub("", _ORT_STATUS.sub("", str(err).strip()))
+    return " ".join(text.split())
 
 
 def _zeros(spec: TensorSpec, rows: int) -> np.ndarray:

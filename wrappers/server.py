@@ -53,7 +53,14 @@ def model_name(model_dir: Path) -> str:
     path = Path(model_dir) / SETTINGS_FILE
     if not path.is_file():
         raise ServerError(f"{model_dir} is not a model folder: it has no {SETTINGS_FILE} (run `make demo` first)")
-    return json.loads(path.read_text())["name"]
+    try:
+        settings = json.loads(path.read_text())
+    except (OSError, ValueError) as err:  # ValueError: not JSON, or not UTF-8
+        raise ServerError(f"{path} is not valid JSON ({err}): re-export the folder or fix the file") from err
+    name = settings.get("name") if isinstance(settings, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ServerError(f"{path} names no model: it needs a \"name\" (MLServer serves the model under it)")
+    return name
 
 
 def model_names(model_dir: Path) -> list[str]:

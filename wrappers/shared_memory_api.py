@@ -25,6 +25,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from mlserver.handlers import custom_handler
 
+from wrappers import rest_json
 from wrappers.loaded_models import LoadedModels
 from wrappers.shared_memory import REGIONS, SharedMemoryError
 
@@ -93,12 +94,13 @@ def _answer(action: Callable[[], Any], with_result: bool = False) -> Response:
 
 
 def _json_object(body: bytes) -> dict:
+    expected = 'send a JSON object: {"key": "/name", "offset": 0, "byte_size": N}'
     try:
-        parsed = json.loads(body) if body else None
-    except ValueError:
-        parsed = None
+        parsed = rest_json.loads(body) if body else None
+    except json.JSONDecodeError as err:
+        raise SharedMemoryError(f"the body is not JSON ({err}); {expected}") from None
     if not isinstance(parsed, dict):
-        raise SharedMemoryError('send a JSON object: {"key": "/name", "offset": 0, "byte_size": N}')
+        raise SharedMemoryError(expected)
     return parsed
 
 

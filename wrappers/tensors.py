@@ -72,7 +72,21 @@ def from_raw(raw: bytes | memoryview, datatype: str, shape: list[int], name: str
             f"input {name!r}: raw contents hold {len(raw)} bytes but shape {list(shape)} of {datatype} "
             f"needs {expected} ({count} x {dtype.itemsize} bytes)"
         )
-    return np.frombuffer(raw, dtype=dtype)
+    array = np.frombuffer(raw, dtype=dtype)
+    if datatype == "BOOL":
+        _check_bool_bytes(array, name)
+    return array
+
+
+def _check_bool_bytes(array: np.ndarray, name: str) -> None:
+    """NumPy views any byte as a bool, but ONNX Runtime passes the byte itself on: only 0 and 1 are booleans."""
+    codes = array.view(np.uint8)
+    wrong = np.flatnonzero(codes > 1)
+    if wrong.size:
+        raise TensorError(
+            f"input {name!r}: BOOL raw contents must be bytes 0 (false) or 1 (true); element {wrong[0]} is "
+            f"{codes[wrong[0]]} ({wrong.size} such elements)"
+        )
 
 
 def unpack_bytes(raw: bytes | memoryview, name: str) -> list[bytes]:
@@ -112,8 +126,10 @@ def to_raw(array: np.ndarray, datatype: str) -> bytes:
 def from_json(data: object, datatype: str, shape: list[int], name: str) -> np.ndarray:
     """JSON `data` (flat or nested, row-major) as a flat array of the declared datatype.
 
-    Strict where NumPy alone is lenient: strings are not numbers, floats are not
-    integers, integers must fit the type and BOOL data must be true/false.
+    Strict where NumPy alone is lenient: strings are not numbers, floats are not integers,
+    integers must fit the type and BOOL data must be true/false. true/false in numeric data
+    read as 1/0, as MLServer's NumPy codec reads them: finding them among 150,528 numbers
+    would cost as much as converting the numbers.
     """
     count = element_count(shape, name)
     if datatype not in V2_TO_NUMPY:

@@ -21,7 +21,7 @@ from export.store.db import StoreError
 from export.store.lineage import gather
 from export.store.records import TagMove, VersionRecord, diff_records, flatten
 from export.store.refs import RefError, parse_ref, parse_tag_ref
-from export.store.store import DEFAULT_STORE, ModelStore
+from export.store.store import DEFAULT_STORE, ModelStore, check_publish
 from slipway.cli import UserError, console
 
 out = Console(highlight=False, soft_wrap=True)
@@ -70,6 +70,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         source_digest = read_manifest(args.artifact_dir).digest
     except ArtifactError as err:
         raise UserError(f"cannot publish: {err}") from err
+    check_publish(args.artifact_dir, args.model, args.tag)  # before a new store is created for nothing
     lineage = gather(args.artifact_dir, source_digest, reports_dir=args.reports, variant=args.variant, extra_metrics=metrics)
     with _open(args, create=True) as store, Progress(
         TextColumn("[bold]publish[/]"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),

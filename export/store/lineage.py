@@ -56,7 +56,8 @@ def _match_export(report: dict | None, artifact_dir: Path, digest: str) -> tuple
     """(the export report if it describes this artifact, the variant name, the variant's metrics)."""
     if report is None:
         return None, None, {}
-    for entry in report.get("variants") or []:
+    variants = report.get("variants")
+    for entry in variants if isinstance(variants, list) else []:  # a hand-edited report may hold anything
         if not isinstance(entry, dict):
             continue
         described = entry.get("digest") == digest if "digest" in entry else _same_folder(entry.get("path"), artifact_dir)
@@ -75,8 +76,8 @@ def _training(export: dict, reports_dir: Path | None) -> tuple[dict[str, Any] | 
     training: dict[str, Any] | None = None
     if isinstance(source_model, str):
         config_path = Path(source_model).parent / TRAIN_CONFIG_FILE
-        if config_path.is_file():
-            stored = json.loads(config_path.read_text())
+        stored = _json_object(config_path) if config_path.is_file() else None
+        if stored is not None:
             training = {"model_path": source_model, "config": stored.get("config"),
                         "data_fingerprint": stored.get("data_fingerprint")}
     metrics: dict[str, float] = {}
@@ -84,9 +85,19 @@ def _training(export: dict, reports_dir: Path | None) -> tuple[dict[str, Any] | 
     if train is not None and source_model is not None and _same_folder(train.get("model_path"), Path(source_model)):
         metrics = numeric_leaves({k: train[k] for k in TRAIN_METRIC_KEYS if k in train}, "train.")
         if training is None:
+            data = train.get("data")
             training = {"model_path": source_model, "config": train.get("config"),
-                        "data_fingerprint": (train.get("data") or {}).get("fingerprint")}
+                        "data_fingerprint": data.get("fingerprint") if isinstance(data, dict) else None}
     return training, metrics
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from `path`, or None when it is unreadable or not an object (lineage is then unknown)."""
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return stored if isinstance(stored, dict) else None
 
 
 def git_commit(cwd: Path | None = None) -> dict[str, Any] | None:

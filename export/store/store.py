@@ -34,6 +34,7 @@ from pathlib import Path
 
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+from pydantic import ValidationError
 
 from export.store import db
 from export.store.blobs import ArtifactRoot, ProgressHook
@@ -41,6 +42,7 @@ from export.store.db import StoreError
 from export.store.lineage import Lineage, now, who
 from export.store.records import GcResult, TagMove, VersionRecord
 from export.store.refs import Ref, check_name
+from slipway.cli import one_line
 from wrappers.artifact import SETTINGS_FILE, ArtifactError, Manifest, verify_artifact
 
 DEFAULT_STORE = "model-store"
@@ -76,21 +78,48 @@ def _owner_alive(host: str, pid: int, created_at: str) -> bool:
 def read_source(artifact_dir: Path) -> tuple[Manifest, dict]:
     """Check the folder to publish against its manifest and read its model settings."""
     artifact_dir = Path(artifact_dir)
-    if not artifact_dir.is_dir():
-        raise StoreError(f"{artifact_dir} is not a folder: pass an artifact folder written by `python -m export convert`")
+    _check_folder(artifact_dir)
     try:
         manifest = verify_artifact(artifact_dir)
     except ArtifactError as err:
         raise StoreError(f"cannot publish: {err}") from err
     if SETTINGS_FILE not in manifest.files:
         raise StoreError(f"cannot publish {artifact_dir}: it has no {SETTINGS_FILE}, so MLServer could not serve it")
+    return manifest, _read_settings(artifact_dir)
+
+
+def _check_folder(artifact_dir: Path) -> None:
+    if not artifact_dir.is_dir():
+        raise StoreError(f"{artifact_dir} is not a folder: pass an artifact folder written by `python -m export convert`")
+
+
+def _read_settings(artifact_dir: Path) -> dict:
+    path = artifact_dir / SETTINGS_FILE
+    if not path.is_file():
+        raise StoreError(f"cannot publish {artifact_dir}: it has no {SETTINGS_FILE}, so MLServer could not serve it")
     try:
-        settings = json.loads((artifact_dir / SETTINGS_FILE).read_text())
+        settings = json.loads(path.read_text())
         if not isinstance(settings, dict):
             raise ValueError("not a JSON object")
-    except ValueError as err:
-        raise StoreError(f"cannot publish: {artifact_dir / SETTINGS_FILE} is not valid JSON ({err})") from err
-    return manifest, settings
+    except (OSError, ValueError) as err:  # ValueError: not JSON, or not UTF-8
+        raise StoreError(f"cannot publish: {path} is not valid JSON ({err})") from err
+    return settings
+
+
+def check_publish(artifact_dir: Path, model: str | None = None, tag: str | None = None) -> str:
+    """What a publish refuses on sight (a bad tag, unreadable settings, a missing or bad model name),
+    checked without hashing the files, so a store is not created for a publish that cannot happen.
+    Returns the model name."""
+    if tag is not None:
+        check_name(tag, "tag")
+    artifact_dir = Path(artifact_dir)
+    _check_folder(artifact_dir)
+    settings = _read_settings(artifact_dir)
+    model = model or settings.get("name")
+    if not isinstance(model, str):
+        raise StoreError(f"{artifact_dir / SETTINGS_FILE} names no model: pass --model NAME")
+    check_name(model, "model name")
+    return model
 
 
 def stored_settings(settings: dict, model: str, number: int) -> bytes:
@@ -118,11 +147,15 @@ class ModelStore:
         The database must be on a local disk (SQLite); artifacts may live at any fsspec URL,
         chosen with `artifact_root` when the store is created and remembered in it.
         """
-        fs, path = url_to_fs(str(store))
+        try:
+            fs, path = url_to_fs(str(store))
+        except (ImportError, ValueError):  # s3://, gs://... without their driver, or a protocol fsspec does not know
+            fs, path = None, str(store)
         if not isinstance(fs, LocalFileSystem):
             raise StoreError(
                 f"--store {store} is not a local folder: the store's SQLite database needs a local disk. "
-                "Keep --store local and put the artifacts in the cloud with --artifact-root s3://... on the first publish"
+                "Keep --store local and put the artifacts in the cloud with --artifact-root s3://... on the first publish "
+                "(that needs the `cloud` extra: pip install 'slipway[cloud]')"
             )
         folder = Path(path)
         if folder.exists() and not folder.is_dir():
@@ -190,13 +223,8 @@ class ModelStore:
 
         The model name defaults to the one in the folder's model-settings.json.
         """
-        if tag is not None:
-            check_name(tag, "tag")
+        model = check_publish(artifact_dir, model, tag)
         source_manifest, settings = read_source(artifact_dir)
-        model = model or settings.get("name")
-        if not isinstance(model, str):
-            raise StoreError(f"{Path(artifact_dir) / SETTINGS_FILE} names no model: pass --model NAME")
-        check_name(model, "model name")
         lineage = lineage or Lineage()
         pause_point("verified")
         reservation = self._reserve(model, source_manifest.digest)
@@ -379,9 +407,12 @@ class ModelStore:
             return [self._record(conn, row) for row in rows]
 
     def tag_history(self, model: str, tag: str) -> list[TagMove]:
-        """Every move of a tag, oldest first (the append-only log)."""
+        """Every move of a tag, oldest first (the append-only log); an unknown model or tag is refused, as by `rollback`."""
         with self._read() as conn:
-            return [_move(row) for row in self._events(conn, model, tag)]
+            events = self._events(conn, model, tag)
+            if not events:
+                raise StoreError(self._not_found(conn, Ref(model, tag=tag)))
+            return [_move(row) for row in events]
 
     def models_with_tag(self, tag: str) -> list[str]:
         with self._read() as conn:
@@ -524,7 +555,9 @@ class ModelStore:
         try:
             manifest = self.artifacts.read_manifest(relative)
             present = self.artifacts.file_names(relative)
-        except (FileNotFoundError, ValueError) as err:
+        except ValidationError as err:
+            raise StoreError(f"{record.ref} at {record.uri} has no readable manifest.json ({one_line(err, 'manifest')})") from err
+        except (OSError, ValueError) as err:  # missing, a folder, not JSON, not UTF-8
             raise StoreError(f"{record.ref} at {record.uri} has no readable manifest.json ({err})") from err
         if manifest.digest != record.digest:
             raise StoreError(f"{record.ref}: the stored manifest's digest is not the one recorded at publish (it was replaced)")

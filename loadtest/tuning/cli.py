@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from pathlib import Path
@@ -13,18 +14,29 @@ from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, REPORTS_DIR
 EXIT_CHECK_FAILED = 1
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 0,1") from None
+def _choices(field: str, convert, example: str):
+    """An argparse type for a comma-separated list of `field`'s choices, each checked against the space's floor here,
+    so a bad one is named with its flag."""
+    from loadtest.tuning.space import CHOICE_FLOORS
 
+    least, above = CHOICE_FLOORS[field]
+    kind = "integers" if convert is int else "numbers"
 
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. 1,5") from None
+    def parse(text: str) -> list:
+        try:
+            values = [convert(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind}, e.g. {example}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} holds no value; give at least one, e.g. {example}")
+        bad = [part for part in values if not math.isfinite(part) or part < least or (above and part == least)]
+        if bad:
+            floor = f"above {least:g}" if above else f"at least {least:g}"
+            raise argparse.ArgumentTypeError(f"{', '.join(f'{part:g}' for part in bad)} not allowed: each choice must be "
+                                             f"{floor}, e.g. {example}")
+        return values
+
+    return parse
 
 
 def _variant(text: str) -> tuple[str, Path]:
@@ -46,14 +58,18 @@ def add_commands(commands) -> None:
                            help="an artifact folder to serve (repeat: fp32=..., int8=...); default: fp32/int8 from "
                            "reports/export.json, else --model-dir as fp32")
         space.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="the fp32 artifact when no variant is known")
-        space.add_argument("--workers", type=_int_list, default=[0, 1], help="MLServer parallel_workers choices")
-        space.add_argument("--batch-sizes", type=_int_list, default=[1, 8, 32], help="max_batch_size choices (1: off)")
-        space.add_argument("--batch-times-ms", type=_float_list, default=[1, 5], help="max_batch_time choices, ms")
-        space.add_argument("--intra", type=_int_list, help="intra_op_threads choices (default 1,2; 1,2,4 with one variant)")
-        space.add_argument("--inter", type=_int_list, default=[1], help="inter_op_threads choices")
-        space.add_argument("--run-slots", type=_int_list, default=[1],
+        space.add_argument("--workers", type=_choices("parallel_workers", int, "0,1"), default=[0, 1],
+                           help="MLServer parallel_workers choices")
+        space.add_argument("--batch-sizes", type=_choices("max_batch_size", int, "1,8,32"), default=[1, 8, 32],
+                           help="max_batch_size choices (1: off)")
+        space.add_argument("--batch-times-ms", type=_choices("max_batch_time_ms", float, "1,5"), default=[1, 5],
+                           help="max_batch_time choices, ms")
+        space.add_argument("--intra", type=_choices("intra_op_threads", int, "1,2"),
+                           help="intra_op_threads choices (default 1,2; 1,2,4 with one variant)")
+        space.add_argument("--inter", type=_choices("inter_op_threads", int, "1"), default=[1], help="inter_op_threads choices")
+        space.add_argument("--run-slots", type=_choices("inference_threads", int, "1,2"), default=[1],
                            help="inference_threads choices: runs side by side (for models that do not run inline)")
-        space.add_argument("--merge-rows", type=_int_list, default=[1],
+        space.add_argument("--merge-rows", type=_choices("max_batch_rows", int, "1,4"), default=[1],
                            help="max_batch_rows choices: rows merged into one run, no window (1: off)")
         slo = parser.add_argument_group("SLO (a trial is infeasible when no step holds it)")
         slo.add_argument("--slo", type=Path, help="YAML with p50_ms, p95_ms, p99_ms, max_error_rate")
@@ -109,11 +125,18 @@ def _space_and_slo(args: argparse.Namespace):
 
 
 def _measurer(args, space, slo):
+    from pydantic import ValidationError
+
     from loadtest.tuning.measure import LiveMeasurer
 
     try:
         return LiveMeasurer(space, slo, step_s=args.step_seconds, max_users=args.max_users, protocol=args.protocol,
                             workdir=args.out_dir / "trials", show_progress=False)
+    except ValidationError as err:
+        text = one_line(err, whole="--step-seconds")  # the shape's own checks are about step length
+        for field, flag in (("step_s", "--step-seconds"), ("max_users", "--max-users")):
+            text = text.replace(f"{field}:", f"{flag}:")
+        raise UserError(f"invalid measurement settings: {text}") from err
     except ValueError as err:
         raise UserError(f"invalid measurement settings: {err}") from err
 

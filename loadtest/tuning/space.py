@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,11 @@ KNOWN_GOOD = [
      "max_batch_rows": 4},
 ]
 TUNABLE_VARIANTS = ("fp32", "int8")
+# The smallest value each dimension's choices may take, and whether it must be strictly above it.
+CHOICE_FLOORS = {
+    "parallel_workers": (0, False), "max_batch_size": (1, False), "max_batch_time_ms": (0, True), "intra_op_threads": (1, False),
+    "inter_op_threads": (1, False), "inference_threads": (1, False), "max_batch_rows": (1, False),
+}
 
 
 class SpaceError(ValueError):
@@ -96,6 +102,13 @@ class SearchSpace(BaseModel):
                       "max_batch_rows"):
             if not getattr(self, field):
                 raise ValueError(f"{field}: give at least one value")
+        for field, (least, above) in CHOICE_FLOORS.items():  # each choice becomes a ServingConfig: refuse it here, named
+            bad = [value for value in getattr(self, field)
+                   if not math.isfinite(value) or value < least or (value == least and above)]
+            if bad:
+                floor = f"above {least:g}" if above else f"at least {least:g}"
+                shown = ", ".join(f"{value:g}" for value in bad)
+                raise ValueError(f"{field}: {shown} is not allowed; every choice must be {floor}")
         if any(size > 1 for size in self.max_batch_size) and not self.max_batch_time_ms:
             raise ValueError("max_batch_time_ms: batching sizes > 1 need at least one batching window")
         return self

@@ -52,7 +52,19 @@ def test_deploy_without_a_cluster_is_one_line_and_applies_nothing(record_files, 
 def test_undeploy_without_a_cluster_is_one_line(reports_env, unreachable_kubeconfig):
     result = run_module("deployments", "undeploy", "--name", "digits", env={**reports_env, **unreachable_kubeconfig},
                         check=False, timeout=120)
-    assert "no Kubernetes cluster answers" in _one_line_error(result)
+    line = _one_line_error(result)
+    assert "no Kubernetes cluster answers" in line and "nothing was deleted" in line
+    assert "where digits runs in namespace slipway" in line
+    assert "nothing was applied" not in line and "make manifests" not in line  # deploy's words, not undeploy's
+
+
+@pytest.mark.parametrize("command", [["render", "--model-dir", "nowhere"], ["deploy", "--dry-run", "client"], ["undeploy"]])
+def test_a_namespace_kubernetes_refuses_is_one_line_before_anything(tmp_path, reports_env, command):
+    out = [] if command[0] == "undeploy" else ["--out", str(tmp_path / "out")]
+    result = run_module("deployments", *command, "--namespace", "Bad_NS", *out, env=reports_env, check=False)
+    line = _one_line_error(result)
+    assert "argument --namespace: namespace 'Bad_NS' is not a DNS-1123 label" in line and "(e.g. bad-ns)" in line
+    assert not (tmp_path / "out").exists()
 
 
 def test_deploy_with_no_kubeconfig_at_all_is_one_line(record_files, reports_env, tmp_path):

@@ -182,3 +182,28 @@ def test_build_without_a_kustomization_says_so(tmp_path):
     with pytest.raises(kustomize.KustomizeError, match="has no kustomization.yaml"):
         kustomize.build(tmp_path)
     assert yaml  # the module parses what kubectl prints with PyYAML
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"kustomization.yaml": "resources: [\n"},
+         "kustomization.yaml is not valid YAML: expected the node content, but found '<stream end>' at line 2, column 1"),
+        ({"kustomization.yaml": b"\xff\xfe"}, "kustomization.yaml is not UTF-8 text (byte 0xff at line 1, column 1)"),
+        ({"kustomization.yaml": "- resources\n"}, "a kustomization is one YAML mapping"),
+        ({"kustomization.yaml": "resources: [r.yaml]\n", "r.yaml": "kind: Widget\n  name: w\n"},
+         "r.yaml is not valid YAML: mapping values are not allowed here at line 2, column 7"),
+        ({"kustomization.yaml": "resources: [r.yaml]\npatches: [{path: p.yaml}]\n", "r.yaml": "kind: Widget\n",
+          "p.yaml": b"kind: \xc3(\n"}, "p.yaml is not UTF-8 text (byte 0xc3 at line 1, column 7)"),
+        ({"kustomization.yaml": "resources: [r.yaml]\npatches: [{path: gone.yaml}]\n", "r.yaml": "kind: Widget\n"},
+         "patch file 'gone.yaml' does not exist"),
+        ({"kustomization.yaml": "resources: [r.yaml]\npatches: [{patch: 'a: [', target: {kind: Widget}}]\n",
+          "r.yaml": "kind: Widget\n"}, "the inline patch is not valid YAML"),
+    ],
+)
+def test_a_user_overlay_that_is_not_yaml_is_one_line_saying_where(tmp_path, files, message):
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(kustomize.KustomizeError) as caught:
+        kustomize.build(tmp_path, engine="builtin")
+    assert message in str(caught.value) and "\n" not in str(caught.value)

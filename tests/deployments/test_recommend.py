@@ -234,3 +234,47 @@ def test_histories_are_fetched_from_prometheus_url(tmp_path, reports_env):
     assert all('namespace="prod"' in params["query"][0] and params["step"] == ["300"] for _, params in asked)
     report = json.loads((tmp_path / "reports" / "recommend.json").read_text())
     assert report["inputs"]["cpu"]["pods"] == list(PODS) and report["cpu_request"] > 0.3
+
+
+@pytest.mark.parametrize(
+    "result",
+    [{"a": 1}, [1, 2], [{"metric": "x", "values": [[1, "1"], [2, "1"]]}]],
+    ids=["result a dict", "result of numbers", "metric a string"],
+)
+def test_a_query_range_of_the_wrong_shape_is_one_clear_error(result):
+    data = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    with pytest.raises(UsageError, match=r"cpu: data.result must be a list of series .*; send the JSON of /api/v1/query_range"):
+        parse_query_range(data, kind="cpu", source="cpu")
+
+
+@pytest.mark.parametrize("capacity", ["nan", "inf", "0", "-5"])
+def test_a_capacity_that_is_not_a_finite_positive_number_says_so(tmp_path, reports_env, capacity):
+    args = [arg for name, body in _good(times(1)).items() for arg in (f"--{name}", str(write(tmp_path, name, body)))]
+    result = _recommend_cli(tmp_path, reports_env, *args, "--capacity-rps", capacity)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    line = " ".join(result.stderr.split())
+    assert f"--capacity-rps gives a per-replica capacity of {float(capacity)!r}: it must be a finite number" in line
+    assert "make tune" not in line
+
+
+@pytest.mark.parametrize("deployment", ["[1]", '{"per_replica_capacity_rps": "fast"}', '{"per_replica_capacity_rps": -1}'])
+def test_a_tune_report_without_a_usable_capacity_is_one_line(tmp_path, reports_env, deployment):
+    args = [arg for name, body in _good(times(1)).items() for arg in (f"--{name}", str(write(tmp_path, name, body)))]
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "tune.json").write_text(f'{{"deployment": {deployment}}}')
+    result = _recommend_cli(tmp_path, reports_env, *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "tune.json gives deployment.per_replica_capacity_rps" in " ".join(result.stderr.split())
+
+
+def test_an_out_dir_that_is_a_file_and_a_history_that_is_a_folder_are_named(tmp_path, reports_env):
+    files = {name: write(tmp_path, name, body) for name, body in _good(times(1)).items()}
+    args = [arg for name, path in files.items() for arg in (f"--{name}", str(path))]
+    (tmp_path / "out").write_text("")  # _recommend_cli's --out-dir
+    result = _recommend_cli(tmp_path, reports_env, *args, "--capacity-rps", "40")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"--out-dir {tmp_path / 'out'}: {tmp_path / 'out'} is a file" in " ".join(result.stderr.split())
+    assert not (tmp_path / "reports" / "recommend.json").exists()
+    (tmp_path / "out").unlink()
+    result = _recommend_cli(tmp_path, reports_env, "--cpu", str(tmp_path), *args[2:], "--capacity-rps", "40")
+    assert result.returncode == 2 and f"{tmp_path} is a folder, not a file" in " ".join(result.stderr.split())

@@ -260,3 +260,34 @@ def test_shared_memory_mounts_one_memory_backed_dev_shm_in_every_container(main_
 def test_shared_memory_sizes_that_are_not_quantities_are_refused(main_version, size):
     with pytest.raises(RenderError, match="not a Kubernetes quantity: give one such as 512Mi or 1Gi"):
         render("cpu", model=main_version, shared_memory=size)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (b'{name: "digits"}', "model-settings.json is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+        (b'\xff{"name": "digits"}', "model-settings.json is not UTF-8 text (byte 0xff at offset 0)"),
+        (b'{"implementation": "x", "parameters": [1]}', 'model-settings.json names no model (a JSON object with a "name" string'),
+        (b'["digits"]', "model-settings.json names no model"),
+    ],
+)
+def test_an_artifact_whose_settings_cannot_be_read_is_one_line(tmp_path, settings, message):
+    (tmp_path / "model-settings.json").write_bytes(settings)
+    with pytest.raises(RecordError) as caught:
+        ModelVersion.from_artifact(tmp_path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_version_record_that_is_a_folder_or_not_utf8_is_one_line(tmp_path):
+    with pytest.raises(RecordError, match="version record .* is a folder, not a JSON file; write it with"):
+        ModelVersion.from_record_file(tmp_path)
+    (tmp_path / "record.json").write_bytes(b'{"name": "digits\xe9"}')
+    with pytest.raises(RecordError, match=r"is not UTF-8 text \(byte 0xe9 at offset 16\)"):
+        ModelVersion.from_record_file(tmp_path / "record.json")
+
+
+@pytest.mark.parametrize("namespace, suggestion", [("Bad_NS", "bad-ns"), ("-models", "models"), ("a" * 64, "a" * 63), ("", "slipway")])
+def test_a_namespace_kubernetes_refuses_is_refused_before_rendering(main_version, namespace, suggestion):
+    with pytest.raises(RenderError, match="is not a DNS-1123 label") as caught:
+        render("cpu", model=main_version, namespace=namespace)
+    assert str(caught.value).endswith(f"(e.g. {suggestion})")

@@ -171,15 +171,15 @@ def test_bad_options_are_refused_before_any_work(args, expected, trained_model, 
 
 def test_a_budget_no_variant_meets_writes_nothing(trained_model, tmp_path, module_reports_env):
     out = tmp_path / "variants"
-    out.mkdir()
-    (out / "previous-run.txt").write_text("kept")
+    (out / "fp32").mkdir(parents=True)  # a previous export's output: a new export may replace it, a failed one must not
+    (out / "fp32" / "manifest.json").write_text("{}")
     reports = Path(module_reports_env["SLIPWAY_REPORTS_DIR"])
     before = (reports / "export.json").read_bytes() if (reports / "export.json").exists() else None
     # fp16 can never reproduce fp32 probabilities exactly: a zero tolerance rejects it for sure
     result = _fails(["variants", "digits", "--keras-model", str(trained_model), "--variants", "fp16", "--fp16-tolerance", "0", *QUICK],
                     module_reports_env, out, "no variant of digits is within budget")
     assert "fp16: max abs diff" in result.stderr
-    assert [p.name for p in out.iterdir()] == ["previous-run.txt"]
+    assert [p.name for p in out.iterdir()] == ["fp32"] and (out / "fp32" / "manifest.json").read_text() == "{}"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
     assert ((reports / "export.json").read_bytes() if (reports / "export.json").exists() else None) == before
 

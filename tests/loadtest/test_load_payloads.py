@@ -1,6 +1,7 @@
 """Payloads from metadata and sample files, checked against what the model takes."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -50,3 +51,18 @@ def test_sample_data_that_does_not_match_the_model_is_refused():
     with pytest.raises(PayloadError, match="'image' is FP64, the model wants FP32"):
         check_against_metadata({"image": np.zeros((1, 8, 8, 1)), "ids": np.zeros((1, 3), np.int64)}, METADATA_INPUTS)
 
+
+
+def test_sample_files_numpy_cannot_read_safely_are_one_line(tmp_path):
+    (tmp_path / "corrupt.npz").write_bytes(b"not a zip at all")
+    np.savez(tmp_path / "objects.npz", image=np.array([{"a": 1}, None], dtype=object))
+    np.save(tmp_path / "single.npy", np.zeros(3))
+    (tmp_path / "single.npy").rename(tmp_path / "single.npz")
+    (tmp_path / "folder.npz").mkdir()
+    for name, message in (("corrupt.npz", "is not a readable .npz archive (not a zip of arrays)"),
+                          ("objects.npz", "array 'image' cannot be read (Object arrays cannot be loaded"),
+                          ("single.npz", "a single .npy array, not an .npz archive"),
+                          ("folder.npz", "folder.npz is a folder")):
+        with pytest.raises(PayloadError, match=re.escape(message)) as caught:
+            arrays_from_file(tmp_path / name, 1)
+        assert "\n" not in str(caught.value) and "allow_pickle=`" not in str(caught.value)

@@ -25,15 +25,17 @@ def test_slo_from_yaml_with_flags_winning(tmp_path):
         ("p95_ms: fast\n", "p95_ms: Input should be a valid number"),
         ("max_error_rate: 2\n", "max_error_rate: Input should be less than or equal to 1"),
         ("- p95_ms\n", "must be a mapping"),
-        ("p95_ms: [\n", "not valid YAML"),
+        ("p95_ms: [\n", "not valid YAML: expected the node content, but found '<stream end>' at line 2, column 1"),
+        ("p95_ms: 50\n  p99_ms: 80\n", "not valid YAML: mapping values are not allowed here at line 2, column 9"),
+        (b"p95_ms: 50\nmin_rps: \xff\n", "not UTF-8 text (byte 0xff at line 2, column 10: invalid start byte)"),
     ],
 )
 def test_bad_slo_files_are_one_clear_error(tmp_path, text, message):
     path = tmp_path / "slo.yaml"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConfigError, match="slo.yaml") as caught:
         load_slo(path)
-    assert message in str(caught.value)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
     with pytest.raises(ConfigError, match="does not exist"):
         load_slo(tmp_path / "missing.yaml")
 

@@ -37,3 +37,16 @@ def test_the_wakeup_round_trip_pins_only_its_own_threads():
     one_cpu = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
               "from slipway.reports import wakeup_round_trip_us; print(wakeup_round_trip_us())"
     assert subprocess.run([sys.executable, "-c", one_cpu], capture_output=True, text=True, check=True).stdout.strip() == "None"
+
+
+@pytest.mark.parametrize("content, why", [(b'{"variants": [', "Expecting value"), (b"[1, 2]", "a JSON list, not an object"),
+                                          (b"\xff{}", "can't decode")])
+def test_a_damaged_report_is_a_user_error_naming_it(content, why, tmp_path):
+    from slipway.cli import UserError
+
+    (tmp_path / "export.json").write_bytes(content)
+    with pytest.raises(UserError) as caught:
+        read_report("export", reports_dir=tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'export.json'} is not a readable report (") and why in message
+    assert message.endswith("run the step that writes it again, or delete it") and "\n" not in message

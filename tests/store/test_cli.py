@@ -89,11 +89,73 @@ def test_mistakes_are_one_line_and_exit_2(store_dir, artifact_factory, tmp_path,
         (["publish", str(tmp_path / "absent"), "--model", "a"], "manifest.json is missing"),
         (["publish", str(artifact_factory(2.0)), "--metric", "accuracy"], "--metric 'accuracy': write NAME=NUMBER"),
         (["publish", str(artifact_factory(2.0)), "--model", "bad name"], "model name 'bad name' is not valid"),
+        (["history", "a@nonexist"], "model 'a' has no tag 'nonexist' (tags: champion)"),  # as rollback says it
+        (["history", "zzz@champion"], "no model 'zzz' in the store (models: a, b)"),
     ]:
         code, out, err = in_process(capsys, *args, *store)
         assert code == 2, (args, err)
         assert message in " ".join(err.split()), (args, err)
         assert "Traceback" not in err and out == ""
+
+
+def _with_settings(folder, settings: bytes):
+    """`folder` with its model-settings.json replaced and its manifest re-hashed (a consistent artifact)."""
+    from wrappers.artifact import write_manifest
+
+    (folder / "model-settings.json").write_bytes(settings)
+    write_manifest(folder)
+    return str(folder)
+
+
+def _one_line(code: int, out: str, err: str, message: str) -> None:
+    assert code == 2 and out == "" and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_a_refused_publish_creates_no_store(store_dir, artifact_factory, tmp_path, capsys):
+    store = ["--store", str(store_dir)]
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "manifest.json").write_text("[]")
+    for args, message in [
+        (["publish", str(artifact_factory(1.0)), "--tag", "bad tag"], "tag 'bad tag' is not valid"),
+        (["publish", str(artifact_factory(1.0)), "--model", "bad name"], "model name 'bad name' is not valid"),
+        (["publish", _with_settings(artifact_factory(2.0), b'{"implementation": "x"}')], "names no model: pass --model NAME"),
+        (["publish", _with_settings(artifact_factory(3.0), b"{not json"), "--model", "a"], "model-settings.json is not valid JSON"),
+        (["publish", _with_settings(artifact_factory(4.0), b"\xff\xfe"), "--model", "a"], "model-settings.json is not valid JSON"),
+        (["publish", str(listed)], "manifest.json is not a valid manifest: manifest: Input should be a valid dictionary"),
+    ]:
+        _one_line(*in_process(capsys, *args, *store), message)
+        assert not store_dir.exists(), args
+
+
+def test_damaged_reports_are_one_line_and_odd_ones_are_ignored(store_dir, artifact_factory, tmp_path, capsys):
+    store = ["--store", str(store_dir)]
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for text, why in (('{"variants": [', "Expecting value"), ("[1, 2]", "a JSON list, not an object")):
+        (reports / "export.json").write_text(text)
+        code, out, err = in_process(capsys, "publish", str(artifact_factory(1.0)), "--reports", str(reports), *store)
+        _one_line(code, out, err, "export.json is not a readable report (")
+        assert why in err and "run the step that writes it again, or delete it" in err
+        assert not store_dir.exists()
+    (reports / "export.json").write_text(json.dumps({"variants": 5, "source_model": 7}))  # an object, but not ours
+    code, _, err = in_process(capsys, "publish", str(artifact_factory(1.0)), "--reports", str(reports), *store)
+    assert code == 0 and "describes another artifact" in err
+
+
+def test_a_stored_manifest_that_is_not_an_object_fails_verify_in_one_line(store_dir, artifact_factory, capsys):
+    store = ["--store", str(store_dir)]
+    in_process(capsys, "publish", str(artifact_factory(1.0)), *store)
+    (store_dir / "artifacts" / "tiny" / "1" / "manifest.json").write_text("[]")
+    _one_line(*in_process(capsys, "verify", "tiny:1", *store),
+              "has no readable manifest.json (manifest: Input should be a valid dictionary")
+
+
+def test_a_store_in_the_cloud_is_refused_with_what_to_do(capsys):
+    code, out, err = in_process(capsys, "list", "--store", "s3://bucket/store")  # s3fs or not: the database is local
+    _one_line(code, out, err, "the store's SQLite database needs a local disk")
+    assert "--artifact-root s3://" in err and "pip install 'slipway[cloud]'" in err
 
 
 def test_a_corrupt_store_is_one_line_not_a_traceback(store_dir, artifact_factory):

@@ -67,3 +67,16 @@ def test_a_report_about_another_artifact_is_not_attached(tmp_path, artifact_fact
                            "and export metrics are unknown for this version"]
     empty = tmp_path / "empty"
     assert f"no {empty / 'export.json'} or {empty / 'convert.json'}:" in gather(artifact, "x", reports_dir=empty).notes[0]
+
+
+def test_malformed_lineage_files_leave_it_unknown_not_a_traceback(tmp_path, artifact_factory):
+    model_path, reports = write_training(tmp_path)
+    (model_path.parent / "train-config.json").write_text('{"config": ')  # cut short
+    write_report("train", {"model_path": str(model_path), "data": ["not", "an", "object"], "test_accuracy": 0.9}, reports)
+    artifact = artifact_factory(1.0)
+    digest = read_manifest(artifact).digest
+    write_report("export", {"variants": {"fp32": "not a list"}}, reports)  # edited by hand: matches nothing
+    write_report("convert", {"source_model": str(model_path), "digest": digest}, reports)
+    found = gather(artifact, digest, reports_dir=reports)
+    assert found.lineage["training"] == {"model_path": str(model_path), "config": None, "data_fingerprint": None}
+    assert found.metrics == {"train.test_accuracy": 0.9}

@@ -62,9 +62,9 @@ async def _submit_behind_busy_runs(batcher, runs: GatedRuns, first: list, rest: 
 def batchers():
     made = []
 
-    def make(run, max_rows, max_runs=1):
+    def make(run, max_rows, max_runs=1, **options):
         stats = []
-        made.append(RowBatcher(run, max_rows=max_rows, max_runs=max_runs, on_run=stats.append))
+        made.append(RowBatcher(run, max_rows=max_rows, max_runs=max_runs, on_run=stats.append, **options))
         return made[-1], stats
 
     yield make
@@ -157,6 +157,40 @@ def test_a_failing_run_fails_only_its_own_requests(session, batchers):
     np.testing.assert_allclose(good_result[0], np.ones((1, 4)) @ WEIGHT)
 
 
+class NegativeInput(ValueError):
+    """What a graph raises for one request's bad values (ONNX Runtime: a Gather index out of range)."""
+
+
+def refusing_negatives(runs: GatedRuns, error: type[Exception] = NegativeInput):
+    def run(feeds, rows):
+        if (feeds["x"] < 0).any():
+            raise error("x holds a negative value")
+        return runs(feeds, rows)
+
+    return run
+
+
+def test_a_bad_request_merged_with_good_ones_fails_alone(session, batchers):
+    runs = GatedRuns(session, gated=1)
+    batcher, stats = batchers(refusing_negatives(runs), max_rows=64, input_errors=(NegativeInput,))
+    requests = [np.full((rows, 4), value, dtype=np.float32) for rows, value in [(1, 1.0), (2, 2.0), (1, -1.0), (3, 3.0)]]
+    first, good, bad, other = asyncio.run(_submit_behind_busy_runs(batcher, runs, requests[:1], requests[1:]))
+    for x, result in ((requests[0], first), (requests[1], good), (requests[3], other)):
+        np.testing.assert_allclose(result[0], x @ WEIGHT)
+    assert isinstance(bad, NegativeInput)
+    # The merged run of the three queued requests failed; each ran again alone, the bad one failing.
+    assert [run.rows for run in stats] == [1, 2, 3]
+
+
+def test_other_errors_of_a_merged_run_fail_all_its_requests_at_once(session, batchers):
+    runs = GatedRuns(session, gated=1)
+    batcher, stats = batchers(refusing_negatives(runs, RuntimeError), max_rows=64, input_errors=(NegativeInput,))
+    requests = [np.full((1, 4), value, dtype=np.float32) for value in (1.0, 2.0, -1.0)]
+    _, good, bad = asyncio.run(_submit_behind_busy_runs(batcher, runs, requests[:1], requests[1:]))
+    assert isinstance(good, RuntimeError) and good is bad  # not rerun: one error, not one per request
+    assert [run.rows for run in stats] == [1]
+
+
 def test_closing_fails_what_still_waits_and_refuses_new_requests(session):
     runs = GatedRuns(session, gated=1)
     batcher = RowBatcher(runs, max_rows=8)
@@ -194,7 +228,7 @@ def test_runs_are_padded_up_to_buckets_and_long_requests_go_in_chunks_of_the_lar
         return session.run(None, feeds)
 
     x = np.arange(44, dtype=np.float32).reshape(11, 4)
-    for rows, runs in [(3, [4]), (4, [4]), (11, [8, 4]), (1, [1])]:
+    for rows, runs in [(3, [4]), (4, [4]), (11, [8, 4]), (1, [1]), (0, [1])]:
         shapes.clear()
         (y,) = run_in_buckets(run, {"x": x[:rows]}, rows, [1, 4, 8])
         assert shapes == runs

@@ -1,4 +1,4 @@
-"""Batching, versions, pre/post-processing and fallbacks in one real MLServer serving four models."""
+"""Batching, versions, pre/post-processing, fallbacks and graph-side input errors in one real MLServer."""
 
 from __future__ import annotations
 
@@ -10,13 +10,17 @@ import re
 import subprocess
 import sys
 
+import grpc
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 from PIL import Image
+from tritonclient.grpc import service_pb2
 
 from tests.conftest import refused_at_load
-from tests.graphs import WEIGHT, matmul_graph, scalar_graph
+from tests.graphs import WEIGHT, matmul_graph, onnx_model, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
 from slipway.paths import PROJECT_ROOT
@@ -28,6 +32,36 @@ pytestmark = pytest.mark.slow
 IMAGE = (8, 8, 1)
 LABELS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 GPU_FIRST = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+TABLE = np.arange(30, dtype=np.float32).reshape(10, 3)
+
+
+def _graph(path, nodes, inputs, outputs, initializers=()):
+    """A one-purpose graph; inputs and outputs as (name, TensorProto type, shape)."""
+    graph = helper.make_graph(nodes, path.stem, [helper.make_tensor_value_info(*spec) for spec in inputs],
+                              [helper.make_tensor_value_info(*spec) for spec in outputs], list(initializers))
+    onnx.save(onnx_model(graph), path)
+    return path
+
+
+def strings_graph(path):
+    """so = s (strings), bo = b (booleans): what the graph was fed, sent back."""
+    return _graph(path, [helper.make_node("Identity", ["s"], ["so"]), helper.make_node("Identity", ["b"], ["bo"])],
+                  [("s", TensorProto.STRING, ["N", 2]), ("b", TensorProto.BOOL, ["N", 2])],
+                  [("so", TensorProto.STRING, ["N", 2]), ("bo", TensorProto.BOOL, ["N", 2])])
+
+
+def reshape_graph(path):
+    """x [N, M] reshaped to [-1, 4]: the metadata takes any M, the graph only N * M divisible by 4."""
+    shape = helper.make_tensor("S", TensorProto.INT64, [2], [-1, 4])
+    return _graph(path, [helper.make_node("Reshape", ["x", "S"], ["y"])], [("x", TensorProto.FLOAT, ["N", "M"])],
+                  [("y", TensorProto.FLOAT, ["K", 4])], [shape])
+
+
+def gather_graph(path):
+    """Rows of TABLE by index: an index out of [-10, 9] fails the run (ONNX Runtime's InvalidArgument)."""
+    table = helper.make_tensor("T", TensorProto.FLOAT, list(TABLE.shape), TABLE.ravel().tolist())
+    return _graph(path, [helper.make_node("Gather", ["T", "idx"], ["y"], axis=0)], [("idx", TensorProto.INT64, ["N"])],
+                  [("y", TensorProto.FLOAT, ["N", 3])], [table])
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +76,11 @@ def repository(tmp_path_factory, digits_artifact):
                  extra={"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}})
     model_folder(root, "fixed", matmul_graph(root / "fixed.onnx", batch=2), extra={"max_batch_rows": 4})
     (root / "fixed.onnx").unlink()
+    graphs = tmp_path_factory.mktemp("graphs")
+    model_folder(root, "strings", strings_graph(graphs / "strings.onnx"))
+    model_folder(root, "reshape", reshape_graph(graphs / "reshape.onnx"), extra={"warmup_batch_sizes": [4]})
+    model_folder(root, "gather-merge", gather_graph(graphs / "gather.onnx"),
+                 extra={"max_batch_rows": 64, "inline_below_ms": 0})
     return root
 
 
@@ -205,6 +244,117 @@ def test_a_graph_with_a_fixed_batch_size_serves_any_row_count(server, client):
     np.testing.assert_allclose(np.asarray(body["outputs"][0]["data"]).reshape(3, 3), np.ones((3, 4)) @ WEIGHT)
     x = np.arange(20, dtype=np.float32).reshape(5, 4)
     np.testing.assert_allclose(raw_output(client.infer(raw_request("fixed", {"x": ("FP32", [5, 4], x.tobytes())}))), x @ WEIGHT)
+
+
+def test_strings_reach_the_graph_as_sent_over_every_protocol(server, client):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    texts = [["abc", "é"], ["", "x y"]]
+    encoded = np.array([[text.encode() for text in row] for row in texts], dtype=object)
+    flags = np.array([[True, False], [False, True]])
+    # tritonclient sends BYTES as bytes: in raw gRPC contents, and in Triton's binary extension over REST
+    for module, target in ((httpclient, server.http_url.removeprefix("http://")), (grpcclient, server.grpc_target)):
+        triton = module.InferenceServerClient(target)
+        sent = [module.InferInput("s", [2, 2], "BYTES"), module.InferInput("b", [2, 2], "BOOL")]
+        sent[0].set_data_from_numpy(encoded)
+        sent[1].set_data_from_numpy(flags)
+        result = triton.infer("strings", sent)
+        assert result.as_numpy("so").tolist() == encoded.tolist(), module.__name__
+        np.testing.assert_array_equal(result.as_numpy("bo"), flags)
+        triton.close()
+
+    typed = service_pb2.ModelInferRequest(model_name="strings")
+    for name, datatype, field, array in (("s", "BYTES", "bytes_contents", encoded), ("b", "BOOL", "bool_contents", flags)):
+        tensor = typed.inputs.add(name=name, datatype=datatype)
+        tensor.shape.extend([2, 2])
+        getattr(tensor.contents, field).extend(array.ravel().tolist())
+    outputs = {output.name: output for output in client.infer(typed).outputs}
+    assert list(outputs["so"].contents.bytes_contents) == encoded.ravel().tolist()
+
+    body = {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [2, 2], "data": texts},
+                       {"name": "b", "datatype": "BOOL", "shape": [2, 2], "data": flags.tolist()}]}
+    status, answer = post(f"{server.http_url}/v2/models/strings/infer", body)
+    assert status == 200 and answer["outputs"][0]["data"] == ["abc", "é", "", "x y"], answer
+
+
+@pytest.mark.parametrize("inputs, expected", [
+    ({"s": ("BYTES", [1, 2], pack_bytes([b"ok", b"\xff"])), "b": ("BOOL", [1, 2], b"\0\1")},
+     "input 's': element 1 is not UTF-8 text (invalid start byte at byte 0), and the graph takes strings"),
+    ({"s": ("BYTES", [1, 2], pack_bytes([b"a", b"b"])), "b": ("BOOL", [1, 2], b"\1\7")},
+     "input 'b': BOOL raw contents must be bytes 0 (false) or 1 (true); element 1 is 7"),
+])
+def test_strings_that_are_not_text_and_booleans_that_are_not_0_or_1_are_invalid_argument(client, inputs, expected):
+    with pytest.raises(grpc.RpcError) as caught:
+        client.infer(raw_request("strings", inputs))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and expected in caught.value.details()
+
+
+def test_typed_grpc_contents_get_top_k_labels_back_as_bytes_contents(client, example):
+    images, session = example
+    pngs = [_png(image) for image in images[:2]]
+    decoded = np.stack([np.asarray(Image.open(io.BytesIO(png)), np.float32)[..., None] / 255 for png in pngs])
+    best = np.argsort(-session.run(None, {"image": decoded})[0], axis=1)[:, :3]
+    request = service_pb2.ModelInferRequest(model_name="digits-images")
+    tensor = request.inputs.add(name="image", datatype="BYTES")
+    tensor.shape.append(2)
+    tensor.contents.bytes_contents.extend(pngs)
+    response = client.infer(request)
+    assert not response.raw_output_contents  # asked with typed contents, answered with them
+    outputs = {output.name: output for output in response.outputs}
+    assert list(outputs["labels"].contents.bytes_contents) == [LABELS[i].encode() for i in best.ravel()]
+    assert list(outputs["labels"].shape) == [2, 3]
+
+
+@pytest.mark.parametrize("model, name, datatype, shape", [
+    ("fixed", "x", "FP32", [0, 4]),  # run in padded chunks: there would be none
+    ("digits-images", "image", "BYTES", [0]),  # no image to decode
+    ("digits-merge", "image", "FP32", [0, *IMAGE]),  # a dynamic batch: refused the same way
+])
+def test_zero_rows_are_refused_alike_by_every_model(server, client, model, name, datatype, shape):
+    expected = f"input {name!r} has 0 rows (shape {shape}); send at least one row"
+    status, body = post(f"{server.http_url}/v2/models/{model}/infer",
+                        {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": []}]})
+    assert status == 400 and expected in error_text(body), body
+    with pytest.raises(grpc.RpcError) as caught:
+        client.infer(raw_request(model, {name: (datatype, shape, b"")}))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and expected in caught.value.details()
+
+
+def test_an_input_the_graph_cannot_run_is_refused_without_onnx_runtime_internals(server, client):
+    x = np.ones((1, 3), np.float32)  # the metadata takes [N, M]; the graph's Reshape fails on 3 values
+    status, body = post(f"{server.http_url}/v2/models/reshape/infer", {"inputs": [json_input("x", x)]})
+    assert status == 400, body
+    with pytest.raises(grpc.RpcError) as caught:
+        client.infer(raw_request("reshape", {"x": ("FP32", [1, 3], x.tobytes())}))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for message in (error_text(body), caught.value.details()):
+        assert "model reshape could not run on this input" in message and "Input shape:{1,3}" in message, message
+        assert "onnxruntime_src" not in message and "was false" not in message and "[ONNXRuntimeError]" not in message
+    fits = np.arange(8, dtype=np.float32).reshape(2, 4)
+    response = client.infer(raw_request("reshape", {"x": ("FP32", [2, 4], fits.tobytes())}))
+    np.testing.assert_allclose(raw_output(response), fits)
+
+
+def test_a_bad_request_merged_with_good_ones_fails_alone(server):
+    runs_before, rows_before = _batch_counts(server, "gather-merge")
+
+    def one(index: int):
+        idx = [99] if index % 4 == 0 else [index % 10]  # 99: out of the table's range, the run fails
+        body = {"inputs": [{"name": "idx", "datatype": "INT64", "shape": [1], "data": idx}]}
+        return idx, *post(f"{server.http_url}/v2/models/gather-merge/infer", body)
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(one, range(160)))
+    refused = [(idx, body) for idx, status, body in answers if idx != [99] and status != 200]
+    assert not refused, f"{len(refused)} good requests refused, e.g. {refused[0]}"
+    for idx, status, body in answers:
+        if idx == [99]:
+            assert status == 400 and "could not run on this input" in error_text(body) and "idx=99" in error_text(body)
+        else:
+            np.testing.assert_array_equal(np.asarray(body["outputs"][0]["data"]).reshape(1, 3), TABLE[idx])
+    runs, rows = _batch_counts(server, "gather-merge")
+    assert rows - rows_before > runs - runs_before  # one-row requests really were merged into runs
 
 
 def test_a_graph_that_cannot_be_batched_is_refused_at_load_saying_what_to_set(tmp_path):

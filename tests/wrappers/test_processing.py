@@ -52,6 +52,12 @@ def test_broken_images_are_named(item, message):
         pre(np.array([item], dtype=object))
 
 
+def test_no_images_are_refused_by_name():
+    pre = ImagePreprocessor(ImagePreprocessing(), TensorSpec("image", "FP32", (-1, 8, 8, 1)))
+    with pytest.raises(TensorError, match="input 'image' holds no images; send at least one"):
+        pre(np.array([], dtype=object))
+
+
 def test_oversized_images_are_refused_before_decoding():
     pre = ImagePreprocessor(ImagePreprocessing(max_image_bytes=100), TensorSpec("image", "FP32", (-1, 8, 8, 1)))
     with pytest.raises(TensorError, match="over the 100 allowed"):

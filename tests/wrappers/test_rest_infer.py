@@ -10,8 +10,10 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import threading
 import urllib.error
 import urllib.request
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +28,8 @@ pytestmark = pytest.mark.slow
 VERSION = "3"
 # Headers that differ between any two answers: when, and MLServer's per-response ids.
 _UNSTABLE_HEADERS = {"date", "ce-id", "ce-requestid", "content-length"}
+# wrappers.MAX_INFLATED_BYTES (importing that module here would load MLServer's protos beside tritonclient's).
+MAX_INFLATED_BYTES = 256 << 20
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +110,8 @@ def test_requested_outputs_and_parameters_are_answered_alike(server, good_body):
         (b'[1, 2]', None, 422),
         (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}', None, 422),
         (None, {"Content-Type": "text/plain"}, 422),
-        (None, {"Content-Type": "application/json", "Content-Encoding": "deflate"}, None),
     ],
-    ids=["not-json", "empty", "inputs-not-a-list", "no-inputs", "not-an-object", "no-data", "text-plain", "deflate"],
+    ids=["not-json", "empty", "inputs-not-a-list", "no-inputs", "not-an-object", "no-data", "text-plain"],
 )
 def test_bodies_the_route_does_not_take_get_mlservers_own_answers(server, good_body, body, headers, status):
     data = json.dumps(good_body).encode() if body is None else body
@@ -119,6 +122,115 @@ def test_bodies_the_route_does_not_take_get_mlservers_own_answers(server, good_b
     assert _without_ids(fast) == _without_ids(mlserver)
     if status is not None:
         assert fast_status == status
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b"\xff\xfe\xfd", "the body is not UTF-8 at byte 0 (0xff): invalid start byte"),
+        (b'{"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["\xe9t\xe9"]}]}',
+         "the body is not UTF-8 at byte 71 (0xe9): invalid continuation byte"),
+        (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [' + b"9" * 5000 + b"]}]}",
+         "a number has more than 4300 digits"),
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": '
+         + b"[" * 100_000 + b"]" * 100_000 + b"}]}", "the JSON is nested too deeply"),
+        (b'{"parameters": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b'}, "inputs": []}',
+         "the JSON is nested too deeply"),
+    ],
+    ids=["not-utf8", "latin1-text", "long-integer", "deep-data", "deep-parameters"],
+)
+def test_json_that_python_cannot_decode_gets_the_422_of_malformed_json(server, body, expected):
+    """json.loads refuses these with errors other than JSONDecodeError (UnicodeDecodeError, ValueError,
+    RecursionError): they must still be answered as malformed JSON, saying what is wrong, not 400 or 500."""
+    (fast_status, fast, _), (mlserver_status, mlserver, _) = _both(server, body)
+    assert fast_status == mlserver_status == 422, fast
+    assert fast == mlserver
+    assert fast["detail"][0]["msg"] == "JSON decode error" and expected in fast["detail"][0]["ctx"]["error"]
+
+
+def test_json_nested_too_deeply_gets_400_in_the_binary_header_and_in_shared_memory_registration(server, good_body):
+    nested = b'{"inputs": [], "parameters": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    status, answer, _ = _send(f"{server.http_url}/v2/models/ours/infer", nested,
+                              {"Inference-Header-Content-Length": str(len(nested))})
+    assert status == 400 and "are not JSON: the JSON is nested too deeply" in answer["error"], answer
+    status, answer, _ = _send(f"{server.http_url}/v2/systemsharedmemory/region/deep/register", nested[35:-2], {})
+    assert status == 400 and "the JSON is nested too deeply" in answer["error"], answer
+    assert "send a JSON object" in answer["error"]
+    (status, _, _), _ = _both(server, good_body)
+    assert status == 200
+
+
+@pytest.mark.parametrize("compression", ["gzip", "deflate"])
+def test_compressed_json_bodies_are_answered_alike(server, good_body, compression):
+    """MLServer inflates gzip only: the route inflates both, for every model."""
+    data = json.dumps(good_body).encode()
+    wbits = 16 + zlib.MAX_WBITS if compression == "gzip" else zlib.MAX_WBITS
+    deflater = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    compressed = deflater.compress(data) + deflater.flush()
+    headers = {"Content-Type": "application/json", "Content-Encoding": compression}
+    (fast_status, fast, fast_headers), (mlserver_status, mlserver, mlserver_headers) = _both(
+        server, compressed, headers=headers)
+    assert fast_status == mlserver_status == 200, (fast, mlserver)
+    assert _without_ids(fast) == _without_ids(mlserver) and fast_headers == mlserver_headers
+
+
+def test_a_compressed_body_that_does_not_inflate_gets_400_saying_why(server, good_body):
+    data = json.dumps(good_body).encode()
+    deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    compressed = deflater.compress(data) + deflater.flush()
+    for body, encoding, expected in [
+        (compressed[:-20], "gzip", "the gzip body is truncated; send all of it"),
+        (data, "deflate", "the body is not valid deflate data"),
+        (zlib.compress(data) + b"x", "deflate", "the deflate body has 1 bytes after its end"),
+        (compressed, "br", "Content-Encoding 'br' is not supported; send gzip, deflate or none"),
+    ]:
+        answers = _both(server, body, headers={"Content-Type": "application/json", "Content-Encoding": encoding})
+        for status, answer, _ in answers:
+            assert status == 400 and expected in answer["error"], answer
+    (status, _, _), _ = _both(server, compressed + compressed,
+                              headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert status == 422  # two gzip members inflate, as gzip.decompress reads them: two JSON documents
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """Zeros that inflate to one byte more than the route inflates, gzip-compressed: about a megabyte."""
+    deflater = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    step = bytes(1 << 20)
+    whole, rest = divmod(MAX_INFLATED_BYTES + 1, len(step))
+    parts = [deflater.compress(step) for _ in range(whole)]
+    return b"".join([*parts, deflater.compress(step[:rest]), deflater.flush()])
+
+
+@pytest.mark.parametrize(
+    "model, headers",
+    [("ours", {"Content-Type": "application/json"}), ("fastapi", {"Content-Type": "application/json"}),
+     ("ours", {"Inference-Header-Content-Length": "10"})],
+    ids=["json", "json-mlservers-route", "binary"],
+)
+def test_a_gzip_bomb_is_refused_while_other_requests_are_answered(server, good_body, gzip_bomb, model, headers):
+    """A body that inflates past the limit gets 400 naming it, and inflating it up to there holds no other
+    request: small ones sent meanwhile are answered before it is (they waited for it on the event loop)."""
+    refused = {}
+
+    def send_bomb():
+        refused["answer"] = _send(f"{server.http_url}/v2/models/{model}/infer", gzip_bomb,
+                                  {**headers, "Content-Encoding": "gzip"})
+
+    bomb = threading.Thread(target=send_bomb)
+    bomb.start()
+    answered_meanwhile = 0
+    while bomb.is_alive():
+        status, _, _ = _send(f"{server.http_url}/v2/models/ours/infer", json.dumps(good_body).encode(),
+                             {"Content-Type": "application/json"})
+        assert status == 200
+        answered_meanwhile += bomb.is_alive()
+    bomb.join()
+    status, answer, _ = refused["answer"]
+    assert status == 400, answer
+    assert f"inflates past {MAX_INFLATED_BYTES} bytes" in answer["error"]
+    assert "send it uncompressed, or split the request" in answer["error"]
+    assert answered_meanwhile >= 20  # about 140 here; 0 to 4 when bodies inflated on the event loop
 
 
 def test_refused_requests_get_the_same_errors(server, good_body):
@@ -204,11 +316,13 @@ def test_tritonclient_http_with_its_binary_defaults(server, digits_artifact, goo
                     np.testing.assert_allclose(result.as_numpy(output), expected, rtol=1e-6, atol=1e-7)
                     binary_out = outputs is None or outputs[0]._binary
                     assert ("data" in result.get_output(output)) is not binary_out
-        for compression in ("gzip", "deflate"):  # tritonclient.http's request compression
-            sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
-            sent.set_data_from_numpy(images)
-            result = client.infer("ours", [sent], request_compression_algorithm=compression)
-            np.testing.assert_allclose(result.as_numpy(output), expected, rtol=1e-6, atol=1e-7)
+        for compression in ("gzip", "deflate"):  # tritonclient.http's request compression, of binary and JSON
+            for binary_in, model in ((True, "ours"), (False, "ours"), (False, "fastapi")):
+                sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
+                sent.set_data_from_numpy(images, binary_data=binary_in)
+                outputs = [httpclient.InferRequestedOutput(output, binary_data=binary_in)]
+                result = client.infer(model, [sent], outputs=outputs, request_compression_algorithm=compression)
+                np.testing.assert_allclose(result.as_numpy(output), expected, rtol=1e-6, atol=1e-7)
         sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
         sent.set_data_from_numpy(images)
         with pytest.raises(Exception, match="400|422"):  # MLServer's own route has no binary extension

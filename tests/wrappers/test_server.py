@@ -103,6 +103,7 @@ def test_tritonclient_http_and_grpc_work_against_it(digits_server, example):
         ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 64], "data": [0.5] * 64}]}, 400, "must have shape [N, 8, 8, 1]"),
         ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, *IMAGE], "data": [0.5] * 64}]}, 400, "holds 64 values, which does not fill shape [2, 8, 8, 1] exactly (128 needed)"),
         ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": ["a"] * 64}]}, 400, "must be numbers, got str"),
+        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [0, *IMAGE], "data": []}]}, 400, "has 0 rows (shape [0, 8, 8, 1]); send at least one row"),
         ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": [1e39] * 64}]}, 400, "values must fit FP32 (magnitudes up to 3.403e+38)"),
         ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [10**12, *IMAGE], "data": [0.5] * 64}]}, 400, "over this model's limit of 1024"),
         ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1025, *IMAGE], "data": [0.5] * 64 * 1025}]}, 400, "1025 rows, over this model's limit"),
@@ -126,6 +127,15 @@ def test_bad_rest_requests_get_4xx_naming_what_was_expected(digits_server, grpc_
 GOOD_RAW = np.zeros((1, *IMAGE), np.float32).tobytes()
 
 
+def _with_region(request: service_pb2.ModelInferRequest, raw: bool = True) -> service_pb2.ModelInferRequest:
+    """The request with its first input naming a shared-memory region too (a client that forgot to drop it)."""
+    if not raw:
+        del request.raw_input_contents[:]
+    request.inputs[0].parameters["shared_memory_region"].string_param = "region"
+    request.inputs[0].parameters["shared_memory_byte_size"].int64_param = len(GOOD_RAW)
+    return request
+
+
 @pytest.mark.parametrize(
     "request_, expected",
     [
@@ -136,6 +146,10 @@ GOOD_RAW = np.zeros((1, *IMAGE), np.float32).tobytes()
         (raw_request("digits", {"image": ("FP32", [1, 8, 8], GOOD_RAW)}), "must have shape [N, 8, 8, 1]"),
         (raw_request("digits", {"image": ("FP32", [-1, 8, 8, 1], GOOD_RAW)}), "negative dimension"),
         (raw_request("digits", {"image": ("FP32", [2**40, 8, 8, 1], GOOD_RAW)}), "needs"),
+        (raw_request("digits", {"image": ("FP32", [0, 8, 8, 1], b"")}), "send at least one row"),
+        # A region named to a model without shared memory: said so, as over REST, not "1 raw_input_contents for 0 inputs"
+        (_with_region(raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW)})), "model digits does not use shared memory"),
+        (_with_region(raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW)}), raw=False), "model digits does not use shared memory"),
     ],
 )
 def test_bad_grpc_requests_are_invalid_argument_naming_what_was_expected(digits_server, grpc_client, example, request_, expected):
@@ -193,7 +207,7 @@ def test_generated_near_valid_grpc_requests_are_checked_exactly(grpc_client, row
     pixels = np.resize(np.asarray(values, np.float32), rows * 64)
     raw = pixels.tobytes()[: max(0, len(pixels) * 4 + cut)] if cut < 0 else pixels.tobytes() + b"\0" * cut
     request = raw_request("digits", {"image": ("FP32", [rows, *IMAGE], raw)})
-    valid = len(raw) == rows * 64 * 4 and bool(np.isfinite(pixels).all())
+    valid = rows > 0 and len(raw) == rows * 64 * 4 and bool(np.isfinite(pixels).all())  # at least one row
     try:
         response = grpc_client.infer(request)
     except grpc.RpcError as err:

@@ -48,6 +48,8 @@ def test_raw_contents_are_read_little_endian_without_copy():
         (b"\3\0\0", "BYTES", [1], "end inside a 4-byte length prefix"),
         (b"\5\0\0\0abc", "BYTES", [1], "declares 5 bytes but only 3 remain"),
         (pack_bytes([b"a", b"b"]), "BYTES", [3], "hold 2 BYTES elements but shape [3] needs 3"),
+        # NumPy would view any byte as True; ONNX Runtime would pass the 7 on to the graph.
+        (b"\0\1\7", "BOOL", [3], "BOOL raw contents must be bytes 0 (false) or 1 (true); element 2 is 7"),
     ],
 )
 def test_malformed_raw_contents_are_named(raw, datatype, shape, message):
@@ -105,6 +107,8 @@ def test_arbitrary_raw_bytes_either_decode_or_raise_tensor_error(raw, datatype, 
         assert "input 'x'" in str(err)
     else:
         assert array.size == int(np.prod(shape))
+        if datatype == "BOOL":
+            assert set(array.view(np.uint8).tolist()) <= {0, 1}
 
 
 json_values = st.recursive(

@@ -1,0 +1,44 @@
+"""`python -m wrappers serve` on a version's folder: what would not serve is refused in one line, before MLServer starts."""
+
+import pytest
+
+from wrappers.__main__ import main
+from slipway.cli import run
+
+
+@pytest.fixture(autouse=True)
+def no_exec(monkeypatch):
+    """`serve` replaces the process with MLServer: a check that let a mistake through must fail here, not exec."""
+    def refuse(*_: object) -> None:
+        raise AssertionError("serve went on to start MLServer")
+
+    monkeypatch.setattr("wrappers.server.os.execvpe", refuse)
+
+
+def serve(capsys, *args: str) -> tuple[int, str]:
+    code = run(main, ["serve", *args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("settings, message", [
+    (b'{"implementation": "wrappers.runtime.OnnxRuntime"}', 'names no model: it needs a "name"'),
+    (b'["a list"]', 'names no model: it needs a "name"'),
+    (b'{"name": ', "model-settings.json is not valid JSON (Expecting value"),
+    (b"\xff\xfe{}", "model-settings.json is not valid JSON ('utf-8' codec can't decode"),
+])
+def test_settings_that_name_no_model_are_one_line(settings, message, artifact_factory, capsys):
+    folder = artifact_factory(1.0)
+    (folder / "model-settings.json").write_bytes(settings)
+    code, err = serve(capsys, "--model-dir", str(folder))
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("flag, value", [("--http-port", "70000"), ("--grpc-port", "0"), ("--metrics-port", "-1"),
+                                         ("--http-port", "http")])
+def test_a_port_outside_1_to_65535_is_refused(flag, value, artifact_factory, capsys):
+    # 70000 would be bound as 70000 % 65536 while the banner said 70000
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--model-dir", str(artifact_factory(1.0)), flag, value])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert f"argument {flag}: " in err and "is not a port number: give 1-65535" in err, err
