@@ -77,6 +77,7 @@ def render_validated(args: argparse.Namespace):
     from deployments.records import RecordError
     from deployments.render import RenderError, render, write_manifests
     from deployments.validate import validate_documents
+    from slipway.files import FileProblem
     from slipway.reports import write_report
     from wrappers.settings import SettingsError
 
@@ -89,7 +90,7 @@ def render_validated(args: argparse.Namespace):
                     if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))]
     except (RecordError, RenderError, KustomizeError) as err:
         raise UserError(str(err)) from err
-    except SettingsError as err:
+    except (SettingsError, FileProblem) as err:
         raise UserError(f"{err}: the model would not load, nothing written") from err
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)

@@ -7,11 +7,11 @@ rule must agree, and a test checks them against the counter a real MLServer expo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from deployments import seldon
+from slipway.files import read_json
 
 # prometheus_client appends `_total` to a Counter's name when it exposes it.
 REQUEST_COUNTER = "model_infer_request_success_total"
@@ -87,7 +87,7 @@ def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -
 
     if model_dir is None or not scales_on_cpu(docs, predictor):
         return None
-    busy = busy_waiting_settings(json.loads((Path(model_dir) / SETTINGS_FILE).read_text()))
+    busy = busy_waiting_settings(read_json(Path(model_dir) / SETTINGS_FILE))
     if not busy:
         return None
     return (f"predictor {predictor} autoscales on CPU utilization, but its model keeps a CPU busy between requests "

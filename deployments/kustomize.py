@@ -23,6 +23,8 @@ from typing import Any, Literal
 import jsonpatch
 import yaml
 
+from slipway.files import FileProblem, parse_yaml, read_yaml
+
 KUSTOMIZATION_FILE = "kustomization.yaml"
 SUPPORTED_FIELDS = {"apiVersion", "kind", "resources", "components", "labels", "images", "namespace", "patches"}
 SUPPORTED_LABEL_FIELDS = {"pairs"}
@@ -100,28 +102,14 @@ def build_builtin(directory: Path) -> list[dict]:
 # ---------------------------------------------------------------- the builtin renderer
 
 
-def _read_yaml(path: Path) -> list[Any]:
-    """Every document of a YAML file; one that is not UTF-8 or not YAML is a one-line `KustomizeError` saying where."""
-    data = path.read_bytes()
+def _read_yaml(source: Path | str, what: str = "") -> list[Any]:
+    """Every document of a YAML file (a path) or of inline text, or a one-line `KustomizeError` saying where it breaks."""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line, column = data.count(b"\n", 0, err.start) + 1, err.start - data.rfind(b"\n", 0, err.start)
-        raise KustomizeError(f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} at line {line}, column {column}); "
-                             "save it as UTF-8") from err
-    return _yaml_documents(text, str(path))
-
-
-def _yaml_documents(text: str, where: str) -> list[Any]:
-    """PyYAML's several-line report on bad YAML becomes one line: the problem, its line and column."""
-    try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        problem = getattr(err, "problem", None) or getattr(err, "context", None) or first
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise KustomizeError(f"{where} is not valid YAML: {problem}{at}") from err
+        if isinstance(source, Path):
+            return read_yaml(source, documents=True)
+        return parse_yaml(source, what, documents=True)
+    except FileProblem as err:
+        raise KustomizeError(str(err)) from err
 
 
 def _build_level(directory: Path, *, expect_component: bool, accumulated: list[dict]) -> list[dict]:
@@ -179,7 +167,7 @@ def _apply_patch(resources: list[dict], directory: Path, patch: dict) -> None:
             raise KustomizeError(f"{directory}: patch file {patch['path']!r} does not exist")
         found = _read_yaml(source)
     elif "patch" in patch:
-        found = _yaml_documents(str(patch["patch"]), f"{directory}: the inline patch")
+        found = _read_yaml(str(patch["patch"]), f"{directory}: the inline patch")
     else:
         raise KustomizeError(f"{directory}: a patch needs `path` or `patch`")
     body = found[0] if len(found) == 1 else None

@@ -6,13 +6,13 @@ validated here once, at the edge, and nothing deeper re-reads it.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from slipway.cli import one_line
+from slipway.files import FileProblem, read_json
 
 DEFAULT_URI_TEMPLATE = "s3://slipway-models/{name}/{version}"
 # A model's name becomes the SeldonDeployment's, the container's and a DNS label in Service names.
@@ -76,10 +76,7 @@ class ModelVersion(BaseModel):
     @classmethod
     def from_record_file(cls, path: Path, *, uri: str | None = None) -> ModelVersion:
         """Read the store's JSON record; `uri` replaces the record's where the artifact was copied elsewhere."""
-        path = Path(path)
-        if not path.exists():
-            raise RecordError(f"version record {path} does not exist; write it with `python -m export versions show REF --json`")
-        record = _json_file(path, f"version record {path}", "write it with `python -m export versions show REF --json`")
+        record = _json_file(Path(path), f"version record {path}", "write it with `python -m export versions show REF --json`")
         if not isinstance(record, dict):
             raise RecordError(f"version record {path} must be a JSON object with name, version, uri and digest")
         local_dir = _local_folder(record.get("uri"))
@@ -119,17 +116,11 @@ class ModelVersion(BaseModel):
 
 
 def _json_file(path: Path, what: str, fix: str) -> object:
-    """A JSON file's content; a file that cannot be read, is not UTF-8 or not JSON is a `RecordError` saying where."""
+    """A JSON file's content, or a `RecordError` saying what is wrong with it and `fix`."""
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except IsADirectoryError as err:
-        raise RecordError(f"{what} is a folder, not a JSON file; {fix}") from err
-    except OSError as err:
-        raise RecordError(f"{what} cannot be read ({err.strerror or err}); {fix}") from err
-    except UnicodeDecodeError as err:
-        raise RecordError(f"{what} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); {fix}") from err
-    except json.JSONDecodeError as err:
-        raise RecordError(f"{what} is not JSON ({err.msg} at line {err.lineno}, column {err.colno}); {fix}") from err
+        return read_json(path, what)
+    except FileProblem as err:
+        raise RecordError(f"{err}; {fix}") from err
 
 
 def _local_folder(uri: object) -> Path | None:

@@ -27,6 +27,7 @@ OVERLAYS = ("cpu", "gpu", "canary")
 DEFAULT_NAMESPACE = "slipway"
 CANARY_PREDICTOR = "canary"
 ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
+RENDERING_FILE = "rendering.json"  # what was rendered, from what: also how a later run knows the folder is ours
 COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
 SHARED_MEMORY_VOLUME = "dshm"
 SHARED_MEMORY_PATH = "/dev/shm"
@@ -270,7 +271,7 @@ def write_manifests(rendered: Rendered, out_dir: Path) -> list[Path]:
     swapped in atomically: the folder holds the old rendering or the new one, never a mix."""
     out_dir = Path(out_dir)
     names = []
-    with atomic.staged_dir(out_dir) as staging:
+    with atomic.staged_dir(out_dir, owns=lambda folder: (folder / RENDERING_FILE).is_file()) as staging:
         for doc in rendered.docs:
             name = f"{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"
             (staging / name).write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -282,5 +283,5 @@ def write_manifests(rendered: Rendered, out_dir: Path) -> list[Path]:
                       f"# can read {autoscaling.RPS_METRIC}. Not a Kubernetes resource: not in all.yaml.\n")
             (staging / ADAPTER_RULES_FILE).write_text(header + yaml.safe_dump(rules, sort_keys=False))
             names.append(ADAPTER_RULES_FILE)
-        (staging / "rendering.json").write_text(json.dumps(rendered.summary(), indent=2, sort_keys=True) + "\n")
+        (staging / RENDERING_FILE).write_text(json.dumps(rendered.summary(), indent=2, sort_keys=True) + "\n")
     return [out_dir / name for name in names]

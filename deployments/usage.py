@@ -18,6 +18,8 @@ from typing import Literal
 
 import numpy as np
 
+from slipway.files import FileProblem, read_json
+
 Kind = Literal["cpu", "memory", "rps"]
 POD_LABELS = ("pod", "pod_name", "kubernetes_pod_name")
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
@@ -172,16 +174,10 @@ def _check_units(series: Series, kind: Kind, source: str) -> None:
 
 def load_usage(path: Path, kind: Kind) -> Usage:
     """Read a saved `query_range` JSON file."""
-    path = Path(path)
-    if not path.is_file():
-        missing = "is a folder, not a file" if path.is_dir() else "does not exist"
-        raise UsageError(f"{path} {missing}; save the JSON of /api/v1/query_range for {HINTS[kind]}")
     try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise UsageError(f"{path} cannot be read: {err.strerror or err}") from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path} is not JSON: {err}") from err
+        data = read_json(path)
+    except FileProblem as err:
+        raise UsageError(f"{err}; save the JSON of /api/v1/query_range for {HINTS[kind]}") from err
     return parse_query_range(data, kind=kind, source=str(path))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from loadtest.config import Endpoint, RestBody
+from slipway.files import FileProblem, read_json
 from wrappers.artifact import load_input_example
 from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body, v2_datatype
 from wrappers.tensors import NUMPY_TO_V2, TensorError
@@ -78,9 +79,12 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
         return take_rows(arrays, batch_size)
     if path.suffix == ".json":
         try:
-            body = json.loads(path.read_text())
+            body = read_json(path)
+        except FileProblem as err:
+            raise PayloadError(f"{err}; send a V2 request body ({{\"inputs\": [{{name, datatype, shape, data}}]}})") from err
+        try:
             return {item["name"]: _array_from_json(item) for item in body["inputs"]}
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError) as err:
             raise PayloadError(f"{path} is not a V2 request body ({{\"inputs\": [{{name, datatype, shape, data}}]}}): {err}") from err
     raise PayloadError(f"sample data file {path} must be .npz or .json, not {path.suffix or 'no suffix'!r}")
 

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from loadtest.config import ConfigError, Slo
 from slipway.cli import one_line
+from slipway.files import FileProblem, read_yaml
 
 LATENCY_LIMITS = ("p50_ms", "p95_ms", "p99_ms")
 
@@ -77,20 +78,10 @@ def load_slo(path: Path | None = None, **overrides: float | None) -> Slo:
     """Limits from a YAML file (keys p50_ms, p95_ms, p99_ms, max_error_rate, min_rps), flags winning."""
     data: dict[str, Any] = {}
     if path is not None:
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"SLO file {path} does not exist; write one with keys {', '.join(Slo.model_fields)}")
         try:
-            raw = path.read_bytes()
-            loaded = yaml.safe_load(raw.decode("utf-8"))
-        except OSError as err:
-            raise ConfigError(f"SLO file {path} cannot be read: {err.strerror or err}") from err
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"SLO file {path} is not UTF-8 text ({utf8_problem(raw, err)}); save it as UTF-8 YAML") from err
-        except yaml.YAMLError as err:
-            raise ConfigError(f"SLO file {path} is not valid YAML: {yaml_problem(err)}") from err
+            loaded = read_yaml(path, f"SLO file {path}")
+        except FileProblem as err:
+            raise ConfigError(f"{err}; write a UTF-8 YAML mapping with keys {', '.join(Slo.model_fields)}") from err
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"SLO file {path} must be a mapping of limits, e.g. `p95_ms: 50`")
         data.update(loaded or {})
@@ -99,23 +90,6 @@ def load_slo(path: Path | None = None, **overrides: float | None) -> Slo:
         return Slo.model_validate(data)
     except ValidationError as err:
         raise ConfigError(f"invalid SLO{f' in {path}' if path else ''}: {one_line(err)} (keys: {', '.join(Slo.model_fields)})") from err
-
-
-def utf8_problem(data: bytes, err: UnicodeDecodeError) -> str:
-    """Where the first byte that is not UTF-8 lies, as a person counts (line and column, from 1)."""
-    line, column = data.count(b"\n", 0, err.start) + 1, err.start - data.rfind(b"\n", 0, err.start)
-    return f"byte 0x{data[err.start]:02x} at line {line}, column {column}: {err.reason}"
-
-
-def yaml_problem(err: Exception) -> str:
-    """PyYAML's several-line report as one line: the problem and where it is (line and column, from 1)."""
-    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    problem = getattr(err, "problem", None) or getattr(err, "context", None) or first
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    if mark is not None:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    position = getattr(err, "position", None)  # a ReaderError: a character YAML does not allow
-    return f"{problem} at character {position + 1}" if position is not None else problem
 
 
 def breaches(slo: Slo, figures: dict[str, Any], *, latency_only: bool = False) -> list[Breach]:

@@ -8,10 +8,15 @@ MLServer always runs as its own process: never import `mlserver` or
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +38,31 @@ def refused_at_load(model_dir: Path, match: str, **server_options) -> None:
         refused.start()
     assert str(refused.log_path) in str(caught.value) and refused.log_path.is_file()
     shutil.rmtree(refused.log_path.parent)
+
+
+@contextlib.contextmanager
+def json_http_server(answer: Callable[[str], object]) -> Iterator[str]:
+    """A loopback HTTP server answering every GET with `answer(path)` as JSON, stopped on exit; yields its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            body = json.dumps(answer(self.path)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600):

@@ -43,6 +43,7 @@ from export.store.lineage import Lineage, now, who
 from export.store.records import GcResult, TagMove, VersionRecord
 from export.store.refs import Ref, check_name
 from slipway.cli import one_line
+from slipway.files import FileProblem, read_json
 from wrappers.artifact import SETTINGS_FILE, ArtifactError, Manifest, verify_artifact
 
 DEFAULT_STORE = "model-store"
@@ -97,12 +98,13 @@ def _read_settings(artifact_dir: Path) -> dict:
     path = artifact_dir / SETTINGS_FILE
     if not path.is_file():
         raise StoreError(f"cannot publish {artifact_dir}: it has no {SETTINGS_FILE}, so MLServer could not serve it")
+    fix = "re-export the artifact with `python -m export convert`, or fix the file"
     try:
-        settings = json.loads(path.read_text())
-        if not isinstance(settings, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as err:  # ValueError: not JSON, or not UTF-8
-        raise StoreError(f"cannot publish: {path} is not valid JSON ({err})") from err
+        settings = read_json(path)
+    except FileProblem as err:
+        raise StoreError(f"cannot publish: {err}; {fix}") from err
+    if not isinstance(settings, dict):
+        raise StoreError(f"cannot publish: {path} is not a JSON object; {fix}")
     return settings
 
 

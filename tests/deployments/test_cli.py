@@ -120,6 +120,14 @@ def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digi
                         env=reports_env, check=False)
     assert "event_loop_spin_us" in _one_line_error(result) and not (tmp_path / "bad").exists()
 
+    (model_dir / "model-settings.json").write_text("{broken")  # read through a local store record this time
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"name": "digits", "version": "1", "uri": f"file://{model_dir}", "digest": "0" * 64}))
+    result = run_module("deployments", "render", "--version-record", str(record), "--model-uri", "s3://models/digits/1",
+                        "--out", str(tmp_path / "broken"), env=reports_env, check=False)
+    assert "model-settings.json is not JSON (Expecting property name" in _one_line_error(result)
+    assert not (tmp_path / "broken").exists()
+
 
 @pytest.mark.parametrize("command", [[], ["render"], ["deploy"], ["undeploy"]])
 def test_every_command_has_help(command):

@@ -13,6 +13,7 @@ import yaml
 from deployments.recommend import DecayingHistogram, recommend
 from deployments.usage import UsageError, check_same_pods, parse_query_range
 from slipway.paths import PROJECT_ROOT
+from tests.conftest import json_http_server
 from tests.deployments.traces import DAY_S, MIB, START, diurnal, matrix, times, write
 
 PODS = ("digits-a", "digits-b")
@@ -193,8 +194,6 @@ def test_one_unlabelled_total_is_accepted_but_per_pod_rps_must_match():
 
 
 def test_histories_are_fetched_from_prometheus_url(tmp_path, reports_env):
-    import http.server
-    import threading
     import urllib.parse
 
     stamps = times(1)
@@ -205,30 +204,15 @@ def test_histories_are_fetched_from_prometheus_url(tmp_path, reports_env):
     }
     asked = []
 
-    class Prometheus(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
-            url = urllib.parse.urlsplit(self.path)
-            params = urllib.parse.parse_qs(url.query)
-            asked.append((url.path, params))
-            body = next((json.dumps(data) for name, data in answers.items() if name in params["query"][0]), "{}").encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def prometheus(path: str) -> object:
+        url = urllib.parse.urlsplit(path)
+        params = urllib.parse.parse_qs(url.query)
+        asked.append((url.path, params))
+        return next((data for name, data in answers.items() if name in params["query"][0]), {})
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env_url = f"http://127.0.0.1:{server.server_address[1]}"
+    with json_http_server(prometheus) as env_url:
         result = _recommend_cli(tmp_path, {**reports_env, "PROMETHEUS_URL": env_url}, "--capacity-rps", "40",
                                 "--namespace", "prod", "--model", "digits", "--range", "1d", "--step", "5m")
-    finally:
-        server.shutdown()
-        server.server_close()
     assert result.returncode == 0, result.stderr
     assert [path for path, _ in asked] == ["/api/v1/query_range"] * 3
     assert all('namespace="prod"' in params["query"][0] and params["step"] == ["300"] for _, params in asked)

@@ -12,6 +12,7 @@ from deployments import autoscaling, seldon
 from deployments.records import ModelVersion, RecordError
 from deployments.render import ADAPTER_RULES_FILE, RenderError, write_manifests
 from deployments.render import render as _render
+from slipway.cli import UserError
 from wrappers.settings import RUNTIME_IMPLEMENTATION, SettingsError
 
 # Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
@@ -166,6 +167,22 @@ def test_a_failed_rendering_leaves_the_previous_one_in_place(main_version, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
+def test_a_rendering_replaces_an_earlier_one_but_never_a_folder_it_did_not_write(main_version, tmp_path):
+    rendered = render("cpu", model=main_version)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "rendering.json").write_text("{}")  # rendered by a Slipway that left no other mark
+    (old / "seldondeployment-gone.yaml").write_text("kind: SeldonDeployment\n")
+    write_manifests(rendered, old)
+    assert not (old / "seldondeployment-gone.yaml").exists() and (old / "all.yaml").is_file()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match="mine"):
+        write_manifests(rendered, mine)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
 def test_version_records_are_read_and_checked_at_the_edge(record_files, tmp_path):
     version = ModelVersion.from_record_file(record_files("7", tags=["champion"]))
     assert (version.name, version.version, version.digest[:9], version.tags) == ("digits", "7", "sha256:ab", ("champion",))
@@ -266,7 +283,7 @@ def test_shared_memory_sizes_that_are_not_quantities_are_refused(main_version, s
     "settings, message",
     [
         (b'{name: "digits"}', "model-settings.json is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
-        (b'\xff{"name": "digits"}', "model-settings.json is not UTF-8 text (byte 0xff at offset 0)"),
+        (b'\xff{"name": "digits"}', "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)"),
         (b'{"implementation": "x", "parameters": [1]}', 'model-settings.json names no model (a JSON object with a "name" string'),
         (b'["digits"]', "model-settings.json names no model"),
     ],
@@ -279,10 +296,10 @@ def test_an_artifact_whose_settings_cannot_be_read_is_one_line(tmp_path, setting
 
 
 def test_a_version_record_that_is_a_folder_or_not_utf8_is_one_line(tmp_path):
-    with pytest.raises(RecordError, match="version record .* is a folder, not a JSON file; write it with"):
+    with pytest.raises(RecordError, match="version record .* is a folder, not a file; write it with"):
         ModelVersion.from_record_file(tmp_path)
     (tmp_path / "record.json").write_bytes(b'{"name": "digits\xe9"}')
-    with pytest.raises(RecordError, match=r"is not UTF-8 text \(byte 0xe9 at offset 16\)"):
+    with pytest.raises(RecordError, match=r"is not UTF-8 text \(byte 0xe9 at line 1, column 17: invalid continuation byte\)"):
         ModelVersion.from_record_file(tmp_path / "record.json")
 
 

@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
-
 import pytest
 
 from loadtest.__main__ import main
 from slipway.cli import EXIT_USER_ERROR, run
-from tests.conftest import run_module
+from tests.conftest import json_http_server, run_module
 
 METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
             "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
 
 
-class _MetadataOnly(http.server.BaseHTTPRequestHandler):
-    """A V2 server that describes its model and refuses every inference (HTTP 501)."""
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        body = json.dumps(METADATA).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def failing_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MetadataOnly)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    """A V2 server that describes its model and refuses every inference (HTTP 501: it has no POST)."""
+    with json_http_server(lambda path: METADATA) as url:
+        yield url
 
 
 def _refused(capsys, *argv: str) -> str:

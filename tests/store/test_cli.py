@@ -121,8 +121,8 @@ def test_a_refused_publish_creates_no_store(store_dir, artifact_factory, tmp_pat
         (["publish", str(artifact_factory(1.0)), "--tag", "bad tag"], "tag 'bad tag' is not valid"),
         (["publish", str(artifact_factory(1.0)), "--model", "bad name"], "model name 'bad name' is not valid"),
         (["publish", _with_settings(artifact_factory(2.0), b'{"implementation": "x"}')], "names no model: pass --model NAME"),
-        (["publish", _with_settings(artifact_factory(3.0), b"{not json"), "--model", "a"], "model-settings.json is not valid JSON"),
-        (["publish", _with_settings(artifact_factory(4.0), b"\xff\xfe"), "--model", "a"], "model-settings.json is not valid JSON"),
+        (["publish", _with_settings(artifact_factory(3.0), b"{not json"), "--model", "a"], "model-settings.json is not JSON (Expecting property name"),
+        (["publish", _with_settings(artifact_factory(4.0), b"\xff\xfe"), "--model", "a"], "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1"),
         (["publish", str(listed)], "manifest.json is not a valid manifest: manifest: Input should be a valid dictionary"),
     ]:
         _one_line(*in_process(capsys, *args, *store), message)
