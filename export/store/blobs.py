@@ -51,10 +51,6 @@ class ArtifactRoot:
         """The URL a SeldonDeployment's `modelUri` (or anyone with fsspec) pulls the folder from."""
         return self.fs.unstrip_protocol(self._path(relative))
 
-    def local_path(self, relative: str) -> Path | None:
-        """The folder on this machine's disk, for a local store; None elsewhere."""
-        return Path(self._path(relative)) if self.local else None
-
     def exists(self, relative: str) -> bool:
         return self.fs.exists(self._path(relative))
 

@@ -32,10 +32,6 @@ class Ref:
     number: int | None = None
     tag: str | None = None
 
-    @property
-    def latest(self) -> bool:
-        return self.number is None and self.tag is None
-
     def __str__(self) -> str:
         if self.tag is not None:
             return f"{self.model}@{self.tag}"
