@@ -9,7 +9,6 @@ naming what was expected.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,12 +18,12 @@ import onnx
 from export.measure import Feeds
 from export.optimize import STANDARD_DOMAINS
 from export.sources import Source, sha256_bytes
+from wrappers.settings import MODEL_NAME
 
 MIN_OPSET = 13  # per-channel int8 QuantizeLinear/DequantizeLinear need opset 13
 SYNTHETIC_ROWS = 64
 HELD_OUT_SHARE = 0.2
 LABELS_KEY = "labels"
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 class ImportCheckError(ValueError):
@@ -59,7 +58,7 @@ class CheckedModel:
 
 
 def check_name(name: str) -> str:
-    if not NAME_PATTERN.match(name):
+    if not MODEL_NAME.fullmatch(name):
         raise ImportCheckError(
             f"model name {name!r} cannot be used in /v2/models/<name>: use letters, digits, '.', '_' or '-' (at most 63)"
         )

@@ -106,13 +106,18 @@ def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInpu
 
 def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = False) -> pb.ModelInferResponse:
     """The response with every output as raw contents, built directly: MLServer's converter would walk
-    pydantic models and build empty typed contents for each output first."""
+    pydantic models and build empty typed contents for each output first.
+
+    A response with an FP16 output is raw whatever the request was, as Triton answers: the V2 protobuf has
+    no typed contents for FP16 (MLServer's converter fails, gRPC INTERNAL), and where one output is raw, all are.
+    """
+    use_raw = use_raw or any(_datatype(output) == "FP16" for output in type_object.outputs)
     if not use_raw or not any(_as_raw(output) for output in type_object.outputs):
         return _original_response_from_types(_text_as_bytes(type_object), use_raw=use_raw)
     response = pb.ModelInferResponse(
         model_name=type_object.model_name,
         outputs=[_output_tensor(output) for output in type_object.outputs],
-        raw_output_contents=[to_raw(np.asarray(output.data.root), output.datatype) for output in type_object.outputs],
+        raw_output_contents=[to_raw(output.data.root, output.datatype) for output in type_object.outputs],
     )
     if type_object.model_version is not None:
         response.model_version = type_object.model_version
@@ -137,10 +142,14 @@ def _text_as_bytes(response: InferenceResponse) -> InferenceResponse:
 
 
 def _is_text(output: ResponseOutput) -> bool:
-    """A BYTES output (its datatype a str, or MLServer's enum) whose data holds str items."""
-    datatype = getattr(output.datatype, "value", output.datatype)
+    """A BYTES output whose data holds str items."""
     data = output.data.root if output.data is not None else None
-    return datatype == BYTES and isinstance(data, list) and any(isinstance(item, str) for item in data)
+    return _datatype(output) == BYTES and isinstance(data, list) and any(isinstance(item, str) for item in data)
+
+
+def _datatype(output: ResponseOutput) -> str:
+    """The output's datatype as a str: runtimes set a str or MLServer's enum."""
+    return getattr(output.datatype, "value", output.datatype)
 
 
 def _as_raw(output: ResponseOutput) -> bool:

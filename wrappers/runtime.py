@@ -10,7 +10,8 @@ padded runs, image decoding or the graph itself would each have failed them anot
 Where the time goes, and what this runtime does about it:
 - decoding: raw gRPC contents become NumPy views (`wrappers.grpc_raw`), REST bodies are parsed
   by simdjson (`wrappers.rest_json`) and answered without FastAPI's per-request work
-  (`wrappers.rest_infer`), JSON lists become arrays in one call (`wrappers.tensors`);
+  (`wrappers.rest_infer`), JSON lists become arrays in one call (`wrappers.tensors`); every
+  REST body is held to a size limit and inflated off the event loop (`wrappers.rest_bodies`);
 - inference: on dedicated threads, merging requests that queued behind a run
   (`wrappers.batching`), so the event loop keeps serving; tiny models run inline instead;
 - pre/post-processing: on a separate CPU pool, overlapped with inference;
@@ -40,7 +41,7 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
-from wrappers import busy_poll, cpu_pinning, grpc_raw, rest_infer, rest_json, shared_memory_api
+from wrappers import busy_poll, cpu_pinning, grpc_raw, rest_bodies, rest_infer, rest_json, shared_memory_api
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
@@ -49,7 +50,7 @@ from wrappers.session import (
     DYNAMIC, TENSORRT, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options,
     tensorrt_batch_profile,
 )
-from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
+from wrappers.settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, REGIONS, Location, SharedMemoryError, location
 from wrappers.shared_memory_api import SharedMemoryEndpoints
 from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, from_json
@@ -84,6 +85,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         # are found below (`rest_infer`, `shared_memory_api`); the heap is frozen again when this load ends.
         gc.unfreeze()
         extra = self.settings.parameters.extra if self.settings.parameters else None
+        try:
+            check_model_name(self.name)
+        except SettingsError as err:
+            raise ModelLoadError(str(err)) from err
         try:
             self._config: RuntimeSettings = parse_runtime_settings(extra)
         except SettingsError as err:
@@ -125,6 +130,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
             grpc_raw.fast_models.add(self)
         rest_json.install()
+        rest_bodies.install()  # every route's body within a limit, inflated off the event loop
         if self._config.fast_rest_route:
             rest_infer.fast_models.add(self)
         if self._config.shared_memory:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,7 +180,8 @@ class LocalServer:
                     f"MLServer exited with code {self._process.returncode}: {self.failure_reason()} (log: {self.log_path})"
                 )
             try:
-                with urllib.request.urlopen(f"{self.http_url}/v2/models/{waiting[0]}/ready", timeout=2) as response:
+                ready_url = f"{self.http_url}/v2/models/{urllib.parse.quote(waiting[0], safe='')}/ready"
+                with urllib.request.urlopen(ready_url, timeout=2) as response:
                     if response.status == 200:
                         waiting.pop(0)
                         if not waiting:

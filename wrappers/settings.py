@@ -1,4 +1,4 @@
-"""Typed runtime settings, read once from `model-settings.json` `parameters.extra`.
+"""Typed runtime settings, read once from `model-settings.json` `parameters.extra`, and the model's name.
 
 Unknown keys are refused at load, so a typo in a manifest fails loudly instead of
 silently serving with defaults.
@@ -6,6 +6,7 @@ silently serving with defaults.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -14,6 +15,8 @@ from slipway.cli import one_line
 
 # What model-settings.json names as `implementation` to be served by `wrappers.runtime.OnnxRuntime`.
 RUNTIME_IMPLEMENTATION = "wrappers.runtime.OnnxRuntime"
+# Model names: what a V2 URL path (/v2/models/<name>/infer) carries unescaped, as `export` names models.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
 OptionValue = str | int | float | bool
 
@@ -248,6 +251,15 @@ def parse_runtime_settings(extra: dict[str, Any] | None) -> RuntimeSettings:
         return RuntimeSettings.model_validate(extra or {})
     except ValidationError as err:
         raise SettingsError(f"invalid parameters.extra in model-settings.json: {one_line(err, whole='extra')}") from err
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a name clients would have to escape in URLs: unescaped, a space or '/' breaks the request's path."""
+    if not MODEL_NAME.fullmatch(name):
+        raise SettingsError(
+            f"model name {name!r} cannot appear unescaped in V2 URLs (/v2/models/<name>/infer): name it in "
+            "model-settings.json with 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
 
 
 def busy_waiting_settings(model_settings: dict[str, Any]) -> list[str]:

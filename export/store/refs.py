@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+from wrappers.settings import MODEL_NAME  # a tag follows the same rule: both end up in URLs and paths
+
 LATEST = "latest"
 
 
@@ -15,7 +15,7 @@ class RefError(ValueError):
 
 def check_name(value: str, what: str) -> str:
     """A model name or tag: letters, digits, '.', '_' and '-', so it fits URLs, paths and labels."""
-    if not NAME_PATTERN.match(value or ""):
+    if not MODEL_NAME.fullmatch(value or ""):
         raise RefError(
             f"{what} {value!r} is not valid: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )

@@ -57,6 +57,14 @@ def reshape_graph(path):
                   [("y", TensorProto.FLOAT, ["K", 4])], [shape])
 
 
+def half_graph(path):
+    """h = x cast to FP16, y = x: an FP16 output beside an FP32 one."""
+    return _graph(path, [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+                         helper.make_node("Identity", ["x"], ["y"])],
+                  [("x", TensorProto.FLOAT, ["N", 2])],
+                  [("h", TensorProto.FLOAT16, ["N", 2]), ("y", TensorProto.FLOAT, ["N", 2])])
+
+
 def gather_graph(path):
     """Rows of TABLE by index: an index out of [-10, 9] fails the run (ONNX Runtime's InvalidArgument)."""
     table = helper.make_tensor("T", TensorProto.FLOAT, list(TABLE.shape), TABLE.ravel().tolist())
@@ -81,6 +89,7 @@ def repository(tmp_path_factory, digits_artifact):
     model_folder(root, "reshape", reshape_graph(graphs / "reshape.onnx"), extra={"warmup_batch_sizes": [4]})
     model_folder(root, "gather-merge", gather_graph(graphs / "gather.onnx"),
                  extra={"max_batch_rows": 64, "inline_below_ms": 0})
+    model_folder(root, "cast_fp16.v1", half_graph(graphs / "half.onnx"))
     return root
 
 
@@ -306,6 +315,28 @@ def test_typed_grpc_contents_get_top_k_labels_back_as_bytes_contents(client, exa
     assert list(outputs["labels"].shape) == [2, 3]
 
 
+def test_fp16_outputs_come_back_raw_to_typed_grpc_requests_with_every_other_output(client):
+    """The V2 protobuf has no typed contents for FP16, so Triton sends FP16 only raw; where one output is raw,
+    all are. tritonclient reads such a response."""
+    from tritonclient.grpc import InferResult
+
+    x = np.array([[1 / 3, -2.5], [65504, 1e-3]], np.float32)
+    request = service_pb2.ModelInferRequest(model_name="cast_fp16.v1")
+    tensor = request.inputs.add(name="x", datatype="FP32")
+    tensor.shape.extend(x.shape)
+    tensor.contents.fp32_contents.extend(x.ravel().tolist())
+    response = client.infer(request)
+    assert [output.datatype for output in response.outputs] == ["FP16", "FP32"]
+    assert len(response.raw_output_contents) == 2
+    assert not any(output.contents.ListFields() for output in response.outputs)  # no typed contents beside them
+    result = InferResult(response)
+    np.testing.assert_array_equal(result.as_numpy("h"), x.astype(np.float16))
+    np.testing.assert_array_equal(result.as_numpy("y"), x)
+    request.outputs.add(name="y")  # no FP16 output asked for: typed contents, as asked
+    response = client.infer(request)
+    assert not response.raw_output_contents and list(response.outputs[0].contents.fp32_contents) == x.ravel().tolist()
+
+
 @pytest.mark.parametrize("model, name, datatype, shape", [
     ("fixed", "x", "FP32", [0, 4]),  # run in padded chunks: there would be none
     ("digits-images", "image", "BYTES", [0]),  # no image to decode
@@ -364,6 +395,13 @@ def test_a_graph_that_cannot_be_batched_is_refused_at_load_saying_what_to_set(tm
     refused_at_load(fixed, r"batch_buckets needs graph inputs whose first \(batch\) dimension is dynamic")
     odd = model_folder(tmp_path, "odd", matmul_graph(tmp_path / "odd.onnx", batch=2), extra={"warmup_batch_sizes": [3]})
     refused_at_load(odd, r"model odd: warm-up at batch size 3 failed .*invalid dimensions for input: x")
+
+
+@pytest.mark.parametrize("name", ["my model", "team/digits"])
+def test_a_model_name_a_url_would_have_to_escape_is_refused_at_load(tmp_path, name):
+    """Clients put the name in /v2/models/<name>/infer as it is. '_' and '.' are fine: `cast_fp16.v1` above loads."""
+    folder = model_folder(tmp_path, name, matmul_graph(tmp_path / "m.onnx"))
+    refused_at_load(folder, f"model name {name!r} cannot appear unescaped in V2 URLs.*letters, digits, '.', '_' or '-'")
 
 
 def test_loaded_heap_is_frozen_out_of_full_collections(server):

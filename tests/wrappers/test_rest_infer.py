@@ -10,6 +10,8 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import select
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -22,14 +24,16 @@ from hypothesis import strategies as st
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
 from wrappers.artifact import load_input_example
+from wrappers.request_bodies import MAX_BODY_BYTES
 from wrappers.server import LOOPBACK, LocalServer
 
 pytestmark = pytest.mark.slow
 VERSION = "3"
 # Headers that differ between any two answers: when, and MLServer's per-response ids.
 _UNSTABLE_HEADERS = {"date", "ce-id", "ce-requestid", "content-length"}
-# wrappers.MAX_INFLATED_BYTES (importing that module here would load MLServer's protos beside tritonclient's).
-MAX_INFLATED_BYTES = 256 << 20
+# What the route answers to a body past MAX_BODY_BYTES, sent or inflated.
+OVER_THE_LIMIT = (f"{MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES >> 20} MiB), the most this server reads; "
+                  "send fewer rows per request")
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +201,7 @@ def gzip_bomb() -> bytes:
     """Zeros that inflate to one byte more than the route inflates, gzip-compressed: about a megabyte."""
     deflater = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     step = bytes(1 << 20)
-    whole, rest = divmod(MAX_INFLATED_BYTES + 1, len(step))
+    whole, rest = divmod(MAX_BODY_BYTES + 1, len(step))
     parts = [deflater.compress(step) for _ in range(whole)]
     return b"".join([*parts, deflater.compress(step[:rest]), deflater.flush()])
 
@@ -228,9 +232,56 @@ def test_a_gzip_bomb_is_refused_while_other_requests_are_answered(server, good_b
     bomb.join()
     status, answer, _ = refused["answer"]
     assert status == 400, answer
-    assert f"inflates past {MAX_INFLATED_BYTES} bytes" in answer["error"]
-    assert "send it uncompressed, or split the request" in answer["error"]
+    assert f"the gzip body inflates past {OVER_THE_LIMIT}" in answer["error"]
     assert answered_meanwhile >= 20  # about 140 here; 0 to 4 when bodies inflated on the event loop
+
+
+@pytest.mark.parametrize("path", ["/v2/repository/index", "/v2/systemsharedmemory/region/r/register"])
+def test_every_route_that_takes_a_body_holds_it_to_the_limit_and_inflates_it(server, gzip_bomb, path):
+    """Not only the infer routes: MLServer's others inflated gzip whole on the event loop, deflate not at all."""
+    status, answer, _ = _send(f"{server.http_url}{path}", gzip_bomb,
+                              {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert status == 400 and f"the gzip body inflates past {OVER_THE_LIMIT}" in answer["error"], answer
+    status, index, _ = _send(f"{server.http_url}/v2/repository/index", zlib.compress(b'{"ready": true}'),
+                             {"Content-Type": "application/json", "Content-Encoding": "deflate"})
+    assert status == 200 and {"ours", "fastapi"} <= {model["name"] for model in index}, index
+
+
+@pytest.mark.parametrize("model", ["ours", "fastapi"])
+def test_a_body_whose_content_length_is_over_the_limit_is_refused_before_it_is_read(server, good_body, model):
+    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=10)
+    try:
+        connection.putrequest("POST", f"/v2/models/{model}/infer")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+        connection.endheaders(b'{"inputs": [')  # the rest never comes: the answer must not wait for it
+        response = connection.getresponse()
+        status, answer = response.status, json.loads(response.read())
+    finally:
+        connection.close()
+    assert status == 400 and f"the body is over {OVER_THE_LIMIT}" in answer["error"], answer
+    (status, _, _), _ = _both(server, good_body)
+    assert status == 200
+
+
+def test_a_streamed_body_is_refused_as_it_passes_the_limit(server, good_body):
+    """A chunked body says no length: it is answered once its bytes pass the limit, before it ends."""
+    chunk, cap = b" " * (1 << 20), MAX_BODY_BYTES + (64 << 20)
+    with socket.create_connection((LOOPBACK, server.http_port), timeout=30) as sock:
+        sock.sendall(b"POST /v2/models/ours/infer HTTP/1.1\r\nHost: slipway\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        sent = 0
+        while sent < cap and not select.select([sock], [], [], 0)[0]:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent += len(chunk)
+        sock.sendall(b"0\r\n\r\n")
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        status, answer = response.status, json.loads(response.read())
+    assert status == 400 and f"the body is over {OVER_THE_LIMIT}" in answer["error"], answer
+    assert sent < cap  # answered while the body was still coming
+    (status, _, _), _ = _both(server, good_body)
+    assert status == 200
 
 
 def test_refused_requests_get_the_same_errors(server, good_body):
