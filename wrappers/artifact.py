@@ -10,7 +10,6 @@ what serves is what was exported. A deployment can also pin the digest it expect
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from slipway import atomic
+from slipway.files import FileProblem, read_json
 
 MANIFEST_NAME = "manifest.json"
 MODEL_FILE = "model.onnx"
@@ -91,13 +91,13 @@ def read_manifest(folder: Path) -> Manifest:
     if not path.is_file():
         raise ArtifactError(f"{path} is missing: an artifact folder must carry its {MANIFEST_NAME}")
     try:
-        return Manifest.model_validate(json.loads(path.read_text()))
+        return Manifest.model_validate(read_json(path))
     except ValidationError as err:
         from slipway.cli import one_line
 
         raise ArtifactError(f"{path} is not a valid manifest: {one_line(err, 'manifest')}") from err
-    except ValueError as err:  # not JSON, or not UTF-8
-        raise ArtifactError(f"{path} is not a valid manifest: {err}") from err
+    except FileProblem as err:
+        raise ArtifactError(f"{err}: write the artifact again (`python -m export convert`)") from err
 
 
 def is_artifact_folder(folder: Path) -> bool:

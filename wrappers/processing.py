@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.files import FileProblem, read_text
 from wrappers.session import DYNAMIC, TensorSpec
 from wrappers.settings import ImagePreprocessing, TopKPostprocessing
 from wrappers.tensors import TensorError
@@ -148,7 +149,10 @@ class TopK:
                 raise ProcessingConfigError(
                     f"postprocess.labels_file {settings.labels_file!r} is not a file inside the model folder {model_dir}"
                 )
-            names = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+            try:
+                names = [line.strip() for line in read_text(path, "postprocess.labels_file").splitlines() if line.strip()]
+            except FileProblem as err:
+                raise ProcessingConfigError(f"{err}: write one label per line, as UTF-8") from err
             if classes != DYNAMIC and len(names) != classes:
                 raise ProcessingConfigError(
                     f"postprocess.labels_file has {len(names)} labels but output {self.name!r} has {classes} classes"

@@ -7,7 +7,6 @@ always runs in its own process (never imported here), configured through MLServe
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slipway.files import FileProblem, read_json
 from slipway.paths import PROJECT_ROOT
 from wrappers.artifact import SETTINGS_FILE
 
@@ -55,9 +55,9 @@ def model_name(model_dir: Path) -> str:
     if not path.is_file():
         raise ServerError(f"{model_dir} is not a model folder: it has no {SETTINGS_FILE} (run `make demo` first)")
     try:
-        settings = json.loads(path.read_text())
-    except (OSError, ValueError) as err:  # ValueError: not JSON, or not UTF-8
-        raise ServerError(f"{path} is not valid JSON ({err}): re-export the folder or fix the file") from err
+        settings = read_json(path)
+    except FileProblem as err:
+        raise ServerError(f"{err}: re-export the folder or fix the file") from err
     name = settings.get("name") if isinstance(settings, dict) else None
     if not isinstance(name, str) or not name:
         raise ServerError(f"{path} names no model: it needs a \"name\" (MLServer serves the model under it)")

@@ -23,8 +23,8 @@ def serve(capsys, *args: str) -> tuple[int, str]:
 @pytest.mark.parametrize("settings, message", [
     (b'{"implementation": "wrappers.runtime.OnnxRuntime"}', 'names no model: it needs a "name"'),
     (b'["a list"]', 'names no model: it needs a "name"'),
-    (b'{"name": ', "model-settings.json is not valid JSON (Expecting value"),
-    (b"\xff\xfe{}", "model-settings.json is not valid JSON ('utf-8' codec can't decode"),
+    (b'{"name": ', "model-settings.json is not JSON (Expecting value at line 1, column 10)"),
+    (b"\xff\xfe{}", "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)"),
 ])
 def test_settings_that_name_no_model_are_one_line(settings, message, artifact_factory, capsys):
     folder = artifact_factory(1.0)
