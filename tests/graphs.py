@@ -53,3 +53,15 @@ def scalar_graph(path: Path) -> Path:
     )
     onnx.save(onnx_model(graph), path)
     return path
+
+
+def identity_graph(path: Path, elem_type: int) -> Path:
+    """y = x over [N] of one ONNX element type (a `TensorProto` constant): what was sent comes back unchanged."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "identity",
+        [helper.make_tensor_value_info("x", elem_type, ["N"])],
+        [helper.make_tensor_value_info("y", elem_type, ["N"])],
+    )
+    onnx.save(onnx_model(graph), path)
+    return path

@@ -5,7 +5,8 @@ MLServer 1.7 converts raw contents with `struct.unpack` into Python lists (and b
 escapes as a `struct.error` (gRPC INTERNAL) instead of INVALID_ARGUMENT. This module
 swaps MLServer's two gRPC converters for ones that keep the data as arrays, but only
 for models served by `wrappers.runtime.OnnxRuntime` (they register here at load), so
-other runtimes in the same server see exactly what MLServer gives them. Requests whose
+other runtimes in the same server see exactly what MLServer gives them. Their typed contents
+must lie in the field of their datatype, as Triton reads them (MLServer reads any field). Requests whose
 inputs lie in shared memory (`wrappers.shared_memory`) take the same path and are answered
 raw, as Triton answers them.
 
@@ -27,6 +28,12 @@ from wrappers.shared_memory import REGION
 from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
 _NO_DATA = np.empty(0, dtype=np.uint8)
+# The typed contents each V2 datatype travels in, as Triton reads them. FP16 has none: it travels raw only.
+_TYPED_FIELDS = {
+    "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "FP16": None, "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
 _original_request_to_types = converters.ModelInferRequestConverter.to_types
 _original_response_from_types = converters.ModelInferResponseConverter.from_types
 
@@ -58,7 +65,12 @@ def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
-    if pb_object.model_name not in fast_models or not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
+    if pb_object.model_name not in fast_models:
+        return _original_request_to_types(pb_object)
+    for tensor in pb_object.inputs:
+        if tensor.HasField("contents"):
+            _check_typed_contents(tensor)
+    if not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
         return _original_request_to_types(pb_object)
     request = InferenceRequest.model_construct(
         id=pb_object.id,
@@ -89,6 +101,24 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
             raise InferenceError(str(err)) from err
         tensor.data = TensorData.model_construct(root=array)
     return request
+
+
+def _check_typed_contents(tensor: pb.ModelInferRequest.InferInputTensor) -> None:
+    """Typed contents only in their datatype's field: MLServer reads whichever field is set first, so INT64 in
+    int_contents, FP64 in fp32_contents (precision lost), booleans for numbers or FP16 in any field were served."""
+    expected = _TYPED_FIELDS.get(tensor.datatype, "")  # "": unknown, the runtime names the datatype it takes
+    sent = [field.name for field, _ in tensor.contents.ListFields()]
+    if expected == "" or sent in ([], [expected]):
+        return
+    if expected is None:
+        raise InferenceError(
+            f"input {tensor.name!r}: FP16 has no typed contents in the V2 protocol, got {' and '.join(sent)}; "
+            "send FP16 data in raw_input_contents (2 bytes per element, little-endian), as tritonclient does"
+        )
+    raise InferenceError(
+        f"input {tensor.name!r}: {tensor.datatype} data goes in contents.{expected}, got {' and '.join(sent)}; "
+        f"send it in {expected} alone (or in raw_input_contents)"
+    )
 
 
 def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInput:
