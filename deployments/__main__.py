@@ -46,7 +46,8 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
     command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
                          help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
-    command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>)")
+    command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>; "
+                         "for an overlay folder, its last two parts: build/tune/overlay -> tune-overlay)")
 
 
 def _namespace(text: str) -> str:
@@ -68,6 +69,14 @@ def _models(args: argparse.Namespace):
         main = ModelVersion.from_artifact(args.model_dir or DEMO_ARTIFACT_DIR, version=args.version, uri=args.model_uri)
     canary = ModelVersion.from_record_file(args.canary_record, uri=args.canary_model_uri) if args.canary_record else None
     return main, canary
+
+
+def _folder_name(overlay: str) -> str:
+    """Where under build/manifests an overlay renders: its name, or for a folder of one's own its last two
+    parts (`build/tune/overlay` -> `tune-overlay`), so that the tuner's and the recommender's do not collide."""
+    from deployments.render import OVERLAYS
+
+    return overlay if overlay in OVERLAYS else "-".join(Path(overlay).resolve().parts[-2:])
 
 
 def render_validated(args: argparse.Namespace):
@@ -99,7 +108,7 @@ def render_validated(args: argparse.Namespace):
         console.print(f"[yellow]skipped:[/] {skipped}", soft_wrap=True)
     if not report.ok:
         raise UserError("rendered manifests are invalid, nothing written: " + "; ".join(report.errors))
-    out = args.out or MANIFESTS_DIR / Path(str(args.overlay)).name
+    out = args.out or MANIFESTS_DIR / _folder_name(str(args.overlay))
     paths = write_manifests(rendered, out)
     write_report("manifests", {**rendered.summary(), "out_dir": str(out), "files": [str(p) for p in paths],
                                "validation": report.as_dict(), "warnings": warnings})

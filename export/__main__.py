@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from export.commands import KERAS_MODELS, VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
+from export.convert import DEFAULT_OPSET
 from export.store.cli import add_versions_parser
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
@@ -92,6 +93,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def opset(text: str) -> int:
+    """`--opset`, refused before any work when the Keras conversion cannot write it."""
+    value = int(text)  # not a number: argparse says "invalid opset value"
+    if value < DEFAULT_OPSET:
+        raise argparse.ArgumentTypeError(f"opset {value} is too old for the Keras conversion: use {DEFAULT_OPSET} or newer")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m export", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -109,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("--model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras")
     convert.add_argument("--out", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder to write")
     convert.add_argument("--name", default=DEMO_MODEL_NAME, help="model name clients use in /v2/models/<name>")
-    convert.add_argument("--opset", type=int, default=17)
+    convert.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset to write (>= {DEFAULT_OPSET})")
     convert.set_defaults(func=cmd_convert)
 
     variants = commands.add_parser(
@@ -121,7 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
     variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")
     variants.add_argument("--fine-tune-epochs", type=int, default=12, help="pruned and slim: epochs of fine-tuning")
-    variants.add_argument("--opset", type=int, default=17, help="ONNX opset of the Keras conversions (>= 13)")
+    variants.add_argument("--opset", type=opset, default=DEFAULT_OPSET,
+                          help=f"ONNX opset of the Keras conversions (>= {DEFAULT_OPSET})")
     add_export_options(variants, variants_help="comma-separated, from fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8 "
                        "(default: all for digits; fp32,int8,fp16 for mobilenetv2)")
     variants.set_defaults(func=cmd_variants)
@@ -136,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     importer.add_argument("--labels", type=Path, metavar="DATA.npz",
                           help="held-out inputs (named like the model's) plus a 'labels' array: fills the accuracy columns")
     add_export_options(importer, variants_help="comma-separated, from fp32,int8,fp16 (default: all three)")
-    importer.set_defaults(func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=17)
+    importer.set_defaults(func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=DEFAULT_OPSET)
 
     profile = commands.add_parser("profile", help="run ONNX Runtime's profiler on one variant: top operators, trace for Perfetto")
     profile.add_argument("variant", metavar="VARIANT", help="a variant name (fp32, int8, ...) or an artifact folder")
@@ -153,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--readme", type=Path, default=README, help="README whose performance section is refreshed")
     bench.add_argument("--no-readme", action="store_true", help="leave the README alone")
     add_export_options(bench, variants_help=None)
-    bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=17, measure_rounds=7)
+    bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=DEFAULT_OPSET, measure_rounds=7)
 
     add_versions_parser(commands)
 

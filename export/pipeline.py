@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from export.convert import DEFAULT_OPSET
 from export.evaluate import Quality, compare, predict, rows_of
 from export.measure import LATENCY_BATCH, THROUGHPUT_BATCH, Feeds, SizeStats, SpeedStats, measure_speed, onnx_runner, onnx_size
 from export.quantize import CalibrationMethod, Target
@@ -64,7 +65,7 @@ class ExportConfig(BaseModel):
     optimize_for: OptimizeFor = "latency"
     measure_rounds: int = Field(default=5, ge=1)
     measure_seconds: float = Field(default=0.3, gt=0)
-    opset: int = Field(default=17, ge=13)
+    opset: int = Field(default=DEFAULT_OPSET, ge=DEFAULT_OPSET)
 
 
 @dataclass

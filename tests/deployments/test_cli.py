@@ -129,6 +129,18 @@ def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digi
     assert not (tmp_path / "broken").exists()
 
 
+def test_overlay_folders_render_under_their_last_two_parts_so_they_do_not_collide(digits_artifact, reports_env, tmp_path):
+    built = []
+    for owner in ("tune", "recommend"):  # both write their overlay into a folder named `overlay`
+        overlay = tmp_path / owner / "overlay"
+        overlay.mkdir(parents=True)
+        cpu = os.path.relpath(PROJECT_ROOT / "deployments" / "overlays" / "cpu", overlay)  # kustomize takes no absolute path
+        (overlay / "kustomization.yaml").write_text(f"resources: [{cpu}]\n")
+        run_module("deployments", "render", "--model-dir", str(digits_artifact), "--overlay", str(overlay), env=reports_env)
+        built.append(PROJECT_ROOT / reports_env["SLIPWAY_BUILD_DIR"] / "manifests" / f"{owner}-overlay" / "all.yaml")
+    assert all(path.is_file() for path in built), built
+
+
 @pytest.mark.parametrize("command", [[], ["render"], ["deploy"], ["undeploy"]])
 def test_every_command_has_help(command):
     result = run_module("deployments", *command, "--help")

@@ -58,3 +58,10 @@ def test_profile_refuses_a_trace_path_it_cannot_write(tmp_path, reports_env):
              f"--trace {tmp_path / 'traces'} is a folder: name the trace file")
     _refused(["profile", str(folder), "--runs", "1", "--trace", str(tmp_path / "a-file" / "t.json")], reports_env,
              f"{tmp_path / 'a-file'} is a file, not a folder; choose another --trace")
+
+
+@pytest.mark.parametrize("command", ["convert", "variants"])
+def test_an_opset_the_keras_conversion_cannot_write_is_refused_before_any_work(tmp_path, reports_env, command):
+    _refused([command, "--opset", "13", "--out", str(tmp_path / "out")], reports_env,
+             "argument --opset: opset 13 is too old for the Keras conversion: use 17 or newer")
+    assert not (tmp_path / "out").exists()
