@@ -224,7 +224,7 @@ def test_cloud_storage_without_its_driver_is_refused_before_anything_is_written(
 
 
 def test_a_folder_unknown_to_the_store_is_never_overwritten_or_collected(store, artifact_factory):
-    stray = store.artifacts.local_path("tiny/1")
+    stray = Path(store.artifacts.root) / "tiny" / "1"  # a local store: its root is a folder here
     stray.mkdir(parents=True)
     (stray / "model.onnx").write_bytes(b"someone else's")
     with pytest.raises(StoreError, match="already exists but this store has no record of it"):
