@@ -17,7 +17,7 @@ from wrappers.tensors import BYTES, NUMPY_TO_V2, TensorError, to_raw
 
 # Triton's binary tensor extension: the length of the JSON header that starts the body.
 BINARY_HEADER = "Inference-Header-Content-Length"
-# The largest REST body the server reads (`wrappers.rest_infer`), as sent and, compressed, as inflated: a few
+# The largest REST body the server reads (`wrappers.rest_bodies`), as sent and, compressed, as inflated: a few
 # kilobytes of gzip can claim gigabytes, and a body is held whole. 256 MiB holds a batch of 64 224x224x3 images as
 # V2 JSON text (about 120 MB) with room to spare; bigger requests are split, or send their tensors in shared memory.
 MAX_BODY_BYTES = 256 << 20

@@ -82,14 +82,11 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     async def load(self) -> bool:
         _log_through_mlserver()
         # What earlier loads froze is invisible to gc.get_objects(), by which MLServer's REST app and gRPC server
-        # are found below (`rest_infer`, `shared_memory_api`); the heap is frozen again when this load ends.
+        # are found below (`rest_bodies`, `rest_infer`, `shared_memory_api`); the heap is frozen again when this load ends.
         gc.unfreeze()
         extra = self.settings.parameters.extra if self.settings.parameters else None
         try:
             check_model_name(self.name)
-        except SettingsError as err:
-            raise ModelLoadError(str(err)) from err
-        try:
             self._config: RuntimeSettings = parse_runtime_settings(extra)
         except SettingsError as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
