@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -215,4 +216,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: Locust and MLServer are stopped by PID
     exit_with(main)

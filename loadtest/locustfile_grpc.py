@@ -39,7 +39,10 @@ class V2GrpcUser(User):
         started = time.perf_counter()
         error, size = None, 0
         try:
-            size = self.stub.ModelInfer(REQUEST, metadata=METADATA, timeout=JOB.request_timeout_s).ByteSize()
+            reply = self.stub.ModelInfer(REQUEST, metadata=METADATA, timeout=JOB.request_timeout_s)
+            size = reply.ByteSize()
+            if not reply.outputs:  # every V2 answer describes its outputs: without, nothing was inferred
+                error = RuntimeError("answered without V2 outputs")
         except grpc.RpcError as err:
             error = RuntimeError(f"{err.code().name}: {err.details()}")
         self.environment.events.request.fire(

@@ -7,16 +7,19 @@ wrong name or datatype is one clear error instead of a run of 400s.
 
 from __future__ import annotations
 
-import json
+import math
 import ssl
+import threading
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ValidationError
 
 from loadtest.config import Endpoint, RestBody
+from slipway.cli import one_line
 from slipway.files import FileProblem, read_json
 from wrappers.artifact import load_input_example
 from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body, v2_datatype
@@ -24,10 +27,26 @@ from wrappers.tensors import NUMPY_TO_V2, TensorError
 
 NUMERIC_DTYPES = {name: dtype for dtype, name in NUMPY_TO_V2.items()}  # V2 datatype -> dtype, BYTES aside
 METADATA_TIMEOUT_S = 10
+METADATA_MAX_BYTES = 4 << 20
+MAX_VALUES = 1 << 27  # per input and request: 512 MiB of FP32 is past any load worth sending, short of a MemoryError
 
 
 class PayloadError(ValueError):
     """No valid request can be built; the message says what the model expects."""
+
+
+class TensorMetadata(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class ModelMetadata(BaseModel):
+    """What a payload is built from in a V2 metadata answer: checked, since any server can answer any JSON."""
+
+    name: str = ""
+    inputs: list[TensorMetadata] = []
+    outputs: list[TensorMetadata] = []
 
 
 def example_batch(model_dir: Path, batch_size: int = 1, offset: int = 0) -> dict[str, np.ndarray]:
@@ -41,6 +60,7 @@ def take_rows(inputs: dict[str, np.ndarray], batch_size: int, offset: int = 0) -
     for name, array in inputs.items():
         if array.ndim == 0 or len(array) == 0:
             raise PayloadError(f"sample input {name!r} has no rows to send")
+        _check_values(name, (batch_size, *array.shape[1:]))
         rows = np.arange(offset, offset + batch_size) % len(array)
         batch[name] = np.ascontiguousarray(array[rows])
     return batch
@@ -89,6 +109,13 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
     raise PayloadError(f"sample data file {path} must be .npz or .json, not {path.suffix or 'no suffix'!r}")
 
 
+def _check_values(name: str, shape) -> None:
+    count = math.prod(shape)
+    if count > MAX_VALUES:
+        raise PayloadError(f"input {name!r} would hold {count:,} values per request (shape {list(shape)}), over the "
+                           f"{MAX_VALUES:,} a load request may carry; lower --batch-size")
+
+
 def _first_line(err: Exception) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
@@ -118,6 +145,7 @@ def arrays_from_metadata(inputs: list[dict], batch_size: int, seed: int = 0) -> 
                 f"input {name!r} has shape {tensor['shape']} with dynamic dimensions beyond the batch; "
                 "pass --data FILE with real rows"
             )
+        _check_values(name, shape)
         dtype = NUMERIC_DTYPES[datatype]
         if dtype.kind == "f":
             array = rng.random(shape).astype(dtype)
@@ -151,15 +179,44 @@ def _rest_metadata(endpoint: Endpoint, timeout_s: float) -> dict:
     url = endpoint.base_url + endpoint.model_path
     context = ssl.create_default_context() if endpoint.tls else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
-            return json.loads(response.read())
+        body = _get_within(url, timeout_s, context)
     except urllib.error.HTTPError as err:
         raise PayloadError(f"GET {url} answered HTTP {err.code}: is model {endpoint.model!r}"
                            f"{' version ' + endpoint.version if endpoint.version else ''} served there?") from err
     except (urllib.error.URLError, OSError) as err:
         raise PayloadError(f"cannot reach {url}: {getattr(err, 'reason', err)}") from err
-    except json.JSONDecodeError as err:
-        raise PayloadError(f"GET {url} did not answer V2 metadata JSON: {err}") from err
+    try:
+        return ModelMetadata.model_validate_json(body).model_dump()
+    except ValidationError as err:
+        raise PayloadError(f"GET {url} did not answer V2 metadata ({{name, inputs: [{{name, datatype, shape}}]}}): "
+                           f"{one_line(err)}") from err
+
+
+def _get_within(url: str, timeout_s: float, context) -> bytes:
+    """The body of GET `url`, in `timeout_s` in all and at most METADATA_MAX_BYTES.
+
+    urllib's timeout bounds each socket read, so a server trickling bytes would hold the GET for ever:
+    it runs in a daemon thread, left to the server if it overstays.
+    """
+    outcome: list = []
+
+    def get() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
+                outcome.append(response.read(METADATA_MAX_BYTES + 1))
+        except Exception as err:  # raised again by the caller
+            outcome.append(err)
+
+    thread = threading.Thread(target=get, name="metadata-get", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise PayloadError(f"GET {url} did not answer within {timeout_s:g} s")
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    if len(outcome[0]) > METADATA_MAX_BYTES:
+        raise PayloadError(f"GET {url} answered over {METADATA_MAX_BYTES >> 20} MiB: not V2 metadata")
+    return outcome[0]
 
 
 def _grpc_metadata(endpoint: Endpoint, timeout_s: float) -> dict:

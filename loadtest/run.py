@@ -94,8 +94,7 @@ def run_locust(job: LoadJob, out_dir: Path, *, processes: int = 0, show_progress
         try:
             _wait(process, job, limit_s, show_progress)
         finally:
-            if process.poll() is None:
-                _kill_group(process)
+            _kill_group(process)  # also once Locust is done: its --processes workers can outlive it
     if process.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise LoadTestError(f"locust exited with code {process.returncode} (log: {log_path}):\n{tail}")
@@ -166,7 +165,7 @@ def _latest_step(job: LoadJob) -> str:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    """Locust with --processes has children: stop the whole group we started, by its PID."""
+    """Locust with --processes has children: stop the whole group we started, by its leader's PID."""
     import signal
 
     try:

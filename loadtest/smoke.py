@@ -7,6 +7,7 @@ tritonclient's share names and cannot be loaded together.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +17,11 @@ import numpy as np
 from wrappers.artifact import load_input_example
 
 ATOL = 1e-5
+TIMEOUT_S = 60  # per call: a wedged server fails the check instead of holding it
 
 
 class SmokeError(AssertionError):
-    """The server answered, but not what the exported model answers."""
+    """The server did not answer, or not what the exported model answers."""
 
 
 @dataclass
@@ -53,14 +55,29 @@ def _check(protocol: str, got: dict[str, np.ndarray], expected: dict[str, np.nda
     return SmokeResult(protocol, rows, max_diff, match, round(seconds * 1000, 3))
 
 
-def check_http(url: str, model: str, model_dir: Path) -> SmokeResult:
+@contextlib.contextmanager
+def _answering(protocol: str, timeout_s: float):
+    """tritonclient's errors (refused, timed out, an error status, a body it cannot read) as one SmokeError line."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        yield
+    except (InferenceServerException, OSError, ValueError, KeyError, TypeError) as err:
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise SmokeError(f"{protocol}: the server did not answer tritonclient's V2 request: {detail} "
+                         f"(timeout {timeout_s:g} s)") from err
+
+
+def check_http(url: str, model: str, model_dir: Path, timeout_s: float = TIMEOUT_S) -> SmokeResult:
     """Send the input example over V2 REST and compare outputs."""
     import tritonclient.http as httpclient
 
     inputs, expected, _ = load_input_example(model_dir)
-    client = httpclient.InferenceServerClient(url.removeprefix("http://"))
-    try:
+    client = httpclient.InferenceServerClient(url.removeprefix("http://"), connection_timeout=timeout_s,
+                                              network_timeout=timeout_s)
+    with _answering("rest", timeout_s), contextlib.closing(client):
         metadata = client.get_model_metadata(model)
+        described = {"inputs": metadata["inputs"], "outputs": metadata["outputs"]}
         request = []
         for name, array in inputs.items():
             tensor = httpclient.InferInput(name, list(array.shape), _datatype(metadata["inputs"], name))
@@ -70,32 +87,28 @@ def check_http(url: str, model: str, model_dir: Path) -> SmokeResult:
         response = client.infer(model, request)
         seconds = time.perf_counter() - started
         got = {output["name"]: response.as_numpy(output["name"]) for output in response.get_response()["outputs"]}
-    finally:
-        client.close()
     result = _check("rest", got, expected, seconds, len(next(iter(inputs.values()))))
-    result.metadata = {"inputs": metadata["inputs"], "outputs": metadata["outputs"]}
+    result.metadata = described
     return result
 
 
-def check_grpc(target: str, model: str, model_dir: Path) -> SmokeResult:
+def check_grpc(target: str, model: str, model_dir: Path, timeout_s: float = TIMEOUT_S) -> SmokeResult:
     """Send the input example over V2 gRPC (raw_input_contents) and compare outputs."""
     import tritonclient.grpc as grpcclient
 
     inputs, expected, _ = load_input_example(model_dir)
     client = grpcclient.InferenceServerClient(target)
-    try:
-        metadata = client.get_model_metadata(model, as_json=True)
+    with _answering("grpc", timeout_s), contextlib.closing(client):
+        metadata = client.get_model_metadata(model, as_json=True, client_timeout=timeout_s)
         request = []
         for name, array in inputs.items():
             tensor = grpcclient.InferInput(name, list(array.shape), _datatype(metadata["inputs"], name))
             tensor.set_data_from_numpy(array)
             request.append(tensor)
         started = time.perf_counter()
-        response = client.infer(model, request)
+        response = client.infer(model, request, client_timeout=timeout_s)
         seconds = time.perf_counter() - started
         got = {output["name"]: response.as_numpy(output["name"]) for output in response.get_response(as_json=True)["outputs"]}
-    finally:
-        client.close()
     return _check("grpc", got, expected, seconds, len(next(iter(inputs.values()))))
 
 
