@@ -41,28 +41,33 @@ def refused_at_load(model_dir: Path, match: str, **server_options) -> None:
 
 
 @contextlib.contextmanager
-def json_http_server(answer: Callable[[str], object]) -> Iterator[str]:
-    """A loopback HTTP server answering every GET with `answer(path)` as JSON, stopped on exit; yields its URL."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
-            body = json.dumps(answer(self.path)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+def http_server(**methods: Callable[[http.server.BaseHTTPRequestHandler], None]) -> Iterator[str]:
+    """A loopback HTTP server that hands each request of the methods named (`get=`, `post=`) to its function,
+    with the request's handler, and answers others 501; stopped on exit; yields its URL."""
+    handlers = {f"do_{method.upper()}": handle for method, handle in methods.items()}
+    handler_class = type("Handler", (http.server.BaseHTTPRequestHandler,), {**handlers, "log_message": lambda *args: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    server.daemon_threads = True  # a handler told never to answer must not hold the shutdown
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def send_body(handler: http.server.BaseHTTPRequestHandler, body: bytes, content_type: str = "application/json") -> None:
+    """Answer 200 with `body`."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def json_http_server(answer: Callable[[str], object]):
+    """A loopback HTTP server answering every GET with `answer(path)` as JSON (a context manager yielding its URL)."""
+    return http_server(get=lambda handler: send_body(handler, json.dumps(answer(handler.path)).encode()))
 
 
 def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600):

@@ -28,44 +28,22 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from loadtest.__main__ import main
 from slipway.cli import EXIT_USER_ERROR, run
 from slipway.paths import PROJECT_ROOT
-from tests.conftest import json_http_server, run_module
+from tests.conftest import http_server, json_http_server, run_module, send_body
 
 METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
             "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
 V2_ANSWER = {"model_name": "mm", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3], "data": [0, 0, 1]}]}
 
 
-@contextlib.contextmanager
-def rest_server(post: Callable[[http.server.BaseHTTPRequestHandler], None]) -> Iterator[str]:
-    """A loopback server describing METADATA on GET and answering POST with `post(handler)`; yields its URL."""
+def rest_server(post: Callable[[http.server.BaseHTTPRequestHandler], None]):
+    """A loopback server describing METADATA on GET and answering POST with `post(handler)` (a context manager
+    yielding its URL)."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
-            answer(self, json.dumps(METADATA).encode())
+    def read_then_post(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.rfile.read(int(handler.headers["Content-Length"]))
+        post(handler)
 
-        def do_POST(self):  # noqa: N802
-            self.rfile.read(int(self.headers["Content-Length"]))
-            post(self)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def answer(handler, body: bytes, content_type: str = "application/json") -> None:
-    handler.send_response(200)
-    handler.send_header("Content-Type", content_type)
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
+    return http_server(get=lambda handler: send_body(handler, json.dumps(METADATA).encode()), post=read_then_post)
 
 
 @contextlib.contextmanager
@@ -173,7 +151,7 @@ def test_a_server_that_never_answers_is_named_and_its_locust_workers_are_gone_wh
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_answers_that_are_not_v2_inference_count_as_failures(protocol, reports_env, tmp_path):
     if protocol == "rest":
-        server = rest_server(lambda handler: answer(handler, b"<html>welcome</html>", "text/html"))
+        server = rest_server(lambda handler: send_body(handler, b"<html>welcome</html>", "text/html"))
     else:
         server = grpc_server(lambda context: service_pb2.ModelInferResponse(model_name="mm"))
     with server as host:
@@ -183,7 +161,7 @@ def test_answers_that_are_not_v2_inference_count_as_failures(protocol, reports_e
 
 @pytest.mark.slow
 def test_v2_answers_still_pass(reports_env, tmp_path):
-    with rest_server(lambda handler: answer(handler, json.dumps(V2_ANSWER).encode())) as host:
+    with rest_server(lambda handler: send_body(handler, json.dumps(V2_ANSWER).encode())) as host:
         result = run_module("loadtest", "run", "--host", host, "--model", "mm", "--duration", "2", "--max-error-rate", "0",
                             "--out-dir", str(tmp_path / "locust"), env=reports_env, check=False, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -236,7 +214,7 @@ def test_metadata_that_is_not_v2_or_too_big_to_send_is_one_line(capsys, tmp_path
 def test_a_terminated_run_stops_its_locust(never, reports_env, tmp_path):
     """SIGTERM (a cancelled CI job, `timeout`) must stop Locust by PID as Ctrl-C does, not orphan it."""
     out_dir = str(tmp_path / "locust")
-    with rest_server(lambda handler: answer(handler, json.dumps(V2_ANSWER).encode())) as host:
+    with rest_server(lambda handler: send_body(handler, json.dumps(V2_ANSWER).encode())) as host:
         command = [sys.executable, "-m", "loadtest", "run", "--host", host, "--model", "mm", "--duration", "30",
                    "--out-dir", out_dir]
         process = subprocess.Popen(command, cwd=PROJECT_ROOT, env={**os.environ, **reports_env},
@@ -285,5 +263,5 @@ def test_smoke_checks_give_up_on_a_server_that_never_answers_or_fails(never, exa
 
     with grpc_server(unavailable) as host, pytest.raises(SmokeError, match="UNAVAILABLE|going away"):
         check_grpc(host, "mm", example_dir)
-    with rest_server(lambda handler: answer(handler, b"<html>", "text/html")) as host, pytest.raises(SmokeError):
+    with rest_server(lambda handler: send_body(handler, b"<html>", "text/html")) as host, pytest.raises(SmokeError):
         check_http(host, "mm", example_dir)

@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2
 
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
-from tests.wrappers.v2 import GrpcClient, error_text, post, raw_request
+from tests.wrappers.v2 import error_text, post, raw_request
 from wrappers.server import LocalServer
 from wrappers.tensors import V2_TO_NUMPY, to_raw, unpack_bytes
 
@@ -77,13 +77,6 @@ def server(tmp_path_factory):
         model_folder(root, datatype.lower(), identity_graph(graphs / f"{datatype}.onnx", onnx_type))
     with LocalServer(root) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    grpc_client = GrpcClient(server.grpc_target)
-    yield grpc_client
-    grpc_client.close()
 
 
 def typed_request(datatype: str, field: str, data: list) -> service_pb2.ModelInferRequest:

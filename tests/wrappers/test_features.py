@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2
 from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, onnx_model, scalar_graph
 from tests.wrappers.folders import model_folder
-from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
+from tests.wrappers.v2 import error_text, json_input, post, raw_output, raw_request, scrape
 from slipway.paths import PROJECT_ROOT
 from wrappers.artifact import SETTINGS_FILE, load_input_example
 from wrappers.server import LocalServer
@@ -97,13 +97,6 @@ def repository(tmp_path_factory, digits_artifact):
 def server(repository):
     with LocalServer(repository) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    grpc_client = GrpcClient(server.grpc_target)
-    yield grpc_client
-    grpc_client.close()
 
 
 @pytest.fixture(scope="module")
