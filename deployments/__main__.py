@@ -114,7 +114,8 @@ def render_validated(args: argparse.Namespace):
                                "validation": report.as_dict(), "warnings": warnings})
     versions = ", ".join(f"{p} -> {m.name} v{m.version}" for p, m in rendered.models.items())
     console.print(f"{len(rendered.docs)} resources ({versions}; autoscaling {rendered.autoscaling}, "
-                  f"kustomize {rendered.engine}) -> {out}, valid ({len(report.checked)} checked)", soft_wrap=True)
+                  f"kustomize {rendered.engine}) -> {out}, valid ({len(report.checked)} checked"
+                  f"{f', {len(report.skipped)} skipped' if report.skipped else ''})", soft_wrap=True)
     return rendered
 
 

@@ -50,7 +50,13 @@ def summary_table() -> Table:
     table.add_row("load test", text)
     table.add_row(
         "manifests",
-        f"{len(manifests['files'])} resources in {manifests['out_dir']}, valid ({len(manifests['validation']['checked'])} checked)"
-        if manifests else "not run",
+        _manifests_text(manifests) if manifests else "not run",
     )
     return table
+
+
+def _manifests_text(manifests: dict) -> str:
+    """What was rendered and how far it was validated: checks skipped (no CRD schema here) are counted too."""
+    validation = manifests["validation"]
+    skipped = f", {len(validation['skipped'])} skipped" if validation.get("skipped") else ""
+    return f"{len(manifests['files'])} resources in {manifests['out_dir']}, valid ({len(validation['checked'])} checked{skipped})"

@@ -129,6 +129,14 @@ def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digi
     assert not (tmp_path / "broken").exists()
 
 
+def test_a_skipped_validation_layer_is_counted_where_the_result_is_summed_up(digits_artifact, reports_env, tmp_path):
+    env = {**reports_env, "SLIPWAY_SHARED_DIR": str(tmp_path / "no-schemas"), "COLUMNS": "250"}
+    result = run_module("deployments", "render", "--model-dir", str(digits_artifact), "--out", str(tmp_path / "out"), env=env)
+    assert "skipped: SeldonDeployment/digits: CRD schema not found" in result.stderr
+    assert "valid (4 checked, 1 skipped)" in result.stderr  # the console writes to stderr
+    assert "valid (4 checked, 1 skipped)" in run_module("slipway", "summary", env=env).stdout
+
+
 def test_overlay_folders_render_under_their_last_two_parts_so_they_do_not_collide(digits_artifact, reports_env, tmp_path):
     built = []
     for owner in ("tune", "recommend"):  # both write their overlay into a folder named `overlay`

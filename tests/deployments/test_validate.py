@@ -34,6 +34,13 @@ def test_every_overlay_and_autoscaler_is_valid(overlay, mode, main_version, cana
     assert any("NetworkPolicy" in item and "1.29.0, 1.33.0 strict" in item for item in report.checked)
 
 
+def test_without_the_crd_schema_that_layer_is_skipped_and_not_claimed(main_version, tmp_path):
+    report = validate_documents(render("cpu", model=main_version).docs, crd_path=tmp_path / "absent.yaml")
+    assert report.ok and len(report.skipped) == 1 and "CRD schema not found" in report.skipped[0]
+    assert not any("CRD v1 schema" in item for item in report.checked)
+    assert any(item.startswith("SeldonDeployment/digits (Seldon rules") for item in report.checked)
+
+
 def test_shared_memory_manifests_are_valid(main_version, canary_version, seldon_crd_schema):
     rendered = render("canary", model=main_version, canary=canary_version, shared_memory="512Mi")
     report = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
