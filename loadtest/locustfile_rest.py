@@ -21,9 +21,10 @@ def answers_v2(content: bytes | None, headers) -> bool:
     A proxy's or a wrong server's HTML page would otherwise count as served. A substring, not a JSON parse,
     so checking stays cheap beside the request.
     """
+    content = content or b""
     try:
-        header = (content or b"")[: int(headers.get(BINARY_HEADER) or len(content or b""))]
-    except ValueError:
+        header = content[: int(headers.get(BINARY_HEADER) or len(content))]
+    except ValueError:  # a binary answer's header length that is not a number
         return False
     return header.lstrip().startswith(b"{") and b'"outputs"' in header
 
