@@ -76,22 +76,15 @@ def _owner_alive(host: str, pid: int, created_at: str) -> bool:
     return time.time() - started < STALE_AFTER_S
 
 
-def read_source(artifact_dir: Path) -> tuple[Manifest, dict]:
-    """Check the folder to publish against its manifest and read its model settings."""
-    artifact_dir = Path(artifact_dir)
-    _check_folder(artifact_dir)
+def verified_manifest(artifact_dir: Path) -> Manifest:
+    """The manifest of the folder to publish, every file checked against it (`check_publish` ran first)."""
     try:
         manifest = verify_artifact(artifact_dir)
     except ArtifactError as err:
         raise StoreError(f"cannot publish: {err}") from err
     if SETTINGS_FILE not in manifest.files:
         raise StoreError(f"cannot publish {artifact_dir}: it has no {SETTINGS_FILE}, so MLServer could not serve it")
-    return manifest, _read_settings(artifact_dir)
-
-
-def _check_folder(artifact_dir: Path) -> None:
-    if not artifact_dir.is_dir():
-        raise StoreError(f"{artifact_dir} is not a folder: pass an artifact folder written by `python -m export convert`")
+    return manifest
 
 
 def _read_settings(artifact_dir: Path) -> dict:
@@ -108,20 +101,21 @@ def _read_settings(artifact_dir: Path) -> dict:
     return settings
 
 
-def check_publish(artifact_dir: Path, model: str | None = None, tag: str | None = None) -> str:
+def check_publish(artifact_dir: Path, model: str | None = None, tag: str | None = None) -> tuple[str, dict]:
     """What a publish refuses on sight (a bad tag, unreadable settings, a missing or bad model name),
     checked without hashing the files, so a store is not created for a publish that cannot happen.
-    Returns the model name."""
+    Returns the model name and the folder's model settings."""
     if tag is not None:
         check_name(tag, "tag")
     artifact_dir = Path(artifact_dir)
-    _check_folder(artifact_dir)
+    if not artifact_dir.is_dir():
+        raise StoreError(f"{artifact_dir} is not a folder: pass an artifact folder written by `python -m export convert`")
     settings = _read_settings(artifact_dir)
     model = model or settings.get("name")
     if not isinstance(model, str):
         raise StoreError(f"{artifact_dir / SETTINGS_FILE} names no model: pass --model NAME")
     check_name(model, "model name")
-    return model
+    return model, settings
 
 
 def stored_settings(settings: dict, model: str, number: int) -> bytes:
@@ -225,8 +219,8 @@ class ModelStore:
 
         The model name defaults to the one in the folder's model-settings.json.
         """
-        model = check_publish(artifact_dir, model, tag)
-        source_manifest, settings = read_source(artifact_dir)
+        model, settings = check_publish(artifact_dir, model, tag)
+        source_manifest = verified_manifest(Path(artifact_dir))
         lineage = lineage or Lineage()
         pause_point("verified")
         reservation = self._reserve(model, source_manifest.digest)
