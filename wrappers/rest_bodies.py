@@ -64,7 +64,7 @@ class BoundedBodies:
             await self.app(scope, receive, send)
             return
         headers = headers_of(scope)
-        body = await _read_within_limit(receive, headers)
+        body = await read_body(receive, headers)
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":
             body = await _inflated(body, encoding)
@@ -78,16 +78,6 @@ def headers_of(scope: dict) -> dict[str, str]:
     for key, value in scope["headers"]:
         headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
     return headers
-
-
-async def read_body(receive) -> bytes:
-    """The whole body, as the layer hands it on."""
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def replaying(body: bytes, receive):
@@ -104,7 +94,8 @@ def replaying(body: bytes, receive):
     return replay
 
 
-async def _read_within_limit(receive, headers: dict[str, str]) -> bytes:
+async def read_body(receive, headers: dict[str, str]) -> bytes:
+    """The whole body; past MAX_BODY_BYTES, HTTP 400 before the rest is read (by Content-Length, before any)."""
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise _over_the_limit("the body is over")

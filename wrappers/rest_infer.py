@@ -39,11 +39,11 @@ from starlette.routing import Route
 
 from wrappers import binary_data, rest_json
 from wrappers.loaded_models import LoadedModels
-from wrappers.rest_bodies import headers_of, mlserver_rest_apps, read_body, replaying
+from wrappers.rest_bodies import INFER_PATH, headers_of, mlserver_rest_apps, read_body, replaying
 
 logger = logging.getLogger(__name__)
 
-INFER_PATHS = ("/v2/models/{model_name}/infer", "/v2/models/{model_name}/versions/{model_version}/infer")
+INFER_PATHS = (INFER_PATH, "/v2/models/{model_name}/versions/{model_version}/infer")
 OCTET_STREAM = "application/octet-stream"
 
 
@@ -79,7 +79,7 @@ class FastInferRoute:
         if name not in fast_models or not (binary or _is_json(headers)):
             await self._mlserver_route.handle(scope, receive, send)
             return
-        body = await read_body(receive)
+        body = await read_body(receive, headers)  # what the layer hands on: one message, within the limit
         payload = _payload(body, headers, binary)
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
