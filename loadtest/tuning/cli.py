@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from pathlib import Path
@@ -17,9 +16,8 @@ EXIT_CHECK_FAILED = 1
 def _choices(field: str, convert, example: str):
     """An argparse type for a comma-separated list of `field`'s choices, each checked against the space's floor here,
     so a bad one is named with its flag."""
-    from loadtest.tuning.space import CHOICE_FLOORS
+    from loadtest.tuning.space import refused_choices
 
-    least, above = CHOICE_FLOORS[field]
     kind = "integers" if convert is int else "numbers"
 
     def parse(text: str) -> list:
@@ -29,11 +27,10 @@ def _choices(field: str, convert, example: str):
             raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind}, e.g. {example}") from None
         if not values:
             raise argparse.ArgumentTypeError(f"{text!r} holds no value; give at least one, e.g. {example}")
-        bad = [part for part in values if not math.isfinite(part) or part < least or (above and part == least)]
-        if bad:
-            floor = f"above {least:g}" if above else f"at least {least:g}"
-            raise argparse.ArgumentTypeError(f"{', '.join(f'{part:g}' for part in bad)} not allowed: each choice must be "
-                                             f"{floor}, e.g. {example}")
+        refused = refused_choices(field, values)
+        if refused:
+            shown, floor = refused
+            raise argparse.ArgumentTypeError(f"{shown} not allowed: each choice must be {floor}, e.g. {example}")
         return values
 
     return parse

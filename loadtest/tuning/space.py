@@ -37,6 +37,15 @@ CHOICE_FLOORS = {
 }
 
 
+def refused_choices(field: str, values: list[float]) -> tuple[str, str] | None:
+    """The choices of `field` below its floor, shown, and the floor they miss (`above 0`); None when all are fine."""
+    least, above = CHOICE_FLOORS[field]
+    bad = [value for value in values if not math.isfinite(value) or value < least or (above and value == least)]
+    if not bad:
+        return None
+    return ", ".join(f"{value:g}" for value in bad), f"above {least:g}" if above else f"at least {least:g}"
+
+
 class SpaceError(ValueError):
     """The space cannot be searched (no variant, an artifact folder missing...)."""
 
@@ -102,12 +111,10 @@ class SearchSpace(BaseModel):
                       "max_batch_rows"):
             if not getattr(self, field):
                 raise ValueError(f"{field}: give at least one value")
-        for field, (least, above) in CHOICE_FLOORS.items():  # each choice becomes a ServingConfig: refuse it here, named
-            bad = [value for value in getattr(self, field)
-                   if not math.isfinite(value) or value < least or (value == least and above)]
-            if bad:
-                floor = f"above {least:g}" if above else f"at least {least:g}"
-                shown = ", ".join(f"{value:g}" for value in bad)
+        for field in CHOICE_FLOORS:  # each choice becomes a ServingConfig: refuse it here, named
+            refused = refused_choices(field, getattr(self, field))
+            if refused:
+                shown, floor = refused
                 raise ValueError(f"{field}: {shown} is not allowed; every choice must be {floor}")
         if any(size > 1 for size in self.max_batch_size) and not self.max_batch_time_ms:
             raise ValueError("max_batch_time_ms: batching sizes > 1 need at least one batching window")
