@@ -63,13 +63,12 @@ def run_and_report(source, config, out: Path, report_name: str, warnings: list[s
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from export.optimize import OptimizeError
-    from export.pipeline import ExportPlanError, check_out_dir, run_export, step_count
+    from export.pipeline import ExportPlanError, run_export, step_count
     from export.prune import PruneError
     from export.quantize import QuantizeError
     from export.report import build_report, console_table, write_export_report
     from export.selection import NoVariantWithinBudget
 
-    check_out_dir(out)  # before minutes of work, not after
     for warning in warnings:
         console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True)
     try:
@@ -123,6 +122,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Both models, every variant, one run: the figures of the README's performance section."""
     from export.bench import write_bench
 
+    from export.pipeline import check_out_dir
+
+    for model in KERAS_MODELS:  # both, before minutes of work on the first
+        check_out_dir(VARIANTS_DIR / model)
     before = os.getloadavg()[0]
     reports = {}
     for model, variants, seconds in (("digits", ALL_VARIANTS, args.measure_seconds), ("mobilenetv2", FLOAT_VARIANTS, args.measure_seconds * 2)):
@@ -192,12 +195,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from export.onnx_import import ImportCheckError, check_name, onnx_source
-    from export.pipeline import Variant
+    from export.pipeline import Variant, check_out_dir
     from export.quantize import quantizable_operators
 
     config = export_config(args, "fp32,int8,fp16")
     try:
         name = check_name(args.name)
+        out = args.out or VARIANTS_DIR / name
+        check_out_dir(out)  # before the model is read and checked
         with console.status(f"checking {args.model} and its data"):
             source, warnings = onnx_source(
                 args.model, name, calibration=args.calibration, labels=args.labels, max_calibration_rows=config.calibration_rows
@@ -209,7 +214,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             f"{args.model} has no operator ONNX Runtime can quantize to int8 (Conv, MatMul, Gemm, ...): "
             "leave int8 out of --variants (e.g. --variants fp32,fp16)"
         )
-    report = run_and_report(source, config, args.out or VARIANTS_DIR / name, args.report, warnings)
+    report = run_and_report(source, config, out, args.report, warnings)
     console.print(f"publish it with: python -m export versions publish {report.chosen.path} --model {name}", soft_wrap=True)
     return 0
 
