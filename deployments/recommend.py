@@ -336,12 +336,12 @@ def add_command(commands) -> None:
 
 def _check_out_dir(out_dir: Path) -> None:
     """Refuse an --out-dir that cannot hold the overlay (it or a folder above it is a file) before any work."""
-    for folder in (Path(out_dir) / "overlay", *(Path(out_dir) / "overlay").parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise RecommendError(f"--out-dir {out_dir}: {folder} is a file; "
-                                     "name a folder for the overlay (default build/recommend)")
-            return
+    from slipway.atomic import file_in_the_way
+
+    overlay = Path(out_dir) / "overlay"
+    folder = overlay if overlay.exists() and not overlay.is_dir() else file_in_the_way(overlay)
+    if folder is not None:
+        raise RecommendError(f"--out-dir {out_dir}: {folder} is a file; name a folder for the overlay (default build/recommend)")
 
 
 def cmd_recommend(args) -> int:

@@ -11,6 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
+from slipway import atomic
 from slipway.cli import UserError, console, one_line
 from slipway.paths import BUILD_DIR
 
@@ -172,7 +173,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     trace = args.trace or PROFILES_DIR / f"{folder.parent.name}-{folder.name}-b{args.batch_size}.json"
     if trace.is_dir():
         raise UserError(f"--trace {trace} is a folder: name the trace file, e.g. --trace {trace / 'profile.json'}")
-    if blocked := next((parent for parent in trace.parents if parent.exists() and not parent.is_dir()), None):
+    if blocked := atomic.file_in_the_way(trace):
         raise UserError(f"--trace {trace} cannot be written: {blocked} is a file, not a folder; choose another --trace")
     try:
         with console.status(f"profiling {folder} ({args.runs} runs at batch {args.batch_size})"):

@@ -64,6 +64,11 @@ def write_json(path: Path, payload: Any) -> None:
     write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The first of `path`'s parent folders that exists as a file, where writing `path` would fail; None if none."""
+    return next((parent for parent in Path(path).parents if parent.exists() and not parent.is_dir()), None)
+
+
 def check_replaceable(final: Path, owns: Callable[[Path], bool] | None = None) -> None:
     """Refuse (`UserError`) an output path whose replacement would delete what is not ours.
 
