@@ -16,6 +16,8 @@ Slipway's default); with worker processes MLServer's own converters stay in char
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.grpc import converters
@@ -69,8 +71,9 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
         return _original_request_to_types(pb_object)
     for tensor in pb_object.inputs:
         if tensor.HasField("contents"):
-            _check_typed_contents(tensor)
+            _check_typed_contents(tensor, raw=bool(pb_object.raw_input_contents))
     if not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
+        _check_every_input_has_contents(pb_object)
         return _original_request_to_types(pb_object)
     request = InferenceRequest.model_construct(
         id=pb_object.id,
@@ -103,9 +106,16 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
     return request
 
 
-def _check_typed_contents(tensor: pb.ModelInferRequest.InferInputTensor) -> None:
+def _check_typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, *, raw: bool) -> None:
     """Typed contents only in their datatype's field: MLServer reads whichever field is set first, so INT64 in
-    int_contents, FP64 in fp32_contents (precision lost), booleans for numbers or FP16 in any field were served."""
+    int_contents, FP64 in fp32_contents (precision lost), booleans for numbers or FP16 in any field were served.
+    And never beside raw contents, as Triton rules: a buffer's input is known only by its place among the
+    inputs without contents, so one typed input too many or too few shifts every buffer onto another input."""
+    if raw:
+        raise InferenceError(
+            f"input {tensor.name!r} has typed contents but the request also carries raw_input_contents; "
+            "send every input's data in raw_input_contents (one buffer per input, in input order), or none there"
+        )
     expected = _TYPED_FIELDS.get(tensor.datatype, "")  # "": unknown, the runtime names the datatype it takes
     sent = [field.name for field, _ in tensor.contents.ListFields()]
     if expected == "" or sent in ([], [expected]):
@@ -119,6 +129,21 @@ def _check_typed_contents(tensor: pb.ModelInferRequest.InferInputTensor) -> None
         f"input {tensor.name!r}: {tensor.datatype} data goes in contents.{expected}, got {' and '.join(sent)}; "
         f"send it in {expected} alone (or in raw_input_contents)"
     )
+
+
+def _check_every_input_has_contents(request: pb.ModelInferRequest) -> None:
+    """A request without raw contents carries each input's data in its typed contents: an input with none is
+    named here with where its data goes (MLServer would read an empty list, and the runtime could only say
+    that the data holds 0 values). Unknown datatypes and negative sizes are left for the runtime to name."""
+    for tensor in request.inputs:
+        field = _TYPED_FIELDS.get(tensor.datatype, "")
+        if (field == "" or tensor.contents.ListFields() or REGION in tensor.parameters  # the runtime names these
+                or min(tensor.shape, default=1) < 0 or not math.prod(tensor.shape)):
+            continue
+        where = "raw_input_contents (FP16 has no typed contents)" if field is None else f"contents.{field} or raw_input_contents"
+        raise InferenceError(
+            f"input {tensor.name!r} ({tensor.datatype}, shape {list(tensor.shape)}) carries no data; send it in {where}"
+        )
 
 
 def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInput:

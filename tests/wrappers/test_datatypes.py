@@ -174,6 +174,15 @@ def test_typed_contents_in_another_field_are_invalid_argument_saying_where_they_
         assert f"got {' and '.join(sorted([expected, other], key=list(SAMPLES).index))};" in refused(client, request)
 
 
+@pytest.mark.parametrize("datatype", ONNX_TYPES)
+def test_an_input_without_contents_is_invalid_argument_saying_where_its_data_goes(client, datatype):
+    request = service_pb2.ModelInferRequest(model_name=datatype.lower())
+    request.inputs.add(name="x", datatype=datatype, shape=[3])
+    where = "raw_input_contents (FP16 has no typed contents)" if FIELDS[datatype] is None else (
+        f"contents.{FIELDS[datatype]} or raw_input_contents")
+    assert refused(client, request) == f"input 'x' ({datatype}, shape [3]) carries no data; send it in {where}"
+
+
 @pytest.mark.parametrize("datatype, field, data, expected", [
     ("UINT8", "uint_contents", [1, 300], "values must fit UINT8 (0..255)"),
     ("UINT16", "uint_contents", [70000], "values must fit UINT16 (0..65535)"),

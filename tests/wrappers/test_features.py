@@ -292,6 +292,19 @@ def test_strings_that_are_not_text_and_booleans_that_are_not_0_or_1_are_invalid_
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and expected in caught.value.details()
 
 
+def test_typed_contents_beside_raw_contents_are_invalid_argument(client):
+    """As Triton rules: a raw buffer belongs to the n-th input without contents, so a mix shifts buffers silently."""
+    request = raw_request("strings", {"s": ("BYTES", [1, 2], pack_bytes([b"a", b"b"]))})
+    typed = request.inputs.add(name="b", datatype="BOOL", shape=[1, 2])
+    typed.contents.bool_contents.extend([True, False])
+    with pytest.raises(grpc.RpcError) as caught:
+        client.infer(request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == ("input 'b' has typed contents but the request also carries raw_input_contents; "
+                                      "send every input's data in raw_input_contents (one buffer per input, in input "
+                                      "order), or none there")
+
+
 def test_typed_grpc_contents_get_top_k_labels_back_as_bytes_contents(client, example):
     images, session = example
     pngs = [_png(image) for image in images[:2]]
