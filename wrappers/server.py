@@ -7,6 +7,7 @@ always runs in its own process (never imported here), configured through MLServe
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from wrappers.artifact import SETTINGS_FILE
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
 
 
@@ -230,7 +232,10 @@ class LocalServer:
 
 
 def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: int, metrics_port: int) -> None:
-    """Replace this process with MLServer serving `model_dir` (Ctrl-C stops it)."""
+    """Run MLServer on `model_dir` until Ctrl-C or SIGTERM, its log (stdout and stderr) passed through to our stdout.
+
+    MLServer exits 0 when a model fails to load (it logs the error and shuts down), so a server that
+    stops before it is asked to raises `ServerError` here, with the first exception in its log."""
     model_name(model_dir)  # fail early, in one line, on a folder that is not an artifact
     metrics_dir = Path(tempfile.mkdtemp(prefix="slipway-metrics-"))
     env = server_env(
@@ -238,4 +243,48 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
         parallel_workers=0, metrics_dir=metrics_dir,
     )
     print(f"serving {model_dir} on http://{host}:{http_port} (gRPC {grpc_port}, metrics {metrics_port})", flush=True)
-    os.execvpe(sys.executable, mlserver_command(model_dir), env)
+    # In its own process group, so that a terminal's Ctrl-C reaches only us; we pass it on as SIGTERM,
+    # on which MLServer shuts down cleanly (on SIGINT, uvicorn's lifespan task dies with a traceback).
+    server = subprocess.Popen(mlserver_command(model_dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              process_group=0, preexec_fn=_stop_with_parent)
+    asked_to_stop: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        asked_to_stop.append(signum)
+        server.send_signal(signal.SIGTERM)
+
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        reason = _relay_log(server.stdout.fileno(), sys.stdout.buffer)
+        status = server.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if server.poll() is None:  # we failed, not the server: it must not outlive us
+            server.kill()
+            server.wait()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    if not asked_to_stop:
+        raise ServerError(f"MLServer stopped by itself (exit status {status}): {reason or 'no exception in its log'}")
+
+
+def _relay_log(source: int, into) -> str | None:
+    """Copy the server's log to `into` as it comes, until it ends; return its first exception line."""
+    reason, pending = None, b""
+    while chunk := os.read(source, 1 << 16):
+        into.write(chunk)
+        into.flush()
+        if reason is None:  # whole lines only: a line cut between two reads would match cut short
+            complete, _, pending = (pending + chunk).rpartition(b"\n")
+            pending = pending[-(1 << 16):]
+            if found := _EXCEPTION_LINE.search(complete.decode(errors="replace")):
+                reason = found.group(0).strip()
+    return reason
+
+
+def _stop_with_parent() -> None:
+    """In the server's process, before MLServer starts: SIGTERM when `make serve` dies, even by SIGKILL
+    (Linux's PR_SET_PDEATHSIG), so that no server is left behind holding the ports."""
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -7,12 +7,12 @@ from slipway.cli import run
 
 
 @pytest.fixture(autouse=True)
-def no_exec(monkeypatch):
-    """`serve` replaces the process with MLServer: a check that let a mistake through must fail here, not exec."""
-    def refuse(*_: object) -> None:
+def no_server(monkeypatch):
+    """A check that let a mistake through must fail here, not start MLServer."""
+    def refuse(*_: object, **__: object) -> None:
         raise AssertionError("serve went on to start MLServer")
 
-    monkeypatch.setattr("wrappers.server.os.execvpe", refuse)
+    monkeypatch.setattr("wrappers.server.subprocess.Popen", refuse)
 
 
 def serve(capsys, *args: str) -> tuple[int, str]:
