@@ -15,7 +15,7 @@ from wrappers.artifact import MODEL_FILE, load_input_example
 from wrappers.bench.gpu_served import POINTS, measure_served, served_configs
 from wrappers.bench.models import BenchModel
 from wrappers.bench.report import markdown, plot
-from wrappers.bench.run import SLIPWAY_LATENCY, BenchConfig, _steps, bench_model, figures
+from wrappers.bench.run import SLIPWAY_LATENCY, TRANSPORT, BenchConfig, _steps, bench_model, figures
 
 pytestmark = pytest.mark.slow
 
@@ -27,20 +27,26 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
                          rounds=1, warmup_s=0.2, raw_seconds=0.1)
     steps, shared_before = [], set(Path("/dev/shm").glob("psm_*"))
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
-    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 7 + 1  # raw before and after; digits also with its latency settings
+    # raw sweeps before and after, side by side, servers started, then the loads: gRPC 4 (digits also with its
+    # latency settings, and the bare transport), REST 3, shared memory 1, binary REST 1
+    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 4 + 3 + 1 + 1
     assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
     for raw in result["raw"]:  # the limit is each setting's mean of the sweeps before and after the loads
         assert raw["rows_per_s"] == pytest.approx(sum(raw["rows_per_s_before_after"]) / 2, abs=0.01)
     runtimes = ("plain", "slipway", SLIPWAY_LATENCY)
     assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
-        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")} | {("slipway", "grpc-shm"), ("slipway", "rest-binary")}
+        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")} | {
+        ("slipway", "grpc-shm"), ("slipway", "rest-binary"), (TRANSPORT, "grpc")}
+    (transport,) = [point for point in result["points"] if point["runtime"] == TRANSPORT]
+    assert "x_raw_limit" not in transport  # it serves nothing
     for point in result["points"]:
         assert point["requests"] > 0 and point["errors"] == 0 and point["server_cpu_ms_per_request"] > 0
         split = point["server_cpu_ms_per_request_by_thread"]  # where the server's CPU went, by thread
         assert set(split) == {"event_loop", "inference", "other"} and split["event_loop"] > 0
         assert sum(split.values()) == pytest.approx(point["server_cpu_ms_per_request"], abs=0.01)
         assert point["client_cpu_ms_per_request"] > 0 and 0 <= point["machine_idle_pct"] <= 100
-        assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / result["raw_limit_rows_per_s"], abs=1e-3)
+        if point is not transport:
+            assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / result["raw_limit_rows_per_s"], abs=1e-3)
     payload = {"models": {"digits": result}, "cpu_count": 2, "load_average": {"before": [1.0]}, "created_at": "today",
                "wakeup_round_trip_us": {"before": {"same_cpu": 3.8, "across_cpus": 64.5}}}
     payload["figures"] = figures(payload["models"])
@@ -48,7 +54,7 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
     table = markdown(payload, "Serving throughput")
     assert "a thread woken across CPUs and back in 64.5 µs, 3.8 µs on one CPU" in table.splitlines()[0]
     assert "| digits | slipway | grpc | 2 |" in table and "| digits | slipway | grpc-shm | 2 |" in table
-    assert "raw `session.run`" in table
+    assert "raw `session.run`" in table and f"| digits | {TRANSPORT} | grpc | 2 |" in table
     assert set(Path("/dev/shm").glob("psm_*")) <= shared_before, "the load left shared-memory objects behind"
     plot(payload, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
@@ -93,7 +99,8 @@ def test_the_progress_bar_counts_every_load_of_every_runtime():
     config = BenchConfig(protocols=["grpc", "grpc-shm"], concurrency=[1, 8], rounds=3)
     raw_steps = 2 * 2 * 3 + 1 + 1  # raw sweeps before and after (batch sizes x spinning), side by side, servers started
     shared_memory = 6  # the wrappers runtime alone
-    assert _steps(config) == (raw_steps + 3 * 6 + shared_memory) + (raw_steps + 2 * 6 + shared_memory)
+    # over gRPC: both runtimes, the bare transport, and digits with its latency settings
+    assert _steps(config) == (raw_steps + 4 * 6 + shared_memory) + (raw_steps + 3 * 6 + shared_memory)
 
 
 def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(digits_artifact, reports_env, tmp_path):

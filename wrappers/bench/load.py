@@ -186,6 +186,15 @@ async def _grpc_load(target: str, requests: list[bytes], *, before_call=None, co
         return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
 
 
+def grpc_answer(target: str, request: bytes) -> bytes:
+    """One ModelInfer call with a serialized request; the serialized answer."""
+    import grpc
+
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    with grpc.insecure_channel(target, options=options) as channel:
+        return channel.unary_unary(MODEL_INFER)(request, timeout=60)
+
+
 @contextmanager
 def _shared_memory_slots(http_url: str, inputs: dict[str, np.ndarray], count: int):
     """`count` shared-memory regions holding `inputs`, registered with the server for the load and

@@ -32,7 +32,7 @@ def markdown(payload: dict, title: str) -> str:
         for point in model["points"]:
             lines.append(
                 f"| {name} | {point['runtime']} | {point['protocol']} | {point['concurrency']} | "
-                f"{point['requests_per_s']:.1f} | {point['rows_per_s']:.1f} | {point['x_raw_limit']:.2f} | "
+                f"{point['requests_per_s']:.1f} | {point['rows_per_s']:.1f} | {_blank_if_none(point.get('x_raw_limit'), '.2f')} | "
                 f"{point['p50_ms']:.2f} | {point['p99_ms']:.2f} | {_server_cpu(point)} | "
                 f"{_blank_if_none(point.get('client_cpu_ms_per_request'))} | {_blank_if_none(point.get('machine_idle_pct'))} |"
             )
@@ -53,8 +53,8 @@ def _server_cpu(point: dict) -> str:
     return f"{total:.3g} ({' / '.join(f'{split[group]:.3g}' for group in ('event_loop', 'inference', 'other'))})"
 
 
-def _blank_if_none(value) -> str:
-    return "" if value is None else f"{value:.3g}"
+def _blank_if_none(value, spec: str = ".3g") -> str:
+    return "" if value is None else format(value, spec)
 
 
 def plot(payload: dict, path: Path) -> None:
@@ -66,7 +66,7 @@ def plot(payload: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for axis, (name, model) in zip(axes[0], models.items()):
         labels = sorted({(p["protocol"], p["concurrency"]) for p in model["points"]})
-        runtimes = sorted({p["runtime"] for p in model["points"]})
+        runtimes = sorted({p["runtime"] for p in model["points"] if "x_raw_limit" in p})  # what serves the model
         width = 0.8 / len(runtimes)
         tallest = 0.0
         for index, runtime in enumerate(runtimes):

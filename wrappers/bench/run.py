@@ -17,15 +17,22 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from slipway import atomic
 from slipway.reports import wakeup_round_trip_us
-from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
+from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, grpc_answer, run_load
 from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from wrappers.bench.raw import measure_raw, measure_side_by_side
+from wrappers.bench.transport import BareGrpcServer
+from wrappers.request_bodies import grpc_request
 from wrappers.server import LocalServer
 from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
+# gRPC alone (`wrappers.bench.transport`), holding each request as long as the wrappers runtime's p50 of the same
+# round: its CPU per request is the floor under the servers' event-loop and other-thread CPU at about their rate.
+# It serves nothing, so it has no share of the raw limit.
+TRANSPORT = "grpc transport alone (no MLServer, no model)"
 IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPWAY: RUNTIME_IMPLEMENTATION}
 # The wrappers runtime's settings per model, as a user would put them in model-settings.json.
 SLIPWAY_SETTINGS = {
@@ -54,13 +61,15 @@ class BenchConfig:
 
 def _runtimes_for(protocol: str, runtimes: list[str]) -> list[str]:
     """Shared memory and Triton's binary REST extension are the wrappers runtime's alone (with its main settings;
-    MLServer has neither); the rest is measured for all."""
-    return [SLIPWAY] if protocol in (GRPC_SHARED_MEMORY, REST_BINARY) else runtimes
+    MLServer has neither); the bare transport is gRPC's; the rest is measured for all."""
+    if protocol in (GRPC_SHARED_MEMORY, REST_BINARY):
+        return [SLIPWAY]
+    return [runtime for runtime in runtimes if runtime != TRANSPORT or protocol == GRPC]
 
 
 def _steps(config: BenchConfig) -> int:
     def loads(name: str) -> int:
-        runtimes = [PLAIN, SLIPWAY] + ([SLIPWAY_LATENCY] if name in LATENCY_SETTINGS else [])
+        runtimes = [PLAIN, SLIPWAY, TRANSPORT] + ([SLIPWAY_LATENCY] if name in LATENCY_SETTINGS else [])
         per_point = config.rounds * len(config.concurrency)
         return per_point * sum(len(_runtimes_for(protocol, runtimes)) for protocol in config.protocols)
 
@@ -87,9 +96,13 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
         folders[SLIPWAY_LATENCY] = server_folder(
             work_dir, model, "slipway-latency", IMPLEMENTATIONS[SLIPWAY], LATENCY_SETTINGS[model.name]
         )
+    inputs = {model.input_name: model.row}
     points = []
     with ExitStack() as stack:
         servers = {runtime: stack.enter_context(LocalServer(folder)) for runtime, folder in folders.items()}
+        answer = work_dir / f"{model.name}-answer.bin"  # what the bare transport sends back: the real answer
+        atomic.write_bytes(answer, grpc_answer(servers[SLIPWAY].grpc_target, grpc_request(model.name, inputs)))
+        servers[TRANSPORT] = stack.enter_context(BareGrpcServer(answer))
         advance()
         for protocol in config.protocols:
             for concurrency in config.concurrency:
@@ -97,9 +110,10 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
                 rounds: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
                 for _ in range(config.rounds):  # alternate, so all meet the same machine
                     for runtime in runtimes:
+                        if runtime == TRANSPORT:  # at about the served rate: each request held as long as served
+                            servers[TRANSPORT].hold(rounds[SLIPWAY][-1]["p50_ms"])
                         result = run_load(
-                            protocol=protocol, server=servers[runtime], model=model.name,
-                            inputs={model.input_name: model.row},
+                            protocol=protocol, server=servers[runtime], model=model.name, inputs=inputs,
                             concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
                         )
                         rounds[runtime].append(result.summary())
@@ -112,8 +126,9 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     raw = _mean_of_sweeps(raw_before, raw_sweep())
     limit = max(result["rows_per_s"] for result in raw)
     for point in points:
-        point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
-        point["rounds_x_raw_limit"] = [round(rows / limit, 3) for rows in point["rounds_rows_per_s"]]
+        if point["runtime"] != TRANSPORT:
+            point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
+            point["rounds_x_raw_limit"] = [round(rows / limit, 3) for rows in point["rounds_rows_per_s"]]
     return {
         "source": model.source,
         "raw": raw,

@@ -1,0 +1,123 @@
+"""gRPC alone, no MLServer and no model: what the transport costs before any serving work.
+
+`python -m wrappers.bench.transport --port P --answer FILE` runs a `grpc.aio` server on uvloop (the
+library and event loop MLServer serves gRPC with) whose ModelInfer takes each request as bytes, unread,
+holds it as long as a served request takes, and sends back the bytes in FILE: the real server's answer
+to the same request. Loaded by the same client as the servers, at about their request rate (CPU per
+request falls as the rate rises: more events per wake-up), its CPU per request is the floor under
+their event-loop and other-thread CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slipway.paths import PROJECT_ROOT
+from wrappers.bench.load import MAX_MESSAGE_BYTES, MODEL_INFER
+from wrappers.server import LOOPBACK, STOP_TIMEOUT_S, free_port
+
+START_TIMEOUT_S = 30.0
+HOLD_SERVICE, HOLD_METHOD = "slipway.bench.Transport", "Hold"  # its one other method: sets the hold, in ms
+
+
+async def _serve(port: int, answer: bytes) -> None:
+    import grpc
+
+    hold_s = 0.0
+
+    async def model_infer(_request: bytes, _context) -> bytes:
+        if hold_s:
+            await asyncio.sleep(hold_s)
+        return answer
+
+    async def hold(request: bytes, _context) -> bytes:
+        nonlocal hold_s
+        hold_s = float(request) / 1000
+        return b""
+
+    service, method = MODEL_INFER.strip("/").split("/")
+    handlers = {(service, method): model_infer, (HOLD_SERVICE, HOLD_METHOD): hold}
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers([  # no (de)serializers: bytes in, bytes out
+        grpc.method_handlers_generic_handler(name, {method_name: grpc.unary_unary_rpc_method_handler(function)})
+        for (name, method_name), function in handlers.items()
+    ])
+    server.add_insecure_port(f"{LOOPBACK}:{port}")
+    await server.start()
+    stopped = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+    await stopped.wait()
+    await server.stop(grace=1)
+
+
+@dataclass
+class BareGrpcServer:
+    """The transport-only server in its own process, for `run_load` (it reads `grpc_target` and `pid`)."""
+
+    answer_file: Path
+    port: int = field(default_factory=free_port)
+    _process: subprocess.Popen | None = None
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def hold(self, ms: float) -> None:
+        """From now on, answer each request `ms` milliseconds after it arrived."""
+        import grpc
+
+        with grpc.insecure_channel(self.grpc_target) as channel:
+            channel.unary_unary(f"/{HOLD_SERVICE}/{HOLD_METHOD}")(str(ms).encode(), timeout=10)
+
+    def __enter__(self) -> BareGrpcServer:
+        command = [sys.executable, "-m", "wrappers.bench.transport", "--port", str(self.port), "--answer", str(self.answer_file)]
+        self._process = subprocess.Popen(command, cwd=PROJECT_ROOT, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection((LOOPBACK, self.port), timeout=1).close()
+                return self
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__()
+                    raise RuntimeError(f"the bare gRPC server did not start on port {self.port}") from None
+                time.sleep(0.1)
+
+    def __exit__(self, *_: object) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m wrappers.bench.transport", description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--answer", type=Path, required=True, help="the serialized ModelInferResponse to send back")
+    args = parser.parse_args()
+    import uvloop
+
+    uvloop.run(_serve(args.port, args.answer.read_bytes()))
+
+
+if __name__ == "__main__":
+    main()
