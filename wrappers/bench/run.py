@@ -3,7 +3,8 @@
 For each model: ONNX Runtime alone in this process (the limit, measured before and after
 the servers' loads and averaged), then real MLServer processes side by side, the plain
 runtime (`wrappers.bench.plain_runtime`) and the wrappers runtime, loaded in turn at each
-point (protocol x concurrency) so that both meet the same machine. Writes reports/bench.json,
+point (protocol x concurrency) so that both meet the same machine, and over gRPC a bare gRPC
+server (`wrappers.bench.transport`): what the transport alone costs. Writes reports/bench.json,
 reports/bench.png, reports/bench.md and the README's benchmark table.
 """
 
