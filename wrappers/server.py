@@ -213,22 +213,27 @@ class LocalServer:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _stop_process(self) -> None:
-        """SIGTERM the server's process group by PID, then SIGKILL if it will not go."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_process_group(process)
 
     def __enter__(self) -> LocalServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def stop_process_group(process: subprocess.Popen | None) -> None:
+    """SIGTERM the process group of a process started in a session of its own, by its PID, then SIGKILL
+    if it will not go."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: int, metrics_port: int) -> None:

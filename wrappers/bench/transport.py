@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from slipway.paths import PROJECT_ROOT
 from wrappers.bench.load import MAX_MESSAGE_BYTES, MODEL_INFER
-from wrappers.server import LOOPBACK, STOP_TIMEOUT_S, free_port
+from wrappers.server import LOOPBACK, free_port, stop_process_group
 
 START_TIMEOUT_S = 30.0
 HOLD_SERVICE, HOLD_METHOD = "slipway.bench.Transport", "Hold"  # its one other method: sets the hold, in ms
@@ -99,14 +98,7 @@ class BareGrpcServer:
 
     def __exit__(self, *_: object) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_process_group(process)
 
 
 def main() -> None:
