@@ -1,13 +1,14 @@
 """`python -m wrappers serve` (`make serve`) as a user runs it: a real MLServer in the foreground.
 
-MLServer itself exits 0 when a model fails to load; the command must not. Ctrl-C and SIGTERM stop it
-cleanly, and killing the command takes the server with it.
+MLServer itself exits 0 when a model fails to load; the command must not, nor hide why a server stopped.
+Ctrl-C and SIGTERM stop it cleanly, and killing the command takes the server with it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,8 +25,8 @@ pytestmark = pytest.mark.slow
 WAIT_S = 120
 
 
-def serve(folder) -> tuple[subprocess.Popen, int]:
-    http_port = free_port()
+def serve(folder, http_port: int | None = None) -> tuple[subprocess.Popen, int]:
+    http_port = http_port or free_port()
     ports = ["--http-port", str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())]
     command = [sys.executable, "-m", "wrappers", "serve", "--model-dir", str(folder), "--host", LOOPBACK, *ports]
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -60,6 +61,18 @@ def test_a_model_that_fails_to_load_ends_the_command_with_one_line_naming_why(mo
     assert err.strip() == (f"error: MLServer stopped by itself (exit status 0): wrappers.artifact.ArtifactError: artifact "
                            f"{model} was modified: model.onnx does not match its sha256 in manifest.json"), err
     assert "Some of the models failed to load" in out  # MLServer's own log still reaches the user
+
+
+def test_a_port_in_use_ends_the_command_with_one_line_naming_it(model):
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process, _ = serve(model, http_port=port)
+        out, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 2, (out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: MLServer stopped by itself (exit status ")
+    assert f"('{LOOPBACK}', {port}): address already in use" in err, err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
