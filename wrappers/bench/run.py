@@ -30,8 +30,8 @@ from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
-# gRPC alone (`wrappers.bench.transport`), holding each request as long as the wrappers runtime's p50 of the same
-# round: its CPU per request is the floor under the servers' event-loop and other-thread CPU at about their rate.
+# gRPC alone (`wrappers.bench.transport`), holding each request so that its p50 matches the wrappers runtime's of the
+# same round: its CPU per request is the floor under the servers' event-loop and other-thread CPU at about their rate.
 # It serves nothing, so it has no share of the raw limit.
 TRANSPORT = "grpc transport alone (no MLServer, no model)"
 IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPWAY: RUNTIME_IMPLEMENTATION}
@@ -111,13 +111,17 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
                 rounds: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
                 for _ in range(config.rounds):  # alternate, so all meet the same machine
                     for runtime in runtimes:
-                        if runtime == TRANSPORT:  # at about the served rate: each request held as long as served
-                            servers[TRANSPORT].hold(rounds[SLIPWAY][-1]["p50_ms"])
+                        if runtime == TRANSPORT:
+                            hold_ms = _transport_hold_ms(rounds[SLIPWAY][-1], rounds[TRANSPORT])
+                            servers[TRANSPORT].hold(hold_ms)
                         result = run_load(
                             protocol=protocol, server=servers[runtime], model=model.name, inputs=inputs,
                             concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
                         )
-                        rounds[runtime].append(result.summary())
+                        summary = result.summary()
+                        if runtime == TRANSPORT:
+                            summary["hold_ms"] = hold_ms
+                        rounds[runtime].append(summary)
                         advance()
                 for runtime, summaries in rounds.items():
                     point = {"runtime": runtime, **_median_round(summaries)}
@@ -138,6 +142,14 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
         "slipway_settings": settings,
         "points": points,
     }
+
+
+def _transport_hold_ms(served: dict, earlier: list[dict]) -> float:
+    """How long the bare transport holds each request this round, so that its p50, and with it its request
+    rate, matches the wrappers runtime's round just before: the served p50, less the transport's own latency
+    as its previous round measured it (none before the first)."""
+    own_ms = earlier[-1]["p50_ms"] - earlier[-1]["hold_ms"] if earlier else 0.0
+    return round(max(0.0, served["p50_ms"] - own_ms), 3)
 
 
 def _mean_of_sweeps(before: list[dict], after: list[dict]) -> list[dict]:

@@ -2,8 +2,8 @@
 
 `python -m wrappers.bench.transport --port P --answer FILE` runs a `grpc.aio` server on uvloop (the
 library and event loop MLServer serves gRPC with) whose ModelInfer takes each request as bytes, unread,
-holds it as long as a served request takes, and sends back the bytes in FILE: the real server's answer
-to the same request. Loaded by the same client as the servers, at about their request rate (CPU per
+holds it as long as the bench last set, and sends back the bytes in FILE: the real server's answer to
+the same request. Loaded by the same client as the servers and held to their request rate (CPU per
 request falls as the rate rises: more events per wake-up), its CPU per request is the floor under
 their event-loop and other-thread CPU.
 """
