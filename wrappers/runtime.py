@@ -90,10 +90,18 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._config: RuntimeSettings = parse_runtime_settings(extra)
         except SettingsError as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
-        if self._config.shared_memory and multiprocessing.parent_process() is not None:
+        in_worker_process = multiprocessing.parent_process() is not None
+        if self._config.shared_memory and in_worker_process:
             raise ModelLoadError(
                 f"model {self.name}: shared_memory needs the model in the server's own process, where regions are "
                 "registered; set MLServer's parallel_workers to 0 (MLSERVER_PARALLEL_WORKERS=0)"
+            )
+        if in_worker_process:
+            logger.warning(
+                "%s is loaded in an MLServer worker process (parallel_workers > 0): the raw gRPC path, the typed "
+                "contents checks, the fast REST route and the request body limit work in the server's own process, "
+                "so MLServer's own converters and routes serve this model; set parallel_workers to 0 "
+                "(MLSERVER_PARALLEL_WORKERS=0) to have them", self.name,
             )
         model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
         self._verify(model_path.parent)

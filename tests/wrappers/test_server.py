@@ -296,3 +296,18 @@ def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_pa
     assert b"MALLOC_MMAP_THRESHOLD_=16777216" in environ and b"MALLOC_TRIM_THRESHOLD_=67108864" in environ
     mapped = open(f"/proc/{digits_server.pid}/maps").read()
     assert "/httptools/parser/parser." in mapped, "the REST server parses HTTP with h11: install httptools"
+
+
+def test_in_a_worker_process_the_runtime_serves_and_says_what_it_cannot_do_there(digits_artifact, example):
+    """With parallel_workers > 0 the model runs in a worker, away from the gRPC server and the REST app that
+    the fast paths live in: MLServer's own converters serve it, and the log says so and what to set."""
+    from wrappers.server import LocalServer
+
+    images, expected = example
+    with LocalServer(digits_artifact, parallel_workers=1) as server:
+        status, answer = post(f"{server.http_url}/v2/models/digits/infer", {"inputs": [json_input("image", images[:2])]})
+        assert status == 200, answer
+        np.testing.assert_allclose(np.asarray(answer["outputs"][0]["data"]).reshape(2, -1), expected[:2], atol=1e-5)
+        log = server.log_path.read_text()
+    assert "digits is loaded in an MLServer worker process (parallel_workers > 0)" in log
+    assert "set parallel_workers to 0 (MLSERVER_PARALLEL_WORKERS=0) to have them" in log
