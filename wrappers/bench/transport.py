@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slipway.paths import PROJECT_ROOT
-from wrappers.bench.load import MAX_MESSAGE_BYTES, MODEL_INFER
+from wrappers.bench.load import GRPC_OPTIONS, MODEL_INFER
 from wrappers.server import LOOPBACK, free_port, stop_process_group
 
 START_TIMEOUT_S = 30.0
@@ -45,8 +45,7 @@ async def _serve(port: int, answer: bytes) -> None:
 
     service, method = MODEL_INFER.strip("/").split("/")
     handlers = {(service, method): model_infer, (HOLD_SERVICE, HOLD_METHOD): hold}
-    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=GRPC_OPTIONS)
     server.add_generic_rpc_handlers([  # no (de)serializers: bytes in, bytes out
         grpc.method_handlers_generic_handler(name, {method_name: grpc.unary_unary_rpc_method_handler(function)})
         for (name, method_name), function in handlers.items()
