@@ -32,6 +32,7 @@ READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
+_NO_EXCEPTION = "no exception in its log"
 
 
 # glibc returns a freed block over 128 kB to the OS at once, so every 3 MB JSON body (and the
@@ -197,10 +198,9 @@ class LocalServer:
         )
 
     def failure_reason(self) -> str:
-        """The first exception line in the server's log: usually the whole story."""
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        found = _EXCEPTION_LINE.search(text)
-        return found.group(0).strip() if found else "no exception in its log"
+        """The first exception line in the server's log."""
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return _first_exception(log) or _NO_EXCEPTION
 
     def stop(self) -> None:
         """Stop the server, then remove its working folder (log, metrics) unless it crashed meanwhile."""
@@ -270,7 +270,7 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
             server.wait()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     if not asked_to_stop:
-        raise ServerError(f"MLServer stopped by itself (exit status {status}): {reason or 'no exception in its log'}")
+        raise ServerError(f"MLServer stopped by itself (exit status {status}): {reason or _NO_EXCEPTION}")
 
 
 def _relay_log(source: int, into) -> str | None:
@@ -282,9 +282,14 @@ def _relay_log(source: int, into) -> str | None:
         if reason is None:  # whole lines only: a line cut between two reads would match cut short
             complete, _, pending = (pending + chunk).rpartition(b"\n")
             pending = pending[-(1 << 16):]
-            if found := _EXCEPTION_LINE.search(complete.decode(errors="replace")):
-                reason = found.group(0).strip()
+            reason = _first_exception(complete.decode(errors="replace"))
     return reason
+
+
+def _first_exception(log: str) -> str | None:
+    """The first exception line in a server's log: usually the whole story."""
+    found = _EXCEPTION_LINE.search(log)
+    return found.group(0).strip() if found else None
 
 
 def _stop_with_parent() -> None:
