@@ -18,6 +18,7 @@ import onnx
 from export.measure import Feeds
 from export.optimize import STANDARD_DOMAINS
 from export.sources import Source, sha256_bytes
+from slipway.cli import first_line
 from wrappers.settings import MODEL_NAME
 
 MIN_OPSET = 13  # per-channel int8 QuantizeLinear/DequantizeLinear need opset 13
@@ -65,11 +66,6 @@ def check_name(name: str) -> str:
     return name
 
 
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def check_model(path: Path) -> CheckedModel:
     """Load and check an ONNX file; raise `ImportCheckError` with one line on the first problem."""
     path = Path(path)
@@ -78,7 +74,7 @@ def check_model(path: Path) -> CheckedModel:
     try:
         model = onnx.load(path)
     except Exception as err:  # protobuf's DecodeError, external data that is missing, ...
-        raise ImportCheckError(f"{path} is not an ONNX file ({_first_line(err)}): export one with torch.onnx.export or tf2onnx") from err
+        raise ImportCheckError(f"{path} is not an ONNX file ({first_line(err)}): export one with torch.onnx.export or tf2onnx") from err
     if not model.graph.node or not model.graph.output:
         raise ImportCheckError(f"{path} is not an ONNX model: it has no graph nodes or no outputs")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -100,7 +96,7 @@ def check_model(path: Path) -> CheckedModel:
     try:
         onnx.checker.check_model(model, full_check=True)  # full_check: strict shape inference too
     except Exception as err:
-        raise ImportCheckError(f"{path} fails the ONNX checker: {_first_line(err)}") from err
+        raise ImportCheckError(f"{path} fails the ONNX checker: {first_line(err)}") from err
     inputs = _inputs(model)
     data = model.SerializeToString()
     try:
@@ -108,7 +104,7 @@ def check_model(path: Path) -> CheckedModel:
 
         ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     except Exception as err:
-        raise ImportCheckError(f"ONNX Runtime cannot run {path}: {_first_line(err)}") from err
+        raise ImportCheckError(f"ONNX Runtime cannot run {path}: {first_line(err)}") from err
     return CheckedModel(model, data, opset, inputs, [output.name for output in model.graph.output])
 
 
@@ -138,7 +134,7 @@ def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bo
             arrays = {key: archive[key] for key in archive.files}
     except Exception as err:
         raise ImportCheckError(
-            f"cannot read {what} data {path} as .npz ({_first_line(err)}): save it with np.savez(path, {expected})"
+            f"cannot read {what} data {path} as .npz ({first_line(err)}): save it with np.savez(path, {expected})"
         ) from err
     labels = arrays.pop(LABELS_KEY, None)
     if with_labels and labels is None:

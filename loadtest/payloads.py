@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from loadtest.config import Endpoint, RestBody
-from slipway.cli import one_line
+from slipway.cli import first_line, one_line
 from slipway.files import FileProblem, read_json
 from wrappers.artifact import load_input_example
 from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body, v2_datatype
@@ -78,7 +78,7 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
             archive = np.load(path, allow_pickle=False)  # never unpickle a file someone handed us
         except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
             # numpy's ValueError here means "neither zip nor .npy" and suggests unpickling it: not advice to pass on
-            reason = "not a zip of arrays" if isinstance(err, ValueError) else _first_line(err)
+            reason = "not a zip of arrays" if isinstance(err, ValueError) else first_line(err)
             raise PayloadError(f"{path} is not a readable .npz archive ({reason}); "
                                "write one with numpy.savez(path, name=array)") from err
         if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -92,7 +92,7 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
                 try:
                     arrays[key.split(":", 1)[-1]] = archive[key]
                 except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:  # object arrays need pickle: refused
-                    raise PayloadError(f"{path}: array {key!r} cannot be read ({_first_line(err)}); "
+                    raise PayloadError(f"{path}: array {key!r} cannot be read ({first_line(err)}); "
                                        "save plain numeric arrays with numpy.savez") from err
         if not arrays:
             raise PayloadError(f"{path} holds no input arrays (keys {keys}); name them after the model's inputs")
@@ -114,10 +114,6 @@ def _check_values(name: str, shape) -> None:
     if count > MAX_VALUES:
         raise PayloadError(f"input {name!r} would hold {count:,} values per request (shape {list(shape)}), over the "
                            f"{MAX_VALUES:,} a load request may carry; lower --batch-size")
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def _array_from_json(item: dict) -> np.ndarray:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.cli import first_line
 from wrappers.artifact import load_input_example
 
 ATOL = 1e-5
@@ -63,8 +64,7 @@ def _answering(protocol: str, timeout_s: float):
     try:
         yield
     except (InferenceServerException, OSError, ValueError, KeyError, TypeError) as err:
-        detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise SmokeError(f"{protocol}: the server did not answer tritonclient's V2 request: {detail} "
+        raise SmokeError(f"{protocol}: the server did not answer tritonclient's V2 request: {first_line(err)} "
                          f"(timeout {timeout_s:g} s)") from err
 
 

@@ -42,6 +42,12 @@ def one_line(err: ValidationError, whole: str = "value") -> str:
     )
 
 
+def first_line(err: Exception) -> str:
+    """An exception's message cut to its first line (its type's name when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
     """Run a command's `main`, turning `UserError` (and Ctrl-C) into one line and an exit code."""
     try:
