@@ -22,7 +22,7 @@ PYTEST_ARGS  ?=
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup tools versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean bench bench-gpu
+.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean bench bench-gpu
 .PHONY: export import profile bench-export
 
 # export variants, import, profile, bench-export
@@ -119,8 +119,16 @@ bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench
 	@if [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
 	flock $(BENCH_LOCK) $(PY) -m export bench --keras-model $(KERAS_MODEL)
 
-test: setup tools ## install what is needed and run the whole test suite
+test: setup setup-torch tools cluster-build ## install what is needed and run the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# PyTorch (several GB from PyPI) only for the test that round-trips a PyTorch model; never for `make demo`.
+TORCH_STAMP := $(VENV)/.installed-torch
+setup-torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e ".[torch]"
+	@touch $@
 
 # ---- deployments: manifests, deploy, images ------------------------------------------------
 # VERSION= or TAG= pins the manifests to a version in the model store; without them they are
@@ -168,6 +176,21 @@ manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into bui
 
 deploy: versions-resolve ## render, validate, server-side apply to the current context, wait for Available (DRY_RUN=server|client, WAIT=s)
 	$(PY) -m deployments deploy $(RENDER_ARGS) --dry-run $(DRY_RUN) --wait $(WAIT)
+
+# --- the local control plane (deployments/cluster): real kube-apiserver, kwok, the Seldon operator ---
+CLUSTER_PORT ?= 16443
+
+cluster: setup ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=); builds it from Go modules the first time
+	$(PY) -m deployments cluster up --port $(CLUSTER_PORT)
+
+cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them)
+	$(PY) -m deployments cluster build
+
+cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
+	$(PY) -m deployments cluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)
+
+cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
+	$(PY) -m deployments cluster down
 
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
 	$(PY) -m deployments undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
@@ -219,6 +242,7 @@ bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBindi
 	 else echo "no nvidia-smi here: measuring the CPU rows only, with the installed onnxruntime"; $(MAKE) setup; fi
 	flock $(BENCH_LOCK) $(PY) -m wrappers bench-gpu $(BENCH_GPU_ARGS)
 
-clean: ## remove build outputs and reports (keeps .venv and the GPU record, reports/gpu.*)
+clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.* and cluster-hpa.*)
+	@if [ -f build/cluster/state.json ]; then $(PY) -m deployments cluster down; fi
 	rm -rf build .pytest_cache
-	find reports -mindepth 1 -not -name 'gpu.*' -delete 2>/dev/null || true
+	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -delete 2>/dev/null || true

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from deployments.cluster.command import add_command as register_cluster
 from deployments.recommend import add_command as register_recommend
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
@@ -139,13 +140,14 @@ def _connect(nothing_done: str):
     from deployments.apply import ClusterUnavailable, connect
 
     try:
-        return connect()
+        return connect(on_note=lambda note: console.print(note, soft_wrap=True))
     except ClusterUnavailable as err:
-        raise UserError(f"{err}: {nothing_done}") from err
+        raise UserError(f"{err}: {nothing_done}. A local cluster: `make cluster`") from err
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from deployments.apply import DeployError, apply, preflight, wait_available
+    from deployments.apply import DeployError, apply, wait_rolled_out
+    from deployments.preflight import preflight
 
     # no cluster: one line, before any work
     api = None if args.dry_run == "client" else _connect("nothing was applied. To render only, run `make manifests`")
@@ -155,17 +157,22 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                       f"to namespace {args.namespace}", soft_wrap=True)
         return 0
     try:
-        preflight(api, rendered.docs, args.namespace)
+        for warning in preflight(api, rendered.docs, args.namespace):
+            console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
         applied = apply(api, rendered.docs, namespace=args.namespace, dry_run=args.dry_run == "server")
         if args.dry_run == "server":
             console.print(f"server dry run passed, nothing applied: {', '.join(applied)}", soft_wrap=True)
             return 0
         console.print(f"applied {', '.join(applied)} to namespace {args.namespace}", soft_wrap=True)
         if args.wait > 0:
-            with console.status(f"waiting up to {args.wait:.0f}s for {rendered.name} to be Available") as status:
-                wait_available(api, namespace=args.namespace, name=rendered.name, timeout_s=args.wait,
-                               on_state=lambda state: status.update(f"{rendered.name}: {state}"))
-            console.print(f"[green]{rendered.name} is Available[/]")
+            digests = {predictor: version.digest for predictor, version in rendered.models.items()}
+            with console.status(f"waiting up to {args.wait:.0f}s for {rendered.name} to serve the new version") as status:
+                seldon = wait_rolled_out(api, namespace=args.namespace, name=rendered.name, digests=digests,
+                                         timeout_s=args.wait, on_state=lambda state: status.update(f"{rendered.name}: {state}"))
+            console.print(f"[green]{rendered.name} is Available[/], its Ready pods serving "
+                          f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}", soft_wrap=True)
+            if url := (seldon.get("address") or {}).get("url"):
+                console.print(f"inside the cluster: POST {url}", soft_wrap=True)
     except DeployError as err:
         raise UserError(str(err)) from err
     console.print(f"inference: POST <your Seldon gateway>{rendered.inference_path}", soft_wrap=True)
@@ -210,7 +217,7 @@ def register_undeploy(commands) -> None:
     command.set_defaults(func=cmd_undeploy)
 
 
-REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeploy, register_recommend]
+REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeploy, register_recommend, register_cluster]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Apply rendered manifests to the current kubectl context with server-side apply, wait, remove.
 
-Nothing is half-applied: the cluster is asked first whether it answers, whether the namespace
-exists and whether it serves every kind we send (Seldon, the Prometheus operator, KEDA); then
-every resource goes through a server-side dry run; only when all of them pass is anything applied.
+Nothing is half-applied: after the preflight (`deployments.preflight`) every resource goes
+through a server-side dry run, Seldon's admission webhook included; only when all of them
+pass is anything applied. The wait ends when the Ready pods serve the version just applied.
 """
 
 from __future__ import annotations
@@ -13,12 +13,6 @@ from typing import Any
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
-# What to install when the cluster does not serve a kind we render.
-PROVIDERS = {
-    "SeldonDeployment": "the Seldon Core v1 operator",
-    "PodMonitor": "the Prometheus operator (or drop podmonitor.yaml in your overlay)",
-    "ScaledObject": "KEDA",
-}
 # Kinds `undeploy` removes, found by our labels. Seldon deletes what it created (Deployments,
 # Services, its HPAs and budgets) with the SeldonDeployment.
 OWNED_KINDS = (
@@ -38,13 +32,23 @@ class DeployError(RuntimeError):
     """The cluster answered but refused or did not finish; the message says what to fix."""
 
 
-def connect(timeout_s: float = 5.0):
-    """An API client for the current context, after checking the cluster answers."""
+def connect(timeout_s: float = 5.0, on_note: Callable[[str], None] = lambda note: None):
+    """An API client for the current context, after checking the cluster answers.
+
+    Without KUBECONFIG, a running local cluster (`make cluster`) is the context, and `on_note` says so.
+    """
+    import os
+
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from deployments.cluster.control_plane import running_cluster
+
+    local = None if os.environ.get("KUBECONFIG") else running_cluster()
+    if local is not None:
+        on_note(f"using the local cluster (KUBECONFIG={local.kubeconfig}); set KUBECONFIG to deploy elsewhere")
     try:
-        config.load_kube_config()
+        config.load_kube_config(config_file=str(local.kubeconfig) if local else None)
     except (ConfigException, FileNotFoundError, TypeError) as err:
         try:
             config.load_incluster_config()
@@ -59,50 +63,23 @@ def connect(timeout_s: float = 5.0):
     return api
 
 
-def _dynamic(api):
+def dynamic_client(api, *, fresh: bool = False):
+    """The dynamic client; `fresh` rediscovers the kinds the cluster serves. The Python client keeps what it
+    discovered in a file under /tmp, shared by every process that talks to the same server, and trusts it
+    for kinds it finds there: a CRD removed since would still look served."""
     from kubernetes.dynamic import DynamicClient
 
-    return DynamicClient(api)
-
-
-def _required_kinds(docs: list[dict]) -> set[tuple[str, str]]:
-    kinds = {(doc["apiVersion"], doc["kind"]) for doc in docs}
-    if any(component.get("kedaSpec") for doc in docs if doc["kind"] == "SeldonDeployment"
-           for predictor in doc["spec"]["predictors"] for component in predictor.get("componentSpecs", [])):
-        kinds.add(("keda.sh/v1alpha1", "ScaledObject"))
-    return kinds
-
-
-def preflight(api, docs: list[dict], namespace: str) -> None:
-    """Everything the apply needs must already be there; raise DeployError naming what is missing."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.dynamic.exceptions import ResourceNotFoundError
-
-    try:
-        client.CoreV1Api(api).read_namespace(namespace)
-    except ApiException as err:
-        if err.status == 404:
-            raise DeployError(f"namespace {namespace!r} does not exist: create it (kubectl create namespace {namespace}) "
-                              "or pass NAMESPACE=") from err
-        if err.status != 403:  # may not read namespaces: the dry run below still finds a missing one
-            raise DeployError(f"cannot read namespace {namespace!r}: {err.status} {err.reason}") from err
-    dynamic = _dynamic(api)
-    missing = []
-    for api_version, kind in sorted(_required_kinds(docs)):
-        try:
-            dynamic.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            missing.append(f"{api_version} {kind} (install {PROVIDERS.get(kind, 'its operator')})")
-    if missing:
-        raise DeployError(f"the cluster does not serve {'; '.join(missing)}")
+    dynamic = DynamicClient(api)
+    if fresh:
+        dynamic.resources.invalidate_cache()
+    return dynamic
 
 
 def apply(api, docs: list[dict[str, Any]], *, namespace: str, dry_run: bool = False) -> list[str]:
     """Server-side apply every resource: all as a dry run first, then (unless `dry_run`) for real."""
     from kubernetes.client.exceptions import ApiException
 
-    dynamic = _dynamic(api)
+    dynamic = dynamic_client(api)
 
     def send(doc: dict, dry: bool) -> None:
         resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
@@ -133,31 +110,72 @@ def _api_message(err) -> str:
         return str(err.body or "")[:300]
 
 
-def wait_available(api, *, namespace: str, name: str, timeout_s: float,
-                   on_state: Callable[[str], None] = lambda state: None) -> None:
-    """Poll the SeldonDeployment until Seldon reports it Available; raise DeployError on Failed or timeout."""
-    resource = _dynamic(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
+DIGEST_ANNOTATION = "slipway.io/model-digest"  # render puts it on each predictor; Seldon copies it onto the pods
+
+
+def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: str) -> list[str]:
+    """What keeps one predictor from serving `digest`: Deployments mid-rollout or below their HPA's minimum
+    (Seldon creates them with one replica; the HPA raises that within a sync), Ready pods of another version."""
+    from kubernetes import client
+
+    selector = f"seldon-deployment-id={name},slipway.io/predictor={predictor}"
+    waiting = []
+    deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=selector).items
+    if not deployments:
+        return [f"{predictor}: Seldon has not created its Deployment yet"]
+    minimum = {hpa.spec.scale_target_ref.name: hpa.spec.min_replicas or 1 for hpa in
+               client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+               if hpa.spec.scale_target_ref.kind == "Deployment"}
+    for deployment in deployments:
+        status = deployment.status
+        wanted = max(deployment.spec.replicas or 0, minimum.get(deployment.metadata.name, 0))
+        if ((status.observed_generation or 0) < deployment.metadata.generation or (status.updated_replicas or 0) < wanted
+                or (status.replicas or 0) != wanted or (status.available_replicas or 0) < wanted):
+            waiting.append(f"{predictor}: Deployment {deployment.metadata.name} has {status.updated_replicas or 0} of "
+                           f"{wanted} replicas updated, {status.available_replicas or 0} available")
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+    ready = [pod for pod in pods if pod.metadata.deletion_timestamp is None and any(
+        condition.type == "Ready" and condition.status == "True" for condition in (pod.status.conditions or []))]
+    stale = [pod.metadata.name for pod in ready if (pod.metadata.annotations or {}).get(DIGEST_ANNOTATION) != digest]
+    if not ready:
+        waiting.append(f"{predictor}: no pod is Ready")
+    elif stale:
+        waiting.append(f"{predictor}: {len(stale)} of {len(ready)} Ready pods serve another version ({', '.join(stale)})")
+    return waiting
+
+
+def wait_rolled_out(api, *, namespace: str, name: str, digests: dict[str, str], timeout_s: float,
+                    on_state: Callable[[str], None] = lambda state: None) -> dict:
+    """Poll until Seldon reports the SeldonDeployment Available and every predictor's Ready pods carry its digest;
+    return its status.
+
+    `Available` alone can be the previous version's: Seldon keeps it while a rollout runs.
+    Raise DeployError on Failed or when `timeout_s` passes, saying what was still pending.
+    """
+    resource = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
     deadline = time.monotonic() + timeout_s
-    state, description = "unknown", ""
+    waiting: list[str] = []
     while time.monotonic() < deadline:
         status = (resource.get(name=name, namespace=namespace).to_dict().get("status") or {})
         state, description = status.get("state", "Creating"), status.get("description", "")
-        on_state(state)
-        if state == "Available":
-            return
         if state == "Failed":
             raise DeployError(f"SeldonDeployment {namespace}/{name} Failed: {description}")
+        waiting = [] if state == "Available" else [f"Seldon says {state}{': ' + description if description else ''}"]
+        for predictor, digest in digests.items():
+            waiting += _predictor_waiting(api, namespace, name, predictor, digest)
+        on_state("; ".join(waiting) or "Available")
+        if not waiting:
+            return status
         time.sleep(POLL_INTERVAL_S)
-    raise DeployError(f"SeldonDeployment {namespace}/{name} is not Available after {timeout_s:.0f}s "
-                      f"(state {state}{': ' + description if description else ''}); "
-                      f"see kubectl describe sdep {name} -n {namespace}")
+    raise DeployError(f"SeldonDeployment {namespace}/{name} has not rolled out after {timeout_s:.0f}s "
+                      f"({'; '.join(waiting)}); see kubectl describe sdep {name} -n {namespace}")
 
 
 def delete(api, *, namespace: str, model: str) -> list[str]:
     """Delete what Slipway applied for `model` in `namespace`, found by its labels."""
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-    dynamic = _dynamic(api)
+    dynamic = dynamic_client(api)
     selector = f"app.kubernetes.io/managed-by=slipway,slipway.io/model={model}"
     deleted = []
     for api_version, kind in OWNED_KINDS:

@@ -272,7 +272,7 @@ def validate_documents(docs: list[dict[str, Any]], *, crd_schema: dict | None = 
             report.errors.append(f"{label}: manifests carry no Secrets; create it in the cluster and reference it by name")
         if doc.get("apiVersion") == seldon.API_VERSION:
             if schema is None:
-                report.skipped.append(f"{label}: CRD schema not found at {crd_path}; set SLIPWAY_SHARED_DIR")
+                report.skipped.append(f"{label}: CRD schema not found at {crd_path}; set SLIPWAY_SELDON_CRD")
             else:
                 for error in jsonschema.Draft7Validator(schema).iter_errors(doc):
                     report.errors.append(f"{label}: {'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}")

@@ -119,10 +119,9 @@ def digits_server(digits_artifact):
 
 @pytest.fixture(scope="session")
 def seldon_crd_schema() -> dict:
-    """The SeldonDeployment CRD's v1 schema from ../shared; tests needing it skip where it is absent."""
+    """The SeldonDeployment CRD's v1 schema from the vendored operator module (third_party/)."""
     from deployments.validate import load_crd_schema
 
     schema = load_crd_schema(SELDON_CRD_SCHEMA)
-    if schema is None:
-        pytest.skip(f"Seldon CRD schema not found at {SELDON_CRD_SCHEMA} (../shared is absent; set SLIPWAY_SHARED_DIR)")
+    assert schema is not None, f"the Seldon CRD is missing from {SELDON_CRD_SCHEMA}"
     return schema

@@ -7,7 +7,6 @@ always runs in its own process (never imported here), configured through MLServe
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slipway.child import stop_with_parent
 from slipway.files import FileProblem, read_json
 from slipway.paths import PROJECT_ROOT
 from wrappers.artifact import SETTINGS_FILE
@@ -30,7 +30,6 @@ from wrappers.artifact import SETTINGS_FILE
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
 _NO_EXCEPTION = "no exception in its log"
 
@@ -251,7 +250,7 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
     # In its own process group, so that a terminal's Ctrl-C reaches only us; we pass it on as SIGTERM,
     # on which MLServer shuts down cleanly (on SIGINT, uvicorn's lifespan task dies with a traceback).
     server = subprocess.Popen(mlserver_command(model_dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              process_group=0, preexec_fn=_stop_with_parent)
+                              process_group=0, preexec_fn=stop_with_parent)
     asked_to_stop: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -292,9 +291,3 @@ def _first_exception(log: str) -> str | None:
     return found.group(0).strip() if found else None
 
 
-def _stop_with_parent() -> None:
-    """In the server's process, before MLServer starts: SIGTERM when `make serve` dies, even by SIGKILL
-    (Linux's PR_SET_PDEATHSIG), so that no server is left behind holding the ports."""
-    prctl = getattr(ctypes.CDLL(None), "prctl", None)
-    if prctl is not None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

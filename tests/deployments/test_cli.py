@@ -130,7 +130,7 @@ def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digi
 
 
 def test_a_skipped_validation_layer_is_counted_where_the_result_is_summed_up(digits_artifact, reports_env, tmp_path):
-    env = {**reports_env, "SLIPWAY_SHARED_DIR": str(tmp_path / "no-schemas"), "COLUMNS": "250"}
+    env = {**reports_env, "SLIPWAY_SELDON_CRD": str(tmp_path / "no-schemas" / "crd.yaml"), "COLUMNS": "250"}
     result = run_module("deployments", "render", "--model-dir", str(digits_artifact), "--out", str(tmp_path / "out"), env=env)
     assert "skipped: SeldonDeployment/digits: CRD schema not found" in result.stderr
     assert "valid (4 checked, 1 skipped)" in result.stderr  # the console writes to stderr

@@ -1,0 +1,130 @@
+"""Prove a deployed model's HPA on the local cluster: simulated CPU usage up, replicas up; usage down, replicas down.
+
+kwok reports each pod's CPU usage from a ResourceUsage object of the pod's name (which wins over the
+cluster's baseline); metrics-server scrapes it as it would a kubelet, and the real HPA controller acts
+on it under the HPA's own `behavior`. Replicas,
+usage and the HPA's view are sampled over time into `reports/cluster-hpa.json` and a PNG beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from slipway.reports import write_report
+
+REPORT = "cluster-hpa"
+SAMPLE_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    seconds: float
+    phase: str            # "high" or "low": the simulated usage per pod
+    replicas: int         # the Deployment's spec.replicas, as the HPA set it
+    ready: int
+    utilization: int | None  # the HPA's current average CPU utilization, percent of the request
+
+
+class ProofFailed(RuntimeError):
+    """The HPA did not scale as its behaviour says within the time given."""
+
+
+def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> list[str]:
+    """A ResourceUsage of `cpu` for every pod `selector` matches (pods the HPA adds get theirs at the next sample)."""
+    from kubernetes import client
+
+    from deployments.cluster.objects import apply
+
+    pods = [pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+            if pod.metadata.deletion_timestamp is None]
+    for pod in pods:
+        apply(api, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ResourceUsage",
+                    "metadata": {"name": pod, "namespace": namespace},
+                    "spec": {"usages": [{"containers": [container],
+                                         "usage": {"cpu": {"value": cpu}, "memory": {"value": "300Mi"}}}]}})
+    return pods
+
+
+def _sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
+    from kubernetes import client
+
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
+    utilization = next((metric.resource.current.average_utilization for metric in (hpa.status.current_metrics or [])
+                        if metric.type == "Resource" and metric.resource and metric.resource.name == "cpu"), None)
+    return Sample(round(time.monotonic() - began, 1), phase, deployment.spec.replicas or 0,
+                  deployment.status.ready_replicas or 0, utilization)
+
+
+def prove(api, *, namespace: str, hpa_name: str, container: str, high: str = "900m", low: str = "50m",
+          timeout_s: float = 240.0, on_sample: Callable[[Sample], None] = lambda sample: None) -> dict[str, Any]:
+    """Drive usage to `high` until the HPA reaches its maximum, then to `low` until it is back at its minimum."""
+    from kubernetes import client
+    from deployments.apply import dynamic_client
+
+    autoscaling = client.AutoscalingV2Api(api)
+    hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)
+    target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
+    selector = ",".join(f"{key}={value}" for key, value in target.spec.selector.match_labels.items())
+    began = time.monotonic()
+    samples: list[Sample] = []
+    phases: dict[str, float] = {}
+    try:
+        for phase, cpu in (("high", high), ("low", low)):
+            phases[phase] = round(time.monotonic() - began, 1)
+            goal = hpa.spec.max_replicas if phase == "high" else hpa.spec.min_replicas
+            deadline = time.monotonic() + timeout_s
+            while True:
+                _set_usage(api, namespace, selector, container, cpu)
+                hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)
+                sample = _sample(api, namespace, hpa, began, phase)
+                samples.append(sample)
+                on_sample(sample)
+                if sample.replicas == goal and sample.ready == goal:
+                    break
+                if time.monotonic() > deadline:
+                    raise ProofFailed(f"with every pod at {cpu} CPU the HPA {namespace}/{hpa_name} did not reach {goal} "
+                                      f"replicas within {timeout_s:.0f}s (at {sample.replicas}, utilization "
+                                      f"{sample.utilization}%)")
+                time.sleep(SAMPLE_EVERY_S)
+    finally:
+        usages = dynamic_client(api).resources.get(api_version="kwok.x-k8s.io/v1alpha1", kind="ResourceUsage")
+        for usage in usages.get(namespace=namespace).items:
+            usages.delete(name=usage.metadata.name, namespace=namespace)
+    behavior = hpa.spec.behavior.to_dict() if hpa.spec.behavior else None
+    return {"namespace": namespace, "hpa": hpa_name, "usage_per_pod": {"high": high, "low": low},
+            "min_replicas": hpa.spec.min_replicas, "max_replicas": hpa.spec.max_replicas, "behavior": behavior,
+            "phase_started_s": phases, "samples": [asdict(sample) for sample in samples]}
+
+
+def write(result: dict[str, Any], reports_dir: Path | None = None) -> Path:
+    """The JSON report, and a PNG of replicas and utilization over time beside it; returns the JSON's path."""
+    from slipway.plots import pyplot, save_png
+
+    path = write_report(REPORT, result, reports_dir)
+    samples = result["samples"]
+    plt = pyplot()
+    figure, replicas_axis = plt.subplots(figsize=(8, 4))
+    seconds = [sample["seconds"] for sample in samples]
+    replicas_axis.step(seconds, [sample["replicas"] for sample in samples], where="post", label="replicas (HPA)")
+    replicas_axis.step(seconds, [sample["ready"] for sample in samples], where="post", linestyle="--", label="Ready pods")
+    replicas_axis.set_xlabel("seconds")
+    replicas_axis.set_ylabel("replicas")
+    replicas_axis.set_ylim(0, result["max_replicas"] + 1)
+    utilization_axis = replicas_axis.twinx()
+    utilization_axis.plot(seconds, [sample["utilization"] for sample in samples], color="tab:red", alpha=0.6,
+                          label="CPU utilization (% of request)")
+    utilization_axis.set_ylabel("CPU utilization, %")
+    for phase, started in result["phase_started_s"].items():
+        replicas_axis.axvline(started, color="grey", linewidth=0.8)
+        replicas_axis.annotate(f"usage {result['usage_per_pod'][phase]}/pod", (started, result["max_replicas"] + 0.5),
+                               fontsize=8, color="grey")
+    lines = replicas_axis.get_legend_handles_labels()
+    more = utilization_axis.get_legend_handles_labels()
+    replicas_axis.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)
+    replicas_axis.set_title(f"HPA {result['namespace']}/{result['hpa']} on the local cluster (kwok usage, metrics-server)")
+    save_png(figure, path.with_suffix(".png"))
+    return path

@@ -1,0 +1,133 @@
+"""`python -m deployments cluster up|down|status`: the local control plane from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from slipway.cli import UserError, console
+
+
+def _folder(args: argparse.Namespace) -> Path:
+    from deployments.cluster.control_plane import default_state_dir
+
+    return args.dir or default_state_dir()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from deployments.cluster.build import BuildError
+    from deployments.cluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
+    from deployments.cluster.control_plane import ClusterError, up
+    from deployments.cluster.objects import NODES
+
+    began = time.monotonic()
+    try:
+        with console.status("starting the local cluster") as status:
+            state = up(_folder(args), api_port=args.port, on_step=lambda step: status.update(step))
+    except (ClusterError, BuildError) as err:
+        raise UserError(f"{err}; nothing is left running") from err
+    console.print(f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
+                  f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
+                  f"webhooks, metrics-server; {len(state.processes)} processes, logs in {state.folder / 'logs'}",
+                  soft_wrap=True)
+    console.print(f"make deploy uses it while it runs; kubectl: export KUBECONFIG={state.kubeconfig}", soft_wrap=True)
+    print(state.kubeconfig)
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from deployments.cluster.build import BuildError, build_all
+
+    began = time.monotonic()
+    try:
+        folders = build_all()
+    except BuildError as err:
+        raise UserError(str(err)) from err
+    console.print(f"{len(folders)} components built or cached in {time.monotonic() - began:.0f}s: "
+                  f"{', '.join(str(folder) for folder in folders.values())}", soft_wrap=True)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from deployments.cluster.control_plane import down
+
+    folder = _folder(args)
+    began = time.monotonic()
+    stopped = down(folder)
+    if stopped:
+        console.print(f"stopped {', '.join(stopped)} and removed {folder} in {time.monotonic() - began:.1f}s", soft_wrap=True)
+    else:
+        console.print(f"no local cluster runs from {folder}: nothing to stop", soft_wrap=True)
+    return 0
+
+
+def cmd_prove_hpa(args: argparse.Namespace) -> int:
+    from kubernetes import client
+
+    from deployments.cluster.autoscaling_proof import ProofFailed, prove, write
+    from deployments.cluster.control_plane import running_cluster
+    from deployments.cluster.objects import client as api_client
+
+    state = running_cluster(_folder(args))
+    if state is None:
+        raise UserError(f"no local cluster runs from {_folder(args)}: its simulated usage is what this drives; "
+                        "start one with `make cluster` and deploy a model (make deploy AUTOSCALING=behavior)")
+    api = api_client(state.kubeconfig)
+    names = [hpa.metadata.name for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(args.namespace).items]
+    hpa = args.hpa or (names[0] if len(names) == 1 else None)
+    if hpa not in names:
+        raise UserError(f"namespace {args.namespace} has HPAs {names or 'none'}: name one with --hpa (deploy a model first)")
+    try:
+        result = prove(api, namespace=args.namespace, hpa_name=hpa, container=args.container, timeout_s=args.timeout,
+                       on_sample=lambda s: console.print(f"{s.seconds:6.1f}s usage {s.phase:4} replicas {s.replicas} "
+                                                         f"ready {s.ready} utilization {s.utilization}%"))
+    except ProofFailed as err:
+        raise UserError(str(err)) from err
+    path = write(result)
+    console.print(f"[green]HPA {args.namespace}/{hpa} scaled {result['min_replicas']} -> {result['max_replicas']} -> "
+                  f"{result['min_replicas']}[/]; {path} and {path.with_suffix('.png')}", soft_wrap=True)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from deployments.cluster.control_plane import ClusterState
+
+    state = ClusterState.load(_folder(args))
+    if state is None or not state.processes:
+        console.print(f"no local cluster recorded in {_folder(args)}; start one with `make cluster`", soft_wrap=True)
+        return 1
+    alive = {process.pid for process in state.alive()}
+    for process in state.processes:
+        console.print(f"{process.name:24} pid {process.pid:<8} {'running' if process.pid in alive else '[red]stopped[/]'}")
+    console.print(f"KUBECONFIG={state.kubeconfig}", soft_wrap=True)
+    return 0 if len(alive) == len(state.processes) else 1
+
+
+def add_command(commands) -> None:
+    from deployments.cluster.control_plane import DEFAULT_API_PORT
+
+    command = commands.add_parser("cluster", help="a local control plane (kube-apiserver, kwok, the Seldon operator)",
+                                  description="Start, stop or inspect the local Kubernetes control plane that "
+                                              "`deploy` is tested on: real components on loopback, no containers.")
+    actions = command.add_subparsers(dest="action", required=True)
+    for name, func, text in (("build", cmd_build, "build the binaries from Go modules into the cache (once)"),
+                             ("up", cmd_up, "build what is missing, start everything, write the kubeconfig"),
+                             ("down", cmd_down, "stop every process by its PID and remove the cluster's folder"),
+                             ("status", cmd_status, "which processes run (exit 1 when any is missing)")):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
+        action.set_defaults(func=func)
+        if name == "up":
+            action.add_argument("--port", type=int, default=DEFAULT_API_PORT,
+                                help=f"the API server's port on 127.0.0.1 (default {DEFAULT_API_PORT})")
+    prove_hpa = actions.add_parser("prove-hpa", help="drive a deployed model's simulated CPU usage up and down and record "
+                                   "its HPA's replicas (reports/cluster-hpa.json + PNG)",
+                                   description="Simulated CPU usage (kwok) high until the HPA reaches its maximum, then "
+                                               "low until it is back at its minimum, within the HPA's own behaviour.")
+    prove_hpa.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
+    prove_hpa.add_argument("--namespace", default="slipway")
+    prove_hpa.add_argument("--hpa", help="the HPA (default: the namespace's only one)")
+    prove_hpa.add_argument("--container", default="digits", help="the model container, whose usage rises (default digits)")
+    prove_hpa.add_argument("--timeout", type=float, default=240.0, help="seconds each phase may take (default 240)")
+    prove_hpa.set_defaults(func=cmd_prove_hpa)

@@ -1,0 +1,90 @@
+"""What the local control plane is made of: each component's version, Go module and binaries.
+
+Kubernetes 1.35: the oldest minor that upstream still supports (1.34 leaves support in
+October 2026), and Seldon Core 1.17.1's operator only uses APIs that are GA there
+(autoscaling/v2, policy/v1, admissionregistration/v1, apiextensions/v1). The operator's
+source is vendored under third_party/ (the Go module proxy refuses its module path); every
+other component comes from its module on the proxy, pinned by the go.sum beside its go.mod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slipway.paths import PROJECT_ROOT
+
+GO_DIR = Path(__file__).resolve().parent / "go"
+SELDON_OPERATOR_DIR = PROJECT_ROOT / "third_party" / "seldon-core-operator"
+
+KUBERNETES_VERSION = "v1.35.4"
+SELDON_OPERATOR_VERSION = "1.17.1"
+
+
+@dataclass(frozen=True)
+class GoBinary:
+    """One `go build` of a main package into a named binary."""
+
+    name: str
+    package: str
+    ldflags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Component:
+    """A Go module and the binaries built from it; `version` keys its folder in the cache."""
+
+    name: str
+    version: str
+    module_dir: Path
+    binaries: tuple[GoBinary, ...]
+    # files the control plane reads at start, copied from a module into the cache: (module, path in it) -> name
+    files: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+def _kubernetes_ldflags() -> tuple[str, ...]:
+    """What Kubernetes' own build stamps into its binaries: /version and `--version` report it."""
+    major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
+    return tuple(f"-X k8s.io/component-base/version.{key}={value}" for key, value in (
+        ("gitVersion", KUBERNETES_VERSION), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")))
+
+
+KWOK_MODULE = "sigs.k8s.io/kwok"
+
+COMPONENTS: tuple[Component, ...] = (
+    Component("etcd", "v3.6.8", GO_DIR / "etcd", (GoBinary("etcd", "go.etcd.io/etcd/server/v3"),)),
+    Component("kubernetes", KUBERNETES_VERSION, GO_DIR / "kubernetes", tuple(
+        GoBinary(name, f"k8s.io/kubernetes/cmd/{name}", _kubernetes_ldflags())
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"))),
+    Component("kwok", "v0.7.0", GO_DIR / "kwok", (GoBinary("kwok", "sigs.k8s.io/kwok/cmd/kwok"),), files={
+        (KWOK_MODULE, "kustomize/stage/node/fast/node-initialize.yaml"): "kwok-node-initialize.yaml",
+        (KWOK_MODULE, "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"): "kwok-node-heartbeat.yaml",
+        (KWOK_MODULE, "kustomize/stage/pod/fast/pod-ready.yaml"): "kwok-pod-ready.yaml",
+        (KWOK_MODULE, "kustomize/stage/pod/fast/pod-complete.yaml"): "kwok-pod-complete.yaml",
+        (KWOK_MODULE, "kustomize/stage/pod/fast/pod-delete.yaml"): "kwok-pod-delete.yaml",
+        (KWOK_MODULE, "kustomize/metrics/resource/metrics-resource.yaml"): "kwok-metrics-resource.yaml",
+        (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_clusterresourceusages.yaml"): "crd-kwok-clusterresourceusages.yaml",
+        (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_metrics.yaml"): "crd-kwok-metrics.yaml",
+        (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_resourceusages.yaml"): "crd-kwok-resourceusages.yaml",
+        (KWOK_MODULE, "kustomize/metrics/usage/usage-from-annotation.yaml"): "kwok-usage-from-annotation.yaml",
+    }),
+    Component("metrics-server", "v0.8.0", GO_DIR / "metrics-server",
+              (GoBinary("metrics-server", "sigs.k8s.io/metrics-server/cmd/metrics-server"),)),
+    Component("seldon-operator", SELDON_OPERATOR_VERSION, SELDON_OPERATOR_DIR,
+              (GoBinary("seldon-operator", "github.com/seldonio/seldon-core/operator"),)),
+    # CRDs only, nothing built: the kinds Slipway's overlays render beyond Seldon's.
+    Component("crds", "prometheus-operator-v0.85.0_keda-v2.21.0", GO_DIR / "crds", (), files={
+        ("github.com/prometheus-operator/prometheus-operator",
+         "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"): "crd-podmonitors.yaml",
+        ("github.com/kedacore/keda/v2", "config/crd/bases/keda.sh_scaledobjects.yaml"): "crd-scaledobjects.yaml",
+    }),
+)
+
+SELDON_FILES = {
+    # the operator's own CRD install (`kustomize build config/crd`): the bases plus the patch that spells out
+    # the graph's nested `children`, which API servers since 1.15 need for a structural schema
+    "crd": SELDON_OPERATOR_DIR / "config/crd",
+    "configmap": SELDON_OPERATOR_DIR / "config/manager/configmap.yaml",
+    "webhooks": SELDON_OPERATOR_DIR / "config/webhook/manifests.yaml",
+    "manager": SELDON_OPERATOR_DIR / "config/manager/manager.yaml",
+}

@@ -1,0 +1,288 @@
+"""Start and stop the local control plane: the order, the flags, the health checks, the state.
+
+`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, metrics-server
+and the Seldon operator, each after the one it needs answers; a failure or Ctrl-C half way
+stops everything already started. `down` stops every recorded PID and removes the state folder.
+The state (`state.json`, the kubeconfig, certificates, logs, etcd's data) lives in one folder,
+`build/cluster/` by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from deployments.cluster import objects
+from deployments.cluster.build import build_all
+from deployments.cluster.components import KUBERNETES_VERSION
+from deployments.cluster.pki import ClusterPKI
+from deployments.cluster.processes import Process, free_port, last_lines, port_in_use, running, start, stop
+from slipway import atomic
+from slipway.paths import BUILD_DIR
+
+DEFAULT_API_PORT = 16443
+STATE_FILE = "state.json"
+SERVICE_CIDR = "10.96.0.0/16"
+READY_TIMEOUT_S = 90.0
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot start (or stop); the message names what to do."""
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("SLIPWAY_CLUSTER_DIR", BUILD_DIR / "cluster"))
+
+
+@dataclass
+class ClusterState:
+    """What a running local cluster is: its folder, API port and processes."""
+
+    folder: Path
+    api_port: int
+    processes: list[Process]
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.folder / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def save(self) -> None:
+        atomic.write_json(self.folder / STATE_FILE, {"api_port": self.api_port, "kubernetes": KUBERNETES_VERSION,
+                                                     "processes": [process.as_dict() for process in self.processes]})
+
+    @classmethod
+    def load(cls, folder: Path) -> ClusterState | None:
+        try:
+            record = json.loads((folder / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(folder, int(record["api_port"]), [Process(**process) for process in record["processes"]])
+
+    def alive(self) -> list[Process]:
+        return [process for process in self.processes if running(process)]
+
+
+def running_cluster(folder: Path | None = None) -> ClusterState | None:
+    """The local cluster recorded in `folder` when all its processes still run; else None."""
+    state = ClusterState.load(folder or default_state_dir())
+    if state is None or not state.processes or len(state.alive()) != len(state.processes):
+        return None
+    return state
+
+
+# ------------------------------------------------------------------ health checks
+
+
+def _get(url: str, *, context: ssl.SSLContext | None = None, timeout_s: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=timeout_s) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+def _wait(process: Process, ready: Callable[[], bool], what: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Poll `ready` until it holds; raise naming the process's log if it exits or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not running(process):
+            raise ClusterError(f"{process.name} exited while starting: {last_lines(process)} (log: {process.log})")
+        try:
+            if ready():
+                return
+        except (OSError, ssl.SSLError, urllib.error.URLError):
+            pass
+        time.sleep(0.2)
+    raise ClusterError(f"{process.name} did not become {what} within {timeout_s:.0f}s: {last_lines(process)} "
+                       f"(log: {process.log})")
+
+
+def _unverified() -> ssl.SSLContext:
+    """For components' self-signed health endpoints (controller-manager, scheduler): reachability, not identity."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _admin_context(pki: ClusterPKI) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    admin = pki.pair("admin")
+    context.load_cert_chain(str(admin.cert), str(admin.key))
+    return context
+
+
+# ------------------------------------------------------------------ the kubeconfig
+
+
+def write_kubeconfig(path: Path, server: str, pki: ClusterPKI) -> None:
+    """An admin kubeconfig for the local cluster, with its context current."""
+    admin = pki.pair("admin")
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "slipway-local",
+        "clusters": [{"name": "slipway-local", "cluster": {"server": server, "certificate-authority": str(pki.ca.cert)}}],
+        "users": [{"name": "slipway-admin", "user": {"client-certificate": str(admin.cert), "client-key": str(admin.key)}}],
+        "contexts": [{"name": "slipway-local", "context": {"cluster": "slipway-local", "user": "slipway-admin"}}],
+    }
+    atomic.write_json(path, config)  # JSON is YAML: kubectl, client-go and the Python client read it
+    path.chmod(0o600)
+
+
+# ------------------------------------------------------------------ up / down
+
+
+class _Starter:
+    """Starts processes into a ClusterState, saving it after each so that `down` finds them all."""
+
+    def __init__(self, state: ClusterState, bins: dict[str, Path], pki: ClusterPKI, on_step: Callable[[str], None],
+                 tied: bool):
+        self.state, self.bins, self.pki, self.on_step, self.tied = state, bins, pki, on_step, tied
+        self.logs = state.folder / "logs"
+
+    def start(self, name: str, component: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+        self.on_step(f"starting {name}")
+        process = start(name, self.bins[component] / "bin" / name, args, log_dir=self.logs, env=env, tied=self.tied)
+        self.state.processes.append(process)
+        self.state.save()
+        return process
+
+    def kube_args(self, port: int) -> list[str]:
+        """What kube-controller-manager, kube-scheduler and metrics-server share: who they are and where they serve."""
+        kubeconfig = str(self.state.kubeconfig)
+        return [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", f"--secure-port={port}"]
+
+
+def up(folder: Path | None = None, *, api_port: int = DEFAULT_API_PORT, tied: bool = False,
+       on_step: Callable[[str], None] = lambda step: None) -> ClusterState:
+    """Build what is missing, then start the whole control plane; return its state. `tied`: every process
+    stops when this one dies (tests); otherwise the cluster outlives the command until `down`."""
+    folder = folder or default_state_dir()
+    previous = ClusterState.load(folder)
+    if previous is not None and previous.alive():
+        names = ", ".join(f"{process.name} (pid {process.pid})" for process in previous.alive())
+        raise ClusterError(f"a local cluster from {folder} is still running ({names}): use it with "
+                           f"KUBECONFIG={previous.kubeconfig}, or stop it first with `make cluster-down`")
+    if port_in_use(api_port):
+        raise ClusterError(f"port {api_port} on 127.0.0.1 is in use: stop what listens there or choose another "
+                           f"port (make cluster CLUSTER_PORT=...)")
+    bins = build_all()
+    if folder.exists():
+        shutil.rmtree(folder)  # a stopped cluster's leftovers: nothing of it runs (checked above)
+    folder.mkdir(parents=True)
+    state = ClusterState(folder, api_port, [])
+    try:
+        _start_all(state, bins, on_step, tied)
+    except BaseException:
+        stop(state.processes)
+        state.processes.clear()
+        state.save()
+        raise
+    return state
+
+
+def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None], tied: bool) -> None:
+    on_step("making certificates")
+    pki = ClusterPKI.create(state.folder / "pki")
+    starter = _Starter(state, bins, pki, on_step, tied)
+
+    etcd_port, etcd_peer = free_port(), free_port()
+    etcd = starter.start("etcd", "etcd", [
+        "--name=slipway", f"--data-dir={state.folder / 'etcd'}",
+        f"--listen-client-urls=http://127.0.0.1:{etcd_port}", f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+        f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+        f"--initial-cluster=slipway=http://127.0.0.1:{etcd_peer}", "--log-level=warn",
+        "--unsafe-no-fsync",  # a throwaway cluster: losing it on a power cut is fine, waiting on the disk is not
+    ])
+    _wait(etcd, lambda: '"health":"true"' in _get(f"http://127.0.0.1:{etcd_port}/health")[1], "healthy")
+
+    apiserver_pair, front_proxy = pki.pair("apiserver"), pki.pair("front-proxy-client")
+    apiserver = starter.start("kube-apiserver", "kubernetes", [
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={state.api_port}",
+        f"--tls-cert-file={apiserver_pair.cert}", f"--tls-private-key-file={apiserver_pair.key}",
+        f"--client-ca-file={pki.ca.cert}", "--authorization-mode=Node,RBAC",
+        f"--service-account-key-file={pki.service_account_public_key}",
+        f"--service-account-signing-key-file={pki.service_account_key}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # the aggregation layer, for metrics-server's metrics.k8s.io
+        f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
+        "--requestheader-allowed-names=front-proxy-client", "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={front_proxy.cert}", f"--proxy-client-key-file={front_proxy.key}",
+        "--profiling=false", "--enable-priority-and-fairness=false",
+    ])
+    admin = _admin_context(pki)
+    _wait(apiserver, lambda: _get(f"{state.server}/readyz", context=admin)[0] == 200, "ready")
+    write_kubeconfig(state.kubeconfig, state.server, pki)
+
+    controller_manager_port, scheduler_port = free_port(), free_port()
+    controller_manager = starter.start("kube-controller-manager", "kubernetes", [
+        *starter.kube_args(controller_manager_port), "--leader-elect=false",
+        f"--service-account-private-key-file={pki.service_account_key}", f"--root-ca-file={pki.ca.cert}",
+        "--use-service-account-credentials=false",
+    ])
+    scheduler = starter.start("kube-scheduler", "kubernetes", [*starter.kube_args(scheduler_port), "--leader-elect=false"])
+    for process, port in ((controller_manager, controller_manager_port), (scheduler, scheduler_port)):
+        _wait(process, lambda port=port: _get(f"https://127.0.0.1:{port}/healthz", context=_unverified())[0] == 200, "healthy")
+
+    on_step("installing CRDs, nodes and the Seldon operator's configuration")
+    api = objects.client(state.kubeconfig)
+    objects.install_crds(api, bins)
+
+    kwok_port = free_port()
+    kwok_pair = pki.pair("kwok")
+    kwok_config = objects.write_kwok_config(state.folder / "kwok.yaml", bins)
+    kwok = starter.start("kwok", "kwok", [
+        f"--kubeconfig={state.kubeconfig}", f"--config={kwok_config}", "--manage-all-nodes=true",
+        "--node-ip=127.0.0.1", f"--node-port={kwok_port}", f"--server-address=127.0.0.1:{kwok_port}",
+        f"--tls-cert-file={kwok_pair.cert}", f"--tls-private-key-file={kwok_pair.key}",
+        f"--enable-crds={','.join(objects.KWOK_CRDS)}",
+        "--node-lease-duration-seconds=40",  # kwok renews each node's Lease: the heartbeat the node controller reads
+    ])
+    _wait(kwok, lambda: _get(f"https://127.0.0.1:{kwok_port}/healthz", context=_unverified())[0] == 200, "healthy")
+    objects.create_nodes(api, bins)
+    _wait(kwok, lambda: objects.nodes_ready(api), "Ready on every node")
+
+    metrics_port = free_port()
+    metrics_pair = pki.pair("metrics-server")
+    metrics_server = starter.start("metrics-server", "metrics-server", [
+        *starter.kube_args(metrics_port), f"--tls-cert-file={metrics_pair.cert}",
+        f"--tls-private-key-file={metrics_pair.key}", f"--kubelet-certificate-authority={pki.ca.cert}",
+        "--kubelet-use-node-status-port", "--kubelet-preferred-address-types=InternalIP", "--metric-resolution=15s",
+    ])
+    objects.register_metrics_api(api, metrics_port, pki.ca.cert)
+    _wait(metrics_server, lambda: objects.api_service_available(api, objects.METRICS_API_SERVICE), "Available")
+
+    webhook_port = free_port()
+    operator_tmp = objects.write_webhook_certs(state.folder / "seldon-operator", pki)
+    objects.install_seldon_config(api, webhook_port, pki.ca.cert)
+    operator = starter.start("seldon-operator", "seldon-operator", [
+        f"--webhook-port={webhook_port}", f"--metrics-addr=127.0.0.1:{free_port()}",
+        f"--operator-namespace={objects.SELDON_NAMESPACE}",
+    ], env={**objects.seldon_operator_env(), "KUBECONFIG": str(state.kubeconfig), "TMPDIR": str(operator_tmp)})
+    _wait(operator, lambda: objects.webhook_answers(webhook_port, pki.ca.cert), "serving its webhooks")
+
+
+def down(folder: Path | None = None) -> list[str]:
+    """Stop every process the cluster in `folder` recorded and remove the folder; the names stopped."""
+    folder = folder or default_state_dir()
+    state = ClusterState.load(folder)
+    if state is None:
+        return []
+    stopped = stop(state.processes)
+    shutil.rmtree(folder)
+    return stopped

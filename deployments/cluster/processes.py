@@ -1,0 +1,114 @@
+"""Start the control plane's processes in the background and stop them again by their PIDs.
+
+Each process runs in its own session (a terminal's Ctrl-C after `make cluster` returns does
+not reach it), writes its log to a file, and is recorded with its binary so that a PID the
+system has since given to another program is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+from slipway.child import stop_with_parent
+
+STOP_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Process:
+    name: str
+    pid: int
+    binary: str
+    log: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def start(name: str, binary: Path, args: list[str], *, log_dir: Path, env: dict[str, str] | None = None,
+          tied: bool = False) -> Process:
+    """Start `binary args` in its own session with its output in `log_dir/<name>.log`; `tied`: it is killed
+    when this process dies (for tests: a killed test run leaves no cluster behind)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen([str(binary), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, env={**os.environ, **(env or {})}, cwd=log_dir,
+                                 preexec_fn=partial(stop_with_parent, signal.SIGKILL) if tied else None)
+    return Process(name, child.pid, str(binary), str(log_path))
+
+
+def running(process: Process) -> bool:
+    """Whether `process.pid` is still alive and still runs `process.binary` (not a zombie, not a reused PID)."""
+    try:
+        stat = Path(f"/proc/{process.pid}/stat").read_text()
+        command = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        _reap(process.pid)
+        return False
+    return command == process.binary
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop(processes: list[Process], grace_s: float = STOP_GRACE_S) -> list[str]:
+    """Stop each running process, last started first: SIGTERM, then SIGKILL after `grace_s`; the names stopped.
+
+    One at a time, so that each finds what it depends on still there: an API server whose etcd
+    went first waits out its own shutdown (over 10 s), one stopped before etcd takes a second.
+    """
+    stopped = []
+    for process in reversed(processes):
+        if not running(process):
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while running(process) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if running(process):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            while running(process):
+                time.sleep(0.02)
+        stopped.append(process.name)
+    return stopped
+
+
+def last_lines(process: Process, count: int = 3) -> str:
+    """The end of a process's log, for an error message."""
+    try:
+        lines = Path(process.log).read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip()[:300] for line in lines[-count:])

@@ -1,0 +1,383 @@
+"""`deploy`, `undeploy` and the preflight against the local control plane: a real kube-apiserver, kube-controller-
+manager, kube-scheduler, kwok's nodes and pods, metrics-server and the Seldon Core 1.17.1 operator with its webhooks.
+
+Each test works in its own namespace and reads back what the operator created from the API server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slipway.paths import PROJECT_ROOT
+from tests.conftest import run_module
+from tests.deployments.conftest import MODEL, SECRET, make_namespace
+
+pytestmark = pytest.mark.slow
+
+WAIT = "120"
+
+
+def _records(tmp_path: Path, artifact: Path, *versions: str) -> list[Path]:
+    """Store records of `versions` of the digits artifact, each with its own digest, as `export versions show` writes."""
+    paths = []
+    for version in versions:
+        path = tmp_path / f"record-{version}.json"
+        path.write_text(json.dumps({"name": MODEL, "version": version, "uri": f"file://{artifact}",
+                                    "digest": f"{int(version):064x}"}))
+        paths.append(path)
+    return paths
+
+
+def _deploy(env: dict, namespace: str, *args: str, check: bool = True):
+    return run_module("deployments", "deploy", "--namespace", namespace, "--wait", WAIT, *args, env=env, check=check)
+
+
+def _one_line_error(result) -> str:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def _sdep(api, namespace: str) -> dict:
+    from kubernetes.dynamic import DynamicClient
+
+    resource = DynamicClient(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
+    return resource.get(name=MODEL, namespace=namespace).to_dict()
+
+
+def _nothing_of_ours(api, namespace: str) -> list[str]:
+    """Every object in `namespace` that deploy (or Seldon, for it) could have made."""
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    dynamic = DynamicClient(api)
+    found = []
+    for api_version, kind in (("machinelearning.seldon.io/v1", "SeldonDeployment"), ("apps/v1", "Deployment"),
+                              ("v1", "Service"), ("v1", "Pod"), ("autoscaling/v2", "HorizontalPodAutoscaler"),
+                              ("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor"),
+                              ("networking.k8s.io/v1", "NetworkPolicy"), ("keda.sh/v1alpha1", "ScaledObject")):
+        for item in dynamic.resources.get(api_version=api_version, kind=kind).get(namespace=namespace).items:
+            found.append(f"{kind}/{item.metadata.name}")
+    found += [f"ServiceAccount/{sa.metadata.name}" for sa in client.CoreV1Api(api).list_namespaced_service_account(namespace).items
+              if sa.metadata.name != "default"]
+    return found
+
+
+def _until(condition, timeout_s: float = 90, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not reached within {timeout_s}s")
+
+
+def _rendered_sdep(out: Path) -> dict:
+    return next(doc for doc in yaml.safe_load_all((out / "all.yaml").read_text()) if doc["kind"] == "SeldonDeployment")
+
+
+# ------------------------------------------------------------------ the control plane itself
+
+
+def test_the_control_plane_is_real_and_refuses_a_second_start(cluster, api):
+    from kubernetes import client
+
+    from deployments.cluster.control_plane import ClusterError, up
+
+    assert client.VersionApi(api).get_code().git_version == "v1.35.4"
+    nodes = client.CoreV1Api(api).list_node().items
+    assert {node.metadata.name for node in nodes} >= {"slipway-cpu-1", "slipway-gpu-1"}
+    gpu = next(node for node in nodes if node.metadata.name == "slipway-gpu-1")
+    assert gpu.status.allocatable["nvidia.com/gpu"] == "2" and gpu.spec.taints[0].key == "nvidia.com/gpu"
+    with pytest.raises(ClusterError, match="still running .*cluster-down"):
+        up(cluster.folder, api_port=cluster.api_port)
+
+
+# ------------------------------------------------------------------ 1. deploy, and what the operator made of it
+
+
+def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, digits_artifact, tmp_path):
+    from kubernetes import client
+
+    namespace = make_namespace(api, "cpu")
+    out = tmp_path / "manifests"
+    result = _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--out", str(out))
+    assert "is Available" in result.stderr and result.stdout.strip().endswith("/infer")
+    rendered = _rendered_sdep(out)
+    rendered_pod = rendered["spec"]["predictors"][0]["componentSpecs"][0]["spec"]
+    rendered_container = rendered_pod["containers"][0]
+    assert _sdep(api, namespace)["status"]["state"] == "Available"
+
+    deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    assert len(deployments) == 1  # seldon.io/no-engine: MLServer alone, no executor container
+    pod_spec = deployments[0].spec.template.spec
+    container = next(c for c in pod_spec.containers if c.name == MODEL)
+    assert container.image == rendered_container["image"]
+    env = {item.name: item.value for item in container.env}
+    assert all(env.get(item["name"]) == item["value"] for item in rendered_container["env"])
+    assert {(p.name, p.container_port) for p in container.ports} == {(p["name"], p["containerPort"]) for p in rendered_container["ports"]}
+    assert container.readiness_probe.http_get.path == "/v2/health/ready"
+    assert container.liveness_probe.http_get.path == "/v2/health/live"
+    assert container.resources.requests == rendered_container["resources"]["requests"]
+    assert container.resources.limits == rendered_container["resources"]["limits"]
+    security = container.security_context
+    assert security.read_only_root_filesystem and security.run_as_non_root and security.capabilities.drop == ["ALL"]
+    assert not security.allow_privilege_escalation
+    assert pod_spec.security_context.run_as_user == rendered_pod["securityContext"]["runAsUser"]
+    assert pod_spec.service_account_name == rendered_pod["serviceAccountName"]
+    # 1.17.1's operator adds the storage initializer to a custom image: it pulls modelUri with the Secret's rclone settings
+    initializer = next(c for c in pod_spec.init_containers if "storage-initializer" in c.image)
+    graph = rendered["spec"]["predictors"][0]["graph"]
+    assert initializer.image == graph["storageInitializerImage"] and graph["modelUri"] in initializer.args
+    assert initializer.env_from[0].secret_ref.name == SECRET
+
+    services = client.CoreV1Api(api).list_namespaced_service(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    assert any({p.port for p in service.spec.ports} >= {9000, 9500} for service in services)
+
+    hpa = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+    rendered_hpa = rendered["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]
+    assert len(hpa) == 1 and hpa[0].spec.scale_target_ref.name == deployments[0].metadata.name
+    assert (hpa[0].spec.min_replicas, hpa[0].spec.max_replicas) == (rendered_hpa["minReplicas"], rendered_hpa["maxReplicas"])
+    metric = hpa[0].spec.metrics[0]
+    assert (metric.type, metric.resource.name, metric.resource.target.average_utilization) == ("Resource", "cpu", 70)
+
+    budgets = client.PolicyV1Api(api).list_namespaced_pod_disruption_budget(namespace).items
+    assert len(budgets) == 1 and budgets[0].spec.max_unavailable == 1
+
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    assert len(pods) == rendered_hpa["minReplicas"]
+    assert all(pod.status.phase == "Running" and pod.spec.node_name.startswith("slipway-cpu") for pod in pods)
+
+
+@pytest.mark.parametrize("mode", ["rps", "keda", "behavior"])
+def test_every_autoscaling_mode_applies_and_makes_its_autoscaler(api, cluster_env, digits_artifact, mode):
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    namespace = make_namespace(api, f"autoscaling-{mode}")
+    _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--autoscaling", mode)
+    deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
+    hpas = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+    if mode == "keda":
+        scaled = DynamicClient(api).resources.get(api_version="keda.sh/v1alpha1", kind="ScaledObject").get(namespace=namespace).items
+        assert len(scaled) == 1 and scaled[0].spec.scaleTargetRef.name == deployment.metadata.name
+        assert scaled[0].spec.triggers[0].type == "prometheus" and not hpas  # KEDA itself would make the HPA
+        return
+    assert len(hpas) == 1 and hpas[0].spec.scale_target_ref.name == deployment.metadata.name
+    if mode == "rps":
+        assert hpas[0].spec.metrics[0].pods.metric.name == "mlserver_infer_requests_per_second"
+    else:  # a standalone HPA of ours, aimed at the Deployment the operator really made
+        assert hpas[0].metadata.labels["app.kubernetes.io/managed-by"] == "slipway"
+        assert hpas[0].spec.behavior.scale_down.stabilization_window_seconds == 300
+
+
+# ------------------------------------------------------------------ 2. the real webhook
+
+
+WEBHOOK_CASES = {
+    "traffic that does not add up to 100": lambda sdep: sdep["spec"]["predictors"][0].update(traffic=60),
+    "two predictors of one name": lambda sdep: sdep["spec"]["predictors"].append(copy.deepcopy(sdep["spec"]["predictors"][0])),
+    "a graph naming no container": lambda sdep: sdep["spec"]["predictors"][0]["graph"].update(name="nobody"),
+}
+
+
+@pytest.mark.parametrize("case", WEBHOOK_CASES)
+def test_seldon_s_webhook_and_the_offline_validation_refuse_the_same_deployments(api, digits_artifact, case):
+    from deployments.apply import DeployError, apply
+    from deployments.records import ModelVersion
+    from deployments.render import render
+    from deployments.validate import validate_documents
+
+    namespace = make_namespace(api, f"webhook-{list(WEBHOOK_CASES).index(case)}")
+    rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact, uri="s3://models/digits/1"),
+                      namespace=namespace)
+    docs = copy.deepcopy(rendered.docs)
+    sdep = next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
+    WEBHOOK_CASES[case](sdep)
+    assert not validate_documents(docs).ok
+    with pytest.raises(DeployError, match='refused in the server-side dry run, nothing was applied: .*admission webhook '
+                                          '"v1.vseldondeployment.kb.io" denied the request'):
+        apply(api, docs, namespace=namespace)
+    assert _nothing_of_ours(api, namespace) == []
+
+
+def test_a_deployment_only_the_webhook_refuses_fails_deploy_in_one_line_with_its_message(api, cluster_env, digits_artifact,
+                                                                                         tmp_path):
+    """An SRE pins the Service name in the CPU overlay; the canary overlay copies it onto the second predictor.
+    Slipway's own validation does not know that rule (`validate.py` mirrors what our overlays can break): the
+    operator's webhook, in the server-side dry run, is the final word, and its message is the error."""
+    namespace = make_namespace(api, "webhook-cli")
+    overlay = tmp_path / "sre" / "overlay"
+    overlay.mkdir(parents=True)
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{os.path.relpath(PROJECT_ROOT / 'deployments' / 'overlays' / 'canary', overlay)}]\n"
+        "patches:\n  - target: {kind: SeldonDeployment}\n    patch: |-\n"
+        + "".join(f"      - {{op: add, path: /spec/predictors/{i}/annotations/seldon.io~1svc-name, value: digits-stable}}\n"
+                  for i in (0, 1)))
+    main, canary = _records(tmp_path, digits_artifact, "1", "2")
+    line = _one_line_error(_deploy(cluster_env, namespace, "--overlay", str(overlay), "--version-record", str(main),
+                                   "--model-uri", "s3://models/digits/1", "--canary-record", str(canary),
+                                   "--canary-model-uri", "s3://models/digits/2", check=False))
+    assert "SeldonDeployment/digits refused in the server-side dry run, nothing was applied" in line
+    assert 'admission webhook "v1.vseldondeployment.kb.io" denied the request' in line
+    assert "Found duplicate service name in seldon.io/svc-name with value digits-stable" in line
+    assert _nothing_of_ours(api, namespace) == []
+
+
+# ------------------------------------------------------------------ 3. a version change is waited for on the pods
+
+
+def test_a_new_version_returns_only_when_the_ready_pods_serve_it(api, cluster_env, digits_artifact, tmp_path):
+    from kubernetes import client
+
+    from deployments.apply import DIGEST_ANNOTATION
+
+    namespace = make_namespace(api, "rollout")
+    first, second = _records(tmp_path, digits_artifact, "1", "2")
+    _deploy(cluster_env, namespace, "--version-record", str(first), "--model-uri", "s3://models/digits/1")
+    assert _sdep(api, namespace)["status"]["state"] == "Available"  # what a wait on the status alone would take as done
+    result = _deploy(cluster_env, namespace, "--version-record", str(second), "--model-uri", "s3://models/digits/2")
+    assert "serving default v2" in result.stderr
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    ready = [pod for pod in pods if pod.metadata.deletion_timestamp is None]
+    assert ready and {pod.metadata.annotations[DIGEST_ANNOTATION] for pod in ready} == {f"sha256:{2:064x}"}
+
+
+def test_make_rollback_moves_the_tag_back_and_returns_when_the_old_version_serves(api, cluster_env, tmp_path):
+    """The path a user walks: publish two versions, deploy the tag, roll it back, all through `make`."""
+    import subprocess
+
+    from kubernetes import client
+
+    from deployments.apply import DIGEST_ANNOTATION
+    from tests.store.conftest import make_artifact, versions_json
+
+    namespace = make_namespace(api, "rollback")
+    store = str(tmp_path / "store")
+    first = versions_json("publish", str(make_artifact(tmp_path / "v1", 1.0)), "--store", store, "--tag", "champion")
+    second = versions_json("publish", str(make_artifact(tmp_path / "v2", 2.0)), "--store", store)
+    versions_json("promote", "tiny@champion", "tiny:2", "--store", store)
+    common = [f"STORE={store}", "MODEL_NAME=tiny", f"NAMESPACE={namespace}", "TAG=champion", "WAIT=120",
+              "MODEL_URI=s3://models/tiny/champion", f"RECORD={tmp_path / 'record.json'}"]
+
+    def make(*args: str) -> subprocess.CompletedProcess:
+        result = subprocess.run(["make", "--no-print-directory", *args, *common], cwd=PROJECT_ROOT, env={**os.environ, **cluster_env},
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    def serving() -> set[str]:
+        pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="seldon-deployment-id=tiny").items
+        return {pod.metadata.annotations[DIGEST_ANNOTATION] for pod in pods if pod.metadata.deletion_timestamp is None}
+
+    make("deploy")
+    assert serving() == {f"sha256:{second['digest']}"}
+    make("rollback")
+    assert serving() == {f"sha256:{first['digest']}"}
+
+
+# ------------------------------------------------------------------ 4. a canary's split as the operator sees it
+
+
+def _ambassador_weights(api, namespace: str) -> dict[str, int]:
+    """Predictor -> traffic weight, from the Ambassador mappings the operator writes on each predictor's Service."""
+    from kubernetes import client
+
+    weights = {}
+    for service in client.CoreV1Api(api).list_namespaced_service(namespace, label_selector=f"seldon-deployment-id={MODEL}").items:
+        config = (service.metadata.annotations or {}).get("getambassador.io/config")
+        for mapping in yaml.safe_load_all(config or ""):
+            if mapping and mapping.get("kind") == "Mapping" and "weight" in mapping:
+                weights[service.metadata.name.removeprefix(f"{MODEL}-")] = mapping["weight"]  # <model>-<predictor>
+    return weights
+
+
+def test_a_canary_splits_traffic_and_a_new_share_changes_only_the_split(api, cluster_env, digits_artifact, tmp_path):
+    from kubernetes import client
+
+    namespace = make_namespace(api, "canary")
+    main, canary = _records(tmp_path, digits_artifact, "1", "2")
+    args = ("--overlay", "canary", "--version-record", str(main), "--model-uri", "s3://models/digits/1",
+            "--canary-record", str(canary), "--canary-model-uri", "s3://models/digits/2")
+    _deploy(cluster_env, namespace, *args, "--canary-percent", "20")
+    assert [(p["name"], p["traffic"]) for p in _sdep(api, namespace)["spec"]["predictors"]] == [("default", 80), ("canary", 20)]
+    assert _until(lambda: _ambassador_weights(api, namespace).get("canary"), what="the operator's canary weight") == 20
+
+    apps = client.AppsV1Api(api)
+    before = {d.metadata.name: d.metadata.generation for d in apps.list_namespaced_deployment(namespace).items}
+    pods_before = {pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
+    _deploy(cluster_env, namespace, *args, "--canary-percent", "30")
+    assert [p["traffic"] for p in _sdep(api, namespace)["spec"]["predictors"]] == [70, 30]
+    assert _until(lambda: _ambassador_weights(api, namespace).get("canary") == 30, what="the new weight")
+    assert {d.metadata.name: d.metadata.generation for d in apps.list_namespaced_deployment(namespace).items} == before
+    assert {pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items} == pods_before
+
+
+# ------------------------------------------------------------------ 5. undeploy leaves nothing of ours
+
+
+def test_undeploy_removes_everything_deploy_made(api, cluster_env, digits_artifact):
+    namespace = make_namespace(api, "undeploy")
+    _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--autoscaling", "behavior")
+    assert len(_nothing_of_ours(api, namespace)) >= 8
+    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", namespace, env=cluster_env)
+    _until(lambda: _nothing_of_ours(api, namespace) == [], what=f"an empty namespace (left: {_nothing_of_ours(api, namespace)})")
+
+
+# ------------------------------------------------------------------ 7. preflight on the real API server
+
+
+def test_a_missing_namespace_or_secret_stops_deploy_before_anything_is_applied(api, cluster_env, digits_artifact):
+    line = _one_line_error(_deploy(cluster_env, "nowhere", "--model-dir", str(digits_artifact), check=False))
+    assert "namespace 'nowhere' does not exist" in line
+    namespace = make_namespace(api, "no-secret", secret=False)
+    line = _one_line_error(_deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), check=False))
+    assert f"Secret '{SECRET}' (the models' envSecretRefName) does not exist in namespace 'no-secret'" in line
+    assert _nothing_of_ours(api, namespace) == []
+
+
+def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_artifact):
+    from kubernetes import client
+
+    from deployments.cluster.objects import SELDON_CONFIGMAP, SELDON_NAMESPACE
+
+    core = client.CoreV1Api(api)
+    namespace = make_namespace(api, "old-operator")
+    label = {"metadata": {"labels": {"app.kubernetes.io/version": "1.16.0"}}}
+    core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE, label)
+    try:
+        line = _one_line_error(_deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), check=False))
+    finally:
+        core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE,
+                                         {"metadata": {"labels": {"app.kubernetes.io/version": "1.17.1"}}})
+    assert f"the Seldon Core operator (ConfigMap {SELDON_NAMESPACE}/{SELDON_CONFIGMAP}) is 1.16.0; Slipway needs 1.17.1" in line
+    assert _nothing_of_ours(api, namespace) == []
+
+
+def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_env, digits_artifact):
+    """Last: it removes the CRD (and with it every SeldonDeployment) and installs it again."""
+    from kubernetes import client
+
+    from deployments.cluster.build import build_all
+    from deployments.cluster.objects import install_crds
+
+    namespace = make_namespace(api, "no-crd")
+    extensions = client.ApiextensionsV1Api(api)
+    extensions.delete_custom_resource_definition("seldondeployments.machinelearning.seldon.io")
+    _until(lambda: "seldondeployments.machinelearning.seldon.io" not in
+           {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}, what="the CRD gone")
+    try:
+        line = _one_line_error(_deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), check=False))
+    finally:
+        install_crds(api, build_all())
+    assert ("does not serve machinelearning.seldon.io/v1 SeldonDeployment (install the Seldon Core operator, "
+            "1.17.1 or later)") in line
+    assert _nothing_of_ours(api, namespace) == []
