@@ -143,6 +143,7 @@ CANARY_VERSION   ?=
 CANARY_TAG       ?=
 CANARY_PERCENT   ?=
 MODEL_URI        ?=
+IMAGE_PULL_POLICY ?=
 CANARY_MODEL_URI ?=
 DRY_RUN          ?= none
 WAIT             ?= 300
@@ -164,6 +165,7 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
   $(if $(CANARY_VERSION)$(CANARY_TAG),--canary-record $(CANARY_RECORD)) \
   $(if $(CANARY_PERCENT),--canary-percent $(CANARY_PERCENT)) $(if $(IMAGE),--image $(IMAGE)) \
+  $(if $(IMAGE_PULL_POLICY),--image-pull-policy $(IMAGE_PULL_POLICY)) \
   $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI)) \
   $(if $(SHARED_MEMORY),--shared-memory $(SHARED_MEMORY))
 

@@ -41,6 +41,9 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
                          help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
                               "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour)")
     command.add_argument("--image", help="the MLServer + wrappers image (default: the overlay's)")
+    command.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"),
+                         help="the model container's (default: the base's Always, so a moved tag never serves a stale "
+                              "image); IfNotPresent for images loaded into kind or minikube by hand")
     command.add_argument("--shared-memory", metavar="SIZE", help="mount a memory-backed emptyDir of SIZE (e.g. 1Gi) "
                          "at /dev/shm in every container, for tensors in shared memory (the model needs "
                          "parameters.extra.shared_memory: true)")
@@ -94,8 +97,8 @@ def render_validated(args: argparse.Namespace):
     try:
         main, canary = _models(args)
         rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
-                          image=args.image, namespace=args.namespace, autoscaling_mode=args.autoscaling,
-                          engine=args.kustomize, shared_memory=args.shared_memory)
+                          image=args.image, image_pull_policy=args.image_pull_policy, namespace=args.namespace,
+                          autoscaling_mode=args.autoscaling, engine=args.kustomize, shared_memory=args.shared_memory)
         warnings = [warning for predictor, version in rendered.models.items()
                     if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))]
     except (RecordError, RenderError, KustomizeError) as err:

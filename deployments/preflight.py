@@ -17,6 +17,7 @@ from deployments.apply import DeployError, dynamic_client
 MINIMUM_OPERATOR = (1, 17, 1)
 OPERATOR_LABEL = "control-plane=seldon-controller-manager"  # on the operator's Deployment and seldon-config (Helm, kustomize)
 VERSION_LABEL = "app.kubernetes.io/version"
+RCLONE_TYPES = {"s3": "s3", "gs": "google cloud storage"}  # a URI scheme's rclone backend, where the names differ
 # What to install when the cluster does not serve a kind we render.
 PROVIDERS = {
     "SeldonDeployment": "the Seldon Core operator, 1.17.1 or later",
@@ -107,9 +108,12 @@ def check_secrets(api, docs: list[dict], namespace: str) -> None:
             secret = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
         except ApiException as err:
             if err.status == 404:
+                scheme = sorted(schemes)[0]
                 raise DeployError(f"Secret {name!r} (the models' envSecretRefName) does not exist in namespace "
-                                  f"{namespace!r}: create it with the storage credentials as RCLONE_CONFIG_* keys "
-                                  f"before deploying") from err
+                                  f"{namespace!r}: create it with the storage credentials as rclone settings, e.g. "
+                                  f"kubectl -n {namespace} create secret generic {name} "
+                                  f"--from-literal=RCLONE_CONFIG_{scheme.upper()}_TYPE='{RCLONE_TYPES.get(scheme, scheme)}' "
+                                  f"--from-literal=RCLONE_CONFIG_{scheme.upper()}_ENV_AUTH=true") from err
             if err.status == 403:
                 continue  # may not read Secrets: the pods will say it
             raise

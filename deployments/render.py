@@ -91,6 +91,7 @@ def render(
     canary: ModelVersion | None = None,
     canary_percent: int | None = None,
     image: str | None = None,
+    image_pull_policy: str | None = None,
     namespace: str = DEFAULT_NAMESPACE,
     autoscaling_mode: str = "cpu",
     engine: kustomize.Engine = "auto",
@@ -112,7 +113,7 @@ def render(
         _split_traffic(sdeps[0], canary_percent)
     for doc in docs:
         _pin_common(doc, model.name, namespace)
-    _pin_seldon_deployment(sdeps[0], model, models, image, namespace)
+    _pin_seldon_deployment(sdeps[0], model, models, image, namespace, image_pull_policy)
     if shared_memory is not None:
         _mount_shared_memory(sdeps[0], shared_memory)
     for doc in docs:
@@ -177,7 +178,8 @@ def service_account_name(model_name: str) -> str:
 
 
 def _pin_seldon_deployment(
-    sdep: dict, main: ModelVersion, models: dict[str, ModelVersion], image: str | None, namespace: str
+    sdep: dict, main: ModelVersion, models: dict[str, ModelVersion], image: str | None, namespace: str,
+    image_pull_policy: str | None = None,
 ) -> None:
     """Name the deployment, graph nodes and containers after the model and point each predictor at its version."""
     sdep["metadata"]["name"] = main.name
@@ -205,6 +207,8 @@ def _pin_seldon_deployment(
                     container["name"] = version.name
                     if image:
                         container["image"] = image
+                    if image_pull_policy:
+                        container["imagePullPolicy"] = image_pull_policy
                     _pin_digest(container, version)
             _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
 

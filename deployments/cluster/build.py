@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from deployments.cluster.components import COMPONENTS, Component
@@ -128,11 +129,14 @@ def build_all(components: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]
     todo = [component for component in components if not is_built(component, keys[component.name])]
     if todo:
         console.print(f"building {', '.join(f'{c.name} {c.version}' for c in todo)} from Go modules into "
-                      f"{cache_root()} (once; the first Kubernetes build takes 15-30 minutes on 2 cores)", soft_wrap=True)
+                      f"{cache_root()} (once: about 15 minutes on 2 cores with the module downloads; later starts take seconds)", soft_wrap=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   disable=not todo) as progress:
         for component in todo:
             task = progress.add_task(f"go build {component.name} {component.version}", total=1)
+            began = time.monotonic()
             build_component(component, go)
-            progress.update(task, completed=1, description=f"built {component.name} {component.version}")
+            progress.update(task, completed=1, visible=False)
+            # a line per component, also where no terminal shows the live progress (CI's log)
+            progress.console.print(f"built {component.name} {component.version} in {time.monotonic() - began:.0f}s")
     return {component.name: component_dir(component) for component in components}

@@ -26,7 +26,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         with console.status("starting the local cluster") as status:
             state = up(_folder(args), api_port=args.port, on_step=lambda step: status.update(step))
     except (ClusterError, BuildError) as err:
-        raise UserError(f"{err}; nothing is left running") from err
+        raise UserError(str(err)) from err
     console.print(f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
                   f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
                   f"webhooks, metrics-server; {len(state.processes)} processes, logs in {state.folder / 'logs'}",

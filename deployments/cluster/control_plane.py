@@ -26,6 +26,7 @@ from deployments.cluster.components import KUBERNETES_VERSION
 from deployments.cluster.pki import ClusterPKI
 from deployments.cluster.processes import Process, free_port, last_lines, port_in_use, running, start, stop
 from slipway import atomic
+from slipway.cli import first_line
 from slipway.paths import BUILD_DIR
 
 DEFAULT_API_PORT = 16443
@@ -185,10 +186,13 @@ def up(folder: Path | None = None, *, api_port: int = DEFAULT_API_PORT, tied: bo
     state = ClusterState(folder, api_port, [])
     try:
         _start_all(state, bins, on_step, tied)
-    except BaseException:
-        stop(state.processes)
+    except BaseException as err:
+        stopped = stop(state.processes)
         state.processes.clear()
         state.save()
+        if isinstance(err, (ClusterError, OSError)) or type(err).__module__.startswith("kubernetes"):
+            raise ClusterError(f"{first_line(err)}; stopped what had started ({', '.join(stopped) or 'nothing'}), "
+                               f"logs in {folder / 'logs'}") from err
         raise
     return state
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import socket
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,6 @@ def _documents(path: Path) -> list[dict]:
 
 def install_crds(api, bins: dict[str, Path]) -> None:
     """Every CRD the overlays and kwok need, then wait until the API server serves each."""
-    import time
-
     from kubernetes import client as k8s
 
     from deployments.kustomize import build_with_kubectl
@@ -83,7 +82,7 @@ def install_crds(api, bins: dict[str, Path]) -> None:
         while not any(condition.type == "Established" and condition.status == "True"
                       for condition in (extensions.read_custom_resource_definition(name).status.conditions or [])):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"CRD {name} is not Established after 60s")
+                raise TimeoutError(f"CRD {name} is not Established after 60s")
             time.sleep(0.2)
 
 

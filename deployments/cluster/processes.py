@@ -67,13 +67,13 @@ def running(process: Process) -> bool:
     """Whether `process.pid` is still alive and still runs `process.binary` (not a zombie, not a reused PID)."""
     try:
         stat = Path(f"/proc/{process.pid}/stat").read_text()
-        command = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
-    except (OSError, UnicodeDecodeError):
+        command = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")[:2]
+    except OSError:
         return False
     if stat.rsplit(")", 1)[1].split()[0] == "Z":
         _reap(process.pid)
         return False
-    return command == process.binary
+    return os.fsencode(process.binary) in command  # argv[0], or argv[1] under a script's interpreter
 
 
 def _reap(pid: int) -> None:

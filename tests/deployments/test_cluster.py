@@ -179,6 +179,18 @@ def test_every_autoscaling_mode_applies_and_makes_its_autoscaler(api, cluster_en
         assert hpas[0].spec.behavior.scale_down.stabilization_window_seconds == 300
 
 
+def test_the_gpu_overlay_lands_on_the_gpu_node_serving_from_mlserver_s_own_process(api, cluster_env, digits_artifact):
+    from kubernetes import client
+
+    namespace = make_namespace(api, "gpu")
+    _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--overlay", "gpu")
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    assert pods and all(pod.spec.node_name == "slipway-gpu-1" for pod in pods)  # the only node with GPUs, tainted
+    container = next(c for c in pods[0].spec.containers if c.name == MODEL)
+    assert container.resources.limits["nvidia.com/gpu"] == "1"
+    assert {"MLSERVER_PARALLEL_WORKERS": "0"}.items() <= {e.name: e.value for e in container.env}.items()
+
+
 # ------------------------------------------------------------------ 2. the real webhook
 
 

@@ -77,7 +77,7 @@ def test_a_component_failing_half_way_stops_every_process_started_before_it(tmp_
     state = tmp_path / "state"
     line = _one_line(_up(state, free_port(), env={"SLIPWAY_CLUSTER_CACHE": str(cache)}))
     assert "seldon-operator exited while starting: unable to start manager: no webhook certificate" in line
-    assert "nothing is left running" in line
+    assert "stopped what had started (metrics-server, kwok, kube-scheduler, kube-controller-manager, kube-apiserver, etcd)" in line
     pids = _pids(state)
     assert pids == [] or all(_gone(pid) for pid in pids)
 

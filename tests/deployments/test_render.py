@@ -62,6 +62,13 @@ def test_without_image_the_overlay_keeps_its_own(main_version):
     assert gpu["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
+def test_the_image_pull_policy_is_always_unless_asked_for_every_predictor(main_version, canary_version):
+    default = _sdep(render("canary", model=main_version, canary=canary_version))
+    local = _sdep(render("canary", model=main_version, canary=canary_version, image_pull_policy="IfNotPresent"))
+    assert [_container(p)["imagePullPolicy"] for p in default["spec"]["predictors"]] == ["Always", "Always"]
+    assert [_container(p)["imagePullPolicy"] for p in local["spec"]["predictors"]] == ["IfNotPresent", "IfNotPresent"]
+
+
 def test_canary_splits_traffic_between_two_versions(main_version, canary_version):
     rendered = render("canary", model=main_version, canary=canary_version, canary_percent=25)
     main, canary = _sdep(rendered)["spec"]["predictors"]
