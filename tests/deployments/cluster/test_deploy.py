@@ -17,7 +17,7 @@ import yaml
 
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.deployments.conftest import MODEL, SECRET, make_namespace
+from tests.deployments.cluster.conftest import MODEL, SECRET, make_namespace
 
 pytestmark = pytest.mark.slow
 

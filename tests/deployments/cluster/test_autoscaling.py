@@ -10,7 +10,7 @@ import pytest
 
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.deployments.conftest import make_namespace
+from tests.deployments.cluster.conftest import make_namespace
 
 pytestmark = pytest.mark.slow
 
