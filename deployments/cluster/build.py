@@ -79,8 +79,8 @@ def _module_dir(component: Component, module: str, go: str, log) -> Path:
     try:
         return Path(json.loads(result.stdout)["Dir"])
     except (ValueError, KeyError) as err:
-        raise BuildError(f"go mod download {module} failed in {component.module_dir}: "
-                         f"{(result.stderr or result.stdout).strip().splitlines()[-1:]}") from err
+        last = ((result.stderr or result.stdout).strip().splitlines() or ["no output"])[-1]
+        raise BuildError(f"go mod download {module} failed in {component.module_dir}: {last}") from err
 
 
 def _build_into(component: Component, staging: Path, go: str, log) -> None:

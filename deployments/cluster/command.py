@@ -1,4 +1,4 @@
-"""`python -m deployments cluster up|down|status`: the local control plane from the command line."""
+"""`python -m deployments cluster build|up|down|status|prove-hpa`: the local control plane from the command line."""
 
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def add_command(commands) -> None:
                              ("down", cmd_down, "stop every process by its PID and remove the cluster's folder"),
                              ("status", cmd_status, "which processes run (exit 1 when any is missing)")):
         action = actions.add_parser(name, help=text, description=text)
-        action.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
+        if name != "build":  # the binaries' cache is one per machine (SLIPWAY_CLUSTER_CACHE)
+            action.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
         action.set_defaults(func=func)
         if name == "up":
             action.add_argument("--port", type=int, default=DEFAULT_API_PORT,
