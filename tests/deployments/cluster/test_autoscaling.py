@@ -54,7 +54,7 @@ def test_the_hpa_scales_up_on_usage_and_down_within_its_behavior(api, cluster, c
     run_module("deployments", "deploy", "--namespace", ns, "--model-dir", str(digits_artifact),
                "--overlay", str(_overlay(tmp_path / "sre" / "overlay")), "--wait", "120", env=cluster_env)
     result = run_module("deployments", "cluster", "prove-hpa", "--dir", str(cluster.folder), "--namespace", ns,
-                        "--timeout", "150", env=cluster_env)
+                        "--timeout", "240", env=cluster_env)
     assert "scaled 2 -> 4 -> 2" in result.stderr
 
     report = json.loads((Path(cluster_env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.json").read_text())
