@@ -367,11 +367,16 @@ def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_art
     core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE, label)
     try:
         line = _one_line_error(_deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), check=False))
+        assert _nothing_of_ours(api, namespace) == []
+        core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE,
+                                         {"metadata": {"labels": {"app.kubernetes.io/version": None}}})
+        unknown = _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--dry-run", "server")
+        assert "warning: cannot tell the Seldon Core operator's version" in unknown.stderr  # and it goes on
+        assert "server dry run passed" in unknown.stderr
     finally:
         core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE,
                                          {"metadata": {"labels": {"app.kubernetes.io/version": "1.17.1"}}})
     assert f"the Seldon Core operator (ConfigMap {SELDON_NAMESPACE}/{SELDON_CONFIGMAP}) is 1.16.0; Slipway needs 1.17.1" in line
-    assert _nothing_of_ours(api, namespace) == []
 
 
 def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_env, digits_artifact):
