@@ -144,6 +144,8 @@ CANARY_TAG       ?=
 CANARY_PERCENT   ?=
 MODEL_URI        ?=
 IMAGE_PULL_POLICY ?=
+INGRESS_NAMESPACE ?=
+MONITORING_NAMESPACE ?=
 CANARY_MODEL_URI ?=
 DRY_RUN          ?= none
 WAIT             ?= 300
@@ -166,6 +168,8 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(CANARY_VERSION)$(CANARY_TAG),--canary-record $(CANARY_RECORD)) \
   $(if $(CANARY_PERCENT),--canary-percent $(CANARY_PERCENT)) $(if $(IMAGE),--image $(IMAGE)) \
   $(if $(IMAGE_PULL_POLICY),--image-pull-policy $(IMAGE_PULL_POLICY)) \
+  $(if $(INGRESS_NAMESPACE),--ingress-namespace $(INGRESS_NAMESPACE)) \
+  $(if $(MONITORING_NAMESPACE),--monitoring-namespace $(MONITORING_NAMESPACE)) \
   $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI)) \
   $(if $(SHARED_MEMORY),--shared-memory $(SHARED_MEMORY))
 

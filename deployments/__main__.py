@@ -24,7 +24,7 @@ DEFAULT_WAIT_S = 300.0
 
 def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     from deployments.autoscaling import MODES
-    from deployments.render import DEFAULT_NAMESPACE, OVERLAYS
+    from deployments.render import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
 
     command.add_argument("--overlay", default="cpu", help=f"{', '.join(OVERLAYS)}, or the folder of your own overlay (default cpu)")
     source = command.add_mutually_exclusive_group()
@@ -48,6 +48,12 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
                          "at /dev/shm in every container, for tensors in shared memory (the model needs "
                          "parameters.extra.shared_memory: true)")
     command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
+    command.add_argument("--ingress-namespace", type=_namespace, default=DEFAULT_INGRESS_NAMESPACE,
+                         help="where the gateway that calls the model runs: the NetworkPolicy admits the inference "
+                              f"ports from there and from the model's own namespace (default {DEFAULT_INGRESS_NAMESPACE})")
+    command.add_argument("--monitoring-namespace", type=_namespace, default=DEFAULT_MONITORING_NAMESPACE,
+                         help=f"where Prometheus runs: the only source admitted on the metrics port "
+                              f"(default {DEFAULT_MONITORING_NAMESPACE})")
     command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
                          help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
     command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>; "
@@ -98,6 +104,7 @@ def render_validated(args: argparse.Namespace):
         main, canary = _models(args)
         rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
                           image=args.image, image_pull_policy=args.image_pull_policy, namespace=args.namespace,
+                          ingress_namespace=args.ingress_namespace, monitoring_namespace=args.monitoring_namespace,
                           autoscaling_mode=args.autoscaling, engine=args.kustomize, shared_memory=args.shared_memory)
         warnings = [warning for predictor, version in rendered.models.items()
                     if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))]

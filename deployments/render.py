@@ -25,6 +25,10 @@ DEPLOYMENTS_DIR = Path(__file__).resolve().parent
 OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"
 OVERLAYS = ("cpu", "gpu", "canary")
 DEFAULT_NAMESPACE = "slipway"
+# Who may call the model (the NetworkPolicy): Seldon's gateway runs in Istio's namespace by default
+# (Ambassador's is usually `ambassador`); Prometheus, which scrapes the metrics port, in `monitoring`.
+DEFAULT_INGRESS_NAMESPACE = "istio-system"
+DEFAULT_MONITORING_NAMESPACE = "monitoring"
 CANARY_PREDICTOR = "canary"
 ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
 RENDERING_FILE = "rendering.json"  # what was rendered, from what: also how a later run knows the folder is ours
@@ -93,12 +97,15 @@ def render(
     image: str | None = None,
     image_pull_policy: str | None = None,
     namespace: str = DEFAULT_NAMESPACE,
+    ingress_namespace: str = DEFAULT_INGRESS_NAMESPACE,
+    monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE,
     autoscaling_mode: str = "cpu",
     engine: kustomize.Engine = "auto",
     shared_memory: str | None = None,
 ) -> Rendered:
     """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions."""
-    check_namespace(namespace)
+    for name in (namespace, ingress_namespace, monitoring_namespace):
+        check_namespace(name)
     directory = resolve_overlay(overlay)
     try:
         component = autoscaling.component_dir(autoscaling_mode)
@@ -113,6 +120,8 @@ def render(
         _split_traffic(sdeps[0], canary_percent)
     for doc in docs:
         _pin_common(doc, model.name, namespace)
+        if doc["kind"] == "NetworkPolicy":
+            _fill(doc, {"$(INGRESS_NAMESPACE)": ingress_namespace, "$(MONITORING_NAMESPACE)": monitoring_namespace})
     _pin_seldon_deployment(sdeps[0], model, models, image, namespace, image_pull_policy)
     if shared_memory is not None:
         _mount_shared_memory(sdeps[0], shared_memory)
@@ -260,6 +269,17 @@ def _pin_standalone_hpa(hpa: dict, sdep: dict) -> None:
     hpa["metadata"]["labels"][PREDICTOR_LABEL] = predictor_name
     hpa["spec"]["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment",
                                      "name": seldon.deployment_name(name, predictor, 0)}
+
+
+def _fill(node: Any, values: dict[str, str]) -> Any:
+    """Replace every string of `node` that is exactly a placeholder of `values`, in place."""
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for key, child in list(children):
+        if isinstance(child, str) and child in values:
+            node[key] = values[child]
+        else:
+            _fill(child, values)
+    return node
 
 
 def _placeholders(node: Any) -> set[str]:

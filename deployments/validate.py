@@ -218,6 +218,11 @@ def cross_resource_errors(docs: list[dict]) -> list[str]:
             if admitted != set(seldon.PORT_NAMES.values()):
                 errors.append(f"{label}: must admit exactly the inference and metrics ports "
                               f"{sorted(seldon.PORT_NAMES.values())}, admits {sorted(admitted, key=str)}")
+            for rule in spec.get("ingress", []):
+                if not rule.get("from"):
+                    ports = sorted((port.get("port") for port in rule.get("ports", [])), key=str)
+                    errors.append(f"{label}: admits every source on ports {ports}; list who may call them under "
+                                  f"`from:` (the gateway's, the model's and the monitoring namespaces)")
         elif doc.get("kind") == "PodMonitor":
             if not any(_selects(spec.get("selector", {}), p[2]) for p in pods):
                 errors.append(f"{label}: selector matches no predictor pod")

@@ -69,6 +69,23 @@ def test_the_image_pull_policy_is_always_unless_asked_for_every_predictor(main_v
     assert [_container(p)["imagePullPolicy"] for p in local["spec"]["predictors"]] == ["IfNotPresent", "IfNotPresent"]
 
 
+def test_the_network_policy_admits_the_gateway_the_namespace_and_prometheus_only(main_version):
+    def sources(rendered) -> dict:
+        policy = next(doc for doc in rendered.docs if doc["kind"] == "NetworkPolicy")
+        return {tuple(port["port"] for port in rule["ports"]): rule["from"] for rule in policy["spec"]["ingress"]}
+
+    def namespace(name: str) -> dict:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    assert sources(render("cpu", model=main_version)) == {(9000, 9500): [namespace("istio-system"), {"podSelector": {}}],
+                                                         (6000,): [namespace("monitoring")]}
+    chosen = render("gpu", model=main_version, ingress_namespace="ambassador", monitoring_namespace="observability")
+    assert sources(chosen) == {(9000, 9500): [namespace("ambassador"), {"podSelector": {}}],
+                               (6000,): [namespace("observability")]}
+    with pytest.raises(RenderError, match="namespace 'Istio System' is not a DNS-1123 label"):
+        render("cpu", model=main_version, ingress_namespace="Istio System")
+
+
 def test_canary_splits_traffic_between_two_versions(main_version, canary_version):
     rendered = render("canary", model=main_version, canary=canary_version, canary_percent=25)
     main, canary = _sdep(rendered)["spec"]["predictors"]

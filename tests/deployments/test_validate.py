@@ -148,6 +148,7 @@ def _doc(docs, kind):
 CROSS_RESOURCE = [
     (lambda d: _doc(d, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"].update({"slipway.io/model": "x"}), "matches no predictor pod"),
     (lambda d: _doc(d, "NetworkPolicy")["spec"]["ingress"][0]["ports"].append({"port": 22}), "must admit exactly"),
+    (lambda d: _doc(d, "NetworkPolicy")["spec"]["ingress"][1].pop("from"), "admits every source on ports [6000]"),
     (lambda d: _doc(d, "PodMonitor")["spec"]["selector"]["matchLabels"].update({"slipway.io/model": "x"}), "selector matches no"),
     (lambda d: _doc(d, "PodMonitor")["spec"]["podMetricsEndpoints"][0].__setitem__("path", "/metrics"), "at /prometheus"),
     (lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"].__setitem__(

@@ -149,6 +149,12 @@ def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, 
     metric = hpa[0].spec.metrics[0]
     assert (metric.type, metric.resource.name, metric.resource.target.average_utilization) == ("Resource", "cpu", 70)
 
+    policy = client.NetworkingV1Api(api).read_namespaced_network_policy(f"{MODEL}-ingress", namespace)
+    sources = {tuple(port.port for port in rule.ports): rule._from for rule in policy.spec.ingress}
+    assert [s.namespace_selector.match_labels for s in sources[(9000, 9500)] if s.namespace_selector] == [
+        {"kubernetes.io/metadata.name": "istio-system"}]
+    assert [s.namespace_selector.match_labels for s in sources[(6000,)]] == [{"kubernetes.io/metadata.name": "monitoring"}]
+
     budgets = client.PolicyV1Api(api).list_namespaced_pod_disruption_budget(namespace).items
     assert len(budgets) == 1 and budgets[0].spec.max_unavailable == 1
 
