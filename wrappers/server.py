@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,9 +24,9 @@ from pathlib import Path
 from slipway.child import stop_with_parent
 from slipway.files import FileProblem, read_json
 from slipway.paths import PROJECT_ROOT
+from slipway.ports import LOOPBACK, free_port
 from wrappers.artifact import SETTINGS_FILE
 
-LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
@@ -42,13 +41,6 @@ SERVING_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(16 << 20), "MALLOC_TRIM_THRE
 
 class ServerError(RuntimeError):
     """MLServer did not start, or exited; the message names the cause and the log file."""
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 def model_name(model_dir: Path) -> str:

@@ -24,9 +24,10 @@ from deployments.cluster import objects
 from deployments.cluster.build import build_all
 from deployments.cluster.components import KUBERNETES_VERSION
 from deployments.cluster.pki import ClusterPKI
-from deployments.cluster.processes import Process, free_port, last_lines, port_in_use, running, start, stop
+from deployments.cluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic
 from slipway.cli import first_line
+from slipway.ports import free_port, port_in_use
 from slipway.paths import BUILD_DIR
 
 DEFAULT_API_PORT = 16443

@@ -13,7 +13,8 @@ SECRET = "slipway-model-storage"
 def cluster(tmp_path_factory):
     """A local control plane of its own on a free port, stopped by PID afterwards."""
     from deployments.cluster.control_plane import down, up
-    from deployments.cluster.processes import free_port, running
+    from deployments.cluster.processes import running
+    from slipway.ports import free_port
 
     folder = tmp_path_factory.mktemp("cluster") / "state"
     state = up(folder, api_port=free_port(), tied=True)

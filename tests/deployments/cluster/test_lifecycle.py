@@ -61,7 +61,7 @@ def test_a_busy_port_is_named(tmp_path):
 
 def test_a_component_failing_half_way_stops_every_process_started_before_it(tmp_path):
     from deployments.cluster.build import build_all
-    from deployments.cluster.processes import free_port
+    from slipway.ports import free_port
 
     built = build_all()
     cache = tmp_path / "cache"
@@ -83,7 +83,7 @@ def test_a_component_failing_half_way_stops_every_process_started_before_it(tmp_
 
 
 def test_ctrl_c_while_starting_stops_what_had_started(tmp_path):
-    from deployments.cluster.processes import free_port
+    from slipway.ports import free_port
 
     state = tmp_path / "state"
     command = subprocess.Popen([sys.executable, "-m", "deployments", "cluster", "up", "--dir", str(state),
@@ -105,7 +105,7 @@ def test_ctrl_c_while_starting_stops_what_had_started(tmp_path):
 
 
 def test_down_stops_everything_and_removes_the_state(tmp_path):
-    from deployments.cluster.processes import free_port
+    from slipway.ports import free_port
 
     state = tmp_path / "state"
     result = _up(state, free_port(), check=True)
