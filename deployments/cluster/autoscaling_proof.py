@@ -2,8 +2,8 @@
 
 kwok reports each pod's CPU usage from a ResourceUsage object of the pod's name (which wins over the
 cluster's baseline); metrics-server scrapes it as it would a kubelet, and the real HPA controller acts
-on it under the HPA's own `behavior`. Replicas,
-usage and the HPA's view are sampled over time into `reports/cluster-hpa.json` and a PNG beside it.
+on it under the HPA's own `behavior`. Replicas, usage and the HPA's view are sampled over time into
+`reports/cluster-hpa.json` and a PNG beside it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class ProofFailed(RuntimeError):
     """The HPA did not scale as its behaviour says within the time given."""
 
 
-def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> list[str]:
+def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> None:
     """A ResourceUsage of `cpu` for every pod `selector` matches (pods the HPA adds get theirs at the next sample)."""
     from kubernetes import client
 
@@ -46,7 +46,6 @@ def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> 
                     "metadata": {"name": pod, "namespace": namespace},
                     "spec": {"usages": [{"containers": [container],
                                          "usage": {"cpu": {"value": cpu}, "memory": {"value": "300Mi"}}}]}})
-    return pods
 
 
 def _sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
