@@ -22,7 +22,7 @@ PYTEST_ARGS  ?=
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy undeploy image test clean bench bench-gpu
+.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image push test clean bench bench-gpu
 .PHONY: export import profile bench-export
 
 # export variants, import, profile, bench-export
@@ -135,6 +135,7 @@ $(TORCH_STAMP): pyproject.toml | $(STAMP)
 # rendered for MODEL_DIR (the demo's unpublished artifact). Canary: CANARY_VERSION= or CANARY_TAG=.
 OVERLAY          ?= cpu
 AUTOSCALING      ?= cpu
+HPA_METRIC_SOURCE ?=
 NAMESPACE        ?= slipway
 MODEL_NAME       ?= digits
 VERSION          ?=
@@ -147,8 +148,28 @@ IMAGE_PULL_POLICY ?=
 INGRESS_NAMESPACE ?=
 MONITORING_NAMESPACE ?=
 CANARY_MODEL_URI ?=
+# MLServer's model repository API (load, unload): closed, or open to loopback callers and holders of the
+# bearer token in the Secret REPOSITORY_TOKEN_SECRET names (key `token`).
+REPOSITORY_API   ?=
+REPOSITORY_TOKEN_SECRET ?=
+# OVERLAY=gpu on a cloud's GPU nodes: space-separated KEY=VALUE labels and KEY[=VALUE][:EFFECT] taints
+# (they replace the overlay's GPU Feature Discovery label and nvidia.com/gpu toleration); a PVC for TensorRT's engines.
+GPU_NODE_SELECTOR ?=
+GPU_TOLERATIONS  ?=
+TRT_CACHE_CLAIM  ?=
+# Where the model's bytes go: a version without a URI of its own is uploaded to STORAGE_ROOT/<name>/<version>
+# with the Secret `make secret` writes (SCHEME=s3|gs); STORAGE_ENDPOINT= reaches the store from here when the
+# Secret's endpoint is the pods' address; PVC_MOUNT= is where a pvc:// claim is mounted on this machine.
+STORAGE_ROOT     ?=
+STORAGE_ENDPOINT ?=
+PVC_MOUNT        ?=
+SCHEME           ?= s3
 DRY_RUN          ?= none
 WAIT             ?= 300
+# PUSH=1: `make deploy` first pushes the images to IMAGE_REPO, then deploys the one for OVERLAY from there and
+# checks, before anything is applied, that every model image resolves in its registry (--check-image).
+PUSH             ?=
+PUSHED_IMAGE      = $(IMAGE_REPO)/$(notdir $(if $(filter gpu,$(OVERLAY)),$(IMAGE_GPU),$(IMAGE_CPU)))
 IMAGE_CPU        ?= slipway/mlserver-onnx:0.1.0
 IMAGE_GPU        ?= slipway/mlserver-onnx-gpu:0.1.0
 TOOLS_VENV       ?= .venv-tools
@@ -171,7 +192,12 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(INGRESS_NAMESPACE),--ingress-namespace $(INGRESS_NAMESPACE)) \
   $(if $(MONITORING_NAMESPACE),--monitoring-namespace $(MONITORING_NAMESPACE)) \
   $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(CANARY_MODEL_URI),--canary-model-uri $(CANARY_MODEL_URI)) \
-  $(if $(SHARED_MEMORY),--shared-memory $(SHARED_MEMORY))
+  $(if $(SHARED_MEMORY),--shared-memory $(SHARED_MEMORY)) $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT)) \
+  $(if $(REPOSITORY_API),--repository-api $(REPOSITORY_API)) \
+  $(if $(REPOSITORY_TOKEN_SECRET),--repository-token-secret $(REPOSITORY_TOKEN_SECRET)) \
+  $(if $(HPA_METRIC_SOURCE),--hpa-metric-source $(HPA_METRIC_SOURCE)) \
+  $(foreach label,$(GPU_NODE_SELECTOR),--gpu-node-selector $(label)) \
+  $(foreach taint,$(GPU_TOLERATIONS),--gpu-toleration $(taint)) $(if $(TRT_CACHE_CLAIM),--trt-cache-claim $(TRT_CACHE_CLAIM))
 
 versions-resolve: setup
 	$(if $(VERSION)$(TAG),$(call version_record,$(if $(VERSION),$(MODEL_NAME):$(VERSION),$(MODEL_NAME)@$(TAG)),$(RECORD)))
@@ -180,8 +206,19 @@ versions-resolve: setup
 manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior)
 	$(PY) -m deployments render $(RENDER_ARGS)
 
-deploy: versions-resolve ## render, validate, server-side apply to the current context, wait for Available (DRY_RUN=server|client, WAIT=s)
-	$(PY) -m deployments deploy $(RENDER_ARGS) --dry-run $(DRY_RUN) --wait $(WAIT)
+STORAGE_ARGS = $(if $(STORAGE_ENDPOINT),--storage-endpoint $(STORAGE_ENDPOINT)) $(if $(PVC_MOUNT),--pvc-mount $(PVC_MOUNT))
+
+deploy: versions-resolve $(if $(filter 1,$(PUSH)),push) ## upload + verify the model's bytes, server-side apply to the current context, wait until the pods serve it (DRY_RUN=server|client, WAIT=s, PUSH=1 IMAGE_REPO=)
+	$(PY) -m deployments deploy $(RENDER_ARGS) $(STORAGE_ARGS) $(if $(filter 1,$(PUSH)),--image $(PUSHED_IMAGE) --check-image) \
+	  --dry-run $(DRY_RUN) --wait $(WAIT)
+
+upload: versions-resolve ## upload MODEL_DIR (or VERSION=/TAG=) to its modelUri with the storage Secret's credentials, and verify it
+	$(PY) -m deployments upload --namespace $(NAMESPACE) $(STORAGE_ARGS) \
+	  $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
+	  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
+
+secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_APPLICATION_CREDENTIALS with SCHEME=gs), never to a file
+	$(PY) -m deployments secret --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
 
 # --- the local control plane (deployments/cluster): real kube-apiserver, kwok, the Seldon operator ---
 CLUSTER_PORT ?= 16443
@@ -201,10 +238,20 @@ cluster-down: setup ## stop the local control plane (every process by its PID) a
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
 	$(PY) -m deployments undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
 
+NO_DOCKER = { echo "make $@ needs a running Docker engine and none answers here (docker info failed): run it where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE=" >&2; exit 2; }
+IMAGE_REPO ?=
+
 image: ## build the CPU and GPU serving images with Docker (IMAGE_CPU=, IMAGE_GPU=)
-	@docker info >/dev/null 2>&1 || { echo "make image needs a running Docker engine, and none answers here (docker info failed); on a machine with one: docker build -f deployments/images/cpu.Dockerfile -t $(IMAGE_CPU) ." >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || $(NO_DOCKER)
 	docker build -f deployments/images/cpu.Dockerfile -t $(IMAGE_CPU) .
 	docker build -f deployments/images/gpu.Dockerfile -t $(IMAGE_GPU) .
+
+push: ## build the serving images and push them to IMAGE_REPO (e.g. ghcr.io/you); `make deploy PUSH=1 IMAGE_REPO=` pushes, then deploys them
+	@test -n "$(IMAGE_REPO)" || { echo "usage: make push IMAGE_REPO=registry.example.com/team (the images are pushed as IMAGE_REPO/$(notdir $(IMAGE_CPU)) and IMAGE_REPO/$(notdir $(IMAGE_GPU)))" >&2; exit 2; }
+	@docker info >/dev/null 2>&1 || $(NO_DOCKER)
+	$(MAKE) image IMAGE_CPU=$(IMAGE_REPO)/$(notdir $(IMAGE_CPU)) IMAGE_GPU=$(IMAGE_REPO)/$(notdir $(IMAGE_GPU))
+	docker push $(IMAGE_REPO)/$(notdir $(IMAGE_CPU))
+	docker push $(IMAGE_REPO)/$(notdir $(IMAGE_GPU))
 
 tools: $(TOOLS_STAMP) ## install checkov into its own venv (.venv-tools): it would downgrade packages in .venv
 

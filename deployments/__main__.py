@@ -7,6 +7,7 @@ a new subcommand is one more function there.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,7 +24,8 @@ DEFAULT_WAIT_S = 300.0
 
 
 def _add_render_arguments(command: argparse.ArgumentParser) -> None:
-    from deployments.autoscaling import MODES
+    from deployments.autoscaling import METRIC_SOURCES, MODES
+    from deployments.records import DEFAULT_STORAGE_ROOT
     from deployments.render import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
 
     command.add_argument("--overlay", default="cpu", help=f"{', '.join(OVERLAYS)}, or the folder of your own overlay (default cpu)")
@@ -34,12 +36,20 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--version", help="with --model-dir: the version to call it (default: its digest's first 12 hex)")
     command.add_argument("--model-uri", help="where the cluster pulls the main version from, replacing the record's "
                          "(s3://, gs://, pvc://)")
+    command.add_argument("--storage-root", default=DEFAULT_STORAGE_ROOT, help="where a version without a URI of its "
+                         f"own is uploaded and pulled from, as <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})")
     command.add_argument("--canary-record", type=Path, help="version record of the canary (OVERLAY=canary)")
     command.add_argument("--canary-model-uri", help="where the cluster pulls the canary from, replacing its record's")
     command.add_argument("--canary-percent", type=int, help="share of traffic for the canary, 0-100 (default: the overlay's)")
     command.add_argument("--autoscaling", default="cpu", choices=MODES,
                          help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
                               "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour)")
+    command.add_argument("--hpa-metric-source", default="container", choices=METRIC_SOURCES,
+                         help="where the HPA reads CPU and memory utilization: container (default; ContainerResource on "
+                              "the model container, so a sidecar such as Istio's does not skew it) or pod (Resource, "
+                              "summed over every container of the pod) for clusters before Kubernetes 1.30, where "
+                              "ContainerResource is not GA (feature gate HPAContainerMetrics: alpha and off by default "
+                              "in 1.20-1.26, beta and on by default in 1.27-1.29)")
     command.add_argument("--image", help="the MLServer + wrappers image (default: the overlay's)")
     command.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"),
                          help="the model container's (default: the base's Always, so a moved tag never serves a stale "
@@ -47,6 +57,22 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--shared-memory", metavar="SIZE", help="mount a memory-backed emptyDir of SIZE (e.g. 1Gi) "
                          "at /dev/shm in every container, for tensors in shared memory (the model needs "
                          "parameters.extra.shared_memory: true)")
+    command.add_argument("--gpu-node-selector", action="append", default=[], metavar="KEY=VALUE",
+                         help="GPU pods only on nodes with this label (repeatable; replaces the gpu overlay's "
+                              "nvidia.com/gpu.present=true), e.g. cloud.google.com/gke-accelerator=nvidia-l4 (GKE), "
+                              "eks.amazonaws.com/nodegroup=gpu (EKS), kubernetes.azure.com/accelerator=nvidia (AKS)")
+    command.add_argument("--gpu-toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+                         help="GPU pods tolerate this taint, as `kubectl taint` writes it (repeatable; replaces the gpu "
+                              "overlay's nvidia.com/gpu:NoSchedule), e.g. sku=gpu:NoSchedule (AKS)")
+    command.add_argument("--trt-cache-claim", metavar="PVC", help="keep TensorRT's engines on this "
+                         "PersistentVolumeClaim (ReadWriteMany for several replicas) instead of the gpu overlay's "
+                         "per-pod emptyDir, so restarted and new pods skip the engine build")
+    command.add_argument("--repository-api", default="closed", choices=("closed", "open"),
+                         help="MLServer's model repository API (index, load, unload): closed (default; HTTP 403, gRPC "
+                              "PERMISSION_DENIED) or open to loopback callers and bearer-token holders (needs "
+                              "--repository-token-secret)")
+    command.add_argument("--repository-token-secret", metavar="NAME", help="the Secret (in --namespace) whose key "
+                         "'token' holds the repository API's bearer token; the pods read it through secretKeyRef")
     command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
     command.add_argument("--ingress-namespace", type=_namespace, default=DEFAULT_INGRESS_NAMESPACE,
                          help="where the gateway that calls the model runs: the NetworkPolicy admits the inference "
@@ -73,11 +99,14 @@ def _namespace(text: str) -> str:
 def _models(args: argparse.Namespace):
     from deployments.records import ModelVersion
 
+    root = args.storage_root
     if args.version_record:
-        main = ModelVersion.from_record_file(args.version_record, uri=args.model_uri)
+        main = ModelVersion.from_record_file(args.version_record, uri=args.model_uri, storage_root=root)
     else:
-        main = ModelVersion.from_artifact(args.model_dir or DEMO_ARTIFACT_DIR, version=args.version, uri=args.model_uri)
-    canary = ModelVersion.from_record_file(args.canary_record, uri=args.canary_model_uri) if args.canary_record else None
+        main = ModelVersion.from_artifact(args.model_dir or DEMO_ARTIFACT_DIR, version=args.version, uri=args.model_uri,
+                                          storage_root=root)
+    canary = (ModelVersion.from_record_file(args.canary_record, uri=args.canary_model_uri, storage_root=root)
+              if args.canary_record else None)
     return main, canary
 
 
@@ -105,9 +134,12 @@ def render_validated(args: argparse.Namespace):
         rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
                           image=args.image, image_pull_policy=args.image_pull_policy, namespace=args.namespace,
                           ingress_namespace=args.ingress_namespace, monitoring_namespace=args.monitoring_namespace,
-                          autoscaling_mode=args.autoscaling, engine=args.kustomize, shared_memory=args.shared_memory)
+                          autoscaling_mode=args.autoscaling, engine=args.kustomize, shared_memory=args.shared_memory,
+                          hpa_metric_source=args.hpa_metric_source, gpu_node_selector=args.gpu_node_selector,
+                          gpu_tolerations=args.gpu_toleration, trt_cache_claim=args.trt_cache_claim,
+                          repository_api=args.repository_api, repository_token_secret=args.repository_token_secret)
         warnings = [warning for predictor, version in rendered.models.items()
-                    if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))]
+                    if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))] + rendered.warnings
     except (RecordError, RenderError, KustomizeError) as err:
         raise UserError(str(err)) from err
     except (SettingsError, FileProblem) as err:
@@ -155,8 +187,69 @@ def _connect(nothing_done: str):
         raise UserError(f"{err}: {nothing_done}. A local cluster: `make cluster`") from err
 
 
+def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--storage-endpoint", metavar="URL", help="reach the object store at URL for the upload (a "
+                         "port-forward, say) instead of the storage Secret's ENDPOINT, which is the pods' address")
+    command.add_argument("--pvc-mount", type=Path, metavar="DIR",
+                         help="where the claim of a pvc:// modelUri is mounted on this machine, to upload into it")
+
+
+def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> dict[str, str]:
+    """The storage Secret's rclone settings, so the upload uses the pods' credentials; where this user may not
+    read it (or there is no cluster), the same settings made from this machine's environment."""
+    from deployments.storage_secret import SecretError, read_settings, settings_from_environment
+
+    settings = read_settings(api, secret, namespace) if api is not None and secret else None
+    if settings is not None:
+        return settings
+    if scheme == "pvc":
+        return {}
+    console.print(f"storage credentials from this machine's environment"
+                  f"{f' (cannot read Secret {namespace}/{secret})' if secret and api is not None else ''}", soft_wrap=True)
+    try:
+        return settings_from_environment(scheme, os.environ)[0]
+    except SecretError as err:
+        raise UserError(str(err)) from err
+
+
+def _rendered_placements(rendered) -> list[tuple]:
+    """(version, the Secret its pods pull with) for each predictor, once per URI."""
+    graphs = {p["name"]: p["graph"] for p in rendered.seldon_deployment["spec"]["predictors"]}
+    placements = {version.uri: (version, graphs[predictor].get("envSecretRefName"))
+                  for predictor, version in rendered.models.items()}
+    return list(placements.values())
+
+
+def place_models(api, placements: list[tuple], args: argparse.Namespace, *, check_only: bool = False) -> None:
+    """Upload each (version, Secret) to the version's modelUri where it is not there yet, and verify it byte for
+    byte. `check_only` (a dry run) uploads nothing and only says what it would do."""
+    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
+
+    from deployments.upload import Destination, UploadError, place
+
+    for version, secret in placements:
+        scheme = version.uri.partition("://")[0]
+        try:
+            settings = _storage_settings(api, secret, args.namespace, scheme)
+            destination = Destination(version.uri, settings, endpoint=args.storage_endpoint, pvc_mount=args.pvc_mount)
+            if check_only:
+                there = destination.manifest()
+                console.print(f"{version.uri}: " + ("holds a version, verified when deployed" if there else
+                                                    "empty, the version would be uploaded"), soft_wrap=True)
+                continue
+            with Progress(SpinnerColumn(), TextColumn("{task.description}"), DownloadColumn(), TransferSpeedColumn(),
+                          console=console, transient=True) as progress:
+                task = progress.add_task(f"{version.name} v{version.version} -> {version.uri}", total=None)
+                placed = place(version, destination, on_bytes=lambda n: progress.advance(task, n))
+        except (UploadError, OSError) as err:
+            raise UserError(f"{err}" if isinstance(err, UploadError) else f"cannot reach {version.uri}: {err}; "
+                            "nothing was applied") from err
+        console.print(f"{'uploaded' if placed.uploaded else 'found'} {version.name} v{version.version} at {placed.uri}, "
+                      f"verified: {placed.bytes} bytes, digest {placed.digest[:19]}...", soft_wrap=True)
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from deployments.apply import DeployError, apply, wait_rolled_out
+    from deployments.apply import DeployError, apply, ask_served, wait_rolled_out
     from deployments.preflight import preflight
 
     # no cluster: one line, before any work
@@ -167,12 +260,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                       f"to namespace {args.namespace}", soft_wrap=True)
         return 0
     try:
-        for warning in preflight(api, rendered.docs, args.namespace):
+        for warning in preflight(api, rendered.docs, args.namespace, check_images=args.check_image):
             console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
-        applied = apply(api, rendered.docs, namespace=args.namespace, dry_run=args.dry_run == "server")
+        # the API server and its webhooks check everything before any byte is uploaded, the upload before anything is applied
+        applied = apply(api, rendered.docs, namespace=args.namespace, dry_run=True)
+        place_models(api, _rendered_placements(rendered), args, check_only=args.dry_run == "server")
         if args.dry_run == "server":
             console.print(f"server dry run passed, nothing applied: {', '.join(applied)}", soft_wrap=True)
             return 0
+        apply(api, rendered.docs, namespace=args.namespace)
         console.print(f"applied {', '.join(applied)} to namespace {args.namespace}", soft_wrap=True)
         if args.wait > 0:
             digests = {predictor: version.digest for predictor, version in rendered.models.items()}
@@ -183,6 +279,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                           f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}", soft_wrap=True)
             if url := (seldon.get("address") or {}).get("url"):
                 console.print(f"inside the cluster: POST {url}", soft_wrap=True)
+            for line in ask_served(api, namespace=args.namespace, name=rendered.name,
+                                   predictors={p: m.name for p, m in rendered.models.items()}):
+                console.print(line, soft_wrap=True)
     except DeployError as err:
         raise UserError(str(err)) from err
     console.print(f"inference: POST <your Seldon gateway>{rendered.inference_path}", soft_wrap=True)
@@ -198,11 +297,98 @@ def register_deploy(commands) -> None:
     command = commands.add_parser("deploy", help="render, validate, server-side apply to the current kubectl context, wait",
                                   description="Render and validate, then server-side apply and wait until Available.")
     _add_render_arguments(command)
+    _add_storage_arguments(command)
     command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
                          help="server: the API server checks everything, nothing is stored; client: render and validate only")
     command.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
                          help=f"how long to wait for the SeldonDeployment to be Available (default {DEFAULT_WAIT_S:.0f}; 0: do not wait)")
+    command.add_argument("--check-image", action="store_true",
+                         help="before anything is applied, check that every model container's image resolves in its "
+                              "registry, with the `docker login` credentials of the Docker config (not a client dry run)")
     command.set_defaults(func=cmd_deploy)
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from deployments.apply import ClusterUnavailable, connect
+    from deployments.records import RecordError
+
+    try:
+        version = _models(argparse.Namespace(**{**vars(args), "canary_record": None, "canary_model_uri": None}))[0]
+    except RecordError as err:
+        raise UserError(str(err)) from err
+    try:
+        api = connect(on_note=lambda note: console.print(note, soft_wrap=True))
+    except ClusterUnavailable:
+        api = None  # no cluster to read the Secret from: the environment's credentials
+    place_models(api, [(version, args.secret)], args)
+    print(version.uri)
+    return 0
+
+
+def register_upload(commands) -> None:
+    from deployments.records import DEFAULT_STORAGE_ROOT
+    from deployments.render import DEFAULT_NAMESPACE
+    from deployments.storage_secret import DEFAULT_SECRET
+
+    command = commands.add_parser("upload", help="put a version's artifact folder at its modelUri and verify it",
+                                  description="Upload a version where the cluster's storage initializer pulls it "
+                                              "(deploy does this itself), with the storage Secret's credentials.")
+    source = command.add_mutually_exclusive_group()
+    source.add_argument("--version-record", type=Path, help="the model store's version record")
+    source.add_argument("--model-dir", type=Path, help=f"an unpublished artifact folder (default {DEMO_ARTIFACT_DIR})")
+    command.add_argument("--version", help="with --model-dir: the version to call it (default: its digest's first 12 hex)")
+    command.add_argument("--model-uri", help="where to put it, replacing the record's (s3://, gs://, pvc://)")
+    command.add_argument("--storage-root", default=DEFAULT_STORAGE_ROOT,
+                         help=f"without a URI of its own: <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})")
+    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE, help="where the Secret is")
+    command.add_argument("--secret", default=DEFAULT_SECRET, help=f"the storage Secret (default {DEFAULT_SECRET})")
+    _add_storage_arguments(command)
+    command.set_defaults(func=cmd_upload)
+
+
+def cmd_secret(args: argparse.Namespace) -> int:
+    from deployments.apply import DeployError, apply
+    from deployments.storage_secret import SecretError, secret_manifest, settings_from_environment
+
+    try:
+        settings, used = settings_from_environment(args.scheme, os.environ)
+    except SecretError as err:
+        raise UserError(str(err)) from err
+    manifest = secret_manifest(args.name, args.namespace, settings)
+    keys = ", ".join(sorted(settings))
+    source = f"from {', '.join(used)}" if used else "no keys in the environment: pods authenticate as their service account"
+    if args.dry_run == "client":
+        console.print(f"client dry run, nothing sent: Secret {args.namespace}/{args.name} would hold {keys} ({source})",
+                      soft_wrap=True)
+        return 0
+    api = _connect("no Secret was written")
+    try:
+        from deployments.preflight import check_namespace_exists
+
+        check_namespace_exists(api, args.namespace)
+        apply(api, [manifest], namespace=args.namespace, dry_run=args.dry_run == "server")
+    except DeployError as err:
+        raise UserError(str(err)) from err
+    done = "server dry run passed, nothing stored" if args.dry_run == "server" else "wrote"
+    console.print(f"{done}: Secret {args.namespace}/{args.name} with {keys} ({source})", soft_wrap=True)
+    return 0
+
+
+def register_secret(commands) -> None:
+    from deployments.render import DEFAULT_NAMESPACE
+    from deployments.storage_secret import DEFAULT_SECRET, SCHEMES
+
+    command = commands.add_parser("secret", help="write the storage Secret the pods pull models with, from your environment",
+                                  description="Write the rclone settings Seldon's storage initializer reads "
+                                              "(RCLONE_CONFIG_<SCHEME>_*) from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                                              "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL (s3) or "
+                                              "GOOGLE_APPLICATION_CREDENTIALS (gs) straight to the cluster, never to a file.")
+    command.add_argument("--scheme", choices=SCHEMES, default="s3", help="the modelUri scheme it serves (default s3)")
+    command.add_argument("--name", default=DEFAULT_SECRET, help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName)")
+    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
+    command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
+                         help="client: say which keys it would hold; server: the API server checks it, nothing stored")
+    command.set_defaults(func=cmd_secret)
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
@@ -227,7 +413,8 @@ def register_undeploy(commands) -> None:
     command.set_defaults(func=cmd_undeploy)
 
 
-REGISTRARS: list[Callable] = [register_render, register_deploy, register_undeploy, register_recommend, register_cluster]
+REGISTRARS: list[Callable] = [register_render, register_deploy, register_upload, register_secret, register_undeploy,
+                              register_recommend, register_cluster]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -171,6 +171,55 @@ def wait_rolled_out(api, *, namespace: str, name: str, digests: dict[str, str], 
                       f"({'; '.join(waiting)}); see kubectl describe sdep {name} -n {namespace}")
 
 
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok's nodes: pods are Ready there, but no container runs
+
+
+def ask_served(api, *, namespace: str, name: str, predictors: dict[str, str], timeout_s: float = 60.0) -> list[str]:
+    """Ask each predictor's Service for its model's metadata (`GET /v2/models/<model>`, through the API server's
+    service proxy) until it answers 200; return what was learnt, a line per predictor.
+
+    Ready pods say the kubelet's probes passed; this says the Service routes to a server that has the model
+    loaded. Where the pods sit on kwok's nodes no container runs to answer, and it says so instead of asking.
+    """
+    import json
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
+    lines = []
+    for predictor, model in predictors.items():
+        service = f"{name}-{predictor}"
+        pods = core.list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={name},"
+                                                                  f"slipway.io/predictor={predictor}").items
+        nodes = {pod.spec.node_name for pod in pods if pod.spec.node_name}
+        if nodes and all((core.read_node(node).metadata.annotations or {}).get(FAKE_NODE_ANNOTATION) for node in nodes):
+            lines.append(f"{predictor}: its pods are on kwok's nodes, where no container runs: /v2/models/{model} "
+                         f"was not asked through Service {service}")
+            continue
+        deadline, last = time.monotonic() + timeout_s, ""
+        while True:
+            try:
+                answer = core.connect_get_namespaced_service_proxy_with_path(
+                    f"{service}:http", namespace, f"v2/models/{model}", _preload_content=False)
+                metadata = json.loads(answer.data)
+                lines.append(f"{predictor}: Service {service} answers /v2/models/{model} "
+                             f"(versions {metadata.get('versions') or 'unnamed'})")
+                break
+            except ApiException as err:
+                last = f"{err.status} {err.reason}"
+                if err.status == 403:
+                    lines.append(f"{predictor}: may not use the API server's service proxy (403): /v2/models/{model} "
+                                 f"not asked")
+                    break
+            if time.monotonic() > deadline:
+                raise DeployError(f"the pods are Ready, but Service {namespace}/{service} does not answer "
+                                  f"/v2/models/{model} after {timeout_s:.0f}s ({last}): kubectl logs -n {namespace} "
+                                  f"-l seldon-deployment-id={name} -c {model}")
+            time.sleep(POLL_INTERVAL_S)
+    return lines
+
+
 def delete(api, *, namespace: str, model: str) -> list[str]:
     """Delete what Slipway applied for `model` in `namespace`, found by its labels."""
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from deployments import seldon
 from slipway.files import read_json
+from slipway.seldon_patch import MODEL_CONTAINER
 
 # prometheus_client appends `_total` to a Counter's name when it exposes it.
 REQUEST_COUNTER = "model_infer_request_success_total"
@@ -19,6 +20,9 @@ RPS_METRIC = "mlserver_infer_requests_per_second"
 RATE_WINDOW = "1m"
 COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
 MODES = ("cpu", "rps", "keda", "behavior")  # cpu: the base's hpaSpec, no component
+# Where an HPA reads CPU and memory: the model container alone (`ContainerResource`, GA in Kubernetes 1.30), or the
+# sum over every container of the pod (`Resource`: a sidecar's usage, Istio's, counts too) for older clusters.
+METRIC_SOURCES = ("container", "pod")
 
 
 def component_dir(mode: str) -> Path | None:
@@ -67,10 +71,35 @@ def needs_adapter_rules(docs: list[dict]) -> bool:
     return RPS_METRIC in set(pods_metric_names(docs))
 
 
+def resource_name(metric: dict) -> str | None:
+    """The resource (cpu, memory) a `Resource` or `ContainerResource` metric reads; None for other metrics."""
+    source = {"Resource": "resource", "ContainerResource": "containerResource"}.get(metric.get("type"))
+    return (metric.get(source) or {}).get("name") if source else None
+
+
+def pin_model_container(metrics: list[dict], container: str, *, aliases: tuple[str, ...] = ()) -> None:
+    """Point every `ContainerResource` metric naming MODEL_CONTAINER (or one of `aliases`, the container's name
+    before rendering renamed it) at `container`, in place."""
+    for metric in metrics:
+        source = metric.get("containerResource") if metric.get("type") == "ContainerResource" else None
+        if source and source.get("container") in (MODEL_CONTAINER, *aliases):
+            source["container"] = container
+
+
+def pod_level(docs: list[dict]) -> None:
+    """Turn every autoscaler's `ContainerResource` metrics into `Resource` ones (the pod's sum over its containers),
+    in place: for clusters where ContainerResource is not available (before Kubernetes 1.30, see METRIC_SOURCES)."""
+    for _, metrics in _hpa_metrics(docs):
+        for index, metric in enumerate(metrics):
+            if metric.get("type") == "ContainerResource":
+                source = {key: value for key, value in metric.get("containerResource", {}).items() if key != "container"}
+                metrics[index] = {"type": "Resource", "resource": source}
+
+
 def scales_on_cpu(docs: list[dict], predictor: str) -> bool:
-    """Whether `predictor`'s autoscaler reads CPU utilization: its hpaSpec, a KEDA cpu trigger, or a standalone HPA."""
-    if any(owner == predictor and metric.get("type") == "Resource" and metric.get("resource", {}).get("name") == "cpu"
-           for owner, metrics in _hpa_metrics(docs) for metric in metrics):
+    """Whether `predictor`'s autoscaler reads CPU utilization (of the pod or of a container): its hpaSpec, a KEDA
+    cpu trigger, or a standalone HPA."""
+    if any(owner == predictor and resource_name(metric) == "cpu" for owner, metrics in _hpa_metrics(docs) for metric in metrics):
         return True
     return any(owner.get("name") == predictor and trigger.get("type") == "cpu"
                for doc in docs if doc.get("kind") == seldon.KIND

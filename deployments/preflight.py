@@ -2,22 +2,27 @@
 
 The namespace; every kind the manifests use (Seldon's, the Prometheus operator's, KEDA's); a
 Seldon Core operator of 1.17.1 or later (the first that adds the model-download init container
-to custom images, which Slipway's image relies on); and the storage Secret each model's
-`envSecretRefName` names, with the rclone settings its `modelUri` needs.
+to custom images, which Slipway's image relies on), running with Istio or Ambassador where a
+canary splits traffic (without one Seldon ignores `traffic`); and the storage Secret each
+model's `envSecretRefName` names, with the rclone settings its `modelUri` needs. With
+`deploy --check-image`, every model container's image must resolve in its registry too.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from deployments.apply import DeployError, dynamic_client
+from deployments.storage_secret import RCLONE_TYPES, missing_keys, prefix
 
 MINIMUM_OPERATOR = (1, 17, 1)
 OPERATOR_LABEL = "control-plane=seldon-controller-manager"  # on the operator's Deployment and seldon-config (Helm, kustomize)
 VERSION_LABEL = "app.kubernetes.io/version"
-RCLONE_TYPES = {"s3": "s3", "gs": "google cloud storage"}  # a URI scheme's rclone backend, where the names differ
+# The operator's settings that route a SeldonDeployment's traffic (Helm: istio.enabled, ambassador.enabled).
+INGRESS_SETTINGS = ("ISTIO_ENABLED", "AMBASSADOR_ENABLED")
 # What to install when the cluster does not serve a kind we render.
 PROVIDERS = {
     "SeldonDeployment": "the Seldon Core operator, 1.17.1 or later",
@@ -60,6 +65,23 @@ def parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(part or 0) for part in match.groups()) if match else None
 
 
+def _operator_containers(api) -> Iterator[tuple[str, Any]]:
+    """("Deployment ns/name", container) for each Seldon operator container the cluster shows this user."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        deployments = client.AppsV1Api(api).list_deployment_for_all_namespaces(label_selector=OPERATOR_LABEL).items
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        return
+    for deployment in deployments:
+        for container in deployment.spec.template.spec.containers:
+            if "seldon-core-operator" in container.image:
+                yield f"Deployment {deployment.metadata.namespace}/{deployment.metadata.name}", container
+
+
 def operator_versions(api) -> dict[str, str]:
     """Where the Seldon operator is installed -> the version it says it is (image tag, or Helm's version label)."""
     from kubernetes import client
@@ -67,11 +89,10 @@ def operator_versions(api) -> dict[str, str]:
 
     found: dict[str, str] = {}
     try:
-        for deployment in client.AppsV1Api(api).list_deployment_for_all_namespaces(label_selector=OPERATOR_LABEL).items:
-            for container in deployment.spec.template.spec.containers:
-                tag = container.image.rpartition(":")[2] if "@" not in container.image else ""
-                if "seldon-core-operator" in container.image and parse_version(tag):
-                    found[f"Deployment {deployment.metadata.namespace}/{deployment.metadata.name}"] = tag
+        for where, container in _operator_containers(api):
+            tag = container.image.rpartition(":")[2] if "@" not in container.image else ""
+            if parse_version(tag):
+                found[where] = tag
         if not found:
             for configmap in client.CoreV1Api(api).list_config_map_for_all_namespaces(label_selector=OPERATOR_LABEL).items:
                 version = (configmap.metadata.labels or {}).get(VERSION_LABEL, "")
@@ -99,37 +120,33 @@ def check_operator(api) -> str | None:
     return None
 
 
-def check_secrets(api, docs: list[dict], namespace: str) -> None:
+def splits_traffic(docs: list[dict]) -> bool:
+    return any(len(doc["spec"]["predictors"]) > 1 for doc in docs if doc["kind"] == "SeldonDeployment")
+
+
+def check_ingress(api, docs: list[dict]) -> str | None:
+    """Where a canary splits traffic, refuse an operator routing with neither Istio nor Ambassador; the warning to
+    print where its settings cannot be read."""
+    if not splits_traffic(docs):
+        return None
+    operators = list(_operator_containers(api))
+    if not operators:
+        return ("cannot see the Seldon operator's Deployment to check it routes traffic: a canary's split needs the "
+                f"operator running with Istio or Ambassador ({' or '.join(INGRESS_SETTINGS)}=true)")
+    for where, container in operators:
+        env = {item.name: item.value for item in container.env or [] if item.value is not None}
+        if any(env.get(setting, "").lower() == "true" for setting in INGRESS_SETTINGS):
+            return None
+    values = " and ".join(f"{setting}={env.get(setting, 'unset')}" for setting in INGRESS_SETTINGS)
+    raise DeployError(f"a canary splits traffic through Istio or Ambassador, and the Seldon operator ({where}) runs "
+                      f"with neither ({values}), so the "
+                      f"split would be ignored: install it with --set istio.enabled=true (or ambassador.enabled=true), "
+                      f"or deploy without OVERLAY=canary")
+
+
+def check_namespace_exists(api, namespace: str) -> None:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
-
-    for name, schemes in sorted(storage_secrets(docs).items()):
-        try:
-            secret = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
-        except ApiException as err:
-            if err.status == 404:
-                scheme = sorted(schemes)[0]
-                raise DeployError(f"Secret {name!r} (the models' envSecretRefName) does not exist in namespace "
-                                  f"{namespace!r}: create it with the storage credentials as rclone settings, e.g. "
-                                  f"kubectl -n {namespace} create secret generic {name} "
-                                  f"--from-literal=RCLONE_CONFIG_{scheme.upper()}_TYPE='{RCLONE_TYPES.get(scheme, scheme)}' "
-                                  f"--from-literal=RCLONE_CONFIG_{scheme.upper()}_ENV_AUTH=true") from err
-            if err.status == 403:
-                continue  # may not read Secrets: the pods will say it
-            raise
-        keys = set((secret.data or {}) | (secret.string_data or {}))
-        for scheme in sorted(schemes):
-            wanted = f"RCLONE_CONFIG_{scheme.upper()}_TYPE"
-            if wanted not in keys:
-                raise DeployError(f"Secret {namespace}/{name} has no {wanted}: the storage initializer (rclone) reads "
-                                  f"the {scheme}:// remote from RCLONE_CONFIG_{scheme.upper()}_* keys")
-
-
-def preflight(api, docs: list[dict[str, Any]], namespace: str) -> list[str]:
-    """Everything the apply needs must already be there; raise DeployError naming what is missing; return warnings."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
     try:
         client.CoreV1Api(api).read_namespace(namespace)
@@ -139,6 +156,75 @@ def preflight(api, docs: list[dict[str, Any]], namespace: str) -> list[str]:
                               "or pass NAMESPACE=") from err
         if err.status != 403:  # may not read namespaces: the dry run still finds a missing one
             raise DeployError(f"cannot read namespace {namespace!r}: {err.status} {err.reason}") from err
+
+
+def _secret(api, name: str, namespace: str, missing: str) -> dict[str, str] | None:
+    """The Secret's decoded keys; None where this user may not read Secrets (the pods will say it);
+    DeployError(`missing`) where it does not exist."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        secret = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            raise DeployError(missing) from err
+        if err.status == 403:
+            return None
+        raise
+    return {**{key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()},
+            **(secret.string_data or {})}
+
+
+def check_secrets(api, docs: list[dict], namespace: str) -> None:
+    for name, schemes in sorted(storage_secrets(docs).items()):
+        scheme = sorted(schemes)[0]
+        settings = _secret(api, name, namespace, (
+            f"Secret {name!r} (the models' envSecretRefName) does not exist in namespace {namespace!r}: write it from "
+            f"your environment's credentials with `make secret NAMESPACE={namespace}` (or kubectl -n {namespace} create "
+            f"secret generic {name} --from-literal={prefix(scheme)}TYPE='{RCLONE_TYPES.get(scheme, scheme)}' ...)"))
+        for scheme in sorted(schemes) if settings is not None else ():
+            if missing := missing_keys(scheme, settings):
+                raise DeployError(f"Secret {namespace}/{name} has no {', '.join(missing)}: the storage initializer "
+                                  f"(rclone) reads the {scheme}:// remote from {prefix(scheme)}* keys; write them from "
+                                  f"your environment with `make secret NAMESPACE={namespace}`")
+
+
+def env_secret_keys(docs: list[dict]) -> dict[str, set[str]]:
+    """Each Secret the containers read a key of (`secretKeyRef`, not optional), with the keys: the repository
+    API's token, say. A missing one leaves the pods in CreateContainerConfigError, after the wait."""
+    from deployments import seldon
+
+    needed: dict[str, set[str]] = {}
+    for doc in docs:
+        if doc["kind"] != "SeldonDeployment":
+            continue
+        for _, _, component in seldon.pod_specs(doc):
+            for container in component.get("spec", {}).get("containers", []):
+                for item in container.get("env", []):
+                    ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+                    if ref and not ref.get("optional"):
+                        needed.setdefault(ref["name"], set()).add(ref["key"])
+    return needed
+
+
+def check_env_secrets(api, docs: list[dict], namespace: str) -> None:
+    for name, keys in sorted(env_secret_keys(docs).items()):
+        settings = _secret(api, name, namespace, (
+            f"Secret {name!r}, which the model containers read {', '.join(sorted(keys))} from, does not exist in "
+            f"namespace {namespace!r}: create it, e.g. kubectl -n {namespace} create secret generic {name} "
+            f"--from-literal={sorted(keys)[0]}=..."))
+        if settings is not None and (missing := sorted(keys - set(settings))):
+            raise DeployError(f"Secret {namespace}/{name} has no key {', '.join(missing)}, which the model containers "
+                              f"read: add it (kubectl -n {namespace} edit secret {name})")
+
+
+def preflight(api, docs: list[dict[str, Any]], namespace: str, *, check_images: bool = False) -> list[str]:
+    """Everything the apply needs must already be there; raise DeployError naming what is missing; return warnings.
+    `check_images`: also every model container's image must resolve in its registry (deployments/image_check.py)."""
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    check_namespace_exists(api, namespace)
     dynamic = dynamic_client(api, fresh=True)
     missing = []
     for api_version, kind in sorted(_required_kinds(docs)):
@@ -148,6 +234,11 @@ def preflight(api, docs: list[dict[str, Any]], namespace: str) -> list[str]:
             missing.append(f"{api_version} {kind} (install {PROVIDERS.get(kind, 'its operator')})")
     if missing:
         raise DeployError(f"the cluster does not serve {'; '.join(missing)}")
-    warnings = [warning] if (warning := check_operator(api)) else []
+    warnings = [warning for warning in (check_operator(api), check_ingress(api, docs)) if warning]
     check_secrets(api, docs, namespace)
+    check_env_secrets(api, docs, namespace)
+    if check_images:
+        from deployments.image_check import check_images as resolve_images
+
+        resolve_images(docs)
     return warnings

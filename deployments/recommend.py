@@ -191,10 +191,16 @@ def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | No
     memory_request, memory_limit, memory_why = recommend_memory(memory, half_life_s=half_life_s, margin=margin)
     min_replicas, max_replicas, replica_why = recommend_replicas(rps, capacity_rps, margin=margin, min_floor=min_floor)
     warnings = []
+    hpa_why = []
     target_rps = capacity_rps * TARGET_UTILIZATION
     if hpa_metric == "rps":
         metric = seldon_patch.pods_metric(rps_metric, round(target_rps, 1))
     else:
+        hpa_why.append(
+            f"HPA: CPU utilization of the model container (ContainerResource); no memory target: this memory request "
+            f"puts the p{MEMORY_REQUEST_PERCENTILE * 100:g} daily peak at {100 / (1 + margin):.0f}% of it, where a memory target would hold up "
+            "replicas that CPU no longer asks for (the HPA follows whichever metric asks for more)"
+        )
         needed = (_cores_per_request(cpu, rps) or 0.0) * target_rps
         share = round(100 * needed / cpu_request)
         utilization = int(min(95, max(10, share))) if needed else 70
@@ -221,7 +227,7 @@ def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | No
     return Recommendation(
         cpu_request=cpu_request, cpu_limit=cpu_limit, memory_request=memory_request, memory_limit=memory_limit,
         min_replicas=min_replicas, max_replicas=max_replicas, capacity_rps=capacity_rps, capacity_source=capacity_source,
-        hpa=hpa, reasoning=cpu_why + memory_why + replica_why, warnings=warnings, inputs=inputs,
+        hpa=hpa, reasoning=cpu_why + memory_why + replica_why + hpa_why, warnings=warnings, inputs=inputs,
     )
 
 

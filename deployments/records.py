@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from slipway.cli import one_line
 from slipway.files import FileProblem, read_json
 
-DEFAULT_URI_TEMPLATE = "s3://slipway-models/{name}/{version}"
+# Where a version with no URI of its own is uploaded to and pulled from: <storage root>/<name>/<version>.
+DEFAULT_STORAGE_ROOT = "s3://slipway-models"
 # A model's name becomes the SeldonDeployment's, the container's and a DNS label in Service names.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 _SHA256 = re.compile(r"^(sha256:)?([0-9a-f]{64})$")
@@ -36,6 +38,8 @@ class ModelVersion(BaseModel):
     tags: tuple[str, ...] = ()
     local_dir: Path | None = Field(default=None, exclude=True,
                                    description="the artifact folder on this machine, where there is one: its settings are read")
+    lineage: Any = Field(default=None, exclude=True,
+                         description="the store's lineage, as the record has it: the gpu overlay reads its `numerics`")
 
     @field_validator("name")
     @classmethod
@@ -74,18 +78,26 @@ class ModelVersion(BaseModel):
         return value
 
     @classmethod
-    def from_record_file(cls, path: Path, *, uri: str | None = None) -> ModelVersion:
-        """Read the store's JSON record; `uri` replaces the record's where the artifact was copied elsewhere."""
+    def from_record_file(cls, path: Path, *, uri: str | None = None,
+                         storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
+        """Read the store's JSON record; `uri` replaces the record's where the artifact was copied elsewhere.
+
+        A record of a store on this machine (a `file://` URI) is pulled from `<storage_root>/<name>/<version>`,
+        where `deploy` uploads it: the cluster cannot read this machine's disk.
+        """
         record = _json_file(Path(path), f"version record {path}", "write it with `python -m export versions show REF --json`")
         if not isinstance(record, dict):
             raise RecordError(f"version record {path} must be a JSON object with name, version, uri and digest")
         local_dir = _local_folder(record.get("uri"))
         if uri:
             record = {**record, "uri": uri}
+        elif local_dir is not None:
+            record = {**record, "uri": storage_uri(storage_root, record.get("name"), record.get("version"))}
         return cls._validated({**record, "local_dir": local_dir}, source=str(path))
 
     @classmethod
-    def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None) -> ModelVersion:
+    def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None,
+                      storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
         """An unpublished artifact folder (the demo's): name and digest from its files, version from the digest."""
         from wrappers.artifact import SETTINGS_FILE, ArtifactError, read_manifest
 
@@ -104,7 +116,7 @@ class ModelVersion(BaseModel):
         parameters = settings.get("parameters")
         version = str(version or (parameters.get("version") if isinstance(parameters, dict) else None) or digest[:12])
         record = {"name": name, "version": version, "digest": digest, "local_dir": Path(model_dir),
-                  "uri": uri or DEFAULT_URI_TEMPLATE.format(name=name, version=version)}
+                  "uri": uri or storage_uri(storage_root, name, version)}
         return cls._validated(record, source=str(model_dir))
 
     @classmethod
@@ -113,6 +125,11 @@ class ModelVersion(BaseModel):
             return cls.model_validate(record)
         except ValidationError as err:
             raise RecordError(f"{source}: {one_line(err, whole='record')}") from err
+
+
+def storage_uri(root: str, name: object, version: object) -> str:
+    """`<root>/<name>/<version>`: where a version without a URI of its own is uploaded and pulled from."""
+    return f"{root.rstrip('/')}/{name}/{version}"
 
 
 def _json_file(path: Path, what: str, fix: str) -> object:

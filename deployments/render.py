@@ -2,21 +2,24 @@
 
 Pinning fills in what the overlays leave as placeholders: the model's name everywhere it
 names things or selects pods, each predictor's model URI and version annotations, the
-image, the namespace, the canary's traffic share and the names a standalone HPA targets.
+image, the namespace, the canary's traffic share, the names a standalone HPA targets and the
+model container each HPA's `ContainerResource` metrics read (`$(MODEL_CONTAINER)`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from deployments import autoscaling, kustomize, seldon
+from deployments import autoscaling, gpu, kustomize, seldon
 from deployments.records import ModelVersion
+from deployments.repository_api import RepositoryApiError, container_env, pin_env
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway import atomic
 from wrappers.artifact import EXPECTED_DIGESTS_ENV
@@ -53,7 +56,9 @@ class Rendered:
     autoscaling: str
     engine: str
     models: dict[str, ModelVersion] = field(default_factory=dict)  # predictor -> version
+    hpa_metric_source: str = "container"  # HPA CPU/memory on the model container, or on the whole pod
     shared_memory: str | None = None  # size of the memory-backed /dev/shm, where one is mounted
+    warnings: list[str] = field(default_factory=list)  # what may not serve as meant (deployments.gpu.check_variant)
 
     @property
     def name(self) -> str:
@@ -74,6 +79,7 @@ class Rendered:
     def summary(self) -> dict[str, Any]:
         return {
             "overlay": self.overlay, "namespace": self.namespace, "autoscaling": self.autoscaling,
+            "hpa_metric_source": self.hpa_metric_source,
             "kustomize": self.engine, "inference_path": self.inference_path, "shared_memory": self.shared_memory,
             "predictors": {p: {"version": m.version, "uri": m.uri, "digest": m.digest} for p, m in self.models.items()},
             "resources": [f"{doc['kind']}/{doc['metadata']['name']}" for doc in self.docs],
@@ -102,10 +108,25 @@ def render(
     autoscaling_mode: str = "cpu",
     engine: kustomize.Engine = "auto",
     shared_memory: str | None = None,
+    hpa_metric_source: str = "container",
+    gpu_node_selector: Sequence[str] = (),
+    gpu_tolerations: Sequence[str] = (),
+    trt_cache_claim: str | None = None,
+    repository_api: str = "closed",
+    repository_token_secret: str | None = None,
 ) -> Rendered:
-    """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions."""
+    """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions.
+
+    `hpa_metric_source`: "container" keeps the overlays' `ContainerResource` CPU/memory targets (pinned to each
+    predictor's model container), "pod" turns them into pod-level `Resource` targets (clusters before 1.30)."""
     for name in (namespace, ingress_namespace, monitoring_namespace):
         check_namespace(name)
+    if hpa_metric_source not in autoscaling.METRIC_SOURCES:
+        raise RenderError(f"unknown HPA metric source {hpa_metric_source!r}; choose one of {', '.join(autoscaling.METRIC_SOURCES)}")
+    try:  # MLServer's model repository API (load, unload): closed, or open with a bearer token from a Secret
+        repository_env = container_env(repository_api, repository_token_secret)
+    except RepositoryApiError as err:
+        raise RenderError(str(err)) from err
     directory = resolve_overlay(overlay)
     try:
         component = autoscaling.component_dir(autoscaling_mode)
@@ -125,14 +146,22 @@ def render(
     _pin_seldon_deployment(sdeps[0], model, models, image, namespace, image_pull_policy)
     if shared_memory is not None:
         _mount_shared_memory(sdeps[0], shared_memory)
+    pin_env(sdeps[0], repository_env)
+    try:  # GPU pods: the variant measured for GPUs, node placement (`KEY=VALUE`, `KEY[=VALUE][:EFFECT]`), TensorRT cache
+        warnings = gpu.place(sdeps[0], models, node_selector=gpu_node_selector, tolerations=gpu_tolerations,
+                             cache_claim=trt_cache_claim)
+    except gpu.PlacementError as err:
+        raise RenderError(str(err)) from err
     for doc in docs:
         if doc["kind"] == "HorizontalPodAutoscaler":
             _pin_standalone_hpa(doc, sdeps[0])
+    if hpa_metric_source == "pod":
+        autoscaling.pod_level(docs)
     leftover = _placeholders(docs)
     if leftover:
         raise RenderError(f"placeholders left unset after rendering: {', '.join(sorted(leftover))}")
     return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used,
-                    models=models, shared_memory=shared_memory)
+                    models=models, shared_memory=shared_memory, hpa_metric_source=hpa_metric_source, warnings=warnings)
 
 
 def check_namespace(namespace: str) -> str:
@@ -220,6 +249,9 @@ def _pin_seldon_deployment(
                         container["imagePullPolicy"] = image_pull_policy
                     _pin_digest(container, version)
             _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
+            # the HPA's ContainerResource metrics read the model container, renamed above
+            autoscaling.pin_model_container(component.get("hpaSpec", {}).get("metricsv2", []), version.name,
+                                            aliases=(old_name,))
 
 
 def _mount_shared_memory(sdep: dict, size: str) -> None:
@@ -269,6 +301,7 @@ def _pin_standalone_hpa(hpa: dict, sdep: dict) -> None:
     hpa["metadata"]["labels"][PREDICTOR_LABEL] = predictor_name
     hpa["spec"]["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment",
                                      "name": seldon.deployment_name(name, predictor, 0)}
+    autoscaling.pin_model_container(hpa["spec"].get("metrics", []), predictor["graph"]["name"])
 
 
 def _fill(node: Any, values: dict[str, str]) -> Any:

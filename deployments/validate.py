@@ -130,6 +130,7 @@ def _component_errors(where: str, component: dict, graph_name: str | None) -> li
         errors.append(f"{where}: hpaSpec and kedaSpec both set; Seldon uses kedaSpec and ignores hpaSpec: keep one")
     if component.get("hpaSpec") or component.get("kedaSpec"):
         errors.extend(requests_errors(where, component.get("spec", {})))
+    errors.extend(container_metric_errors(where, component.get("hpaSpec", {}).get("metricsv2", []), component.get("spec", {})))
     for container in component.get("spec", {}).get("containers", []):
         resources = container.get("resources", {})
         gpus = resources.get("limits", {}).get(GPU_RESOURCE)
@@ -152,6 +153,26 @@ def requests_errors(where: str, pod_spec: dict) -> list[str]:
         if missing:
             errors.append(f"{where}: container {container.get('name')!r} has no {'/'.join(missing)} request; "
                           "an autoscaler cannot compute utilization without it, so it would never scale")
+    return errors
+
+
+def container_metric_errors(where: str, metrics: list[dict], pod_spec: dict) -> list[str]:
+    """A `ContainerResource` metric must name a container of the pod: the HPA finds no usage for any other and
+    never scales (it reads the container's own request, so that container needs one of the resource)."""
+    errors = []
+    containers = {c.get("name"): c for c in pod_spec.get("containers", [])}
+    for metric in metrics:
+        if metric.get("type") != "ContainerResource":
+            continue
+        source = metric.get("containerResource", {})
+        container, resource = source.get("container"), source.get("name")
+        if container not in containers:
+            errors.append(f"{where}: the HPA's {resource} metric reads container {container!r}, which the pod does not "
+                          f"have ({', '.join(map(repr, containers))}); name the model container")
+        elif (source.get("target", {}).get("type") == "Utilization"
+              and resource not in containers[container].get("resources", {}).get("requests", {})):
+            errors.append(f"{where}: the HPA's {resource} utilization is measured against container {container!r}'s "
+                          f"{resource} request, which it does not set")
     return errors
 
 
@@ -251,6 +272,7 @@ def _standalone_hpa_errors(label: str, hpa: dict, sdeps: list[dict]) -> list[str
                 sdep["metadata"]["name"], predictor, index
             ):
                 errors = requests_errors(label, component.get("spec", {}))
+                errors += container_metric_errors(label, hpa.get("spec", {}).get("metrics", []), component.get("spec", {}))
                 if component.get("hpaSpec") or component.get("kedaSpec"):
                     errors.append(f"{label}: predictor {predictor['name']!r} has its own hpaSpec/kedaSpec; two "
                                   "autoscalers on one Deployment fight: keep one")

@@ -54,6 +54,7 @@ def export_config(args: argparse.Namespace, default_variants: str):
             measure_rounds=args.measure_rounds,
             measure_seconds=args.measure_seconds,
             opset=args.opset,
+            gpu_report=getattr(args, "gpu_report", None),
         )
     except ValidationError as err:
         raise UserError(f"invalid export options: {one_line(err, whole='options')}") from err
@@ -68,7 +69,7 @@ def run_and_report(source, config, out: Path, report_name: str, warnings: list[s
     from export.prune import PruneError
     from export.quantize import QuantizeError
     from export.report import build_report, console_table, write_export_report
-    from export.selection import NoVariantWithinBudget
+    from export.selection import NoGpuMeasurement, NoVariantWithinBudget
 
     for warning in warnings:
         console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True)
@@ -78,7 +79,7 @@ def run_and_report(source, config, out: Path, report_name: str, warnings: list[s
                       TimeElapsedColumn(), console=console, transient=True) as progress:
             task = progress.add_task("starting", total=total)
             result = run_export(source, config, out, step=lambda text: progress.update(task, advance=1, description=text))
-    except (ExportPlanError, NoVariantWithinBudget, PruneError, QuantizeError, OptimizeError) as err:
+    except (ExportPlanError, NoVariantWithinBudget, NoGpuMeasurement, PruneError, QuantizeError, OptimizeError) as err:
         raise UserError(str(err)) from err
     report = build_report(source, config, result, warnings)
     path = write_export_report(report, report_name)
@@ -229,8 +230,13 @@ def add_export_options(parser: argparse.ArgumentParser, *, variants_help: str | 
         parser.add_argument("--variants", help=variants_help)
         parser.add_argument("--out", type=Path, help="folder for the variant artifact folders (default build/variants/<model>)")
         parser.add_argument("--report", default="export", help="report name: reports/<name>.json, .md and .png")
-    parser.add_argument("--target", choices=["cpu", "tensorrt"], default="cpu",
-                        help="int8 flavour: cpu = uint8 activations (U8S8, x86), tensorrt = symmetric int8 (S8S8)")
+    parser.add_argument("--target", choices=["cpu", "tensorrt", "gpu"], default="cpu",
+                        help="cpu: int8 with uint8 activations (U8S8, x86), chosen by CPU timing; tensorrt: symmetric "
+                             "int8 (S8S8); gpu: S8S8, and the variant to deploy with the gpu overlay chosen by a GPU's "
+                             "timing (this machine's, else --gpu-report's)")
+    parser.add_argument("--gpu-report", type=Path, metavar="GPU.json",
+                        help="--target gpu on a machine without a GPU: the `make bench-gpu` report that ranks "
+                             "fp32/fp16/int8 (default reports/gpu.json)")
     parser.add_argument("--calibration-method", choices=["minmax", "entropy", "percentile"], default="minmax")
     parser.add_argument("--calibration-rows", type=int, default=256, help="rows to calibrate int8 on (at most)")
     parser.add_argument("--accuracy-budget", type=float, default=0.5,

@@ -20,6 +20,7 @@ import onnx
 Feeds = dict[str, np.ndarray]
 Runner = Callable[[Feeds], object]
 
+CPU_PROVIDER = "CPUExecutionProvider"
 LATENCY_BATCH = 1
 THROUGHPUT_BATCH = 32
 _QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -78,8 +79,29 @@ def onnx_runner(model_bytes: bytes) -> Runner:
     from wrappers.session import choose_providers, session_options
     from wrappers.settings import RuntimeSettings
 
-    settings = RuntimeSettings(providers=["CPUExecutionProvider"])
+    settings = RuntimeSettings(providers=[CPU_PROVIDER])
     session = ort.InferenceSession(model_bytes, sess_options=session_options(settings), providers=choose_providers(settings.providers))
+    return lambda feeds: session.run(None, feeds)
+
+
+def gpu_runner(model_bytes: bytes, provider: str) -> Runner | None:
+    """A callable running the model on a GPU `provider` (as the server would), or None where this onnxruntime
+    build or machine cannot: the provider is missing, or the session falls back to the CPU (no device)."""
+    import onnxruntime as ort
+
+    from wrappers.session import choose_providers, session_options
+    from wrappers.settings import RuntimeSettings
+
+    if provider not in ort.get_available_providers():
+        return None
+    settings = RuntimeSettings(providers=[provider])
+    try:
+        session = ort.InferenceSession(model_bytes, sess_options=session_options(settings),
+                                       providers=choose_providers(settings.providers))
+    except Exception:  # a GPU provider that is installed may still fail to start: no GPU timing then
+        return None
+    if session.get_providers()[0] != provider:
+        return None
     return lambda feeds: session.run(None, feeds)
 
 

@@ -19,13 +19,20 @@ from pydantic import BaseModel, Field
 
 from export.convert import DEFAULT_OPSET
 from export.evaluate import Quality, compare, predict, rows_of
-from export.measure import LATENCY_BATCH, THROUGHPUT_BATCH, Feeds, SizeStats, SpeedStats, measure_speed, onnx_runner, onnx_size
+from export.measure import (
+    CPU_PROVIDER, LATENCY_BATCH, THROUGHPUT_BATCH, Feeds, SizeStats, SpeedStats, gpu_runner, measure_speed, onnx_runner,
+    onnx_size,
+)
 from export.quantize import CalibrationMethod, Target
-from export.selection import Budget, Candidate, NoVariantWithinBudget, OptimizeFor, Precision, Verdict, choose, judge
+from export.selection import (
+    Budget, Candidate, NoGpuMeasurement, NoVariantWithinBudget, OptimizeFor, Precision, Verdict, choose, choose_for_gpu,
+    gpu_figures, judge,
+)
 from export.sources import Source
+from wrappers.precision import VARIANT_FILE
 
 EXAMPLE_ROWS = 32
-VARIANT_FILE = "variant.json"
+GPU_REPORT = "gpu"  # reports/gpu.json: `make bench-gpu`'s measurement of every precision on a GPU
 
 
 class Variant(str, Enum):
@@ -66,6 +73,8 @@ class ExportConfig(BaseModel):
     measure_rounds: int = Field(default=5, ge=1)
     measure_seconds: float = Field(default=0.3, gt=0)
     opset: int = Field(default=DEFAULT_OPSET, ge=DEFAULT_OPSET)
+    gpu_report: Path | None = Field(default=None, description="target gpu without a GPU here: the `make bench-gpu` "
+                                    "report that ranks the precisions (None: reports/gpu.json)")
 
 
 @dataclass
@@ -141,7 +150,7 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
             target=config.target, method=config.calibration_method, fixed_batch=source.fixed_batch,
         )
         details = {"target": config.target.value, "calibration_method": config.calibration_method.value,
-                   "activations": "int8 symmetric" if config.target is Target.tensorrt else "uint8",
+                   "activations": "int8 symmetric" if config.target.symmetric_int8 else "uint8",
                    "weights": "int8 per-channel symmetric", **parent.details}
         return Built(variant, quantized.SerializeToString(), parent.conversion_reference, details)
     if variant is Variant.fp16:
@@ -209,6 +218,7 @@ class ExportResult:
     reason: str
     out_dir: Path
     digests: dict[str, str]  # variant -> manifest digest: what the version store matches a published folder by
+    timed_on: str = CPU_PROVIDER  # the execution provider the variants were timed on
 
 
 def holds_variants(folder: Path) -> bool:
@@ -231,6 +241,7 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
     from slipway import atomic
 
     order = plan(source, config.variants)
+    gpu_measurement = _gpu_measurement(config)  # before any work: a GPU choice with nothing to go by fails now
     built: dict[Variant, Built] = {}
     for variant in order:
         step(f"building {variant.value}")
@@ -244,7 +255,9 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
         raise NoVariantWithinBudget(f"no variant of {source.name} is within budget ({reasons}); nothing was written")
 
     runners = {source.baseline_name: source.baseline_runner()}
-    runners.update({j.built.variant.value: onnx_runner(j.built.model_bytes) for j in judged})
+    on_gpu = _gpu_runners(judged) if config.target is Target.gpu else None
+    runners.update(on_gpu or {j.built.variant.value: onnx_runner(j.built.model_bytes) for j in judged})
+    timed_on = GPU_TIMING_PROVIDER if on_gpu else CPU_PROVIDER
     latency_feeds, throughput_feeds = timing_feeds(source)
     step(f"timing {len(runners)} models")
     speeds = measure_speed(
@@ -252,10 +265,11 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
         seconds_per_round=config.measure_seconds, on_round=lambda: step("timing round"),
     )
     candidates = [
-        Candidate(j.built.variant.value, j.verdict.accepted, speeds[j.built.variant.value].p50_latency_ms, speeds[j.built.variant.value].throughput)
+        Candidate(j.built.variant.value, j.verdict.accepted, speeds[j.built.variant.value].p50_latency_ms,
+                  speeds[j.built.variant.value].throughput, PRECISION[j.built.variant])
         for j in judged
     ]
-    chosen, reason = choose(candidates, config.optimize_for)
+    chosen, reason = choose_variant(candidates, config, timed_on=timed_on, gpu_measurement=gpu_measurement)
 
     step("writing artifacts")
     inputs = example_inputs(source)
@@ -278,4 +292,58 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
                 example_labels=labels,
                 extra_files={VARIANT_FILE: (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()},
             ).digest
-    return ExportResult(judged, speeds, source.baseline_size(), chosen, reason, Path(out_dir), digests)
+    return ExportResult(judged, speeds, source.baseline_size(), chosen, reason, Path(out_dir), digests, timed_on)
+
+
+GPU_TIMING_PROVIDER = "CUDAExecutionProvider"
+
+
+def _gpu_runners(judged: list[Judged]) -> dict[str, Callable] | None:
+    """Every variant in a session on the GPU, where this onnxruntime has one that works; None otherwise."""
+    runners = {}
+    for j in judged:
+        runner = gpu_runner(j.built.model_bytes, GPU_TIMING_PROVIDER)
+        if runner is None:
+            return None
+        runners[j.built.variant.value] = runner
+    return runners
+
+
+def _gpu_measurement(config: ExportConfig) -> tuple[dict, str] | None:
+    """For target gpu where no GPU can time the variants: the `make bench-gpu` report and where it was measured.
+
+    Read before any variant is built, so that a GPU choice with nothing to go by fails in a second.
+    """
+    if config.target is not Target.gpu:
+        return None
+    import onnxruntime as ort
+
+    from slipway.files import FileProblem, read_json
+    from slipway.paths import REPORTS_DIR
+
+    path = config.gpu_report or REPORTS_DIR / f"{GPU_REPORT}.json"
+    try:
+        report = read_json(path, f"GPU measurement {path}")
+    except FileProblem as err:
+        if GPU_TIMING_PROVIDER in ort.get_available_providers():
+            return None  # the variants are timed on this machine's GPU instead (a failing one: the choice says so)
+        raise NoGpuMeasurement(f"--target gpu chooses by a GPU's timing, and this machine has none: {err}. Run "
+                               "`make bench-gpu` on a GPU machine and pass its report with --gpu-report") from err
+    if not isinstance(report, dict):
+        raise NoGpuMeasurement(f"GPU measurement {path} is not a `make bench-gpu` report (a JSON object with rows)")
+    return report, f"{report.get('gpu') or 'a GPU'}, {path}"
+
+
+def choose_variant(candidates: list[Candidate], config: ExportConfig, *, timed_on: str,
+                   gpu_measurement: tuple[dict, str] | None) -> tuple[str, str]:
+    """The variant to ship and why: the fastest accepted one as timed here, except for target gpu timed on
+    the CPU, where a GPU measurement ranks the precisions (`choose_for_gpu`): a CPU's ranking is not a GPU's
+    (fp16 runs slower than fp32 on most CPUs, faster on GPUs; U8S8 int8 is the CPU's)."""
+    if config.target is not Target.gpu or timed_on != CPU_PROVIDER:
+        chosen, reason = choose(candidates, config.optimize_for)
+        return chosen, reason + (f" (timed on {timed_on})" if timed_on != CPU_PROVIDER else "")
+    if gpu_measurement is None:
+        raise NoGpuMeasurement("--target gpu: the variants could not be timed on this machine's GPU and there is no "
+                               "GPU measurement to choose by: pass `make bench-gpu`'s report with --gpu-report")
+    report, measured_on = gpu_measurement
+    return choose_for_gpu(candidates, gpu_figures(report, config.optimize_for), config.optimize_for, measured_on)

@@ -4,7 +4,7 @@ Static, not dynamic: dynamic quantization turns Conv into ConvInteger and runs s
 than fp32 on CNNs. QDQ, not QOperator: the graph stays standard ONNX and TensorRT 10+
 reads precisions from it. The activation type follows the target: uint8 activations
 with int8 per-channel weights (U8S8) for x86 CPUs, symmetric int8 for both (S8S8) for
-TensorRT.
+TensorRT and every GPU target (`wrappers.precision` reads the flavour back from a graph).
 """
 
 from __future__ import annotations
@@ -23,8 +23,13 @@ CALIBRATION_BATCH = 16
 
 
 class Target(str, Enum):
-    cpu = "cpu"
-    tensorrt = "tensorrt"
+    cpu = "cpu"  # U8S8 int8, variants timed on the CPU
+    tensorrt = "tensorrt"  # S8S8 int8, variants timed on the CPU
+    gpu = "gpu"  # S8S8 int8, the variant chosen by a GPU's timing (export.pipeline.choose_variant)
+
+    @property
+    def symmetric_int8(self) -> bool:
+        return self is not Target.cpu
 
 
 class CalibrationMethod(str, Enum):
@@ -81,7 +86,7 @@ def quantize_int8(
         def get_next(self):
             return next(self._batches, None)
 
-    symmetric = target is Target.tensorrt
+    symmetric = target.symmetric_int8
     methods = {
         CalibrationMethod.minmax: q.CalibrationMethod.MinMax,
         CalibrationMethod.entropy: q.CalibrationMethod.Entropy,

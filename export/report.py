@@ -142,7 +142,7 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
         budget={**config.budget.model_dump(), "basis": "accuracy drop" if source.labels is not None else "top-1 disagreement"},
         optimize_for=config.optimize_for,
         measurement={"rounds": config.measure_rounds, "seconds_per_round": config.measure_seconds, "interleaved": True,
-                     "session": "wrappers.session defaults, CPUExecutionProvider", "cpu_limit": cpu_limit()},
+                     "session": f"wrappers.session defaults, {result.timed_on}", "cpu_limit": cpu_limit()},
         baseline=_with_ratios(baseline, fp32),
         variants=[_with_ratios(row, fp32) for row in rows],
         chosen=Chosen(name=result.chosen, path=chosen_row.path, reason=result.reason),

@@ -41,6 +41,20 @@ class Candidate:
     accepted: bool
     p50_latency_ms: float
     throughput: float
+    precision: Precision | None = None
+
+
+@dataclass(frozen=True)
+class GpuFigure:
+    """The best a precision did on a GPU provider in a `make bench-gpu` report (wrappers.bench.gpu)."""
+
+    value: float  # p50 ms at the smallest batch (latency), rows/s at the largest (throughput)
+    provider: str
+    batch: int
+
+
+class NoGpuMeasurement(Exception):
+    """The GPU measurement cannot rank the variants; the message says what to measure."""
 
 
 class NoVariantWithinBudget(Exception):
@@ -76,6 +90,64 @@ def choose(candidates: list[Candidate], optimize_for: OptimizeFor) -> tuple[str,
         measure = f"highest throughput ({best.throughput:,.0f} rows/s)"
     rejected = [c.name for c in candidates if not c.accepted]
     reason = f"{best.name}: {measure} of the {len(accepted)} variant(s) within budget"
+    if rejected:
+        reason += f"; rejected: {', '.join(rejected)}"
+    return best.name, reason
+
+
+def gpu_figures(report: dict, optimize_for: OptimizeFor) -> dict[str, GpuFigure]:
+    """Per precision, its best measured row on a GPU provider (CUDA, CUDA graphs, TensorRT) of a `make bench-gpu`
+    report: lowest p50 at the smallest batch measured for latency, highest rows/s at the largest for throughput."""
+    rows = [row for row in report.get("rows", []) if isinstance(row, dict) and row.get("status") == "measured"
+            and row.get("provider") not in (None, "CPUExecutionProvider") and row.get("precision")
+            and isinstance(row.get("batch"), int)]
+    if not rows:
+        return {}
+    batch = (min if optimize_for == "latency" else max)(row["batch"] for row in rows)
+    figures: dict[str, GpuFigure] = {}
+    for row in rows:
+        if row["batch"] != batch:
+            continue
+        value = row.get("p50_ms") if optimize_for == "latency" else row.get("rows_per_s")
+        if not isinstance(value, int | float):
+            continue
+        provider = row["provider"] + (" + CUDA graph" if row.get("cuda_graph") else "")
+        best = figures.get(row["precision"])
+        if best is None or (value < best.value if optimize_for == "latency" else value > best.value):
+            figures[row["precision"]] = GpuFigure(float(value), provider, batch)
+    return figures
+
+
+def choose_for_gpu(candidates: list[Candidate], figures: dict[str, GpuFigure], optimize_for: OptimizeFor,
+                   measured_on: str) -> tuple[str, str]:
+    """The accepted variant of the precision the GPU measurement ranks first, and a sentence saying why.
+
+    The precision comes from `figures` (measured on a GPU, `measured_on` says where); among variants of that
+    precision (fp32, pruned and slim are all fp32) the one this run timed fastest wins: same numbers, less work.
+    """
+    accepted = [c for c in candidates if c.accepted]
+    if not accepted:
+        raise NoVariantWithinBudget("no variant is within budget")
+    ranked = [c for c in accepted if c.precision in figures]
+    if not ranked:
+        have = ", ".join(sorted(figures)) or "no precision"
+        raise NoGpuMeasurement(
+            f"{measured_on} measured {have} on a GPU, none of the accepted variants' precisions "
+            f"({', '.join(sorted({str(c.precision) for c in accepted}))}): run `make bench-gpu` on the GPU machine"
+        )
+    latency = optimize_for == "latency"
+    figure = (min if latency else max)((figures[c.precision] for c in ranked), key=lambda f: f.value)
+    precision = next(p for p, f in figures.items() if f is figure)
+    same = [c for c in ranked if c.precision == precision]
+    best = min(same, key=lambda c: (c.p50_latency_ms, c.name)) if latency else max(same, key=lambda c: (c.throughput, c.name))
+    measure = (f"lowest GPU p50 latency ({figure.value:.3f} ms at batch {figure.batch}" if latency
+               else f"highest GPU throughput ({figure.value:,.0f} rows/s at batch {figure.batch}")
+    others = sorted({str(c.precision) for c in ranked} - {precision})
+    reason = (f"{best.name}: {precision} has the {measure}, {figure.provider}, {measured_on})"
+              + (f" of the accepted precisions ({', '.join([precision, *others])})" if others else ""))
+    if len(same) > 1:
+        reason += f"; fastest {precision} variant in this run's timing"
+    rejected = [c.name for c in candidates if not c.accepted]
     if rejected:
         reason += f"; rejected: {', '.join(rejected)}"
     return best.name, reason

@@ -19,6 +19,9 @@ from slipway import atomic
 COMPONENT = "/spec/predictors/0/componentSpecs/0"
 CONTAINER = f"{COMPONENT}/spec/containers/0"
 KIND = "SeldonDeployment"
+# The model container's name in an HPA metric, before rendering: `python -m deployments render` replaces it with
+# each predictor's model container (the model's name), which the manifests only know once a version is chosen.
+MODEL_CONTAINER = "$(MODEL_CONTAINER)"
 
 
 def cpu_quantity(cores: float) -> str:
@@ -53,8 +56,15 @@ def hpa_ops(*, metrics: list[dict] | None = None, min_replicas: int | None = Non
     return ops
 
 
-def cpu_utilization_metric(percent: int) -> dict:
-    return {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": int(percent)}}}
+def container_utilization_metric(resource: str, percent: int, container: str = MODEL_CONTAINER) -> dict:
+    """An HPA target on one container's usage over its own request (`ContainerResource`): the model container's,
+    which `python -m deployments render` pins per predictor; `--hpa-metric-source pod` turns it into `Resource`."""
+    return {"type": "ContainerResource", "containerResource": {
+        "name": resource, "container": container, "target": {"type": "Utilization", "averageUtilization": int(percent)}}}
+
+
+def cpu_utilization_metric(percent: int, container: str = MODEL_CONTAINER) -> dict:
+    return container_utilization_metric("cpu", percent, container)
 
 
 def pods_metric(name: str, average_value: float) -> dict:

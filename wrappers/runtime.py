@@ -22,9 +22,11 @@ Where the time goes, and what this runtime does about it:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import multiprocessing
+import os
 import re
 import threading
 import time
@@ -41,16 +43,20 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
-from wrappers import busy_poll, cpu_pinning, grpc_raw, rest_bodies, rest_infer, rest_json, shared_memory_api
-from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, verify_artifact
+from wrappers import (
+    busy_poll, cpu_pinning, grpc_raw, repository_api, rest_bodies, rest_infer, rest_json, shared_memory_api,
+)
+from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, read_manifest, sha256_file, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.metrics import ModelMetrics
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
 from wrappers.session import (
     DYNAMIC, TENSORRT, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options,
-    tensorrt_batch_profile,
+    tensorrt_batch_profile, with_tensorrt_cache,
 )
-from wrappers.settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
+from wrappers.settings import (
+    TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings,
+)
 from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, REGIONS, Location, SharedMemoryError, location
 from wrappers.shared_memory_api import SharedMemoryEndpoints
 from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, from_json
@@ -91,6 +97,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         except SettingsError as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
         in_worker_process = multiprocessing.parent_process() is not None
+        try:
+            repository_api.check_guarded(in_worker_process)
+        except repository_api.RepositoryApiError as err:
+            raise ModelLoadError(f"model {self.name}: {err}") from err
         if self._config.shared_memory and in_worker_process:
             raise ModelLoadError(
                 f"model {self.name}: shared_memory needs the model in the server's own process, where regions are "
@@ -105,6 +115,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             )
         model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
         self._verify(model_path.parent)
+        self._config = self._with_tensorrt_cache(model_path)
         session = create_session(model_path, self._config)
         self._runner = SessionRunner(session, io_binding=self._config.io_binding)
         self._graph_inputs, graph_outputs = describe(session)
@@ -244,6 +255,21 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             thread_name=f"ort-{self.name}",
             warm_up=self._warm_up,
         )
+
+    def _with_tensorrt_cache(self, model_path: Path) -> RuntimeSettings:
+        """The settings with TensorRT's caches where the pod says (`$SLIPWAY_TENSORRT_CACHE_DIR`), keyed by the
+        content: the verified manifest's digest, else the graph file's sha256."""
+        if not os.environ.get(TENSORRT_CACHE_ENV, "").strip():
+            return self._config
+        folder = model_path.parent
+        digest = None
+        if self._config.verify_manifest and (folder / MANIFEST_NAME).is_file():
+            with contextlib.suppress(ArtifactError):
+                digest = read_manifest(folder).digest  # verified just before
+        try:
+            return with_tensorrt_cache(self._config, model=self.name, digest=digest or sha256_file(model_path))
+        except SettingsError as err:
+            raise ModelLoadError(f"model {self.name}: {err}") from err
 
     def _verify(self, folder: Path) -> None:
         """Refuse a folder that does not match its manifest, or not the digest a deployment pins."""

@@ -26,6 +26,8 @@ from slipway.files import FileProblem, read_json
 from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
 from wrappers.artifact import SETTINGS_FILE
+from wrappers.repository_access import HOOK, HOOK_ENV, RepositoryAccess
+from wrappers.settings import SettingsError
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
@@ -89,6 +91,9 @@ def server_env(
             # event loop: ~1.2 ms per MobileNetV2 response, more CPU than the bytes saved on a cluster network.
             "MLSERVER_GZIP_ENABLED": "false",
             **SERVING_MALLOC_ENV,
+            # MLServer imports this before it builds its servers: it guards the model repository API
+            # (SLIPWAY_REPOSITORY_API, closed unless set; see wrappers.repository_access).
+            HOOK_ENV: HOOK,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
         }
     )
@@ -233,6 +238,10 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
     MLServer exits 0 when a model fails to load (it logs the error and shuts down), so a server that
     stops before it is asked to raises `ServerError` here, with the first exception in its log."""
     model_name(model_dir)  # fail early, in one line, on a folder that is not an artifact
+    try:
+        RepositoryAccess.from_env(os.environ)  # the server would refuse to start on it: say why in one line
+    except SettingsError as err:
+        raise ServerError(str(err)) from err
     metrics_dir = Path(tempfile.mkdtemp(prefix="slipway-metrics-"))
     env = server_env(
         host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,

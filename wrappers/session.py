@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from wrappers.settings import RuntimeSettings
+from wrappers.settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,47 @@ def provider_entries(names: list[str], settings: RuntimeSettings) -> list[tuple[
     return [(name, options.get(name, {})) for name in names]
 
 
+def with_tensorrt_cache(settings: RuntimeSettings, *, model: str, digest: str,
+                        environ: dict[str, str] | os._Environ = os.environ) -> RuntimeSettings:
+    """The settings with TensorRT's caches under `$SLIPWAY_TENSORRT_CACHE_DIR`, where the deployment sets it.
+
+    The variable wins over the artifact's engine_cache_path and timing_cache_path: where a pod may write
+    (the gpu overlay's volume) is the deployment's to say, and the artifact's settings are digest-pinned.
+    Engines go to `engines/<model>-<digest>-ort<version>`: ONNX Runtime names a cached engine after the
+    graph's structure, not its weights, so a cache shared across versions (a PersistentVolumeClaim) must
+    never hand one version another's engine. The kernel timing cache (`timing/`) is per GPU and TensorRT
+    version, not per model: every model shares it.
+    """
+    root = environ.get(TENSORRT_CACHE_ENV, "").strip()
+    if not root:
+        return settings
+    if not os.path.isabs(root):
+        raise SettingsError(f"{TENSORRT_CACHE_ENV}={root!r} must be an absolute path (the volume's mount path)")
+    key = f"{model}-{digest.removeprefix('sha256:')[:16]}-ort{ort.__version__}"
+    tensorrt = settings.tensorrt.model_copy(update={
+        "engine_cache_path": os.path.join(root, "engines", key), "timing_cache_path": os.path.join(root, "timing"),
+    })
+    return settings.model_copy(update={"tensorrt": tensorrt})
+
+
+def prepare_tensorrt_cache(settings: RuntimeSettings) -> RuntimeSettings:
+    """Create the cache folders TensorRT is pointed at (ONNX Runtime creates only the last level); one it
+    cannot create is dropped with a warning: engines are then built at every start, but the model serves."""
+    update = {}
+    for field in ("engine_cache_path", "timing_cache_path"):
+        folder = getattr(settings.tensorrt, field)
+        if not folder:
+            continue
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as err:
+            logger.warning("TensorRT %s %s cannot be created (%s): running without it", field, folder, err)
+            update[field] = None
+    if not update:
+        return settings
+    return settings.model_copy(update={"tensorrt": settings.tensorrt.model_copy(update=update)})
+
+
 def tensorrt_batch_profile(inputs: list[TensorSpec], max_rows: int) -> dict[str, str]:
     """TensorRT profile options for runs of 1 to `max_rows` rows: one engine for every padded run.
 
@@ -188,6 +229,8 @@ def create_session(model_path: Path, settings: RuntimeSettings) -> ort.Inference
     names = choose_providers(settings.providers)
     if any(name in GPU_PROVIDERS for name in names):
         load_gpu_libraries()
+    if TENSORRT in names:
+        settings = prepare_tensorrt_cache(settings)
     while True:
         try:  # enable_fallback=0: ONNX Runtime's own retry would go straight to CPU and drop every option
             session = ort.InferenceSession(

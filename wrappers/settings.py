@@ -18,6 +18,9 @@ RUNTIME_IMPLEMENTATION = "wrappers.runtime.OnnxRuntime"
 # Model names: what a V2 URL path (/v2/models/<name>/infer) carries unescaped, as `export` names models.
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
+# Where the pod keeps TensorRT's engine and timing caches: the gpu overlay mounts a volume there and sets it
+# (wrappers.session.with_tensorrt_cache); it wins over the artifact's engine_cache_path/timing_cache_path.
+TENSORRT_CACHE_ENV = "SLIPWAY_TENSORRT_CACHE_DIR"
 OptionValue = str | int | float | bool
 
 

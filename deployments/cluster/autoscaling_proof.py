@@ -1,8 +1,10 @@
 """Prove a deployed model's HPA on the local cluster: simulated CPU usage up, replicas up; usage down, replicas down.
 
 kwok reports each pod's CPU usage from a ResourceUsage object of the pod's name (which wins over the
-cluster's baseline); metrics-server scrapes it as it would a kubelet, and the real HPA controller acts
-on it under the HPA's own `behavior`. Replicas, usage and the HPA's view are sampled over time into
+cluster's baseline), per container: metrics-server scrapes it as it would a kubelet (the containers'
+`container_cpu_usage_seconds_total` and `container_memory_working_set_bytes`), and the real HPA controller
+acts on it under the HPA's own `behavior`, reading the model container alone for a `ContainerResource`
+metric or the pod's sum for a `Resource` one. Replicas, usage and the HPA's view are sampled over time into
 `reports/cluster-hpa.json` and a PNG beside it.
 """
 
@@ -26,7 +28,7 @@ class Sample:
     phase: str            # "high" or "low": the simulated usage per pod
     replicas: int         # the Deployment's spec.replicas, as the HPA set it
     ready: int
-    utilization: int | None  # the HPA's current average CPU utilization, percent of the request
+    utilization: int | None  # the HPA's current average CPU utilization, percent of the request (container's or pod's)
 
 
 class ProofFailed(RuntimeError):
@@ -52,15 +54,28 @@ def _sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
     from kubernetes import client
 
     deployment = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
-    utilization = next((metric.resource.current.average_utilization for metric in (hpa.status.current_metrics or [])
-                        if metric.type == "Resource" and metric.resource and metric.resource.name == "cpu"), None)
+    utilization = next((source.current.average_utilization for metric in (hpa.status.current_metrics or [])
+                        if (source := _resource_status(metric)) and source.name == "cpu"), None)
     return Sample(round(time.monotonic() - began, 1), phase, deployment.spec.replicas or 0,
                   deployment.status.ready_replicas or 0, utilization)
 
 
-def prove(api, *, namespace: str, hpa_name: str, container: str, high: str = "900m", low: str = "50m",
+def _resource_status(metric):
+    """The status of a `ContainerResource` or `Resource` metric (name, current), else None."""
+    return {"ContainerResource": metric.container_resource, "Resource": metric.resource}.get(metric.type)
+
+
+def _model_container(hpa, target) -> str:
+    """The container whose usage rises: the one the HPA's CPU metric reads, else the pod's first."""
+    named = [metric.container_resource.container for metric in hpa.spec.metrics or []
+             if metric.type == "ContainerResource" and metric.container_resource.name == "cpu"]
+    return named[0] if named else target.spec.template.spec.containers[0].name
+
+
+def prove(api, *, namespace: str, hpa_name: str, container: str | None = None, high: str = "900m", low: str = "50m",
           timeout_s: float = 240.0, on_sample: Callable[[Sample], None] = lambda sample: None) -> dict[str, Any]:
-    """Drive usage to `high` until the HPA reaches its maximum, then to `low` until it is back at its minimum."""
+    """Drive usage to `high` until the HPA reaches its maximum, then to `low` until it is back at its minimum.
+    The usage is the `container`'s (default: the one the HPA's CPU metric names)."""
     from kubernetes import client
     from deployments.apply import dynamic_client
 
@@ -68,6 +83,7 @@ def prove(api, *, namespace: str, hpa_name: str, container: str, high: str = "90
     hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)
     target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
     selector = ",".join(f"{key}={value}" for key, value in target.spec.selector.match_labels.items())
+    container = container or _model_container(hpa, target)
     began = time.monotonic()
     samples: list[Sample] = []
     phases: dict[str, float] = {}
@@ -94,7 +110,8 @@ def prove(api, *, namespace: str, hpa_name: str, container: str, high: str = "90
         for usage in usages.get(namespace=namespace).items:
             usages.delete(name=usage.metadata.name, namespace=namespace)
     behavior = hpa.spec.behavior.to_dict() if hpa.spec.behavior else None
-    return {"namespace": namespace, "hpa": hpa_name, "usage_per_pod": {"high": high, "low": low},
+    return {"namespace": namespace, "hpa": hpa_name, "container": container, "usage_per_pod": {"high": high, "low": low},
+            "metrics": [metric.to_dict() for metric in hpa.spec.metrics or []],
             "min_replicas": hpa.spec.min_replicas, "max_replicas": hpa.spec.max_replicas, "behavior": behavior,
             "phase_started_s": phases, "samples": [asdict(sample) for sample in samples]}
 

@@ -18,8 +18,9 @@ def _folder(args: argparse.Namespace) -> Path:
 def cmd_up(args: argparse.Namespace) -> int:
     from deployments.cluster.build import BuildError
     from deployments.cluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
-    from deployments.cluster.control_plane import ClusterError, up
+    from deployments.cluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
     from deployments.cluster.objects import NODES
+    from deployments.storage_secret import DEFAULT_SECRET
 
     began = time.monotonic()
     try:
@@ -29,9 +30,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UserError(str(err)) from err
     console.print(f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
                   f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
-                  f"webhooks, metrics-server; {len(state.processes)} processes, logs in {state.folder / 'logs'}",
+                  f"webhooks, metrics-server, an S3 store (versitygw) at {state.object_store['endpoint']}; "
+                  f"{len(state.processes)} processes, logs in {state.folder / 'logs'}", soft_wrap=True)
+    console.print(f"namespace {MODEL_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
+                  f"the model there and deploys it while the cluster runs; kubectl: export KUBECONFIG={state.kubeconfig}",
                   soft_wrap=True)
-    console.print(f"make deploy uses it while it runs; kubectl: export KUBECONFIG={state.kubeconfig}", soft_wrap=True)
     print(state.kubeconfig)
     return 0
 
@@ -101,6 +104,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for process in state.processes:
         console.print(f"{process.name:24} pid {process.pid:<8} {'running' if process.pid in alive else '[red]stopped[/]'}")
     console.print(f"KUBECONFIG={state.kubeconfig}", soft_wrap=True)
+    if state.object_store:
+        console.print(f"S3 store at {state.object_store['endpoint']} (keys in {state.folder / 'state.json'})", soft_wrap=True)
     return 0 if len(alive) == len(state.processes) else 1
 
 
@@ -129,6 +134,7 @@ def add_command(commands) -> None:
     prove_hpa.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
     prove_hpa.add_argument("--namespace", default="slipway")
     prove_hpa.add_argument("--hpa", help="the HPA (default: the namespace's only one)")
-    prove_hpa.add_argument("--container", default="digits", help="the model container, whose usage rises (default digits)")
+    prove_hpa.add_argument("--container", help="the container whose usage rises (default: the one the HPA's CPU "
+                           "ContainerResource metric reads, else the pod's first)")
     prove_hpa.add_argument("--timeout", type=float, default=240.0, help="seconds each phase may take (default 240)")
     prove_hpa.set_defaults(func=cmd_prove_hpa)

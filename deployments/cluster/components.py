@@ -40,6 +40,7 @@ class Component:
     binaries: tuple[GoBinary, ...]
     # files the control plane reads at start, copied from a module into the cache: (module, path in it) -> name
     files: dict[tuple[str, str], str] = field(default_factory=dict)
+    test_tool: bool = False  # run by the tests, not part of the running cluster: `make cluster` does not build it
 
 
 def _kubernetes_ldflags() -> tuple[str, ...]:
@@ -72,6 +73,18 @@ COMPONENTS: tuple[Component, ...] = (
               (GoBinary("metrics-server", "sigs.k8s.io/metrics-server/cmd/metrics-server"),)),
     Component("seldon-operator", SELDON_OPERATOR_VERSION, SELDON_OPERATOR_DIR,
               (GoBinary("seldon-operator", "github.com/seldonio/seldon-core/operator"),)),
+    # The object store `deploy` uploads to and the pods pull from: an S3 API over a folder.
+    Component("object-store", "versitygw-v1.8.0", GO_DIR / "object-store",
+              (GoBinary("versitygw", "github.com/versity/versitygw/cmd/versitygw"),)),
+    # rclone as Seldon's storage initializer runs it: the tests pull what deploy uploaded with the Secret's settings.
+    Component("rclone", "v1.76.0", GO_DIR / "rclone", (GoBinary("rclone", "slipway.local/cluster/rclone"),),
+              test_tool=True),
+    # An OCI registry (CNCF Distribution) and crane, which pushes images to it without Docker: the tests of
+    # `deploy --check-image` resolve real pushed references (deployments/image_check.py).
+    Component("registry", "v3.1.2", GO_DIR / "registry",
+              (GoBinary("registry", "github.com/distribution/distribution/v3/cmd/registry"),), test_tool=True),
+    Component("crane", "v0.22.1", GO_DIR / "crane",
+              (GoBinary("crane", "github.com/google/go-containerregistry/cmd/crane"),), test_tool=True),
     # CRDs only, nothing built: the kinds Slipway's overlays render beyond Seldon's.
     Component("crds", "prometheus-operator-v0.85.0_keda-v2.21.0", GO_DIR / "crds", (), files={
         ("github.com/prometheus-operator/prometheus-operator",
@@ -79,6 +92,8 @@ COMPONENTS: tuple[Component, ...] = (
         ("github.com/kedacore/keda/v2", "config/crd/bases/keda.sh_scaledobjects.yaml"): "crd-scaledobjects.yaml",
     }),
 )
+
+CLUSTER_COMPONENTS = tuple(component for component in COMPONENTS if not component.test_tool)
 
 SELDON_FILES = {
     # the operator's own CRD install (`kustomize build config/crd`): the bases plus the patch that spells out

@@ -1,28 +1,29 @@
 """Start and stop the local control plane: the order, the flags, the health checks, the state.
 
-`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, metrics-server
-and the Seldon operator, each after the one it needs answers; a failure or Ctrl-C half way
-stops everything already started. `down` stops every recorded PID and removes the state folder.
-The state (`state.json`, the kubeconfig, certificates, logs, etcd's data) lives in one folder,
-`build/cluster/` by default.
+`up` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, metrics-server,
+the Seldon operator and an S3 object store (versitygw), each after the one it needs answers; a
+failure or Ctrl-C half way stops everything already started. `down` stops every recorded PID and
+removes the state folder. The state (`state.json`, the kubeconfig, certificates, logs, etcd's
+data, the store's objects) lives in one folder, `build/cluster/` by default, readable by its owner only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import ssl
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from deployments.cluster import objects
 from deployments.cluster.build import build_all
-from deployments.cluster.components import KUBERNETES_VERSION
+from deployments.cluster.components import CLUSTER_COMPONENTS, KUBERNETES_VERSION
 from deployments.cluster.pki import ClusterPKI
 from deployments.cluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic
@@ -32,6 +33,8 @@ from slipway.paths import BUILD_DIR
 
 DEFAULT_API_PORT = 16443
 STATE_FILE = "state.json"
+MODEL_NAMESPACE = "slipway"  # `make deploy`'s default NAMESPACE: made at start, with the store's Secret
+BUCKET = "slipway-models"    # the bucket of `deploy`'s default storage root, s3://slipway-models
 SERVICE_CIDR = "10.96.0.0/16"
 READY_TIMEOUT_S = 90.0
 
@@ -46,11 +49,12 @@ def default_state_dir() -> Path:
 
 @dataclass
 class ClusterState:
-    """What a running local cluster is: its folder, API port and processes."""
+    """What a running local cluster is: its folder, API port, processes and object store."""
 
     folder: Path
     api_port: int
     processes: list[Process]
+    object_store: dict[str, str] = field(default_factory=dict)  # endpoint, access_key, secret_key
 
     @property
     def kubeconfig(self) -> Path:
@@ -62,7 +66,8 @@ class ClusterState:
 
     def save(self) -> None:
         atomic.write_json(self.folder / STATE_FILE, {"api_port": self.api_port, "kubernetes": KUBERNETES_VERSION,
-                                                     "processes": [process.as_dict() for process in self.processes]})
+                                                     "processes": [process.as_dict() for process in self.processes],
+                                                     "object_store": self.object_store})
 
     @classmethod
     def load(cls, folder: Path) -> ClusterState | None:
@@ -70,7 +75,14 @@ class ClusterState:
             record = json.loads((folder / STATE_FILE).read_text())
         except (OSError, ValueError):
             return None
-        return cls(folder, int(record["api_port"]), [Process(**process) for process in record["processes"]])
+        return cls(folder, int(record["api_port"]), [Process(**process) for process in record["processes"]],
+                   record.get("object_store") or {})
+
+    def storage_environment(self) -> dict[str, str]:
+        """The object store's address and keys as the AWS variables `make secret` (and any S3 tool) reads."""
+        return {"AWS_ACCESS_KEY_ID": self.object_store["access_key"],
+                "AWS_SECRET_ACCESS_KEY": self.object_store["secret_key"],
+                "AWS_ENDPOINT_URL": self.object_store["endpoint"]}
 
     def alive(self) -> list[Process]:
         return [process for process in self.processes if running(process)]
@@ -180,10 +192,10 @@ def up(folder: Path | None = None, *, api_port: int = DEFAULT_API_PORT, tied: bo
     if port_in_use(api_port):
         raise ClusterError(f"port {api_port} on 127.0.0.1 is in use: stop what listens there or choose another "
                            f"port (make cluster CLUSTER_PORT=...)")
-    bins = build_all()
+    bins = build_all(CLUSTER_COMPONENTS)
     if folder.exists():
         shutil.rmtree(folder)  # a stopped cluster's leftovers: nothing of it runs (checked above)
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, mode=0o700)  # keys and the store's credentials
     state = ClusterState(folder, api_port, [])
     try:
         _start_all(state, bins, on_step, tied)
@@ -280,6 +292,26 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
         f"--operator-namespace={objects.SELDON_NAMESPACE}",
     ], env={**objects.seldon_operator_env(), "KUBECONFIG": str(state.kubeconfig), "TMPDIR": str(operator_tmp)})
     _wait(operator, lambda: objects.webhook_answers(webhook_port, pki.ca.cert), "serving its webhooks")
+    objects.register_operator(api)
+
+    _start_object_store(state, starter)
+    on_step(f"making namespace {MODEL_NAMESPACE}, bucket {BUCKET} and the storage Secret")
+    objects.create_bucket(state.storage_environment(), BUCKET)
+    objects.create_namespace(api, MODEL_NAMESPACE, state.storage_environment())
+
+
+def _start_object_store(state: ClusterState, starter: _Starter) -> None:
+    """versitygw serving S3 over a folder of the state, with fresh keys (in its environment, not its arguments)."""
+    port = free_port()
+    state.object_store = {"endpoint": f"http://127.0.0.1:{port}", "access_key": f"slipway{secrets.token_hex(6)}",
+                          "secret_key": secrets.token_urlsafe(30)}
+    (state.folder / "objects").mkdir(mode=0o700)
+    store = starter.start("versitygw", "object-store", [
+        f"--port=127.0.0.1:{port}", "--quiet", "posix", str(state.folder / "objects"),
+    ], env={"ROOT_ACCESS_KEY_ID": state.object_store["access_key"],
+            "ROOT_SECRET_ACCESS_KEY": state.object_store["secret_key"]})
+    # an anonymous GET of the service is refused (403): the S3 API answers
+    _wait(store, lambda: _get(state.object_store["endpoint"])[0] == 403, "answering S3 requests")
 
 
 def down(folder: Path | None = None) -> list[str]:

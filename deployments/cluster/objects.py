@@ -24,6 +24,7 @@ from slipway import atomic
 FIELD_MANAGER = "slipway-cluster"
 SELDON_NAMESPACE = "seldon-system"
 SELDON_CONFIGMAP = "seldon-config"
+OPERATOR_DEPLOYMENT = "seldon-controller-manager"  # as Seldon's Helm chart names it
 SELDON_WEBHOOKS = "seldon-validating-webhook-configuration"
 METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
 KWOK_CRDS = ("Metric", "ClusterResourceUsage", "ResourceUsage")
@@ -105,6 +106,7 @@ def create_nodes(api, bins: dict[str, Path]) -> None:
                   "type": "kwok", "topology.kubernetes.io/zone": "local"}
         if gpus:
             labels["nvidia.com/gpu.present"] = "true"  # GPU feature discovery's label
+            labels["cloud.google.com/gke-accelerator"] = "nvidia-l4"  # GKE's: what --gpu-node-selector is tested on
         apply(api, {
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels, "annotations": {
@@ -174,6 +176,40 @@ def seldon_operator_env() -> dict[str, str]:
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
     env = {item["name"]: str(item.get("value", "")) for item in container.get("env", []) if "valueFrom" not in item}
     return {**env, **OPERATOR_ENV}
+
+
+def register_operator(api) -> None:
+    """The operator's Deployment as its kustomize install makes it, with the image and environment of the process
+    that runs on this machine, at 0 replicas: tools that inspect a cluster (deploy's preflight reads the image's
+    version and the ingress settings) see what they would see on a real one."""
+    manager = _documents(SELDON_FILES["manager"])
+    deployment = next(doc for doc in manager if doc.get("kind") == "Deployment")
+    container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
+    container["image"] = f"seldonio/seldon-core-operator:{SELDON_OPERATOR_VERSION}"
+    container["env"] = [{"name": name, "value": value} for name, value in seldon_operator_env().items()]
+    deployment["metadata"].update(name=OPERATOR_DEPLOYMENT, namespace=SELDON_NAMESPACE, annotations={
+        "slipway.io/local-cluster": "the operator runs as a process on this machine (build/cluster/logs)"})
+    deployment["spec"]["replicas"] = 0
+    apply(api, deployment)
+
+
+def create_bucket(storage_env: dict[str, str], bucket: str) -> None:
+    """The bucket, made through the store's S3 API with the keys `deploy` will use."""
+    from fsspec.core import url_to_fs
+
+    from deployments.storage_secret import fsspec_options, settings_from_environment
+
+    settings, _ = settings_from_environment("s3", storage_env)
+    fs, _ = url_to_fs(f"s3://{bucket}", **fsspec_options("s3", settings))
+    fs.mkdir(bucket)
+
+
+def create_namespace(api, name: str, storage_env: dict[str, str]) -> None:
+    """A namespace for models, with the storage Secret the base's envSecretRefName names, as `make secret` writes it."""
+    from deployments.storage_secret import DEFAULT_SECRET, secret_manifest, settings_from_environment
+
+    apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    apply(api, secret_manifest(DEFAULT_SECRET, name, settings_from_environment("s3", storage_env)[0]))
 
 
 def webhook_answers(port: int, ca: Path) -> bool:

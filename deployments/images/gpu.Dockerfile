@@ -33,6 +33,9 @@ ENV PATH=/opt/slipway/bin:$PATH \
 ENV MLSERVER_GZIP_ENABLED=false \
     MALLOC_MMAP_THRESHOLD_=16777216 \
     MALLOC_TRIM_THRESHOLD_=67108864
+# MLServer imports this before it builds its servers: it refuses the model repository API (load, unload)
+# unless SLIPWAY_REPOSITORY_API=open (wrappers/repository_access.py); the runtime does not load without it.
+ENV MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION=wrappers.repository_api.GuardedRepository
 WORKDIR /tmp
 USER 10001:10001
 HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('MLSERVER_HTTP_PORT', '8080') + '/v2/health/live', timeout=2)"]

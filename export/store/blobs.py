@@ -33,9 +33,9 @@ def _manifest_bytes(manifest: Manifest) -> bytes:
 class ArtifactRoot:
     """The folder (fsspec URL) under which every version's artifact folder lives, as `<model>/<number>`."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, **storage_options):
         try:
-            self.fs, self.root = url_to_fs(url)
+            self.fs, self.root = url_to_fs(url, **storage_options)
         except (ImportError, ValueError) as err:
             raise StoreError(
                 f"cannot open artifact storage {url!r} ({err}); for s3:// or gs:// install the `cloud` extra "

@@ -23,6 +23,7 @@ from typing import Any
 from export.store.records import flatten, is_number
 from slipway.paths import PROJECT_ROOT, REPORTS_DIR
 from slipway.reports import read_report
+from wrappers.precision import read_numerics
 
 TRAIN_CONFIG_FILE = "train-config.json"  # written by export.train beside model.keras
 FOUNDATION_VARIANT = "fp32"  # `export convert` writes float32 ONNX without slimming
@@ -164,5 +165,7 @@ def gather(
         "data_fingerprint": (training or {}).get("data_fingerprint") or (export or {}).get("data_fingerprint"),
         "source": {"path": str(Path(artifact_dir).resolve()), "digest": digest},
         "git": git_commit(),
+        # precision and int8 flavour (U8S8/S8S8), read from the artifact: the gpu overlay refuses the CPU's U8S8
+        "numerics": numerics.as_dict() if (numerics := read_numerics(Path(artifact_dir))) else None,
     }
     return result

@@ -112,9 +112,14 @@ def write_patch(best: Measurement, advice: dict[str, Any], *, out_dir: Path, set
         *seldon_patch.env_op(seldon_patch.base_container_env(BASE_DIR), "MLSERVER_PARALLEL_WORKERS", str(best.config.parallel_workers)),
         *seldon_patch.hpa_ops(metrics=[advice["hpa_metric"]]),
     ]
+    memory_note = ("" if advice["hpa_metric"].get("type") != "ContainerResource" else
+                   f"The HPA reads the model container's CPU alone, without the cpu overlay's memory target: the memory "
+                   f"request is {MEMORY_REQUEST_FACTOR:g}x the use measured at capacity, which thus sits at "
+                   f"{100 / MEMORY_REQUEST_FACTOR:.0f}% of it;\na memory target there would hold up "
+                   "replicas the CPU no longer asks for (the HPA follows whichever metric asks for more).\n")
     comment = (
         f"Written by `make tune`: the best serving spec found ({best.config.key}).\n"
-        f"{advice['why']}.\n"
+        f"{advice['why']}.\n{memory_note}"
         f"Serve the variant with {settings_path} as its model-settings.json (re-publish it: the manifest hashes it)."
     )
     return seldon_patch.write_overlay(out_dir, ops, base=OVERLAY_DIR, comment=comment)

@@ -177,10 +177,18 @@ def test_make_pins_versions_through_the_model_store_cli():
     assert "--model-dir build/artifacts/digits" in unpinned.stdout and "--dry-run server --wait 300" in unpinned.stdout
 
 
-def test_make_image_without_a_docker_engine_says_so():
+@pytest.mark.parametrize("target", [("image",), ("push", "IMAGE_REPO=registry.example.com/team")])
+def test_make_image_and_push_without_a_docker_engine_say_so_in_one_line(target):
     if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
-        pytest.skip("a Docker engine answers here: make image would build for real")
-    result = _make("image")
-    assert result.returncode != 0
-    assert "make image needs a running Docker engine" in result.stderr
-    assert "docker build -f deployments/images/cpu.Dockerfile" in result.stderr
+        pytest.skip("a Docker engine answers here: make would build for real")
+    result = _make(*target)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert lines == [f"make {target[0]} needs a running Docker engine and none answers here (docker info failed): run it "
+                     "where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE="]
+
+
+def test_make_push_without_a_registry_says_how_to_name_one():
+    result = _make("push")
+    assert result.returncode == 2
+    assert "usage: make push IMAGE_REPO=registry.example.com/team" in result.stderr

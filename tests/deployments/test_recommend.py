@@ -103,8 +103,11 @@ def test_cpu_hpa_gets_a_coupling_warning_and_a_derived_utilization_target():
     rec = recommend(*history(flat(0.5), flat(300 * MIB), flat(50)), capacity_rps=50)
     assert any("VPA" in warning and "averageUtilization" in warning for warning in rec.warnings)
     # 0.01 cores per request x 35 req/s = 0.35 cores, of a ~0.59-core request.
-    target = rec.hpa["metricsv2"][0]["resource"]["target"]["averageUtilization"]
-    assert target == round(100 * 0.35 / rec.cpu_request)
+    (metric,) = rec.hpa["metricsv2"]  # the model container's CPU alone: a memory target would hold replicas up
+    assert (metric["type"], metric["containerResource"]["name"]) == ("ContainerResource", "cpu")
+    assert metric["containerResource"]["container"] == "$(MODEL_CONTAINER)"  # the model container, named at render time
+    assert metric["containerResource"]["target"]["averageUtilization"] == round(100 * 0.35 / rec.cpu_request)
+    assert any("no memory target" in line for line in rec.reasoning)
     rps = recommend(*history(flat(0.5), flat(300 * MIB), flat(50)), capacity_rps=50, hpa_metric="rps", rps_metric="infer_rps")
     assert not rps.warnings and rps.hpa["metricsv2"][0]["pods"]["target"]["averageValue"] == "35"
 

@@ -10,7 +10,7 @@ import yaml
 
 from deployments import autoscaling, seldon
 from deployments.records import ModelVersion, RecordError
-from deployments.render import ADAPTER_RULES_FILE, RenderError, write_manifests
+from deployments.render import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, write_manifests
 from deployments.render import render as _render
 from slipway.cli import UserError
 from wrappers.settings import RUNTIME_IMPLEMENTATION, SettingsError
@@ -159,6 +159,73 @@ def test_behavior_autoscaling_scales_the_deployment_seldon_creates(main_version)
     assert hpa["metadata"]["name"] == "digits-default"
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     assert "hpaSpec" not in predictor["componentSpecs"][0] and "replicas" not in predictor
+
+
+def _hpa_metrics(rendered):
+    """(predictor, metrics) of every autoscaler: each hpaSpec, and each standalone HPA by its predictor label."""
+    found = [(p["name"], p["componentSpecs"][0]["hpaSpec"]["metricsv2"]) for p in _sdep(rendered)["spec"]["predictors"]
+             if "hpaSpec" in p["componentSpecs"][0]]
+    return found + [(doc["metadata"]["labels"]["slipway.io/predictor"], doc["spec"]["metrics"])
+                    for doc in rendered.docs if doc["kind"] == "HorizontalPodAutoscaler"]
+
+
+@pytest.mark.parametrize("overlay, mode", [("cpu", "cpu"), ("canary", "cpu"), ("canary", "behavior"), ("gpu", "cpu")])
+def test_the_hpa_reads_each_predictors_model_container(main_version, canary_version, overlay, mode):
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
+                      autoscaling_mode=mode)
+    predictors = {p["name"]: p for p in _sdep(rendered)["spec"]["predictors"]}
+    found = _hpa_metrics(rendered)
+    assert sorted(name for name, _ in found) == sorted(predictors)  # every predictor autoscales (behavior: standalone)
+    for name, metrics in found:
+        model_container = _container(predictors[name])["name"]
+        assert model_container == predictors[name]["graph"]["name"] == "digits"
+        assert {m["type"] for m in metrics} == {"ContainerResource"}
+        assert {m["containerResource"]["container"] for m in metrics} == {model_container}
+        targets = {m["containerResource"]["name"]: m["containerResource"]["target"]["averageUtilization"] for m in metrics}
+        assert targets == ({"cpu": 60} if overlay == "gpu" else {"cpu": 70, "memory": 80})  # gpu: no memory target
+    assert rendered.summary()["hpa_metric_source"] == "container"
+
+
+def test_a_renamed_model_pins_the_hpa_to_its_container_wherever_the_overlay_named_it(main_version, tmp_path):
+    """$(MODEL_CONTAINER), or the base's container name (digits) an SRE's overlay wrote, becomes the model's name."""
+    overlay = tmp_path / "mine"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{OVERLAYS_DIR / 'cpu'}]\npatches:\n  - path: hpa.yaml\n    target: {{kind: SeldonDeployment}}\n")
+    (overlay / "hpa.yaml").write_text(yaml.safe_dump([{
+        "op": "replace", "path": "/spec/predictors/0/componentSpecs/0/hpaSpec/metricsv2/1/containerResource/container",
+        "value": "digits"}]))
+    other = main_version.model_copy(update={"name": "fraud-scorer", "uri": "s3://models/fraud-scorer/3"})
+    for folder in ("cpu", overlay):
+        ((_, metrics),) = _hpa_metrics(render(folder, model=other))
+        assert [m["containerResource"]["container"] for m in metrics] == ["fraud-scorer", "fraud-scorer"]
+
+
+@pytest.mark.parametrize("overlay, mode", [("canary", "cpu"), ("cpu", "behavior")])
+def test_hpa_metric_source_pod_falls_back_to_the_pods_resource_metric(main_version, canary_version, overlay, mode):
+    canary = canary_version if overlay == "canary" else None
+    container = _hpa_metrics(render(overlay, model=main_version, canary=canary, autoscaling_mode=mode))
+    rendered = render(overlay, model=main_version, canary=canary, autoscaling_mode=mode, hpa_metric_source="pod")
+    pod = _hpa_metrics(rendered)
+    assert len(pod) == len(container) == (2 if overlay == "canary" else 1)
+    for (_, by_container), (_, by_pod) in zip(container, pod, strict=True):
+        assert by_pod == [{"type": "Resource", "resource": {"name": m["containerResource"]["name"],
+                                                            "target": m["containerResource"]["target"]}}
+                          for m in by_container]
+    assert rendered.summary()["hpa_metric_source"] == "pod"
+
+
+def test_unknown_hpa_metric_source_is_refused(main_version):
+    with pytest.raises(RenderError, match="choose one of container, pod"):
+        render("cpu", model=main_version, hpa_metric_source="node")
+
+
+@pytest.mark.parametrize("source", ["container", "pod"])
+def test_both_metric_sources_count_as_cpu_autoscaling(main_version, source):
+    docs = render("cpu", model=main_version, hpa_metric_source=source).docs
+    assert autoscaling.scales_on_cpu(docs, "default")
+    assert not autoscaling.scales_on_cpu(render("cpu", model=main_version, autoscaling_mode="rps",
+                                                hpa_metric_source=source).docs, "default")
 
 
 def test_seldon_deployment_names_follow_the_operator():

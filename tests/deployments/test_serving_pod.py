@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
 
 import pytest
@@ -78,3 +79,15 @@ def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, di
     keda = render("cpu", model=rendered.models["default"], engine="builtin", autoscaling_mode="keda")
     query = keda.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]["kedaSpec"]["triggers"][0]["metadata"]["query"]
     assert query.startswith(f"sum(rate({samples[0].name}{{")
+
+
+def test_the_pod_refuses_the_model_repository_api_and_keeps_serving(pod_server):
+    """The rendered env closes MLServer's repository API: one anonymous request no longer unloads the model."""
+    server, rendered = pod_server
+    request = urllib.request.Request(f"{server.http_url}/v2/repository/models/{rendered.name}/unload", data=b"",
+                                     method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
+    assert "repository API (index, load, unload) is closed" in json.loads(refused.value.read())["error"]
+    assert _get(f"{server.http_url}/v2/models/{rendered.name}/ready")[0] == 200

@@ -89,6 +89,8 @@ SELDON_RULES = [
     (lambda s: _model_container(s)["env"].append({"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}), "holds a literal value"),
     (lambda s: _component(s).__setitem__("kedaSpec", {"triggers": []}), "hpaSpec and kedaSpec both set"),
     (lambda s: _predictor(s)["graph"].__setitem__("children", [{"name": "x"}]), "only valid for a one-node graph"),
+    (lambda s: _component(s, 1)["hpaSpec"]["metricsv2"][0]["containerResource"].__setitem__("container", "istio-proxy"),
+     "reads container 'istio-proxy', which the pod does not have"),
 ]
 
 
@@ -156,6 +158,8 @@ CROSS_RESOURCE = [
      "scale subresource has no label selector"),
     (lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"].__setitem__("name", "digits"), "is not a Deployment Seldon creates"),
     (lambda d: _doc(d, "SeldonDeployment")["spec"]["predictors"][0].__setitem__("replicas", 2), "Seldon re-applies"),
+    (lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"]["metrics"][1]["containerResource"].__setitem__("container", "x"),
+     "memory metric reads container 'x'"),
     (lambda d: _doc(d, "SeldonDeployment")["spec"]["predictors"][0]["componentSpecs"][0].__setitem__(
         "hpaSpec", {"maxReplicas": 2}), "two autoscalers on one Deployment"),
 ]

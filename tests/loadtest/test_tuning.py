@@ -171,10 +171,10 @@ def test_short_real_tuning_run_measures_both_variants_and_writes_a_deployable_sp
     container = component["spec"]["containers"][0]
     assert container["resources"]["requests"]["cpu"] == cpu_quantity(deployment["cpu_request_cores"])
     assert {"name": "MLSERVER_PARALLEL_WORKERS", "value": "0"} in container["env"]
-    assert component["hpaSpec"]["metricsv2"] == [deployment["hpa_metric"]]
+    assert [m["type"] for m in component["hpaSpec"]["metricsv2"]] == [deployment["hpa_metric"]["type"]]
 
 
-@pytest.mark.parametrize("extra, scales_on", [({}, "Resource"), ({"event_loop_spin_us": 1000}, "Pods")])
+@pytest.mark.parametrize("extra, scales_on", [({}, "ContainerResource"), ({"event_loop_spin_us": 1000}, "Pods")])
 def test_a_tuned_spec_whose_settings_keep_a_cpu_busy_autoscales_on_requests(tmp_path, extra, scales_on):
     folder = tmp_path / "fp32"
     folder.mkdir()
@@ -186,7 +186,12 @@ def test_a_tuned_spec_whose_settings_keep_a_cpu_busy_autoscales_on_requests(tmp_
                        settings={}, hpa_metric="cpu", reports_dir=tmp_path / "reports")
     deployment = json.loads((tmp_path / "reports" / "tune.json").read_text())["deployment"]
     metric = _render_overlay(tmp_path / "tune" / "overlay")["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]["metricsv2"]
-    assert metric == [deployment["hpa_metric"]] and metric[0]["type"] == scales_on
+    assert len(metric) == 1 and metric[0]["type"] == deployment["hpa_metric"]["type"] == scales_on
+    if scales_on == "ContainerResource":  # the model container's CPU, its name pinned at render time; no memory target
+        assert metric[0]["containerResource"] == {**deployment["hpa_metric"]["containerResource"], "container": "digits"}
+        assert "without the cpu overlay's memory target" in (tmp_path / "tune" / "overlay" / "patch.yaml").read_text()
+    else:
+        assert metric == [deployment["hpa_metric"]]
     assert ("event_loop_spin_us: 1000" in deployment["why"]) == bool(extra)
     written = json.loads((tmp_path / "tune" / "best" / "model-settings.json").read_text())["parameters"]["extra"]
     assert written.get("event_loop_spin_us") == extra.get("event_loop_spin_us")

@@ -14,6 +14,7 @@ from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, post, raw_output, raw_request
 from wrappers import cpu_pinning
 from wrappers.artifact import load_input_example
+from wrappers.repository_access import API_ENV
 from wrappers.server import LocalServer
 
 CPUS = os.sched_getaffinity(0)
@@ -70,7 +71,7 @@ def test_a_real_server_pins_at_its_first_request_and_unpins_when_the_model_unloa
     inputs, _, _ = load_input_example(digits_artifact)
     images = inputs["image"][:1]
     model_folder(tmp_path, "digits", digits_artifact / "model.onnx", extra={"pin_event_loop": True})
-    with LocalServer(tmp_path) as server:
+    with LocalServer(tmp_path, extra_env={API_ENV: "open"}) as server:  # unloaded over loopback below
         assert _pinned_threads(server.pid, max(CPUS)) == set(), "nothing is pinned before the first request"
         client = GrpcClient(server.grpc_target)
         try:

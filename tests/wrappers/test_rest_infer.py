@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
 from wrappers.artifact import load_input_example
+from wrappers.repository_access import API_ENV
 from wrappers.request_bodies import MAX_BODY_BYTES
 from wrappers.server import LOOPBACK, LocalServer
 
@@ -39,11 +40,12 @@ OVER_THE_LIMIT = (f"{MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES >> 20} MiB), the mos
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, digits_artifact):
     """`fastapi` loads at start-up and freezes the heap; `ours` is loaded afterwards through the repository API,
-    so the route must find MLServer's REST app among frozen objects."""
+    so the route must find MLServer's REST app among frozen objects (opened to loopback callers: it is closed
+    unless SLIPWAY_REPOSITORY_API says otherwise)."""
     root = tmp_path_factory.mktemp("rest-infer")
     onnx = digits_artifact / "model.onnx"
     model_folder(root, "fastapi", onnx, version=VERSION, extra={"fast_rest_route": False})
-    with LocalServer(root) as running:
+    with LocalServer(root, extra_env={API_ENV: "open"}) as running:
         model_folder(root, "ours", onnx, version=VERSION)
         status, answer, _ = _send(f"{running.http_url}/v2/repository/models/ours/load", b"", {})
         assert status == 200, answer

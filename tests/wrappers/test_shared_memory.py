@@ -17,6 +17,7 @@ from tests.conftest import refused_at_load
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, post, raw_request
 from wrappers.artifact import load_input_example
+from wrappers.repository_access import API_ENV
 from wrappers.server import LocalServer
 from wrappers.shared_memory import Location, Regions, SharedMemoryError, location
 
@@ -327,7 +328,7 @@ def test_a_reloaded_model_keeps_its_regions_shared_memory_and_raw_grpc_path(tmp_
 
     images, expected = example
     folder = model_folder(tmp_path, "digits-reload", digits_artifact / "model.onnx", extra={"shared_memory": True})
-    with LocalServer(folder) as server:
+    with LocalServer(folder, extra_env={API_ENV: "open"}) as server:  # reloaded over loopback below
         http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
         grpc_ = grpcclient.InferenceServerClient(server.grpc_target)
         handle, key = blocks("reload", images[:1].nbytes)

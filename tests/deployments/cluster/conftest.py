@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 MODEL = "digits"
 SECRET = "slipway-model-storage"
+STORAGE_ENV: dict[str, str] = {}  # the running test cluster's object store, as AWS_* variables (set by `cluster`)
 
 
 @pytest.fixture(scope="package")
@@ -18,9 +22,11 @@ def cluster(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("cluster") / "state"
     state = up(folder, api_port=free_port(), tied=True)
+    STORAGE_ENV.update(state.storage_environment())
     try:
         yield state
     finally:
+        STORAGE_ENV.clear()
         processes = list(state.processes)
         down(folder)
         assert not any(running(process) for process in processes) and not folder.exists()
@@ -39,12 +45,39 @@ def cluster_env(cluster, reports_env) -> dict[str, str]:
 
 
 def make_namespace(api, name: str, *, secret: bool = True) -> str:
-    """Create namespace `name`, with the storage Secret the rendered models name unless `secret` is false."""
+    """Create namespace `name`, with the storage Secret for the cluster's object store (as `make secret` writes it
+    from the store's keys) unless `secret` is false."""
     from kubernetes import client
 
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    from deployments.cluster.objects import create_namespace
+
     if secret:
-        data = {"RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Minio",
-                "RCLONE_CONFIG_S3_ENDPOINT": "http://minio.minio.svc:9000"}
-        client.CoreV1Api(api).create_namespaced_secret(name, {"metadata": {"name": SECRET}, "stringData": data})
+        create_namespace(api, name, STORAGE_ENV)
+    else:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     return name
+
+
+def records(tmp_path: Path, artifact: Path, *versions: str) -> list[Path]:
+    """Store records of `versions` of the digits artifact, as `export versions show` writes them for a store on this
+    machine: each a folder of its own whose settings name the version, so each has its own digest."""
+    import shutil
+
+    from wrappers.artifact import SETTINGS_FILE, write_manifest
+
+    paths = []
+    for version in versions:
+        folder = tmp_path / f"digits-{version}"
+        shutil.copytree(artifact, folder)
+        settings = json.loads((folder / SETTINGS_FILE).read_text())
+        settings["parameters"]["version"] = version
+        (folder / SETTINGS_FILE).write_text(json.dumps(settings))
+        path = tmp_path / f"record-{version}.json"
+        path.write_text(json.dumps({"name": MODEL, "version": version, "uri": f"file://{folder}",
+                                    "digest": write_manifest(folder).digest}))
+        paths.append(path)
+    return paths
+
+
+def digest_of(record: Path) -> str:
+    return f"sha256:{json.loads(record.read_text())['digest']}"

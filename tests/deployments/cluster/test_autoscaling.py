@@ -59,6 +59,10 @@ def test_the_hpa_scales_up_on_usage_and_down_within_its_behavior(api, cluster, c
 
     report = json.loads((Path(cluster_env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.json").read_text())
     assert (Path(cluster_env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.png").stat().st_size > 10_000
+    # the HPA read the model container alone (ContainerResource): metrics-server's per-container usage from kwok
+    assert report["container"] == "digits"
+    assert [(m["type"], m["container_resource"]["name"], m["container_resource"]["container"]) for m in report["metrics"]] == [
+        ("ContainerResource", "cpu", "digits"), ("ContainerResource", "memory", "digits")]
     samples = report["samples"]
     high = [s for s in samples if s["phase"] == "high"]
     low = [s for s in samples if s["phase"] == "low"]

@@ -7,7 +7,6 @@ Each test works in its own namespace and reads back what the operator created fr
 from __future__ import annotations
 
 import copy
-import json
 import os
 import time
 from pathlib import Path
@@ -17,22 +16,11 @@ import yaml
 
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.deployments.cluster.conftest import MODEL, SECRET, make_namespace
+from tests.deployments.cluster.conftest import MODEL, SECRET, digest_of, make_namespace, records
 
 pytestmark = pytest.mark.slow
 
 WAIT = "120"
-
-
-def _records(tmp_path: Path, artifact: Path, *versions: str) -> list[Path]:
-    """Store records of `versions` of the digits artifact, each with its own digest, as `export versions show` writes."""
-    paths = []
-    for version in versions:
-        path = tmp_path / f"record-{version}.json"
-        path.write_text(json.dumps({"name": MODEL, "version": version, "uri": f"file://{artifact}",
-                                    "digest": f"{int(version):064x}"}))
-        paths.append(path)
-    return paths
 
 
 def _deploy(env: dict, namespace: str, *args: str, check: bool = True):
@@ -111,6 +99,9 @@ def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, 
     out = tmp_path / "manifests"
     result = _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--out", str(out))
     assert "is Available" in result.stderr and result.stdout.strip().endswith("/infer")
+    # Ready pods on kwok's nodes: no server to ask through the Service, and deploy says so rather than pretend
+    assert (f"default: its pods are on kwok's nodes, where no container runs: /v2/models/{MODEL} was not asked "
+            f"through Service {MODEL}-default") in result.stderr
     rendered = _rendered_sdep(out)
     rendered_pod = rendered["spec"]["predictors"][0]["componentSpecs"][0]["spec"]
     rendered_container = rendered_pod["containers"][0]
@@ -146,8 +137,10 @@ def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, 
     rendered_hpa = rendered["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]
     assert len(hpa) == 1 and hpa[0].spec.scale_target_ref.name == deployments[0].metadata.name
     assert (hpa[0].spec.min_replicas, hpa[0].spec.max_replicas) == (rendered_hpa["minReplicas"], rendered_hpa["maxReplicas"])
-    metric = hpa[0].spec.metrics[0]
-    assert (metric.type, metric.resource.name, metric.resource.target.average_utilization) == ("Resource", "cpu", 70)
+    # the operator copied hpaSpec.metricsv2 as it was rendered: CPU and memory of the model container alone
+    assert [(m.type, m.container_resource.name, m.container_resource.container, m.container_resource.target.type,
+             m.container_resource.target.average_utilization) for m in hpa[0].spec.metrics] == [
+        ("ContainerResource", "cpu", MODEL, "Utilization", 70), ("ContainerResource", "memory", MODEL, "Utilization", 80)]
 
     policy = client.NetworkingV1Api(api).read_namespaced_network_policy(f"{MODEL}-ingress", namespace)
     sources = {tuple(port.port for port in rule.ports): rule._from for rule in policy.spec.ingress}
@@ -180,21 +173,35 @@ def test_every_autoscaling_mode_applies_and_makes_its_autoscaler(api, cluster_en
     assert len(hpas) == 1 and hpas[0].spec.scale_target_ref.name == deployment.metadata.name
     if mode == "rps":
         assert hpas[0].spec.metrics[0].pods.metric.name == "mlserver_infer_requests_per_second"
-    else:  # a standalone HPA of ours, aimed at the Deployment the operator really made
+    else:  # a standalone HPA of ours, aimed at the Deployment the operator really made, reading its model container
         assert hpas[0].metadata.labels["app.kubernetes.io/managed-by"] == "slipway"
+        containers = {c.name for c in deployment.spec.template.spec.containers}
+        assert [(m.type, m.container_resource.container) for m in hpas[0].spec.metrics] == [("ContainerResource", MODEL)] * 2
+        assert MODEL in containers
         assert hpas[0].spec.behavior.scale_down.stabilization_window_seconds == 300
 
 
-def test_the_gpu_overlay_lands_on_the_gpu_node_serving_from_mlserver_s_own_process(api, cluster_env, digits_artifact):
+@pytest.mark.parametrize("placement", [
+    [],  # the overlay's: GPU Feature Discovery's label, the nvidia.com/gpu taint tolerated
+    ["--gpu-node-selector", "cloud.google.com/gke-accelerator=nvidia-l4", "--gpu-toleration", "nvidia.com/gpu=present:NoSchedule"],
+], ids=["gpu-feature-discovery", "gke-labels"])
+def test_the_gpu_overlay_lands_on_the_gpu_node_serving_from_mlserver_s_own_process(api, cluster_env, digits_artifact,
+                                                                                   placement):
     from kubernetes import client
 
-    namespace = make_namespace(api, "gpu")
-    _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--overlay", "gpu")
+    namespace = make_namespace(api, "gpu" if not placement else "gpu-gke")
+    _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--overlay", "gpu", *placement)
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
     assert pods and all(pod.spec.node_name == "slipway-gpu-1" for pod in pods)  # the only node with GPUs, tainted
+    if placement:
+        assert pods[0].spec.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
     container = next(c for c in pods[0].spec.containers if c.name == MODEL)
     assert container.resources.limits["nvidia.com/gpu"] == "1"
-    assert {"MLSERVER_PARALLEL_WORKERS": "0"}.items() <= {e.name: e.value for e in container.env}.items()
+    env = {e.name: e.value for e in container.env}
+    assert {"MLSERVER_PARALLEL_WORKERS": "0", "SLIPWAY_TENSORRT_CACHE_DIR": "/var/cache/slipway/tensorrt"}.items() <= env.items()
+    mounts = {m.mount_path: m.name for m in container.volume_mounts}
+    assert mounts["/var/cache/slipway/tensorrt"] == "tensorrt-cache"  # the operator kept the overlay's cache volume
+    assert next(v for v in pods[0].spec.volumes if v.name == "tensorrt-cache").empty_dir.size_limit == "4Gi"
 
 
 # ------------------------------------------------------------------ 2. the real webhook
@@ -240,7 +247,7 @@ def test_a_deployment_only_the_webhook_refuses_fails_deploy_in_one_line_with_its
         "patches:\n  - target: {kind: SeldonDeployment}\n    patch: |-\n"
         + "".join(f"      - {{op: add, path: /spec/predictors/{i}/annotations/seldon.io~1svc-name, value: digits-stable}}\n"
                   for i in (0, 1)))
-    main, canary = _records(tmp_path, digits_artifact, "1", "2")
+    main, canary = records(tmp_path, digits_artifact, "1", "2")
     line = _one_line_error(_deploy(cluster_env, namespace, "--overlay", str(overlay), "--version-record", str(main),
                                    "--model-uri", "s3://models/digits/1", "--canary-record", str(canary),
                                    "--canary-model-uri", "s3://models/digits/2", check=False))
@@ -259,14 +266,14 @@ def test_a_new_version_returns_only_when_the_ready_pods_serve_it(api, cluster_en
     from deployments.apply import DIGEST_ANNOTATION
 
     namespace = make_namespace(api, "rollout")
-    first, second = _records(tmp_path, digits_artifact, "1", "2")
-    _deploy(cluster_env, namespace, "--version-record", str(first), "--model-uri", "s3://models/digits/1")
+    first, second = records(tmp_path, digits_artifact, "1", "2")
+    _deploy(cluster_env, namespace, "--version-record", str(first))
     assert _sdep(api, namespace)["status"]["state"] == "Available"  # what a wait on the status alone would take as done
-    result = _deploy(cluster_env, namespace, "--version-record", str(second), "--model-uri", "s3://models/digits/2")
+    result = _deploy(cluster_env, namespace, "--version-record", str(second))
     assert "serving default v2" in result.stderr
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
     ready = [pod for pod in pods if pod.metadata.deletion_timestamp is None]
-    assert ready and {pod.metadata.annotations[DIGEST_ANNOTATION] for pod in ready} == {f"sha256:{2:064x}"}
+    assert ready and {pod.metadata.annotations[DIGEST_ANNOTATION] for pod in ready} == {digest_of(second)}
 
 
 def test_make_rollback_moves_the_tag_back_and_returns_when_the_old_version_serves(api, cluster_env, tmp_path):
@@ -284,7 +291,7 @@ def test_make_rollback_moves_the_tag_back_and_returns_when_the_old_version_serve
     second = versions_json("publish", str(make_artifact(tmp_path / "v2", 2.0)), "--store", store)
     versions_json("promote", "tiny@champion", "tiny:2", "--store", store)
     common = [f"STORE={store}", "MODEL_NAME=tiny", f"NAMESPACE={namespace}", "TAG=champion", "WAIT=120",
-              "MODEL_URI=s3://models/tiny/champion", f"RECORD={tmp_path / 'record.json'}"]
+              f"RECORD={tmp_path / 'record.json'}"]
 
     def make(*args: str) -> subprocess.CompletedProcess:
         result = subprocess.run(["make", "--no-print-directory", *args, *common], cwd=PROJECT_ROOT, env={**os.environ, **cluster_env},
@@ -322,14 +329,21 @@ def test_a_canary_splits_traffic_and_a_new_share_changes_only_the_split(api, clu
     from kubernetes import client
 
     namespace = make_namespace(api, "canary")
-    main, canary = _records(tmp_path, digits_artifact, "1", "2")
-    args = ("--overlay", "canary", "--version-record", str(main), "--model-uri", "s3://models/digits/1",
-            "--canary-record", str(canary), "--canary-model-uri", "s3://models/digits/2")
+    main, canary = records(tmp_path, digits_artifact, "1", "2")
+    args = ("--overlay", "canary", "--version-record", str(main), "--canary-record", str(canary))
     _deploy(cluster_env, namespace, *args, "--canary-percent", "20")
     assert [(p["name"], p["traffic"]) for p in _sdep(api, namespace)["spec"]["predictors"]] == [("default", 80), ("canary", 20)]
     assert _until(lambda: _ambassador_weights(api, namespace).get("canary"), what="the operator's canary weight") == 20
 
     apps = client.AppsV1Api(api)
+    # one HPA per predictor, each reading the model container of the Deployment it scales
+    deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(namespace).items}
+    hpas = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+    assert sorted(h.spec.scale_target_ref.name for h in hpas) == sorted(deployments) and len(hpas) == 2
+    for hpa in hpas:
+        containers = {c.name for c in deployments[hpa.spec.scale_target_ref.name].spec.template.spec.containers}
+        assert {(m.type, m.container_resource.container) for m in hpa.spec.metrics} == {("ContainerResource", MODEL)}
+        assert MODEL in containers
     before = {d.metadata.name: d.metadata.generation for d in apps.list_namespaced_deployment(namespace).items}
     pods_before = {pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
     _deploy(cluster_env, namespace, *args, "--canary-percent", "30")
@@ -362,27 +376,62 @@ def test_a_missing_namespace_or_secret_stops_deploy_before_anything_is_applied(a
     assert _nothing_of_ours(api, namespace) == []
 
 
-def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_artifact):
+def test_an_open_repository_api_needs_its_token_secret_before_anything_is_applied(api, cluster_env, digits_artifact):
     from kubernetes import client
 
-    from deployments.cluster.objects import SELDON_CONFIGMAP, SELDON_NAMESPACE
+    namespace = make_namespace(api, "repository-token")
+    args = ("--model-dir", str(digits_artifact), "--repository-api", "open", "--repository-token-secret", "repo-token")
+    line = _one_line_error(_deploy(cluster_env, namespace, *args, check=False))
+    assert (f"Secret 'repo-token', which the model containers read token from, does not exist in namespace "
+            f"'{namespace}'") in line
+    assert _nothing_of_ours(api, namespace) == []
 
-    core = client.CoreV1Api(api)
+    client.CoreV1Api(api).create_namespaced_secret(namespace, {"metadata": {"name": "repo-token"},
+                                                               "stringData": {"token": "t" * 32}})
+    _deploy(cluster_env, namespace, *args)
+    deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
+    model = next(c for c in deployment.spec.template.spec.containers if c.name == MODEL)
+    env = {item.name: item for item in model.env}
+    assert env["SLIPWAY_REPOSITORY_API"].value == "open"
+    assert env["SLIPWAY_REPOSITORY_TOKEN"].value_from.secret_key_ref.name == "repo-token"
+
+
+def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_artifact):
+    """The version comes from the operator's Deployment (its image tag), else Helm's label on seldon-config."""
+    from kubernetes import client
+
+    from deployments.cluster.objects import OPERATOR_DEPLOYMENT, SELDON_CONFIGMAP, SELDON_NAMESPACE, register_operator
+
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = make_namespace(api, "old-operator")
-    label = {"metadata": {"labels": {"app.kubernetes.io/version": "1.16.0"}}}
-    core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE, label)
-    try:
+
+    def refused() -> str:
         line = _one_line_error(_deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), check=False))
         assert _nothing_of_ours(api, namespace) == []
+        return line
+
+    def label(version: str | None) -> None:
         core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE,
-                                         {"metadata": {"labels": {"app.kubernetes.io/version": None}}})
+                                         {"metadata": {"labels": {"app.kubernetes.io/version": version}}})
+
+    operator = apps.read_namespaced_deployment(OPERATOR_DEPLOYMENT, SELDON_NAMESPACE)
+    operator.spec.template.spec.containers[0].image = "seldonio/seldon-core-operator:1.16.0"
+    apps.replace_namespaced_deployment(OPERATOR_DEPLOYMENT, SELDON_NAMESPACE, operator)
+    try:
+        by_image = refused()
+        apps.delete_namespaced_deployment(OPERATOR_DEPLOYMENT, SELDON_NAMESPACE)
+        label("1.16.0")
+        by_label = refused()
+        label(None)
         unknown = _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--dry-run", "server")
         assert "warning: cannot tell the Seldon Core operator's version" in unknown.stderr  # and it goes on
         assert "server dry run passed" in unknown.stderr
     finally:
-        core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE,
-                                         {"metadata": {"labels": {"app.kubernetes.io/version": "1.17.1"}}})
-    assert f"the Seldon Core operator (ConfigMap {SELDON_NAMESPACE}/{SELDON_CONFIGMAP}) is 1.16.0; Slipway needs 1.17.1" in line
+        label("1.17.1")
+        register_operator(api)
+    assert (f"the Seldon Core operator (Deployment {SELDON_NAMESPACE}/{OPERATOR_DEPLOYMENT}) is 1.16.0; Slipway needs "
+            "1.17.1") in by_image
+    assert f"the Seldon Core operator (ConfigMap {SELDON_NAMESPACE}/{SELDON_CONFIGMAP}) is 1.16.0; Slipway needs 1.17.1" in by_label
 
 
 def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_env, digits_artifact):

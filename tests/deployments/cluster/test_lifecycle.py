@@ -110,11 +110,12 @@ def test_down_stops_everything_and_removes_the_state(tmp_path):
     state = tmp_path / "state"
     result = _up(state, free_port(), check=True)
     assert "local cluster ready" in result.stderr and result.stdout.strip() == str(state / "kubeconfig")
+    assert "namespace slipway holds Secret slipway-model-storage for s3://slipway-models" in result.stderr
     pids = _pids(state)
-    assert len(pids) == 7 and not any(_gone(pid) for pid in pids)
+    assert len(pids) == 8 and not any(_gone(pid) for pid in pids)
     status = run_module("deployments", "cluster", "status", "--dir", str(state))
-    assert status.stderr.count("running") == 7
+    assert status.stderr.count("running") == 8
     down = run_module("deployments", "cluster", "down", "--dir", str(state), env={"COLUMNS": "400"})
-    assert "stopped seldon-operator" in down.stderr and all(_gone(pid) for pid in pids) and not state.exists()
+    assert "stopped versitygw, seldon-operator, metrics-server" in down.stderr and all(_gone(pid) for pid in pids) and not state.exists()
     assert "nothing to stop" in run_module("deployments", "cluster", "down", "--dir", str(state)).stderr
     assert os.listdir(tmp_path) == []

@@ -1,0 +1,263 @@
+"""The gpu overlay: the variant measured for GPUs, TensorRT's cache on a volume, node placement per cloud."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from deployments import gpu, seldon
+from deployments.records import ModelVersion
+from deployments.render import OVERLAYS, RenderError
+from deployments.render import render as _render
+from deployments.validate import validate_documents
+from tests.deployments.conftest import record
+from tests.graphs import onnx_model
+from wrappers.artifact import write_manifest
+from wrappers.precision import graph_numerics, read_numerics
+from wrappers.settings import RUNTIME_IMPLEMENTATION, TENSORRT_CACHE_ENV
+
+render = functools.partial(_render, engine="builtin")
+CACHE_PATH = "/var/cache/slipway/tensorrt"
+
+
+def _pod(rendered, predictor: int = 0) -> dict:
+    return rendered.seldon_deployment["spec"]["predictors"][predictor]["componentSpecs"][0]["spec"]
+
+
+def _env(container: dict) -> dict:
+    return {item["name"]: item.get("value") for item in container.get("env", [])}
+
+
+def qdq_model(zero_point_type: int | None, weights=np.float32) -> onnx.ModelProto:
+    """y = Dequantize(Quantize(x)) @ W: int8 activations of one flavour (None: no zero point, i.e. uint8)."""
+    inits = [numpy_helper.from_array(np.arange(12).reshape(4, 3).astype(weights), "W"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "scale")]
+    quantize_inputs = ["x", "scale"]
+    if zero_point_type is not None:
+        inits.append(helper.make_tensor("zp", zero_point_type, [], [0]))
+        quantize_inputs.append("zp")
+    nodes = [helper.make_node("QuantizeLinear", quantize_inputs, ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", *quantize_inputs[1:]], ["xd"]),
+             helper.make_node("MatMul", ["xd", "W"], ["y"])]
+    return onnx_model(helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits))
+
+
+def float_model(dtype) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"])]
+    return onnx_model(helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", elem, ["N", 4])],
+                                        [helper.make_tensor_value_info("y", elem, ["N", 3])],
+                                        [numpy_helper.from_array(np.ones((4, 3), dtype), "W")]))
+
+
+def artifact(folder, model, variant: dict | None = None):
+    """An artifact folder as export writes one: model, settings, optional variant.json, manifest."""
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+    settings = {"name": "digits", "implementation": RUNTIME_IMPLEMENTATION, "parameters": {"uri": "./model.onnx", "extra": {}}}
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    if variant is not None:
+        (folder / "variant.json").write_text(json.dumps(variant))
+    write_manifest(folder)
+    return folder
+
+
+# ------------------------------------------------------------------ what every overlay serves from
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_serves_from_mlserver_s_own_process(main_version, canary_version, overlay):
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None)
+    for _, _, component in seldon.pod_specs(rendered.seldon_deployment):
+        assert _env(component["spec"]["containers"][0])["MLSERVER_PARALLEL_WORKERS"] == "0"
+
+
+# ------------------------------------------------------------------ 1. the variant measured for GPUs
+
+
+@pytest.mark.parametrize("model, expected", [
+    (qdq_model(TensorProto.UINT8), ("int8", "U8S8")),
+    (qdq_model(None), ("int8", "U8S8")),  # no zero point: QuantizeLinear quantizes to uint8
+    (qdq_model(TensorProto.INT8), ("int8", "S8S8")),
+    (float_model(np.float16), ("fp16", None)),
+    (float_model(np.float32), ("fp32", None)),
+])
+def test_the_graph_says_what_it_computes_in(model, expected):
+    assert graph_numerics(model) == expected
+
+
+def test_export_s_own_int8_flavours_are_read_back_from_their_graphs():
+    from export.quantize import Target, quantize_int8
+
+    calibration = {"x": np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)}
+    assert graph_numerics(quantize_int8(float_model(np.float32), calibration, target=Target.cpu)) == ("int8", "U8S8")
+    assert graph_numerics(quantize_int8(float_model(np.float32), calibration, target=Target.gpu)) == ("int8", "S8S8")
+
+
+def test_the_gpu_overlay_refuses_the_cpu_s_u8s8_int8_in_one_line_naming_the_gpu_variant(tmp_path):
+    folder = artifact(tmp_path / "int8", qdq_model(TensorProto.UINT8))
+    version = ModelVersion.from_artifact(folder, version="3")
+    with pytest.raises(RenderError) as caught:
+        render("gpu", model=version)
+    message = str(caught.value)
+    assert "\n" not in message and "digits v3 (predictor default) is the CPU's int8 (U8S8" in message
+    assert "python -m export variants --target gpu" in message and "from model.onnx" in message
+    assert render("cpu", model=version).warnings == []  # the CPU is what it was made for
+
+
+@pytest.mark.parametrize("model, variant", [
+    (qdq_model(TensorProto.INT8), None),  # S8S8, read from the graph
+    (float_model(np.float16), {"variant": "fp16", "precision": "fp16"}),
+    (float_model(np.float32), {"variant": "slim", "precision": "fp32"}),
+])
+def test_the_gpu_overlay_takes_fp32_fp16_and_s8s8_without_a_word(tmp_path, model, variant):
+    version = ModelVersion.from_artifact(artifact(tmp_path / "a", model, variant))
+    assert render("gpu", model=version).warnings == []
+
+
+def test_what_export_recorded_in_variant_json_is_read_before_the_graph(tmp_path):
+    recorded = {"variant": "pruned-int8", "precision": "int8", "details": {"activations": "uint8", "target": "cpu"}}
+    folder = artifact(tmp_path / "a", qdq_model(TensorProto.UINT8), recorded)
+    assert read_numerics(folder).as_dict() == {"precision": "int8", "int8_format": "U8S8", "variant": "pruned-int8",
+                                               "source": "variant.json"}
+    with pytest.raises(RenderError, match=r"\(U8S8: uint8 activations, from variant.json\)"):
+        render("gpu", model=ModelVersion.from_artifact(folder))
+
+
+def test_a_record_in_object_storage_is_judged_by_its_lineage_and_warned_of_without_one(main_version):
+    assert render("gpu", model=main_version).warnings == [(
+        "digits v3 (predictor default): nothing says whether it is fp32, fp16 or int8, and a GPU must not serve the "
+        "CPU's U8S8 int8; render from its artifact folder (--model-dir) to have it checked")]
+    u8s8 = ModelVersion.model_validate(record("5", lineage={"numerics": {"precision": "int8", "int8_format": "U8S8"}}))
+    with pytest.raises(RenderError, match="from the record's lineage"):
+        render("gpu", model=u8s8)
+    fp16 = ModelVersion.model_validate(record("6", lineage={"numerics": {"precision": "fp16", "variant": "fp16"}}))
+    assert render("gpu", model=fp16).warnings == []
+    unknown = ModelVersion.model_validate(record("7", lineage={"numerics": {"precision": "int8", "int8_format": None}}))
+    assert "int8 of unknown flavour" in render("gpu", model=unknown).warnings[0]
+
+
+def test_the_store_records_the_numerics_it_publishes(tmp_path):
+    from export.store.lineage import gather
+    from wrappers.artifact import read_manifest
+
+    folder = artifact(tmp_path / "int8", qdq_model(TensorProto.INT8))
+    found = gather(folder, read_manifest(folder).digest, reports_dir=tmp_path / "reports")
+    assert found.lineage["numerics"] == {"precision": "int8", "int8_format": "S8S8", "variant": None, "source": "model.onnx"}
+
+
+# ------------------------------------------------------------------ 2. TensorRT's caches on a volume
+
+
+def test_the_gpu_overlay_keeps_tensorrt_s_caches_on_a_sized_volume_the_runtime_is_pointed_at(main_version):
+    spec = _pod(render("gpu", model=main_version))
+    container = spec["containers"][0]
+    assert _env(container)[TENSORRT_CACHE_ENV] == CACHE_PATH
+    assert {"name": "tensorrt-cache", "mountPath": CACHE_PATH} in container["volumeMounts"]
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert volumes["tensorrt-cache"] == {"name": "tensorrt-cache", "emptyDir": {"sizeLimit": "4Gi"}}
+    assert TENSORRT_CACHE_ENV not in _env(_pod(render("cpu", model=main_version))["containers"][0])
+
+
+def test_a_claim_keeps_the_engines_across_pods(main_version):
+    rendered = render("gpu", model=main_version, trt_cache_claim="trt-engines")
+    volumes = {volume["name"]: volume for volume in _pod(rendered)["volumes"]}
+    assert volumes["tensorrt-cache"] == {"name": "tensorrt-cache", "persistentVolumeClaim": {"claimName": "trt-engines"}}
+    assert validate_documents(rendered.docs).ok
+    with pytest.raises(RenderError, match="--trt-cache-claim 'TRT_Engines' is not a PersistentVolumeClaim name"):
+        render("gpu", model=main_version, trt_cache_claim="TRT_Engines")
+
+
+# ------------------------------------------------------------------ 3. node placement per cloud
+
+
+def test_by_default_gpu_pods_go_where_gpu_feature_discovery_says_and_tolerate_the_gpu_taint(main_version):
+    spec = _pod(render("gpu", model=main_version))
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize("selector, tolerations, expected_selector, expected_tolerations", [
+    (["cloud.google.com/gke-accelerator=nvidia-l4"], [],  # GKE taints GPU nodes nvidia.com/gpu: the default stays
+     {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+     [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+    (["eks.amazonaws.com/nodegroup=gpu-l4", "node.kubernetes.io/instance-type=g6.xlarge"], ["nvidia.com/gpu"],
+     {"eks.amazonaws.com/nodegroup": "gpu-l4", "node.kubernetes.io/instance-type": "g6.xlarge"},
+     [{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+    (["kubernetes.azure.com/accelerator=nvidia"], ["sku=gpu:NoSchedule", "nvidia.com/gpu:NoSchedule"],
+     {"kubernetes.azure.com/accelerator": "nvidia"},
+     [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+      {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+])
+def test_a_cloud_s_labels_and_taints_replace_the_overlay_s(main_version, selector, tolerations, expected_selector,
+                                                           expected_tolerations):
+    rendered = render("gpu", model=main_version, gpu_node_selector=selector, gpu_tolerations=tolerations)
+    assert _pod(rendered)["nodeSelector"] == expected_selector
+    assert _pod(rendered)["tolerations"] == expected_tolerations
+    assert validate_documents(rendered.docs).ok
+
+
+@pytest.mark.parametrize("selector, tolerations, message", [
+    (["gke-accelerator"], [], "--gpu-node-selector 'gke-accelerator' is not KEY=VALUE"),
+    (["Cloud.Google.com/gke-accelerator=l4"], [], "key prefix 'Cloud.Google.com' is not a DNS subdomain"),
+    (["/accelerator=l4"], [], "key prefix '' is not a DNS subdomain"),
+    (["accelerator/=l4"], [], "key name '' must be 1-63 letters"),
+    (["a" * 64 + "=l4"], [], "key name 'aaaa"),
+    (["accelerator=nvidia l4"], [], "value 'nvidia l4' must be at most 63 letters"),
+    (["accelerator=-l4"], [], "value '-l4' must be at most 63"),
+    (["a=1", "a=2"], [], "names 'a' twice"),
+    ([], ["nvidia.com/gpu:NoScheduled"], "effect 'NoScheduled' is not one of NoSchedule, PreferNoSchedule, NoExecute"),
+    ([], ["sku=g p u"], "--gpu-toleration 'sku=g p u': value 'g p u'"),
+    ([], ["=gpu"], "key name '' must be"),
+])
+def test_labels_and_taints_kubernetes_would_refuse_are_refused_in_one_line(main_version, selector, tolerations, message):
+    with pytest.raises(RenderError) as caught:
+        render("gpu", model=main_version, gpu_node_selector=selector, gpu_tolerations=tolerations)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"gpu_node_selector": ["cloud.google.com/gke-accelerator=nvidia-l4"]}, "--gpu-node-selector"),
+    ({"gpu_tolerations": ["sku=gpu:NoSchedule"], "trt_cache_claim": "trt"}, "--gpu-toleration and --trt-cache-claim"),
+])
+def test_gpu_options_without_gpu_pods_are_refused(main_version, options, named):
+    with pytest.raises(RenderError, match=f"{named} place GPU pods, and no container of this rendering asks for "
+                                          "nvidia.com/gpu: render the gpu overlay"):
+        render("cpu", model=main_version, **options)
+
+
+def test_tolerations_read_as_kubectl_taint_writes_taints():
+    assert gpu.parse_toleration("nvidia.com/gpu") == {"key": "nvidia.com/gpu", "operator": "Exists"}
+    assert gpu.parse_toleration("nvidia.com/gpu:NoExecute") == {"key": "nvidia.com/gpu", "operator": "Exists",
+                                                                "effect": "NoExecute"}
+    assert gpu.parse_toleration("sku=gpu") == {"key": "sku", "operator": "Equal", "value": "gpu"}
+    assert gpu.parse_toleration("dedicated=:NoSchedule") == {"key": "dedicated", "operator": "Equal", "value": "",
+                                                            "effect": "NoSchedule"}
+
+
+def test_the_command_line_takes_repeated_placement_options_and_refuses_u8s8_in_one_line(tmp_path, reports_env):
+    import yaml
+
+    from tests.conftest import run_module
+
+    folder = artifact(tmp_path / "fp16", float_model(np.float16), {"variant": "fp16", "precision": "fp16"})
+    out = tmp_path / "out"
+    run_module("deployments", "render", "--overlay", "gpu", "--model-dir", str(folder), "--kustomize", "builtin",
+               "--out", str(out), "--gpu-node-selector", "kubernetes.azure.com/accelerator=nvidia",
+               "--gpu-node-selector", "pool=gpu", "--gpu-toleration", "sku=gpu:NoSchedule",
+               "--trt-cache-claim", "trt-engines", env=reports_env)
+    sdep = yaml.safe_load((out / "seldondeployment-digits.yaml").read_text())
+    spec = sdep["spec"]["predictors"][0]["componentSpecs"][0]["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.azure.com/accelerator": "nvidia", "pool": "gpu"}
+    assert spec["tolerations"] == [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+    u8s8 = artifact(tmp_path / "int8", qdq_model(TensorProto.UINT8))
+    refused = run_module("deployments", "render", "--overlay", "gpu", "--model-dir", str(u8s8), "--kustomize", "builtin",
+                         "--out", str(tmp_path / "refused"), env=reports_env, check=False)
+    assert refused.returncode != 0 and not (tmp_path / "refused").exists()
+    assert "python -m export variants --target gpu" in refused.stderr + refused.stdout

@@ -1,0 +1,217 @@
+"""MLServer's model repository API (index, load, unload), guarded over REST and gRPC.
+
+Who is admitted is `wrappers.repository_access`'s decision (`SLIPWAY_REPOSITORY_API`, closed by
+default); this module is the one place that puts it in front of MLServer 1.7's repository routes
+and methods, checking at start-up that they are where it expects and refusing to start otherwise.
+
+When: MLServer builds its REST app and its gRPC server (whose handlers hold the servicer's methods
+as they are then) before any model loads, and starts serving while the models load: a guard put in
+place by the runtime's `load` would miss gRPC entirely and leave REST open until then. So MLServer
+imports it through its own setting for the model repository class, which it reads before it builds
+anything: `MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION=wrappers.repository_api.GuardedRepository`
+(`wrappers.server` sets it for every server it starts, the images and the rendered manifests set
+it for `mlserver start /mnt/models`). `GuardedRepository` is MLServer's own repository (folders
+with a `model-settings.json`); creating it reads the setting (a bad value stops the server, saying
+why) and guards:
+
+- REST: one ASGI middleware on MLServer's app, outside its others, refusing any path under
+  `/v2/repository` with HTTP 403 and `{"error": "..."}`. Every route MLServer binds to its
+  repository endpoints must lie under that prefix, or the server refuses to start.
+- gRPC: every `Repository*` method of MLServer's two servicers (`inference.GRPCInferenceService` and
+  the deprecated `inference.model_repository.ModelRepositoryService`) is wrapped, on the classes,
+  before MLServer registers them: a refused call ends with PERMISSION_DENIED. MLServer offers no way
+  to add a gRPC interceptor, and the servers' handlers cannot be changed once registered.
+
+`OnnxRuntime.load` calls `check_guarded`: a model of ours does not load in a server whose repository
+API was left unguarded (MLServer started without the setting).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+import logging
+import os
+
+import grpc
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from mlserver.grpc.model_repository import ModelRepositoryServicer
+from mlserver.grpc.server import GRPCServer
+from mlserver.grpc.servicers import InferenceServicer
+from mlserver.logging import logger as mlserver_logger
+from mlserver.repository.repository import SchemalessModelRepository
+from mlserver.rest.endpoints import ModelRepositoryEndpoints
+from mlserver.rest.server import RESTServer
+
+from wrappers.repository_access import (
+    DENIED_STATUS,
+    HOOK,
+    HOOK_ENV,
+    RepositoryAccess,
+    grpc_peer_address,
+)
+
+logger = logging.getLogger(__name__)
+
+REST_PREFIX = "/v2/repository"
+GRPC_METHODS = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
+_SERVICERS = (InferenceServicer, ModelRepositoryServicer)
+_GUARDED = "__slipway_repository_guard__"
+
+
+class RepositoryApiError(RuntimeError):
+    """The guard cannot be put in place: this MLServer is not the one it was written against, or it came too late."""
+
+
+class _State:
+    access: RepositoryAccess | None = None  # set once the guard is in place, before any server exists
+
+
+def _access() -> RepositoryAccess:
+    if _State.access is None:
+        raise RepositoryApiError("the repository API guard was used before it was installed")
+    return _State.access
+
+
+class GuardedRepository(SchemalessModelRepository):
+    """MLServer's own model repository; creating it guards the repository API of this process's servers."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        install()
+        super().__init__(*args, **kwargs)
+
+
+def install() -> RepositoryAccess:
+    """Read the setting and guard the REST app and gRPC servicers MLServer will build (once per process)."""
+    if _State.access is not None:
+        return _State.access
+    access = RepositoryAccess.from_env(os.environ)  # SettingsError: the server stops, saying why
+    built = _servers_in_process()
+    if built:
+        raise RepositoryApiError(
+            f"MLServer built its servers ({', '.join(built)}) before the repository API guard was installed: "
+            f"start it with {HOOK_ENV}={HOOK}, which MLServer imports first")
+    _guard_grpc_servicers()
+    _guard_rest_server()
+    _State.access = access
+    return access
+
+
+def check_guarded(in_worker_process: bool) -> None:
+    """Raise RepositoryApiError where this process runs MLServer servers built without the guard, or (in an
+    MLServer worker process, whose servers are its parent's) where MLServer was started without the setting.
+
+    A bare load, with no server in the process, has no repository API to guard."""
+    unguarded = os.environ.get(HOOK_ENV) != HOOK if in_worker_process else (
+        _State.access is None and bool(_servers_in_process()))
+    if unguarded:
+        raise RepositoryApiError(
+            f"this MLServer answers the model repository API (load, unload) unguarded: start it with "
+            f"{HOOK_ENV}={HOOK} (python -m wrappers serve, the serving images and the rendered manifests set it)")
+
+
+def _describe(access: RepositoryAccess) -> str:
+    if access.api == "closed":
+        return "closed (every call refused)"
+    return "open to loopback callers" + (" and bearer-token holders" if access.token is not None else " only")
+
+
+def _servers_in_process() -> list[str]:
+    return sorted({type(obj).__name__ for obj in gc.get_objects() if isinstance(obj, (RESTServer, GRPCServer))})
+
+
+# -- REST ------------------------------------------------------------------------------------
+
+
+def _guard_rest_server() -> None:
+    original_init = RESTServer.__init__
+    if getattr(original_init, _GUARDED, False):
+        return
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs) -> None:
+        original_init(self, *args, **kwargs)
+        guard_rest_app(self._app)
+        # MLServer has set up its logging by now (it had not when the guard was installed)
+        mlserver_logger.info("model repository API (REST and gRPC): %s", _describe(_access()))
+
+    setattr(init, _GUARDED, True)
+    RESTServer.__init__ = init
+
+
+def guard_rest_app(app: FastAPI) -> None:
+    """Put the guard in front of `app`, having checked that its repository routes are all under REST_PREFIX."""
+    if not isinstance(app, FastAPI):
+        raise RepositoryApiError(f"MLServer's REST server holds a {type(app).__name__}, not a FastAPI app: "
+                                 "wrappers.repository_api knows MLServer 1.7's; check it against this MLServer")
+    paths = [route.path for route in app.routes
+             if isinstance(getattr(getattr(route, "endpoint", None), "__self__", None), ModelRepositoryEndpoints)]
+    outside = [path for path in paths if not _under_prefix(path)]
+    if len(paths) < len(GRPC_METHODS) or outside:
+        raise RepositoryApiError(
+            f"MLServer's REST repository routes are {paths}, not the three under {REST_PREFIX} that "
+            "wrappers.repository_api guards (MLServer 1.7's): check it against this MLServer")
+    app.add_middleware(RepositoryGuard)
+
+
+def _under_prefix(path: str) -> bool:
+    return path == REST_PREFIX or path.startswith(REST_PREFIX + "/")
+
+
+class RepositoryGuard:
+    """ASGI middleware: requests for paths under REST_PREFIX go on only where the setting admits the caller."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        if scope["type"] == "http" and _under_prefix(_route_path(scope)):
+            client = scope.get("client")
+            headers = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in scope["headers"]]
+            refusal = _access().refusal(client[0] if client else None, headers)
+            if refusal is not None:
+                logger.warning("refused %s %s from %s: %s", scope["method"], scope["path"], client, refusal)
+                await JSONResponse({"error": refusal}, status_code=DENIED_STATUS)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _route_path(scope: dict) -> str:
+    """The path the router matches: without the root path MLServer may be served under."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
+# -- gRPC ------------------------------------------------------------------------------------
+
+
+def _guard_grpc_servicers() -> None:
+    for servicer in _SERVICERS:
+        names = sorted(name for name in dir(servicer) if name.startswith("Repository"))
+        missing = sorted(set(GRPC_METHODS) - set(names))
+        if missing:
+            raise RepositoryApiError(f"MLServer's {servicer.__name__} has no {missing}: wrappers.repository_api "
+                                     "knows MLServer 1.7's repository methods; check it against this MLServer")
+        for name in names:  # any other Repository* method a newer MLServer adds is refused alike
+            method = getattr(servicer, name)
+            if getattr(method, _GUARDED, False):
+                continue
+            if not inspect.iscoroutinefunction(method):
+                raise RepositoryApiError(f"MLServer's {servicer.__name__}.{name} is not an async method: "
+                                         "wrappers.repository_api cannot guard it; check it against this MLServer")
+            setattr(servicer, name, _guarded_method(method, f"{servicer.__name__}.{name}"))
+
+
+def _guarded_method(method, name: str):
+    @functools.wraps(method)
+    async def guarded(self, request, context):
+        refusal = _access().refusal(grpc_peer_address(context.peer()), context.invocation_metadata() or ())
+        if refusal is not None:
+            logger.warning("refused gRPC %s from %s: %s", name, context.peer(), refusal)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+        return await method(self, request, context)
+
+    setattr(guarded, _GUARDED, True)
+    return guarded
