@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from deployments.canary.command import add_command as register_canary_judge
 from deployments.cluster.command import add_command as register_cluster
 from deployments.recommend import add_command as register_recommend
 from slipway.cli import ArgumentParser, UserError, console, exit_with
@@ -414,7 +415,7 @@ def register_undeploy(commands) -> None:
 
 
 REGISTRARS: list[Callable] = [register_render, register_deploy, register_upload, register_secret, register_undeploy,
-                              register_recommend, register_cluster]
+                              register_recommend, register_canary_judge, register_cluster]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

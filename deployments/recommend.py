@@ -320,7 +320,8 @@ def add_command(commands) -> None:
     history.add_argument("--cpu", type=Path, help="query_range JSON: CPU cores per pod")
     history.add_argument("--memory", type=Path, help="query_range JSON: memory bytes per pod (working set)")
     history.add_argument("--rps", type=Path, help="query_range JSON: requests/s, per pod or in total")
-    history.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL")
+    history.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
+                         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)")
     history.add_argument("--namespace", default="slipway", help="where the model runs (default slipway, as make deploy)")
     history.add_argument("--model", default="digits", help="the SeldonDeployment / container / model name")
     history.add_argument("--range", default="7d", help="how far back to query (e.g. 24h, 7d)")

@@ -7,17 +7,14 @@ MiB where bytes are wanted, CPU and memory of different pods) stops with one cle
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from deployments.prometheus import Prometheus, PrometheusError
 from slipway.files import FileProblem, read_json
 
 Kind = Literal["cpu", "memory", "rps"]
@@ -181,21 +178,16 @@ def load_usage(path: Path, kind: Kind) -> Usage:
     return parse_query_range(data, kind=kind, source=str(path))
 
 
-def fetch_usage(url: str, query: str, *, kind: Kind, start: float, end: float, step_s: float, timeout_s: float = 30) -> Usage:
-    """Run one `query_range` against a Prometheus server."""
-    params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"})
-    address = f"{url.rstrip('/')}/api/v1/query_range?{params}"
+def fetch_usage(url: str | Prometheus, query: str, *, kind: Kind, start: float, end: float, step_s: float,
+                timeout_s: float = 30) -> Usage:
+    """Run one `query_range` against a Prometheus server (a URL: with the credentials the environment holds,
+    see deployments/prometheus.py)."""
     try:
-        with urllib.request.urlopen(address, timeout=timeout_s) as response:
-            data = json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        body = err.read().decode(errors="replace")[:300]
-        raise UsageError(f"Prometheus at {url} refused the {kind} query ({err.code}): {body}") from err
-    except (urllib.error.URLError, OSError) as err:
-        raise UsageError(f"Prometheus at {url} does not answer: {getattr(err, 'reason', err)}") from err
-    except json.JSONDecodeError as err:
-        raise UsageError(f"Prometheus at {url} did not answer JSON: {err}") from err
-    return parse_query_range(data, kind=kind, source=f"{kind} query at {url}")
+        server = url if isinstance(url, Prometheus) else Prometheus.from_env(url, timeout_s=timeout_s)
+        data = server.query_range(query, start=start, end=end, step_s=step_s)
+    except PrometheusError as err:
+        raise UsageError(f"{kind} query: {err}") from err
+    return parse_query_range(data, kind=kind, source=f"{kind} query at {server.url}")
 
 
 def check_same_pods(cpu: Usage, memory: Usage, rps: Usage | None) -> None:

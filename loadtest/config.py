@@ -29,6 +29,20 @@ class ConfigError(ValueError):
     """A host, model or shape that cannot describe a load test; the message says what to send."""
 
 
+class CanaryPolicy(BaseModel):
+    """How a canary is judged against its stable predictor, beyond the SLO's own limits (`canary:` in the SLO file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_requests: int = Field(default=200, ge=1, description="requests each predictor must have served in the "
+                              "window before it is judged; fewer: wait")
+    latency_tolerance: float = Field(default=0.2, ge=0, description="the canary's p50/p95/p99 may exceed the "
+                                     "stable's by this fraction...")
+    latency_slack_ms: float = Field(default=1.0, ge=0, description="...or by this many ms, whichever allows more")
+    error_rate_tolerance: float = Field(default=0.001, ge=0, le=1, description="the canary's error rate may exceed "
+                                        "the stable's by this much (0.001 = 0.1 percentage points)")
+
+
 class Slo(BaseModel):
     """Service-level objective a run is gated on; a limit left out is not checked."""
 
@@ -39,9 +53,11 @@ class Slo(BaseModel):
     p99_ms: float | None = Field(default=None, gt=0)
     max_error_rate: float | None = Field(default=None, ge=0, le=1)
     min_rps: float | None = Field(default=None, ge=0)
+    canary: CanaryPolicy | None = None  # read by the canary judge (deployments/canary); a load test ignores it
 
     def is_empty(self) -> bool:
-        return all(value is None for value in self.model_dump().values())
+        """No limit to check (the canary policy is not a limit)."""
+        return all(value is None for value in self.model_dump(exclude={"canary"}).values())
 
 
 class Endpoint(BaseModel):

@@ -129,7 +129,7 @@ def build_all(components: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]
     todo = [component for component in components if not is_built(component, keys[component.name])]
     if todo:
         console.print(f"building {', '.join(f'{c.name} {c.version}' for c in todo)} from Go modules into "
-                      f"{cache_root()} (once: about 20 minutes on 2 cores with the module downloads, 25 with the tests' tools; later starts take seconds)", soft_wrap=True)
+                      f"{cache_root()} (once: about 20 minutes on 2 cores with the module downloads, 35 with the tests' tools; later starts take seconds)", soft_wrap=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   disable=not todo) as progress:
         for component in todo:

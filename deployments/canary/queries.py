@@ -1,0 +1,86 @@
+"""PromQL for one predictor of a SeldonDeployment, over the series the rendered PodMonitor's scrape gives.
+
+The PodMonitor (deployments/base/podmonitor.yaml) scrapes MLServer's metrics port and copies the pod labels
+`slipway.io/model` and `slipway.io/predictor` onto every series as `slipway_io_model` and
+`slipway_io_predictor` (prometheus-operator turns every character a label name cannot hold into `_`);
+Prometheus adds `namespace` and `pod`. Render names the SeldonDeployment after its model, so
+`slipway_io_model` is the deployment's name.
+
+What is measured, per predictor, summed over its pods:
+- requests: MLServer's `model_infer_request_success_total` and `model_infer_request_failure_total`
+  (a failure counter appears only after the first failure: no series means none failed);
+- latency: `histogram_quantile` over the runtime's `slipway_inference_seconds` buckets (time inside ONNX
+  Runtime per run; the buckets start at 50 us, where MLServer's own histograms start at 5 ms). Another
+  histogram the pods export (e.g. `rest_server_request_duration_seconds`, MLServer's REST latency per request)
+  can be named instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from deployments.autoscaling import REQUEST_COUNTER
+from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
+from wrappers.metrics import INFERENCE_SECONDS
+
+FAILURE_COUNTER = "model_infer_request_failure_total"
+DEFAULT_LATENCY_HISTOGRAM = INFERENCE_SECONDS
+QUANTILES = {"p50_ms": 0.50, "p95_ms": 0.95, "p99_ms": 0.99}
+_WINDOW = re.compile(r"^[1-9][0-9]*[smh]$")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def scraped_label(pod_label: str) -> str:
+    """The label name a pod label has on scraped series (`slipway.io/predictor` -> `slipway_io_predictor`)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", pod_label)
+
+
+MODEL_SERIES_LABEL = scraped_label(MODEL_LABEL)
+PREDICTOR_SERIES_LABEL = scraped_label(PREDICTOR_LABEL)
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@dataclass(frozen=True)
+class PredictorQueries:
+    """The PromQL that measures one predictor over a trailing `window` (a PromQL duration such as 5m)."""
+
+    namespace: str
+    deployment: str
+    predictor: str
+    window: str
+    latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
+
+    def __post_init__(self) -> None:
+        if not _WINDOW.match(self.window):
+            raise ValueError(f"window {self.window!r} must be a whole number of s, m or h (e.g. 5m)")
+        if not _METRIC_NAME.match(self.latency_histogram):
+            raise ValueError(f"latency histogram {self.latency_histogram!r} is not a metric name")
+
+    @property
+    def selector(self) -> str:
+        return (f"namespace={_quoted(self.namespace)},{MODEL_SERIES_LABEL}={_quoted(self.deployment)},"
+                f"{PREDICTOR_SERIES_LABEL}={_quoted(self.predictor)}")
+
+    def _increase(self, metric: str) -> str:
+        return f"sum(increase({metric}{{{self.selector}}}[{self.window}]))"
+
+    @property
+    def successes(self) -> str:
+        return self._increase(REQUEST_COUNTER)
+
+    @property
+    def failures(self) -> str:
+        return self._increase(FAILURE_COUNTER)
+
+    @property
+    def latency_observations(self) -> str:
+        return self._increase(f"{self.latency_histogram}_count")
+
+    def latency(self, quantile: float) -> str:
+        """The quantile in seconds, over every pod's buckets added up."""
+        return (f"histogram_quantile({quantile:g}, sum by (le) "
+                f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{self.window}])))")

@@ -1,0 +1,182 @@
+"""Recorded series of a stable and a canary predictor in a real Prometheus: written as OpenMetrics text, backfilled
+into a TSDB with `promtool tsdb create-blocks-from openmetrics`, served by `prometheus` (both built from
+Prometheus' Go module, deployments/cluster/components.py) on a free loopback port, tied to the test run and
+stopped by PID.
+
+Each scenario is a namespace of its own holding one SeldonDeployment (`digits`) with a stable predictor
+(`default`, two pods) and a canary (`canary`, one pod), labelled as the rendered PodMonitor's scrape labels
+them: `namespace`, `pod`, `container`, `endpoint`, `job`, `instance`, and the pod labels `slipway.io/model`
+and `slipway.io/predictor` as `slipway_io_model` and `slipway_io_predictor`. The metrics are the ones the
+pods export: MLServer's `model_infer_request_success_total` / `model_infer_request_failure_total`
+(labels model, version; the failure counter only exists once a request failed) and the runtime's
+`slipway_inference_seconds` histogram (labels model_name, model_version; wrappers/metrics.py's buckets).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slipway.ports import LOOPBACK, free_port
+
+NAMESPACE_OF = {"healthy": "canary-healthy", "slow": "canary-slow", "erroring": "canary-erroring", "sparse": "canary-sparse"}
+DEPLOYMENT, STABLE, CANARY = "digits", "default", "canary"
+SCRAPE_S = 15
+RECORDED_S = 15 * 60  # a quarter hour of scrapes, the last at `end`
+UPTIME_S = 3600.0  # the pods had served for an hour before the first recorded scrape
+SECONDS_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """One pod's traffic: requests/s, the failed share, and latency as a mix of log-normals (weight, median s, sigma)."""
+
+    rps: float
+    failed: float = 0.0
+    latency: tuple[tuple[float, float, float], ...] = ((1.0, 0.004, 0.3),)
+
+    def cdf(self, seconds: float) -> float:
+        return sum(weight * 0.5 * (1 + math.erf(math.log(seconds / median) / (sigma * math.sqrt(2))))
+                   for weight, median, sigma in self.latency)
+
+    def mean(self) -> float:
+        return sum(weight * median * math.exp(sigma**2 / 2) for weight, median, sigma in self.latency)
+
+
+STABLE_POD = Behaviour(rps=10.0)
+SCENARIOS = {  # scenario -> the canary pod's behaviour (the stable pods are STABLE_POD throughout)
+    "healthy": Behaviour(rps=2.0),
+    "slow": Behaviour(rps=2.0, latency=((0.88, 0.004, 0.3), (0.12, 0.040, 0.1))),  # a slow tail: p95 ~40 ms
+    "erroring": Behaviour(rps=2.0, failed=0.05),
+    "sparse": Behaviour(rps=0.2),  # 60 requests in 5 minutes
+}
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{key}="{value}"' for key, value in labels.items()) + "}"
+
+
+def _pods(namespace: str, canary: Behaviour) -> list[tuple[dict[str, str], Behaviour]]:
+    pods = []
+    for index, (predictor, behaviour, suffix) in enumerate([(STABLE, STABLE_POD, "7c9d5-abcde"), (STABLE, STABLE_POD, "7c9d5-fghij"),
+                                                            (CANARY, canary, "5f6b8-klmno")]):
+        pods.append(({"namespace": namespace, "pod": f"{DEPLOYMENT}-{predictor}-0-{DEPLOYMENT}-{suffix}",
+                      "container": DEPLOYMENT, "endpoint": "metrics", "job": f"{namespace}/{DEPLOYMENT}-mlserver",
+                      "instance": f"10.244.0.{10 + index}:6000", "slipway_io_model": DEPLOYMENT,
+                      "slipway_io_predictor": predictor}, behaviour))
+    return pods
+
+
+def openmetrics(end: float) -> str:
+    """Every scenario's series from `end - RECORDED_S` to `end`, one sample per scrape, as OpenMetrics text."""
+    stamps = [end - RECORDED_S + step * SCRAPE_S for step in range(RECORDED_S // SCRAPE_S + 1)]
+    pods = [pod for scenario, canary in SCENARIOS.items() for pod in _pods(NAMESPACE_OF[scenario], canary)]
+    pods = [(labels, behaviour, [behaviour.rps * (UPTIME_S + stamp - stamps[0]) for stamp in stamps])
+            for labels, behaviour in pods]  # requests served by each scrape
+    model = {"model": DEPLOYMENT, "version": "3"}
+    lines = ["# TYPE model_infer_request_success counter", "# HELP model_infer_request_success Model infer request success count"]
+    for labels, behaviour, served in pods:
+        for stamp, count in zip(stamps, served):
+            lines.append(f"model_infer_request_success_total{_labels({**labels, **model})} "
+                         f"{math.floor(count * (1 - behaviour.failed))} {stamp:.3f}")
+    lines += ["# TYPE model_infer_request_failure counter", "# HELP model_infer_request_failure Model infer request failure count"]
+    for labels, behaviour, served in pods:
+        if behaviour.failed:  # MLServer's labelled counter exists only after the first failure
+            for stamp, count in zip(stamps, served):
+                lines.append(f"model_infer_request_failure_total{_labels({**labels, **model})} "
+                             f"{math.floor(count * behaviour.failed)} {stamp:.3f}")
+    lines += ["# TYPE slipway_inference_seconds histogram",
+              "# HELP slipway_inference_seconds Time inside ONNX Runtime per run (one run may serve several merged requests)"]
+    runtime = {"model_name": DEPLOYMENT, "model_version": "3"}
+    for labels, behaviour, served in pods:
+        series = {**labels, **runtime}
+        for stamp, count in zip(stamps, served):
+            runs = math.floor(count)
+            for bound in SECONDS_BUCKETS:
+                lines.append(f"slipway_inference_seconds_bucket{_labels({**series, 'le': repr(bound)})} "
+                             f"{math.floor(runs * behaviour.cdf(bound))} {stamp:.3f}")
+            lines.append(f"slipway_inference_seconds_bucket{_labels({**series, 'le': '+Inf'})} {runs} {stamp:.3f}")
+            lines.append(f"slipway_inference_seconds_count{_labels(series)} {runs} {stamp:.3f}")
+            lines.append(f"slipway_inference_seconds_sum{_labels(series)} {runs * behaviour.mean():.6f} {stamp:.3f}")
+    return "\n".join([*lines, "# EOF", ""])
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The backfilled TSDB blocks and the time of the last recorded scrape."""
+
+    blocks: Path
+    end: float
+
+
+@pytest.fixture(scope="session")
+def prometheus_tools() -> dict[str, Path]:
+    from deployments.cluster.build import build_all
+    from deployments.cluster.components import COMPONENTS
+
+    built = build_all(tuple(component for component in COMPONENTS if component.name == "prometheus"))
+    return {name: built["prometheus"] / "bin" / name for name in ("prometheus", "promtool")}
+
+
+@pytest.fixture(scope="package")
+def recorded(tmp_path_factory, prometheus_tools) -> Recorded:
+    folder = tmp_path_factory.mktemp("canary-series")
+    end = float(math.floor(time.time() / SCRAPE_S) * SCRAPE_S - SCRAPE_S)
+    source = folder / "series.om.txt"
+    source.write_text(openmetrics(end))
+    result = subprocess.run([str(prometheus_tools["promtool"]), "tsdb", "create-blocks-from", "openmetrics",
+                             str(source), str(folder / "blocks")], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, f"promtool backfill failed: {result.stdout[-2000:]} {result.stderr[-2000:]}"
+    assert any((folder / "blocks").iterdir()), "promtool wrote no block"
+    return Recorded(folder / "blocks", end)
+
+
+@contextmanager
+def serving(binary: Path, recorded: Recorded, folder: Path, *, web_config: str | None = None,
+            headers: dict[str, str] | None = None) -> Iterator[str]:
+    """Prometheus over a copy of the recorded blocks on a free loopback port (no scraping); its URL.
+    `web_config`: the --web.config.file contents (e.g. basic auth users); `headers`: what the readiness
+    probe sends then."""
+    from deployments.cluster.processes import last_lines, running, start, stop
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(recorded.blocks, folder / "data")
+    (folder / "prometheus.yml").write_text(f"global:\n  scrape_interval: {SCRAPE_S}s\n")
+    port = free_port()
+    args = [f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address={LOOPBACK}:{port}", "--storage.tsdb.retention.time=30d", "--log.level=warn"]
+    if web_config is not None:
+        (folder / "web.yml").write_text(web_config)
+        args.append(f"--web.config.file={folder / 'web.yml'}")
+    process = start("prometheus", binary, args, log_dir=folder, tied=True)
+    url = f"http://{LOOPBACK}:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert running(process), f"prometheus exited: {last_lines(process)}"
+            try:
+                with urllib.request.urlopen(urllib.request.Request(f"{url}/-/ready", headers=headers or {}), timeout=1):
+                    break
+            except (urllib.error.URLError, OSError):
+                assert time.monotonic() < deadline, f"prometheus was not ready in 60 s: {last_lines(process)}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        assert stop([process]) == ["prometheus"] and not running(process)
+
+
+@pytest.fixture(scope="package")
+def prometheus_url(recorded, prometheus_tools, tmp_path_factory) -> Iterator[str]:
+    with serving(prometheus_tools["prometheus"], recorded, tmp_path_factory.mktemp("prometheus")) as url:
+        yield url
