@@ -158,3 +158,18 @@ def test_a_canary_needs_an_operator_that_routes_traffic(api, cluster_env, digits
             "AMBASSADOR_ENABLED=false)") in line
     assert "server dry run passed" in single.stderr  # one predictor splits nothing: no ingress needed
     assert _nothing_of_ours(api, namespace) == []
+
+
+def test_the_readme_s_path_make_deploy_on_a_fresh_local_cluster_ends_served_with_its_bytes_verified(
+        api, cluster_env, digits_artifact):
+    """`make cluster` made namespace slipway with the store's Secret; `make deploy` with every default does the rest."""
+    from deployments.storage_secret import read_settings
+
+    assert read_settings(api, SECRET, "slipway")["RCLONE_CONFIG_S3_ENDPOINT"] == STORAGE_ENV["AWS_ENDPOINT_URL"]
+    result = subprocess.run(["make", "--no-print-directory", "deploy", f"MODEL_DIR={digits_artifact}", "WAIT=120"],
+                            cwd=Path(__file__).parents[3], env={**os.environ, **cluster_env}, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"s3://slipway-models/{MODEL}/" in result.stderr and ", verified:" in result.stderr
+    assert f"{MODEL} is Available" in result.stderr
+    assert _sdep(api, "slipway")["spec"]["predictors"][0]["graph"]["modelUri"].startswith(f"s3://slipway-models/{MODEL}/")
