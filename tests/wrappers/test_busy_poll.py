@@ -87,7 +87,14 @@ def test_a_real_server_polls_after_inline_runs_only(tmp_path, digits_artifact):
         status, answer = post(f"{server.http_url}/v2/models/threads/infer", body)
         assert status == 200, answer
         assert _loop_cpu_over(server.pid, 0.3) < 0.04, "a run on an inference thread does not arm the poll"
-        status, answer = post(f"{server.http_url}/v2/models/inline/infer", body)
-        assert status == 200, answer
-        assert _loop_cpu_over(server.pid, 0.3) >= 0.06, "after an inline run the loop polls for 0.1 s"
+        # A spinning loop gets the CPU only when the scheduler gives it one: on a busy 2-core machine a 0.1 s poll
+        # can show as less. Up to three inline runs; an idle loop never shows 0.06 s (the checks around it).
+        polled = []
+        for _ in range(3):
+            status, answer = post(f"{server.http_url}/v2/models/inline/infer", body)
+            assert status == 200, answer
+            polled.append(_loop_cpu_over(server.pid, 0.3))
+            if polled[-1] >= 0.06:
+                break
+        assert polled[-1] >= 0.06, f"after an inline run the loop polls for 0.1 s (main thread CPU: {polled})"
         assert _loop_cpu_over(server.pid, 0.3) < 0.04, "then it sleeps again"
