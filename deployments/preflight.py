@@ -10,13 +10,12 @@ model's `envSecretRefName` names, with the rclone settings its `modelUri` needs.
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from deployments.apply import DeployError, dynamic_client
-from deployments.storage_secret import RCLONE_TYPES, missing_keys, prefix
+from deployments.storage_secret import RCLONE_TYPES, decoded, missing_keys, prefix
 
 MINIMUM_OPERATOR = (1, 17, 1)
 OPERATOR_LABEL = "control-plane=seldon-controller-manager"  # on the operator's Deployment and seldon-config (Helm, kustomize)
@@ -172,8 +171,7 @@ def _secret(api, name: str, namespace: str, missing: str) -> dict[str, str] | No
         if err.status == 403:
             return None
         raise
-    return {**{key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()},
-            **(secret.string_data or {})}
+    return decoded(secret)
 
 
 def check_secrets(api, docs: list[dict], namespace: str) -> None:

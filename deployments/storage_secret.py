@@ -110,8 +110,13 @@ def read_settings(api, name: str, namespace: str) -> dict[str, str] | None:
         if err.status in (403, 404):
             return None
         raise
-    settings = {key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}
-    return {**settings, **(secret.string_data or {})}
+    return decoded(secret)
+
+
+def decoded(secret) -> dict[str, str]:
+    """A V1Secret's keys and values, `data` base64-decoded, `string_data` as it is."""
+    return {**{key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()},
+            **(secret.string_data or {})}
 
 
 def missing_keys(scheme: str, settings: Mapping[str, str]) -> list[str]:

@@ -115,8 +115,6 @@ def place(version: ModelVersion, destination: Destination, *, on_bytes: Progress
             destination.root.write_version(Path(version.local_dir), destination.leaf, source, {}, on_bytes=on_bytes)
             uploaded = True
         manifest = destination.verify(version.digest, on_bytes=on_bytes)
-    except UploadError:
-        raise
     except _storage_errors() as err:
         raise UploadError(f"cannot write or read {version.uri}: {_reason(err)}; nothing was applied") from err
     return Placed(version.uri, version.digest, sum(entry.bytes for entry in manifest.files.values()), uploaded)
