@@ -40,12 +40,12 @@ help: ## list the targets
 
 setup: $(STAMP) ## create .venv (Python 3.11) and install Slipway with its extras (GPU=1 for onnxruntime-gpu)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@if [ "$(GPU)" = "1" ]; then $(PY) -m pip uninstall --yes --quiet onnxruntime || true; \
 	 else $(PY) -m pip uninstall --yes --quiet onnxruntime-gpu || true; fi
-	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -53,15 +53,23 @@ demo: setup ## the whole road on the digits model: train, convert, serve, query,
 	$(PY) -m export train
 	$(PY) -m export convert --out $(MODEL_DIR)
 	$(PY) -m loadtest smoke --model-dir $(MODEL_DIR)
-	$(PY) -m loadtest run --model-dir $(MODEL_DIR)
+	$(PY) -m loadtest run --model-dir $(MODEL_DIR) --shape step --max-users 16 --slo loadtest/slo.example.yaml
 	$(PY) -m deployments render --model-dir $(MODEL_DIR) $(if $(IMAGE),--image $(IMAGE))
 	$(PY) -m slipway summary
 
 train: setup ## train the digits CNN (reports/train.json, TensorBoard logs under build/train)
 	$(PY) -m export train
 
-convert: setup ## convert the trained model to ONNX, check parity, write the artifact folder
-	$(PY) -m export convert --out $(MODEL_DIR)
+# Your own model: KERAS_MODEL=model.keras|model.h5|savedmodel/ DATA=held-out.npz [NAME=] [CUSTOM_OBJECTS=module:attr]
+# [MODEL_DIR=] (default build/artifacts/<name>); without KERAS_MODEL= on the command line, the demo's digits model.
+DATA           ?=
+CUSTOM_OBJECTS ?=
+USER_MODEL_ARGS = $(if $(DATA),--data $(DATA)) $(if $(filter command line,$(origin NAME)),--name $(NAME)) \
+  $(if $(CUSTOM_OBJECTS),--custom-objects $(CUSTOM_OBJECTS))
+
+convert: setup ## convert the trained model (or KERAS_MODEL= with DATA=) to ONNX, check parity, write the artifact folder
+	$(if $(filter command line,$(origin KERAS_MODEL)),$(PY) -m export convert $(KERAS_MODEL) $(USER_MODEL_ARGS) \
+	  $(if $(filter command line,$(origin MODEL_DIR)),--out $(MODEL_DIR)),$(PY) -m export convert --out $(MODEL_DIR))
 
 serve: setup ## serve MODEL_DIR with MLServer in the foreground (HTTP_PORT, GRPC_PORT, METRICS_PORT, HOST)
 	$(PY) -m wrappers serve --model-dir $(MODEL_DIR) --host $(HOST) \
@@ -82,7 +90,7 @@ loadtest: setup ## load-test a local server on MODEL_DIR or HOST=url; SHAPE=step
 	$(PY) -m loadtest run --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
 	  $(if $(filter command line,$(origin HOST)),--host $(HOST)) $(if $(SLO),--slo $(SLO)) $(LOADTEST_ARGS)
 
-# --- tuning and resource recommendations (loadtest/tuning, deployments/recommend.py) ---
+# --- tuning and resource recommendations (loadtest/tuning, deployments/recommend/) ---
 # Measurements take the bench lock so they never overlap other benchmarks on a shared machine.
 BENCH_LOCK     ?= /tmp/slipway-bench.lock
 VARIANTS       ?=
@@ -99,13 +107,20 @@ tune: setup ## search serving specs by real step loads (VARIANTS="fp32=DIR int8=
 tune-check: setup ## measure the whole grid; the tuner must reach 95% of its best in 25% of its trials: reports/tune-check.json
 	flock $(BENCH_LOCK) $(PY) -m loadtest tune-check $(TUNE_SPACE) $(TUNE_ARGS)
 
-recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= query_range files, or PROMETHEUS_URL
-	$(PY) -m deployments recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) $(RECOMMEND_ARGS)
+recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= [GPU_UTIL= GPU_MEMORY=] query_range files, or PROMETHEUS_URL
+	$(PY) -m deployments recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
+	  $(if $(GPU_UTIL),--gpu-util $(GPU_UTIL)) $(if $(GPU_MEMORY),--gpu-memory $(GPU_MEMORY)) $(RECOMMEND_ARGS)
 
 # --- export: variants, bring-your-own ONNX, profiling, benchmark -------------
-export: setup ## ONNX variants of MODEL=digits|mobilenetv2 (fp32/int8/fp16/pruned/slim), measured, best one chosen
-	@if [ "$(MODEL)" = "digits" ] && [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
-	$(PY) -m export variants $(MODEL) --keras-model $(KERAS_MODEL) $(EXPORT_ARGS)
+# Your own model's variants: KERAS_MODEL=model.keras DATA=held-out.npz [TRAIN=train.npz (pruned, slim)] [CALIBRATION=]
+# [LOSS=] [NAME=] [CUSTOM_OBJECTS=]; KERAS_MODEL= without DATA= is a digits model file, as before.
+TRAIN ?=
+LOSS  ?=
+export: setup ## ONNX variants of MODEL=digits|mobilenetv2, or KERAS_MODEL= with DATA= (fp32/int8/fp16/pruned/slim), measured, best one chosen
+	@if [ "$(MODEL)" = "digits" ] && [ -z "$(DATA)" ] && [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
+	$(if $(DATA),$(PY) -m export variants $(KERAS_MODEL) $(USER_MODEL_ARGS) $(if $(TRAIN),--train $(TRAIN)) \
+	  $(if $(CALIBRATION),--calibration $(CALIBRATION)) $(if $(LOSS),--loss $(LOSS)),$(PY) -m export variants $(MODEL) \
+	  --keras-model $(KERAS_MODEL)) $(EXPORT_ARGS)
 
 import: setup ## bring any ONNX model: ONNX=model.onnx [NAME=] [CALIBRATION=x.npz] [LABELS=y.npz] -> variants + report
 	@test -n "$(ONNX)" || { echo "error: pass ONNX=path/to/model.onnx (e.g. from torch.onnx.export)" >&2; exit 2; }
@@ -115,19 +130,40 @@ import: setup ## bring any ONNX model: ONNX=model.onnx [NAME=] [CALIBRATION=x.np
 profile: setup ## ONNX Runtime profile of VARIANT (default int8) of MODEL: top operators + trace for Perfetto
 	$(PY) -m export profile $(VARIANT) --model $(MODEL)
 
-bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench lock) -> reports/bench-export.* + README
+bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench lock) -> reports/bench-export.* + docs/benchmarks.md
 	@if [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
 	flock $(BENCH_LOCK) $(PY) -m export bench --keras-model $(KERAS_MODEL)
 
-test: setup setup-torch tools cluster-build ## install what is needed and run the whole test suite
+test: setup setup-torch tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+.PHONY: lint test-fast
+lint: setup ## ruff's checks ([tool.ruff] in pyproject.toml) and mypy on the packages [tool.mypy] lists
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test-fast: setup ## the tests that neither train a model nor start a server (not marked slow)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# constraints.txt: every package the extras bring (torch's aside), pinned per platform (Linux x86_64, macOS arm64)
+# with wheels only, so `make setup` and both images install the same versions until it is regenerated
+# (slipway/lock.py says how). tests/slipway/test_lock.py checks it, and that .venv holds it.
+.PHONY: lock
+lock: ## regenerate constraints.txt from pyproject.toml (UPGRADE=1: the newest versions the extras allow); the next target reinstalls
+	@test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV)
+	@$(PY) -c "import uv, packaging, pydantic, rich" 2>/dev/null || $(PY) -m pip install --quiet "uv>=0.9" packaging pydantic rich
+	$(PY) -m slipway.lock $(if $(UPGRADE),--upgrade)
+
+.PHONY: docs
+docs: setup ## build the documentation site (docs/, mkdocs.yml) into build/site; `mkdocs build --strict` also runs in `make test`
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
 
 # PyTorch (several GB from PyPI) only for the test that round-trips a PyTorch model; never for `make demo`.
 TORCH_STAMP := $(VENV)/.installed-torch
 setup-torch: $(TORCH_STAMP)
 
-$(TORCH_STAMP): pyproject.toml | $(STAMP)
-	$(PY) -m pip install --quiet -e ".[torch]"
+$(TORCH_STAMP): pyproject.toml constraints.txt | $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[torch]"
 	@touch $@
 
 # ---- deployments: manifests, deploy, images ------------------------------------------------
@@ -157,6 +193,8 @@ REPOSITORY_TOKEN_SECRET ?=
 GPU_NODE_SELECTOR ?=
 GPU_TOLERATIONS  ?=
 TRT_CACHE_CLAIM  ?=
+# DASHBOARD=1: also render the model's Grafana dashboard, a ConfigMap that Grafana's dashboard sidecar loads.
+DASHBOARD        ?=
 # Where the model's bytes go: a version without a URI of its own is uploaded to STORAGE_ROOT/<name>/<version>
 # with the Secret `make secret` writes (SCHEME=s3|gs); STORAGE_ENDPOINT= reaches the store from here when the
 # Secret's endpoint is the pods' address; PVC_MOUNT= is where a pvc:// claim is mounted on this machine.
@@ -197,7 +235,8 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(REPOSITORY_TOKEN_SECRET),--repository-token-secret $(REPOSITORY_TOKEN_SECRET)) \
   $(if $(HPA_METRIC_SOURCE),--hpa-metric-source $(HPA_METRIC_SOURCE)) \
   $(foreach label,$(GPU_NODE_SELECTOR),--gpu-node-selector $(label)) \
-  $(foreach taint,$(GPU_TOLERATIONS),--gpu-toleration $(taint)) $(if $(TRT_CACHE_CLAIM),--trt-cache-claim $(TRT_CACHE_CLAIM))
+  $(foreach taint,$(GPU_TOLERATIONS),--gpu-toleration $(taint)) $(if $(TRT_CACHE_CLAIM),--trt-cache-claim $(TRT_CACHE_CLAIM)) \
+  $(if $(filter 1,$(DASHBOARD)),--dashboard)
 
 versions-resolve: setup
 	$(if $(VERSION)$(TAG),$(call version_record,$(if $(VERSION),$(MODEL_NAME):$(VERSION),$(MODEL_NAME)@$(TAG)),$(RECORD)))
@@ -205,6 +244,11 @@ versions-resolve: setup
 
 manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior)
 	$(PY) -m deployments render $(RENDER_ARGS)
+
+.PHONY: alerts
+alerts: setup ## Prometheus alerts from SLO=slo.yaml's lines for MODEL_NAME in NAMESPACE -> build/manifests/alerts (PrometheusRule + rule file)
+	@test -n "$(SLO)" || { echo "usage: make alerts SLO=slo.yaml [NAMESPACE=slipway MODEL_NAME=digits]" >&2; exit 2; }
+	$(PY) -m deployments alerts --slo $(SLO) --namespace $(NAMESPACE) --model $(MODEL_NAME)
 
 STORAGE_ARGS = $(if $(STORAGE_ENDPOINT),--storage-endpoint $(STORAGE_ENDPOINT)) $(if $(PVC_MOUNT),--pvc-mount $(PVC_MOUNT))
 
@@ -237,6 +281,32 @@ cluster-down: setup ## stop the local control plane (every process by its PID) a
 
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
 	$(PY) -m deployments undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
+
+# --- progressive delivery (deployments/canary): shadow, then an SLO-gated canary that promotes or rolls back ---
+.PHONY: shadow shadow-off canary canary-abort
+STEPS        ?= 5,10,25,50,100
+INTERVAL     ?= 5m
+PROMOTE_TAG  ?= champion
+CANARY_SLO    = $(if $(SLO),$(SLO),loadtest/slo.example.yaml)
+NEW_VERSION   = $(if $(VERSION),$(MODEL_NAME):$(VERSION),$(if $(TAG),$(MODEL_NAME)@$(TAG)))
+NEED_VERSION  = @test -n "$(VERSION)$(TAG)" || { echo "usage: make $@ VERSION=4 (or TAG=challenger): the store's version to bring in" >&2; exit 2; }
+
+shadow: setup ## run VERSION=|TAG= as a shadow beside the serving version: a copy of every request, its answers dropped
+	$(NEED_VERSION)
+	$(PY) -m deployments shadow --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) $(STORAGE_ARGS) \
+	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
+
+shadow-off: setup ## remove the shadow from MODEL_NAME's SeldonDeployment
+	$(PY) -m deployments shadow --remove --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
+
+canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVAL=5m SLO=file]: promotes (tag PROMOTE_TAG) or rolls back; PROMETHEUS_URL
+	$(NEED_VERSION)
+	$(PY) -m deployments canary --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) --steps $(STEPS) \
+	  --interval $(INTERVAL) --slo $(CANARY_SLO) --promote-tag $(PROMOTE_TAG) $(STORAGE_ARGS) \
+	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
+
+canary-abort: setup ## roll back MODEL_NAME's canary in progress now (weights 100/0, canary removed, tag unchanged)
+	$(PY) -m deployments canary --abort --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
 
 NO_DOCKER = { echo "make $@ needs a running Docker engine and none answers here (docker info failed): run it where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE=" >&2; exit 2; }
 IMAGE_REPO ?=
@@ -287,7 +357,7 @@ gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; n
 BENCH_ARGS     ?=
 BENCH_GPU_ARGS ?=
 
-bench: setup ## raw ONNX Runtime vs a plain MLServer runtime vs ours, digits + MobileNetV2 (reports/bench.json, README table)
+bench: setup ## raw ONNX Runtime vs a plain MLServer runtime vs ours, digits + MobileNetV2 (reports/bench.json, docs/benchmarks.md)
 	flock $(BENCH_LOCK) $(PY) -m wrappers bench $(BENCH_ARGS)
 
 bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBinding, batch 1/32 (reports/gpu.json)

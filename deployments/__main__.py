@@ -11,9 +11,13 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from deployments.alerts.command import add_command as register_alerts
+from deployments.canary.command import add_canary_commands as register_canary
 from deployments.canary.command import add_command as register_canary_judge
 from deployments.cluster.command import add_command as register_cluster
+from deployments.placement import add_storage_arguments, place_models
 from deployments.recommend import add_command as register_recommend
+from deployments.render import namespace_argument
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 
@@ -74,27 +78,19 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
                               "--repository-token-secret)")
     command.add_argument("--repository-token-secret", metavar="NAME", help="the Secret (in --namespace) whose key "
                          "'token' holds the repository API's bearer token; the pods read it through secretKeyRef")
-    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
-    command.add_argument("--ingress-namespace", type=_namespace, default=DEFAULT_INGRESS_NAMESPACE,
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
+    command.add_argument("--ingress-namespace", type=namespace_argument, default=DEFAULT_INGRESS_NAMESPACE,
                          help="where the gateway that calls the model runs: the NetworkPolicy admits the inference "
                               f"ports from there and from the model's own namespace (default {DEFAULT_INGRESS_NAMESPACE})")
-    command.add_argument("--monitoring-namespace", type=_namespace, default=DEFAULT_MONITORING_NAMESPACE,
+    command.add_argument("--monitoring-namespace", type=namespace_argument, default=DEFAULT_MONITORING_NAMESPACE,
                          help=f"where Prometheus runs: the only source admitted on the metrics port "
                               f"(default {DEFAULT_MONITORING_NAMESPACE})")
+    command.add_argument("--dashboard", action="store_true", help="also render the model's Grafana dashboard: a "
+                         "ConfigMap labelled grafana_dashboard=1, which Grafana's dashboard sidecar loads")
     command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
                          help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
     command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>; "
                          "for an overlay folder, its last two parts: build/tune/overlay -> tune-overlay)")
-
-
-def _namespace(text: str) -> str:
-    """--namespace as argparse checks it, so a name Kubernetes refuses stops before any rendering or connecting."""
-    from deployments.render import RenderError, check_namespace
-
-    try:
-        return check_namespace(text)
-    except RenderError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _models(args: argparse.Namespace):
@@ -138,7 +134,8 @@ def render_validated(args: argparse.Namespace):
                           autoscaling_mode=args.autoscaling, engine=args.kustomize, shared_memory=args.shared_memory,
                           hpa_metric_source=args.hpa_metric_source, gpu_node_selector=args.gpu_node_selector,
                           gpu_tolerations=args.gpu_toleration, trt_cache_claim=args.trt_cache_claim,
-                          repository_api=args.repository_api, repository_token_secret=args.repository_token_secret)
+                          repository_api=args.repository_api, repository_token_secret=args.repository_token_secret,
+                          dashboard=args.dashboard)
         warnings = [warning for predictor, version in rendered.models.items()
                     if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))] + rendered.warnings
     except (RecordError, RenderError, KustomizeError) as err:
@@ -188,65 +185,12 @@ def _connect(nothing_done: str):
         raise UserError(f"{err}: {nothing_done}. A local cluster: `make cluster`") from err
 
 
-def _add_storage_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--storage-endpoint", metavar="URL", help="reach the object store at URL for the upload (a "
-                         "port-forward, say) instead of the storage Secret's ENDPOINT, which is the pods' address")
-    command.add_argument("--pvc-mount", type=Path, metavar="DIR",
-                         help="where the claim of a pvc:// modelUri is mounted on this machine, to upload into it")
-
-
-def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> dict[str, str]:
-    """The storage Secret's rclone settings, so the upload uses the pods' credentials; where this user may not
-    read it (or there is no cluster), the same settings made from this machine's environment."""
-    from deployments.storage_secret import SecretError, read_settings, settings_from_environment
-
-    settings = read_settings(api, secret, namespace) if api is not None and secret else None
-    if settings is not None:
-        return settings
-    if scheme == "pvc":
-        return {}
-    console.print(f"storage credentials from this machine's environment"
-                  f"{f' (cannot read Secret {namespace}/{secret})' if secret and api is not None else ''}", soft_wrap=True)
-    try:
-        return settings_from_environment(scheme, os.environ)[0]
-    except SecretError as err:
-        raise UserError(str(err)) from err
-
-
 def _rendered_placements(rendered) -> list[tuple]:
     """(version, the Secret its pods pull with) for each predictor, once per URI."""
     graphs = {p["name"]: p["graph"] for p in rendered.seldon_deployment["spec"]["predictors"]}
     placements = {version.uri: (version, graphs[predictor].get("envSecretRefName"))
                   for predictor, version in rendered.models.items()}
     return list(placements.values())
-
-
-def place_models(api, placements: list[tuple], args: argparse.Namespace, *, check_only: bool = False) -> None:
-    """Upload each (version, Secret) to the version's modelUri where it is not there yet, and verify it byte for
-    byte. `check_only` (a dry run) uploads nothing and only says what it would do."""
-    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
-
-    from deployments.upload import Destination, UploadError, place
-
-    for version, secret in placements:
-        scheme = version.uri.partition("://")[0]
-        try:
-            settings = _storage_settings(api, secret, args.namespace, scheme)
-            destination = Destination(version.uri, settings, endpoint=args.storage_endpoint, pvc_mount=args.pvc_mount)
-            if check_only:
-                there = destination.manifest()
-                console.print(f"{version.uri}: " + ("holds a version, verified when deployed" if there else
-                                                    "empty, the version would be uploaded"), soft_wrap=True)
-                continue
-            with Progress(SpinnerColumn(), TextColumn("{task.description}"), DownloadColumn(), TransferSpeedColumn(),
-                          console=console, transient=True) as progress:
-                task = progress.add_task(f"{version.name} v{version.version} -> {version.uri}", total=None)
-                placed = place(version, destination, on_bytes=lambda n: progress.advance(task, n))
-        except (UploadError, OSError) as err:
-            raise UserError(f"{err}" if isinstance(err, UploadError) else f"cannot reach {version.uri}: {err}; "
-                            "nothing was applied") from err
-        console.print(f"{'uploaded' if placed.uploaded else 'found'} {version.name} v{version.version} at {placed.uri}, "
-                      f"verified: {placed.bytes} bytes, digest {placed.digest[:19]}...", soft_wrap=True)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -298,7 +242,7 @@ def register_deploy(commands) -> None:
     command = commands.add_parser("deploy", help="render, validate, server-side apply to the current kubectl context, wait",
                                   description="Render and validate, then server-side apply and wait until Available.")
     _add_render_arguments(command)
-    _add_storage_arguments(command)
+    add_storage_arguments(command)
     command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
                          help="server: the API server checks everything, nothing is stored; client: render and validate only")
     command.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
@@ -341,9 +285,9 @@ def register_upload(commands) -> None:
     command.add_argument("--model-uri", help="where to put it, replacing the record's (s3://, gs://, pvc://)")
     command.add_argument("--storage-root", default=DEFAULT_STORAGE_ROOT,
                          help=f"without a URI of its own: <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})")
-    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE, help="where the Secret is")
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the Secret is")
     command.add_argument("--secret", default=DEFAULT_SECRET, help=f"the storage Secret (default {DEFAULT_SECRET})")
-    _add_storage_arguments(command)
+    add_storage_arguments(command)
     command.set_defaults(func=cmd_upload)
 
 
@@ -386,7 +330,7 @@ def register_secret(commands) -> None:
                                               "GOOGLE_APPLICATION_CREDENTIALS (gs) straight to the cluster, never to a file.")
     command.add_argument("--scheme", choices=SCHEMES, default="s3", help="the modelUri scheme it serves (default s3)")
     command.add_argument("--name", default=DEFAULT_SECRET, help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName)")
-    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
     command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
                          help="client: say which keys it would hold; server: the API server checks it, nothing stored")
     command.set_defaults(func=cmd_secret)
@@ -410,12 +354,13 @@ def register_undeploy(commands) -> None:
                                   description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
                                               "ServiceAccount Slipway applied for one model (found by its labels).")
     command.add_argument("--name", default="digits", help="the model name (default digits)")
-    command.add_argument("--namespace", type=_namespace, default=DEFAULT_NAMESPACE)
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
     command.set_defaults(func=cmd_undeploy)
 
 
 REGISTRARS: list[Callable] = [register_render, register_deploy, register_upload, register_secret, register_undeploy,
-                              register_recommend, register_canary_judge, register_cluster]
+                              register_recommend, register_canary_judge, register_canary, register_cluster,
+                              register_alerts]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,8 @@ OWNED_KINDS = (
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "ServiceAccount"),
+    ("v1", "ConfigMap"),  # the Grafana dashboard (--dashboard)
+    ("monitoring.coreos.com/v1", "PrometheusRule"),  # the SLO's alerts (`alerts`), once applied: no model, no alerts
 )
 
 
@@ -97,11 +99,11 @@ def apply(api, docs: list[dict[str, Any]], *, namespace: str, dry_run: bool = Fa
                 send(doc, dry)
             except ApiException as err:
                 stage = "refused in the server-side dry run, nothing was applied" if dry else "failed while applying"
-                raise DeployError(f"{label} {stage}: {err.status} {err.reason}: {_api_message(err)}") from err
+                raise DeployError(f"{label} {stage}: {err.status} {err.reason}: {api_message(err)}") from err
     return [f"{doc['kind']}/{doc['metadata']['name']}" for doc in docs]
 
 
-def _api_message(err) -> str:
+def api_message(err) -> str:
     import json
 
     try:

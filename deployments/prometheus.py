@@ -3,11 +3,16 @@ token (PROMETHEUS_TOKEN) or basic auth (PROMETHEUS_USERNAME, PROMETHEUS_PASSWORD
 
 Any server that speaks Prometheus' `/api/v1/query` and `/api/v1/query_range` will do (Prometheus itself,
 Thanos, Mimir, VictoriaMetrics); every refusal or non-answer is one line naming the server and what to fix.
+
+Plain http:// is refused unless the host is this machine (localhost, 127.0.0.0/8, ::1) or PROMETHEUS_ALLOW_HTTP=1
+says so: the token or password, and the queries naming namespaces and models, would cross the network in clear
+text, and a `kubectl port-forward` (loopback) or an https:// ingress is the usual way in anyway.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import math
 import os
@@ -21,6 +26,7 @@ URL_ENV = "PROMETHEUS_URL"
 TOKEN_ENV = "PROMETHEUS_TOKEN"
 USERNAME_ENV = "PROMETHEUS_USERNAME"
 PASSWORD_ENV = "PROMETHEUS_PASSWORD"
+ALLOW_HTTP_ENV = "PROMETHEUS_ALLOW_HTTP"
 AUTH_HINT = f"set {TOKEN_ENV} (a bearer token) or {USERNAME_ENV} and {PASSWORD_ENV} (basic auth)"
 
 
@@ -37,6 +43,7 @@ class Prometheus:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     timeout_s: float = 30.0
+    allow_http: bool = False  # plain http:// to another host; loopback is always allowed
 
     def __post_init__(self) -> None:
         if urllib.parse.urlsplit(self.url).scheme not in ("http", "https"):
@@ -52,9 +59,24 @@ class Prometheus:
         env = os.environ if env is None else env
         url = url or env.get(URL_ENV)
         if not url:
-            raise PrometheusError(f"no Prometheus to ask: set {URL_ENV} (e.g. http://prometheus.monitoring:9090)")
-        return cls(url, token=env.get(TOKEN_ENV) or None, username=env.get(USERNAME_ENV) or None,
-                   password=env.get(PASSWORD_ENV) or None, timeout_s=timeout_s)
+            raise PrometheusError(f"no Prometheus to ask: set {URL_ENV} (e.g. https://prometheus.example.com)")
+        allow = env.get(ALLOW_HTTP_ENV, "").strip()
+        if allow not in ("", "0", "1"):
+            raise PrometheusError(f"{ALLOW_HTTP_ENV}={allow!r} is neither 1 nor 0: set {ALLOW_HTTP_ENV}=1 to allow "
+                                  "plain http:// to a non-loopback Prometheus, or unset it")
+        server = cls(url, token=env.get(TOKEN_ENV) or None, username=env.get(USERNAME_ENV) or None,
+                     password=env.get(PASSWORD_ENV) or None, timeout_s=timeout_s, allow_http=allow == "1")
+        server.check_transport()  # at start, not at the first query minutes into a canary
+        return server
+
+    def check_transport(self) -> None:
+        """Refuse plain HTTP to a host other than this machine unless `allow_http` (PROMETHEUS_ALLOW_HTTP=1)."""
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme == "http" and not self.allow_http and not _is_loopback(parts.hostname):
+            raise PrometheusError(
+                f"refusing plain HTTP to Prometheus at {self.url} (credentials and queries would cross the network "
+                f"unencrypted): use https://, a `kubectl port-forward` to 127.0.0.1, or set {ALLOW_HTTP_ENV}=1"
+            )
 
     def headers(self) -> dict[str, str]:
         if self.token:
@@ -66,6 +88,7 @@ class Prometheus:
 
     def get(self, path: str, params: Mapping[str, str]) -> dict:
         """GET `path` (e.g. /api/v1/query) and return the response's `data`; any failure is a PrometheusError."""
+        self.check_transport()  # before anything is sent
         address = f"{self.url.rstrip('/')}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(address, headers={"Accept": "application/json", **self.headers()})
         try:
@@ -109,6 +132,18 @@ class Prometheus:
             raise PrometheusError(f"{query!r} gave {len(result)} series at {self.url}; aggregate it to one (sum(...))")
         value = result[0][1] if result else math.nan
         return None if math.isnan(value) else value
+
+
+def _is_loopback(host: str | None) -> bool:
+    """Whether `host` is this machine by name or address: traffic to it never leaves the host."""
+    if not host:
+        return False
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost: it may resolve anywhere
+        return False
 
 
 def _number(text: object, query: str, url: str) -> float:

@@ -86,14 +86,20 @@ class ModelVersion(BaseModel):
         where `deploy` uploads it: the cluster cannot read this machine's disk.
         """
         record = _json_file(Path(path), f"version record {path}", "write it with `python -m export versions show REF --json`")
+        return cls.from_record(record, source=f"version record {path}", uri=uri, storage_root=storage_root)
+
+    @classmethod
+    def from_record(cls, record: object, *, source: str, uri: str | None = None,
+                    storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
+        """The store's record as parsed JSON (`from_record_file` without the file); `source` names it in errors."""
         if not isinstance(record, dict):
-            raise RecordError(f"version record {path} must be a JSON object with name, version, uri and digest")
+            raise RecordError(f"{source} must be a JSON object with name, version, uri and digest")
         local_dir = _local_folder(record.get("uri"))
         if uri:
             record = {**record, "uri": uri}
         elif local_dir is not None:
             record = {**record, "uri": storage_uri(storage_root, record.get("name"), record.get("version"))}
-        return cls._validated({**record, "local_dir": local_dir}, source=str(path))
+        return cls._validated({**record, "local_dir": local_dir}, source=source)
 
     @classmethod
     def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None,

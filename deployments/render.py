@@ -18,6 +18,9 @@ from typing import Any
 import yaml
 
 from deployments import autoscaling, gpu, kustomize, seldon
+from deployments.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
+from deployments.dashboard import DashboardError, is_dashboard
+from deployments.dashboard import pin as pin_dashboard
 from deployments.records import ModelVersion
 from deployments.repository_api import RepositoryApiError, container_env, pin_env
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
@@ -33,6 +36,7 @@ DEFAULT_NAMESPACE = "slipway"
 DEFAULT_INGRESS_NAMESPACE = "istio-system"
 DEFAULT_MONITORING_NAMESPACE = "monitoring"
 CANARY_PREDICTOR = "canary"
+NAMESPACE_ENV = "SLIPWAY_NAMESPACE"  # read by wrappers/payload_events.py (ce-source, ce-namespace)
 ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
 RENDERING_FILE = "rendering.json"  # what was rendered, from what: also how a later run knows the folder is ours
 COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
@@ -114,8 +118,10 @@ def render(
     trt_cache_claim: str | None = None,
     repository_api: str = "closed",
     repository_token_secret: str | None = None,
+    dashboard: bool = False,
 ) -> Rendered:
-    """Build `overlay` (with the autoscaling component for `autoscaling_mode`) and pin it to the versions.
+    """Build `overlay` (with the autoscaling component for `autoscaling_mode`, and with `dashboard` the Grafana
+    dashboard's) and pin it to the versions.
 
     `hpa_metric_source`: "container" keeps the overlays' `ContainerResource` CPU/memory targets (pinned to each
     predictor's model container), "pod" turns them into pod-level `Resource` targets (clusters before 1.30)."""
@@ -132,7 +138,8 @@ def render(
         component = autoscaling.component_dir(autoscaling_mode)
     except ValueError as err:
         raise RenderError(str(err)) from err
-    docs, used = kustomize.build(directory, extra_components=[component] if component else [], engine=engine)
+    extra = [path for path in (component, DASHBOARD_COMPONENT if dashboard else None) if path]
+    docs, used = kustomize.build(directory, extra_components=extra, engine=engine)
     sdeps = [doc for doc in docs if doc.get("kind") == seldon.KIND]
     if len(sdeps) != 1:
         raise RenderError(f"overlay {overlay} renders {len(sdeps)} SeldonDeployments; Slipway pins exactly one")
@@ -141,12 +148,18 @@ def render(
         _split_traffic(sdeps[0], canary_percent)
     for doc in docs:
         _pin_common(doc, model.name, namespace)
+        if is_dashboard(doc):
+            try:
+                pin_dashboard(doc, namespace=namespace, model=model.name)
+            except DashboardError as err:
+                raise RenderError(str(err)) from err
         if doc["kind"] == "NetworkPolicy":
             _fill(doc, {"$(INGRESS_NAMESPACE)": ingress_namespace, "$(MONITORING_NAMESPACE)": monitoring_namespace})
     _pin_seldon_deployment(sdeps[0], model, models, image, namespace, image_pull_policy)
     if shared_memory is not None:
         _mount_shared_memory(sdeps[0], shared_memory)
     pin_env(sdeps[0], repository_env)
+    _pin_env_value(sdeps[0], NAMESPACE_ENV, namespace)  # the payload log's events say where they come from
     try:  # GPU pods: the variant measured for GPUs, node placement (`KEY=VALUE`, `KEY[=VALUE][:EFFECT]`), TensorRT cache
         warnings = gpu.place(sdeps[0], models, node_selector=gpu_node_selector, tolerations=gpu_tolerations,
                              cache_claim=trt_cache_claim)
@@ -171,6 +184,16 @@ def check_namespace(namespace: str) -> str:
         raise RenderError(f"namespace {namespace!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits "
                           f"and '-', starting and ending with a letter or digit (e.g. {suggestion})")
     return namespace
+
+
+def namespace_argument(text: str) -> str:
+    """`check_namespace` as an argparse type: a name Kubernetes refuses stops before any rendering or connecting."""
+    import argparse
+
+    try:
+        return check_namespace(text)
+    except RenderError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _assign_models(sdep: dict, model: ModelVersion, canary: ModelVersion | None) -> dict[str, ModelVersion]:
@@ -225,33 +248,50 @@ def _pin_seldon_deployment(
         {"slipway.io/model-version": main.version, "slipway.io/model-digest": main.digest}
     )
     for predictor in sdep["spec"]["predictors"]:
-        version = models[predictor["name"]]
-        graph = predictor["graph"]
-        old_name = graph["name"]
-        graph.update(name=version.name, modelUri=version.uri)
-        predictor.setdefault("labels", {}).update({MODEL_LABEL: version.name, PREDICTOR_LABEL: predictor["name"]})
-        # On the predictor, so they reach its Deployment and pods: each pod says which version it serves.
-        predictor.setdefault("annotations", {}).update(
-            {"slipway.io/model-version": version.version, "slipway.io/model-digest": version.digest}
-        )
-        for _, _, component in seldon.pod_specs({"spec": {"predictors": [predictor]}}):
-            spec = component.get("spec", {})
-            if "serviceAccountName" in spec:
-                spec["serviceAccountName"] = service_account_name(version.name)
-            for constraint in spec.get("topologySpreadConstraints", []):
-                constraint["labelSelector"] = {"matchLabels": {MODEL_LABEL: version.name, PREDICTOR_LABEL: predictor["name"]}}
-            for container in spec.get("containers", []):
-                if container["name"] == old_name:
-                    container["name"] = version.name
-                    if image:
-                        container["image"] = image
-                    if image_pull_policy:
-                        container["imagePullPolicy"] = image_pull_policy
-                    _pin_digest(container, version)
-            _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
-            # the HPA's ContainerResource metrics read the model container, renamed above
-            autoscaling.pin_model_container(component.get("hpaSpec", {}).get("metricsv2", []), version.name,
-                                            aliases=(old_name,))
+        pin_predictor(predictor, models[predictor["name"]], namespace=namespace, image=image,
+                      image_pull_policy=image_pull_policy)
+
+
+def pin_predictor(predictor: dict, version: ModelVersion, *, namespace: str, image: str | None = None,
+                  image_pull_policy: str | None = None) -> None:
+    """Point one predictor (in place) at `version`: graph, labels, the version annotations its pods carry, the model
+    container's name and digest, the spreading selector and the HPA's container. Also how the canary controller
+    turns a copy of the live stable predictor into the canary, so that the two differ only in the version."""
+    graph = predictor["graph"]
+    old_name = graph["name"]
+    graph.update(name=version.name, modelUri=version.uri)
+    predictor.setdefault("labels", {}).update({MODEL_LABEL: version.name, PREDICTOR_LABEL: predictor["name"]})
+    # On the predictor, so they reach its Deployment and pods: each pod says which version it serves.
+    predictor.setdefault("annotations", {}).update(
+        {"slipway.io/model-version": version.version, "slipway.io/model-digest": version.digest}
+    )
+    for _, _, component in seldon.pod_specs({"spec": {"predictors": [predictor]}}):
+        spec = component.get("spec", {})
+        if "serviceAccountName" in spec:
+            spec["serviceAccountName"] = service_account_name(version.name)
+        for constraint in spec.get("topologySpreadConstraints", []):
+            constraint["labelSelector"] = {"matchLabels": {MODEL_LABEL: version.name, PREDICTOR_LABEL: predictor["name"]}}
+        for container in spec.get("containers", []):
+            if container["name"] == old_name:
+                container["name"] = version.name
+                if image:
+                    container["image"] = image
+                if image_pull_policy:
+                    container["imagePullPolicy"] = image_pull_policy
+                _pin_digest(container, version)
+        _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
+        # the HPA's ContainerResource metrics read the model container, renamed above
+        autoscaling.pin_model_container(component.get("hpaSpec", {}).get("metricsv2", []), version.name,
+                                        aliases=(old_name,))
+
+
+def _pin_env_value(sdep: dict, name: str, value: str) -> None:
+    """Set `name` to `value` in every predictor's model container (the one named like its graph)."""
+    for predictor, _, component in seldon.pod_specs(sdep):
+        for container in component.get("spec", {}).get("containers", []):
+            if container.get("name") == predictor["graph"]["name"]:
+                env = [item for item in container.get("env", []) if item.get("name") != name]
+                container["env"] = [*env, {"name": name, "value": value}]
 
 
 def _mount_shared_memory(sdep: dict, size: str) -> None:

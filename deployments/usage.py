@@ -104,12 +104,20 @@ def parse_query_range(data: object, *, kind: Kind, source: str) -> Usage:
     pods = [_pod_name(item.get("metric", {})) for item in raw]
     if (None in pods and len(raw) > 1) or len(set(pods)) != len(pods):
         raise UsageError(f"{source}: {len(raw)} series without one distinct pod label each; aggregate with sum by (pod) (...)")
-    series = [_series(item["values"], pod or "(all pods)", kind=kind, source=source) for item, pod in zip(raw, pods)]
+    series, step = checked_series([(pod or "(all pods)", item["values"]) for item, pod in zip(raw, pods)], source=source)
+    for one in series:
+        _check_units(one, kind, source)
+    return Usage(kind=kind, source=source, series=series, step_s=step)
+
+
+def checked_series(raw: list[tuple[str, list]], *, source: str) -> tuple[list[Series], float]:
+    """(name, query_range `values`) pairs as Series and their median step, refusing what would skew any sizing read
+    from them (a sample that is not a number, NaN/Inf, time running backwards, holes); units are the caller's."""
+    series = [_series(values, name, source=source) for name, values in raw]
     step = _median_step(series)
     for one in series:
         _check_gaps(one, step, source)
-        _check_units(one, kind, source)
-    return Usage(kind=kind, source=source, series=series, step_s=step)
+    return series, step
 
 
 def _pod_name(labels: dict) -> str | None:
@@ -119,7 +127,7 @@ def _pod_name(labels: dict) -> str | None:
     return None
 
 
-def _series(values: list, pod: str, *, kind: Kind, source: str) -> Series:
+def _series(values: list, pod: str, *, source: str) -> Series:
     try:
         times = np.array([float(point[0]) for point in values])
         numbers = np.array([float(point[1]) for point in values])

@@ -6,12 +6,14 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from export.commands import KERAS_MODELS, VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
+import numpy as np
+
+from export.commands import VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
 from export.convert import DEFAULT_OPSET
 from export.store.cli import add_versions_parser
 from slipway.cli import ArgumentParser, UserError, console, exit_with
-from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
-from slipway.readme import README
+from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
+from slipway.readme import BENCHMARKS_PAGE
 
 DEFAULT_TRAIN_DIR = BUILD_DIR / "train" / DEMO_MODEL_NAME
 EXAMPLE_ROWS = 32
@@ -34,61 +36,78 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from export.convert import check_parity, keras_to_onnx, onnx_predict
-    from export.data import load_digits_splits
-    from export.model import INPUT_NAME, OUTPUT_NAME
+    """Any trained Keras / TensorFlow model (the demo's by default) to a served-ready ONNX artifact folder.
+
+    Parity is checked on held-out rows (the user's --data, else the digits split) over every
+    output before anything is written; a disagreement writes nothing.
+    """
+    from export.convert import ParityError, UnsupportedOpsError, function_to_onnx, onnx_outputs, outputs_parity
+    from export.keras_load import ModelLoadError, default_name, load_model, read_custom_objects
+    from export.onnx_import import ImportCheckError, check_name
     from export.package import check_out_dir, write_artifact
-    from export.train import read_train_config
+    from export.user_source import demo_rows, user_rows
     from slipway.reports import write_report
 
-    if not args.model.is_file():
-        raise UserError(f"no trained model at {args.model}: run `python -m export train` first or pass --model")
-    check_out_dir(args.out)  # before TensorFlow loads and converts
-    import keras
-
+    if args.model_path is not None and args.model is not None:
+        raise UserError("pass the model once: as MODEL or as --model, not both")
+    model_path = args.model_path or args.model or DEFAULT_TRAIN_DIR / "model.keras"
+    if args.model_path is None and args.model is None and not model_path.exists():
+        raise UserError(f"no trained model at {model_path}: run `python -m export train` first or pass MODEL")
     try:
-        model = keras.models.load_model(args.model)
-    except Exception as err:  # Keras raises many types for a bad file
-        raise UserError(f"cannot read {args.model} as a Keras model ({type(err).__name__}: {err})") from err
-    config, fingerprint = read_train_config(args.model)
-    splits = load_digits_splits(seed=config.seed)
-    with console.status("converting to ONNX (tf.function -> tf2onnx)"):
-        onnx_model = keras_to_onnx(model, opset=args.opset)
-    onnx_bytes = onnx_model.SerializeToString()
-    keras_probs = model.predict(splits.x_test, batch_size=256, verbose=0)
-    onnx_probs = onnx_predict(onnx_bytes, splits.x_test)
-    parity = check_parity(keras_probs, onnx_probs)
-    if not parity.identical_predictions:
+        name = check_name(args.name or (DEMO_MODEL_NAME if args.model_path is None else default_name(model_path)))
+        out = args.out or BUILD_DIR / "artifacts" / name
+        check_out_dir(out)  # before TensorFlow loads and converts
+        custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
+        with console.status(f"loading {model_path}"):
+            model = load_model(model_path, custom_objects=custom)
+        rows = user_rows(args.data, model, what="held-out") if args.data else demo_rows(model, model_path)
+        with console.status("converting to ONNX (tf.function -> tf2onnx)"):
+            onnx_bytes = function_to_onnx(model.call, model.tensor_specs(), opset=args.opset).SerializeToString()
+        with console.status(f"checking parity on {rows.count} rows"):
+            source_outputs = model.predict(rows.feeds)
+            converted = onnx_outputs(onnx_bytes, rows.feeds)
+            parity = outputs_parity(source_outputs, converted)
+    except (ModelLoadError, ImportCheckError, UnsupportedOpsError, ParityError) as err:
+        raise UserError(str(err)) from err
+    scale = max(1.0, max(float(np.abs(array).max()) if array.size else 0.0 for array in source_outputs.values()))
+    if not parity.identical_predictions or parity.max_abs_diff > args.parity_tolerance * scale:
         raise UserError(
-            f"ONNX and Keras disagree on {1 - parity.top1_agreement:.2%} of the held-out split "
-            f"(max abs diff {parity.max_abs_diff:.2e}); nothing was written"
+            f"ONNX and {model.format} disagree on {1 - parity.top1_agreement:.2%} of {rows.count} held-out rows "
+            f"(max abs diff {parity.max_abs_diff:.2e}, allowed {args.parity_tolerance * scale:.1e}); nothing was written"
         )
+    first = converted[model.output_names[0]]
     manifest = write_artifact(
-        args.out,
+        out,
         onnx_bytes=onnx_bytes,
-        name=args.name,
-        example_inputs={INPUT_NAME: splits.x_test[:EXAMPLE_ROWS]},
-        example_outputs={OUTPUT_NAME: onnx_probs[:EXAMPLE_ROWS]},
-        example_labels=splits.y_test[:EXAMPLE_ROWS],
+        name=name,
+        example_inputs={key: array[:EXAMPLE_ROWS] for key, array in rows.feeds.items()},
+        example_outputs={key: array[:EXAMPLE_ROWS] for key, array in converted.items()},
+        example_labels=rows.labels[:EXAMPLE_ROWS] if rows.labels is not None else None,
     )
-    accuracy = float((onnx_probs.argmax(axis=1) == splits.y_test).mean())
+    scores_classes = rows.labels is not None and first.ndim == 2 and first.shape[1] > 1
+    accuracy = float((first.argmax(axis=1) == rows.labels).mean()) if scores_classes else None
     write_report(
         "convert",
         {
-            "source_model": str(args.model),
-            "artifact": str(args.out),
-            "model_name": args.name,
+            "source_model": str(model_path),
+            "source_format": model.format,
+            "artifact": str(out),
+            "model_name": name,
             "opset": args.opset,
             "digest": manifest.digest,
             "onnx_bytes": len(onnx_bytes),
+            "inputs": [{"name": spec.name, "dtype": str(spec.dtype), "shape": ["N", *spec.shape[1:]]} for spec in model.inputs],
+            "outputs": model.output_names,
+            "evaluation": rows.note,
             "parity": parity.as_dict(),
             "onnx_test_accuracy": accuracy,
-            "data_fingerprint": fingerprint,
+            "data_fingerprint": rows.fingerprint,
         },
     )
     console.print(
-        f"ONNX opset {args.opset}: predictions identical on {parity.samples} held-out images, "
-        f"max abs diff {parity.max_abs_diff:.2e}, accuracy {accuracy:.4f} -> {args.out}"
+        f"ONNX opset {args.opset}: predictions identical on {parity.samples} held-out rows, "
+        f"max abs diff {parity.max_abs_diff:.2e}" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "") + f" -> {out}",
+        soft_wrap=True,
     )
     return 0
 
@@ -114,22 +133,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--min-accuracy", type=float, default=0.95, help="fail when the held-out accuracy is lower")
     train.set_defaults(func=cmd_train)
 
-    convert = commands.add_parser("convert", help="convert to ONNX, check parity, write the artifact folder")
-    convert.add_argument("--model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras")
-    convert.add_argument("--out", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder to write")
-    convert.add_argument("--name", default=DEMO_MODEL_NAME, help="model name clients use in /v2/models/<name>")
+    convert = commands.add_parser("convert", help="convert a trained Keras/TensorFlow model to ONNX, check parity, write the artifact folder")
+    convert.add_argument("model_path", nargs="?", type=Path, metavar="MODEL",
+                         help="a .keras file, an .h5 file or a SavedModel folder (default: the trained digits demo model)")
+    convert.add_argument("--model", type=Path, help=argparse.SUPPRESS)  # the demo's older spelling of MODEL
+    convert.add_argument("--data", type=Path, metavar="DATA.npz",
+                         help="held-out rows for the parity check: one array per model input, named like it, optionally 'labels'")
+    convert.add_argument("--custom-objects", metavar="MODULE:ATTR",
+                         help="custom layers' classes: a dict {name: class} or a function returning one (MODULE may be a .py path)")
+    convert.add_argument("--out", type=Path, help="artifact folder to write (default build/artifacts/<name>)")
+    convert.add_argument("--name", help="model name clients use in /v2/models/<name> (default: digits for the demo, else MODEL's name)")
+    convert.add_argument("--parity-tolerance", type=float, default=1e-3,
+                         help="largest abs difference ONNX may show against the model, times max(1, largest output)")
     convert.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset to write (>= {DEFAULT_OPSET})")
     convert.set_defaults(func=cmd_convert)
 
     variants = commands.add_parser(
         "variants", help="make fp32/int8/fp16/pruned/slim ONNX variants, measure them, choose the one to ship"
     )
-    variants.add_argument("model", nargs="?", choices=KERAS_MODELS, default="digits",
-                          help="digits (the trained demo CNN) or mobilenetv2 (random weights, synthetic data)")
+    variants.add_argument("model", nargs="?", default="digits", metavar="MODEL",
+                          help="digits (the trained demo CNN), mobilenetv2 (random weights, synthetic data), or your own "
+                               "model: a .keras file, an .h5 file or a SavedModel folder (with --data)")
+    variants.add_argument("--data", type=Path, metavar="DATA.npz",
+                          help="your model: held-out rows the variants are judged on, one array per input named like it, optionally 'labels'")
+    variants.add_argument("--train", type=Path, metavar="TRAIN.npz",
+                          help="your model: training rows to fine-tune pruned and slim on: its inputs, and targets "
+                               "named like its outputs ('labels' for one output)")
+    variants.add_argument("--calibration", type=Path, metavar="DATA.npz",
+                          help="your model: rows to calibrate int8 on (default: the --train rows)")
+    variants.add_argument("--loss", help="your model: the Keras loss to fine-tune under (default: the model's compiled loss)")
+    variants.add_argument("--name", help="your model: the name clients use in /v2/models/<name> (default: the file's name)")
+    variants.add_argument("--custom-objects", metavar="MODULE:ATTR",
+                          help="your model's custom layers: a dict {name: class} or a function returning one (MODULE may be a .py path)")
     variants.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
     variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
     variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")
     variants.add_argument("--fine-tune-epochs", type=int, default=12, help="pruned and slim: epochs of fine-tuning")
+    variants.add_argument("--fine-tune-learning-rate", type=float, default=5e-4, help="pruned and slim: Adam's learning rate while fine-tuning")
     variants.add_argument("--opset", type=opset, default=DEFAULT_OPSET,
                           help=f"ONNX opset of the Keras conversions (>= {DEFAULT_OPSET})")
     add_export_options(variants, variants_help="comma-separated, from fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8 "
@@ -146,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     importer.add_argument("--labels", type=Path, metavar="DATA.npz",
                           help="held-out inputs (named like the model's) plus a 'labels' array: fills the accuracy columns")
     add_export_options(importer, variants_help="comma-separated, from fp32,int8,fp16 (default: all three)")
-    importer.set_defaults(func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=DEFAULT_OPSET)
+    importer.set_defaults(func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, fine_tune_learning_rate=5e-4,
+                          opset=DEFAULT_OPSET)
 
     profile = commands.add_parser("profile", help="run ONNX Runtime's profiler on one variant: top operators, trace for Perfetto")
     profile.add_argument("variant", metavar="VARIANT", help="a variant name (fp32, int8, ...) or an artifact folder")
@@ -158,12 +199,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile.add_argument("--trace", type=Path, help="where to keep the trace JSON (default build/profiles/<model>-<variant>-b<batch>.json)")
     profile.set_defaults(func=cmd_profile)
 
-    bench = commands.add_parser("bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + README")
+    bench = commands.add_parser("bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + docs/benchmarks.md")
     bench.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
-    bench.add_argument("--readme", type=Path, default=README, help="README whose performance section is refreshed")
-    bench.add_argument("--no-readme", action="store_true", help="leave the README alone")
+    bench.add_argument("--page", type=Path, default=BENCHMARKS_PAGE,
+                       help="docs page whose bench-export section is refreshed (default docs/benchmarks.md)")
+    bench.add_argument("--no-docs", action="store_true", help="leave the docs page alone")
     add_export_options(bench, variants_help=None)
-    bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, opset=DEFAULT_OPSET, measure_rounds=7)
+    bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, fine_tune_learning_rate=5e-4,
+                       opset=DEFAULT_OPSET, measure_rounds=7)
 
     add_versions_parser(commands)
 

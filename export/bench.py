@@ -2,7 +2,7 @@
 
 Each model's run writes its own report (`reports/bench-export-<model>.json/.md/.png`);
 this module adds the targets table (`reports/bench-export.json/.md`) and puts it into
-the README's performance section, between markers, so a re-run on a quiet machine
+the benchmarks page's export section (docs/benchmarks.md), between markers, so a re-run on a quiet machine
 refreshes the published figures in one command.
 """
 
@@ -17,7 +17,7 @@ from slipway import atomic
 from slipway.readme import replace_section
 from slipway.reports import write_report
 
-README_SECTION = "bench-export"
+PAGE_SECTION = "bench-export"
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ def targets_markdown(found: list[Target], load: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_bench(digits: ExportReport, mobilenet: ExportReport, load: dict, readme: Path | None) -> tuple[Path, list[Target]]:
-    """Targets JSON + markdown (and the README section); returns the JSON path and the targets."""
+def write_bench(digits: ExportReport, mobilenet: ExportReport, load: dict, page: Path | None) -> tuple[Path, list[Target]]:
+    """Targets JSON + markdown (and the docs page's section); returns the JSON path and the targets."""
     found = targets(digits, mobilenet)
     summary = targets_markdown(found, load)
     path = write_report("bench-export", {
@@ -90,6 +90,6 @@ def write_bench(digits: ExportReport, mobilenet: ExportReport, load: dict, readm
     })
     full = "\n".join([summary, markdown(digits), markdown(mobilenet)])
     atomic.write_text(path.with_suffix(".md"), full)
-    if readme is not None:
-        replace_section(readme, README_SECTION, full.replace("### ", "#### "))
+    if page is not None:  # its `###` model headings sit under the page's `## Export variants`
+        replace_section(page, PAGE_SECTION, full)
     return path, found

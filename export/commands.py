@@ -48,6 +48,7 @@ def export_config(args: argparse.Namespace, default_variants: str):
             sparsity=args.sparsity,
             slim_fraction=args.slim_fraction,
             fine_tune_epochs=args.fine_tune_epochs,
+            fine_tune_learning_rate=args.fine_tune_learning_rate,
             budget={"accuracy_points": args.accuracy_budget, "fp32_tolerance": args.fp32_tolerance,
                     "fp16_tolerance": args.fp16_tolerance},
             optimize_for=args.optimize_for,
@@ -111,19 +112,71 @@ def synthetic_warning(source) -> list[str]:
 def cmd_variants(args: argparse.Namespace) -> int:
     from export.pipeline import check_out_dir
 
-    config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
-    out = args.out or VARIANTS_DIR / args.model
-    check_out_dir(out)  # before the model is loaded and converted
-    source = keras_source(args.model, args.keras_model, config)
-    report = run_and_report(source, config, out, args.report, synthetic_warning(source))
+    if args.model in KERAS_MODELS and not Path(args.model).exists():
+        if args.data or args.train or args.calibration:
+            raise UserError(f"--data, --train and --calibration are for your own model: pass its path instead of {args.model!r}")
+        config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
+        out = args.out or VARIANTS_DIR / args.model
+        check_out_dir(out)  # before the model is loaded and converted
+        source = keras_source(args.model, args.keras_model, config)
+        warnings = synthetic_warning(source)
+    else:
+        source, warnings, out, config = user_model_source(args)
+    report = run_and_report(source, config, out, args.report, warnings)
     console.print(f"publish it with: python -m export versions publish {report.chosen.path} --model {source.name}", soft_wrap=True)
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """Both models, every variant, one run: the figures of the README's performance section."""
-    from export.bench import write_bench
+def user_model_source(args: argparse.Namespace):
+    """The user's .keras / .h5 / SavedModel with their rows, as an export source: (source, warnings, out, config).
 
+    Everything that can be wrong with the files is found before the conversion and the fine-tunes.
+    """
+    from export.convert import UnsupportedOpsError
+    from export.keras_load import ModelLoadError, default_name, load_model, read_custom_objects
+    from export.onnx_import import ImportCheckError, check_name
+    from export.pipeline import check_out_dir
+    from export.prune import can_slim
+    from export.sources import keras_file_source
+    from export.user_source import training_rows, user_rows
+
+    path = Path(args.model)
+    if not path.exists():
+        raise UserError(f"no model {args.model!r}: choose {' or '.join(KERAS_MODELS)}, or pass the path of your model "
+                        "(a .keras file, an .h5 file or a SavedModel folder) with --data")
+    if args.data is None:
+        raise UserError(f"pass --data HELD-OUT.npz for {path}: held-out rows, one array per model input named like it, "
+                        "optionally 'labels' (the variants are judged on them)")
+    if args.loss and not args.train:
+        raise UserError("--loss is the loss pruned and slim variants fine-tune under: pass --train TRAIN.npz with it")
+    try:
+        name = check_name(args.name or default_name(path))
+        out = args.out or VARIANTS_DIR / name
+        check_out_dir(out)
+        custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
+        with console.status(f"loading {path} and checking its data"):
+            model = load_model(path, custom_objects=custom)
+            rows = user_rows(args.data, model, what="held-out")
+            calibration = user_rows(args.calibration, model, what="calibration") if args.calibration else None
+            training = training_rows(args.train, model, loss=args.loss) if args.train else None
+        defaults = FLOAT_VARIANTS
+        if training is not None:
+            defaults += ",pruned,pruned-int8" + (",slim,slim-int8" if can_slim(model.keras_model) else "")
+        config = export_config(args, defaults)
+        with console.status(f"converting {path} to ONNX"):
+            source, warnings = keras_file_source(model, name, rows, calibration=calibration, training=training,
+                                                 opset=config.opset, calibration_rows=config.calibration_rows)
+    except (ModelLoadError, ImportCheckError, UnsupportedOpsError) as err:
+        raise UserError(str(err)) from err
+    if args.variants is None and training is not None and not can_slim(model.keras_model):
+        warnings.append(f"{path} has no filters that can be removed (each reaches an input, an output or a layer "
+                        "filter pruning does not know): slim is left out; pruned (magnitude) is made")
+    return source, warnings, out, config
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Both models, every variant, one run: the figures of the benchmarks page (docs/benchmarks.md)."""
+    from export.bench import write_bench
     from export.pipeline import check_out_dir
 
     for model in KERAS_MODELS:  # both, before minutes of work on the first
@@ -136,7 +189,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         source = keras_source(model, args.keras_model, config)
         reports[model] = run_and_report(source, config, VARIANTS_DIR / model, f"bench-export-{model}", synthetic_warning(source))
     load = {"before": before, "after": os.getloadavg()[0]}
-    path, found = write_bench(reports["digits"], reports["mobilenetv2"], load, None if args.no_readme else args.readme)
+    path, found = write_bench(reports["digits"], reports["mobilenetv2"], load, None if args.no_docs else args.page)
     from rich.table import Table
 
     table = Table(title="figures to reach")
@@ -147,7 +200,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       "[green]yes[/]" if target.met else "[red]no[/]")
     console.print(table)
     console.print(f"report {path} (+ .md); load average {load['before']:.1f} -> {load['after']:.1f} on {os.cpu_count()} cores"
-                  + ("" if args.no_readme else f"; README section updated in {args.readme}"), soft_wrap=True)
+                  + ("" if args.no_docs else f"; section updated in {args.page}"), soft_wrap=True)
     return 0
 
 

@@ -1,8 +1,11 @@
-"""Keras -> ONNX through a tf.function and tf2onnx, then a parity check against Keras.
+"""Keras (or a SavedModel's signature) -> ONNX through a tf.function and tf2onnx, then a parity check.
 
 `tf2onnx.convert.from_keras` breaks on Keras 3 models, so the model is wrapped in a
-`tf.function` with a named input signature and a dict output: the ONNX graph then
-keeps the names `image` and `probabilities` that clients use.
+`tf.function` with a named input signature (batch dimension open) and a dict output:
+the ONNX graph then keeps the input and output names clients use (`image` and
+`probabilities` for the demo, the model's own names for the user's). tf2onnx leaves
+a TensorFlow op it cannot translate in the graph under its TensorFlow name instead of
+failing; such a graph is refused here, naming the ops, before anything is written.
 """
 
 from __future__ import annotations
@@ -39,31 +42,99 @@ class Parity:
         }
 
 
-def keras_to_onnx(model, opset: int = DEFAULT_OPSET):
-    """Convert a Keras model with one image input and one output to an ONNX ModelProto."""
+class UnsupportedOpsError(ValueError):
+    """The TensorFlow graph uses ops tf2onnx cannot translate to ONNX."""
+
+
+def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] | None = None,
+                  output_names: list[str] | None = None):
+    """Convert a Keras model to an ONNX ModelProto with a dynamic batch dimension.
+
+    Names default to the demo's (`image` -> `probabilities`) for a model with one input and one
+    output, else to the model's own input and output names.
+    """
+    import tensorflow as tf
+
+    inputs = input_names or ([INPUT_NAME] if len(model.inputs) == 1 else [tensor.name for tensor in model.inputs])
+    from export.keras_load import keras_output_names
+
+    outputs = output_names or ([OUTPUT_NAME] if len(model.outputs) == 1 else keras_output_names(model))
+    specs = [tf.TensorSpec((None, *tensor.shape[1:]), tensor.dtype, name=name) for tensor, name in zip(model.inputs, inputs)]
+
+    def call(*tensors):
+        answers = model(list(tensors) if len(tensors) > 1 else tensors[0], training=False)
+        if isinstance(answers, dict):
+            answers = [answers[name] for name in keras_output_names(model)]
+        return dict(zip(outputs, answers if isinstance(answers, (list, tuple)) else [answers]))
+
+    return function_to_onnx(call, specs, opset)
+
+
+def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET):
+    """Trace `call` (tensors in `specs` order -> dict of named outputs) and convert it with tf2onnx."""
+    import logging
+
+    import onnx
     import tensorflow as tf
     import tf2onnx
 
     if opset < DEFAULT_OPSET:
         raise ValueError(f"opset {opset} is too old: use {DEFAULT_OPSET} or newer")
-    spec = tf.TensorSpec((None, *model.input_shape[1:]), tf.float32, name=INPUT_NAME)
-
-    @tf.function(input_signature=[spec])
-    def serve(image):
-        return {OUTPUT_NAME: model(image, training=False)}
-
-    onnx_model, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=opset)
+    serve = tf.function(call, input_signature=specs)
+    tf2onnx_log = logging.getLogger("tf2onnx")
+    level = tf2onnx_log.level
+    tf2onnx_log.setLevel(logging.CRITICAL)  # unsupported ops are reported below, in one line
+    try:
+        onnx_model, _ = tf2onnx.convert.from_function(serve, input_signature=specs, opset=opset)
+    finally:
+        tf2onnx_log.setLevel(level)
+    unknown = sorted({node.op_type for node in onnx_model.graph.node
+                      if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, node.domain)})
+    if unknown:
+        raise UnsupportedOpsError(
+            f"the model uses TensorFlow ops tf2onnx cannot convert to ONNX ({', '.join(unknown)}): replace them with "
+            "standard ops (see https://github.com/onnx/tensorflow-onnx/blob/main/support_status.md)"
+        )
     onnx_model.producer_name = "slipway"
     return onnx_model
 
 
 def onnx_predict(onnx_bytes: bytes, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    """Run the ONNX model over `x` with ONNX Runtime on the CPU."""
+    """Run the one-input ONNX model over `x` with ONNX Runtime on the CPU; its first output."""
+    return onnx_outputs(onnx_bytes, {INPUT_NAME: x}, batch_size)[OUTPUT_NAME]
+
+
+def onnx_outputs(onnx_bytes: bytes, feeds: dict[str, np.ndarray], batch_size: int = 256) -> dict[str, np.ndarray]:
+    """Every output of the ONNX model over all rows of `feeds`, by name, with ONNX Runtime on the CPU."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
-    return np.concatenate(
-        [session.run(None, {INPUT_NAME: x[start : start + batch_size]})[0] for start in range(0, len(x), batch_size)]
+    names = [output.name for output in session.get_outputs()]
+    total = len(next(iter(feeds.values())))
+    chunks = [session.run(names, {key: array[start : start + batch_size] for key, array in feeds.items()})
+              for start in range(0, total, batch_size)]
+    return {name: np.concatenate([chunk[i] for chunk in chunks]) for i, name in enumerate(names)}
+
+
+def outputs_parity(source: dict[str, np.ndarray], converted: dict[str, np.ndarray]) -> Parity:
+    """Parity over every output: top-1 agreement on the outputs that score classes (last axis > 1), the
+    largest abs difference over all of them. An output only the source has counts as a mismatch."""
+    missing = sorted(set(source) - set(converted))
+    if missing:
+        raise ParityError(f"the ONNX graph lacks the model's outputs {missing} (it has {sorted(converted)})")
+    agree = None
+    for name, expected in source.items():
+        if expected.ndim >= 2 and expected.shape[-1] > 1:
+            same = expected.reshape(-1, expected.shape[-1]).argmax(-1) == converted[name].reshape(-1, expected.shape[-1]).argmax(-1)
+            agree = same if agree is None else np.concatenate([agree, same])
+    diff = max(float(np.abs(expected.astype(np.float64) - converted[name]).max()) if expected.size else 0.0
+               for name, expected in source.items())
+    rows = len(next(iter(source.values())))
+    return Parity(
+        samples=rows,
+        top1_agreement=float(agree.mean()) if agree is not None else 1.0,
+        max_abs_diff=diff,
+        identical_predictions=bool(agree.all()) if agree is not None else True,
     )
 
 

@@ -105,15 +105,19 @@ def gpu_runner(model_bytes: bytes, provider: str) -> Runner | None:
     return lambda feeds: session.run(None, feeds)
 
 
-def keras_runner(model, input_name: str) -> Runner:
-    """The Keras model as a compiled `tf.function`, results copied to host like ONNX Runtime's."""
+def keras_runner(model, input_names: list[str]) -> Runner:
+    """The Keras model as a compiled `tf.function` over its inputs (in order), results copied to host like ONNX Runtime's."""
     import tensorflow as tf
 
     @tf.function(reduce_retracing=True)
-    def call(x):
-        return model(x, training=False)
+    def call(*tensors):
+        return model(list(tensors) if len(tensors) > 1 else tensors[0], training=False)
 
-    return lambda feeds: call(tf.convert_to_tensor(feeds[input_name])).numpy()
+    def run(feeds):
+        answers = call(*[tf.convert_to_tensor(feeds[name]) for name in input_names])
+        return [a.numpy() for a in answers] if isinstance(answers, (list, tuple)) else answers.numpy()
+
+    return run
 
 
 def _time_calls(run: Runner, feeds: Feeds, calls: int) -> list[float]:

@@ -125,8 +125,12 @@ def _inputs(model: onnx.ModelProto) -> list[InputSpec]:
     return specs
 
 
-def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bool = False) -> tuple[Feeds, np.ndarray | None]:
-    """Arrays from an .npz, one per model input (by name), checked against the graph's dtypes and shapes."""
+def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bool = False,
+              optional_labels: bool = False) -> tuple[Feeds, np.ndarray | None]:
+    """Arrays from an .npz, one per model input (by name), checked against the graph's dtypes and shapes.
+
+    `with_labels` requires a `labels` array; `optional_labels` checks and returns one when present.
+    """
     path = Path(path)
     expected = ", ".join(f"{spec.name!r}: {spec.describe()}" for spec in inputs)
     try:
@@ -157,12 +161,15 @@ def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bo
     rows = {len(array) for array in feeds.values()}
     if len(rows) != 1:
         raise ImportCheckError(f"{what} arrays in {path} have different numbers of rows: {sorted(rows)}")
-    if labels is not None and with_labels:
-        if labels.ndim != 1 or labels.dtype.kind not in "iu" or len(labels) != rows.pop():
+    keep_labels = with_labels or optional_labels
+    if labels is not None and keep_labels:
+        count = rows.pop()
+        if labels.ndim != 1 or labels.dtype.kind not in "iu" or len(labels) != count:
             raise ImportCheckError(
-                f"{what} {LABELS_KEY!r} must be a 1-D integer array with one class index per row, got {labels.dtype} {list(labels.shape)}"
+                f"{what} {LABELS_KEY!r} must be a 1-D integer array with one class index per row ({count} rows), "
+                f"got {labels.dtype} {list(labels.shape)}"
             )
-    return feeds, labels if with_labels else None
+    return feeds, labels if keep_labels else None
 
 
 def synthetic_rows(inputs: list[InputSpec], rows: int, seed: int) -> Feeds:

@@ -68,6 +68,8 @@ class ExportConfig(BaseModel):
     sparsity: float = Field(default=0.75, gt=0, lt=1)
     slim_fraction: float = Field(default=0.5, gt=0, lt=1)
     fine_tune_epochs: int = Field(default=12, ge=1)
+    fine_tune_learning_rate: float = Field(default=5e-4, gt=0, lt=1, description="Adam's step size while pruned and "
+                                           "slim re-learn (a model trained with larger steps may need larger ones)")
     budget: Budget = Field(default_factory=Budget)
     optimize_for: OptimizeFor = "latency"
     measure_rounds: int = Field(default=5, ge=1)
@@ -101,11 +103,11 @@ class ExportPlanError(ValueError):
 
 def plan(source: Source, requested: list[Variant]) -> list[Variant]:
     """The variants to build, parents first; refuses what this source cannot make."""
-    if source.splits is None:
+    if source.training is None:
         impossible = [v.value for v in requested if v in NEEDS_TRAINING or PARENT[v] in NEEDS_TRAINING]
         if impossible:
             raise ExportPlanError(
-                f"{', '.join(impossible)} need(s) a Keras model with training data to fine-tune; "
+                f"{', '.join(impossible)} need(s) a Keras model with training data to fine-tune (--train TRAIN.npz); "
                 f"{source.name} can make {', '.join(v.value for v in FLOAT_ONLY)}"
             )
     order: list[Variant] = []
@@ -113,15 +115,6 @@ def plan(source: Source, requested: list[Variant]) -> list[Variant]:
         if variant in requested or any(PARENT[r] is variant for r in requested):
             order.append(variant)
     return order
-
-
-def _fine_tune_data(source: Source, batch_size: int):
-    from export.data import make_dataset
-
-    splits = source.splits
-    train = make_dataset(splits.x_train, splits.y_train, batch_size=batch_size, training=True)
-    val = make_dataset(splits.x_val, splits.y_val, batch_size=256, training=False)
-    return train, val, -(-len(splits.x_train) // batch_size)
 
 
 def _clone(model):
@@ -138,6 +131,7 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
 
     from export.convert import keras_to_onnx
     from export.float16 import to_float16
+    from export.measure import keras_runner
     from export.optimize import optimize_graph
     from export.quantize import quantize_int8
 
@@ -158,8 +152,8 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
 
     from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
 
-    settings = FineTune(epochs=config.fine_tune_epochs)
-    train, val, steps = _fine_tune_data(source, settings.batch_size)
+    settings = FineTune(epochs=config.fine_tune_epochs, learning_rate=config.fine_tune_learning_rate, loss=source.training.loss)
+    train, val, steps = source.training.datasets(settings.batch_size, seed=settings.seed)
     if variant is Variant.pruned:
         keras_model = prune_magnitude(_clone(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps)
         details = {"sparsity": config.sparsity, "schedule": "polynomial (power 3)", "fine_tune_epochs": settings.epochs}
@@ -168,9 +162,12 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
         details = {"filters_removed": config.slim_fraction, "criterion": "L1 norm", "fine_tune_epochs": settings.epochs,
                    "keras_parameters": int(keras_model.count_params())}
     details["keras_nonzero_parameters"] = nonzero_parameters(keras_model)
-    x = next(iter(source.evaluation.values()))
-    reference = keras_model.predict(x, batch_size=256, verbose=0)
-    model_bytes = optimize_graph(keras_to_onnx(keras_model, opset=config.opset)).SerializeToString()
+    if source.training.note:
+        details["fine_tuned_on"] = source.training.note
+    input_names, output_names = source.io_names or (None, None)
+    reference = predict(keras_runner(keras_model, input_names or list(source.evaluation)), source.evaluation)
+    onnx_model = keras_to_onnx(keras_model, opset=config.opset, input_names=input_names, output_names=output_names)
+    model_bytes = optimize_graph(onnx_model).SerializeToString()
     return Built(variant, model_bytes, reference, details)
 
 

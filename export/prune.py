@@ -7,7 +7,8 @@ zero while the rest fine-tune, and a callback tightens the mask on a polynomial 
 
 Unstructured sparsity only shrinks the compressed file. Removing whole filters (and
 hidden units) makes a narrower model that really runs faster: `prune_filters` ranks
-them by L1 norm, rebuilds the model without the weakest and copies the survivors.
+them by L1 norm, rebuilds the model without the weakest and copies the survivors,
+across branches as well as chains (`export.channel_groups`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,6 @@ import numpy as np
 from export import tf_env  # noqa: F401
 
 PRUNABLE = ("Conv2D", "Dense")
-# Layers that keep the channel axis as it is: a channel selection passes through them.
-CHANNELWISE = (
-    "InputLayer", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D",
-    "Dropout", "Activation", "ReLU", "SpatialDropout2D",
-)
 
 
 class PruneError(Exception):
@@ -38,6 +34,7 @@ class FineTune:
     learning_rate: float = 5e-4
     batch_size: int = 64
     seed: int = 0
+    loss: object | None = None  # the user's model's own loss; None: the demo's sparse categorical cross-entropy
 
 
 def polynomial_sparsity(step: int, *, final: float, begin: int, end: int, initial: float = 0.0, power: int = 3) -> float:
@@ -125,85 +122,46 @@ def _fit(model, train, val, fine_tune: FineTune, callbacks: list) -> None:
     keras.utils.set_random_seed(fine_tune.seed)
     model.compile(
         optimizer=keras.optimizers.Adam(fine_tune.learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(),
-        metrics=["accuracy"],
+        loss=fine_tune.loss if fine_tune.loss is not None else keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy"] if fine_tune.loss is None else None,
     )
     model.fit(train, validation_data=val, epochs=fine_tune.epochs, callbacks=callbacks, shuffle=False, verbose=0)
 
 
-def _chain(model) -> list:
-    """The model's layers in order, refusing anything that is not a single chain."""
-    layers = list(model.layers)
-    for previous, layer in zip(layers, layers[1:]):
-        if len(layer._inbound_nodes) != 1:
-            raise PruneError(f"layer {layer.name!r} is used {len(layer._inbound_nodes)} times; filter pruning needs each layer used once")
-        inbound = [parent.operation.name for parent in layer._inbound_nodes[0].parent_nodes]
-        if inbound != [previous.name]:
-            raise PruneError(
-                f"filter pruning needs a chain of layers (each feeding the next); {layer.name!r} "
-                f"takes {inbound or 'no layer'} instead of {previous.name!r}: models with branches "
-                "(residual connections, several inputs) are not supported"
-            )
-    return layers
+def can_slim(model) -> bool:
+    """Has `model` a channel group `prune_filters` can shrink (filters not tied to an input, an output or an unknown layer)?"""
+    from export.channel_groups import ChannelGroupError, plan
 
-
-def _strongest(weights: np.ndarray, keep_fraction: float) -> np.ndarray:
-    """Indices (sorted) of the output channels on the last axis with the largest L1 norm."""
-    norms = np.abs(weights).reshape(-1, weights.shape[-1]).sum(axis=0)
-    keep = max(1, int(round(weights.shape[-1] * keep_fraction)))
-    return np.sort(np.argsort(norms)[-keep:])
+    try:
+        return bool(plan(model, 0.5).keep)
+    except ChannelGroupError:
+        return False
 
 
 def prune_filters(model, fraction: float):
     """A new, narrower model without the `fraction` of filters (and hidden units) with the smallest L1 norm.
 
-    The output layer keeps all its units. Weights of the surviving filters are copied, so
-    the narrower model starts close to the original and needs only a short fine-tune.
+    Channels that must shrink together (across residual additions, concatenations, batch norm,
+    depthwise convolutions) shrink together (`export.channel_groups`); the output layer keeps all
+    its units. Weights of the surviving filters are copied, so the narrower model starts close to
+    the original and needs only a short fine-tune.
     """
-    import keras
+    from export.channel_groups import ChannelGroupError, narrow_model, plan
 
     if not 0 < fraction < 1:
         raise PruneError(f"the fraction of filters to remove must be between 0 and 1 (exclusive), got {fraction}")
-    layers = _chain(model)
-    last_prunable = max((i for i, layer in enumerate(layers) if type(layer).__name__ in PRUNABLE), default=None)
-    if last_prunable is None:
+    if not any(type(layer).__name__ in PRUNABLE for layer in model.layers):
         raise PruneError(f"model {model.name} has no Conv2D or Dense layers to prune")
-    keep: np.ndarray | None = None  # channels of the current tensor that survive (None: all)
-    x = inputs = keras.Input(shape=model.input_shape[1:], name=layers[0].name)
-    new_weights: list[tuple[object, list[np.ndarray]]] = []
-    for index, layer in enumerate(layers):
-        kind = type(layer).__name__
-        if kind == "InputLayer":
-            continue
-        config = layer.get_config()
-        weights = [np.asarray(w) for w in layer.get_weights()]
-        if kind in PRUNABLE:
-            kernel, *rest = weights
-            if keep is not None:
-                kernel = np.take(kernel, keep, axis=-2)
-            out_keep = _strongest(kernel, 1 - fraction) if index != last_prunable else None
-            if out_keep is not None:
-                kernel = kernel[..., out_keep]
-                rest = [bias[out_keep] for bias in rest]
-                config["filters" if kind == "Conv2D" else "units"] = len(out_keep)
-            weights, keep = [kernel, *rest], out_keep
-        elif kind == "BatchNormalization":
-            if keep is not None:
-                weights = [w[keep] for w in weights]
-        elif kind == "Flatten":
-            if keep is not None:
-                channels = layer.input.shape[-1]
-                positions = int(np.prod(layer.input.shape[1:-1]))
-                keep = (np.arange(positions)[:, None] * channels + keep[None, :]).ravel()
-        elif kind not in CHANNELWISE:
-            raise PruneError(f"filter pruning does not know how layer {layer.name!r} ({kind}) uses channels")
-        new_layer = type(layer).from_config(config)
-        x = new_layer(x)
-        new_weights.append((new_layer, weights))
-    narrow = keras.Model(inputs, x, name=f"{model.name}_slim")
-    for new_layer, weights in new_weights:
-        new_layer.set_weights(weights)
-    return narrow
+    try:
+        narrow = plan(model, fraction)
+    except ChannelGroupError as err:
+        raise PruneError(str(err)) from err
+    if not narrow.keep:
+        raise PruneError(
+            f"no filters of model {model.name} can be removed: every Conv2D/Dense output reaches a model input or output "
+            "or a layer filter pruning does not know how to narrow; leave slim out of --variants"
+        )
+    return narrow_model(model, narrow)
 
 
 def fine_tune(model, train, val, settings: FineTune):

@@ -119,7 +119,9 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
     baseline = Row(
         name=source.baseline_name,
         status="baseline",
-        reason="Keras model run as a compiled tf.function" if source.kind == "keras" else "the ONNX file as imported, in ONNX Runtime",
+        reason="Keras model run as a compiled tf.function" if source.kind == "keras" else (
+            "the SavedModel as converted (tf2onnx, not optimised), in ONNX Runtime" if source.description.startswith("SavedModel")
+            else "the ONNX file as imported, in ONNX Runtime"),
         path=None,
         precision="fp32",
         accuracy=reference_accuracy,

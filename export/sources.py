@@ -41,7 +41,9 @@ class Source:
     reference: np.ndarray  # the source model's first output on the evaluation rows
     fixed_batch: int | None = None
     keras_model: object | None = None
-    splits: object | None = None  # export.data.Splits: training rows for fine-tuning
+    splits: object | None = None  # export.data.Splits: the demo's data (its fingerprint is lineage)
+    training: object | None = None  # export.user_source.TrainingRows: rows and loss to fine-tune pruned/slim on
+    io_names: tuple[list[str], list[str]] | None = None  # a user model's input and output names (None: the demo's)
     original_bytes: bytes | None = None  # the ONNX file as imported
     keras_path: Path | None = None  # the trained Keras file: lineage finds its training config beside it
 
@@ -51,7 +53,7 @@ class Source:
 
     def baseline_runner(self) -> Runner:
         if self.keras_model is not None:
-            return keras_runner(self.keras_model, next(iter(self.evaluation)))
+            return keras_runner(self.keras_model, self.io_names[0] if self.io_names else list(self.evaluation))
         return onnx_runner(self.original_bytes)
 
     def baseline_size(self) -> SizeStats:
@@ -94,6 +96,7 @@ def digits_source(model_path: Path, *, opset: int, calibration_rows: int) -> Sou
     from export.data import load_digits_splits
     from export.model import INPUT_NAME
     from export.train import read_train_config
+    from export.user_source import digits_training
 
     model = load_keras_model(model_path)
     config, _ = read_train_config(model_path)
@@ -114,8 +117,68 @@ def digits_source(model_path: Path, *, opset: int, calibration_rows: int) -> Sou
         reference=model.predict(splits.x_test, batch_size=256, verbose=0),
         keras_model=model,
         splits=splits,
+        training=digits_training(splits),
         keras_path=Path(model_path),
     )
+
+
+def keras_file_source(model, name: str, rows, *, calibration=None, training=None, opset: int,
+                      calibration_rows: int) -> tuple[Source, list[str]]:
+    """The user's own model (`export.keras_load.LoadedModel`) judged on their held-out rows, calibrated on their
+    calibration rows (else their training rows, else the held-out ones, with a warning), fine-tuned on `training`.
+
+    A SavedModel cannot be fine-tuned or run as Keras: its converted graph is the baseline, as an imported ONNX file's is.
+    """
+    from export.convert import function_to_onnx
+
+    warnings = []
+    onnx_model = function_to_onnx(model.call, model.tensor_specs(), opset=opset)
+    if calibration is not None:
+        calibration_feeds, calibration_note = calibration.feeds, calibration.note
+    elif training is not None:
+        calibration_feeds = {spec.name: array for spec, array in zip(model.inputs, training.inputs)}
+        calibration_note = f"training rows ({training.note.split(',')[0]})"
+    else:
+        calibration_feeds, calibration_note = rows.feeds, f"the held-out rows ({rows.note})"
+        warnings.append("no --calibration or --train data: int8 is calibrated on the held-out rows it is judged on, "
+                        "which flatters it; pass --calibration DATA.npz")
+    if rows.labels is None:
+        warnings.append("no 'labels' in --data: accuracy is unknown; the budget applies to top-1 agreement with the model")
+    calibration_feeds = {key: array[:calibration_rows] for key, array in calibration_feeds.items()}
+    reference = model.predict(rows.feeds)[model.output_names[0]]
+    keras = model.keras_model is not None
+    source = Source(
+        name=name,
+        kind="keras" if keras else "onnx",
+        description=f"{'Keras' if keras else 'SavedModel'} model {model.path} ({model.format})",
+        sha256=_path_digest(model.path),
+        onnx_model=onnx_model,
+        evaluation=rows.feeds,
+        labels=rows.labels,
+        evaluation_note=rows.note,
+        calibration=calibration_feeds,
+        calibration_note=f"{calibration_note}, {len(next(iter(calibration_feeds.values())))} rows",
+        calibration_synthetic=False,
+        reference=reference,
+        keras_model=model.keras_model,
+        original_bytes=None if keras else onnx_model.SerializeToString(),
+        keras_path=Path(model.path) if keras else None,
+        training=training,
+        io_names=([spec.name for spec in model.inputs], list(model.output_names)),
+    )
+    return source, warnings
+
+
+def _path_digest(path: Path) -> str:
+    """sha256 of a model file, or of a SavedModel folder's files (names and bytes, in order)."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_bytes(path.read_bytes())
+    digest = hashlib.sha256()
+    for child in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(child.relative_to(path)).encode())
+        digest.update(child.read_bytes())
+    return digest.hexdigest()
 
 
 def synthetic_images(rows: int, shape: tuple[int, int, int], seed: int) -> np.ndarray:

@@ -41,6 +41,9 @@ class CanaryPolicy(BaseModel):
     latency_slack_ms: float = Field(default=1.0, ge=0, description="...or by this many ms, whichever allows more")
     error_rate_tolerance: float = Field(default=0.001, ge=0, le=1, description="the canary's error rate may exceed "
                                         "the stable's by this much (0.001 = 0.1 percentage points)")
+    max_output_drift: float = Field(default=0.05, ge=0, le=1, description="where a shadow ran first: how far the "
+                                    "share of rows each class wins may move from the stable's on the same mirrored "
+                                    "requests (total variation distance, 0 = identical, 1 = disjoint)")
 
 
 class Slo(BaseModel):

@@ -25,8 +25,38 @@ class UserError(Exception):
     """Bad input from the user; the message is the whole story, so no traceback."""
 
 
+# Set by the `slipway` command (slipway/command.py) before it hands over to a package's `main`: the program
+# names that package's parsers give themselves ("python -m wrappers serve"), as the user typed them ("slipway serve").
+PROG_RENAMES: dict[str, str] = {}
+
+
+def renamed_prog(prog: str | None) -> str | None:
+    """`prog` with the longest prefix in PROG_RENAMES (a whole word or more) replaced by what the user typed."""
+    if prog is None:
+        return prog
+    for old in sorted(PROG_RENAMES, key=len, reverse=True):
+        if prog == old or prog.startswith(old + " "):
+            return PROG_RENAMES[old] + prog[len(old):]
+    return prog
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's default in `--help`, once: where its help text does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (action.default in (None, False, argparse.SUPPRESS) or action.option_strings == []
+                or "default" in text.lower() or isinstance(action.default, (list, tuple)) and not action.default):
+            return action.help
+        return f"{text} (default: %(default)s)".lstrip()
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line naming the flag and pointing at `--help`, not the whole usage text."""
+    """argparse, but a usage mistake is one line naming the flag and pointing at `--help`, not the whole usage text,
+    and `--help` shows every default."""
+
+    def __init__(self, *args, prog: str | None = None, formatter_class=DefaultsHelpFormatter, **kwargs) -> None:
+        super().__init__(*args, prog=renamed_prog(prog), formatter_class=formatter_class, **kwargs)  # type: ignore[misc]
 
     def error(self, message: str) -> NoReturn:
         console.print(f"[bold red]error:[/] {escape(self.prog)}: {escape(message)} (see `{escape(self.prog)} --help`)",

@@ -22,6 +22,7 @@ KIND = "SeldonDeployment"
 # The model container's name in an HPA metric, before rendering: `python -m deployments render` replaces it with
 # each predictor's model container (the model's name), which the manifests only know once a version is chosen.
 MODEL_CONTAINER = "$(MODEL_CONTAINER)"
+GPU_RESOURCE = "nvidia.com/gpu"  # whole units: Kubernetes extended resources take no fractions
 
 
 def cpu_quantity(cores: float) -> str:
@@ -34,15 +35,15 @@ def memory_quantity(size: float) -> str:
     return f"{max(1, math.ceil(size / 2**20))}Mi"
 
 
-def resources_op(*, cpu_request: float, cpu_limit: float, memory_request: float, memory_limit: float) -> dict[str, Any]:
-    return {
-        "op": "replace",
-        "path": f"{CONTAINER}/resources",
-        "value": {
-            "requests": {"cpu": cpu_quantity(cpu_request), "memory": memory_quantity(memory_request)},
-            "limits": {"cpu": cpu_quantity(cpu_limit), "memory": memory_quantity(memory_limit)},
-        },
-    }
+def resources_op(*, cpu_request: float, cpu_limit: float, memory_request: float, memory_limit: float,
+                 gpus: int | None = None) -> dict[str, Any]:
+    """Replace the model container's resources; `gpus` whole GPUs go into both requests and limits, since the op
+    replaces the whole block and a GPU overlay's pod without them would land on no GPU."""
+    requests: dict[str, str | int] = {"cpu": cpu_quantity(cpu_request), "memory": memory_quantity(memory_request)}
+    limits: dict[str, str | int] = {"cpu": cpu_quantity(cpu_limit), "memory": memory_quantity(memory_limit)}
+    if gpus is not None:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = int(gpus)
+    return {"op": "replace", "path": f"{CONTAINER}/resources", "value": {"requests": requests, "limits": limits}}
 
 
 def hpa_ops(*, metrics: list[dict] | None = None, min_replicas: int | None = None, max_replicas: int | None = None) -> list[dict]:

@@ -37,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from slipway.paths import REPORTS_DIR
-    from slipway.readme import README, replace_section
+    from slipway.readme import BENCHMARKS_PAGE, replace_section
     from slipway.reports import write_report
     from wrappers.bench.models import MODELS
     from wrappers.bench.report import markdown, plot
@@ -55,8 +55,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     plot(payload, REPORTS_DIR / "bench.png")
     table = markdown({**payload, "created_at": time.strftime("%Y-%m-%d")}, "Serving throughput")
     atomic.write_text(REPORTS_DIR / "bench.md", table)
-    if args.update_readme and replace_section(README, "bench", table):
-        console.print(f"README benchmark table updated from {path}")
+    if args.update_docs and replace_section(BENCHMARKS_PAGE, "bench", table):
+        console.print(f"benchmark table in {BENCHMARKS_PAGE} updated from {path}")
     for figure in payload["figures"]:
         mark = "[green]met[/]" if figure["met"] else "[red]not met[/]"
         console.print(f"{figure['figure']}: {figure['value']:.2f} (target {figure['target']}) {mark}")
@@ -68,11 +68,11 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from slipway.paths import REPORTS_DIR
+    from slipway.readme import BENCHMARKS_PAGE, replace_section
     from slipway.reports import write_report
+    from wrappers.artifact import sha256_file
     from wrappers.bench.gpu import GpuBenchConfig, markdown, plot, run_gpu_bench, steps
     from wrappers.bench.models import BENCH_DIR, mobilenet_model
-    from wrappers.artifact import sha256_file
-    from slipway.readme import README, replace_section
 
     if args.seconds <= 0 or any(batch < 1 for batch in args.batch_sizes):
         raise UserError("--seconds and --batch-sizes must be positive")
@@ -92,10 +92,10 @@ def cmd_bench_gpu(args: argparse.Namespace) -> int:
     table = markdown(payload)
     atomic.write_text(REPORTS_DIR / f"{name}.md", table)
     if payload["gpu"] is None:
-        console.print("[yellow]no GPU here: only the CPU rows were measured (README left as it is); run "
+        console.print("[yellow]no GPU here: only the CPU rows were measured (docs/benchmarks.md left as it is); run "
                       "`make bench-gpu` on a GPU machine (make setup GPU=1) for CUDA and TensorRT[/]")
-    elif args.update_readme and replace_section(README, "gpu", table):
-        console.print("README GPU table updated")
+    elif args.update_docs and replace_section(BENCHMARKS_PAGE, "gpu", table):
+        console.print(f"GPU table in {BENCHMARKS_PAGE} updated")
     console.print(f"report {path}, plot {REPORTS_DIR / name}.png")
     return 0
 
@@ -106,9 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="serve an artifact folder with MLServer in the foreground")
     serve.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder (default: the demo's)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    serve.add_argument("--http-port", type=port, default=8080)
-    serve.add_argument("--grpc-port", type=port, default=8081)
-    serve.add_argument("--metrics-port", type=port, default=8082)
+    serve.add_argument("--http-port", type=port, default=8080, help="V2 REST (default 8080)")
+    serve.add_argument("--grpc-port", type=port, default=8081, help="V2 gRPC (default 8081)")
+    serve.add_argument("--metrics-port", type=port, default=8082, help="Prometheus metrics (default 8082)")
     serve.set_defaults(func=cmd_serve)
 
     bench = commands.add_parser(
@@ -118,8 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round of a point (default 3)")
     bench.add_argument("--rounds", type=int, default=3,
                        help="rounds per point, alternating the runtimes; the median round counts (default 3)")
-    bench.add_argument("--no-readme", dest="update_readme", action="store_false",
-                       help="do not rewrite the README's benchmark table")
+    bench.add_argument("--no-docs", dest="update_docs", action="store_false",
+                       help="do not rewrite the benchmark table in docs/benchmarks.md")
     bench.set_defaults(func=cmd_bench)
 
     gpu = commands.add_parser(
@@ -128,8 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu.add_argument("--model", type=Path, help="fp32 ONNX model (default: MobileNetV2, built if needed)")
     gpu.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     gpu.add_argument("--seconds", type=float, default=2.0, help="measured seconds per row (default 2)")
-    gpu.add_argument("--no-readme", dest="update_readme", action="store_false",
-                     help="do not rewrite the README's GPU table")
+    gpu.add_argument("--no-docs", dest="update_docs", action="store_false",
+                     help="do not rewrite the GPU table in docs/benchmarks.md")
     gpu.set_defaults(func=cmd_bench_gpu)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -2,7 +2,7 @@
 
 Why: at low load a server sleeps between requests, and its CPU goes idle. In a VM whose idle
 vCPUs halt at once (the `haltpoll` driver with `guest_halt_poll_ns=0`, as on the machine the
-README's figures come from), the next request must first wake that CPU, and on the gRPC path
+benchmarks' figures come from), the next request must first wake that CPU, and on the gRPC path
 several hand-offs between gRPC's poller thread and the loop each pay for it again. A loop that
 keeps polling (its ready queue never empty, so it asks for I/O without blocking) is on a CPU when
 the next request comes. Measured on digits at concurrency 1 (alternating rounds, p50): gRPC

@@ -18,11 +18,11 @@ import os
 import threading
 
 from wrappers.loaded_models import LoadedModels
+from wrappers.mlserver_compat.grpc_threads import GRPC_POLLER_TARGET, check_poller_thread, grpc_poller_threads
 
 logger = logging.getLogger(__name__)
 
-# grpc.aio runs `PollerCompletionQueue._poll_wrapper` on a Python thread, so its default name says so.
-GRPC_POLLER_TARGET = "_poll_wrapper"
+__all__ = ["GRPC_POLLER_TARGET", "check_poller_thread", "pinned_models"]
 
 _before: dict[int, set[int]] = {}  # native thread id -> its CPUs before pinning
 
@@ -37,8 +37,7 @@ def _pin() -> None:
         return  # nothing to gain on one CPU
     cpu = max(cpus)  # device interrupts favour the first CPUs
     threads = {"event loop": threading.get_native_id()}
-    threads.update((f"gRPC poller ({thread.name})", thread.native_id) for thread in threading.enumerate()
-                   if GRPC_POLLER_TARGET in thread.name and thread.native_id is not None)
+    threads.update((f"gRPC poller ({thread.name})", thread.native_id) for thread in grpc_poller_threads())
     for tid in threads.values():
         _before[tid] = os.sched_getaffinity(tid)
         os.sched_setaffinity(tid, {cpu})

@@ -20,12 +20,10 @@ import math
 
 import numpy as np
 from mlserver.errors import InferenceError
-from mlserver.grpc import converters
-from mlserver.grpc import dataplane_pb2 as pb
-from mlserver.grpc.servicers import InferenceServicer
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput, TensorData
 
 from wrappers.loaded_models import LoadedModels
+from wrappers.mlserver_compat.grpc_path import MLServerConverters, pb, replace_grpc_converters
 from wrappers.shared_memory import REGION
 from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
@@ -36,15 +34,13 @@ _TYPED_FIELDS = {
     "UINT64": "uint64_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
     "INT64": "int64_contents", "FP16": None, "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
-_original_request_to_types = converters.ModelInferRequestConverter.to_types
-_original_response_from_types = converters.ModelInferResponseConverter.from_types
+_mlserver: MLServerConverters  # MLServer's own converters, set when ours replace them
 
 
 def _install() -> None:
-    if converters.ModelInferRequestConverter.to_types.__func__ is not _request_to_types:
-        converters.ModelInferRequestConverter.to_types = classmethod(_request_to_types)
-        converters.ModelInferResponseConverter.from_types = classmethod(_response_from_types)
-        InferenceServicer._GetReturnRaw = staticmethod(_answer_raw)
+    """Ours in place of MLServer's (`wrappers.mlserver_compat` checks theirs first; once per process)."""
+    global _mlserver
+    _mlserver = replace_grpc_converters(_request_to_types, _response_from_types, _answer_raw)
 
 
 # The models whose raw gRPC requests go through NumPy; adding one installs the converters.
@@ -68,20 +64,20 @@ def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
     if pb_object.model_name not in fast_models:
-        return _original_request_to_types(pb_object)
+        return _mlserver.request_to_types(pb_object)
     for tensor in pb_object.inputs:
         if tensor.HasField("contents"):
             _check_typed_contents(tensor, raw=bool(pb_object.raw_input_contents))
     if not (pb_object.raw_input_contents or _has_shared_inputs(pb_object)):
         _check_every_input_has_contents(pb_object)
-        return _original_request_to_types(pb_object)
+        return _mlserver.request_to_types(pb_object)
     request = InferenceRequest.model_construct(
         id=pb_object.id,
-        parameters=converters.ParametersConverter.to_types(pb_object.parameters),
+        parameters=_mlserver.parameters_to_types(pb_object.parameters),
         inputs=[_request_input(tensor) for tensor in pb_object.inputs],
     )
     if pb_object.outputs:
-        request.outputs = [converters.InferRequestedOutputTensorConverter.to_types(o) for o in pb_object.outputs]
+        request.outputs = [_mlserver.requested_output_to_types(o) for o in pb_object.outputs]
     raw_contents = pb_object.raw_input_contents
     reads_regions = pb_object.model_name in shared_memory_models
     empty = []
@@ -149,12 +145,12 @@ def _check_every_input_has_contents(request: pb.ModelInferRequest) -> None:
 def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInput:
     """MLServer's converter, minus its work on typed contents when there are none (the raw case)."""
     if tensor.HasField("contents"):
-        return converters.InferInputTensorConverter.to_types(tensor)
+        return _mlserver.input_tensor_to_types(tensor)
     return RequestInput.model_construct(
         name=tensor.name,
         shape=list(tensor.shape),
         datatype=tensor.datatype,
-        parameters=converters.ParametersConverter.to_types(tensor.parameters),
+        parameters=_mlserver.parameters_to_types(tensor.parameters),
         data=TensorData.model_construct(root=[]),
     )
 
@@ -168,7 +164,7 @@ def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = Fa
     """
     use_raw = use_raw or any(_datatype(output) == "FP16" for output in type_object.outputs)
     if not use_raw or not any(_as_raw(output) for output in type_object.outputs):
-        return _original_response_from_types(_text_as_bytes(type_object), use_raw=use_raw)
+        return _mlserver.response_from_types(_text_as_bytes(type_object), use_raw=use_raw)
     response = pb.ModelInferResponse(
         model_name=type_object.model_name,
         outputs=[_output_tensor(output) for output in type_object.outputs],
@@ -222,5 +218,5 @@ def _output_tensor(output: ResponseOutput) -> pb.ModelInferResponse.InferOutputT
 def _copy_parameters(parameters: Parameters | None, into) -> None:
     """Parameters as MLServer's converter writes them (what protobuf cannot carry, e.g. headers, is left out)."""
     if parameters:
-        for key, value in converters.ParametersConverter.from_types(parameters).items():
+        for key, value in _mlserver.parameters_from_types(parameters).items():
             into[key].CopyFrom(value)

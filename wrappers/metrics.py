@@ -9,9 +9,12 @@ like MLServer's own custom metrics (`model_name`, `model_version`).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
+import numpy as np
 from prometheus_client import REGISTRY, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 LABELS = ("model_name", "model_version")
 _SECONDS_BUCKETS = (
@@ -25,6 +28,10 @@ QUEUE_SECONDS = "slipway_queue_seconds"
 BATCH_ROWS = "slipway_batch_rows"
 PREPROCESS_SECONDS = "slipway_preprocess_seconds"
 POSTPROCESS_SECONDS = "slipway_postprocess_seconds"
+PREDICTED_CLASS = "slipway_predicted_class"  # exported as slipway_predicted_class_total
+CLASS_LABEL = "class"
+MAX_CLASSES = 1000  # a scores output wider than this is not counted: a series per class would flood Prometheus
+_FLOAT_TYPES = {"FP16", "FP32", "FP64", "BF16"}
 
 _HELP = {
     INFERENCE_SECONDS: "Time inside ONNX Runtime per run (one run may serve several merged requests)",
@@ -70,3 +77,76 @@ class ModelMetrics:
             preprocess_seconds=bound(PREPROCESS_SECONDS),
             postprocess_seconds=bound(POSTPROCESS_SECONDS),
         )
+
+
+class PredictedClasses:
+    """How often each class wins (the arg-max of a classifier's scores, per row), by model version.
+
+    Two predictors that get the same requests (a shadow is mirrored the stable's) should pick classes in the same
+    proportions; the canary controller compares these counts to see a new version's outputs drift before it takes
+    any traffic. Counted on the run's thread into a plain list under a lock (about a microsecond a run, where a
+    labelled prometheus_client Counter costs several) and exported as a counter when the metrics port is scraped.
+    Like every custom collector it is served from the server's own process (parallel_workers 0, as deployed).
+    """
+
+    def __init__(self, name: str, version: str | None, output_index: int, classes: int) -> None:
+        self.labels = (name, version or "")
+        self._index = output_index
+        self._counts = [0] * classes
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_outputs(cls, name: str, version: str | None, outputs: list, scores: str | None = None) -> PredictedClasses | None:
+        """Counting for the scores output (`scores`, else the graph's first output) where it looks like one:
+        floats shaped [rows, classes] with 2 to MAX_CLASSES classes; None for any other model. A model loaded
+        again under the same name and version keeps counting where it was."""
+        index = next((i for i, spec in enumerate(outputs) if spec.name == scores), 0 if outputs else None)
+        if index is None:
+            return None
+        spec = outputs[index]
+        if spec.datatype not in _FLOAT_TYPES or len(spec.shape) != 2 or not 2 <= spec.shape[1] <= MAX_CLASSES:
+            return None
+        counter = cls(name, version, index, spec.shape[1])
+        previous = _CLASS_TALLIES.tallies.get(counter.labels)
+        if previous is not None and len(previous._counts) == len(counter._counts):
+            previous._index = index
+            return previous
+        _CLASS_TALLIES.tallies[counter.labels] = counter
+        return counter
+
+    def count(self, outputs: list[np.ndarray]) -> None:
+        scores = outputs[self._index]
+        if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] != len(self._counts):
+            return
+        if scores.shape[0] == 1:  # the common request: one arg-max, one increment
+            winner = int(scores[0].argmax())
+            with self._lock:
+                self._counts[winner] += 1
+            return
+        tally = np.bincount(np.argmax(scores, axis=1), minlength=len(self._counts)).tolist()
+        with self._lock:
+            self._counts = [a + b for a, b in zip(self._counts, tally)]
+
+    def snapshot(self) -> list[tuple[int, int]]:
+        """(class, rows won) for every class that won at least once."""
+        with self._lock:
+            return [(winner, count) for winner, count in enumerate(self._counts) if count]
+
+
+class _ClassTallies:
+    """The prometheus_client collector that exports every model's PredictedClasses at scrape time."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[tuple[str, str], PredictedClasses] = {}
+
+    def collect(self):
+        family = CounterMetricFamily(PREDICTED_CLASS, "Rows whose highest score was this class (arg-max of the scores "
+                                     "output)", labels=(*LABELS, CLASS_LABEL))
+        for labels, tally in list(self.tallies.items()):
+            for winner, count in tally.snapshot():
+                family.add_metric([*labels, str(winner)], count)
+        yield family
+
+
+_CLASS_TALLIES = _ClassTallies()
+REGISTRY.register(_CLASS_TALLIES)

@@ -29,22 +29,15 @@ API was left unguarded (MLServer started without the setting).
 from __future__ import annotations
 
 import functools
-import gc
-import inspect
 import logging
 import os
 
 import grpc
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from mlserver.grpc.model_repository import ModelRepositoryServicer
-from mlserver.grpc.server import GRPCServer
-from mlserver.grpc.servicers import InferenceServicer
-from mlserver.logging import logger as mlserver_logger
-from mlserver.repository.repository import SchemalessModelRepository
-from mlserver.rest.endpoints import ModelRepositoryEndpoints
-from mlserver.rest.server import RESTServer
 
+from wrappers.mlserver_compat import IncompatibleMLServer, check_version
+from wrappers.mlserver_compat import repository as mlserver_repository
 from wrappers.repository_access import (
     DENIED_STATUS,
     HOOK,
@@ -55,10 +48,8 @@ from wrappers.repository_access import (
 
 logger = logging.getLogger(__name__)
 
-REST_PREFIX = "/v2/repository"
-GRPC_METHODS = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
-_SERVICERS = (InferenceServicer, ModelRepositoryServicer)
-_GUARDED = "__slipway_repository_guard__"
+REST_PREFIX = mlserver_repository.REST_PREFIX
+GRPC_METHODS = mlserver_repository.GRPC_METHODS
 
 
 class RepositoryApiError(RuntimeError):
@@ -75,7 +66,7 @@ def _access() -> RepositoryAccess:
     return _State.access
 
 
-class GuardedRepository(SchemalessModelRepository):
+class GuardedRepository(mlserver_repository.MLServerRepository):  # type: ignore[misc,valid-type]
     """MLServer's own model repository; creating it guards the repository API of this process's servers."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -88,6 +79,11 @@ def install() -> RepositoryAccess:
     if _State.access is not None:
         return _State.access
     access = RepositoryAccess.from_env(os.environ)  # SettingsError: the server stops, saying why
+    try:  # MLServer is starting: the first moment Slipway runs in its process
+        check_version()
+        mlserver_repository.check_guard_points()
+    except IncompatibleMLServer as err:
+        raise RepositoryApiError(str(err)) from None
     built = _servers_in_process()
     if built:
         raise RepositoryApiError(
@@ -119,26 +115,22 @@ def _describe(access: RepositoryAccess) -> str:
 
 
 def _servers_in_process() -> list[str]:
-    return sorted({type(obj).__name__ for obj in gc.get_objects() if isinstance(obj, (RESTServer, GRPCServer))})
+    try:
+        return mlserver_repository.servers_built()
+    except IncompatibleMLServer as err:
+        raise RepositoryApiError(str(err)) from None
 
 
 # -- REST ------------------------------------------------------------------------------------
 
 
 def _guard_rest_server() -> None:
-    original_init = RESTServer.__init__
-    if getattr(original_init, _GUARDED, False):
-        return
-
-    @functools.wraps(original_init)
-    def init(self, *args, **kwargs) -> None:
-        original_init(self, *args, **kwargs)
-        guard_rest_app(self._app)
+    def guard(app: FastAPI) -> None:
+        guard_rest_app(app)
         # MLServer has set up its logging by now (it had not when the guard was installed)
-        mlserver_logger.info("model repository API (REST and gRPC): %s", _describe(_access()))
+        mlserver_repository.mlserver_logger.info("model repository API (REST and gRPC): %s", _describe(_access()))
 
-    setattr(init, _GUARDED, True)
-    RESTServer.__init__ = init
+    mlserver_repository.on_rest_app_built(guard)
 
 
 def guard_rest_app(app: FastAPI) -> None:
@@ -146,18 +138,14 @@ def guard_rest_app(app: FastAPI) -> None:
     if not isinstance(app, FastAPI):
         raise RepositoryApiError(f"MLServer's REST server holds a {type(app).__name__}, not a FastAPI app: "
                                  "wrappers.repository_api knows MLServer 1.7's; check it against this MLServer")
-    paths = [route.path for route in app.routes
-             if isinstance(getattr(getattr(route, "endpoint", None), "__self__", None), ModelRepositoryEndpoints)]
-    outside = [path for path in paths if not _under_prefix(path)]
-    if len(paths) < len(GRPC_METHODS) or outside:
-        raise RepositoryApiError(
-            f"MLServer's REST repository routes are {paths}, not the three under {REST_PREFIX} that "
-            "wrappers.repository_api guards (MLServer 1.7's): check it against this MLServer")
+    try:
+        mlserver_repository.check_repository_routes(app)
+    except IncompatibleMLServer as err:
+        raise RepositoryApiError(str(err)) from None
     app.add_middleware(RepositoryGuard)
 
 
-def _under_prefix(path: str) -> bool:
-    return path == REST_PREFIX or path.startswith(REST_PREFIX + "/")
+_under_prefix = mlserver_repository.under_prefix
 
 
 class RepositoryGuard:
@@ -188,20 +176,10 @@ def _route_path(scope: dict) -> str:
 
 
 def _guard_grpc_servicers() -> None:
-    for servicer in _SERVICERS:
-        names = sorted(name for name in dir(servicer) if name.startswith("Repository"))
-        missing = sorted(set(GRPC_METHODS) - set(names))
-        if missing:
-            raise RepositoryApiError(f"MLServer's {servicer.__name__} has no {missing}: wrappers.repository_api "
-                                     "knows MLServer 1.7's repository methods; check it against this MLServer")
-        for name in names:  # any other Repository* method a newer MLServer adds is refused alike
-            method = getattr(servicer, name)
-            if getattr(method, _GUARDED, False):
-                continue
-            if not inspect.iscoroutinefunction(method):
-                raise RepositoryApiError(f"MLServer's {servicer.__name__}.{name} is not an async method: "
-                                         "wrappers.repository_api cannot guard it; check it against this MLServer")
-            setattr(servicer, name, _guarded_method(method, f"{servicer.__name__}.{name}"))
+    try:  # any other Repository* method a newer MLServer adds is refused alike
+        mlserver_repository.wrap_repository_methods(_guarded_method)
+    except IncompatibleMLServer as err:
+        raise RepositoryApiError(str(err)) from None
 
 
 def _guarded_method(method, name: str):
@@ -213,5 +191,4 @@ def _guarded_method(method, name: str):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
         return await method(self, request, context)
 
-    setattr(guarded, _GUARDED, True)
     return guarded

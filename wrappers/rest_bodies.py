@@ -15,20 +15,18 @@ in steps, up to the same limit, and the route behind sees it as if it had been s
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastapi import FastAPI
 from mlserver.errors import InferenceError
 
+from wrappers.mlserver_compat.rest_app import check_router_layer, mlserver_rest_apps, wrap_router
 from wrappers.request_bodies import MAX_BODY_BYTES
 
 logger = logging.getLogger(__name__)
 
-INFER_PATH = "/v2/models/{model_name}/infer"  # how MLServer's REST app is told from other FastAPI apps
 _INFLATE_STEP = 4 << 20  # inflated per zlib call: one step's copy holds the GIL briefly, whatever the body claims
 _ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _WITHOUT_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -39,18 +37,9 @@ _inflaters = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-infla
 
 def install() -> None:
     """Put the layer in front of the router of each MLServer REST app in this process (once per app)."""
+    check_router_layer()  # also where no app runs here (a worker process): a moved target fails every load alike
     for app in mlserver_rest_apps():
-        router = app.router
-        if not isinstance(router.middleware_stack, BoundedBodies):
-            router.middleware_stack = BoundedBodies(router.middleware_stack)
-
-
-def mlserver_rest_apps() -> list[FastAPI]:
-    """MLServer's REST app(s) in this process; none in a worker process (`parallel_workers` > 0)."""
-    return [
-        obj for obj in gc.get_objects()
-        if isinstance(obj, FastAPI) and any(getattr(route, "path", None) == INFER_PATH for route in obj.routes)
-    ]
+        wrap_router(app, BoundedBodies)
 
 
 class BoundedBodies:

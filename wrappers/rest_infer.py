@@ -31,34 +31,24 @@ import logging
 
 from mlserver.codecs.json import encode_to_json_bytes
 from mlserver.errors import InferenceError
-from mlserver.rest.responses import Response
 from mlserver.types import InferenceRequest
-from mlserver.utils import extract_headers, insert_headers
-from starlette.responses import Response as BinaryResponse
-from starlette.routing import Route
 
 from wrappers import binary_data, rest_json
 from wrappers.loaded_models import LoadedModels
-from wrappers.rest_bodies import INFER_PATH, headers_of, mlserver_rest_apps, read_body, replaying
+from wrappers.mlserver_compat import rest_app as mlserver_rest
+from wrappers.rest_bodies import headers_of, read_body, replaying
 
 logger = logging.getLogger(__name__)
 
-INFER_PATHS = (INFER_PATH, "/v2/models/{model_name}/versions/{model_version}/infer")
 OCTET_STREAM = "application/octet-stream"
 
 
 def _install() -> None:
-    for app in mlserver_rest_apps():
-        routes = app.router.routes
-        if any(isinstance(getattr(route, "app", None), FastInferRoute) for route in routes):
-            continue
-        mlserver_routes = {route.path: route for route in routes if getattr(route, "path", None) in INFER_PATHS}
-        if len(mlserver_routes) < len(INFER_PATHS):  # another MLServer: leave its routes alone
-            logger.warning("MLServer's REST app has no routes %s: REST infer requests go through FastAPI", INFER_PATHS)
-            continue
-        for path in INFER_PATHS:
-            routes.insert(0, Route(path, FastInferRoute(mlserver_routes[path]), methods=["POST"]))
-        logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
+    """The route ahead of MLServer's infer routes, in each MLServer REST app in this process (once per app)."""
+    mlserver_rest.check_responses()
+    for app in mlserver_rest.mlserver_rest_apps():
+        if mlserver_rest.insert_infer_routes(app, FastInferRoute):
+            logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
 
 
 # The models whose REST infer requests this route answers; adding one installs the route (once per REST app).
@@ -68,9 +58,9 @@ fast_models = LoadedModels(install=_install)
 class FastInferRoute:
     """The ASGI app behind one infer path; MLServer's route for that path answers what it does not take."""
 
-    def __init__(self, mlserver_route) -> None:
+    def __init__(self, mlserver_route, data_plane) -> None:
         self._mlserver_route = mlserver_route
-        self._data_plane = mlserver_route.endpoint.__self__._data_plane  # the data plane MLServer's endpoint calls
+        self._plane = data_plane  # the data plane MLServer's endpoint calls
 
     async def __call__(self, scope: dict, receive, send) -> None:
         name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
@@ -85,17 +75,17 @@ class FastInferRoute:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
             return
         binary_outputs = binary_data.binary_outputs(payload)
-        insert_headers(payload, headers)
-        result = await self._data_plane.infer(payload, name, version)
-        response_headers = extract_headers(result) or {}
+        mlserver_rest.insert_headers(payload, headers)
+        result = await self._plane.infer(payload, name, version)
+        response_headers = mlserver_rest.extract_headers(result) or {}
         parts = binary_data.split_outputs(result, binary_outputs)
         content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
         if not parts:
-            await Response(content, headers=response_headers)(scope, receive, send)
+            await mlserver_rest.JsonResponse(content, headers=response_headers)(scope, receive, send)
             return
         header = encode_to_json_bytes(content)
         response_headers[binary_data.HEADER] = str(len(header))
-        answer = BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
+        answer = mlserver_rest.BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
         await answer(scope, receive, send)
 
 

@@ -29,8 +29,8 @@ import sys
 from typing import Any
 
 import orjson
-from mlserver.rest import requests
 
+from wrappers.mlserver_compat.rest_app import replace_request_json
 from wrappers.shared_memory import REGION
 
 logger = logging.getLogger(__name__)
@@ -45,10 +45,11 @@ def install() -> None:
     """Parse REST bodies this way from now on (with orjson, as MLServer does, where simdjson is not installed)."""
     if fastsimdjson is None:
         logger.info("fastsimdjson is not installed: REST bodies are parsed with orjson, as MLServer does")
-    requests.Request.json = _json
+    replace_request_json(_json)
 
 
-async def _json(self: requests.Request) -> Any:
+async def _json(self: Any) -> Any:
+    """MLServer's `Request.json`, parsing by `parse`; cached on the request, as MLServer's is."""
     if not hasattr(self, "_json"):
         self._json = parse(await self.body())
     return self._json

@@ -27,7 +27,6 @@ import gc
 import logging
 import multiprocessing
 import os
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,12 +43,22 @@ from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
 from wrappers import (
-    busy_poll, cpu_pinning, grpc_raw, repository_api, rest_bodies, rest_infer, rest_json, shared_memory_api,
+    busy_poll, cpu_pinning, fast_paths, grpc_raw, repository_api, rest_bodies, rest_infer, rest_json, shared_memory_api,
 )
+from wrappers import json_logs, payload_log
 from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, read_manifest, sha256_file, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
-from wrappers.metrics import ModelMetrics
+from wrappers.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
+from wrappers.heap import freeze_loaded_heap as _freeze_loaded_heap
+from wrappers.heap import thaw_heap_after_unload as _thaw_heap_after_unload
+from wrappers.metrics import ModelMetrics, PredictedClasses
+from wrappers.mlserver_compat import IncompatibleMLServer, check_version
+from wrappers.mlserver_compat import model as mlserver_model
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
+from wrappers.request_rules import as_text as _as_text
+from wrappers.request_rules import ort_message as _ort_message
+from wrappers.request_rules import rows as _rows
+from wrappers.request_rules import shape_text as _shape_text
 from wrappers.session import (
     DYNAMIC, TENSORRT, SessionRunner, TensorSpec, cpu_limit, create_session, describe, session_options,
     tensorrt_batch_profile, with_tensorrt_cache,
@@ -64,15 +73,10 @@ from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, fro
 logger = logging.getLogger(__name__)
 
 WELLKNOWN_MODEL_FILES = ["model.onnx"]
-REFREEZE_AFTER_UNLOAD_S = 1.0
 _FLOAT_KINDS = "f"
 # What ONNX Runtime raises when a run fails on what it was fed. The session loaded and warmed up, so a
 # run that fails with either failed on the request's input: HTTP 400, and merged requests are rerun apart.
 INPUT_ERRORS = (InvalidArgument, Fail)
-# ONNX Runtime's messages name its sources ("/onnxruntime_src/...reshape_helper.h:84 onnxruntime::...(...)")
-# and the check that failed ("size != 0 && ... was false."): internals a client cannot act on.
-_ORT_STATUS = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
-_ORT_SOURCE = re.compile(r"\S+\.(?:h|hpp|cc|cpp|cu):\d+ [^(\n]*\([^)\n]*\)(?:[^\n]*? was false\.)?\s*")
 
 
 class ModelLoadError(MLServerError):
@@ -87,14 +91,17 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
 
     async def load(self) -> bool:
         _log_through_mlserver()
-        # What earlier loads froze is invisible to gc.get_objects(), by which MLServer's REST app and gRPC server
-        # are found below (`rest_bodies`, `rest_infer`, `shared_memory_api`); the heap is frozen again when this load ends.
+        # What earlier loads froze is invisible to the heap walks by which MLServer's REST app and gRPC server are found
+        # below (`wrappers.mlserver_compat`); the heap is frozen again when this load ends.
         gc.unfreeze()
         extra = self.settings.parameters.extra if self.settings.parameters else None
         try:
             check_model_name(self.name)
             self._config: RuntimeSettings = parse_runtime_settings(extra)
-        except SettingsError as err:
+            check_version()
+            # MLServer's adaptive batching (max_batch_size/max_batch_time) wraps predict before load().
+            self._mlserver_batching = mlserver_model.uses_adaptive_batching(self)
+        except (SettingsError, IncompatibleMLServer) as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
         in_worker_process = multiprocessing.parent_process() is not None
         try:
@@ -120,8 +127,6 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._runner = SessionRunner(session, io_binding=self._config.io_binding)
         self._graph_inputs, graph_outputs = describe(session)
         self._graph_output_names = [spec.name for spec in graph_outputs]
-        # MLServer's adaptive batching (max_batch_size/max_batch_time) wraps predict before load().
-        self._mlserver_batching = getattr(self, "__adaptive_batching__", None) is not None
         try:
             batching = self._mlserver_batching or self._config.max_batch_rows > 1
             self._fixed_rows = fixed_batch_rows(self._graph_inputs, graph_outputs) if batching else None
@@ -131,6 +136,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         except (BatchingConfigError, ProcessingConfigError) as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
         self._advertise(graph_outputs)
+        self._classes = PredictedClasses.for_outputs(self.name, self.version, graph_outputs, self._scores_output)
         self._seconds_per_row = None
         self._warm_up_lock = threading.Lock()
         self._start_workers()  # every run slot warms up on its own thread here
@@ -141,18 +147,13 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._runner = SessionRunner(create_session(model_path, self._config), io_binding=self._config.io_binding)
             self._seconds_per_row = None
             self._warm_up()  # on this thread: the event loop's, where inline runs happen
-        if self._mlserver_batching:
-            self._check_before_mlserver_batching()
-        if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
-            grpc_raw.fast_models.add(self)
-        rest_json.install()
-        rest_bodies.install()  # every route's body within a limit, inflated off the event loop
-        if self._config.fast_rest_route:
-            rest_infer.fast_models.add(self)
-        if self._config.shared_memory:
-            shared_memory_api.enable(self)
-            grpc_raw.shared_memory_models.add(self)
-        self._pin_at_first_request = self._config.pin_event_loop  # by then gRPC's poller thread runs
+        try:
+            self._extend_mlserver()
+        except IncompatibleMLServer as err:
+            raise ModelLoadError(f"model {self.name}: {err}") from err
+        self._payload_log = payload_log.start(self._config.payload_log, self.name, self.version)
+        if self._payload_log is not None:  # outermost: it logs each request as its client sent it
+            self.predict = self._payload_log.wrap(self.predict)
         self._spin_s = self._config.event_loop_spin_us / 1e6
         if self._spin_s and not self._runs_inline(1):
             logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
@@ -347,11 +348,30 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             busy_poll.poller.keep_polling(self._spin_s)
         return outputs
 
+    def _extend_mlserver(self) -> None:
+        """This model's fast paths and guards in MLServer (`wrappers.mlserver_compat` checks each target first).
+
+        A fast path whose target is missing fails the load, or with `fast_path_fallback` is left off
+        (`wrappers.fast_paths`); shared memory needs the raw gRPC path and the REST parser, so never falls back."""
+        if self._mlserver_batching:
+            self._check_before_mlserver_batching()
+        fallback = self._config.fast_path_fallback and not self._config.shared_memory
+        if not self.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
+            fast_paths.turn_on(fast_paths.GRPC_RAW, partial(grpc_raw.fast_models.add, self), fallback=fallback)
+        fast_paths.turn_on(fast_paths.REST_JSON, rest_json.install, fallback=fallback)
+        rest_bodies.install()  # every route's body within a limit, inflated off the event loop
+        if self._config.fast_rest_route:
+            fast_paths.turn_on(fast_paths.REST_INFER, partial(rest_infer.fast_models.add, self), fallback=fallback)
+        if self._config.shared_memory:
+            shared_memory_api.enable(self)
+            grpc_raw.shared_memory_models.add(self)
+        self._pin_at_first_request = self._config.pin_event_loop and fast_paths.turn_on(  # by then gRPC's poller runs
+            fast_paths.PIN_EVENT_LOOP, cpu_pinning.check_poller_thread, fallback=fallback)
+
     def _check_before_mlserver_batching(self) -> None:
         """Check each request before MLServer merges it: a bad one must not fail its neighbours."""
-        batched_predict = self.predict
 
-        async def predict(payload: InferenceRequest) -> InferenceResponse:
+        def check(payload: InferenceRequest) -> None:
             if self._shared_outputs(payload):
                 raise InferenceError(
                     f"model {self.name} is served with MLServer's adaptive batching, which cannot write outputs "
@@ -362,9 +382,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                 if location(request_input.parameters, request_input.name):
                     request_input.parameters = None  # read already: MLServer merges the data, not the location
                 request_input.data = TensorData.model_construct(root=array.reshape(-1))
-            return await batched_predict(payload)
 
-        self.predict = predict
+        mlserver_model.check_before_batching(self, check)
 
     async def unload(self) -> bool:
         grpc_raw.fast_models.discard(self)
@@ -376,10 +395,13 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:
             self._cpu_pool.shutdown(wait=True)
+        if getattr(self, "_payload_log", None) is not None:
+            self._payload_log.close()
         _thaw_heap_after_unload()
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        json_logs.enter_request(payload.id, self.name, self.version)
         if self._pin_at_first_request:
             self._pin_at_first_request = False
             cpu_pinning.pinned_models.add(self)
@@ -554,9 +576,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     def _run_rows(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
         """One run on the inference thread, padded up to a bucket where there are buckets (a fixed batch size is one)."""
         run = partial(self._runner.run, self._graph_output_names)
-        if not self._buckets or rows in self._buckets:
-            return run(feeds)
-        return run_in_buckets(run, feeds, rows, self._buckets)
+        outputs = run(feeds) if not self._buckets or rows in self._buckets else run_in_buckets(run, feeds, rows, self._buckets)
+        if self._classes is not None:
+            self._classes.count(outputs)
+        return outputs
 
     def _observe_run(self, stats: BatchStats) -> None:
         self._metrics.inference_seconds.observe(stats.run_seconds)
@@ -572,30 +595,6 @@ def _log_through_mlserver() -> None:
         if handler not in ours.handlers:
             ours.addHandler(handler)
     ours.setLevel(theirs.level or logging.INFO)
-
-
-def _freeze_loaded_heap() -> None:
-    """Keep what the server has loaded out of Python's full collections, which run on the event loop.
-
-    Modules, MLServer, ONNX Runtime's bindings and the models live as long as the server, yet every
-    oldest-generation collection walked them all: 72-87 ms with no request answered, one in each
-    10-second load of the benchmark servers; frozen, such a pass took 0.9 ms. Collected first, so that no
-    cyclic garbage is frozen with them; reference counting still frees frozen objects.
-    """
-    gc.collect()
-    gc.freeze()
-    logger.info("%d objects alive after loading frozen out of the garbage collector's passes", gc.get_freeze_count())
-
-
-def _thaw_heap_after_unload() -> None:
-    """Let the collector reach what the last load froze, then freeze the rest again a moment later.
-
-    An unloaded model is kept alive by its own reference cycles (the run slots' bound methods, say):
-    frozen, it and its ONNX Runtime session would never be freed. By the time the heap is frozen
-    again, MLServer has let go of the model, and the collection before the freeze frees it.
-    """
-    gc.unfreeze()
-    asyncio.get_running_loop().call_later(REFREEZE_AFTER_UNLOAD_S, _freeze_loaded_heap)
 
 
 def _pick(specs: list[TensorSpec], name: str | None, setting: str, kind: str) -> TensorSpec:
@@ -614,38 +613,6 @@ def _batchable(spec: TensorSpec, fixed_rows: int | None) -> TensorSpec:
     if fixed_rows is None:
         return spec
     return TensorSpec(spec.name, spec.datatype, (DYNAMIC, *spec.shape[1:]))
-
-
-def _rows(arrays: dict[str, np.ndarray]) -> int:
-    counts = {name: (array.shape[0] if array.ndim else 1) for name, array in arrays.items()}
-    if len(set(counts.values())) > 1:
-        raise InferenceError(f"inputs must have the same number of rows (first dimension), got {counts}")
-    return next(iter(counts.values()))
-
-
-def _as_text(flat: np.ndarray, name: str) -> np.ndarray:
-    """BYTES elements for a graph's string input as str: ONNX Runtime feeds it each bytes item's repr ("b'abc'").
-
-    Raw gRPC contents, Triton's binary extension and typed `bytes_contents` carry bytes; JSON carries str.
-    """
-    text = np.empty(flat.size, dtype=object)
-    for index, item in enumerate(flat.ravel()):
-        if isinstance(item, bytes):
-            try:
-                item = item.decode()
-            except UnicodeDecodeError as err:
-                raise InferenceError(
-                    f"input {name!r}: element {index} is not UTF-8 text ({err.reason} at byte {err.start}), "
-                    "and the graph takes strings; send UTF-8 text"
-                ) from None
-        text[index] = item
-    return text
-
-
-def _ort_message(err: Exception) -> str:
-    """ONNX Runtime's message without its status prefix and the source lines it names."""
-    text = _ORT_SOURCE.sub("", _ORT_STATUS.sub("", str(err).strip()))
-    return " ".join(text.split())
 
 
 def _zeros(spec: TensorSpec, rows: int) -> np.ndarray:
@@ -670,8 +637,3 @@ def _encode(name: str, array: np.ndarray, datatype: str, as_array: bool) -> Resp
 
 def _metadata(spec: TensorSpec) -> MetadataTensor:
     return MetadataTensor(name=spec.name, datatype=spec.datatype, shape=list(spec.shape))
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    text = "[" + ", ".join("N" if dim == -1 else str(dim) for dim in shape) + "]"
-    return text + " (N: any size)" if -1 in shape else text

@@ -33,9 +33,13 @@ class _Strict(BaseModel):
 
 
 class TensorrtOptions(_Strict):
-    """TensorRT provider options; engines take minutes to build, so cache them on a volume."""
+    """TensorRT provider options; engines take minutes to build, so cache them on a volume.
 
-    device_id: int = Field(default=0, ge=0)
+    Where the pod sets SLIPWAY_TENSORRT_CACHE_DIR (the gpu overlay does), both caches go under it, over the
+    artifact's own paths.
+    """
+
+    device_id: int = Field(default=0, ge=0, description="The GPU to build and run engines on.")
     fp16: bool = Field(default=False, description="Let TensorRT pick FP16 kernels (trt_fp16_enable).")
     int8: bool = Field(
         default=False, description="Enable INT8 (trt_int8_enable); a QDQ graph carries its own scales."
@@ -70,15 +74,20 @@ class TensorrtOptions(_Strict):
 class CudaOptions(_Strict):
     """CUDA provider options."""
 
-    device_id: int = Field(default=0, ge=0)
+    device_id: int = Field(default=0, ge=0, description="The GPU to run on.")
     cudnn_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = Field(
         default="EXHAUSTIVE", description="How cuDNN picks convolution algorithms (EXHAUSTIVE: timed once at warm-up)."
     )
     enable_cuda_graph: bool = Field(
         default=False, description="Capture the graph once and replay it; needs fixed shapes and IOBinding."
     )
-    gpu_mem_limit_bytes: int | None = Field(default=None, gt=0)
-    extra_options: dict[str, OptionValue] = Field(default_factory=dict)
+    gpu_mem_limit_bytes: int | None = Field(
+        default=None, gt=0, description="gpu_mem_limit of CUDA's memory arena; None: no limit."
+    )
+    extra_options: dict[str, OptionValue] = Field(
+        default_factory=dict,
+        description="Any other CUDA provider option, passed through as is ({\"use_tf32\": 0}: full fp32).",
+    )
 
     def provider_options(self) -> dict[str, str]:
         options: dict[str, OptionValue] = {
@@ -127,11 +136,69 @@ class TopKPostprocessing(_Strict):
     """Turn the graph's scores into the k best labels with their scores."""
 
     output: str | None = Field(default=None, description="Graph output holding scores; None: the only output.")
-    k: int = Field(default=5, ge=1)
+    k: int = Field(default=5, ge=1, description="How many labels and scores to return per row.")
     labels_file: str | None = Field(
         default=None, description="Text file beside model.onnx, one label per line; None: class indices."
     )
     softmax: bool = Field(default=False, description="Apply a softmax first (for graphs that output logits).")
+
+
+class PayloadLogging(_Strict):
+    """Send each request and its response (or a sampled share) as CloudEvents to an HTTP collector.
+
+    Off the request path (`wrappers.payload_log`): a request only hands its payloads to a bounded queue, and one
+    background thread builds and sends the events; a full queue, a slow or failing collector drops events
+    (counted in slipway_payload_events_dropped_total) and never slows or fails an inference. As Seldon's
+    executor and KServe's logger do: binary-mode CloudEvents, ce-id the request id, ce-type
+    `<prefix>.inference.request` / `.response`, the V2 request or response as JSON in the body.
+    """
+
+    url: str = Field(
+        description="The collector's http:// or https:// URL, which each event is POSTed to "
+        "(e.g. a Knative broker, Seldon's request logger, KServe's message-dumper).",
+        pattern=r"^https?://[^/\s]+",
+    )
+    sample: float = Field(
+        default=1.0, ge=0, le=1,
+        description="Share of requests logged, decided per request (a request's response goes with it); 1: all.",
+    )
+    max_bytes: int = Field(
+        default=256 << 10, ge=1024,
+        description="Largest event body sent; a request or response over it is sent with its tensors' names, "
+        "shapes and datatypes but without their data, and the event says truncated=true.",
+    )
+    redact: list[str] = Field(
+        default_factory=list,
+        description="What never leaves the pod: a tensor name (its data), a parameter or header name (at any "
+        "depth), or a path through the body such as \"inputs/image\" or \"parameters/headers/x-user\" "
+        "(names compare case-insensitively). Authorization, Cookie, Proxy-Authorization and X-Api-Key headers are "
+        "always redacted.",
+    )
+    queue_size: int = Field(
+        default=1000, ge=1, le=100_000,
+        description="Requests waiting to be sent at most; past it a request's events are dropped (reason "
+        "queue_full) instead of holding memory or the request.",
+    )
+    timeout_s: float = Field(
+        default=2.0, gt=0, le=60,
+        description="Per event: connecting and the collector's answer. An event that fails is dropped, never "
+        "retried, and the next events are dropped for backoff_s (reason collector_down) so that a collector "
+        "that is down costs one timeout, not one per event.",
+    )
+    backoff_s: float = Field(
+        default=5.0, ge=0, le=600, description="How long sending pauses after a failed event (see timeout_s)."
+    )
+    event_types: Literal["seldon", "kserve"] = Field(
+        default="seldon",
+        description="ce-type prefix: seldon sends io.seldon.serving.inference.request/.response (as Seldon's "
+        "executor, which no-engine predictors lack), kserve org.kubeflow.serving.inference.request/.response.",
+    )
+    source: str | None = Field(
+        default=None,
+        description="ce-source; None: /namespaces/NAMESPACE/seldondeployments/DEPLOYMENT/predictors/PREDICTOR from "
+        "the pod's SLIPWAY_NAMESPACE, SELDON_DEPLOYMENT_ID and PREDICTOR_ID (where unset: the model's name for the "
+        "deployment, 'unknown' else).",
+    )
 
 
 class RuntimeSettings(_Strict):
@@ -141,12 +208,14 @@ class RuntimeSettings(_Strict):
         default=None,
         description="Execution providers in order of preference; None: TensorRT, CUDA where installed, then CPU.",
     )
-    tensorrt: TensorrtOptions = Field(default_factory=TensorrtOptions)
-    cuda: CudaOptions = Field(default_factory=CudaOptions)
+    tensorrt: TensorrtOptions = Field(default_factory=TensorrtOptions, description="TensorRT provider options.")
+    cuda: CudaOptions = Field(default_factory=CudaOptions, description="CUDA provider options.")
     intra_op_threads: int | None = Field(
         default=None, ge=0, description="Threads inside one operator; None derives it from the CPU limit."
     )
-    inter_op_threads: int = Field(default=1, ge=0)
+    inter_op_threads: int = Field(
+        default=1, ge=0, description="Threads running independent graph branches (with execution_mode parallel)."
+    )
     execution_mode: Literal["sequential", "parallel"] = Field(
         default="sequential", description="parallel runs independent graph branches on inter_op_threads."
     )
@@ -155,7 +224,9 @@ class RuntimeSettings(_Strict):
         description="Let idle intra-op threads spin between operators: a little faster for big models on idle "
         "cores, but the spinning burns CPU the server's own threads need (off by default).",
     )
-    graph_optimization_level: GraphOptimizationLevel = "all"
+    graph_optimization_level: GraphOptimizationLevel = Field(
+        default="all", description="ONNX Runtime's graph optimizations, applied when the session is built."
+    )
     verify_manifest: bool = Field(default=True, description="Check every file against manifest.json at load.")
     io_binding: Literal["auto", "on", "off"] = Field(
         default="auto", description="Bind inputs and outputs to the device (auto: on when a GPU provider runs)."
@@ -208,6 +279,13 @@ class RuntimeSettings(_Strict):
         "at low load over gRPC (digits at concurrency 1: 10-17% lower p50), 2-7% fewer requests/s under "
         "load. Only for CPUs the pod has to itself: a VM's, or a Guaranteed pod's under the static CPU manager.",
     )
+    fast_path_fallback: bool = Field(
+        default=False,
+        description="Where the installed MLServer lacks what a fast path extends (the raw gRPC converters, the "
+        "simdjson body parser, the fast REST route, the gRPC poller's pin; see the internals page), serve without "
+        "that path, with an ERROR log and slipway_fast_path_enabled{path} at 0, instead of failing the load. "
+        "The body limit and the repository API guard never fall back.",
+    )
     event_loop_spin_us: int = Field(
         default=0,
         ge=0,
@@ -226,8 +304,16 @@ class RuntimeSettings(_Strict):
     cpu_workers: int | None = Field(
         default=None, ge=1, description="Threads for pre/post-processing; None: the CPU limit."
     )
-    preprocess: ImagePreprocessing | None = None
-    postprocess: TopKPostprocessing | None = None
+    preprocess: ImagePreprocessing | None = Field(
+        default=None, description="Decode encoded images into the graph's input; None: clients send tensors."
+    )
+    postprocess: TopKPostprocessing | None = Field(
+        default=None, description="Answer the top-k labels and scores; None: the graph's own outputs."
+    )
+    payload_log: PayloadLogging | None = Field(
+        default=None,
+        description="Send requests and responses as CloudEvents to a collector, off the request path; None: off.",
+    )
 
     @model_validator(mode="after")
     def _check_warmup(self) -> RuntimeSettings:

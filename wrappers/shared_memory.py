@@ -6,7 +6,7 @@ a shared-memory object once, then sends requests whose tensors name the region, 
 a byte size instead of carrying their data; requested outputs can
 be written into a region the same way. The bytes never cross gRPC or HTTP: for a 600 kB
 MobileNetV2 image, moving them through gRPC is most of what a request costs the server and
-the client outside the run itself (README, "Where the rest of the MobileNetV2 gap is").
+the client outside the run itself (docs/benchmarks.md, "Where the rest of the MobileNetV2 gap is").
 
 Regions belong to the server process, as in Triton; `wrappers.shared_memory_api` registers
 them over REST and gRPC. This module has no MLServer import: it opens, checks, reads and writes.

@@ -14,7 +14,6 @@ shared memory and have outputs written into it, which a server should not allow 
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 from collections.abc import Callable
@@ -27,13 +26,13 @@ from mlserver.handlers import custom_handler
 
 from wrappers import rest_json
 from wrappers.loaded_models import LoadedModels
+from wrappers.mlserver_compat.grpc_path import add_to_running_grpc_servers
 from wrappers.shared_memory import REGIONS, SharedMemoryError
 
 logger = logging.getLogger(__name__)
 _PREFIX = "/v2/systemsharedmemory"
 _GRPC_SERVICE = "inference.GRPCInferenceService"
 _enabling_models = LoadedModels(install=lambda: _serve_grpc_registration())  # defined below
-_grpc_servers_served: set[int] = set()
 
 
 def enable(model) -> None:
@@ -113,12 +112,7 @@ def _error(message: str) -> JSONResponse:
 
 def _serve_grpc_registration() -> None:
     """Add Triton's registration methods to the running gRPC server(s) of this process, once."""
-    servers = [obj for obj in gc.get_objects() if isinstance(obj, grpc.aio.Server)]
-    for server in servers:
-        if id(server) not in _grpc_servers_served:
-            server.add_generic_rpc_handlers((_grpc_handler(),))
-            _grpc_servers_served.add(id(server))
-    if not servers:
+    if not add_to_running_grpc_servers(_grpc_handler()):
         logger.warning("no gRPC server found in this process: register shared-memory regions over REST")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, PredictorQueries
 from deployments.prometheus import Prometheus
@@ -120,28 +120,38 @@ def judge(prometheus: Prometheus, slo: Slo, *, namespace: str, deployment: str, 
 def decide(slo: Slo, *, stable: Figures, canary: Figures, window: str, at: float) -> Verdict:
     """The decision on measured figures (no I/O)."""
     policy = slo.canary or CanaryPolicy()
-    verdict = {"canary": canary, "stable": stable, "window": window, "at": at}
+
+    def verdict(decision: Decision, **found: Any) -> Verdict:
+        return Verdict(decision, canary=canary, stable=stable, window=window, at=at, **found)
+
     waiting = _too_few(slo, policy, stable=stable, canary=canary, window=window)
     if waiting:
-        return Verdict("wait", **verdict, waiting_for=waiting)
+        return verdict("wait", waiting_for=waiting)
+    # past _too_few, every limited quantile has a value on both sides and both served requests: no None below
     failures = []
     for line in QUANTILES:
         allowed = getattr(slo, line)
         if allowed is None:
             continue
-        measured, baseline = canary.latency_ms[line], stable.latency_ms[line]
+        measured, baseline = _known(canary.latency_ms[line]), _known(stable.latency_ms[line])
         if measured > allowed:
             failures.append(Failure(line, "slo", measured, baseline, allowed))
         relative = max(baseline * (1 + policy.latency_tolerance), baseline + policy.latency_slack_ms)
         if measured > relative:
             failures.append(Failure(line, "stable", measured, baseline, relative))
     if slo.max_error_rate is not None:
-        measured, baseline = canary.error_rate, stable.error_rate
+        measured, baseline = _known(canary.error_rate), _known(stable.error_rate)
         if measured > slo.max_error_rate:
             failures.append(Failure("max_error_rate", "slo", measured, baseline, slo.max_error_rate))
         if measured > baseline + policy.error_rate_tolerance:
             failures.append(Failure("max_error_rate", "stable", measured, baseline, baseline + policy.error_rate_tolerance))
-    return Verdict("fail" if failures else "promote-step", **verdict, failures=failures)
+    return verdict("fail" if failures else "promote-step", failures=failures)
+
+
+def _known(value: float | None) -> float:
+    if value is None:
+        raise AssertionError("a figure the judge needs was not measured (checked by _too_few)")
+    return value
 
 
 def _too_few(slo: Slo, policy: CanaryPolicy, *, stable: Figures, canary: Figures, window: str) -> str | None:

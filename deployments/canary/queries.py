@@ -9,6 +9,7 @@ Prometheus adds `namespace` and `pod`. Render names the SeldonDeployment after i
 What is measured, per predictor, summed over its pods:
 - requests: MLServer's `model_infer_request_success_total` and `model_infer_request_failure_total`
   (a failure counter appears only after the first failure: no series means none failed);
+- outputs: the runtime's `slipway_predicted_class_total` by class (how often each class wins), for a classifier;
 - latency: `histogram_quantile` over the runtime's `slipway_inference_seconds` buckets (time inside ONNX
   Runtime per run; the buckets start at 50 us, where MLServer's own histograms start at 5 ms). Another
   histogram the pods export (e.g. `rest_server_request_duration_seconds`, MLServer's REST latency per request)
@@ -22,9 +23,10 @@ from dataclasses import dataclass
 
 from deployments.autoscaling import REQUEST_COUNTER
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
-from wrappers.metrics import INFERENCE_SECONDS
+from wrappers.metrics import CLASS_LABEL, INFERENCE_SECONDS, PREDICTED_CLASS
 
 FAILURE_COUNTER = "model_infer_request_failure_total"
+CLASS_COUNTER = f"{PREDICTED_CLASS}_total"
 DEFAULT_LATENCY_HISTOGRAM = INFERENCE_SECONDS
 QUANTILES = {"p50_ms": 0.50, "p95_ms": 0.95, "p99_ms": 0.99}
 _WINDOW = re.compile(r"^[1-9][0-9]*[smh]$")
@@ -84,3 +86,8 @@ class PredictorQueries:
         """The quantile in seconds, over every pod's buckets added up."""
         return (f"histogram_quantile({quantile:g}, sum by (le) "
                 f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{self.window}])))")
+
+    @property
+    def predicted_classes(self) -> str:
+        """Rows won by each class over the window, one sample per class."""
+        return f"sum by ({CLASS_LABEL}) (increase({CLASS_COUNTER}{{{self.selector}}}[{self.window}]))"

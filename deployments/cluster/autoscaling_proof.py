@@ -77,6 +77,7 @@ def prove(api, *, namespace: str, hpa_name: str, container: str | None = None, h
     """Drive usage to `high` until the HPA reaches its maximum, then to `low` until it is back at its minimum.
     The usage is the `container`'s (default: the one the HPA's CPU metric names)."""
     from kubernetes import client
+
     from deployments.apply import dynamic_client
 
     autoscaling = client.AutoscalingV2Api(api)

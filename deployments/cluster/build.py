@@ -124,6 +124,10 @@ def build_all(components: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]
     """Every component's cache folder, building what is missing with a progress line per component."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    absent = [component.name for component in components if not (component.module_dir / "go.mod").is_file()]
+    if absent:  # an installed Slipway: the wheel ships neither the Go modules nor third_party/
+        raise BuildError(f"no Go module for {', '.join(absent)} (looked in {components[0].module_dir.parent}): the local "
+                         f"cluster is built from a checkout; clone Slipway's repository and run `make cluster` there")
     go = go_binary()
     keys = {component.name: _build_key(component, go) for component in components}
     todo = [component for component in components if not is_built(component, keys[component.name])]

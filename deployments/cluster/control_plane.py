@@ -28,8 +28,8 @@ from deployments.cluster.pki import ClusterPKI
 from deployments.cluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic
 from slipway.cli import first_line
-from slipway.ports import free_port, port_in_use
 from slipway.paths import BUILD_DIR
+from slipway.ports import free_port, port_in_use
 
 DEFAULT_API_PORT = 16443
 STATE_FILE = "state.json"

@@ -4,17 +4,20 @@
 FROM python:3.11.14-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# constraints.txt (`make lock`) pins every package: two builds a month apart install the same versions.
+COPY pyproject.toml README.md constraints.txt ./
 COPY slipway ./slipway
 COPY wrappers ./wrappers
 RUN python -m venv /opt/slipway \
- && /opt/slipway/bin/pip install ".[serve]" \
+ && /opt/slipway/bin/pip install -c constraints.txt ".[serve]" \
  && /opt/slipway/bin/pip check
 
 FROM python:3.11.14-slim-bookworm
 LABEL org.opencontainers.image.title="slipway-mlserver-onnx" \
       org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CPU)"
 COPY --from=build /opt/slipway /opt/slipway
+# JSON log lines: the manifests point MLSERVER_LOGGING_SETTINGS here (wrappers/json_logs.py).
+COPY --from=build /src/wrappers/logging.json /etc/slipway/logging.json
 # The user the manifests run as (runAsUser 10001); it owns nothing it could change at run time.
 RUN groupadd --gid 10001 slipway && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin slipway
 ENV PATH=/opt/slipway/bin:$PATH \
@@ -22,9 +25,11 @@ ENV PATH=/opt/slipway/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     MLSERVER_METRICS_DIR=/tmp/mlserver-metrics
-# As wrappers/server.py starts MLServer: no level-9 gzip of responses on the event loop, and
+# As wrappers/server.py starts MLServer: no access line per request and MLServer at INFO, not DEBUG
+# (MLServer's default debug), no level-9 gzip of responses on the event loop, and
 # freed blocks under 16 MB stay in the heap instead of being mapped again for every request.
-ENV MLSERVER_GZIP_ENABLED=false \
+ENV MLSERVER_DEBUG=false \
+    MLSERVER_GZIP_ENABLED=false \
     MALLOC_MMAP_THRESHOLD_=16777216 \
     MALLOC_TRIM_THRESHOLD_=67108864
 # MLServer imports this before it builds its servers: it refuses the model repository API (load, unload)

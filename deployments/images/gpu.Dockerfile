@@ -9,11 +9,12 @@ COPY --from=uv /uv /usr/local/bin/uv
 # A self-contained CPython 3.11 (the CUDA images ship another Python, or none).
 ENV UV_PYTHON_INSTALL_DIR=/opt/python UV_NO_CACHE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# constraints.txt (`make lock`) pins every package: two builds a month apart install the same versions.
+COPY pyproject.toml README.md constraints.txt ./
 COPY slipway ./slipway
 COPY wrappers ./wrappers
 RUN uv venv --python 3.11 /opt/slipway \
- && uv pip install --python /opt/slipway/bin/python ".[gpu]" "tensorrt-cu13-libs==10.16.*" \
+ && uv pip install --python /opt/slipway/bin/python -c constraints.txt ".[gpu]" "tensorrt-cu13-libs==10.16.*" \
  && uv pip check --python /opt/slipway/bin/python
 
 FROM nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
@@ -21,6 +22,8 @@ LABEL org.opencontainers.image.title="slipway-mlserver-onnx-gpu" \
       org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CUDA 13, cuDNN 9, TensorRT 10)"
 COPY --from=build /opt/python /opt/python
 COPY --from=build /opt/slipway /opt/slipway
+# JSON log lines: the manifests point MLSERVER_LOGGING_SETTINGS here (wrappers/json_logs.py).
+COPY --from=build /src/wrappers/logging.json /etc/slipway/logging.json
 RUN groupadd --gid 10001 slipway && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin slipway
 ENV PATH=/opt/slipway/bin:$PATH \
     LD_LIBRARY_PATH=/opt/slipway/lib/python3.11/site-packages/tensorrt_libs:$LD_LIBRARY_PATH \
@@ -28,9 +31,11 @@ ENV PATH=/opt/slipway/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     MLSERVER_METRICS_DIR=/tmp/mlserver-metrics
-# As wrappers/server.py starts MLServer: no level-9 gzip of responses on the event loop, and
+# As wrappers/server.py starts MLServer: no access line per request and MLServer at INFO, not DEBUG
+# (MLServer's default debug), no level-9 gzip of responses on the event loop, and
 # freed blocks under 16 MB stay in the heap instead of being mapped again for every request.
-ENV MLSERVER_GZIP_ENABLED=false \
+ENV MLSERVER_DEBUG=false \
+    MLSERVER_GZIP_ENABLED=false \
     MALLOC_MMAP_THRESHOLD_=16777216 \
     MALLOC_TRIM_THRESHOLD_=67108864
 # MLServer imports this before it builds its servers: it refuses the model repository API (load, unload)

@@ -256,7 +256,7 @@ def add_versions_parser(commands: argparse._SubParsersAction) -> None:
     )
     sub = versions.add_subparsers(dest="versions_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", default=DEFAULT_STORE, help="store folder holding store.db (default: ./model-store)")
+    common.add_argument("--store", default=DEFAULT_STORE, help=f"store folder holding store.db (default: {DEFAULT_STORE})")
     common.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
     def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> argparse.ArgumentParser:

@@ -44,9 +44,10 @@ from export.store.records import GcResult, TagMove, VersionRecord
 from export.store.refs import Ref, check_name
 from slipway.cli import one_line
 from slipway.files import FileProblem, read_json
+from slipway.paths import MODEL_STORE_DIR
 from wrappers.artifact import SETTINGS_FILE, ArtifactError, Manifest, verify_artifact
 
-DEFAULT_STORE = "model-store"
+DEFAULT_STORE = str(MODEL_STORE_DIR)  # ./model-store, or model-store/ in SLIPWAY_WORKDIR (slipway --workdir)
 ARTIFACTS_DIR = "artifacts"
 PAUSE_ENV = "SLIPWAY_STORE_PAUSE_AT"  # crash tests: pause a publish or gc at a named stage
 STALE_AFTER_S = 3600.0  # a pending version from another host is abandoned after this long

@@ -108,7 +108,7 @@ def run_check(
 
 
 def check_markdown(result: CheckResult, *, cpu_count: int | None, load_before: float, minutes: float, day: str) -> str:
-    """The check in a few lines, for reports/tune-check.md and the README."""
+    """The check in a few lines, for reports/tune-check.md and docs/benchmarks.md."""
     lines = [f"Measured by `make tune-check` on {cpu_count} CPU cores (load average {load_before:.2f} at the start), "
              f"{day}: {len(result.grid)} configs in {minutes:.0f} min.", ""]
     lines += ["| | config | req/s per core | req/s at capacity | p95 ms | cores | trials |", "|---|---|--:|--:|--:|--:|--:|"]

@@ -91,8 +91,8 @@ def add_commands(commands) -> None:
             search.add_argument("--budget-fraction", type=float, default=0.25, help="tuner trials allowed, as a share of the grid")
             search.add_argument("--target", type=float, default=0.95, help="share of the grid's best the tuner must reach")
             parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "tune-check")
-            parser.add_argument("--no-readme", dest="update_readme", action="store_false",
-                                help="do not rewrite the README's tuning figures")
+            parser.add_argument("--no-docs", dest="update_docs", action="store_false",
+                                help="do not rewrite the tuning figures in docs/benchmarks.md")
         parser.set_defaults(func=func)
 
 
@@ -182,7 +182,7 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
 
     from loadtest.tuning.check import CheckError, check_grid_size, check_markdown, plot_check, run_check
     from slipway import atomic
-    from slipway.readme import README, replace_section
+    from slipway.readme import BENCHMARKS_PAGE, replace_section
     from slipway.reports import write_report
 
     space, slo = _space_and_slo(args)
@@ -210,8 +210,8 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
     table = check_markdown(result, cpu_count=os.cpu_count(), load_before=load_before,
                            minutes=(time.monotonic() - started) / 60, day=time.strftime("%Y-%m-%d"))
     atomic.write_text(REPORTS_DIR / "tune-check.md", table)
-    if args.update_readme and replace_section(README, "tune-check", table):
-        console.print("README tuning figures updated")
+    if args.update_docs and replace_section(BENCHMARKS_PAGE, "tune-check", table):
+        console.print(f"tuning figures in {BENCHMARKS_PAGE} updated")
     summary = (f"grid best {result.as_dict()['grid_best']} ({result.as_dict()['grid_best_config']}, {len(result.grid)} trials); "
                f"tuner {result.as_dict()['tuner_best']} ({result.as_dict()['tuner_best_config']}) in {len(result.tuner)} trials "
                f"(budget {result.budget}): {result.ratio:.1%} of the best")

@@ -148,9 +148,14 @@ def plot_pareto(measurements: list[Measurement], front: list[Measurement], best:
     if best is not None:
         axis.scatter([best.p95_ms], [best.capacity_rps], marker="*", s=250, c="tab:red", zorder=5,
                      label=f"best per core: {best.config.key} ({best.objective:.0f} req/s/core)")
+    from loadtest.plot import limit_label
+
     for limit, style in (("p95_ms", "-"), ("p99_ms", ":")):
         if getattr(slo, limit):
-            axis.axvline(getattr(slo, limit), color="tab:red", linestyle=style, alpha=0.5, label=f"SLO {limit}")
+            axis.axvline(getattr(slo, limit), color="tab:red", linestyle=style, alpha=0.5,
+                         label=limit_label(limit, getattr(slo, limit)))
+    if slo.min_rps is not None:
+        axis.axhline(slo.min_rps, color="tab:blue", linestyle="--", alpha=0.5, label=limit_label("min_rps", slo.min_rps))
     axis.set_xlabel("p95 latency at capacity (ms)")
     axis.set_ylabel("throughput at capacity (req/s)")
     axis.set_title("serving specs: throughput against p95")

@@ -95,6 +95,7 @@ def test_render_refuses_a_bad_record_in_one_line(tmp_path, reports_env):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digits_artifact, reports_env, tmp_path):
     model_dir = tmp_path / "digits"
     shutil.copytree(digits_artifact, model_dir)
@@ -130,6 +131,7 @@ def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digi
     assert not (tmp_path / "broken").exists()
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_a_skipped_validation_layer_is_counted_where_the_result_is_summed_up(digits_artifact, reports_env, tmp_path):
     env = {**reports_env, "SLIPWAY_SELDON_CRD": str(tmp_path / "no-schemas" / "crd.yaml"), "COLUMNS": "250"}
     result = run_module("deployments", "render", "--model-dir", str(digits_artifact), "--out", str(tmp_path / "out"), env=env)
@@ -138,6 +140,7 @@ def test_a_skipped_validation_layer_is_counted_where_the_result_is_summed_up(dig
     assert "valid (4 checked, 1 skipped)" in run_module("slipway", "summary", env=env).stdout
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_overlay_folders_render_under_their_last_two_parts_so_they_do_not_collide(digits_artifact, reports_env, tmp_path):
     built = []
     for owner in ("tune", "recommend"):  # both write their overlay into a folder named `overlay`

@@ -10,6 +10,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from deployments.render import DEPLOYMENTS_DIR
+from slipway.command import DISTRIBUTION
 
 IMAGES = {"cpu": DEPLOYMENTS_DIR / "images" / "cpu.Dockerfile", "gpu": DEPLOYMENTS_DIR / "images" / "gpu.Dockerfile"}
 
@@ -72,7 +73,7 @@ def _closure(requirements: list[Requirement], extras: set[str]) -> set[str]:
 
 
 def test_the_serving_extra_pulls_in_no_tensorflow():
-    requirements = [Requirement(text) for text in metadata.distribution("slipway").requires]
+    requirements = [Requirement(text) for text in metadata.distribution(DISTRIBUTION).requires]
     serving = _closure(requirements, {"serve"})
     assert {"mlserver", "onnxruntime", "numpy", "pydantic"} <= serving
     assert not {name for name in serving if name.startswith(("tensorflow", "tf-", "keras", "tf2onnx"))}, serving

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from deployments.recommend import DecayingHistogram, recommend
+from deployments.recommend.sizing import DecayingHistogram, recommend
 from deployments.usage import UsageError, check_same_pods, parse_query_range
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import json_http_server
@@ -211,13 +211,14 @@ def test_histories_are_fetched_from_prometheus_url(tmp_path, reports_env):
         url = urllib.parse.urlsplit(path)
         params = urllib.parse.parse_qs(url.query)
         asked.append((url.path, params))
-        return next((data for name, data in answers.items() if name in params["query"][0]), {})
+        nothing = {"status": "success", "data": {"resultType": "matrix", "result": []}}  # the DCGM queries: no GPUs
+        return next((data for name, data in answers.items() if name in params["query"][0]), nothing)
 
     with json_http_server(prometheus) as env_url:
         result = _recommend_cli(tmp_path, {**reports_env, "PROMETHEUS_URL": env_url}, "--capacity-rps", "40",
                                 "--namespace", "prod", "--model", "digits", "--range", "1d", "--step", "5m")
     assert result.returncode == 0, result.stderr
-    assert [path for path, _ in asked] == ["/api/v1/query_range"] * 3
+    assert [path for path, _ in asked] == ["/api/v1/query_range"] * 5  # cpu, memory, rps, GPU utilisation, GPU memory
     assert all('namespace="prod"' in params["query"][0] and params["step"] == ["300"] for _, params in asked)
     report = json.loads((tmp_path / "reports" / "recommend.json").read_text())
     assert report["inputs"]["cpu"]["pods"] == list(PODS) and report["cpu_request"] > 0.3

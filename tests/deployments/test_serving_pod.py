@@ -19,6 +19,7 @@ from deployments import autoscaling, seldon
 from deployments.records import ModelVersion
 from deployments.render import render
 from loadtest.payloads import example_batch
+from slipway.paths import PROJECT_ROOT
 from wrappers.request_bodies import json_request
 from wrappers.server import LocalServer
 
@@ -35,6 +36,7 @@ def pod_server(digits_artifact, tmp_path_factory):
     rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact), engine="builtin", autoscaling_mode="rps")
     container = _model_container(rendered)
     env = {item["name"]: item["value"] for item in container["env"]}
+    env["MLSERVER_LOGGING_SETTINGS"] = str(PROJECT_ROOT / "wrappers" / "logging.json")  # the images' copy of it
     env["MLSERVER_METRICS_DIR"] = str(tmp_path_factory.mktemp("metrics"))  # the pod's emptyDir
     env.update({  # what the operator adds to the container (deployments/seldon.py)
         "MLSERVER_MODEL_NAME": container["name"],
@@ -52,6 +54,7 @@ def _get(url: str) -> tuple[int, str]:
         return response.status, response.read().decode()
 
 
+@pytest.mark.slow  # starts MLServer on the trained digits model
 def test_the_probes_paths_answer(pod_server):
     server, rendered = pod_server
     container = _model_container(rendered)
@@ -61,6 +64,7 @@ def test_the_probes_paths_answer(pod_server):
         assert status == 200
 
 
+@pytest.mark.slow  # starts MLServer on the trained digits model
 def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, digits_artifact):
     server, rendered = pod_server
     body = json.dumps(json_request(example_batch(digits_artifact, batch_size=2))).encode()
@@ -81,6 +85,7 @@ def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, di
     assert query.startswith(f"sum(rate({samples[0].name}{{")
 
 
+@pytest.mark.slow  # starts MLServer on the trained digits model
 def test_the_pod_refuses_the_model_repository_api_and_keeps_serving(pod_server):
     """The rendered env closes MLServer's repository API: one anonymous request no longer unloads the model."""
     server, rendered = pod_server

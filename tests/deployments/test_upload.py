@@ -95,6 +95,7 @@ def _version(artifact: Path, uri: str, tmp_path: Path, tag: str = "a") -> ModelV
     return ModelVersion(name="digits", version=tag, uri=uri, digest=digest, local_dir=folder)
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_an_upload_lands_whole_verifies_and_is_found_again(digits_artifact, tmp_path):
     mount = tmp_path / "claim"
     version = _version(digits_artifact, "pvc://models/digits/1", tmp_path)
@@ -108,6 +109,7 @@ def test_an_upload_lands_whole_verifies_and_is_found_again(digits_artifact, tmp_
     assert not again.uploaded and again.digest == version.digest
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_a_destination_with_other_bytes_is_refused_never_overwritten(digits_artifact, tmp_path):
     mount = tmp_path / "claim"
     first = _version(digits_artifact, "pvc://models/digits/1", tmp_path, "a")
@@ -125,6 +127,7 @@ def test_a_destination_with_other_bytes_is_refused_never_overwritten(digits_arti
         place(first, Destination(first.uri, {}, pvc_mount=mount))
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_a_folder_that_is_not_the_record_s_version_is_not_uploaded(digits_artifact, tmp_path):
     version = _version(digits_artifact, "pvc://models/digits/1", tmp_path)
     wrong = version.model_copy(update={"digest": "sha256:" + "0" * 64})

@@ -13,7 +13,6 @@ from export.quantize import float_outputs, quantizable_operators, quantize_int8
 from tests.graphs import IR_VERSION, exp_model, onnx_model
 
 
-
 def dense_model(with_junk: bool = False) -> onnx.ModelProto:
     """y = softmax(x @ W + b) with a dynamic batch; optionally an unused initializer and doc strings."""
     rng = np.random.default_rng(0)

@@ -59,15 +59,54 @@ def test_prune_filters_removes_the_weakest_and_keeps_the_answers_they_did_not_ch
     assert narrow.count_params() < model.count_params() / 2
 
 
-def test_prune_filters_refuses_models_with_branches():
+def test_prune_filters_refuses_a_model_whose_filters_are_all_tied_to_its_input():
     import keras
 
     inputs = keras.Input(shape=(4, 4, 3))
     a = keras.layers.Conv2D(3, 1, name="a")(inputs)
-    merged = keras.layers.Add(name="add")([a, inputs])
+    merged = keras.layers.Add(name="add")([a, inputs])  # a's channels must stay aligned with the input's
     model = keras.Model(inputs, keras.layers.Flatten()(merged))
-    with pytest.raises(PruneError, match="chain of layers"):
+    with pytest.raises(PruneError, match="no filters of model .* can be removed"):
         prune_filters(model, 0.5)
+
+
+def branchy_cnn():
+    """A residual addition, a concatenation, a depthwise convolution and batch norm: channel groups that shrink together."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input(shape=(6, 6, 2), name="image")
+    a = keras.layers.Conv2D(8, 3, padding="same", activation="relu", name="a")(inputs)
+    x = keras.layers.BatchNormalization(name="a_bn")(a)
+    x = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    x = keras.layers.BatchNormalization(name="dw_bn")(x)
+    b = keras.layers.Conv2D(8, 1, name="b")(x)
+    added = keras.layers.Add(name="add")([a, b])
+    c = keras.layers.Conv2D(4, 1, activation="relu", name="c")(inputs)
+    joined = keras.layers.Concatenate(name="join")([added, c])
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(joined)
+    outputs = keras.layers.Dense(3, activation="softmax", name="out")(x)
+    return keras.Model(inputs, outputs)
+
+
+def test_prune_filters_shrinks_channel_groups_across_additions_concatenations_and_depthwise_convolutions():
+    model = branchy_cnn()
+    weak = [0, 2, 5, 7]  # weakest in both convolutions the addition ties together: the group drops them
+    for name in ("a", "b"):
+        kernel, bias = model.get_layer(name).get_weights()
+        kernel[..., weak] *= 1e-3
+        model.get_layer(name).set_weights([kernel, bias])
+    narrow = prune_filters(model, 0.5)
+    assert narrow.get_layer("a").filters == 4 and narrow.get_layer("b").filters == 4 and narrow.get_layer("c").filters == 2
+    assert narrow.get_layer("dw").get_weights()[0].shape[2] == 4 and narrow.get_layer("a_bn").get_weights()[0].shape == (4,)
+    assert narrow.get_layer("out").get_weights()[0].shape == (6, 3)  # 4 + 2 channels joined; every class kept
+    kept = [1, 3, 4, 6]
+    np.testing.assert_array_equal(narrow.get_layer("a").get_weights()[0], model.get_layer("a").get_weights()[0][..., kept])
+    np.testing.assert_array_equal(narrow.get_layer("b").get_weights()[0], model.get_layer("b").get_weights()[0][np.ix_([0], [0], kept, kept)])
+    np.testing.assert_array_equal(narrow.get_layer("dw").get_weights()[0], model.get_layer("dw").get_weights()[0][:, :, kept])
+    x = np.random.default_rng(0).random((5, 6, 6, 2)).astype(np.float32)
+    assert narrow.predict(x, verbose=0).shape == (5, 3) and np.isfinite(narrow.predict(x, verbose=0)).all()
+    assert narrow.count_params() < model.count_params() / 2
 
 
 def test_magnitude_pruning_reaches_the_sparsity_and_keeps_it_through_training():
@@ -88,3 +127,26 @@ def test_magnitude_pruning_reaches_the_sparsity_and_keeps_it_through_training():
 def test_sparsity_out_of_range_is_refused():
     with pytest.raises(PruneError, match="between 0 and 1"):
         prune_magnitude(small_cnn(), None, None, sparsity=1.0, fine_tune=FineTune(), steps_per_epoch=1)
+
+
+@pytest.mark.slow
+def test_mobilenet_v2_slims_to_a_valid_onnx_graph_with_the_same_outputs():
+    """Inverted residuals (additions), depthwise convolutions and batch norm throughout: every block narrows."""
+    import keras
+    import onnx
+    import onnxruntime as ort
+
+    from export.convert import keras_to_onnx
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3), alpha=0.35, classes=10)
+    narrow = prune_filters(model, 0.5)
+    assert narrow.count_params() < 0.45 * model.count_params()
+    added = [layer for layer in narrow.layers if type(layer).__name__ == "Add"]
+    assert added and all(layer.output.shape[-1] < model.get_layer(layer.name).output.shape[-1] for layer in added)
+    graph = keras_to_onnx(narrow)
+    onnx.checker.check_model(graph, full_check=True)
+    x = np.random.default_rng(0).random((2, 64, 64, 3)).astype(np.float32)
+    answers = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    assert answers.shape == (2, 10)
+    np.testing.assert_allclose(answers, narrow.predict(x, verbose=0), atol=1e-4)

@@ -60,6 +60,7 @@ def test_grid_covers_every_valid_config_once_and_known_good_lies_in_it(tmp_path)
         SearchSpace(variants={"int8": tmp_path / "missing"})
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, digits_artifact):
     from wrappers.artifact import verify_artifact
 
@@ -72,6 +73,7 @@ def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, dig
     verify_artifact(folder)  # the manifest was re-hashed: the runtime will accept it
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_the_runtimes_run_slots_and_merged_rows_are_searched_when_asked(tmp_path, digits_artifact):
     from wrappers.settings import parse_runtime_settings
 
@@ -145,6 +147,7 @@ def test_a_config_with_no_step_within_the_slo_is_infeasible():
     assert holds.feasible and holds.objective == 600 and holds.users == 2
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_short_real_tuning_run_measures_both_variants_and_writes_a_deployable_spec(two_variants, reports_env, tmp_path):
     out = tmp_path / "tune"
     result = run_module(
@@ -210,6 +213,7 @@ def _render_overlay(overlay: Path) -> dict:
     return rendered.seldon_deployment
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_tune_check_refuses_a_grid_outside_24_to_48(tmp_path, digits_artifact, reports_env):
     result = run_module("loadtest", "tune-check", "--model-dir", str(digits_artifact), "--workers", "0", "--intra", "1",
                         env=reports_env, check=False)
@@ -217,7 +221,8 @@ def test_tune_check_refuses_a_grid_outside_24_to_48(tmp_path, digits_artifact, r
 
 
 def test_recommend_overlay_renders_and_validates(tmp_path):
-    from deployments.recommend import recommend, write_outputs
+    from deployments.recommend.outputs import write_outputs
+    from deployments.recommend.sizing import recommend
     from deployments.usage import parse_query_range
     from tests.deployments.traces import MIB, matrix, times
 

@@ -1,17 +1,22 @@
-"""The README's measured sections: replaced between their markers only, and all present."""
+"""The front door and the measured sections: a README that stays short and points at pages that exist, the
+benchmarks page's sections replaced between their markers only, and the hand-kept make-target table complete."""
 
 import re
 
-from slipway.readme import README, replace_section
+from slipway.paths import PROJECT_ROOT
+from slipway.readme import BENCHMARKS_PAGE, replace_section
 
+README = PROJECT_ROOT / "README.md"
+DOCS = PROJECT_ROOT / "docs"
 MEASURED_SECTIONS = ("bench-export", "bench", "tune-check", "gpu")
+README_LIMIT_BYTES = 10 * 1024
 
 
 def test_a_section_is_replaced_between_its_markers_only(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# Title\n<!-- bench:start -->\nold\n<!-- bench:end -->\n<!-- gpu:start -->\nkept\n<!-- gpu:end -->\n")
-    assert replace_section(readme, "bench", "new figures")
-    assert readme.read_text() == (
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Title\n<!-- bench:start -->\nold\n<!-- bench:end -->\n<!-- gpu:start -->\nkept\n<!-- gpu:end -->\n")
+    assert replace_section(page, "bench", "new figures")
+    assert page.read_text() == (
         "# Title\n<!-- bench:start -->\nnew figures\n<!-- bench:end -->\n<!-- gpu:start -->\nkept\n<!-- gpu:end -->\n"
     )
 
@@ -23,11 +28,28 @@ def test_nothing_is_written_where_the_markers_are_absent(tmp_path):
     assert not replace_section(tmp_path / "missing.md", "bench", "x") and not (tmp_path / "missing.md").exists()
 
 
-def test_every_measured_section_has_its_markers_once_in_the_readme():
-    text = README.read_text()
+def test_every_measured_section_has_its_markers_once_on_the_benchmarks_page_and_none_in_the_readme():
+    text = BENCHMARKS_PAGE.read_text()
+    assert BENCHMARKS_PAGE == DOCS / "benchmarks.md"
     for name in MEASURED_SECTIONS:
         assert text.count(f"<!-- {name}:start -->") == 1 and text.count(f"<!-- {name}:end -->") == 1, name
         assert text.index(f"<!-- {name}:start -->") < text.index(f"<!-- {name}:end -->"), name
+        assert f"<!-- {name}:start -->" not in README.read_text(), name
+
+
+def test_the_readme_stays_a_front_door():
+    text = README.read_text()
+    assert len(text.encode()) <= README_LIMIT_BYTES, f"README.md is {len(text.encode())} bytes: move detail into docs/"
+    commands = re.findall(r"^make \w+", text, flags=re.MULTILINE)
+    assert commands[:2] == ["make demo", "make test"], commands[:2]
+
+
+def test_every_page_the_readme_links_to_exists():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert local, "the README links to no docs page"
+    missing = [link for link in local if not (PROJECT_ROOT / link).is_file()]
+    assert missing == []
 
 
 def _table_keys(text: str, heading: str) -> set[str]:
@@ -36,14 +58,8 @@ def _table_keys(text: str, heading: str) -> set[str]:
     return {name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
 
 
-def test_every_runtime_setting_is_in_the_readmes_table_and_it_names_no_other():
-    from wrappers.settings import RuntimeSettings
-
-    assert _table_keys(README.read_text(), "| key | default | meaning |") == set(RuntimeSettings.model_fields)
-
-
-def test_every_make_target_with_help_is_in_the_readmes_table_and_it_names_no_other():
-    makefile = (README.parent / "Makefile").read_text()
+def test_every_make_target_with_help_is_in_the_getting_started_table_and_it_names_no_other():
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
     documented = set(re.findall(r"^([a-z-]+):.*## ", makefile, flags=re.MULTILINE)) - {"help"}
-    listed = {key.split()[1] for key in _table_keys(README.read_text(), "| target | what it does |")}
+    listed = {key.split()[1] for key in _table_keys((DOCS / "getting-started.md").read_text(), "| target | what it does |")}
     assert listed == documented

@@ -13,6 +13,7 @@ import pytest
 
 from slipway.paths import PROJECT_ROOT
 
+
 def tiny_onnx(offset: float) -> bytes:
     """y = x + offset over FP32 [N, 4]: distinct offsets give distinct content."""
     from onnx import TensorProto, helper

@@ -2,8 +2,8 @@
 
 import pytest
 
-from wrappers.__main__ import main
 from slipway.cli import run
+from wrappers.__main__ import main
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import socket
 
 import grpc
@@ -275,6 +276,16 @@ def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(di
              if key.startswith("slipway_batch_rows_bucket") and 'le="4.0"' in key and '"digits"' in key]
     assert small and small[0] >= 2  # runs of 1 and 3 rows fall in the bucket up to 4
     assert any(key.startswith("model_infer_request_success") for key in after)  # MLServer's own, beside ours
+    # the class each row's scores pick (the canary controller compares a shadow's with the stable's): 9 rows here
+    _, expected = example
+    picked = np.bincount(np.concatenate([expected[:rows].argmax(axis=1) for rows in (1, 3, 5)]), minlength=10)
+
+    def by_class(samples: dict[str, float]) -> dict[int, float]:
+        return {int(re.search(r'class="(\d+)"', key).group(1)): value for key, value in samples.items()
+                if key.startswith("slipway_predicted_class_total{") and 'model_name="digits"' in key}
+
+    counted = by_class(after)
+    assert [counted.get(winner, 0.0) - by_class(before).get(winner, 0.0) for winner in range(10)] == picked.tolist()
 
 
 def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_parsed_in_c(digits_server, example):

@@ -319,6 +319,7 @@ def test_requests_from_many_regions_at_once_each_get_their_own_rows(server, clie
         grpc_.infer("digits-batched", [tensor], outputs=[wanted])
 
 
+@pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_a_reloaded_model_keeps_its_regions_shared_memory_and_raw_grpc_path(tmp_path, digits_artifact, blocks, example):
     """MLServer reloads a model by loading the new instance before unloading the old one: the old one
     must not switch off, under the new one, what both hold by name."""

@@ -4,7 +4,7 @@ A prepared script for a machine with an NVIDIA GPU and `make setup GPU=1`: it me
 rows/s and p50 latency at batch 1 and 32 for every (provider, precision, IOBinding), and
 CUDA graphs, with each variant's answers against CPU fp32's; then the model served through
 MLServer on CUDA (`wrappers.bench.gpu_served`). It writes reports/gpu.json, reports/gpu.png
-and the README's GPU table. Where a provider is missing it still runs: those rows say
+and the GPU table of docs/benchmarks.md. Where a provider is missing it still runs: those rows say
 "unavailable" or "fell back" and why, and the CPU rows are measured, so the same command
 checks the fallback paths on any machine (into reports/gpu-cpu-only.*).
 
@@ -287,7 +287,7 @@ def _provider_label(row: dict) -> str:
 
 
 def markdown(payload: dict) -> str:
-    """The GPU table for the README."""
+    """The GPU table for docs/benchmarks.md."""
     gpu = payload["gpu"] or "no GPU on the machine that ran it"
     lines = [
         f"`make bench-gpu` on {gpu} (onnxruntime {payload['onnxruntime']}): rows/s and p50 ms of back-to-back runs, "
@@ -344,22 +344,73 @@ def _slowest_first_run(measured: dict) -> str:
             f"{slowest['thread']}, {len(first_runs)} first runs)")
 
 
-def plot(payload: dict, path: Path) -> None:
-    """Rows/s per configuration, one bar group per batch size."""
-    from slipway.plots import pyplot, save_png
+NOT_MEASURED = "not measured"
+
+
+def _configuration(row: dict) -> tuple:
+    """What a bar stands for, the batch aside: provider, precision, IOBinding, CUDA graph."""
+    return row["provider"], row["precision"], row.get("io_binding"), bool(row.get("cuda_graph"))
+
+
+def _bars(payload: dict, batch: int) -> list[tuple[str, dict]]:
+    """The bars of one batch, CPU then CUDA then TensorRT: every measured row, and one marked bar for each
+    configuration that was not (a TensorRT that fell back, a provider this build lacks): a missing bar would read
+    as "not tried". A report without any TensorRT row gets one marked bar saying so."""
+    bars, seen = [], set()
+    for row in payload["rows"]:
+        if row["status"] == "measured" and row["batch"] != batch:
+            continue
+        if row["status"] != "measured" and row.get("batch", batch) != batch:
+            continue
+        if _configuration(row) in seen:
+            continue
+        seen.add(_configuration(row))
+        io = f" io={row['io_binding']}" if row.get("io_binding") else ""
+        bars.append((f"{_provider_label(row)}\n{row['precision']}{io}", row))
+    if not any(row["provider"] == TENSORRT for _, row in bars):
+        bars.append(("TensorRT", {"provider": TENSORRT, "status": NOT_MEASURED, "reason": "no TensorRT row in this report"}))
+    order = {provider: index for index, provider in enumerate(PROVIDERS)}
+    return sorted(bars, key=lambda bar: order.get(bar[1]["provider"], len(order)))
+
+
+def draw(payload: dict):
+    """The figure, not saved: rows/s per configuration on a linear axis (the figures are read against each other:
+    a log axis shrinks CUDA's 8x over CPU to a step), one panel per batch size, each bar labelled with its value,
+    and each configuration that was not measured drawn as an empty slot saying why."""
+    from slipway.plots import pyplot
 
     plt = pyplot()
-
-    measured = [row for row in payload["rows"] if row["status"] == "measured"]
-    batches = sorted({row["batch"] for row in measured})
-    figure, axes = plt.subplots(1, max(1, len(batches)), figsize=(7 * max(1, len(batches)), 4.5), squeeze=False)
-    for axis, batch in zip(axes[0], batches):
-        chosen = [row for row in measured if row["batch"] == batch]
-        labels = [f"{_provider_label(r)}\n{r['precision']} io={r['io_binding']}" for r in chosen]
-        axis.bar(range(len(chosen)), [row["rows_per_s"] for row in chosen])
-        axis.set_xticks(range(len(chosen)))
-        axis.set_xticklabels(labels, fontsize=7, rotation=60)
+    batches = sorted({row["batch"] for row in payload["rows"] if row["status"] == "measured"}) or [1]
+    panels = [_bars(payload, batch) for batch in batches]
+    width = max(8.0, 0.62 * max(len(bars) for bars in panels))
+    figure, axes = plt.subplots(1, len(batches), figsize=(width * len(batches), 5.2), squeeze=False)
+    colours = {CPU: "tab:blue", CUDA: "tab:green", TENSORRT: "tab:orange"}
+    for axis, batch, bars in zip(axes[0], batches, panels):
+        heights = [row["rows_per_s"] if row["status"] == "measured" else 0.0 for _, row in bars]
+        drawn = axis.bar(range(len(bars)), heights, color=[colours.get(row["provider"], "tab:gray") for _, row in bars])
+        top = max(heights, default=0.0) or 1.0
+        for index, (bar, (_, row)) in enumerate(zip(drawn, bars)):
+            if row["status"] == "measured":
+                axis.annotate(f"{row['rows_per_s']:,.0f}", (index, bar.get_height()), ha="center", va="bottom",
+                              fontsize=6, xytext=(0, 2), textcoords="offset points")
+            else:
+                status = NOT_MEASURED if row["status"] == NOT_MEASURED else f"{NOT_MEASURED} ({row['status']})"
+                axis.text(index, top * 0.02, status, rotation=90, ha="center", va="bottom", fontsize=7,
+                          color=colours.get(row["provider"], "tab:gray"), gid="not-measured")
+        axis.set_xticks(range(len(bars)))
+        axis.set_xticklabels([label for label, _ in bars], fontsize=7, rotation=60, ha="right")
         axis.set_ylabel("rows per second")
-        axis.set_yscale("log")  # CPU and GPU rows differ by orders of magnitude
-        axis.set_title(f"batch {batch} ({payload['gpu'] or 'no GPU'})")
-    save_png(figure, path)
+        axis.set_ylim(0, top * 1.12)
+        axis.set_title(f"batch {batch} ({payload.get('gpu') or 'no GPU'})")
+        from matplotlib.patches import Patch
+
+        axis.legend(handles=[Patch(color=colour, label=_provider_label({"provider": provider}))
+                             for provider, colour in colours.items()], fontsize=7, loc="upper left")
+    return figure
+
+
+def plot(payload: dict, path: Path) -> None:
+    """Draw the GPU benchmark's figure and write it as a PNG."""
+    from slipway.plots import save_png
+
+    save_png(draw(payload), path)

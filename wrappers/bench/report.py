@@ -1,4 +1,4 @@
-"""Benchmark results as a markdown table (also put into the README) and a PNG."""
+"""Benchmark results as a markdown table (also put into docs/benchmarks.md) and a PNG."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ the servers' loads and averaged), then real MLServer processes side by side, the
 runtime (`wrappers.bench.plain_runtime`) and the wrappers runtime, loaded in turn at each
 point (protocol x concurrency) so that both meet the same machine, and over gRPC a bare gRPC
 server (`wrappers.bench.transport`): what the transport alone costs. Writes reports/bench.json,
-reports/bench.png, reports/bench.md and the README's benchmark table.
+reports/bench.png, reports/bench.md and the benchmark table of docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -40,11 +40,13 @@ SECONDS_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 
 @dataclass(frozen=True)
 class Behaviour:
-    """One pod's traffic: requests/s, the failed share, and latency as a mix of log-normals (weight, median s, sigma)."""
+    """One pod's traffic: requests/s, the failed share, latency as a mix of log-normals (weight, median s, sigma),
+    and for a classifier the share of rows each class wins."""
 
     rps: float
     failed: float = 0.0
     latency: tuple[tuple[float, float, float], ...] = ((1.0, 0.004, 0.3),)
+    classes: tuple[float, ...] = ()
 
     def cdf(self, seconds: float) -> float:
         return sum(weight * 0.5 * (1 + math.erf(math.log(seconds / median) / (sigma * math.sqrt(2))))
@@ -61,29 +63,44 @@ SCENARIOS = {  # scenario -> the canary pod's behaviour (the stable pods are STA
     "erroring": Behaviour(rps=2.0, failed=0.05),
     "sparse": Behaviour(rps=0.2),  # 60 requests in 5 minutes
 }
+# namespace -> predictor -> (each pod's behaviour, pods)
+Layout = dict[str, dict[str, tuple[Behaviour, int]]]
+SHADOW = "shadow"
+UNIFORM_CLASSES = tuple([0.1] * 10)
+SKEWED_CLASSES = (0.05, 0.05, 0.05, 0.4, 0.05, 0.1, 0.1, 0.05, 0.1, 0.05)  # total variation from uniform: 0.3
+CLASSIFYING_POD = Behaviour(rps=10.0, classes=UNIFORM_CLASSES)
+JUDGE_LAYOUT: Layout = {
+    **{NAMESPACE_OF[scenario]: {STABLE: (STABLE_POD, 2), CANARY: (canary, 1)} for scenario, canary in SCENARIOS.items()},
+    # a shadow mirrored the stable's 2 x 10 requests/s: answering alike, or with class 3 winning far more often
+    "shadow-faithful": {STABLE: (CLASSIFYING_POD, 2), SHADOW: (Behaviour(rps=20.0, classes=UNIFORM_CLASSES), 1)},
+    "shadow-drifting": {STABLE: (CLASSIFYING_POD, 2), SHADOW: (Behaviour(rps=20.0, classes=SKEWED_CLASSES), 1)},
+    "shadow-regressor": {STABLE: (STABLE_POD, 2), SHADOW: (Behaviour(rps=20.0), 1)},  # no class counter at all
+}
 
 
 def _labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{key}="{value}"' for key, value in labels.items()) + "}"
 
 
-def _pods(namespace: str, canary: Behaviour) -> list[tuple[dict[str, str], Behaviour]]:
+def _pods(layout: Layout) -> list[tuple[dict[str, str], Behaviour]]:
     pods = []
-    for index, (predictor, behaviour, suffix) in enumerate([(STABLE, STABLE_POD, "7c9d5-abcde"), (STABLE, STABLE_POD, "7c9d5-fghij"),
-                                                            (CANARY, canary, "5f6b8-klmno")]):
-        pods.append(({"namespace": namespace, "pod": f"{DEPLOYMENT}-{predictor}-0-{DEPLOYMENT}-{suffix}",
-                      "container": DEPLOYMENT, "endpoint": "metrics", "job": f"{namespace}/{DEPLOYMENT}-mlserver",
-                      "instance": f"10.244.0.{10 + index}:6000", "slipway_io_model": DEPLOYMENT,
-                      "slipway_io_predictor": predictor}, behaviour))
+    for namespace, predictors in layout.items():
+        index = 0
+        for predictor, (behaviour, count) in predictors.items():
+            for pod in range(count):
+                index += 1
+                pods.append(({"namespace": namespace, "pod": f"{DEPLOYMENT}-{predictor}-0-{DEPLOYMENT}-5f6b8-{pod:05d}",
+                              "container": DEPLOYMENT, "endpoint": "metrics", "job": f"{namespace}/{DEPLOYMENT}-mlserver",
+                              "instance": f"10.244.0.{10 + index}:6000", "slipway_io_model": DEPLOYMENT,
+                              "slipway_io_predictor": predictor}, behaviour))
     return pods
 
 
-def openmetrics(end: float) -> str:
-    """Every scenario's series from `end - RECORDED_S` to `end`, one sample per scrape, as OpenMetrics text."""
-    stamps = [end - RECORDED_S + step * SCRAPE_S for step in range(RECORDED_S // SCRAPE_S + 1)]
-    pods = [pod for scenario, canary in SCENARIOS.items() for pod in _pods(NAMESPACE_OF[scenario], canary)]
+def openmetrics(end: float, layout: Layout = JUDGE_LAYOUT, *, recorded_s: int = RECORDED_S) -> str:
+    """Every namespace's series from `end - recorded_s` to `end`, one sample per scrape, as OpenMetrics text."""
+    stamps = [end - recorded_s + step * SCRAPE_S for step in range(recorded_s // SCRAPE_S + 1)]
     pods = [(labels, behaviour, [behaviour.rps * (UPTIME_S + stamp - stamps[0]) for stamp in stamps])
-            for labels, behaviour in pods]  # requests served by each scrape
+            for labels, behaviour in _pods(layout)]  # requests served by each scrape
     model = {"model": DEPLOYMENT, "version": "3"}
     lines = ["# TYPE model_infer_request_success counter", "# HELP model_infer_request_success Model infer request success count"]
     for labels, behaviour, served in pods:
@@ -109,6 +126,13 @@ def openmetrics(end: float) -> str:
             lines.append(f"slipway_inference_seconds_bucket{_labels({**series, 'le': '+Inf'})} {runs} {stamp:.3f}")
             lines.append(f"slipway_inference_seconds_count{_labels(series)} {runs} {stamp:.3f}")
             lines.append(f"slipway_inference_seconds_sum{_labels(series)} {runs * behaviour.mean():.6f} {stamp:.3f}")
+    lines += ["# TYPE slipway_predicted_class counter",
+              "# HELP slipway_predicted_class Rows whose highest score was this class (arg-max of the scores output)"]
+    for labels, behaviour, served in pods:
+        for winner, share in enumerate(behaviour.classes):
+            series = {**labels, **runtime, "class": str(winner)}
+            for stamp, count in zip(stamps, served):
+                lines.append(f"slipway_predicted_class_total{_labels(series)} {math.floor(count * share)} {stamp:.3f}")
     return "\n".join([*lines, "# EOF", ""])
 
 
@@ -129,17 +153,22 @@ def prometheus_tools() -> dict[str, Path]:
     return {name: built["prometheus"] / "bin" / name for name in ("prometheus", "promtool")}
 
 
-@pytest.fixture(scope="package")
-def recorded(tmp_path_factory, prometheus_tools) -> Recorded:
-    folder = tmp_path_factory.mktemp("canary-series")
-    end = float(math.floor(time.time() / SCRAPE_S) * SCRAPE_S - SCRAPE_S)
+def backfill(promtool: Path, folder: Path, end: float, layout: Layout = JUDGE_LAYOUT, *,
+             recorded_s: int = RECORDED_S) -> Recorded:
+    """`layout`'s series up to `end` written as TSDB blocks by promtool, in `folder`/blocks."""
     source = folder / "series.om.txt"
-    source.write_text(openmetrics(end))
-    result = subprocess.run([str(prometheus_tools["promtool"]), "tsdb", "create-blocks-from", "openmetrics",
-                             str(source), str(folder / "blocks")], capture_output=True, text=True, timeout=300, check=False)
+    source.write_text(openmetrics(end, layout, recorded_s=recorded_s))
+    result = subprocess.run([str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(folder / "blocks")],
+                            capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, f"promtool backfill failed: {result.stdout[-2000:]} {result.stderr[-2000:]}"
     assert any((folder / "blocks").iterdir()), "promtool wrote no block"
     return Recorded(folder / "blocks", end)
+
+
+@pytest.fixture(scope="package")
+def recorded(tmp_path_factory, prometheus_tools) -> Recorded:
+    end = float(math.floor(time.time() / SCRAPE_S) * SCRAPE_S - SCRAPE_S)
+    return backfill(prometheus_tools["promtool"], tmp_path_factory.mktemp("canary-series"), end)
 
 
 @contextmanager

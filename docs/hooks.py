@@ -1,0 +1,131 @@
+"""mkdocs hook: the reference sections that code owns, generated at build time so they cannot drift.
+
+A page asks for one with a marker line, replaced by the generated markdown:
+
+- `<!-- generated: settings-reference -->`: every field of the runtime's settings model
+  (`wrappers.settings.RuntimeSettings` and the models it nests), with its type, default and description;
+- `<!-- generated: wrappers-modules -->`: the docstring of every module in `wrappers/`, which says what
+  it changes in MLServer and why.
+
+Importing `wrappers.settings` needs only pydantic; the modules' docstrings are read with `ast`, so
+building the docs never imports MLServer or ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_MARKER = "<!-- generated: settings-reference -->"
+MODULES_MARKER = "<!-- generated: wrappers-modules -->"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:  # the arguments mkdocs passes to this hook
+    if SETTINGS_MARKER in markdown:
+        markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
+    if MODULES_MARKER in markdown:
+        markdown = markdown.replace(MODULES_MARKER, wrappers_modules())
+    return markdown
+
+
+def _models():
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from pydantic import BaseModel
+
+    from wrappers.settings import RuntimeSettings
+
+    found: list[type[BaseModel]] = []
+
+    def visit(model: type[BaseModel]) -> None:
+        if model in found:
+            return
+        found.append(model)
+        for field in model.model_fields.values():
+            for nested in _nested_models(field.annotation, BaseModel):
+                visit(nested)
+
+    visit(RuntimeSettings)
+    return found
+
+
+def _nested_models(annotation, base) -> list:
+    if isinstance(annotation, type) and issubclass(annotation, base):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _nested_models(arg, base)]
+
+
+def _anchor(model: type) -> str:
+    return f"settings-{model.__name__.lower()}"
+
+
+def _type_text(annotation) -> str:
+    """A field's type as a reader of JSON would name it."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{json.dumps(arg)}`" for arg in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_text(arg) for arg in args)
+    if origin in (list, tuple):
+        inner = sorted({_type_text(arg) for arg in args if arg is not Ellipsis})
+        kind = "list" if origin is list else f"{len(args)} items"
+        return f"{kind} of {', '.join(inner)}"
+    if origin is dict:
+        return f"object of {_type_text(args[1])}"
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return f"[{annotation.__name__}](#{_anchor(annotation)})"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    if annotation in names:
+        return names[annotation]
+    return str(annotation).replace("typing.", "")
+
+
+def _default_text(field) -> str:
+    from pydantic_core import PydanticUndefined
+
+    if field.default_factory is not None:
+        value = field.default_factory()
+        if hasattr(value, "model_dump"):
+            return "its defaults"
+    elif field.default is PydanticUndefined:
+        return "(required)"
+    else:
+        value = field.default
+    if isinstance(value, float) and value != round(value, 6):
+        return f"`{value:.6g}`"
+    return f"`{json.dumps(value)}`"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def settings_reference() -> str:
+    blocks = []
+    for model in _models():
+        doc = " ".join((model.__doc__ or "").split())
+        rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            rows.append(f"| `{name}` | {_type_text(field.annotation)} | {_default_text(field)} | "
+                        f"{_cell(field.description or '')} |")
+        title = "`parameters.extra`" if model.__name__ == "RuntimeSettings" else f"`{model.__name__}`"
+        blocks.append(f"### {title} {{#{_anchor(model)}}}\n\n{doc}\n\n" + "\n".join(rows))
+    return "\n\n".join(blocks)
+
+
+def wrappers_modules() -> str:
+    blocks = []
+    for path in sorted((ROOT / "wrappers").glob("*.py")):
+        docstring = ast.get_docstring(ast.parse(path.read_text()))
+        if not docstring or path.name == "__init__.py":
+            continue
+        blocks.append(f"### `wrappers/{path.name}`\n\n{docstring}")
+    return "\n\n".join(blocks)

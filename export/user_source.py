@@ -1,0 +1,153 @@
+"""The rows a model is judged, calibrated and fine-tuned on: the user's .npz files, or the demo's digits split.
+
+The demo and a user's model take the same road; only where the rows come from differs.
+Every file is checked against the model's own inputs (names, dtypes, shapes) before any
+conversion, so a mismatch is one line naming what the model takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from export.keras_load import LoadedModel
+from export.measure import Feeds
+from export.onnx_import import ImportCheckError, read_rows
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Held-out rows by input name, their labels when known, and where they came from (for the report)."""
+
+    feeds: Feeds
+    labels: np.ndarray | None
+    note: str
+    fingerprint: str | None = None  # the demo's data fingerprint (training lineage)
+
+    @property
+    def count(self) -> int:
+        return len(next(iter(self.feeds.values())))
+
+
+def user_rows(path: Path, model: LoadedModel, *, what: str) -> Rows:
+    """An .npz of rows named like the model's inputs (plus optional `labels`), checked against them."""
+    feeds, labels = read_rows(path, model.inputs, what=what, optional_labels=True)
+    rows = len(next(iter(feeds.values())))
+    return Rows(feeds, labels, f"{path}, {rows} {'labelled ' if labels is not None else ''}rows")
+
+
+def demo_rows(model: LoadedModel, model_path: Path) -> Rows:
+    """The digits held-out split (the seed from the training config beside the model), when the model takes digits."""
+    from export.data import IMAGE_SHAPE, load_digits_splits
+    from export.train import read_train_config
+
+    takes = ", ".join(f"{spec.name!r}: {spec.describe()}" for spec in model.inputs)
+    if len(model.inputs) != 1 or model.inputs[0].shape[1:] != IMAGE_SHAPE or model.inputs[0].dtype != np.float32:
+        raise ImportCheckError(f"{model_path} takes {takes}, not the demo's 8x8 digits: pass --data DATA.npz with held-out "
+                               "rows, one array per input named like it (optionally 'labels')")
+    config, fingerprint = read_train_config(model_path)
+    splits = load_digits_splits(seed=config.seed)
+    return Rows({model.inputs[0].name: splits.x_test}, splits.y_test,
+                f"digits held-out test split, {len(splits.y_test)} labelled rows", fingerprint)
+
+
+@dataclass(frozen=True)
+class TrainingRows:
+    """Rows to fine-tune pruned and slimmed models on, and the loss to fine-tune them under.
+
+    The demo's come from the digits split (augmented as in training); a user's from their
+    --train file, under the model's own compiled loss (or --loss). `loss=None` is the demo's
+    sparse categorical cross-entropy, with accuracy reported while fitting.
+    """
+
+    inputs: tuple[np.ndarray, ...]  # in the model's input order
+    targets: tuple[np.ndarray, ...]  # in the model's output order
+    val_inputs: tuple[np.ndarray, ...] | None = None
+    val_targets: tuple[np.ndarray, ...] | None = None
+    loss: object | None = None
+    augment: bool = False  # the digits' pixel shifts: only for the demo's images
+    note: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.inputs[0])
+
+    def datasets(self, batch_size: int, seed: int = 0):
+        """tf.data pipelines (train shuffled, validation if any) and the steps in one training epoch."""
+        import tensorflow as tf
+
+        from export.data import make_dataset
+
+        def one(parts: tuple[np.ndarray, ...]):
+            return parts[0] if len(parts) == 1 else parts
+
+        if self.augment:
+            train = make_dataset(one(self.inputs), one(self.targets), batch_size=batch_size, training=True, seed=seed)
+        else:
+            train = (tf.data.Dataset.from_tensor_slices((one(self.inputs), one(self.targets)))
+                     .shuffle(self.count, seed=seed, reshuffle_each_iteration=True).batch(batch_size).prefetch(tf.data.AUTOTUNE))
+        val = None
+        if self.val_inputs is not None:
+            val = tf.data.Dataset.from_tensor_slices((one(self.val_inputs), one(self.val_targets))).batch(256)
+        return train, val, -(-self.count // batch_size)
+
+
+def digits_training(splits) -> TrainingRows:
+    """The demo's training and validation splits, augmented like `python -m export train` does."""
+    return TrainingRows((splits.x_train,), (splits.y_train,), (splits.x_val,), (splits.y_val,), augment=True,
+                        note=f"digits training split, {len(splits.y_train)} rows")
+
+
+def training_rows(path: Path, model: LoadedModel, *, loss: str | None) -> TrainingRows:
+    """The user's --train rows: inputs named like the model's, targets named like its outputs (`labels`
+    for a one-output model), and the loss to fine-tune under (`--loss`, else the model's compiled one)."""
+    if model.keras_model is None:
+        raise ImportCheckError(f"{model.path} is a SavedModel: pruned and slim variants fine-tune a Keras model; "
+                               "pass the .keras (or .h5) file, or leave --train out for fp32/int8/fp16")
+    feeds, _ = read_rows(path, model.inputs, what="training")
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    rows = len(next(iter(feeds.values())))
+    wanted = ", ".join(f"{name}=..." for name in model.output_names)
+    targets = []
+    for name in model.output_names:
+        target = arrays.get(name)
+        if target is None and len(model.output_names) == 1:
+            target = arrays.get("labels")
+        if target is None:
+            raise ImportCheckError(f"training data {path} has no target for output {name!r}: save np.savez(path, <inputs>, {wanted})"
+                                   + (" (or labels=...)" if len(model.output_names) == 1 else ""))
+        if len(target) != rows:
+            raise ImportCheckError(f"training target {name!r} in {path} has {len(target)} rows; the inputs have {rows}: one target per row")
+        targets.append(target)
+    chosen = _loss(model, loss)
+    return TrainingRows(tuple(feeds[spec.name] for spec in model.inputs), tuple(targets), loss=chosen,
+                        note=f"{path}, {rows} rows, loss {_describe_loss(chosen)}")
+
+
+def _loss(model: LoadedModel, name: str | None):
+    """`--loss` checked against Keras' losses, else the model's compiled loss; one line when there is neither."""
+    import keras
+
+    if name is not None:
+        try:
+            keras.losses.get(name)
+        except (ValueError, TypeError) as err:
+            raise ImportCheckError(f"--loss {name!r} is not a Keras loss: use a name such as sparse_categorical_crossentropy, "
+                                   "categorical_crossentropy, binary_crossentropy or mean_squared_error") from err
+        return name
+    compiled = getattr(model.keras_model, "loss", None)
+    if compiled is None:  # never compiled, or compiled with a loss Keras 3 cannot rebuild from a legacy .h5
+        raise ImportCheckError(f"{model.path} was saved without a compiled loss Keras can rebuild: pass --loss "
+                               "(e.g. --loss sparse_categorical_crossentropy) to fine-tune the pruned and slim variants")
+    return compiled
+
+
+def _describe_loss(loss) -> str:
+    if isinstance(loss, (list, tuple)):
+        return "[" + ", ".join(_describe_loss(part) for part in loss) + "]"
+    if isinstance(loss, dict):
+        return "{" + ", ".join(f"{key}: {_describe_loss(value)}" for key, value in loss.items()) + "}"
+    return loss if isinstance(loss, str) else type(loss).__name__

@@ -1,0 +1,212 @@
+"""Every extension point Slipway has into MLServer, checked against the installed MLServer in seconds.
+
+No server starts: each check reads the target's shape (and, for the REST app, one MLServer builds and
+never serves). Run against each supported MLServer release, this is what tells a maintainer which of
+Slipway's fast paths a new release breaks. The checks run in their own process, as MLServer runs the
+runtime: MLServer's V2 protobufs must not meet tritonclient's in the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from slipway.paths import PROJECT_ROOT
+
+
+def _run(script: str, *args: str) -> dict:
+    """Run `script` in its own Python; its last line of output, as JSON."""
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+CHECK_ALL = """
+import json
+from wrappers.mlserver_compat import check_all, mlserver_version
+print(json.dumps({"version": mlserver_version(), "problems": check_all()}))
+"""
+
+
+def test_every_extension_point_is_where_slipway_expects_it_in_the_installed_mlserver():
+    found = _run(CHECK_ALL)
+    broken = {name: problem for name, problem in found["problems"].items() if problem is not None}
+    assert not broken, f"MLServer {found['version']}: {broken}"
+    assert len(found["problems"]) >= 12
+
+
+def test_the_supported_release_is_the_one_pyproject_pins():
+    from wrappers.mlserver_compat import PINNED, SUPPORTED_MLSERVER, SUPPORTED_TEXT
+
+    extras = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = {requirement for extra in ("serve", "gpu") for requirement in extras[extra] if requirement.startswith("mlserver")}
+    assert pins == {PINNED}
+    assert PINNED == "mlserver==" + ".".join(map(str, SUPPORTED_MLSERVER)) + ".*"
+    assert SUPPORTED_TEXT == ".".join(map(str, SUPPORTED_MLSERVER)) + ".x"
+
+
+# Each target taken away as a release that moved it would: the patch must fail in one line naming the symbol
+# and the MLServer version, before anything is patched, never pass silently.
+MISSING = """
+import json, sys
+from wrappers.mlserver_compat import IncompatibleMLServer, mlserver_version
+from wrappers.mlserver_compat import grpc_path, grpc_threads, model, rest_app, repository
+target = sys.argv[1]
+
+def grpc_converters():
+    del grpc_path.converters.ModelInferRequestConverter.to_types
+    from wrappers import grpc_raw
+    grpc_raw._install()
+
+def grpc_servicer():
+    grpc_path.servicers.InferenceServicer._GetReturnRaw = staticmethod(lambda message: False)
+    from wrappers import grpc_raw
+    grpc_raw._install()
+
+def request_json():
+    del rest_app.requests.Request
+    from wrappers import rest_json
+    rest_json.install()
+
+def batching():
+    del model.hooks._AdaptiveBatchingAttr
+    model.uses_adaptive_batching(object())
+
+def poller():
+    import types, grpc._cython
+    grpc._cython.cygrpc = types.SimpleNamespace()  # a grpc without the class (its Cython type cannot lose a method)
+    grpc_threads.grpc_poller_threads()
+
+def repository_methods():
+    del repository.servicers.InferenceServicer.RepositoryModelLoad
+    from wrappers import repository_api
+    repository_api.install()
+
+def version():
+    import wrappers.mlserver_compat as compat
+    compat.metadata.version = lambda name: "1.8.0"
+    compat.check_version()
+
+def response_helpers():
+    rest_app.insert_headers = None
+    del rest_app.mlserver.utils.insert_headers
+    from wrappers import rest_infer
+    rest_infer._install()
+
+untouched = grpc_path.converters.ModelInferResponseConverter.from_types
+try:
+    globals()[target]()
+except Exception as err:
+    print(json.dumps({"type": type(err).__name__, "message": str(err), "version": mlserver_version(),
+                      "response_untouched": grpc_path.converters.ModelInferResponseConverter.from_types == untouched}))
+else:
+    print(json.dumps({"type": None}))
+"""
+
+
+TARGETS = {
+    "grpc_converters": "mlserver.grpc.converters.ModelInferRequestConverter.to_types",
+    "grpc_servicer": "mlserver.grpc.servicers.InferenceServicer._GetReturnRaw",
+    "request_json": "mlserver.rest.requests.Request",
+    "batching": "mlserver.batching.hooks._AdaptiveBatchingAttr",
+    "poller": "grpc._cython.cygrpc.PollerCompletionQueue",
+    "repository_methods": "mlserver.grpc.servicers.InferenceServicer.RepositoryModelLoad",
+    "version": "mlserver",
+    "response_helpers": "mlserver.utils.insert_headers",
+}
+
+
+@pytest.fixture(scope="module")
+def missing() -> dict[str, dict]:
+    """Every target taken away, each in its own Python (a patch is process-wide), all started at once: most of each
+    run is importing MLServer, and the runs share the CPUs."""
+    runs = {target: subprocess.Popen([sys.executable, "-c", MISSING, target], cwd=PROJECT_ROOT, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE) for target in TARGETS}
+    found = {}
+    for target, run in runs.items():
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err[-3000:]
+        found[target] = json.loads(out.strip().splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize(("target", "symbol"), TARGETS.items())
+def test_a_missing_target_fails_loudly_in_one_line_naming_it_and_the_mlserver_version(missing, target, symbol):
+    found = missing[target]
+    assert found["type"] in ("IncompatibleMLServer", "RepositoryApiError"), found
+    message = found["message"]
+    assert "\n" not in message
+    assert symbol in message and "pyproject pins mlserver==1.7.*" in message
+    version = "1.8.0" if target == "version" else found["version"]
+    assert re.search(rf"\bMLServer {re.escape(version)}\b", message), message
+    assert found["response_untouched"], "a half-done patch: the check must come before anything is replaced"
+
+
+# A model that lets its fast paths fall back loads without the one whose target is gone: an ERROR names it and
+# the gauge says 0, while the others stay on.
+FALLBACK = """
+import json, logging
+from prometheus_client import REGISTRY
+from wrappers import fast_paths, rest_json
+from wrappers.mlserver_compat import rest_app
+records = []
+logging.getLogger("wrappers.fast_paths").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r)})())
+del rest_app.requests.Request
+off = fast_paths.turn_on(fast_paths.REST_JSON, rest_json.install, fallback=True)
+on = fast_paths.turn_on(fast_paths.REST_INFER, lambda: None, fallback=True)
+print(json.dumps({"off": off, "on": on, "levels": [r.levelname for r in records], "message": records[0].getMessage(),
+                  "json": REGISTRY.get_sample_value("slipway_fast_path_enabled", {"path": "rest_json"}),
+                  "infer": REGISTRY.get_sample_value("slipway_fast_path_enabled", {"path": "rest_infer"})}))
+"""
+
+
+def test_with_fallback_a_missing_target_turns_only_its_fast_path_off_with_an_error_and_the_gauge_at_zero():
+    found = _run(FALLBACK)
+    assert found["off"] is False and found["on"] is True
+    assert found["levels"] == ["ERROR"] and "mlserver.rest.requests.Request does not exist" in found["message"]
+    assert found["json"] == 0.0 and found["infer"] == 1.0
+
+
+# A real model's load, outside any server, on an MLServer whose request class lost what the REST parser swaps.
+LOAD = """
+import asyncio, json, sys
+from mlserver.settings import ModelSettings
+from prometheus_client import REGISTRY
+from wrappers.mlserver_compat import rest_app
+from wrappers.runtime import OnnxRuntime
+
+async def main(path):
+    del rest_app.requests.Request
+    settings = ModelSettings.parse_file(path)
+    settings._source = path
+    try:
+        await OnnxRuntime(settings).load()
+    except Exception as err:
+        print(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+        return
+    value = lambda path: REGISTRY.get_sample_value("slipway_fast_path_enabled", {"path": path})
+    print(json.dumps({"rest_json": value("rest_json"), "grpc_raw": value("grpc_raw"), "rest_infer": value("rest_infer")}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_a_model_fails_to_load_on_a_moved_target_unless_it_lets_that_fast_path_fall_back(tmp_path, fallback):
+    from tests.graphs import matmul_graph
+    from tests.wrappers.folders import model_folder
+    from wrappers.artifact import SETTINGS_FILE
+
+    folder = model_folder(tmp_path, "m", matmul_graph(tmp_path / "m.onnx"), extra={"fast_path_fallback": fallback})
+    found = _run(LOAD, str(folder / SETTINGS_FILE))
+    if fallback:
+        assert found == {"rest_json": 0.0, "grpc_raw": 1.0, "rest_infer": 1.0}
+    else:
+        assert found["error"].startswith("ModelLoadError: model m: MLServer 1.7")
+        assert "mlserver.rest.requests.Request does not exist" in found["error"] and "\n" not in found["error"]
