@@ -5,6 +5,8 @@ SHELL := /bin/bash
 PYTHON_BIN ?= python3.11
 VENV       ?= .venv
 PY         := $(VENV)/bin/python
+# Every target below runs Slipway's one command (slipway/command.py), which `make setup` installs.
+SLIPWAY    := $(VENV)/bin/slipway
 EXTRAS     ?= serve,export,loadtest,deploy,dev
 ifeq ($(GPU),1)
 EXTRAS     := $(subst serve,gpu,$(EXTRAS))
@@ -23,7 +25,7 @@ STORE        ?= model-store
 KEEP         ?= 5
 
 .PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image push test clean bench bench-gpu
-.PHONY: export import profile bench-export
+.PHONY: export import profile bench-export bench-slim
 
 # export variants, import, profile, bench-export
 MODEL        ?= digits
@@ -50,15 +52,15 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $@
 
 demo: setup ## the whole road on the digits model: train, convert, serve, query, load test, render
-	$(PY) -m export train
-	$(PY) -m export convert --out $(MODEL_DIR)
-	$(PY) -m loadtest smoke --model-dir $(MODEL_DIR)
-	$(PY) -m loadtest run --model-dir $(MODEL_DIR) --shape step --max-users 16 --slo loadtest/slo.example.yaml
-	$(PY) -m deployments render --model-dir $(MODEL_DIR) $(if $(IMAGE),--image $(IMAGE))
-	$(PY) -m slipway summary
+	$(SLIPWAY) export train
+	$(SLIPWAY) export convert --out $(MODEL_DIR)
+	$(SLIPWAY) smoke --model-dir $(MODEL_DIR)
+	$(SLIPWAY) loadtest --model-dir $(MODEL_DIR) --shape step --max-users 16 --slo loadtest/slo.example.yaml
+	$(SLIPWAY) render --model-dir $(MODEL_DIR) $(if $(IMAGE),--image $(IMAGE))
+	$(SLIPWAY) summary
 
 train: setup ## train the digits CNN (reports/train.json, TensorBoard logs under build/train)
-	$(PY) -m export train
+	$(SLIPWAY) export train
 
 # Your own model: KERAS_MODEL=model.keras|model.h5|savedmodel/ DATA=held-out.npz [NAME=] [CUSTOM_OBJECTS=module:attr]
 # [MODEL_DIR=] (default build/artifacts/<name>); without KERAS_MODEL= on the command line, the demo's digits model.
@@ -68,15 +70,15 @@ USER_MODEL_ARGS = $(if $(DATA),--data $(DATA)) $(if $(filter command line,$(orig
   $(if $(CUSTOM_OBJECTS),--custom-objects $(CUSTOM_OBJECTS))
 
 convert: setup ## convert the trained model (or KERAS_MODEL= with DATA=) to ONNX, check parity, write the artifact folder
-	$(if $(filter command line,$(origin KERAS_MODEL)),$(PY) -m export convert $(KERAS_MODEL) $(USER_MODEL_ARGS) \
-	  $(if $(filter command line,$(origin MODEL_DIR)),--out $(MODEL_DIR)),$(PY) -m export convert --out $(MODEL_DIR))
+	$(if $(filter command line,$(origin KERAS_MODEL)),$(SLIPWAY) export convert $(KERAS_MODEL) $(USER_MODEL_ARGS) \
+	  $(if $(filter command line,$(origin MODEL_DIR)),--out $(MODEL_DIR)),$(SLIPWAY) export convert --out $(MODEL_DIR))
 
 serve: setup ## serve MODEL_DIR with MLServer in the foreground (HTTP_PORT, GRPC_PORT, METRICS_PORT, HOST)
-	$(PY) -m wrappers serve --model-dir $(MODEL_DIR) --host $(HOST) \
+	$(SLIPWAY) serve --model-dir $(MODEL_DIR) --host $(HOST) \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 smoke: setup ## start MLServer on MODEL_DIR, check REST and gRPC answers with tritonclient, stop it
-	$(PY) -m loadtest smoke --model-dir $(MODEL_DIR)
+	$(SLIPWAY) smoke --model-dir $(MODEL_DIR)
 
 # --- load tests (loadtest/) -------------------------------------------------
 # `make loadtest` serves MODEL_DIR locally for the run unless HOST= is given on the command
@@ -87,7 +89,7 @@ SLO           ?=
 LOADTEST_ARGS ?=
 
 loadtest: setup ## load-test a local server on MODEL_DIR or HOST=url; SHAPE=step|constant|spike|soak PROTOCOL=rest|grpc SLO=file.yaml
-	$(PY) -m loadtest run --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
+	$(SLIPWAY) loadtest --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
 	  $(if $(filter command line,$(origin HOST)),--host $(HOST)) $(if $(SLO),--slo $(SLO)) $(LOADTEST_ARGS)
 
 # --- tuning and resource recommendations (loadtest/tuning, deployments/recommend/) ---
@@ -102,13 +104,13 @@ RECOMMEND_ARGS ?=
 TUNE_SPACE     := --model-dir $(MODEL_DIR) $(foreach v,$(VARIANTS),--variant $(v))
 
 tune: setup ## search serving specs by real step loads (VARIANTS="fp32=DIR int8=DIR", TUNE_ARGS=): reports/tune.json, build/tune/
-	flock $(BENCH_LOCK) $(PY) -m loadtest tune $(TUNE_SPACE) $(TUNE_ARGS)
+	flock $(BENCH_LOCK) $(SLIPWAY) tune $(TUNE_SPACE) $(TUNE_ARGS)
 
 tune-check: setup ## measure the whole grid; the tuner must reach 95% of its best in 25% of its trials: reports/tune-check.json
-	flock $(BENCH_LOCK) $(PY) -m loadtest tune-check $(TUNE_SPACE) $(TUNE_ARGS)
+	flock $(BENCH_LOCK) $(SLIPWAY) tune-check $(TUNE_SPACE) $(TUNE_ARGS)
 
 recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= [GPU_UTIL= GPU_MEMORY=] query_range files, or PROMETHEUS_URL
-	$(PY) -m deployments recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
+	$(SLIPWAY) recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
 	  $(if $(GPU_UTIL),--gpu-util $(GPU_UTIL)) $(if $(GPU_MEMORY),--gpu-memory $(GPU_MEMORY)) $(RECOMMEND_ARGS)
 
 # --- export: variants, bring-your-own ONNX, profiling, benchmark -------------
@@ -117,22 +119,25 @@ recommend: setup ## requests, limits and HPA replicas from usage history: CPU= M
 TRAIN ?=
 LOSS  ?=
 export: setup ## ONNX variants of MODEL=digits|mobilenetv2, or KERAS_MODEL= with DATA= (fp32/int8/fp16/pruned/slim), measured, best one chosen
-	@if [ "$(MODEL)" = "digits" ] && [ -z "$(DATA)" ] && [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
-	$(if $(DATA),$(PY) -m export variants $(KERAS_MODEL) $(USER_MODEL_ARGS) $(if $(TRAIN),--train $(TRAIN)) \
-	  $(if $(CALIBRATION),--calibration $(CALIBRATION)) $(if $(LOSS),--loss $(LOSS)),$(PY) -m export variants $(MODEL) \
+	@if [ "$(MODEL)" = "digits" ] && [ -z "$(DATA)" ] && [ ! -f "$(KERAS_MODEL)" ]; then $(SLIPWAY) export train; fi
+	$(if $(DATA),$(SLIPWAY) export variants $(KERAS_MODEL) $(USER_MODEL_ARGS) $(if $(TRAIN),--train $(TRAIN)) \
+	  $(if $(CALIBRATION),--calibration $(CALIBRATION)) $(if $(LOSS),--loss $(LOSS)),$(SLIPWAY) export variants $(MODEL) \
 	  --keras-model $(KERAS_MODEL)) $(EXPORT_ARGS)
 
 import: setup ## bring any ONNX model: ONNX=model.onnx [NAME=] [CALIBRATION=x.npz] [LABELS=y.npz] -> variants + report
 	@test -n "$(ONNX)" || { echo "error: pass ONNX=path/to/model.onnx (e.g. from torch.onnx.export)" >&2; exit 2; }
-	$(PY) -m export import $(ONNX) --name $(NAME) $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
+	$(SLIPWAY) export import $(ONNX) --name $(NAME) $(if $(CALIBRATION),--calibration $(CALIBRATION)) \
 	  $(if $(LABELS),--labels $(LABELS)) $(EXPORT_ARGS)
 
 profile: setup ## ONNX Runtime profile of VARIANT (default int8) of MODEL: top operators + trace for Perfetto
-	$(PY) -m export profile $(VARIANT) --model $(MODEL)
+	$(SLIPWAY) export profile $(VARIANT) --model $(MODEL)
 
 bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench lock) -> reports/bench-export.* + docs/benchmarks.md
-	@if [ ! -f "$(KERAS_MODEL)" ]; then $(PY) -m export train; fi
-	flock $(BENCH_LOCK) $(PY) -m export bench --keras-model $(KERAS_MODEL)
+	@if [ ! -f "$(KERAS_MODEL)" ]; then $(SLIPWAY) export train; fi
+	flock $(BENCH_LOCK) $(SLIPWAY) export bench --keras-model $(KERAS_MODEL)
+
+bench-slim: setup ## MobileNetV2 at half the channels vs whole, batch 32 (under the bench lock) -> reports/bench-slim.* + docs/benchmarks.md
+	flock $(BENCH_LOCK) $(SLIPWAY) export bench-slim $(BENCH_SLIM_ARGS)
 
 test: setup setup-torch tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -219,7 +224,7 @@ TOOLS_STAMP      := $(TOOLS_VENV)/.installed-checkov-$(CHECKOV_VERSION)
 # Ask the model store for a version record: $(1) = NAME@VERSION-or-TAG, $(2) = the file (written whole or not at all).
 define version_record
 	@mkdir -p $(dir $(2))
-	@$(PY) -m export versions show $(1) --store $(STORE) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
+	@$(SLIPWAY) versions show $(1) --store $(STORE) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
 	@mv $(2).tmp $(2)
 endef
 RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NAMESPACE) \
@@ -243,44 +248,44 @@ versions-resolve: setup
 	$(if $(CANARY_VERSION)$(CANARY_TAG),$(call version_record,$(if $(CANARY_VERSION),$(MODEL_NAME):$(CANARY_VERSION),$(MODEL_NAME)@$(CANARY_TAG)),$(CANARY_RECORD)))
 
 manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior)
-	$(PY) -m deployments render $(RENDER_ARGS)
+	$(SLIPWAY) render $(RENDER_ARGS)
 
 .PHONY: alerts
 alerts: setup ## Prometheus alerts from SLO=slo.yaml's lines for MODEL_NAME in NAMESPACE -> build/manifests/alerts (PrometheusRule + rule file)
 	@test -n "$(SLO)" || { echo "usage: make alerts SLO=slo.yaml [NAMESPACE=slipway MODEL_NAME=digits]" >&2; exit 2; }
-	$(PY) -m deployments alerts --slo $(SLO) --namespace $(NAMESPACE) --model $(MODEL_NAME)
+	$(SLIPWAY) alerts --slo $(SLO) --namespace $(NAMESPACE) --model $(MODEL_NAME)
 
 STORAGE_ARGS = $(if $(STORAGE_ENDPOINT),--storage-endpoint $(STORAGE_ENDPOINT)) $(if $(PVC_MOUNT),--pvc-mount $(PVC_MOUNT))
 
 deploy: versions-resolve $(if $(filter 1,$(PUSH)),push) ## upload + verify the model's bytes, server-side apply to the current context, wait until the pods serve it (DRY_RUN=server|client, WAIT=s, PUSH=1 IMAGE_REPO=)
-	$(PY) -m deployments deploy $(RENDER_ARGS) $(STORAGE_ARGS) $(if $(filter 1,$(PUSH)),--image $(PUSHED_IMAGE) --check-image) \
+	$(SLIPWAY) deploy $(RENDER_ARGS) $(STORAGE_ARGS) $(if $(filter 1,$(PUSH)),--image $(PUSHED_IMAGE) --check-image) \
 	  --dry-run $(DRY_RUN) --wait $(WAIT)
 
 upload: versions-resolve ## upload MODEL_DIR (or VERSION=/TAG=) to its modelUri with the storage Secret's credentials, and verify it
-	$(PY) -m deployments upload --namespace $(NAMESPACE) $(STORAGE_ARGS) \
+	$(SLIPWAY) upload --namespace $(NAMESPACE) $(STORAGE_ARGS) \
 	  $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
 	  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_APPLICATION_CREDENTIALS with SCHEME=gs), never to a file
-	$(PY) -m deployments secret --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
+	$(SLIPWAY) secret --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
 
 # --- the local control plane (deployments/cluster): real kube-apiserver, kwok, the Seldon operator ---
 CLUSTER_PORT ?= 16443
 
 cluster: setup ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=); builds it from Go modules the first time
-	$(PY) -m deployments cluster up --port $(CLUSTER_PORT)
+	$(SLIPWAY) cluster up --port $(CLUSTER_PORT)
 
 cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them)
-	$(PY) -m deployments cluster build
+	$(SLIPWAY) cluster build
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
-	$(PY) -m deployments cluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)
+	$(SLIPWAY) cluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)
 
 cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
-	$(PY) -m deployments cluster down
+	$(SLIPWAY) cluster down
 
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
-	$(PY) -m deployments undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
+	$(SLIPWAY) undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
 
 # --- progressive delivery (deployments/canary): shadow, then an SLO-gated canary that promotes or rolls back ---
 .PHONY: shadow shadow-off canary canary-abort
@@ -293,20 +298,20 @@ NEED_VERSION  = @test -n "$(VERSION)$(TAG)" || { echo "usage: make $@ VERSION=4 
 
 shadow: setup ## run VERSION=|TAG= as a shadow beside the serving version: a copy of every request, its answers dropped
 	$(NEED_VERSION)
-	$(PY) -m deployments shadow --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) $(STORAGE_ARGS) \
+	$(SLIPWAY) shadow --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) $(STORAGE_ARGS) \
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 shadow-off: setup ## remove the shadow from MODEL_NAME's SeldonDeployment
-	$(PY) -m deployments shadow --remove --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
+	$(SLIPWAY) shadow --remove --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
 
 canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVAL=5m SLO=file]: promotes (tag PROMOTE_TAG) or rolls back; PROMETHEUS_URL
 	$(NEED_VERSION)
-	$(PY) -m deployments canary --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) --steps $(STEPS) \
+	$(SLIPWAY) canary --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) --steps $(STEPS) \
 	  --interval $(INTERVAL) --slo $(CANARY_SLO) --promote-tag $(PROMOTE_TAG) $(STORAGE_ARGS) \
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 canary-abort: setup ## roll back MODEL_NAME's canary in progress now (weights 100/0, canary removed, tag unchanged)
-	$(PY) -m deployments canary --abort --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
+	$(SLIPWAY) canary --abort --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
 
 NO_DOCKER = { echo "make $@ needs a running Docker engine and none answers here (docker info failed): run it where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE=" >&2; exit 2; }
 IMAGE_REPO ?=
@@ -336,36 +341,36 @@ $(TOOLS_STAMP):
 .PHONY: publish versions promote rollback gc
 
 publish: setup ## publish MODEL_DIR as the next version of MODEL_NAME in STORE (TAG= to tag it)
-	$(PY) -m export versions publish $(MODEL_DIR) --model $(MODEL_NAME) --store $(STORE) $(if $(TAG),--tag $(TAG))
+	$(SLIPWAY) versions publish $(MODEL_DIR) --model $(MODEL_NAME) --store $(STORE) $(if $(TAG),--tag $(TAG))
 
 versions: setup ## list the versions in STORE, newest first
-	$(PY) -m export versions list --store $(STORE)
+	$(SLIPWAY) versions list --store $(STORE)
 
 promote: setup ## point TAG at VERSION of MODEL_NAME (make promote TAG=champion VERSION=3)
 	@test -n "$(TAG)" -a -n "$(VERSION)" || { echo "usage: make promote TAG=champion VERSION=3" >&2; exit 2; }
-	$(PY) -m export versions promote $(MODEL_NAME)@$(TAG) $(MODEL_NAME):$(VERSION) --store $(STORE)
+	$(SLIPWAY) versions promote $(MODEL_NAME)@$(TAG) $(MODEL_NAME):$(VERSION) --store $(STORE)
 
 rollback: setup ## move TAG of MODEL_NAME back to its previous version, then redeploy it (TAG=champion)
 	@test -n "$(TAG)" || { echo "usage: make rollback TAG=champion" >&2; exit 2; }
-	$(PY) -m export versions rollback $(MODEL_NAME)@$(TAG) --store $(STORE)
+	$(SLIPWAY) versions rollback $(MODEL_NAME)@$(TAG) --store $(STORE)
 	$(MAKE) deploy TAG=$(TAG)
 
 gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; never one a tag needs
-	$(PY) -m export versions gc --keep $(KEEP) --store $(STORE)
+	$(SLIPWAY) versions gc --keep $(KEEP) --store $(STORE)
 
-# --- wrappers: serving benchmarks (issue 4) ---------------------------------------------
+# --- benchmarks/ (python -m benchmarks serving, gpu): serving benchmarks (issue 4) ---------
 BENCH_ARGS     ?=
 BENCH_GPU_ARGS ?=
 
 bench: setup ## raw ONNX Runtime vs a plain MLServer runtime vs ours, digits + MobileNetV2 (reports/bench.json, docs/benchmarks.md)
-	flock $(BENCH_LOCK) $(PY) -m wrappers bench $(BENCH_ARGS)
+	flock $(BENCH_LOCK) $(SLIPWAY) bench $(BENCH_ARGS)
 
 bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBinding, batch 1/32 (reports/gpu.json)
 	@if command -v nvidia-smi >/dev/null; then $(MAKE) setup GPU=1; \
 	 else echo "no nvidia-smi here: measuring the CPU rows only, with the installed onnxruntime"; $(MAKE) setup; fi
-	flock $(BENCH_LOCK) $(PY) -m wrappers bench-gpu $(BENCH_GPU_ARGS)
+	flock $(BENCH_LOCK) $(SLIPWAY) bench-gpu $(BENCH_GPU_ARGS)
 
 clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.* and cluster-hpa.*)
-	@if [ -f build/cluster/state.json ]; then $(PY) -m deployments cluster down; fi
+	@if [ -f build/cluster/state.json ]; then $(SLIPWAY) cluster down; fi
 	rm -rf build .pytest_cache
 	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -delete 2>/dev/null || true

@@ -111,7 +111,7 @@ def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -
     """A warning when `predictor` autoscales on CPU utilization while its model's settings keep a CPU busy
     between requests (the pod would read as loaded at low traffic and scale out); None otherwise, or where
     the model's settings are not on this machine."""
-    from wrappers.artifact import SETTINGS_FILE
+    from slipway.artifact import SETTINGS_FILE
     from wrappers.settings import busy_waiting_settings
 
     if model_dir is None or not scales_on_cpu(docs, predictor):

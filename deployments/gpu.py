@@ -40,7 +40,7 @@ def check_variant(predictor: str, version: ModelVersion) -> str | None:
     Where nothing on this machine says what the version computes in (a record in object storage published without
     `lineage.numerics`), warn rather than refuse: refusing would block every such record, fp16 ones included.
     """
-    from wrappers.precision import Numerics, read_numerics
+    from slipway.precision import Numerics, read_numerics
 
     numerics = read_numerics(version.local_dir) if version.local_dir else None
     found = version.lineage.get("numerics") if isinstance(version.lineage, dict) else None

@@ -105,7 +105,7 @@ class ModelVersion(BaseModel):
     def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None,
                       storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
         """An unpublished artifact folder (the demo's): name and digest from its files, version from the digest."""
-        from wrappers.artifact import SETTINGS_FILE, ArtifactError, read_manifest
+        from slipway.artifact import SETTINGS_FILE, ArtifactError, read_manifest
 
         settings_path = Path(model_dir) / SETTINGS_FILE
         if not settings_path.is_file():
@@ -150,7 +150,7 @@ def _local_folder(uri: object) -> Path | None:
     """The folder a local store's record points at (`file://` or a path), where it is on this machine."""
     if not isinstance(uri, str) or not (uri.startswith(("file://", "/"))):
         return None
-    from wrappers.artifact import SETTINGS_FILE
+    from slipway.artifact import SETTINGS_FILE
 
     folder = Path(uri.removeprefix("file://"))
     return folder if (folder / SETTINGS_FILE).is_file() else None

@@ -25,7 +25,7 @@ from deployments.records import ModelVersion
 from deployments.repository_api import RepositoryApiError, container_env, pin_env
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway import atomic
-from wrappers.artifact import EXPECTED_DIGESTS_ENV
+from slipway.artifact import EXPECTED_DIGESTS_ENV
 
 DEPLOYMENTS_DIR = Path(__file__).resolve().parent
 OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from deployments.records import ModelVersion
 from deployments.storage_secret import fsspec_options
-from wrappers.artifact import MANIFEST_NAME, ArtifactError, Manifest, folder_digest, read_manifest
+from slipway.artifact import MANIFEST_NAME, ArtifactError, Manifest, folder_digest, read_manifest
 
 ProgressHook = Callable[[int], None]
 

@@ -5,7 +5,8 @@ A page asks for one with a marker line, replaced by the generated markdown:
 - `<!-- generated: settings-reference -->`: every field of the runtime's settings model
   (`wrappers.settings.RuntimeSettings` and the models it nests), with its type, default and description;
 - `<!-- generated: wrappers-modules -->`: the docstring of every module in `wrappers/`, which says what
-  it changes in MLServer and why.
+  it changes in MLServer and why;
+- `<!-- generated: make-targets -->`: every Make target with a `##` description, as `make help` lists them.
 
 Importing `wrappers.settings` needs only pydantic; the modules' docstrings are read with `ast`, so
 building the docs never imports MLServer or ONNX Runtime.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 import types
 import typing
@@ -23,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_MARKER = "<!-- generated: settings-reference -->"
 MODULES_MARKER = "<!-- generated: wrappers-modules -->"
+TARGETS_MARKER = "<!-- generated: make-targets -->"
+_TARGET = re.compile(r"^([a-z][a-z-]*):.*?## (.+)$", re.MULTILINE)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # the arguments mkdocs passes to this hook
@@ -30,6 +34,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # the argument
         markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
     if MODULES_MARKER in markdown:
         markdown = markdown.replace(MODULES_MARKER, wrappers_modules())
+    if TARGETS_MARKER in markdown:
+        markdown = markdown.replace(TARGETS_MARKER, make_targets())
     return markdown
 
 
@@ -129,3 +135,12 @@ def wrappers_modules() -> str:
             continue
         blocks.append(f"### `wrappers/{path.name}`\n\n{docstring}")
     return "\n\n".join(blocks)
+
+
+def make_targets() -> str:
+    """The Makefile's described targets as a table; `help` aside. Words in CAPS=, paths and commands are code."""
+    rows = ["| target | what it does |", "|---|---|"]
+    for target, text in _TARGET.findall((ROOT / "Makefile").read_text()):
+        if target != "help":
+            rows.append(f"| `make {target}` | {_cell(text).replace('<', '&lt;')} |")  # <overlay> is not a tag
+    return "\n".join(rows)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.commands import VARIANTS_DIR, add_export_options, cmd_bench, cmd_import, cmd_profile, cmd_variants
+from export.commands import VARIANTS_DIR, add_export_options, cmd_bench, cmd_bench_slim, cmd_import, cmd_profile, cmd_variants
 from export.convert import DEFAULT_OPSET
 from export.store.cli import add_versions_parser
 from slipway.cli import ArgumentParser, UserError, console, exit_with
@@ -169,7 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
     variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")
     variants.add_argument("--fine-tune-epochs", type=int, default=12, help="pruned and slim: epochs of fine-tuning")
-    variants.add_argument("--fine-tune-learning-rate", type=float, default=5e-4, help="pruned and slim: Adam's learning rate while fine-tuning")
+    variants.add_argument("--fine-tune-learning-rate", type=float, default=None,
+                          help="pruned and slim: Adam's learning rate while fine-tuning (default: half the rate your model was "
+                               "compiled with; 5e-4 for the demo and models saved without an optimizer)")
     variants.add_argument("--opset", type=opset, default=DEFAULT_OPSET,
                           help=f"ONNX opset of the Keras conversions (>= {DEFAULT_OPSET})")
     add_export_options(variants, variants_help="comma-separated, from fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8 "
@@ -207,6 +209,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_export_options(bench, variants_help=None)
     bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, fine_tune_learning_rate=5e-4,
                        opset=DEFAULT_OPSET, measure_rounds=7)
+
+    slim = commands.add_parser("bench-slim", help="MobileNetV2 and its half-width copy (channel groups) timed side by side; "
+                               "figures -> reports/bench-slim.* + docs/benchmarks.md")
+    slim.add_argument("model", nargs="?", default="mobilenetv2", metavar="MODEL",
+                      help="mobilenetv2 (random weights, nothing downloaded) or a one-input Keras image model (.keras or .h5)")
+    slim.add_argument("--fraction", type=float, default=0.5, help="share of the channels of every shrinkable channel group removed")
+    slim.add_argument("--batch-size", type=int, default=32, help="images per call")
+    slim.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (both models in each; the ratio's spread is over them)")
+    slim.add_argument("--calls", type=int, default=3, help="timed calls per model and round (the round keeps their median)")
+    slim.add_argument("--seed", type=int, default=0, help="MobileNetV2's random weights and the synthetic images")
+    slim.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset of the conversions (>= {DEFAULT_OPSET})")
+    slim.add_argument("--page", type=Path, default=BENCHMARKS_PAGE,
+                      help="docs page whose bench-slim section is refreshed (default docs/benchmarks.md)")
+    slim.add_argument("--no-docs", action="store_true", help="leave the docs page alone")
+    slim.set_defaults(func=cmd_bench_slim)
 
     add_versions_parser(commands)
 

@@ -204,13 +204,69 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_slim(args: argparse.Namespace) -> int:
+    """MobileNetV2 (or a .keras image model) and its half-width copy, timed side by side: reports/bench-slim.* + docs."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from export.slim_bench import SlimBenchError, check_page, compare, step_count, write
+    from export.sources import MOBILENET_SHAPE, mobilenet_keras, synthetic_images
+
+    if not 0 < args.fraction < 1:
+        raise UserError(f"--fraction must be between 0 and 1 (exclusive), got {args.fraction}: 0.5 removes half the channels")
+    if args.batch_size < 1 or args.rounds < 2 or args.calls < 1:
+        raise UserError(f"--batch-size and --calls must be at least 1 and --rounds at least 2 (a spread needs two), got "
+                        f"{args.batch_size}, {args.calls} and {args.rounds}")
+    if not args.no_docs:
+        try:
+            check_page(args.page)
+        except SlimBenchError as err:
+            raise UserError(str(err)) from err
+    before = os.getloadavg()[0]
+    with console.status(f"building {args.model}"):
+        if args.model == "mobilenetv2":
+            model, shape = mobilenet_keras(args.seed), MOBILENET_SHAPE
+        else:
+            from export.keras_load import ModelLoadError, load_model
+
+            try:
+                loaded = load_model(Path(args.model))
+            except ModelLoadError as err:
+                raise UserError(str(err)) from err
+            dims = [int(d) for d in loaded.inputs[0].shape[1:] if d is not None]  # a None: not a fixed image size
+            if loaded.keras_model is None or len(loaded.inputs) != 1 or len(dims) != 3 or len(loaded.inputs[0].shape) != 4:
+                raise UserError(f"{args.model} is not a one-input Keras image model (.keras or .h5, input [N, H, W, C]): "
+                                "bench-slim times image models; pass mobilenetv2 or such a file")
+            model, shape = loaded.keras_model, (dims[0], dims[1], dims[2])
+    images = synthetic_images(args.batch_size, shape, args.seed + 1)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("[bold]bench-slim[/] {task.description:<20}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as progress:
+            task = progress.add_task("starting", total=step_count(args.rounds))
+            result = compare(model, images, fraction=args.fraction, rounds=args.rounds, calls=args.calls, opset=args.opset,
+                             step=lambda text: progress.update(task, advance=1, description=text))
+        load = {"before": before, "after": os.getloadavg()[0], "cores": os.cpu_count()}
+        path = write(result, load, None if args.no_docs else args.page)
+    except SlimBenchError as err:
+        raise UserError(str(err)) from err
+    spread = result.spread()
+    console.print(
+        f"{result.model}: {result.fraction:.0%} of the channels removed -> {result.ratio:.2f}x the images/s at batch {result.batch} "
+        f"(rounds {spread['min']:.2f}-{spread['max']:.2f}x, target >= 1.6x), graphs valid "
+        f"{result.full.graph_valid and result.slim.graph_valid}, same output shapes {result.same_output_shapes}: "
+        + ("[green]goal met[/]" if result.met else "[red]goal not met[/]")
+        + f"; report {path} (+ .png, .md)" + ("" if args.no_docs else f"; section updated in {args.page}"),
+        soft_wrap=True,
+    )
+    return 0
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     """ORT's profiler on one variant: operators by time, and the trace kept for Perfetto."""
     from rich.table import Table
 
     from export.profile import profile_artifact
+    from slipway.artifact import ArtifactError
     from slipway.reports import write_report
-    from wrappers.artifact import ArtifactError
 
     folder = Path(args.variant)
     if not folder.is_dir():

@@ -18,8 +18,8 @@ import onnx
 from export.measure import Feeds
 from export.optimize import STANDARD_DOMAINS
 from export.sources import Source, sha256_bytes
+from slipway.artifact import MODEL_NAME
 from slipway.cli import first_line
-from wrappers.settings import MODEL_NAME
 
 MIN_OPSET = 13  # per-channel int8 QuantizeLinear/DequantizeLinear need opset 13
 SYNTHETIC_ROWS = 64

@@ -13,8 +13,15 @@ from typing import Any
 import numpy as np
 
 from slipway import atomic
-from wrappers.artifact import INPUT_EXAMPLE_FILE, MODEL_FILE, SETTINGS_FILE, Manifest, is_artifact_folder, write_manifest
-from wrappers.settings import RUNTIME_IMPLEMENTATION
+from slipway.artifact import (
+    INPUT_EXAMPLE_FILE,
+    MODEL_FILE,
+    RUNTIME_IMPLEMENTATION,
+    SETTINGS_FILE,
+    Manifest,
+    is_artifact_folder,
+    write_manifest,
+)
 
 
 def model_settings(name: str, *, version: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:

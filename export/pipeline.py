@@ -29,9 +29,10 @@ from export.selection import (
     gpu_figures, judge,
 )
 from export.sources import Source
-from wrappers.precision import VARIANT_FILE
+from slipway.artifact import VARIANT_FILE
 
 EXAMPLE_ROWS = 32
+DEFAULT_FINE_TUNE_RATE = 5e-4  # the demo's: half the 1e-3 it is trained with (a user's model: half its own compiled rate)
 GPU_REPORT = "gpu"  # reports/gpu.json: `make bench-gpu`'s measurement of every precision on a GPU
 
 
@@ -68,8 +69,9 @@ class ExportConfig(BaseModel):
     sparsity: float = Field(default=0.75, gt=0, lt=1)
     slim_fraction: float = Field(default=0.5, gt=0, lt=1)
     fine_tune_epochs: int = Field(default=12, ge=1)
-    fine_tune_learning_rate: float = Field(default=5e-4, gt=0, lt=1, description="Adam's step size while pruned and "
-                                           "slim re-learn (a model trained with larger steps may need larger ones)")
+    fine_tune_learning_rate: float | None = Field(default=None, gt=0, lt=1, description="Adam's step size while pruned and "
+                                                  "slim re-learn (None: half the rate the user's model was compiled with, "
+                                                  "else 5e-4)")
     budget: Budget = Field(default_factory=Budget)
     optimize_for: OptimizeFor = "latency"
     measure_rounds: int = Field(default=5, ge=1)
@@ -152,7 +154,8 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
 
     from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
 
-    settings = FineTune(epochs=config.fine_tune_epochs, learning_rate=config.fine_tune_learning_rate, loss=source.training.loss)
+    rate = config.fine_tune_learning_rate or source.training.learning_rate or DEFAULT_FINE_TUNE_RATE
+    settings = FineTune(epochs=config.fine_tune_epochs, learning_rate=rate, loss=source.training.loss)
     train, val, steps = source.training.datasets(settings.batch_size, seed=settings.seed)
     if variant is Variant.pruned:
         keras_model = prune_magnitude(_clone(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps)
@@ -160,6 +163,8 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     else:
         keras_model = fine_tune(prune_filters(source.keras_model, config.slim_fraction), train, val, settings)
         details = {"filters_removed": config.slim_fraction, "criterion": "L1 norm", "fine_tune_epochs": settings.epochs,
+                   "fine_tune_learning_rate": rate, "learning_rate_schedule": "a tenth for the last quarter of the epochs",
+                   "best_epoch_kept": source.training.val_inputs is not None,
                    "keras_parameters": int(keras_model.count_params())}
     details["keras_nonzero_parameters"] = nonzero_parameters(keras_model)
     if source.training.note:
@@ -220,7 +225,7 @@ class ExportResult:
 
 def holds_variants(folder: Path) -> bool:
     """Is `folder` a previous export's output (only artifact folders)? Then a new export may replace it."""
-    from wrappers.artifact import is_artifact_folder
+    from slipway.artifact import is_artifact_folder
 
     return all(path.is_dir() and is_artifact_folder(path) for path in Path(folder).iterdir())
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from slipway import atomic
-from wrappers.artifact import MODEL_FILE, load_input_example, verify_artifact
+from slipway.artifact import MODEL_FILE, load_input_example, verify_artifact
 
 WARMUP_RUNS = 5
 

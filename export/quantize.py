@@ -4,7 +4,7 @@ Static, not dynamic: dynamic quantization turns Conv into ConvInteger and runs s
 than fp32 on CNNs. QDQ, not QOperator: the graph stays standard ONNX and TensorRT 10+
 reads precisions from it. The activation type follows the target: uint8 activations
 with int8 per-channel weights (U8S8) for x86 CPUs, symmetric int8 for both (S8S8) for
-TensorRT and every GPU target (`wrappers.precision` reads the flavour back from a graph).
+TensorRT and every GPU target (`slipway.precision` reads the flavour back from a graph).
 """
 
 from __future__ import annotations

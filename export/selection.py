@@ -46,7 +46,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class GpuFigure:
-    """The best a precision did on a GPU provider in a `make bench-gpu` report (wrappers.bench.gpu)."""
+    """The best a precision did on a GPU provider in a `make bench-gpu` report (benchmarks.gpu)."""
 
     value: float  # p50 ms at the smallest batch (latency), rows/s at the largest (throughput)
     provider: str

@@ -21,7 +21,7 @@ EXIT_SLO_BROKEN = 1
 @contextlib.contextmanager
 def _local_server(model_dir: Path) -> Iterator:
     """A real MLServer on loopback for `model_dir`, stopped by PID on the way out."""
-    from wrappers.artifact import SETTINGS_FILE
+    from slipway.artifact import SETTINGS_FILE
     from wrappers.server import LocalServer, ServerError
 
     if not (model_dir / SETTINGS_FILE).is_file():

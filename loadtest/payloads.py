@@ -19,9 +19,9 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from loadtest.config import Endpoint, RestBody
+from slipway.artifact import load_input_example
 from slipway.cli import first_line, one_line
 from slipway.files import FileProblem, read_json
-from wrappers.artifact import load_input_example
 from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body, v2_datatype
 from wrappers.tensors import NUMPY_TO_V2, TensorError
 

@@ -92,8 +92,9 @@ def draw_load(steps: list[StepFigures], *, title: str, slo: Slo | None = None, s
 
     # The load as it was applied: each step's users held from its start to its end.
     edges = [step.started_s for step in steps] + ([steps[-1].started_s + steps[-1].duration_s] if steps else [])
-    load_over_time.stairs(users, edges, color=COLOURS["users"], linewidth=2, label="users (the load applied)",
-                          baseline=None)
+    if steps:  # a run that completed no step (a server that never answered) has no load to draw
+        load_over_time.stairs(users, edges, color=COLOURS["users"], linewidth=2, label="users (the load applied)",
+                              baseline=None)
     load_over_time.set_xlabel("seconds into the run")
     load_over_time.set_ylabel("concurrent users", color=COLOURS["users"])
     load_over_time.set_ylim(0, max(users, default=1) * 1.2)

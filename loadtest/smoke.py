@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.artifact import load_input_example
 from slipway.cli import first_line
-from wrappers.artifact import load_input_example
 
 ATOL = 1e-5
 TIMEOUT_S = 60  # per call: a wedged server fails the check instead of holding it

@@ -1,4 +1,5 @@
-"""`slipway`: one command in front of the packages' own (`python -m export`, `wrappers`, `loadtest`, `deployments`).
+"""`slipway`: one command in front of the packages' own (`python -m export`, `wrappers`, `loadtest`, `deployments`,
+`benchmarks`).
 
 Each subcommand hands its arguments, untouched, to the package command that does the work, so
 `slipway serve --port ...` and `python -m wrappers serve --port ...` are the same program; the Make
@@ -58,9 +59,9 @@ SUBCOMMANDS = (
     Subcommand("alerts", "deployments", ("alerts",), "Prometheus alerts from an SLO file (make alerts)"),
     Subcommand("cluster", "deployments", ("cluster",), "the local control plane: build, up, down, prove-hpa"),
     Subcommand("deployments", "deployments", (), "every deployments command (python -m deployments)"),
-    Subcommand("bench", "wrappers", ("bench",), "serving benchmark: raw ONNX Runtime vs plain MLServer vs "
-               "Slipway's runtime"),
-    Subcommand("bench-gpu", "wrappers", ("bench-gpu",), "CPU vs CUDA vs TensorRT on this machine's GPU"),
+    Subcommand("bench", "benchmarks", ("serving",), "serving benchmark: raw ONNX Runtime vs plain MLServer vs "
+               "Slipway's runtime (make bench)"),
+    Subcommand("bench-gpu", "benchmarks", ("gpu",), "CPU vs CUDA vs TensorRT on this machine's GPU (make bench-gpu)"),
     Subcommand("summary", "slipway", ("summary",), "what each step of the demo produced, from reports/"),
 )
 

@@ -133,5 +133,5 @@ def test_bad_command_input_is_one_line_and_non_zero(tmp_path, reports_env):
     result = run_module("export", "convert", "--model", str(tmp_path / "missing.keras"), "--out", str(tmp_path / "a"),
                         env=reports_env, check=False)
     assert result.returncode == 2
-    assert "no trained model at" in result.stderr and "Traceback" not in result.stderr
+    assert "no model at" in result.stderr and "pass a .keras file" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "a").exists()

@@ -1,6 +1,8 @@
 """Serving-time code: the MLServer runtime for ONNX models and what it needs at load.
 
 Import only what you use: `wrappers.runtime` pulls in MLServer, whose gRPC protos
-clash with `tritonclient.grpc` in one process, while `wrappers.artifact`,
-`wrappers.session` and `wrappers.server` need neither MLServer nor TensorFlow.
+clash with `tritonclient.grpc` in one process, while `wrappers.session` and
+`wrappers.server` need neither MLServer nor TensorFlow. The artifact format the
+runtime reads is `slipway.artifact` (the shared core: `export` writes it). Nothing
+here imports `export` or `benchmarks` (tests/wrappers/test_boundaries.py).
 """

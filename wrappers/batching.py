@@ -201,7 +201,7 @@ class RowBatcher:
 def _name_native_thread(name: str) -> None:
     """Give the OS thread the Python thread's name (Linux), so `top -H` and /proc show the run threads.
 
-    The benchmark accounts the server's CPU time per thread by this name (`wrappers.bench.load`).
+    The benchmark accounts the server's CPU time per thread by this name (`benchmarks.load`).
     """
     try:
         libc = ctypes.CDLL(None)

@@ -42,11 +42,11 @@ from mlserver.types import (
 from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 
+from slipway.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, read_manifest, sha256_file, verify_artifact
 from wrappers import (
     busy_poll, cpu_pinning, fast_paths, grpc_raw, repository_api, rest_bodies, rest_infer, rest_json, shared_memory_api,
 )
 from wrappers import json_logs, payload_log
-from wrappers.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, read_manifest, sha256_file, verify_artifact
 from wrappers.batching import BatchingConfigError, BatchStats, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
 from wrappers.heap import freeze_loaded_heap as _freeze_loaded_heap

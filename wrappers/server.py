@@ -21,11 +21,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slipway.artifact import SETTINGS_FILE
 from slipway.child import stop_with_parent
 from slipway.files import FileProblem, read_json
 from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
-from wrappers.artifact import SETTINGS_FILE
 from wrappers.repository_access import HOOK, HOOK_ENV, RepositoryAccess
 from wrappers.settings import SettingsError
 

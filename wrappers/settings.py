@@ -6,17 +6,14 @@ silently serving with defaults.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+# The implementation the settings file names and the model-name rule are the artifact contract's (shared core).
+from slipway.artifact import MODEL_NAME, RUNTIME_IMPLEMENTATION
 from slipway.cli import one_line
 
-# What model-settings.json names as `implementation` to be served by `wrappers.runtime.OnnxRuntime`.
-RUNTIME_IMPLEMENTATION = "wrappers.runtime.OnnxRuntime"
-# Model names: what a V2 URL path (/v2/models/<name>/infer) carries unescaped, as `export` names models.
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
 # Where the pod keeps TensorRT's engine and timing caches: the gpu overlay mounts a volume there and sets it
 # (wrappers.session.with_tensorrt_cache); it wins over the artifact's engine_cache_path/timing_cache_path.

@@ -19,14 +19,14 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from export.store.db import StoreError
-from wrappers.artifact import MANIFEST_NAME, FileEntry, Manifest, folder_digest
+from slipway.artifact import MANIFEST_NAME, FileEntry, Manifest, folder_digest
 
 CHUNK = 1 << 20
 ProgressHook = Callable[[int], None]
 
 
 def _manifest_bytes(manifest: Manifest) -> bytes:
-    """The manifest as `wrappers.artifact.write_manifest` writes it (indented, sorted keys)."""
+    """The manifest as `slipway.artifact.write_manifest` writes it (indented, sorted keys)."""
     return (json.dumps(manifest.model_dump(), indent=2, sort_keys=True) + "\n").encode()
 
 

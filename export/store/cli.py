@@ -63,7 +63,7 @@ def _metric(text: str) -> tuple[str, float]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from wrappers.artifact import ArtifactError, read_manifest
+    from slipway.artifact import ArtifactError, read_manifest
 
     metrics = dict(_metric(text) for text in args.metric)
     try:

@@ -22,8 +22,8 @@ from typing import Any
 
 from export.store.records import flatten, is_number
 from slipway.paths import PROJECT_ROOT, REPORTS_DIR
+from slipway.precision import read_numerics
 from slipway.reports import read_report
-from wrappers.precision import read_numerics
 
 TRAIN_CONFIG_FILE = "train-config.json"  # written by export.train beside model.keras
 FOUNDATION_VARIANT = "fp32"  # `export convert` writes float32 ONNX without slimming

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wrappers.settings import MODEL_NAME  # a tag follows the same rule: both end up in URLs and paths
+from slipway.artifact import MODEL_NAME  # a tag follows the same rule: both end up in URLs and paths
 
 LATEST = "latest"
 

@@ -42,10 +42,10 @@ from export.store.db import StoreError
 from export.store.lineage import Lineage, now, who
 from export.store.records import GcResult, TagMove, VersionRecord
 from export.store.refs import Ref, check_name
+from slipway.artifact import SETTINGS_FILE, ArtifactError, Manifest, verify_artifact
 from slipway.cli import one_line
 from slipway.files import FileProblem, read_json
 from slipway.paths import MODEL_STORE_DIR
-from wrappers.artifact import SETTINGS_FILE, ArtifactError, Manifest, verify_artifact
 
 DEFAULT_STORE = str(MODEL_STORE_DIR)  # ./model-store, or model-store/ in SLIPWAY_WORKDIR (slipway --workdir)
 ARTIFACTS_DIR = "artifacts"

@@ -178,7 +178,7 @@ def model_settings_for(config: ServingConfig, base: dict[str, Any]) -> dict[str,
 def apply_config(config: ServingConfig, source: Path, target: Path) -> Path:
     """Copy the variant's artifact to `target` with the config's model-settings.json and a fresh manifest."""
     from slipway import atomic
-    from wrappers.artifact import SETTINGS_FILE, write_manifest
+    from slipway.artifact import SETTINGS_FILE, write_manifest
 
     source = Path(source)
     with atomic.staged_dir(Path(target)) as staging:

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 import yaml
 
+from slipway.artifact import write_manifest
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from wrappers.artifact import write_manifest
 from wrappers.server import free_port
 
 
@@ -170,9 +170,9 @@ def test_make_pins_versions_through_the_model_store_cli():
                    "AUTOSCALING=rps", "NAMESPACE=ml")
     assert result.returncode == 0, result.stderr
     commands = result.stdout
-    assert "-m export versions show digits@champion --store model-store --json > build/model-version.json.tmp" in commands
-    assert "-m export versions show digits:4 --store model-store --json > build/model-version-canary.json.tmp" in commands
-    render_line = next(line for line in commands.splitlines() if "-m deployments render" in line)
+    assert "slipway versions show digits@champion --store model-store --json > build/model-version.json.tmp" in commands
+    assert "slipway versions show digits:4 --store model-store --json > build/model-version-canary.json.tmp" in commands
+    render_line = next(line for line in commands.splitlines() if "slipway render" in line)
     for expected in ("--overlay canary", "--version-record build/model-version.json",
                      "--canary-record build/model-version-canary.json", "--canary-percent 20", "--autoscaling rps",
                      "--namespace ml"):

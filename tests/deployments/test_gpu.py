@@ -15,11 +15,11 @@ from deployments.records import ModelVersion
 from deployments.render import OVERLAYS, RenderError
 from deployments.render import render as _render
 from deployments.validate import validate_documents
+from slipway.artifact import RUNTIME_IMPLEMENTATION, write_manifest
+from slipway.precision import graph_numerics, read_numerics
 from tests.deployments.conftest import record
 from tests.graphs import onnx_model
-from wrappers.artifact import write_manifest
-from wrappers.precision import graph_numerics, read_numerics
-from wrappers.settings import RUNTIME_IMPLEMENTATION, TENSORRT_CACHE_ENV
+from wrappers.settings import TENSORRT_CACHE_ENV
 
 render = functools.partial(_render, engine="builtin")
 CACHE_PATH = "/var/cache/slipway/tensorrt"
@@ -145,7 +145,7 @@ def test_a_record_in_object_storage_is_judged_by_its_lineage_and_warned_of_witho
 
 def test_the_store_records_the_numerics_it_publishes(tmp_path):
     from export.store.lineage import gather
-    from wrappers.artifact import read_manifest
+    from slipway.artifact import read_manifest
 
     folder = artifact(tmp_path / "int8", qdq_model(TensorProto.INT8))
     found = gather(folder, read_manifest(folder).digest, reports_dir=tmp_path / "reports")

@@ -126,7 +126,7 @@ def test_make_deploy_push_pushes_then_deploys_the_pushed_image_checked():
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
         pushes = [i for i, line in enumerate(lines) if line.startswith("docker push 127.0.0.1:5000/team/")]
-        deploy = next(i for i, line in enumerate(lines) if "-m deployments deploy" in line)
+        deploy = next(i for i, line in enumerate(lines) if "slipway deploy" in line)
         assert len(pushes) == 2 and max(pushes) < deploy
         assert f"--image 127.0.0.1:5000/team/{image} --check-image" in lines[deploy]
     plain = _make("-n", "deploy")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from deployments.render import DEPLOYMENTS_DIR, render
+from slipway.artifact import load_input_example
 from slipway.paths import PROJECT_ROOT
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, raw_request
-from wrappers.artifact import load_input_example
 from wrappers.server import LocalServer
 
 LOGGING_ENV = "MLSERVER_LOGGING_SETTINGS"

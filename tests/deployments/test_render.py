@@ -12,8 +12,9 @@ from deployments import autoscaling, seldon
 from deployments.records import ModelVersion, RecordError
 from deployments.render import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, write_manifests
 from deployments.render import render as _render
+from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.cli import UserError
-from wrappers.settings import RUNTIME_IMPLEMENTATION, SettingsError
+from wrappers.settings import SettingsError
 
 # Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
 render = functools.partial(_render, engine="builtin")

@@ -20,7 +20,7 @@ from deployments.storage_secret import (
     settings_from_environment,
 )
 from deployments.upload import Destination, UploadError, place
-from wrappers.artifact import SETTINGS_FILE, verify_artifact, write_manifest
+from slipway.artifact import SETTINGS_FILE, verify_artifact, write_manifest
 
 KEYS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG"}
 

@@ -18,9 +18,9 @@ from export.selection import (
     gpu_figures,
 )
 from slipway.paths import PROJECT_ROOT
+from slipway.precision import read_numerics
 from tests.conftest import run_module
 from tests.export.test_import_onnx import QUICK, conv_model, images, save
-from wrappers.precision import read_numerics
 
 H200 = json.loads((PROJECT_ROOT / "reports" / "gpu.json").read_text())  # `make bench-gpu` on an H200, committed
 no_gpu_build = pytest.mark.skipif("CUDAExecutionProvider" in ort.get_available_providers(),

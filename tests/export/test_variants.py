@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from export.report import ExportReport
+from slipway.artifact import verify_artifact
 from tests.conftest import run_module
-from wrappers.artifact import verify_artifact
 
 pytestmark = pytest.mark.slow
 

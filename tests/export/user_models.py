@@ -78,8 +78,12 @@ def two_input_model(rows: int = 256, seed: int = 0):
     return model, {"features": features, "extra": extra, "labels": labels}
 
 
-def residual_cnn(epochs: int = 5, seed: int = 0):
-    """A small residual CNN (conv, batch norm, an addition, global pooling) on the digits; returns (model, splits)."""
+def residual_cnn(epochs: int = 20, seed: int = 0):
+    """A small residual CNN (conv, batch norm, an addition, global pooling) on the digits; returns (model, splits).
+
+    Trained to its plateau (~94% held out; 80% after 5 epochs), so a slimmed copy's accuracy drop is measured
+    against what the architecture reaches, not against an under-trained original a longer fine-tune simply overtakes.
+    """
     import keras
 
     from export.data import load_digits_splits

@@ -15,9 +15,9 @@ from loadtest.tuning.measure import Measurement, TableMeasurer, judge_steps
 from loadtest.tuning.outputs import write_tune_outputs
 from loadtest.tuning.search import SearchResult, search
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
+from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.seldon_patch import cpu_quantity, memory_quantity
 from tests.conftest import run_module
-from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 
 @pytest.fixture()
@@ -27,7 +27,7 @@ def two_variants(tmp_path, digits_artifact) -> dict[str, Path]:
     from onnxruntime.quantization import quantize_dynamic
 
     from export.package import write_artifact
-    from wrappers.artifact import load_input_example
+    from slipway.artifact import load_input_example
 
     quantized = tmp_path / "int8.onnx"
     quantize_dynamic(str(digits_artifact / "model.onnx"), str(quantized))
@@ -62,7 +62,7 @@ def test_grid_covers_every_valid_config_once_and_known_good_lies_in_it(tmp_path)
 
 @pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, digits_artifact):
-    from wrappers.artifact import verify_artifact
+    from slipway.artifact import verify_artifact
 
     config = ServingConfig(variant="fp32", parallel_workers=1, max_batch_size=8, max_batch_time_ms=2, intra_op_threads=2)
     folder = apply_config(config, digits_artifact, tmp_path / "trial")

@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from slipway.command import DISTRIBUTION
 from slipway.paths import PROJECT_ROOT
 
-PACKAGES = {"export", "wrappers", "deployments", "loadtest", "slipway"}
+PACKAGES = {"export", "wrappers", "deployments", "loadtest", "slipway", "benchmarks"}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,9 @@ def test_the_wheel_holds_slipway_s_packages_and_no_tests_data_or_records(wheel):
     assert not [name for name in names if name.endswith((".npz", ".onnx", ".keras", ".png", ".pyc"))]
     assert not [name for name in names if name.startswith(("reports/", "build/", "docs/", "third_party/"))]
     assert "wrappers/runtime.py" in names and "deployments/base/seldondeployment.yaml" in names
+    # The artifact contract in the shared core; the benchmarks beside the serving package, not inside it.
+    assert "slipway/artifact.py" in names and "benchmarks/__main__.py" in names
+    assert not [name for name in names if name.startswith(("wrappers/bench/", "wrappers/artifact.py"))]
 
 
 def test_the_wheel_carries_the_licence_the_script_and_the_spdx_expression(wheel):

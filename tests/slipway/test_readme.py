@@ -2,13 +2,14 @@
 benchmarks page's sections replaced between their markers only, and the hand-kept make-target table complete."""
 
 import re
+import subprocess
 
 from slipway.paths import PROJECT_ROOT
 from slipway.readme import BENCHMARKS_PAGE, replace_section
 
 README = PROJECT_ROOT / "README.md"
 DOCS = PROJECT_ROOT / "docs"
-MEASURED_SECTIONS = ("bench-export", "bench", "tune-check", "gpu")
+MEASURED_SECTIONS = ("bench-export", "bench-slim", "bench", "tune-check", "gpu")
 README_LIMIT_BYTES = 10 * 1024
 
 
@@ -58,8 +59,18 @@ def _table_keys(text: str, heading: str) -> set[str]:
     return {name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
 
 
-def test_every_make_target_with_help_is_in_the_getting_started_table_and_it_names_no_other():
+def test_the_make_target_table_is_generated_from_the_makefile_with_every_described_target():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
     makefile = (PROJECT_ROOT / "Makefile").read_text()
     documented = set(re.findall(r"^([a-z-]+):.*## ", makefile, flags=re.MULTILINE)) - {"help"}
-    listed = {key.split()[1] for key in _table_keys((DOCS / "getting-started.md").read_text(), "| target | what it does |")}
-    assert listed == documented
+    assert hooks.TARGETS_MARKER in (DOCS / "getting-started.md").read_text()
+    table = hooks.make_targets()
+    listed = {key.split()[1] for key in _table_keys(table + "\n\n", "| target | what it does |")}
+    assert listed == documented and len(table.splitlines()) == len(documented) + 2
+    make_help = subprocess.run(["make", "--no-print-directory", "help"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                               timeout=60, check=True).stdout
+    assert {line.split()[1] for line in make_help.splitlines() if line.strip().startswith("make ")} - {"help"} == documented

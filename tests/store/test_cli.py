@@ -100,7 +100,7 @@ def test_mistakes_are_one_line_and_exit_2(store_dir, artifact_factory, tmp_path,
 
 def _with_settings(folder, settings: bytes):
     """`folder` with its model-settings.json replaced and its manifest re-hashed (a consistent artifact)."""
-    from wrappers.artifact import write_manifest
+    from slipway.artifact import write_manifest
 
     (folder / "model-settings.json").write_bytes(settings)
     write_manifest(folder)
@@ -190,6 +190,6 @@ def test_make_rollback_moves_the_tag_then_redeploys_it():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    rollback = next(i for i, line in enumerate(lines) if "-m export versions rollback digits@champion --store /srv/store" in line)
-    deploy = next(i for i, line in enumerate(lines) if "-m deployments deploy" in line)
+    rollback = next(i for i, line in enumerate(lines) if "slipway versions rollback digits@champion --store /srv/store" in line)
+    deploy = next(i for i, line in enumerate(lines) if "slipway deploy" in line)
     assert rollback < deploy

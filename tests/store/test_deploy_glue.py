@@ -6,9 +6,9 @@ import sys
 
 import yaml
 
+from slipway.artifact import EXPECTED_DIGESTS_ENV
 from slipway.paths import PROJECT_ROOT
 from tests.store.conftest import versions_json
-from wrappers.artifact import EXPECTED_DIGESTS_ENV
 
 
 def test_a_tagged_version_renders_pinned_to_its_digest(artifact_factory, tmp_path):

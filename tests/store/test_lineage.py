@@ -3,8 +3,8 @@
 import json
 
 from export.store.lineage import gather
+from slipway.artifact import read_manifest
 from slipway.reports import write_report
-from wrappers.artifact import read_manifest
 
 TRAIN_CONFIG = {"seed": 3, "epochs": 25, "batch_size": 64, "learning_rate": 0.001}
 

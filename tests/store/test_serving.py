@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from slipway.artifact import EXPECTED_DIGESTS_ENV, load_input_example
 from tests.conftest import refused_at_load
 from tests.store.conftest import versions_json
-from wrappers.artifact import EXPECTED_DIGESTS_ENV, load_input_example
 from wrappers.server import LocalServer
 
 pytestmark = pytest.mark.slow

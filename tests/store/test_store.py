@@ -10,7 +10,7 @@ import pytest
 from export.store.db import StoreError
 from export.store.refs import Ref
 from export.store.store import ModelStore
-from wrappers.artifact import read_manifest, verify_artifact
+from slipway.artifact import read_manifest, verify_artifact
 
 
 @pytest.fixture

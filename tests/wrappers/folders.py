@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from wrappers.artifact import SETTINGS_FILE, write_manifest
+from slipway.artifact import SETTINGS_FILE, write_manifest
 
 
 def model_folder(root, name, onnx_path, *, extra=None, version=None, batching=None, files=None):

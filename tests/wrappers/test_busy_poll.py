@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from slipway.artifact import load_input_example
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import post
-from wrappers.artifact import load_input_example
 from wrappers.busy_poll import LoopPoller
 from wrappers.server import LocalServer
 
@@ -76,7 +76,9 @@ def test_a_real_server_polls_after_inline_runs_only(tmp_path, digits_artifact):
     inputs, _, _ = load_input_example(digits_artifact)
     body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *inputs["image"].shape[1:]],
                                    "data": inputs["image"][:1].ravel().tolist()}]}).encode()
-    model_folder(tmp_path, "inline", digits_artifact / "model.onnx", extra={"event_loop_spin_us": 100_000})
+    # inline_below_ms well above a digits run even on a loaded machine: warm-up's timing cannot send it to threads
+    model_folder(tmp_path, "inline", digits_artifact / "model.onnx",
+                 extra={"event_loop_spin_us": 100_000, "inline_below_ms": 50})
     model_folder(tmp_path, "threads", digits_artifact / "model.onnx",
                  extra={"event_loop_spin_us": 100_000, "inline_below_ms": 0})  # every run on an inference thread
     with LocalServer(tmp_path) as server:

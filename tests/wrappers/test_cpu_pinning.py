@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from slipway.artifact import load_input_example
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, post, raw_output, raw_request
 from wrappers import cpu_pinning
-from wrappers.artifact import load_input_example
 from wrappers.repository_access import API_ENV
 from wrappers.server import LocalServer
 

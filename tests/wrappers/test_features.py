@@ -19,12 +19,12 @@ from onnx import TensorProto, helper
 from PIL import Image
 from tritonclient.grpc import service_pb2
 
+from slipway.artifact import SETTINGS_FILE, load_input_example
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, onnx_model, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, json_input, post, raw_output, raw_request, scrape
-from wrappers.artifact import SETTINGS_FILE, load_input_example
 from wrappers.server import LocalServer
 from wrappers.tensors import pack_bytes, unpack_bytes
 

@@ -199,9 +199,9 @@ asyncio.run(main(sys.argv[1]))
 
 @pytest.mark.parametrize("fallback", [False, True])
 def test_a_model_fails_to_load_on_a_moved_target_unless_it_lets_that_fast_path_fall_back(tmp_path, fallback):
+    from slipway.artifact import SETTINGS_FILE
     from tests.graphs import matmul_graph
     from tests.wrappers.folders import model_folder
-    from wrappers.artifact import SETTINGS_FILE
 
     folder = model_folder(tmp_path, "m", matmul_graph(tmp_path / "m.onnx"), extra={"fast_path_fallback": fallback})
     found = _run(LOAD, str(folder / SETTINGS_FILE))

@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
+from slipway.artifact import load_input_example
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, raw_output, raw_request, scrape
-from wrappers.artifact import load_input_example
 from wrappers.server import LOOPBACK, LocalServer
 
 pytestmark = pytest.mark.slow

@@ -58,7 +58,7 @@ def test_a_model_that_fails_to_load_ends_the_command_with_one_line_naming_why(mo
     process, _ = serve(model)
     out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 2, (out, err)
-    assert err.strip() == (f"error: MLServer stopped by itself (exit status 0): wrappers.artifact.ArtifactError: artifact "
+    assert err.strip() == (f"error: MLServer stopped by itself (exit status 0): slipway.artifact.ArtifactError: artifact "
                            f"{model} was modified: model.onnx does not match its sha256 in manifest.json"), err
     assert "Some of the models failed to load" in out  # MLServer's own log still reaches the user
 

@@ -7,10 +7,10 @@ import sys
 import onnxruntime as ort
 import pytest
 
+from slipway.artifact import SETTINGS_FILE, read_manifest
 from slipway.paths import PROJECT_ROOT
 from tests.graphs import matmul_graph
 from tests.wrappers.folders import model_folder
-from wrappers.artifact import SETTINGS_FILE, read_manifest
 from wrappers.session import (
     CPU,
     TENSORRT,

@@ -63,7 +63,7 @@ def records(tmp_path: Path, artifact: Path, *versions: str) -> list[Path]:
     machine: each a folder of its own whose settings name the version, so each has its own digest."""
     import shutil
 
-    from wrappers.artifact import SETTINGS_FILE, write_manifest
+    from slipway.artifact import SETTINGS_FILE, write_manifest
 
     paths = []
     for version in versions:

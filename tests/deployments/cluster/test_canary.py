@@ -37,6 +37,9 @@ from tests.deployments.cluster.conftest import MODEL, make_namespace
 pytestmark = pytest.mark.slow
 
 SHADOW = "shadow"
+# Versions 1-3 of digits here are other bytes than the other cluster tests' versions 1-2 under the default root:
+# versions are immutable in the store, so these live under a root of their own.
+STORAGE_ROOT = "s3://slipway-models/canary-tests"
 SLO = "p50_ms: 20\np95_ms: 25\nmax_error_rate: 0.01\ncanary:\n  min_requests: 200\n  max_output_drift: 0.05\n"
 UNIFORM = tuple([0.1] * 10)
 SKEWED = (0.05, 0.05, 0.05, 0.4, 0.05, 0.1, 0.1, 0.05, 0.1, 0.05)  # class 3 wins far more often: drift 0.3
@@ -67,7 +70,7 @@ def prometheus_url(prometheus_tools, tmp_path_factory):  # noqa: F811
 
 def _copy(artifact: Path, folder: Path, note: str) -> Path:
     """The artifact with a settings field of its own, so that each copy is a version with its own digest."""
-    from wrappers.artifact import SETTINGS_FILE, write_manifest
+    from slipway.artifact import SETTINGS_FILE, write_manifest
 
     shutil.copytree(artifact, folder)
     settings = json.loads((folder / SETTINGS_FILE).read_text())
@@ -112,13 +115,30 @@ def _champion(store: Path) -> str:
 
 
 @pytest.fixture
-def stable(api, cluster_env, store, tmp_path):
-    """Deploy digits v1 in a namespace of its own (named by the test's parameter); its name."""
+def namespaces(api):
+    """Make namespaces (with the store's Secret) for one test; delete them after it, so that kwok does not keep
+    their pods beside the next tests'."""
+    from kubernetes import client
+
+    made: list[str] = []
+
+    def make(name: str) -> str:
+        made.append(make_namespace(api, name))
+        return name
+
+    yield make
+    for name in made:
+        client.CoreV1Api(api).delete_namespace(name)
+
+
+@pytest.fixture
+def stable(cluster_env, store, tmp_path, namespaces):
+    """Deploy digits v1 in a namespace of its own; its name."""
 
     def deploy(namespace: str) -> str:
-        make_namespace(api, namespace)
-        run_module("deployments", "deploy", "--namespace", namespace, "--wait", "120", "--version-record",
-                   str(_record(store, f"{MODEL}:1", tmp_path)), env=cluster_env)
+        namespaces(namespace)
+        run_module("deployments", "deploy", "--namespace", namespace, "--wait", "120", "--storage-root", STORAGE_ROOT,
+                   "--version-record", str(_record(store, f"{MODEL}:1", tmp_path)), env=cluster_env)
         return namespace
 
     return deploy
@@ -197,7 +217,7 @@ def loop_env(cluster_env, prometheus_url, store, tmp_path) -> dict[str, str]:
 
 def _loop_args(env: dict, ref: str, *, steps: str = "10,50,100", interval: str = "2s") -> list[str]:
     return ["--ref", ref, "--store", env["STORE"], "--slo", env["SLO_FILE"], "--steps", steps, "--interval", interval,
-            "--window", "5m", "--drain", "1s", "--wait", "120"]
+            "--window", "5m", "--drain", "1s", "--wait", "120", "--storage-root", STORAGE_ROOT]
 
 
 def _report(env: dict) -> dict:
@@ -297,7 +317,8 @@ def test_a_killed_run_resumes_where_it_stopped_and_a_second_canary_is_refused_me
 
 def test_a_shadow_then_a_canary_of_the_same_version_judges_its_outputs_first(api, stable, loop_env, store):
     namespace = stable("canary-shadow")
-    shadow_args = ["--ref", f"{MODEL}:2", "--store", loop_env["STORE"], "--namespace", namespace, "--wait", "120"]
+    shadow_args = ["--ref", f"{MODEL}:2", "--store", loop_env["STORE"], "--namespace", namespace, "--wait", "120",
+                   "--storage-root", STORAGE_ROOT]
     run_module("deployments", "shadow", *shadow_args, env=loop_env)
     sdep = _sdep(api, namespace)
     shadow = next(p for p in sdep["spec"]["predictors"] if p["name"] == SHADOW)
@@ -327,7 +348,7 @@ def test_a_shadow_then_a_canary_of_the_same_version_judges_its_outputs_first(api
 def test_a_shadow_whose_outputs_drift_never_takes_traffic(api, stable, loop_env, store):
     namespace = stable("canary-drift")
     run_module("deployments", "shadow", "--ref", f"{MODEL}:2", "--store", loop_env["STORE"], "--namespace", namespace,
-               "--wait", "120", env=loop_env)
+               "--wait", "120", "--storage-root", STORAGE_ROOT, env=loop_env)
     champion = _champion(store)
     watched = Watched(api, namespace)
     result = _canary(loop_env, namespace, *_loop_args(loop_env, f"{MODEL}:2"))
@@ -344,13 +365,13 @@ def test_a_shadow_whose_outputs_drift_never_takes_traffic(api, stable, loop_env,
 # ------------------------------------------------------------------ refused: one line, exit 2, nothing changed
 
 
-def test_bad_input_is_refused_in_one_line_and_changes_nothing(api, stable, loop_env, tmp_path):
+def test_bad_input_is_refused_in_one_line_and_changes_nothing(api, stable, namespaces, loop_env, tmp_path):
     from deployments.apply import dynamic_client
 
     namespace = stable("canary-refused")
     bad_slo = tmp_path / "bad.yaml"
     bad_slo.write_text("p95_ms: 25\nmax_eror_rate: 0.01\n")
-    foreign = make_namespace(api, "canary-foreign")
+    foreign = namespaces("canary-foreign")
     sdep = _sdep(api, namespace)
     resource = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
     resource.create(body={"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
@@ -371,7 +392,8 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(api, stable, loop_
         ((namespace, "--ref", f"{MODEL}:2", "--steps", "10,50"), "before the last, 100"),
     ]
     for (target, *args), expected in cases:
-        common = {"--store": loop_env["STORE"], "--slo": loop_env["SLO_FILE"], "--interval": "2s", "--wait": "30"}
+        common = {"--store": loop_env["STORE"], "--slo": loop_env["SLO_FILE"], "--interval": "2s", "--wait": "30",
+                  "--storage-root": STORAGE_ROOT}
         flags = [item for key, value in common.items() if key not in args for item in (key, value)]
         result = _canary(loop_env, target, *args, *flags)
         assert result.returncode == 2, (args, result.stderr)

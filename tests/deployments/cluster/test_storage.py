@@ -73,7 +73,7 @@ def test_make_secret_writes_the_environment_s_keys_and_never_shows_them(api, clu
 
 def test_deploy_uploads_the_version_and_the_storage_initializer_pulls_exactly_it(api, cluster_env, digits_artifact,
                                                                                    tmp_path):
-    from wrappers.artifact import verify_artifact
+    from slipway.artifact import verify_artifact
 
     namespace = make_namespace(api, "upload")
     (record,) = records(tmp_path, digits_artifact, "7")

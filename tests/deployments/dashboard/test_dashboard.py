@@ -24,13 +24,13 @@ from wrappers.metrics import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS
 # What Grafana puts in for its variables, as a query over a real Prometheus would get them.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": "slipway", "$model": "digits"}
 # Exported by the cluster, not by anything installed here: cAdvisor (the kubelet), kube-state-metrics, Prometheus's
-# own `up`, and the canary controller's weight (README, "Grafana dashboard").
+# own `up`.
 CLUSTER_METRICS = {
     "container_cpu_usage_seconds_total", "container_memory_working_set_bytes",
     "kube_pod_container_resource_requests", "kube_pod_container_resource_limits",
     "kube_horizontalpodautoscaler_status_current_replicas", "kube_horizontalpodautoscaler_status_desired_replicas",
     "kube_horizontalpodautoscaler_spec_min_replicas", "kube_horizontalpodautoscaler_spec_max_replicas",
-    "up", "slipway_canary_weight",
+    "up",
 }
 _SELECTED = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
 _NAME_MATCHER = re.compile(r'__name__=~"([^"]+)"')

@@ -1,4 +1,4 @@
-"""`python -m wrappers.bench.mobilenet --out FILE`: MobileNetV2 fp32 as ONNX, for the benchmark only.
+"""`python -m benchmarks.mobilenet --out FILE`: MobileNetV2 fp32 as ONNX, for the benchmark only.
 
 It imports TensorFlow, so it only ever runs as its own process, started by the benchmark
 when the export step has not produced a MobileNetV2 artifact; the serving code never
@@ -22,7 +22,7 @@ def build(out: Path, seed: int = 0) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wrappers.bench.mobilenet", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mobilenet", description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="ONNX file to write")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

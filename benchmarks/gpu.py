@@ -3,7 +3,7 @@
 A prepared script for a machine with an NVIDIA GPU and `make setup GPU=1`: it measures
 rows/s and p50 latency at batch 1 and 32 for every (provider, precision, IOBinding), and
 CUDA graphs, with each variant's answers against CPU fp32's; then the model served through
-MLServer on CUDA (`wrappers.bench.gpu_served`). It writes reports/gpu.json, reports/gpu.png
+MLServer on CUDA (`benchmarks.gpu_served`). It writes reports/gpu.json, reports/gpu.png
 and the GPU table of docs/benchmarks.md. Where a provider is missing it still runs: those rows say
 "unavailable" or "fell back" and why, and the CPU rows are measured, so the same command
 checks the fallback paths on any machine (into reports/gpu-cpu-only.*).
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.bench.gpu_served import POINTS, measure_served, served_configs
-from wrappers.bench.models import BenchModel
+from benchmarks.gpu_served import POINTS, measure_served, served_configs
+from benchmarks.models import BenchModel
 from wrappers.session import (
     CPU, CUDA, DYNAMIC, TENSORRT, SessionRunner, TensorSpec, create_session, tensorrt_batch_profile,
 )

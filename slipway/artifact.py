@@ -1,7 +1,11 @@
 """The model artifact folder: the contract between `export` (writes) and the runtime (reads).
 
-A folder holds `model.onnx`, `model-settings.json`, optional extras (an input example,
-labels) and `manifest.json` with the sha256 of every other file. The runtime refuses a
+Part of the shared core: `export`, `wrappers`, `loadtest` and `deployments` all read it, and it
+needs only the core dependencies (pydantic, numpy), never MLServer, onnxruntime or TensorFlow.
+
+A folder holds `model.onnx`, `model-settings.json` (naming `RUNTIME_IMPLEMENTATION` and a model
+name `MODEL_NAME` admits), optional extras (an input example, labels, `variant.json`) and
+`manifest.json` with the sha256 of every other file. The runtime refuses a
 folder whose files do not match their manifest (a file changed, missing, or added), so
 what serves is what was exported. A deployment can also pin the digest it expects
 (`$SLIPWAY_EXPECTED_DIGESTS`), so a folder replaced together with its manifest is refused too.
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,6 +28,11 @@ MANIFEST_NAME = "manifest.json"
 MODEL_FILE = "model.onnx"
 SETTINGS_FILE = "model-settings.json"
 INPUT_EXAMPLE_FILE = "input-example.npz"
+VARIANT_FILE = "variant.json"  # written by `python -m export variants` / `import` beside model.onnx (slipway.precision)
+# What model-settings.json names as `implementation` to be served by `wrappers.runtime.OnnxRuntime`.
+RUNTIME_IMPLEMENTATION = "wrappers.runtime.OnnxRuntime"
+# Model names: what a V2 URL path (/v2/models/<name>/infer) carries unescaped, as `export` names models.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 MANIFEST_FORMAT = "slipway.artifact/v1"
 EXPECTED_DIGESTS_ENV = "SLIPWAY_EXPECTED_DIGESTS"
 _CHUNK = 1 << 20

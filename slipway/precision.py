@@ -14,7 +14,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-VARIANT_FILE = "variant.json"  # written by `python -m export variants` / `import` beside model.onnx
+from slipway.artifact import MODEL_FILE, VARIANT_FILE
+
 U8S8 = "U8S8"
 S8S8 = "S8S8"
 _QUANTIZED = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
@@ -50,7 +51,7 @@ def read_numerics(folder: Path) -> Numerics | None:
     recorded = _from_variant_file(folder / VARIANT_FILE)
     if recorded is not None and (recorded.precision != "int8" or recorded.int8_format):
         return recorded
-    model = folder / "model.onnx"
+    model = folder / MODEL_FILE
     if not model.is_file():
         return recorded
     import onnx
@@ -66,7 +67,9 @@ def _from_variant_file(path: Path) -> Numerics | None:
         return None
     if not isinstance(lineage, dict) or lineage.get("precision") not in ("fp32", "fp16", "int8"):
         return None
-    details = lineage.get("details") if isinstance(lineage.get("details"), dict) else {}
+    details = lineage.get("details")
+    if not isinstance(details, dict):
+        details = {}
     activations = str(details.get("activations", ""))
     int8_format = None
     if lineage["precision"] == "int8":
@@ -89,7 +92,7 @@ def graph_numerics(model) -> tuple[str, str | None]:
                 for attribute in node.attribute:
                     if attribute.name == "value":
                         types[node.output[0]] = attribute.t.data_type
-        kinds = set()
+        kinds: set[int | None] = set()  # None: a zero point whose type was not read
         for node in graph.node:
             if node.op_type == "DynamicQuantizeLinear":
                 kinds.add(TensorProto.UINT8)  # always uint8

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.bench.load import GRPC, run_load
-from wrappers.bench.models import BenchModel, server_folder
-from wrappers.bench.run import IMPLEMENTATIONS, SLIPWAY
+from benchmarks.load import GRPC, run_load
+from benchmarks.models import BenchModel, server_folder
+from benchmarks.run import IMPLEMENTATIONS, SLIPWAY
 from wrappers.request_bodies import rest_body
 from wrappers.server import LocalServer
 

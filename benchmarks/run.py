@@ -2,9 +2,9 @@
 
 For each model: ONNX Runtime alone in this process (the limit, measured before and after
 the servers' loads and averaged), then real MLServer processes side by side, the plain
-runtime (`wrappers.bench.plain_runtime`) and the wrappers runtime, loaded in turn at each
+runtime (`benchmarks.plain_runtime`) and the wrappers runtime, loaded in turn at each
 point (protocol x concurrency) so that both meet the same machine, and over gRPC a bare gRPC
-server (`wrappers.bench.transport`): what the transport alone costs. Writes reports/bench.json,
+server (`benchmarks.transport`): what the transport alone costs. Writes reports/bench.json,
 reports/bench.png, reports/bench.md and the benchmark table of docs/benchmarks.md.
 """
 
@@ -18,23 +18,23 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, grpc_answer, run_load
+from benchmarks.models import BENCH_DIR, MODELS, BenchModel, server_folder
+from benchmarks.raw import measure_raw, measure_side_by_side
+from benchmarks.transport import BareGrpcServer
 from slipway import atomic
+from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.reports import wakeup_round_trip_us
-from wrappers.bench.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, grpc_answer, run_load
-from wrappers.bench.models import BENCH_DIR, MODELS, BenchModel, server_folder
-from wrappers.bench.raw import measure_raw, measure_side_by_side
-from wrappers.bench.transport import BareGrpcServer
 from wrappers.request_bodies import grpc_request
 from wrappers.server import LocalServer
-from wrappers.settings import RUNTIME_IMPLEMENTATION
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
-# gRPC alone (`wrappers.bench.transport`), holding each request so that its p50 matches the wrappers runtime's of the
+# gRPC alone (`benchmarks.transport`), holding each request so that its p50 matches the wrappers runtime's of the
 # same round: its CPU per request is the floor under the servers' event-loop and other-thread CPU at about their rate.
 # It serves nothing, so it has no share of the raw limit.
 TRANSPORT = "grpc transport alone (no MLServer, no model)"
-IMPLEMENTATIONS = {PLAIN: "wrappers.bench.plain_runtime.PlainOnnxRuntime", SLIPWAY: RUNTIME_IMPLEMENTATION}
+IMPLEMENTATIONS = {PLAIN: "benchmarks.plain_runtime.PlainOnnxRuntime", SLIPWAY: RUNTIME_IMPLEMENTATION}
 # The wrappers runtime's settings per model, as a user would put them in model-settings.json.
 SLIPWAY_SETTINGS = {
     "digits": {},  # the defaults: tiny runs go inline on the event loop

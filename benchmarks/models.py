@@ -3,7 +3,7 @@
 - digits: the demo's artifact when `make demo` made one, else trained and converted here
   (through `python -m export`, in its own process);
 - mobilenetv2: the export step's fp32 artifact when it exists (`make export MODEL=mobilenetv2`), else built here by
-  `python -m wrappers.bench.mobilenet` (TensorFlow, in its own process: this one may
+  `python -m benchmarks.mobilenet` (TensorFlow, in its own process: this one may
   not import TensorFlow beside ONNX Runtime and the servers).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.artifact import MODEL_FILE, SETTINGS_FILE, load_input_example, write_manifest
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, PROJECT_ROOT
-from wrappers.artifact import MODEL_FILE, SETTINGS_FILE, load_input_example, write_manifest
 
 BENCH_DIR = BUILD_DIR / "bench"
 EXPORTED_MOBILENET = BUILD_DIR / "variants" / "mobilenetv2" / "fp32"  # `make export MODEL=mobilenetv2`
@@ -71,7 +71,7 @@ def mobilenet_model() -> BenchModel:
         path = BENCH_DIR / "mobilenetv2.onnx"
         source = f"keras.applications.MobileNetV2(weights=None) built for the benchmark ({path})"
         if not path.is_file():
-            _run(["-m", "wrappers.bench.mobilenet", "--out", str(path)], "building MobileNetV2")
+            _run(["-m", "benchmarks.mobilenet", "--out", str(path)], "building MobileNetV2")
     import onnxruntime as ort
 
     graph_input = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs()[0]

@@ -1,6 +1,6 @@
 """gRPC alone, no MLServer and no model: what the transport costs before any serving work.
 
-`python -m wrappers.bench.transport --port P --answer FILE` runs a `grpc.aio` server on uvloop (the
+`python -m benchmarks.transport --port P --answer FILE` runs a `grpc.aio` server on uvloop (the
 library and event loop MLServer serves gRPC with) whose ModelInfer takes each request as bytes, unread,
 holds it as long as the bench last set, and sends back the bytes in FILE: the real server's answer to
 the same request. Loaded by the same client as the servers and held to their request rate (CPU per
@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
 from slipway.paths import PROJECT_ROOT
-from wrappers.bench.load import GRPC_OPTIONS, MODEL_INFER
 from wrappers.server import LOOPBACK, free_port, stop_process_group
 
 START_TIMEOUT_S = 30.0
@@ -82,7 +82,7 @@ class BareGrpcServer:
             channel.unary_unary(f"/{HOLD_SERVICE}/{HOLD_METHOD}")(str(ms).encode(), timeout=10)
 
     def __enter__(self) -> BareGrpcServer:
-        command = [sys.executable, "-m", "wrappers.bench.transport", "--port", str(self.port), "--answer", str(self.answer_file)]
+        command = [sys.executable, "-m", "benchmarks.transport", "--port", str(self.port), "--answer", str(self.answer_file)]
         self._process = subprocess.Popen(command, cwd=PROJECT_ROOT, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -101,7 +101,7 @@ class BareGrpcServer:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m wrappers.bench.transport", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transport", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--answer", type=Path, required=True, help="the serialized ModelInferResponse to send back")
     args = parser.parse_args()

@@ -1,8 +1,10 @@
 import json
+import subprocess
+import sys
 
 import pytest
 
-from wrappers.artifact import (
+from slipway.artifact import (
     EXPECTED_DIGESTS_ENV,
     ArtifactError,
     build_manifest,
@@ -10,6 +12,7 @@ from wrappers.artifact import (
     verify_artifact,
     write_manifest,
 )
+from slipway.paths import PROJECT_ROOT
 
 DIGEST_A, DIGEST_B = "a" * 64, "b" * 64
 
@@ -89,3 +92,26 @@ def test_pins_are_read_per_model_and_version():
     for bad in ("digits", "digits=sha256:abc", f"={DIGEST_A}", f"digits={DIGEST_A.upper()}"):
         with pytest.raises(ArtifactError, match="malformed: write NAME"):
             pinned_digest("digits", "1", {EXPECTED_DIGESTS_ENV: bad})
+
+
+# Run in a fresh interpreter where every package outside the core's dependencies fails to import: the artifact
+# contract (and the numerics read from it) must load with `pip install slipway-serving` alone.
+_CORE_ONLY = """
+import importlib.abc, sys
+BLOCKED = {"mlserver", "onnxruntime", "onnx", "tensorflow", "tf2onnx", "starlette", "fastapi", "grpc", "tritonclient",
+           "wrappers", "export", "loadtest", "deployments", "benchmarks"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"{name} imported by the core", name=name)
+sys.meta_path.insert(0, Block())
+import slipway.artifact, slipway.precision
+print(sorted(name for name in sys.modules if name.partition(".")[0] in BLOCKED))
+"""
+
+
+def test_the_artifact_contract_needs_only_the_core_dependencies():
+    result = subprocess.run([sys.executable, "-c", _CORE_ONLY], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from wrappers.bench.gpu import NOT_MEASURED, draw, plot
+from benchmarks.gpu import NOT_MEASURED, draw, plot
 from wrappers.session import CPU, CUDA, TENSORRT
 
 

@@ -10,12 +10,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from benchmarks.gpu_served import POINTS, measure_served, served_configs
+from benchmarks.models import BenchModel
+from benchmarks.report import markdown, plot
+from benchmarks.run import SLIPWAY_LATENCY, TRANSPORT, BenchConfig, _steps, bench_model, figures
+from slipway.artifact import MODEL_FILE, load_input_example
 from tests.conftest import run_module
-from wrappers.artifact import MODEL_FILE, load_input_example
-from wrappers.bench.gpu_served import POINTS, measure_served, served_configs
-from wrappers.bench.models import BenchModel
-from wrappers.bench.report import markdown, plot
-from wrappers.bench.run import SLIPWAY_LATENCY, TRANSPORT, BenchConfig, _steps, bench_model, figures
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ def test_the_progress_bar_counts_every_load_of_every_runtime():
 
 def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(digits_artifact, reports_env, tmp_path):
     env = {**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports"), "SLIPWAY_BUILD_DIR": str(tmp_path / "build")}
-    run_module("wrappers", "bench-gpu", "--model", str(digits_artifact / MODEL_FILE), "--seconds", "0.1",
+    run_module("benchmarks", "gpu", "--model", str(digits_artifact / MODEL_FILE), "--seconds", "0.1",
                "--batch-sizes", "1", "2", "--no-docs", env=env)
     name = "gpu" if shutil.which("nvidia-smi") else "gpu-cpu-only"  # a GPU machine's record is not overwritten here
     report = json.loads((tmp_path / "reports" / f"{name}.json").read_text())
