@@ -76,9 +76,9 @@ class Usage:
         return stamps, np.bincount(index, weights=values)
 
 
-def parse_query_range(data: object, *, kind: Kind, source: str) -> Usage:
-    """Validate one `query_range` response (or its `data` object) and return its series."""
-    hint = HINTS[kind]
+def matrix_series(data: object, *, hint: str, source: str) -> list[dict]:
+    """The series of a `query_range` answer (or its `data` object) that hold samples; one line for any other shape,
+    naming `hint`, the query that would have answered."""
     if isinstance(data, dict) and "status" in data:
         if data.get("status") != "success":
             raise UsageError(f"{source}: Prometheus answered {data.get('status')}: {data.get('error', 'no error text')}")
@@ -96,6 +96,13 @@ def parse_query_range(data: object, *, kind: Kind, source: str) -> Usage:
     raw = [item for item in result if item.get("values")]
     if not raw:
         raise UsageError(f"{source} has no samples: the query matched no series; query {hint}")
+    return raw
+
+
+def parse_query_range(data: object, *, kind: Kind, source: str) -> Usage:
+    """Validate one `query_range` response (or its `data` object) and return its series."""
+    hint = HINTS[kind]
+    raw = matrix_series(data, hint=hint, source=source)
     for item in raw:
         name = str(item.get("metric", {}).get("__name__", ""))
         if name.endswith(COUNTER_SUFFIXES):

@@ -21,7 +21,7 @@ from typing import Literal, overload
 import numpy as np
 
 from deployments.prometheus import Prometheus, PrometheusError
-from deployments.usage import Series, UsageError, checked_series
+from deployments.usage import Series, UsageError, checked_series, matrix_series
 from slipway.files import FileProblem, read_json
 
 GpuKind = Literal["gpu-util", "gpu-memory"]
@@ -109,25 +109,7 @@ def gpu_name(labels: dict) -> tuple[str, str | None] | None:
 
 def _matrix(data: object, *, kind: GpuKind, source: str) -> list[dict]:
     """The series of a query_range answer that hold samples; one line for any other shape."""
-    hint = HINTS[kind]
-    if isinstance(data, dict) and "status" in data:
-        if data.get("status") != "success":
-            raise UsageError(f"{source}: Prometheus answered {data.get('status')}: {data.get('error', 'no error text')}")
-        data = data.get("data")
-    if not isinstance(data, dict) or "resultType" not in data or "result" not in data:
-        raise UsageError(f"{source} is not a Prometheus query_range response (no data.resultType); send the JSON of "
-                         f"/api/v1/query_range for {hint}")
-    if data["resultType"] != "matrix":
-        raise UsageError(f"{source} holds a {data['resultType']} result: use /api/v1/query_range (a matrix), not an instant query")
-    result = data["result"]
-    if not isinstance(result, list) or not all(isinstance(item, dict) and isinstance(item.get("metric", {}), dict)
-                                               for item in result):
-        raise UsageError(f'{source}: data.result must be a list of series {{"metric": {{labels}}, "values": [[time, "value"], ...]}}; '
-                         f"send the JSON of /api/v1/query_range for {hint}")
-    raw = [item for item in result if item.get("values")]
-    if not raw:
-        raise UsageError(f"{source} has no samples: the query matched no series; query {hint}")
-    return raw
+    return matrix_series(data, hint=HINTS[kind], source=source)
 
 
 def _named(raw: list[dict], *, kind: GpuKind, source: str) -> list[tuple[str, str | None, dict]]:
