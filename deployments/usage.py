@@ -44,18 +44,11 @@ class Series:
     values: np.ndarray
 
 
-@dataclass(frozen=True)
-class Usage:
-    """All series of one kind (cpu in cores, memory in bytes, rps in requests/s)."""
+class SeriesSet:
+    """What a history of several series (pods, or GPUs) offers whatever it measures: its span, its samples pooled,
+    and their sum at each timestamp. Mixed into the dataclasses that hold `series`."""
 
-    kind: Kind
-    source: str
     series: list[Series]
-    step_s: float
-
-    @property
-    def pods(self) -> set[str]:
-        return {s.pod for s in self.series}
 
     @property
     def start(self) -> float:
@@ -66,14 +59,28 @@ class Usage:
         return max(float(s.times[-1]) for s in self.series)
 
     def samples(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every pod's samples pooled: (times, values)."""
+        """Every series' samples pooled: (times, values)."""
         return np.concatenate([s.times for s in self.series]), np.concatenate([s.values for s in self.series])
 
     def total(self) -> tuple[np.ndarray, np.ndarray]:
-        """The sum over pods at each timestamp (a pod absent at a timestamp adds nothing)."""
+        """The sum over the series at each timestamp (a series absent at a timestamp adds nothing)."""
         times, values = self.samples()
         stamps, index = np.unique(times, return_inverse=True)
         return stamps, np.bincount(index, weights=values)
+
+
+@dataclass(frozen=True)
+class Usage(SeriesSet):
+    """All series of one kind (cpu in cores, memory in bytes, rps in requests/s)."""
+
+    kind: Kind
+    source: str
+    series: list[Series]
+    step_s: float
+
+    @property
+    def pods(self) -> set[str]:
+        return {s.pod for s in self.series}
 
 
 def matrix_series(data: object, *, hint: str, source: str) -> list[dict]:

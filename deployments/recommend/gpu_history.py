@@ -21,7 +21,7 @@ from typing import Literal, overload
 import numpy as np
 
 from deployments.prometheus import Prometheus, PrometheusError
-from deployments.usage import Series, UsageError, checked_series, matrix_series
+from deployments.usage import Series, SeriesSet, UsageError, checked_series, matrix_series
 from slipway.files import FileProblem, read_json
 
 GpuKind = Literal["gpu-util", "gpu-memory"]
@@ -39,7 +39,7 @@ HINTS = {
 
 
 @dataclass(frozen=True)
-class GpuUtil:
+class GpuUtil(SeriesSet):
     """Utilisation per GPU in percent (0-100); `Series.pod` is the GPU's name, `pods[name]` the pod it served."""
 
     source: str
@@ -51,21 +51,11 @@ class GpuUtil:
     def gpus(self) -> set[str]:
         return {s.pod for s in self.series}
 
-    @property
-    def start(self) -> float:
-        return min(float(s.times[0]) for s in self.series)
-
-    @property
-    def end(self) -> float:
-        return max(float(s.times[-1]) for s in self.series)
-
     def busy(self) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps, busy GPUs): at each timestamp the sum over the GPUs reporting then of utilisation / 100, so
         two cards at 50% and one at 80% are 1.8 GPUs of work; a card absent at a timestamp adds nothing."""
-        times = np.concatenate([s.times for s in self.series])
-        values = np.concatenate([s.values for s in self.series]) / 100.0
-        stamps, index = np.unique(times, return_inverse=True)
-        return stamps, np.bincount(index, weights=values)
+        stamps, percent = self.total()
+        return stamps, percent / 100.0
 
     def cards(self) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps, GPUs reporting at each): the replicas (one card each) the history ran on."""
