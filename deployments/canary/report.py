@@ -109,11 +109,12 @@ class DecisionLog:
 
     def plot(self) -> Path | None:
         """Canary weight and p95 latency of both predictors over the run, as `reports/canary.png`."""
+        from slipway.plots import pyplot, save_png
+
         try:
-            from slipway.plots import pyplot, save_png
-        except ImportError:
+            plt = pyplot()
+        except ImportError:  # matplotlib comes with the loadtest and export extras, not with deploy alone
             return None
-        plt = pyplot()
         start = self.head.get("started_at") or (self.events[0]["at"] if self.events else 0.0)
         figure, (weight_axis, latency_axis) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
         times, weights = [], []
