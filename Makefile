@@ -21,10 +21,13 @@ METRICS_PORT ?= 8082
 HOST         ?= 127.0.0.1
 IMAGE        ?=
 PYTEST_ARGS  ?=
+# pytest-xdist workers for `make test` and `make test-fast` (0: one process); the cluster tests stay together on one
+# worker, beside the rest of the suite on the other (tests/deployments/cluster/conftest.py)
+PYTEST_WORKERS ?= 2
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image push test clean bench bench-gpu
+.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image push test clean bench bench-gpu bench-peers
 .PHONY: export import profile bench-export bench-slim
 
 # export variants, import, profile, bench-export
@@ -140,7 +143,7 @@ bench-slim: setup ## MobileNetV2 at half the channels vs whole, batch 32 (under 
 	flock $(BENCH_LOCK) $(SLIPWAY) export bench-slim $(BENCH_SLIM_ARGS)
 
 test: setup setup-torch tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: lint test-fast
 lint: setup ## ruff's checks ([tool.ruff] in pyproject.toml) and mypy on the packages [tool.mypy] lists
@@ -148,7 +151,7 @@ lint: setup ## ruff's checks ([tool.ruff] in pyproject.toml) and mypy on the pac
 	$(PY) -m mypy
 
 test-fast: setup ## the tests that neither train a model nor start a server (not marked slow)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # constraints.txt: every package the extras bring (torch's aside), pinned per platform (Linux x86_64, macOS arm64)
 # with wheels only, so `make setup` and both images install the same versions until it is regenerated
@@ -198,6 +201,11 @@ REPOSITORY_TOKEN_SECRET ?=
 GPU_NODE_SELECTOR ?=
 GPU_TOLERATIONS  ?=
 TRT_CACHE_CLAIM  ?=
+# SPLIT=cpu-gpu: decoding/resizing and top-k in CPU pods of their own around the model's (a Seldon graph run by its
+# executor), each with its own autoscaler (docs/manifests.md).
+SPLIT            ?=
+# FRONTENDS=N: N serving processes per model pod feeding one session host, CPUs sized for them (docs/manifests.md).
+FRONTENDS        ?=
 # DASHBOARD=1: also render the model's Grafana dashboard, a ConfigMap that Grafana's dashboard sidecar loads.
 DASHBOARD        ?=
 # Where the model's bytes go: a version without a URI of its own is uploaded to STORAGE_ROOT/<name>/<version>
@@ -241,13 +249,13 @@ RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NA
   $(if $(HPA_METRIC_SOURCE),--hpa-metric-source $(HPA_METRIC_SOURCE)) \
   $(foreach label,$(GPU_NODE_SELECTOR),--gpu-node-selector $(label)) \
   $(foreach taint,$(GPU_TOLERATIONS),--gpu-toleration $(taint)) $(if $(TRT_CACHE_CLAIM),--trt-cache-claim $(TRT_CACHE_CLAIM)) \
-  $(if $(filter 1,$(DASHBOARD)),--dashboard)
+  $(if $(filter 1,$(DASHBOARD)),--dashboard) $(if $(SPLIT),--split $(SPLIT)) $(if $(FRONTENDS),--frontends $(FRONTENDS))
 
 versions-resolve: setup
 	$(if $(VERSION)$(TAG),$(call version_record,$(if $(VERSION),$(MODEL_NAME):$(VERSION),$(MODEL_NAME)@$(TAG)),$(RECORD)))
 	$(if $(CANARY_VERSION)$(CANARY_TAG),$(call version_record,$(if $(CANARY_VERSION),$(MODEL_NAME):$(CANARY_VERSION),$(MODEL_NAME)@$(CANARY_TAG)),$(CANARY_RECORD)))
 
-manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior)
+manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior; gpu: gpu-queue|gpu-util)
 	$(SLIPWAY) render $(RENDER_ARGS)
 
 .PHONY: alerts
@@ -361,13 +369,16 @@ gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; n
 # --- benchmarks/ (python -m benchmarks serving, gpu): serving benchmarks (issue 4) ---------
 BENCH_ARGS     ?=
 BENCH_GPU_ARGS ?=
+BENCH_PEERS_ARGS ?=
 
 bench: setup ## raw ONNX Runtime vs a plain MLServer runtime vs ours, digits + MobileNetV2 (reports/bench.json, docs/benchmarks.md)
 	flock $(BENCH_LOCK) $(SLIPWAY) bench $(BENCH_ARGS)
 
-bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBinding, batch 1/32 (reports/gpu.json)
-	@if command -v nvidia-smi >/dev/null; then $(MAKE) setup GPU=1; \
-	 else echo "no nvidia-smi here: measuring the CPU rows only, with the installed onnxruntime"; $(MAKE) setup; fi
+bench-peers: setup ## Slipway's runtime vs KServe 0.21 vs PyTriton 0.7 (own venvs in build/peers), one client (reports/bench-peers.json, docs/benchmarks.md)
+	flock $(BENCH_LOCK) $(SLIPWAY) bench-peers $(BENCH_PEERS_ARGS)
+
+bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBinding, batch 1/32, served vs the CUDA limit with fp32 and uint8 inputs (reports/gpu.json)
+	@if command -v nvidia-smi >/dev/null; then $(MAKE) setup GPU=1; else $(MAKE) setup; fi
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-gpu $(BENCH_GPU_ARGS)
 
 clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.* and cluster-hpa.*)

@@ -1,9 +1,11 @@
-"""`python -m benchmarks`: how fast Slipway's runtime serves (`serving`, `make bench`) and one model on CPU vs
-CUDA vs TensorRT (`gpu`, `make bench-gpu`). `slipway bench` and `slipway bench-gpu` run the same commands."""
+"""`python -m benchmarks`: how fast Slipway's runtime serves (`serving`, `make bench`), against KServe and PyTriton
+(`peers`, `make bench-peers`), one model on CPU vs CUDA vs TensorRT (`gpu`, `make bench-gpu`), and one front end
+vs N (`frontends`). `slipway bench`, `slipway bench-peers` and `slipway bench-gpu` run the same commands."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +46,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
 def cmd_gpu(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from benchmarks.gpu import GpuBenchConfig, markdown, plot, run_gpu_bench, steps
+    from benchmarks.gpu import GpuBenchConfig, markdown, plot, require_gpu, run_gpu_bench, steps
     from benchmarks.models import BENCH_DIR, mobilenet_model
     from slipway.artifact import sha256_file
     from slipway.paths import REPORTS_DIR
@@ -53,12 +55,16 @@ def cmd_gpu(args: argparse.Namespace) -> int:
 
     if args.seconds <= 0 or any(batch < 1 for batch in args.batch_sizes):
         raise UserError("--seconds and --batch-sizes must be positive")
+    if not 2 <= args.frontends <= 64:
+        raise UserError(f"--frontends {args.frontends}: give 2 to 64 front ends to compare with one")
+    if not args.allow_no_gpu and (missing := require_gpu()):
+        raise UserError(missing)
     model = args.model or mobilenet_model().onnx_path
     if not Path(model).is_file():
         raise UserError(f"no ONNX model at {model}: pass --model FILE")
     work_dir = BENCH_DIR / "gpu" / sha256_file(Path(model))[:12]  # fp16/int8 graphs and engines of this model
     config = GpuBenchConfig(model=Path(model), work_dir=work_dir, batch_sizes=tuple(args.batch_sizes),
-                            seconds=args.seconds)
+                            seconds=args.seconds, frontends=args.frontends)
     with Progress() as progress:
         task = progress.add_task("bench-gpu", total=steps(config))
         payload = run_gpu_bench(config, on_step=lambda steps: progress.advance(task, steps))
@@ -77,6 +83,73 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_peers(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from benchmarks.models import MODELS
+    from benchmarks.peers.harness import PeersConfig, run_peers, wrong_answers
+    from benchmarks.peers.report import markdown
+    from benchmarks.report import plot
+    from slipway.cli import one_line
+    from slipway.paths import REPORTS_DIR
+    from slipway.readme import BENCHMARKS_PAGE, replace_section
+    from slipway.reports import write_report
+
+    unknown = sorted(set(args.models) - set(MODELS))
+    if unknown:
+        raise UserError(f"unknown models {unknown}: choose from {sorted(MODELS)}")
+    try:
+        config = PeersConfig(models=args.models, concurrency=args.concurrency, seconds=args.seconds, rounds=args.rounds,
+                             raw_seconds=args.seconds, skip=args.skip)
+    except ValidationError as err:
+        raise UserError(one_line(err, "bench-peers")) from None
+    payload = run_peers(config, on_line=lambda line: console.print(line, markup=False))
+    path = write_report("bench-peers", payload)
+    plot(payload, REPORTS_DIR / "bench-peers.png")
+    table = markdown({**payload, "created_at": time.strftime("%Y-%m-%d")})
+    if args.update_docs and replace_section(BENCHMARKS_PAGE, "bench-peers", table):
+        console.print(f"bench-peers table in {BENCHMARKS_PAGE} updated from {path}")
+    sys.stdout.write(table)
+    console.print(f"report {path}, plot {REPORTS_DIR / 'bench-peers.png'}")
+    wrong = wrong_answers(payload)
+    for line in wrong:
+        console.print(f"[red]{line}[/]")
+    return 1 if wrong else 0
+
+
+def cmd_frontends(args: argparse.Namespace) -> int:
+    from benchmarks.frontends import run
+
+    return run(args)
+
+
+def split_doc() -> str:
+    from benchmarks.split import __doc__ as doc
+
+    return doc or ""
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from benchmarks.split import SplitBenchError, run_split_bench
+    from slipway.reports import write_report
+
+    if min(args.concurrency) < 1 or args.rows < 1 or args.rounds < 1 or not 0 < args.seconds <= 60:
+        raise UserError("--concurrency, --rows and --rounds must be at least 1 and --seconds within 0-60")
+    try:
+        payload = run_split_bench(args.executor, models=args.models, rows=args.rows, concurrency=args.concurrency,
+                                  seconds=args.seconds, rounds=args.rounds)
+    except SplitBenchError as err:
+        raise UserError(str(err).splitlines()[0]) from err
+    path = write_report("bench-split", payload)
+    for model in payload["models"]:
+        for line in model["summary"]:
+            console.print(f"{model['model']} x{line['concurrency']}: one-pod {line['one-pod_requests_per_s']} req/s "
+                          f"p50 {line['one-pod_p50_ms']} ms; split {line['split_requests_per_s']} req/s p50 "
+                          f"{line['split_p50_ms']} ms (x{line['split_over_one_pod_requests_per_s']} req/s)", soft_wrap=True)
+    console.print(f"report {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m benchmarks", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -91,15 +164,50 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="do not rewrite the benchmark table in docs/benchmarks.md")
     bench.set_defaults(func=cmd_serving)
 
+    peers = commands.add_parser(
+        "peers", help="raw ONNX Runtime vs plain MLServer vs Slipway vs KServe vs PyTriton, one client "
+                      "(reports/bench-peers.json)"
+    )
+    peers.add_argument("--models", nargs="+", default=["digits", "mobilenetv2"], help="models to measure")
+    peers.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent clients per point")
+    peers.add_argument("--seconds", type=float, default=2.0,
+                       help="measured seconds per load, and per raw ONNX Runtime setting (default 2)")
+    peers.add_argument("--rounds", type=int, default=3,
+                       help="rounds per point (at least 2), the servers in turn; the median round counts (default 3)")
+    peers.add_argument("--skip", nargs="+", default=[], metavar="PEER",
+                       help="peers not to install or run (kserve, pytriton): reported as not run")
+    peers.add_argument("--no-docs", dest="update_docs", action="store_false",
+                       help="do not rewrite the bench-peers table in docs/benchmarks.md")
+    peers.set_defaults(func=cmd_peers)
+
     gpu = commands.add_parser(
         "gpu", help="CPU vs CUDA vs TensorRT, fp32/fp16/int8, with/without IOBinding (reports/gpu.json)"
     )
     gpu.add_argument("--model", type=Path, help="fp32 ONNX model (default: MobileNetV2, built if needed)")
     gpu.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     gpu.add_argument("--seconds", type=float, default=2.0, help="measured seconds per row (default 2)")
+    gpu.add_argument("--frontends", type=int, default=4, metavar="N",
+                     help="front ends of the served point compared with one at gRPC concurrency 32 (default 4)")
+    gpu.add_argument("--allow-no-gpu", action="store_true",
+                     help="without a CUDA GPU, measure the CPU rows and say why the others are missing (else refused)")
     gpu.add_argument("--no-docs", dest="update_docs", action="store_false",
                      help="do not rewrite the GPU table in docs/benchmarks.md")
     gpu.set_defaults(func=cmd_gpu)
+    from benchmarks.frontends import add_arguments as frontends_arguments
+
+    frontends = commands.add_parser("frontends", help="one front end vs N per model, side by side over gRPC "
+                                    "(reports/bench-frontends.json)")
+    frontends_arguments(frontends)
+    frontends.set_defaults(func=cmd_frontends)
+    split = commands.add_parser("split", help="the CPU/GPU split form through Seldon's executor vs the one-pod form "
+                                "(reports/bench-split.json)", description=split_doc())
+    split.add_argument("--executor", type=Path, required=True, help="Seldon Core's executor binary, v1.17.1")
+    split.add_argument("--models", nargs="+", default=["digits", "mobilenetv2"], help="models to measure")
+    split.add_argument("--rows", type=int, default=1, help="images per request (default 1)")
+    split.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent clients per point")
+    split.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round of a point (default 3)")
+    split.add_argument("--rounds", type=int, default=3, help="rounds per point, the forms in turn (default 3)")
+    split.set_defaults(func=cmd_split)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -3,10 +3,13 @@
 A prepared script for a machine with an NVIDIA GPU and `make setup GPU=1`: it measures
 rows/s and p50 latency at batch 1 and 32 for every (provider, precision, IOBinding), and
 CUDA graphs, with each variant's answers against CPU fp32's; then the model served through
-MLServer on CUDA (`benchmarks.gpu_served`). It writes reports/gpu.json, reports/gpu.png
-and the GPU table of docs/benchmarks.md. Where a provider is missing it still runs: those rows say
-"unavailable" or "fell back" and why, and the CPU rows are measured, so the same command
-checks the fallback paths on any machine (into reports/gpu-cpu-only.*).
+MLServer on CUDA (`benchmarks.gpu_served`), and served rows/s as a share of the in-process CUDA
+fp32 limit at gRPC concurrency 32 with 1-row requests, for fp32 and uint8 inputs and for one front
+end against `--frontends N` (default 4), p99 beside it.
+It writes reports/gpu.json, reports/gpu.png and the GPU table of docs/benchmarks.md. Without a
+CUDA GPU the command refuses (`require_gpu`); with `--allow-no-gpu` it still runs: the missing
+rows say "unavailable" or "fell back" and why, and the CPU rows are measured, so it checks the
+fallback paths on any machine (into reports/gpu-cpu-only.*).
 
 Precisions: fp32 is the model as exported; fp16 is converted with float16 weights and
 float32 inputs/outputs (onnxconverter-common), and for TensorRT it is TensorRT's own fp16
@@ -18,15 +21,18 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.gpu_served import POINTS, measure_served, served_configs
+from benchmarks.gpu_served import (
+    FRONTENDS_CONFIG, INPUT_CONFIG, POINTS, frontends_plan, input_plan, measure_frontends, measure_inputs, measure_served,
+    served_configs,
+)
+from export.uint8_input import Uint8InputError
+from loadtest.tuning.machine import available_providers, gpu_name, missing_for
 from benchmarks.models import BenchModel
 from wrappers.session import (
     CPU, CUDA, DYNAMIC, TENSORRT, SessionRunner, TensorSpec, create_session, tensorrt_batch_profile,
@@ -47,14 +53,14 @@ class GpuBenchConfig:
     batch_sizes: tuple[int, ...] = (1, 32)
     seconds: float = 2.0
     warmup_runs: int = 3
+    frontends: int = 4  # served at gRPC concurrency 32 beside one front end
 
 
-def gpu_name() -> str | None:
-    """The GPU's name from nvidia-smi, or None where there is none."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    result = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
-    return result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else None
+def require_gpu() -> str | None:
+    """Why this machine cannot run the GPU measurements (one line), or None where it can."""
+    missing = missing_for("cuda", available_providers(), gpu_name())
+    return None if missing is None else (f"bench-gpu needs a CUDA GPU, and this machine lacks {missing}; run it on a "
+                                         "GPU machine, or pass --allow-no-gpu to measure the CPU rows and the fallbacks")
 
 
 def fp16_model(fp32: Path, out: Path) -> Path:
@@ -169,7 +175,8 @@ CASES = (
 
 def steps(config: GpuBenchConfig) -> int:
     """Progress steps: one per measured row, one per served point."""
-    return sum(len(case.io_bindings) * len(config.batch_sizes) for case in CASES) + len(POINTS) * len(served_configs(CUDA))
+    served = len(POINTS) * len(served_configs(CUDA)) + len(input_plan()) + len(frontends_plan(config.frontends))
+    return sum(len(case.io_bindings) * len(config.batch_sizes) for case in CASES) + served
 
 
 def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
@@ -245,16 +252,37 @@ def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expecte
             if row["provider"] == CUDA and row["precision"] == "fp32" and row["status"] == "measured"]
     configs = served_configs(CUDA)
     if not cuda:
-        _advance(on_step, len(POINTS) * len(configs))
+        _advance(on_step, len(POINTS) * len(configs) + len(input_plan()) + len(frontends_plan(config.frontends)))
         return {"status": "skipped", "reason": "CUDA did not run fp32 here, so there is no GPU to serve from"}
     measured = []
     for name, settings in configs.items():
         served = measure_served(model, name, settings, expected_first_row, seconds=config.seconds,
                                 work_dir=config.work_dir / "servers", on_step=on_step)
-        for point in served["points"]:
-            point["x_cuda_limit"] = round(point["rows_per_s"] / max(cuda), 3)
         measured.append(served)
-    return {"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured}
+    try:
+        inputs = measure_inputs(model, configs[INPUT_CONFIG], seconds=config.seconds, work_dir=config.work_dir / "servers",
+                                on_step=on_step)
+    except Uint8InputError as err:
+        _advance(on_step, len(input_plan()))
+        inputs = {"status": "skipped", "reason": f"no uint8 input for this graph: {err}"}
+    try:  # a server that fails or answers differently loses this comparison, not the rows measured above
+        frontends = measure_frontends(model, configs[FRONTENDS_CONFIG], frontends=config.frontends,
+                                      seconds=config.seconds, work_dir=config.work_dir / "servers", on_step=on_step)
+    except RuntimeError as err:
+        frontends = {"status": "failed", "reason": str(err).splitlines()[0] if str(err) else type(err).__name__}
+    return with_cuda_ratios({"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured,
+                             "inputs": inputs, "frontends": frontends})
+
+
+def with_cuda_ratios(served: dict) -> dict:
+    """Every served point's rows/s as a share of the in-process CUDA fp32 limit (`x_cuda_limit`), in place."""
+    limit = served["cuda_limit_rows_per_s"]
+    points = [point for measured in served["configs"] for point in measured["points"]]
+    points += served.get("inputs", {}).get("points", [])
+    points += served.get("frontends", {}).get("points", [])
+    for point in points:
+        point["x_cuda_limit"] = round(point["rows_per_s"] / limit, 3)
+    return served
 
 
 def _session_on(provider: str, path: Path, settings: RuntimeSettings):
@@ -332,6 +360,55 @@ def _served_lines(served: dict | None) -> list[str]:
                 f"{point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
                 f"{point['server_cpu_ms_per_request']} | {point['errors']} |"
             )
+    return lines + _input_lines(served.get("inputs")) + _frontend_lines(served.get("frontends"))
+
+
+def _input_lines(inputs: dict | None) -> list[str]:
+    """The fp32-vs-uint8 table: the same images, the bytes each row costs, and how much of the GPU survives."""
+    if not inputs:
+        return []
+    if inputs["status"] != "measured":
+        return ["", f"Inputs, fp32 vs uint8: {inputs['reason']}."]
+    first = inputs["points"][0]
+    lines = [
+        "",
+        f"Inputs: the same images as float32 rows and as uint8 pixels normalised in the graph, `{inputs['config']}` "
+        f"settings, gRPC concurrency {first['concurrency']}, {first['rows_per_request']} row per request:",
+        "",
+        "| input | bytes per row | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | max abs diff | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for point in inputs["points"]:
+        lines.append(
+            f"| {point['input']} | {point['bytes_per_row']:,} | {point['rows_per_s']:.0f} | {point['x_cuda_limit']:.2f} | "
+            f"{point['p50_ms']:.2f} | {point['p99_ms']:.2f} | {point['server_cpu_ms_per_request']} | "
+            f"{point['max_abs_diff']:.1e} | {point['errors']} |"
+        )
+    return lines
+
+
+def _frontend_lines(frontends: dict | None) -> list[str]:
+    """One front end against N at the saturating point: each server's median round, and N's rows/s over one's."""
+    if not frontends:
+        return []
+    if frontends["status"] != "measured":
+        return ["", f"Front ends, 1 vs N: {frontends['reason']}."]
+    first = frontends["points"][0]
+    lines = [
+        "",
+        f"Front ends: one serving process against {frontends['frontends']} feeding one session host "
+        f"(`{frontends['config']}` settings for both), gRPC concurrency {first['concurrency']} on as many connections, "
+        f"{first['rows_per_request']} row per request; {frontends['frontends']} / 1 = {frontends['ratio_median']} "
+        f"(rounds {frontends['ratio_rounds']}):",
+        "",
+        "| front ends | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for point in frontends["points"]:
+        lines.append(
+            f"| {point['frontends']} | {point['rows_per_s']:.0f} | {point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | "
+            f"{point['p99_ms']:.2f} | {point['server_cpu_ms_per_request']} | {point['errors']} |"
+        )
     return lines
 
 

@@ -1,6 +1,6 @@
 """Closed-loop load generators: N concurrent clients sending one prepared V2 request again and again.
 
-The request is built and serialized once (`wrappers.request_bodies`), so the generator
+The request is built and serialized once (`slipway.v2_requests`), so the generator
 spends as little of the shared CPU as a client can: what is measured is the server. gRPC
 sends `raw_input_contents` (the fast path); gRPC over shared memory writes each input into
 the client's own region of /dev/shm and sends where it lies (the V2 system shared-memory
@@ -12,20 +12,21 @@ Every run is bounded in time and in count.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import resource
 import time
 import urllib.error
 import urllib.request
-from contextlib import ExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body
-from wrappers.shared_memory import Location
+from slipway.v2_requests import binary_rest_body, grpc_request, rest_body
+from slipway.v2_wire import BINARY_HEADER, Location
 
 GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY = "grpc", "grpc-shm", "rest", "rest-binary"
 PROTOCOLS = (GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY)
@@ -95,10 +96,27 @@ def _cpu_seconds(stat: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of every process below `pid` that runs now (and of the children those have reaped)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # it ended meanwhile
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 # Where a server's CPU time goes: its event loop (the main thread: gRPC/HTTP handling, MLServer,
 # decoding; inline runs too), the wrappers runtime's inference threads (named `ort-<model>_<n>` by
 # `wrappers.batching`), and every other thread (gRPC's own threads, ONNX Runtime's intra-op pools).
 THREAD_GROUPS = ("event_loop", "inference", "other")
+# A server that does its work in processes of its own (PyTriton's tritonserver and its stubs) is measured as a tree:
+# every descendant's CPU counts too, under this group.
+CHILD_PROCESSES = "child_processes"
 
 
 @dataclass
@@ -111,8 +129,11 @@ class CpuSnapshot:
     machine_idle: float
 
     @classmethod
-    def take(cls, pid: int) -> CpuSnapshot:
+    def take(cls, pid: int, *, process_tree: bool = False) -> CpuSnapshot:
+        """`process_tree`: also the CPU of every process under `pid` now (`CHILD_PROCESSES`)."""
         groups = dict.fromkeys(THREAD_GROUPS, 0.0)
+        if process_tree:
+            groups[CHILD_PROCESSES] = descendants_cpu_seconds(pid)
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
                 seconds = _cpu_seconds(task / "stat")
@@ -132,12 +153,12 @@ class CpuSnapshot:
     def since(self, before: CpuSnapshot) -> tuple[dict[str, float], float, float]:
         """Server seconds by group, client seconds and the machine's idle fraction between two snapshots."""
         # Never below 0: a process's total and its threads are read a clock tick apart.
-        server = {group: max(0.0, self.server[group] - before.server[group]) for group in THREAD_GROUPS}
+        server = {group: max(0.0, self.server[group] - before.server.get(group, 0.0)) for group in self.server}
         busy, idle = self.machine_busy - before.machine_busy, self.machine_idle - before.machine_idle
         return server, self.client - before.client, idle / (busy + idle) if busy + idle else 0.0
 
 
-async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid: int):
+async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid: int, process_tree: bool = False):
     await call()  # connect before timing
     stop_warmup = time.perf_counter() + warmup_s
     while time.perf_counter() < stop_warmup:
@@ -157,34 +178,43 @@ async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid
                 continue
             latencies.append(1000 * (time.perf_counter() - started))
 
-    before, started = CpuSnapshot.take(pid), time.perf_counter()
+    before, started = CpuSnapshot.take(pid, process_tree=process_tree), time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    elapsed, cpu = time.perf_counter() - started, CpuSnapshot.take(pid).since(before)
+    elapsed, cpu = time.perf_counter() - started, CpuSnapshot.take(pid, process_tree=process_tree).since(before)
     return len(latencies), errors, elapsed, latencies, cpu
 
 
 async def _grpc_load(target: str, requests: list[bytes], *, before_call=None, concurrency: int, seconds: float,
-                     warmup_s: float, pid: int):
-    """gRPC load; each client holds one of `requests` while its call is in flight (`before_call(slot)` first)."""
+                     warmup_s: float, pid: int, process_tree: bool = False, channels: int = 1):
+    """gRPC load; each client holds one of `requests` while its call is in flight (`before_call(slot)` first).
+    `channels` > 1: calls take turns over that many connections (HTTP/2 keeps a connection on one server process,
+    so a server of several processes on one port, `wrappers.frontends`, needs several to spread the load)."""
     import grpc
     from tritonclient.grpc import service_pb2
 
-    async with grpc.aio.insecure_channel(target, options=GRPC_OPTIONS) as channel:
+    # A local subchannel pool each: channels to one target would share one connection otherwise.
+    options = GRPC_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if channels > 1 else [])
+    async with AsyncExitStack() as stack:
+        opened = [await stack.enter_async_context(grpc.aio.insecure_channel(target, options=options))
+                  for _ in range(channels)]
         # The request goes as the bytes it already is: serializing it again per call is client CPU the server needs.
-        infer = channel.unary_unary(MODEL_INFER, request_serializer=None,
-                                    response_deserializer=service_pb2.ModelInferResponse.FromString)
+        infers = [channel.unary_unary(MODEL_INFER, request_serializer=None,
+                                      response_deserializer=service_pb2.ModelInferResponse.FromString)
+                  for channel in opened]
         free_slots = list(range(len(requests)))
+        turns = itertools.cycle(infers)
 
         async def call():
             slot = free_slots.pop()
             try:
                 if before_call is not None:
                     before_call(slot)
-                return await infer(requests[slot], timeout=60)
+                return await next(turns)(requests[slot], timeout=60)
             finally:
                 free_slots.append(slot)
 
-        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
+        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid,
+                            process_tree=process_tree)
 
 
 def grpc_answer(target: str, request: bytes) -> bytes:
@@ -245,7 +275,7 @@ def _post_json(url: str, body: dict | None) -> None:
 
 
 async def _rest_load(url: str, body: bytes, *, header_length: int | None = None, concurrency: int, seconds: float,
-                     warmup_s: float, pid: int):
+                     warmup_s: float, pid: int, process_tree: bool = False):
     """REST load: V2 JSON, or Triton's binary extension where `header_length` is given."""
     import aiohttp
 
@@ -262,7 +292,8 @@ async def _rest_load(url: str, body: bytes, *, header_length: int | None = None,
                 answered = response.headers.get(BINARY_HEADER)
                 return json.loads(payload if answered is None else payload[:int(answered)])
 
-        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid)
+        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid,
+                            process_tree=process_tree)
 
 
 def run_load(
@@ -274,12 +305,17 @@ def run_load(
     concurrency: int,
     seconds: float,
     warmup_s: float = 1.0,
+    process_tree: bool = False,
+    channels: int = 1,
 ) -> LoadResult:
-    """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time."""
-    timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid}
+    """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time (with `process_tree`,
+    that of every process under it too); over gRPC, through `channels` connections taking turns."""
+    timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid,
+              "process_tree": process_tree}
     with ExitStack() as stack:
         if protocol == GRPC:
-            work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, **timing)
+            work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, channels=channels,
+                              **timing)
         elif protocol == GRPC_SHARED_MEMORY:
             slots, write = stack.enter_context(_shared_memory_slots(server.http_url, inputs, concurrency))
             requests = [grpc_request(model, inputs, shared=slot) for slot in slots]

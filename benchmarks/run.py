@@ -25,7 +25,7 @@ from benchmarks.transport import BareGrpcServer
 from slipway import atomic
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.reports import wakeup_round_trip_us
-from wrappers.request_bodies import grpc_request
+from slipway.v2_requests import grpc_request
 from wrappers.server import LocalServer
 
 PLAIN = "plain"

@@ -29,7 +29,7 @@ DEFAULT_WAIT_S = 300.0
 
 
 def _add_render_arguments(command: argparse.ArgumentParser) -> None:
-    from deployments.autoscaling import METRIC_SOURCES, MODES
+    from deployments.autoscaling import ALL_MODES, METRIC_SOURCES
     from deployments.records import DEFAULT_STORAGE_ROOT
     from deployments.render import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
 
@@ -46,9 +46,11 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--canary-record", type=Path, help="version record of the canary (OVERLAY=canary)")
     command.add_argument("--canary-model-uri", help="where the cluster pulls the canary from, replacing its record's")
     command.add_argument("--canary-percent", type=int, help="share of traffic for the canary, 0-100 (default: the overlay's)")
-    command.add_argument("--autoscaling", default="cpu", choices=MODES,
+    command.add_argument("--autoscaling", default="cpu", choices=ALL_MODES,
                          help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
-                              "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour)")
+                              "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour); "
+                              "gpu overlay only: gpu-queue (KEDA on the p90 queue time), gpu-util (KEDA on DCGM GPU "
+                              "utilization)")
     command.add_argument("--hpa-metric-source", default="container", choices=METRIC_SOURCES,
                          help="where the HPA reads CPU and memory utilization: container (default; ContainerResource on "
                               "the model container, so a sidecar such as Istio's does not skew it) or pod (Resource, "
@@ -85,6 +87,11 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--monitoring-namespace", type=namespace_argument, default=DEFAULT_MONITORING_NAMESPACE,
                          help=f"where Prometheus runs: the only source admitted on the metrics port "
                               f"(default {DEFAULT_MONITORING_NAMESPACE})")
+    command.add_argument("--split", choices=("cpu-gpu",), help="cpu-gpu: decoding and top-k in pods of their own "
+                         "around the model's, each scaled on its own (a Seldon graph; docs/manifests.md)")
+    command.add_argument("--frontends", type=int, metavar="N", help="N serving processes per pod feeding one session "
+                         "host ($SLIPWAY_FRONTENDS over the model's frontends setting), the pod's CPU request and limit "
+                         "raised to N+1 and 2(N+1) (docs/manifests.md); for a GPU one event loop cannot keep busy")
     command.add_argument("--dashboard", action="store_true", help="also render the model's Grafana dashboard: a "
                          "ConfigMap labelled grafana_dashboard=1, which Grafana's dashboard sidecar loads")
     command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
@@ -135,7 +142,7 @@ def render_validated(args: argparse.Namespace):
                           hpa_metric_source=args.hpa_metric_source, gpu_node_selector=args.gpu_node_selector,
                           gpu_tolerations=args.gpu_toleration, trt_cache_claim=args.trt_cache_claim,
                           repository_api=args.repository_api, repository_token_secret=args.repository_token_secret,
-                          dashboard=args.dashboard)
+                          dashboard=args.dashboard, split_mode=args.split, frontends_count=args.frontends)
         warnings = [warning for predictor, version in rendered.models.items()
                     if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))] + rendered.warnings
     except (RecordError, RenderError, KustomizeError) as err:

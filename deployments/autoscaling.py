@@ -20,6 +20,13 @@ RPS_METRIC = "mlserver_infer_requests_per_second"
 RATE_WINDOW = "1m"
 COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
 MODES = ("cpu", "rps", "keda", "behavior")  # cpu: the base's hpaSpec, no component
+# KEDA on what a GPU pod saturates on: the runtime's queue time (p90 over 1m), or the cards' DCGM utilization.
+# Only for renderings with GPU pods (`check_gpu_mode`); kept apart from MODES, which every overlay renders.
+GPU_MODES = ("gpu-queue", "gpu-util")
+ALL_MODES = MODES + GPU_MODES
+# What the GPU modes' queries read: the runtime's histogram (wrappers.metrics.QUEUE_SECONDS) and DCGM's gauge.
+QUEUE_HISTOGRAM = "slipway_queue_seconds"
+GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 # Where an HPA reads CPU and memory: the model container alone (`ContainerResource`, GA in Kubernetes 1.30), or the
 # sum over every container of the pod (`Resource`: a sidecar's usage, Istio's, counts too) for older clusters.
 METRIC_SOURCES = ("container", "pod")
@@ -27,9 +34,17 @@ METRIC_SOURCES = ("container", "pod")
 
 def component_dir(mode: str) -> Path | None:
     """The kustomize component that switches predictor 0 to `mode` (None for the default, CPU)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown autoscaling mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in ALL_MODES:
+        raise ValueError(f"unknown autoscaling mode {mode!r}; choose one of {', '.join(ALL_MODES)}")
     return None if mode == "cpu" else COMPONENTS_DIR / f"autoscaling-{mode}"
+
+
+def check_gpu_mode(mode: str, gpu_pods: int) -> None:
+    """Refuse a GPU mode on a rendering without GPU pods: a CPU pod has no GPU queue to read nor a card to measure."""
+    if mode in GPU_MODES and not gpu_pods:
+        raise ValueError(f"--autoscaling {mode} scales GPU pods, and no container of this rendering asks for nvidia.com/gpu: "
+                         "render the gpu overlay (--overlay gpu, make OVERLAY=gpu) or choose one of "
+                         f"{', '.join(MODES)}")
 
 
 def adapter_rules() -> dict:

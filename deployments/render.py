@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from deployments import autoscaling, gpu, kustomize, seldon
+from deployments import autoscaling, frontends, gpu, kustomize, seldon, split
 from deployments.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
 from deployments.dashboard import DashboardError, is_dashboard
 from deployments.dashboard import pin as pin_dashboard
@@ -63,6 +63,7 @@ class Rendered:
     hpa_metric_source: str = "container"  # HPA CPU/memory on the model container, or on the whole pod
     shared_memory: str | None = None  # size of the memory-backed /dev/shm, where one is mounted
     warnings: list[str] = field(default_factory=list)  # what may not serve as meant (deployments.gpu.check_variant)
+    split: str | None = None  # "cpu-gpu": the CPU stages in pods of their own (deployments.split)
 
     @property
     def name(self) -> str:
@@ -85,6 +86,7 @@ class Rendered:
             "overlay": self.overlay, "namespace": self.namespace, "autoscaling": self.autoscaling,
             "hpa_metric_source": self.hpa_metric_source,
             "kustomize": self.engine, "inference_path": self.inference_path, "shared_memory": self.shared_memory,
+            "split": self.split,
             "predictors": {p: {"version": m.version, "uri": m.uri, "digest": m.digest} for p, m in self.models.items()},
             "resources": [f"{doc['kind']}/{doc['metadata']['name']}" for doc in self.docs],
         }
@@ -119,6 +121,8 @@ def render(
     repository_api: str = "closed",
     repository_token_secret: str | None = None,
     dashboard: bool = False,
+    split_mode: str | None = None,
+    frontends_count: int | None = None,
 ) -> Rendered:
     """Build `overlay` (with the autoscaling component for `autoscaling_mode`, and with `dashboard` the Grafana
     dashboard's) and pin it to the versions.
@@ -143,6 +147,10 @@ def render(
     sdeps = [doc for doc in docs if doc.get("kind") == seldon.KIND]
     if len(sdeps) != 1:
         raise RenderError(f"overlay {overlay} renders {len(sdeps)} SeldonDeployments; Slipway pins exactly one")
+    try:
+        autoscaling.check_gpu_mode(autoscaling_mode, len(list(gpu.gpu_pod_specs(sdeps[0]))))
+    except ValueError as err:
+        raise RenderError(str(err)) from err
     models = _assign_models(sdeps[0], model, canary)
     if canary_percent is not None:
         _split_traffic(sdeps[0], canary_percent)
@@ -165,6 +173,15 @@ def render(
                              cache_claim=trt_cache_claim)
     except gpu.PlacementError as err:
         raise RenderError(str(err)) from err
+    if frontends_count is not None:  # N front ends and a session host per pod: $SLIPWAY_FRONTENDS, CPUs for them
+        if split_mode is not None:
+            raise RenderError("--frontends and --split are not rendered together yet: choose one")
+        try:
+            frontends.apply(sdeps[0], frontends_count)
+        except frontends.FrontendsError as err:
+            raise RenderError(str(err)) from err
+    if split_mode is not None:  # after placement: the CPU components copy the model's pinned one, less its GPU
+        _split(sdeps[0], split_mode, model, docs)
     for doc in docs:
         if doc["kind"] == "HorizontalPodAutoscaler":
             _pin_standalone_hpa(doc, sdeps[0])
@@ -174,7 +191,24 @@ def render(
     if leftover:
         raise RenderError(f"placeholders left unset after rendering: {', '.join(sorted(leftover))}")
     return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used,
-                    models=models, shared_memory=shared_memory, hpa_metric_source=hpa_metric_source, warnings=warnings)
+                    models=models, shared_memory=shared_memory, hpa_metric_source=hpa_metric_source, warnings=warnings,
+                    split=split_mode)
+
+
+def _split(sdep: dict, mode: str, model: ModelVersion, docs: list[dict]) -> None:
+    if mode not in split.SPLITS:
+        raise RenderError(f"unknown split {mode!r}; choose one of {', '.join(split.SPLITS)}")
+    if len(sdep["spec"]["predictors"]) != 1:
+        raise RenderError("--split cpu-gpu splits one predictor; a canary's two are not split: use OVERLAY=cpu or gpu")
+    try:
+        if model.local_dir is not None:
+            split.check_artifact(model.local_dir)
+        split.split_predictor(sdep["spec"]["predictors"][0])
+        for doc in docs:
+            if doc["kind"] == "NetworkPolicy":
+                split.open_executor_ports(doc)
+    except split.SplitError as err:
+        raise RenderError(str(err)) from err
 
 
 def check_namespace(namespace: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from deployments import seldon
+from deployments.split import EXECUTOR_PORTS
 from slipway.paths import SELDON_CRD_SCHEMA
 
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
@@ -236,9 +237,11 @@ def cross_resource_errors(docs: list[dict]) -> list[str]:
             if not selected:
                 errors.append(f"{label}: podSelector matches no predictor pod")
             admitted = {port.get("port") for rule in spec.get("ingress", []) for port in rule.get("ports", [])}
-            if admitted != set(seldon.PORT_NAMES.values()):
+            graphs = any(predictor["graph"].get("children") for sdep in sdeps for predictor in sdep["spec"]["predictors"])
+            expected = set(seldon.PORT_NAMES.values()) | (set(EXECUTOR_PORTS) if graphs else set())  # --split: the executor's
+            if admitted != expected:
                 errors.append(f"{label}: must admit exactly the inference and metrics ports "
-                              f"{sorted(seldon.PORT_NAMES.values())}, admits {sorted(admitted, key=str)}")
+                              f"{sorted(expected)}, admits {sorted(admitted, key=str)}")
             for rule in spec.get("ingress", []):
                 if not rule.get("from"):
                     ports = sorted((port.get("port") for port in rule.get("ports", [])), key=str)

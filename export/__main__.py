@@ -8,7 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
-from export.commands import VARIANTS_DIR, add_export_options, cmd_bench, cmd_bench_slim, cmd_import, cmd_profile, cmd_variants
+from export.commands import (
+    VARIANTS_DIR,
+    add_export_options,
+    cmd_bench,
+    cmd_bench_slim,
+    cmd_import,
+    cmd_profile,
+    cmd_uint8_input,
+    cmd_variants,
+)
 from export.convert import DEFAULT_OPSET
 from export.store.cli import add_versions_parser
 from slipway.cli import ArgumentParser, UserError, console, exit_with
@@ -200,6 +209,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile.add_argument("--top", type=int, default=10, help="operators to list")
     profile.add_argument("--trace", type=Path, help="where to keep the trace JSON (default build/profiles/<model>-<variant>-b<batch>.json)")
     profile.set_defaults(func=cmd_profile)
+
+    uint8 = commands.add_parser("uint8-input", help="copy an artifact with a uint8 NHWC image input: scaling and mean/std "
+                                "move into the graph, requests carry 4x fewer bytes")
+    uint8.add_argument("artifact", type=Path, metavar="ARTIFACT", help="an artifact folder (e.g. build/variants/mobilenetv2/fp16)")
+    uint8.add_argument("--out", type=Path, help="artifact folder to write (default ARTIFACT-uint8 beside it)")
+    uint8.add_argument("--input", help="the image input (default: the graph's only input)")
+    uint8.add_argument("--scale", type=float, help="pixels are multiplied by this first (default: the artifact's preprocess "
+                       "settings, else 1/255)")
+    uint8.add_argument("--mean", help="then this is subtracted: one number or one per channel, comma-separated (default: "
+                       "preprocess settings, else 0)")
+    uint8.add_argument("--std", help="then the result is divided by this, like --mean (default: preprocess settings, else 1)")
+    uint8.set_defaults(func=cmd_uint8_input)
 
     bench = commands.add_parser("bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + docs/benchmarks.md")
     bench.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")

@@ -358,3 +358,53 @@ def add_export_options(parser: argparse.ArgumentParser, *, variants_help: str | 
     parser.add_argument("--measure-seconds", type=float, default=0.3, help="seconds per model, batch and round")
 
 
+
+
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(item) for item in text.split(",") if item.strip())
+    except ValueError as err:
+        raise UserError(f"{flag} {text!r} is not a list of numbers: write e.g. {flag} 0.485,0.456,0.406") from err
+    if not values:
+        raise UserError(f"{flag} is empty: write one number, or one per channel separated by commas")
+    return values
+
+
+def cmd_uint8_input(args: argparse.Namespace) -> int:
+    """An artifact whose graph takes uint8 NHWC pixels, normalised in the graph (4x fewer bytes per request).
+
+    Scale, mean and std default to the artifact's own `preprocess` settings (else `ImagePreprocessing`'s
+    defaults): the numbers the runtime would apply to decoded images are the ones moved into the graph.
+    """
+    from pydantic import ValidationError
+
+    from export.uint8_input import Normalisation, Uint8InputError, write_uint8_artifact
+    from slipway.artifact import SETTINGS_FILE, ArtifactError, is_artifact_folder
+    from slipway.files import FileProblem, read_json
+    from wrappers.settings import ImagePreprocessing
+
+    source = Path(args.artifact)
+    if not is_artifact_folder(source):
+        raise UserError(f"{source} is not an artifact folder (no manifest.json): pass a folder `python -m export` wrote")
+    out = Path(args.out) if args.out else source.with_name(f"{source.name}-uint8")
+    if out.resolve() == source.resolve():
+        raise UserError(f"--out {out} is the source artifact: choose another folder")
+    atomic.check_replaceable(out, owns=is_artifact_folder)
+    try:
+        settings = read_json(source / SETTINGS_FILE, f"model settings {source / SETTINGS_FILE}")
+        preprocess = ((settings.get("parameters") or {}).get("extra") or {}).get("preprocess") or {}
+        defaults = ImagePreprocessing.model_validate(preprocess)
+        normalisation = Normalisation(
+            scale=args.scale if args.scale is not None else defaults.scale,
+            mean=_floats(args.mean, "--mean") if args.mean else tuple(defaults.mean),
+            std=_floats(args.std, "--std") if args.std else tuple(defaults.std),
+        )
+        with console.status(f"moving the normalisation of {source} into its graph"):
+            manifest = write_uint8_artifact(source, out, normalisation, args.input)
+    except ValidationError as err:
+        raise UserError(f"invalid preprocess settings in {source / SETTINGS_FILE}: {one_line(err, whole='preprocess')}") from err
+    except (Uint8InputError, ArtifactError, FileProblem) as err:
+        raise UserError(str(err)) from err
+    console.print(f"{out}: input takes UINT8 NHWC pixels (scale {normalisation.scale:g}, mean {list(normalisation.mean)}, "
+                  f"std {list(normalisation.std)}); digest {manifest.digest[:12]}", soft_wrap=True)
+    return 0

@@ -8,7 +8,7 @@ from locust import FastHttpUser, constant, task
 
 from loadtest.config import current_job
 from loadtest.shapes import PlannedShape  # noqa: F401  (Locust picks the shape up from this module)
-from wrappers.request_bodies import BINARY_HEADER
+from slipway.v2_wire import BINARY_HEADER
 
 JOB = current_job()
 BODY = JOB.payload_bytes()

@@ -22,8 +22,8 @@ from loadtest.config import Endpoint, RestBody
 from slipway.artifact import load_input_example
 from slipway.cli import first_line, one_line
 from slipway.files import FileProblem, read_json
-from wrappers.request_bodies import BINARY_HEADER, binary_rest_body, grpc_request, rest_body, v2_datatype
-from wrappers.tensors import NUMPY_TO_V2, TensorError
+from slipway.v2_requests import binary_rest_body, grpc_request, rest_body
+from slipway.v2_wire import BINARY_HEADER, NUMPY_TO_V2, TensorError, v2_datatype
 
 NUMERIC_DTYPES = {name: dtype for dtype, name in NUMPY_TO_V2.items()}  # V2 datatype -> dtype, BYTES aside
 METADATA_TIMEOUT_S = 10

@@ -61,6 +61,8 @@ SUBCOMMANDS = (
     Subcommand("deployments", "deployments", (), "every deployments command (python -m deployments)"),
     Subcommand("bench", "benchmarks", ("serving",), "serving benchmark: raw ONNX Runtime vs plain MLServer vs "
                "Slipway's runtime (make bench)"),
+    Subcommand("bench-peers", "benchmarks", ("peers",), "Slipway's runtime vs KServe vs PyTriton, one client "
+               "(make bench-peers)"),
     Subcommand("bench-gpu", "benchmarks", ("gpu",), "CPU vs CUDA vs TensorRT on this machine's GPU (make bench-gpu)"),
     Subcommand("summary", "slipway", ("summary",), "what each step of the demo produced, from reports/"),
 )
@@ -73,6 +75,7 @@ ENVIRONMENT = (
     ("SLIPWAY_BUILD_DIR", "where build outputs go (default: build/ in the working folder)"),
     ("SLIPWAY_EXPECTED_DIGESTS", "serve: pin versions' digests, NAME:VERSION=sha256:HEX,..."),
     ("SLIPWAY_TENSORRT_CACHE_DIR", "serve: TensorRT engine and timing caches (the gpu overlay sets it)"),
+    ("SLIPWAY_FRONTENDS", "serve: front ends per model folder, over its frontends setting (render --frontends sets it)"),
     ("SLIPWAY_REPOSITORY_API", "serve: MLServer's repository API, closed (default) or open"),
     ("SLIPWAY_REPOSITORY_TOKEN", "serve: the bearer token the open repository API admits"),
     ("SLIPWAY_SELDON_CRD", "render: the SeldonDeployment CRD to validate against"),

@@ -22,8 +22,38 @@ from pathlib import Path
 import pytest
 
 from slipway.paths import PROJECT_ROOT, SELDON_CRD_SCHEMA
+from tests.commands import run_command
 
 TRAIN_EPOCHS = "25"
+# Folders whose tests one pytest-xdist worker runs together, in their order (see pytest_xdist_make_scheduler)
+TOGETHER = (
+    "tests/deployments/cluster/",  # one control plane (package scope) for them all; they mostly wait on its controllers
+    "tests/benchmarks/",  # one at a time: each measures, and test_bench checks /dev/shm for the psm_ blocks they make
+)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own; optional: xdist may be absent
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (`make test`), with each folder of TOGETHER as one group: the worker that takes the cluster
+    tests runs them against the one control plane they share while the other runs the rest of the suite; elsewhere
+    each module is one group.
+
+    A scheduler rather than `xdist_group` marks: pytest-xdist 3.8 groups by rewriting node IDs, which pytest 9.2
+    no longer lets it do (pytest-dev/pytest-xdist#1386), so marked tests were spread over the workers.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FoldersTogether(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            folder = next((folder for folder in TOGETHER if nodeid.startswith(folder)), None)
+            grouped = super()._split_scope(nodeid)  # an xdist_group mark's name, else the node ID itself
+            # else the test's module: its module-scoped fixtures (a wheel, MLServer imported in subprocesses) are
+            # made once, not once on each worker
+            return folder or (grouped if grouped != nodeid else nodeid.split("::", 1)[0])
+
+    return FoldersTogether(config, log)
 
 
 def refused_at_load(model_dir: Path, match: str, **server_options) -> None:
@@ -70,16 +100,14 @@ def json_http_server(answer: Callable[[str], object]):
     return http_server(get=lambda handler: send_body(handler, json.dumps(answer(handler.path)).encode()))
 
 
-def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600):
-    """Run `python -m module args...` from the project root, as a user would."""
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600,
+               warm: bool = True):
+    """Run `python -m module args...` from the project root, as a user would: a process of its own, forked from a
+    warm interpreter (tests/commands.py) so it skips the third-party imports; `warm=False`, a fresh interpreter
+    (for TensorFlow and PyTorch, which start threads and are not fork-safe)."""
+    env, command = {**os.environ, **(env or {})}, [sys.executable, "-m", module, *args]
+    result = run_command(module, *args, env=env, cwd=PROJECT_ROOT, timeout=timeout) if warm else subprocess.run(
+        command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"python -m {module} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
@@ -92,20 +120,47 @@ def reports_env(tmp_path_factory) -> dict[str, str]:
     return {"SLIPWAY_REPORTS_DIR": str(root / "reports"), "SLIPWAY_BUILD_DIR": str(root / "build")}
 
 
+def made_once(tmp_path_factory, name: str, reports_env: dict[str, str], make: Callable[[Path, dict[str, str]], None]) -> Path:
+    """A folder `make(folder, env)` fills once per test run, for session fixtures too costly to repeat on each worker;
+    the reports it writes land in the caller's reports folder as if it had run there.
+
+    Under pytest-xdist (`make test` runs `-n 2`) the workers share the run's temporary root: the first to ask makes
+    the folder there under a file lock, the others wait for it and reuse it. A folder whose maker failed is made
+    again by the next worker to ask (and fails it the same way). Without xdist it is a plain temporary folder.
+    """
+    worker = "PYTEST_XDIST_WORKER" in os.environ
+    root = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.mktemp(name)
+    folder, reports, made = root / name, root / f"{name}-reports", root / f"{name}.made"
+    with contextlib.ExitStack() as stack:
+        if worker:
+            from filelock import FileLock
+
+            stack.enter_context(FileLock(root / f"{name}.lock"))  # root is pytest-N/, above each worker's popen-gwN/
+        if not made.exists():
+            for leftover in (folder, reports):
+                shutil.rmtree(leftover, ignore_errors=True)
+            folder.mkdir()
+            make(folder, {**reports_env, "SLIPWAY_REPORTS_DIR": str(reports)})
+            made.touch()
+    if reports.is_dir():
+        shutil.copytree(reports, reports_env["SLIPWAY_REPORTS_DIR"], dirs_exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def trained_model(tmp_path_factory, reports_env) -> Path:
-    """A digits CNN trained for real (a few epochs fewer than the demo)."""
-    out = tmp_path_factory.mktemp("train")
-    run_module("export", "train", "--out", str(out), "--epochs", TRAIN_EPOCHS, env=reports_env)
-    return out / "model.keras"
+    """A digits CNN trained for real (a few epochs fewer than the demo), once per test run."""
+    folder = made_once(tmp_path_factory, "train", reports_env, lambda out, env: run_module(
+        "export", "train", "--out", str(out), "--epochs", TRAIN_EPOCHS, env=env, warm=False))
+    return folder / "model.keras"
 
 
 @pytest.fixture(scope="session")
 def digits_artifact(tmp_path_factory, trained_model, reports_env) -> Path:
-    """The trained model converted to ONNX and written as an artifact folder."""
-    out = tmp_path_factory.mktemp("artifacts") / "digits"
-    run_module("export", "convert", "--model", str(trained_model), "--out", str(out), env=reports_env)
-    return out
+    """The trained model converted to ONNX and written as an artifact folder, once per test run."""
+    folder = made_once(tmp_path_factory, "artifacts", reports_env, lambda out, env: run_module(
+        "export", "convert", "--model", str(trained_model), "--out", str(out / "digits"), env=env, warm=False))
+    return folder / "digits"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""`python -m wrappers`: serve an artifact folder with MLServer (the benchmarks are `python -m benchmarks`)."""
+"""`python -m wrappers`: serve an artifact folder, or a folder of them, with MLServer through Slipway's launcher
+(`wrappers.launch`; the benchmarks are `python -m benchmarks`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m wrappers", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve an artifact folder with MLServer in the foreground")
-    serve.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder (default: the demo's)")
+    serve.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR,
+                       help="artifact folder, or a folder of them (default: the demo's)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     serve.add_argument("--http-port", type=port, default=8080, help="V2 REST (default 8080)")
     serve.add_argument("--grpc-port", type=port, default=8081, help="V2 gRPC (default 8081)")

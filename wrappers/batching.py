@@ -26,6 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# The padding plans live in `wrappers.run_planning`; re-exported for the batcher's callers.
+from wrappers.run_planning import GPU_LARGEST_BUCKET as GPU_LARGEST_BUCKET
+from wrappers.run_planning import BatchingConfigError as BatchingConfigError
+from wrappers.run_planning import bucket_chunks
+from wrappers.run_planning import fixed_batch_rows as fixed_batch_rows
+from wrappers.run_planning import gpu_buckets as gpu_buckets
+
 Feeds = dict[str, np.ndarray]
 RunFn = Callable[[Feeds, int], list[np.ndarray]]
 # Per request its outputs or its own error; or one error for the whole batch.
@@ -235,50 +242,12 @@ def _mergeable(head: _Pending, other: _Pending) -> bool:
     )
 
 
-class BatchingConfigError(ValueError):
-    """The graph's shapes do not allow merging requests; the message says what to set instead."""
-
-
-_TURN_OFF = "set max_batch_size to 1 in model-settings.json and parameters.extra.max_batch_rows to 1"
-
-
-def fixed_batch_rows(inputs: list, outputs: list) -> int | None:
-    """The graph's fixed batch size (None when dynamic), for graphs whose requests may be merged.
-
-    `inputs` and `outputs` are `TensorSpec`s (-1 marks a dynamic dimension). A scalar has no
-    row axis to merge on, and inputs or outputs that disagree on a fixed first dimension
-    cannot be split back per request: both are refused.
-    """
-    for spec in [*inputs, *outputs]:
-        if not spec.shape:
-            raise BatchingConfigError(f"{spec.name!r} is a scalar with no batch dimension, so requests cannot be merged: {_TURN_OFF}")
-    fixed = {spec.shape[0] for spec in [*inputs, *outputs] if spec.shape[0] != -1}
-    if len(fixed) > 1:
-        raise BatchingConfigError(
-            f"inputs and outputs disagree on the batch size ({sorted(fixed)}), so requests cannot be merged: {_TURN_OFF}"
-        )
-    return fixed.pop() if fixed else None
-
-
-GPU_LARGEST_BUCKET = 32  # a GPU's throughput at 32 MobileNetV2 rows is near its peak (make bench-gpu)
-
-
-def gpu_buckets(max_batch_rows: int) -> list[int]:
-    """Powers of two up to max(max_batch_rows, GPU_LARGEST_BUCKET), and that bound itself."""
-    largest = max(max_batch_rows, GPU_LARGEST_BUCKET)
-    sizes = {1 << power for power in range(largest.bit_length()) if 1 << power <= largest}
-    return sorted(sizes | {largest})
-
-
 def run_in_buckets(run: Callable[[Feeds], list[np.ndarray]], feeds: Feeds, rows: int, buckets: list[int]) -> list[np.ndarray]:
     """Run `rows` rows in runs of bucket sizes only: each chunk (of at most the largest bucket)
     zero-padded up to the smallest bucket that holds it; every request gets its own rows back.
     Zero rows run as one padded chunk too, for outputs of zero rows in the graph's shapes."""
-    largest = buckets[-1]
     chunks = []
-    for start in range(0, max(rows, 1), largest):
-        count = min(largest, rows - start)
-        size = next(bucket for bucket in buckets if bucket >= count)
+    for start, count, size in bucket_chunks(rows, buckets):
         outputs = run({name: _pad_rows(array[start : start + count], size) for name, array in feeds.items()})
         if size != count and any(output.ndim == 0 or output.shape[0] != size for output in outputs):
             raise RuntimeError(

@@ -21,13 +21,11 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Tens
 from pydantic import ValidationError
 
 from slipway.cli import one_line
+from slipway.v2_wire import BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, BINARY_HEADER, BYTES, REGION, TensorError, from_raw, to_raw
 from wrappers import rest_json
-from wrappers.request_bodies import BINARY_HEADER
-from wrappers.shared_memory import REGION
-from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
 HEADER = BINARY_HEADER.lower()  # as ASGI gives header names
-SIZE = "binary_data_size"
+SIZE = BINARY_DATA_SIZE
 
 
 class BinaryDataError(ValueError):
@@ -81,7 +79,7 @@ def request_from_body(body: bytes, header: str) -> InferenceRequest:
 
 def binary_outputs(payload: InferenceRequest) -> set[str] | bool:
     """The outputs to answer in binary: named ones, or True for every output (`binary_data_output`)."""
-    default = getattr(payload.parameters, "binary_data_output", False) is True
+    default = getattr(payload.parameters, BINARY_DATA_OUTPUT, False) is True
     named = {output.name: getattr(output.parameters, "binary_data", None) for output in payload.outputs or []}
     if not named:
         return default

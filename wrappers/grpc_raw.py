@@ -12,28 +12,21 @@ raw, as Triton answers them.
 
 It works where the gRPC server and the model share a process (`parallel_workers: 0`,
 Slipway's default); with worker processes MLServer's own converters stay in charge.
+The rules on contents are `wrappers.grpc_rules`, which has no MLServer import.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput, TensorData
 
+from slipway.v2_wire import BYTES, REGION, TensorError, from_raw, to_raw
+from wrappers import grpc_rules
 from wrappers.loaded_models import LoadedModels
 from wrappers.mlserver_compat.grpc_path import MLServerConverters, pb, replace_grpc_converters
-from wrappers.shared_memory import REGION
-from wrappers.tensors import BYTES, TensorError, from_raw, to_raw
 
 _NO_DATA = np.empty(0, dtype=np.uint8)
-# The typed contents each V2 datatype travels in, as Triton reads them. FP16 has none: it travels raw only.
-_TYPED_FIELDS = {
-    "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "FP16": None, "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
-}
 _mlserver: MLServerConverters  # MLServer's own converters, set when ours replace them
 
 
@@ -88,11 +81,9 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
             tensor.data = TensorData.model_construct(root=_NO_DATA)  # an array: the outputs go back raw too
         else:
             empty.append(tensor)
-    if len(empty) != len(raw_contents):
-        raise InferenceError(
-            f"the request carries {len(raw_contents)} raw_input_contents for {len(empty)} inputs without contents "
-            f"({[tensor.name for tensor in empty]}); send one raw buffer per input, in input order"
-        )
+    problem = grpc_rules.raw_buffers_problem(len(raw_contents), [tensor.name for tensor in empty])
+    if problem:
+        raise InferenceError(problem)
     for tensor, raw in zip(empty, raw_contents):
         try:
             array = from_raw(raw, tensor.datatype, tensor.shape, tensor.name)
@@ -103,43 +94,23 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
 
 
 def _check_typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, *, raw: bool) -> None:
-    """Typed contents only in their datatype's field: MLServer reads whichever field is set first, so INT64 in
-    int_contents, FP64 in fp32_contents (precision lost), booleans for numbers or FP16 in any field were served.
-    And never beside raw contents, as Triton rules: a buffer's input is known only by its place among the
-    inputs without contents, so one typed input too many or too few shifts every buffer onto another input."""
-    if raw:
-        raise InferenceError(
-            f"input {tensor.name!r} has typed contents but the request also carries raw_input_contents; "
-            "send every input's data in raw_input_contents (one buffer per input, in input order), or none there"
-        )
-    expected = _TYPED_FIELDS.get(tensor.datatype, "")  # "": unknown, the runtime names the datatype it takes
+    """Typed contents only in their datatype's field, and never beside raw contents (`grpc_rules`)."""
     sent = [field.name for field, _ in tensor.contents.ListFields()]
-    if expected == "" or sent in ([], [expected]):
-        return
-    if expected is None:
-        raise InferenceError(
-            f"input {tensor.name!r}: FP16 has no typed contents in the V2 protocol, got {' and '.join(sent)}; "
-            "send FP16 data in raw_input_contents (2 bytes per element, little-endian), as tritonclient does"
-        )
-    raise InferenceError(
-        f"input {tensor.name!r}: {tensor.datatype} data goes in contents.{expected}, got {' and '.join(sent)}; "
-        f"send it in {expected} alone (or in raw_input_contents)"
-    )
+    problem = grpc_rules.typed_contents_problem(tensor.name, tensor.datatype, sent, raw=raw)
+    if problem:
+        raise InferenceError(problem)
 
 
 def _check_every_input_has_contents(request: pb.ModelInferRequest) -> None:
     """A request without raw contents carries each input's data in its typed contents: an input with none is
     named here with where its data goes (MLServer would read an empty list, and the runtime could only say
-    that the data holds 0 values). Unknown datatypes and negative sizes are left for the runtime to name."""
+    that the data holds 0 values)."""
     for tensor in request.inputs:
-        field = _TYPED_FIELDS.get(tensor.datatype, "")
-        if (field == "" or tensor.contents.ListFields() or REGION in tensor.parameters  # the runtime names these
-                or min(tensor.shape, default=1) < 0 or not math.prod(tensor.shape)):
-            continue
-        where = "raw_input_contents (FP16 has no typed contents)" if field is None else f"contents.{field} or raw_input_contents"
-        raise InferenceError(
-            f"input {tensor.name!r} ({tensor.datatype}, shape {list(tensor.shape)}) carries no data; send it in {where}"
-        )
+        problem = grpc_rules.missing_data_problem(
+            tensor.name, tensor.datatype, list(tensor.shape), has_contents=bool(tensor.contents.ListFields()),
+            in_shared_memory=REGION in tensor.parameters)
+        if problem:
+            raise InferenceError(problem)
 
 
 def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInput:
@@ -162,7 +133,7 @@ def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = Fa
     A response with an FP16 output is raw whatever the request was, as Triton answers: the V2 protobuf has
     no typed contents for FP16 (MLServer's converter fails, gRPC INTERNAL), and where one output is raw, all are.
     """
-    use_raw = use_raw or any(_datatype(output) == "FP16" for output in type_object.outputs)
+    use_raw = grpc_rules.answers_raw(use_raw, (_datatype(output) for output in type_object.outputs))
     if not use_raw or not any(_as_raw(output) for output in type_object.outputs):
         return _mlserver.response_from_types(_text_as_bytes(type_object), use_raw=use_raw)
     response = pb.ModelInferResponse(

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
-from prometheus_client import REGISTRY, Histogram
+from prometheus_client import REGISTRY, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 LABELS = ("model_name", "model_version")
@@ -28,6 +28,7 @@ QUEUE_SECONDS = "slipway_queue_seconds"
 BATCH_ROWS = "slipway_batch_rows"
 PREPROCESS_SECONDS = "slipway_preprocess_seconds"
 POSTPROCESS_SECONDS = "slipway_postprocess_seconds"
+SETTING = "slipway_setting"
 PREDICTED_CLASS = "slipway_predicted_class"  # exported as slipway_predicted_class_total
 CLASS_LABEL = "class"
 MAX_CLASSES = 1000  # a scores output wider than this is not counted: a series per class would flood Prometheus
@@ -150,3 +151,22 @@ class _ClassTallies:
 
 _CLASS_TALLIES = _ClassTallies()
 REGISTRY.register(_CLASS_TALLIES)
+
+
+_SOURCES = ("measured", "explicit", "default")
+_settings_gauge = Gauge(SETTING, "A serving setting's value at load, and where it came from (source: measured at load, "
+                        "explicit in model-settings.json, or the fixed default)",
+                        labelnames=(*LABELS, "setting", "source"), registry=REGISTRY)
+
+
+def publish_settings(name: str, version: str | None, values: dict[str, tuple[float, str]]) -> None:
+    """Set slipway_setting for each `setting: (value, source)`, dropping the series a previous load of the
+    same model version left under another source."""
+    for setting, (value, source) in values.items():
+        for other in _SOURCES:
+            if other != source:
+                try:
+                    _settings_gauge.remove(name, version or "", setting, other)
+                except KeyError:
+                    pass
+        _settings_gauge.labels(name, version or "", setting, source).set(value)

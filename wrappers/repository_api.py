@@ -9,10 +9,10 @@ as they are then) before any model loads, and starts serving while the models lo
 place by the runtime's `load` would miss gRPC entirely and leave REST open until then. So MLServer
 imports it through its own setting for the model repository class, which it reads before it builds
 anything: `MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION=wrappers.repository_api.GuardedRepository`
-(`wrappers.server` sets it for every server it starts, the images and the rendered manifests set
-it for `mlserver start /mnt/models`). `GuardedRepository` is MLServer's own repository (folders
-with a `model-settings.json`); creating it reads the setting (a bad value stops the server, saying
-why) and guards:
+(`wrappers.launch`, which the images, the manifests and `wrappers.server` run, sets it where unset,
+refuses another value, and installs the guard itself before it builds MLServer's server).
+`GuardedRepository` is MLServer's own repository (folders with a `model-settings.json`); creating
+it reads the setting (a bad value stops the server, saying why) and guards:
 
 - REST: one ASGI middleware on MLServer's app, outside its others, refusing any path under
   `/v2/repository` with HTTP 403 and `{"error": "..."}`. Every route MLServer binds to its
@@ -36,7 +36,7 @@ import grpc
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from wrappers.mlserver_compat import IncompatibleMLServer, check_version
+from wrappers.mlserver_compat import IncompatibleMLServer, check_version, running
 from wrappers.mlserver_compat import repository as mlserver_repository
 from wrappers.repository_access import (
     DENIED_STATUS,
@@ -96,12 +96,19 @@ def install() -> RepositoryAccess:
 
 
 def check_guarded(in_worker_process: bool) -> None:
-    """Raise RepositoryApiError where this process runs MLServer servers built without the guard, or (in an
-    MLServer worker process, whose servers are its parent's) where MLServer was started without the setting.
+    """Raise RepositoryApiError where this process serves MLServer's repository API unguarded, or may: a server
+    `mlserver start` began (it hands Slipway neither its REST app nor its gRPC server: `wrappers.launch` must
+    start it), the launcher's without the guard, or (in an MLServer worker process, whose servers are its
+    parent's) one started without the setting.
 
     A bare load, with no server in the process, has no repository API to guard."""
+    if not in_worker_process and running.started_by_mlserver_cli() and not running.launched():
+        raise RepositoryApiError(
+            "this server was started by `mlserver start`, which hands Slipway neither its REST app nor its gRPC server "
+            "(nor guards the model repository API): start it with `python -m wrappers.launch FOLDER` (slipway serve, "
+            "the serving images and the rendered manifests do)")
     unguarded = os.environ.get(HOOK_ENV) != HOOK if in_worker_process else (
-        _State.access is None and bool(_servers_in_process()))
+        _State.access is None and running.launched())
     if unguarded:
         raise RepositoryApiError(
             f"this MLServer answers the model repository API (load, unload) unguarded: start it with "

@@ -10,25 +10,32 @@ One layer in front of MLServer's router, inside its error handlers, takes each b
 holding the rest) it answers HTTP 400 naming the limit. A compressed body (`Content-Encoding: gzip`
 or `deflate`, `tritonclient.http`'s `request_compression_algorithm`) is inflated on a worker thread,
 in steps, up to the same limit, and the route behind sees it as if it had been sent uncompressed.
+The rules themselves (limit, encodings, inflating) are `wrappers.body_rules`, which has no MLServer import.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mlserver.errors import InferenceError
 
+from wrappers.body_rules import (
+    MAX_BODY_BYTES,
+    BodyError,
+    check_declared_length,
+    inflate,
+    over_the_limit,
+    uncompressed,
+    zlib_window,
+)
+from wrappers.body_rules import headers_of as headers_of  # re-exported: the fast REST route reads headers alike
 from wrappers.mlserver_compat.rest_app import check_router_layer, mlserver_rest_apps, wrap_router
-from wrappers.request_bodies import MAX_BODY_BYTES
 
 logger = logging.getLogger(__name__)
 
-_INFLATE_STEP = 4 << 20  # inflated per zlib call: one step's copy holds the GIL briefly, whatever the body claims
-_ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _WITHOUT_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
 # Bodies inflate on these threads (zlib lets go of the GIL), so a big one stalls no other request; two at a time
 # keep what compressed requests can make the server hold to twice MAX_BODY_BYTES. Others wait their turn.
@@ -57,16 +64,8 @@ class BoundedBodies:
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":
             body = await _inflated(body, encoding)
-            scope = _uncompressed(scope, len(body))
+            scope = uncompressed(scope, len(body))
         await self.app(scope, replaying(body, receive), send)
-
-
-def headers_of(scope: dict) -> dict[str, str]:
-    """The request's headers as MLServer's endpoints pass them on (the first of repeated ones)."""
-    headers: dict[str, str] = {}
-    for key, value in scope["headers"]:
-        headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
-    return headers
 
 
 def replaying(body: bytes, receive):
@@ -85,60 +84,26 @@ def replaying(body: bytes, receive):
 
 async def read_body(receive, headers: dict[str, str]) -> bytes:
     """The whole body; past MAX_BODY_BYTES, HTTP 400 before the rest is read (by Content-Length, before any)."""
-    length = headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise _over_the_limit("the body is over")
+    try:
+        check_declared_length(headers)
+    except BodyError as err:
+        raise InferenceError(str(err)) from None
     chunks, size = [], 0
     while True:
         message = await receive()
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise _over_the_limit("the body is over")
+            raise InferenceError(str(over_the_limit("the body is over")))
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
-def _over_the_limit(what: str) -> InferenceError:
-    """HTTP 400 (by MLServer's error handler) for a body past MAX_BODY_BYTES, sent or inflated, saying what fits."""
-    return InferenceError(
-        f"{what} {MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES >> 20} MiB), the most this server reads; send fewer rows "
-        "per request, or (from the same host) the tensors in shared memory")
-
-
 async def _inflated(body: bytes, encoding: str) -> bytes | bytearray:
-    window = _ZLIB_WINDOW.get(encoding)
-    if window is None:
-        raise InferenceError(f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or none")
-    return await asyncio.get_running_loop().run_in_executor(_inflaters, _inflate, body, encoding, window)
-
-
-def _inflate(body: bytes, encoding: str, window: int) -> bytearray:
-    """Inflate in steps, so that a body claiming more than MAX_BODY_BYTES is refused having made no more.
-    A gzip body may hold several members, as `gzip.decompress` (MLServer's way) reads them."""
-    inflated, pending, inflater = bytearray(), body, zlib.decompressobj(window)
+    """The body inflated on a worker thread; HTTP 400 (by MLServer's error handler) for what `inflate` refuses."""
     try:
-        while True:
-            piece = inflater.decompress(pending, min(_INFLATE_STEP, MAX_BODY_BYTES + 1 - len(inflated)))
-            inflated += piece
-            if len(inflated) > MAX_BODY_BYTES:
-                raise _over_the_limit(f"the {encoding} body inflates past")
-            pending = inflater.unconsumed_tail
-            if inflater.eof:
-                if not inflater.unused_data:
-                    return inflated
-                if encoding != "gzip":
-                    raise InferenceError(f"the deflate body has {len(inflater.unused_data)} bytes after its end; "
-                                         "send one deflate stream")
-                pending, inflater = inflater.unused_data, zlib.decompressobj(window)
-            elif not pending and not piece:
-                raise InferenceError(f"the {encoding} body is truncated; send all of it")
-    except zlib.error as err:
-        raise InferenceError(f"the body is not valid {encoding} data: {err}") from None
-
-
-def _uncompressed(scope: dict, length: int) -> dict:
-    """The scope as if the body had come inflated, so that MLServer's routes do not inflate it again."""
-    headers = [(key, value) for key, value in scope["headers"] if key not in (b"content-encoding", b"content-length")]
-    return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
+        window = zlib_window(encoding)
+        return await asyncio.get_running_loop().run_in_executor(_inflaters, inflate, body, encoding, window)
+    except BodyError as err:
+        raise InferenceError(str(err)) from None

@@ -1,14 +1,14 @@
-"""Start and stop a real MLServer on loopback for one artifact folder.
+"""Start and stop a real MLServer on loopback for an artifact folder, or a folder of them.
 
 Used by `make serve`, the demo, the load tests, the benchmarks and the tests: the server
-always runs in its own process (never imported here), configured through MLServer's
-`MLSERVER_*` environment variables, and is stopped by its PID.
+always runs in its own process (Slipway's launcher, `wrappers.launch`; MLServer is never
+imported here), configured through MLServer's `MLSERVER_*` environment variables, and is
+stopped by its PID. Why a server stopped is the launcher's own one line, not read from its log.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -26,13 +26,14 @@ from slipway.child import stop_with_parent
 from slipway.files import FileProblem, read_json
 from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
+from wrappers.model_repository import RepositoryError, check_unique, settings_files
 from wrappers.repository_access import HOOK, HOOK_ENV, RepositoryAccess
 from wrappers.settings import SettingsError
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 15.0
-_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception): .+$", re.MULTILINE)
-_NO_EXCEPTION = "no exception in its log"
+FAILURE_FILE = "failure.txt"  # where the launcher writes why it stopped (`--failure-file`)
+READY_FILE = "ready.txt"  # written once every model loaded and, with `frontends: N`, every front end serves
 
 
 # glibc returns a freed block over 128 kB to the OS at once, so every 3 MB JSON body (and the
@@ -61,14 +62,22 @@ def model_name(model_dir: Path) -> str:
 
 
 def model_names(model_dir: Path) -> list[str]:
-    """The models MLServer will load from `model_dir`: the folder itself, or each sub-folder with settings."""
-    model_dir = Path(model_dir)
-    if (model_dir / SETTINGS_FILE).is_file() or not model_dir.is_dir():
-        return [model_name(model_dir)]
-    names = [model_name(path.parent) for path in sorted(model_dir.glob(f"*/{SETTINGS_FILE}"))]
-    if not names:
-        raise ServerError(f"{model_dir} holds no {SETTINGS_FILE}, nor do its sub-folders (run `make demo` first)")
-    return names
+    """The models MLServer will load from `model_dir`: an artifact folder, or every artifact folder under it (at any
+    depth, as MLServer finds them), each named in its settings; two of one name and version are refused."""
+    try:
+        paths = settings_files(Path(model_dir))
+        models = [(model_name(path.parent), _version(path), path) for path in paths]
+        check_unique(models)
+    except RepositoryError as err:
+        raise ServerError(str(err)) from err
+    return [name for name, _, _ in models]
+
+
+def _version(settings_path: Path) -> str | None:
+    """`parameters.version` of a settings file `model_name` has read already (None where unset)."""
+    parameters = read_json(settings_path).get("parameters")
+    version = parameters.get("version") if isinstance(parameters, dict) else None
+    return str(version) if version is not None else None
 
 
 def server_env(
@@ -100,9 +109,21 @@ def server_env(
     return env
 
 
-def mlserver_command(model_dir: Path) -> list[str]:
-    """`mlserver start MODEL_DIR` with the interpreter running us (so the same venv serves)."""
-    return [sys.executable, "-m", "mlserver.cli.main", "start", str(Path(model_dir).resolve())]
+def launcher_command(model_dir: Path, failure_file: Path, ready_file: Path | None = None) -> list[str]:
+    """`python -m wrappers.launch MODEL_DIR` with the interpreter running us (so the same venv serves)."""
+    return [sys.executable, "-m", "wrappers.launch", str(Path(model_dir).resolve()), "--failure-file", str(failure_file),
+            *(["--ready-file", str(ready_file)] if ready_file else [])]
+
+
+def failure_reason(failure_file: Path, status: int | None) -> str:
+    """Why the launcher stopped, in its own words, else its exit status."""
+    try:
+        return failure_file.read_text().strip()
+    except OSError:
+        pass
+    if status is not None and status < 0:
+        return f"it was killed by signal {-status} without saying why"
+    return f"it exited with status {status} without saying why" if status else "it stopped by itself"
 
 
 @dataclass
@@ -156,7 +177,7 @@ class LocalServer:
         env.update(self.extra_env)
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(
-                mlserver_command(self.model_dir),
+                launcher_command(self.model_dir, self._workdir / FAILURE_FILE, self._workdir / READY_FILE),
                 cwd=self._workdir,
                 env=env,
                 stdout=log,
@@ -179,33 +200,37 @@ class LocalServer:
                     f"MLServer exited with code {self._process.returncode}: {self.failure_reason()} (log: {self.log_path})"
                 )
             try:
-                ready_url = f"{self.http_url}/v2/models/{urllib.parse.quote(waiting[0], safe='')}/ready"
-                with urllib.request.urlopen(ready_url, timeout=2) as response:
-                    if response.status == 200:
+                while waiting:
+                    ready_url = f"{self.http_url}/v2/models/{urllib.parse.quote(waiting[0], safe='')}/ready"
+                    with urllib.request.urlopen(ready_url, timeout=2) as response:
+                        if response.status != 200:
+                            break
                         waiting.pop(0)
-                        if not waiting:
-                            return
-                        continue
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
+            # The launcher's word too: with `frontends: N`, one front end answering ready is not all N serving.
+            if not waiting and (self._workdir / READY_FILE).exists():
+                return
             time.sleep(0.25)
         raise ServerError(
             f"MLServer was not ready after {self.ready_timeout_s:.0f} s: {self.failure_reason()} (log: {self.log_path})"
         )
 
     def failure_reason(self) -> str:
-        """The first exception line in the server's log."""
-        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return _first_exception(log) or _NO_EXCEPTION
+        """Why the server stopped, as the launcher said it (one line), else how it ended."""
+        status = self._process.poll() if self._process is not None else None
+        if status is None and not (self._workdir / FAILURE_FILE).exists():
+            return "it is still starting"
+        return failure_reason(self._workdir / FAILURE_FILE, status)
 
     def stop(self) -> None:
         """Stop the server, then remove its working folder (log, metrics) unless it crashed meanwhile."""
         crashed = self._process is not None and self._process.poll() not in (None, 0)
-        self._stop_process()
         if crashed:
             print(f"MLServer had exited with an error before it was stopped: {self.failure_reason()} (log: {self.log_path})",
                   file=sys.stderr)
-        else:
+        self._stop_process()
+        if not crashed:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
     def _stop_process(self) -> None:
@@ -233,16 +258,17 @@ def stop_process_group(process: subprocess.Popen | None) -> None:
 
 
 def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: int, metrics_port: int) -> None:
-    """Run MLServer on `model_dir` until Ctrl-C or SIGTERM, its log (stdout and stderr) passed through to our stdout.
+    """Run the launcher on `model_dir` until Ctrl-C or SIGTERM, its log (stdout and stderr) on our stdout.
 
-    MLServer exits 0 when a model fails to load (it logs the error and shuts down), so a server that
-    stops before it is asked to raises `ServerError` here, with the first exception in its log."""
-    model_name(model_dir)  # fail early, in one line, on a folder that is not an artifact
+    A server that stops before it is asked to raises `ServerError` here, with the launcher's one line on why."""
+    model_names(model_dir)  # fail early, in one line, on a folder that is not an artifact folder nor a folder of them
     try:
         RepositoryAccess.from_env(os.environ)  # the server would refuse to start on it: say why in one line
     except SettingsError as err:
         raise ServerError(str(err)) from err
-    metrics_dir = Path(tempfile.mkdtemp(prefix="slipway-metrics-"))
+    workdir = Path(tempfile.mkdtemp(prefix="slipway-serve-"))
+    metrics_dir, failure_file = workdir / "metrics", workdir / FAILURE_FILE
+    metrics_dir.mkdir()
     env = server_env(
         host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
         parallel_workers=0, metrics_dir=metrics_dir,
@@ -250,7 +276,7 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
     print(f"serving {model_dir} on http://{host}:{http_port} (gRPC {grpc_port}, metrics {metrics_port})", flush=True)
     # In its own process group, so that a terminal's Ctrl-C reaches only us; we pass it on as SIGTERM,
     # on which MLServer shuts down cleanly (on SIGINT, uvicorn's lifespan task dies with a traceback).
-    server = subprocess.Popen(mlserver_command(model_dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    server = subprocess.Popen(launcher_command(model_dir, failure_file), env=env, stderr=subprocess.STDOUT,
                               process_group=0, preexec_fn=stop_with_parent)
     asked_to_stop: list[int] = []
 
@@ -260,7 +286,6 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
 
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        reason = _relay_log(server.stdout.fileno(), sys.stdout.buffer)
         status = server.wait()
     finally:
         for signum, handler in previous.items():
@@ -268,27 +293,8 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
         if server.poll() is None:  # we failed, not the server: it must not outlive us
             server.kill()
             server.wait()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
-    if not asked_to_stop:
-        raise ServerError(f"MLServer stopped by itself (exit status {status}): {reason or _NO_EXCEPTION}")
-
-
-def _relay_log(source: int, into) -> str | None:
-    """Copy the server's log to `into` as it comes, until it ends; return its first exception line."""
-    reason, pending = None, b""
-    while chunk := os.read(source, 1 << 16):
-        into.write(chunk)
-        into.flush()
-        if reason is None:  # whole lines only: a line cut between two reads would match cut short
-            complete, _, pending = (pending + chunk).rpartition(b"\n")
-            pending = pending[-(1 << 16):]
-            reason = _first_exception(complete.decode(errors="replace"))
-    return reason
-
-
-def _first_exception(log: str) -> str | None:
-    """The first exception line in a server's log: usually the whole story."""
-    found = _EXCEPTION_LINE.search(log)
-    return found.group(0).strip() if found else None
-
-
+    try:
+        if not asked_to_stop or status:
+            raise ServerError(f"the server stopped: {failure_reason(failure_file, status)}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

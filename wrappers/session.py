@@ -9,7 +9,6 @@ import contextlib
 import functools
 import io
 import logging
-import math
 import os
 import threading
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from wrappers.defaults_choice import threads_for_cpu_limit
 from wrappers.settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 
 logger = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
     """Session options from settings, with thread counts sized to the container, not the host."""
     options = ort.SessionOptions()
     intra = settings.intra_op_threads
-    options.intra_op_num_threads = intra if intra is not None else max(1, math.floor(cpu_limit()))
+    options.intra_op_num_threads = intra if intra is not None else threads_for_cpu_limit(cpu_limit())
     options.inter_op_num_threads = settings.inter_op_threads
     options.execution_mode = _EXECUTION_MODES[settings.execution_mode]
     options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.graph_optimization_level]

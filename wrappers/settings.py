@@ -208,7 +208,9 @@ class RuntimeSettings(_Strict):
     tensorrt: TensorrtOptions = Field(default_factory=TensorrtOptions, description="TensorRT provider options.")
     cuda: CudaOptions = Field(default_factory=CudaOptions, description="CUDA provider options.")
     intra_op_threads: int | None = Field(
-        default=None, ge=0, description="Threads inside one operator; None derives it from the CPU limit."
+        default=None, ge=0,
+        description="Threads inside one operator. None (unset): chosen at load (see the serving page): 1 where runs "
+        "go inline, else the CPU limit's whole CPUs.",
     )
     inter_op_threads: int = Field(
         default=1, ge=0, description="Threads running independent graph branches (with execution_mode parallel)."
@@ -231,16 +233,19 @@ class RuntimeSettings(_Strict):
     inference_threads: int = Field(
         default=1,
         ge=1,
-        description="Runs of the session allowed side by side. 1 (default) gives each run every intra-op thread: "
-        "lowest latency. For throughput under load: one or two more than the cores, with intra_op_threads 1 and "
-        "max_batch_rows of a few rows (MobileNetV2 on 2 cores: 3 and 2), so that while one run's answers travel "
-        "back the other runs keep every core busy.",
+        description="Runs of the session allowed side by side. Unset: chosen at load (see the serving page) as the "
+        "runs of intra_op_threads each that fit the CPU limit, plus one where several fit; 1 where nothing was "
+        "measured. 1 gives each run every intra-op thread: lowest latency. For throughput under load: one or two "
+        "more than the cores, with intra_op_threads 1 and max_batch_rows of a few rows (MobileNetV2 on 2 cores: 3 "
+        "and 2), so that while one run's answers travel back the other runs keep every core busy.",
     )
     max_batch_rows: int = Field(
         default=1,
         ge=1,
         description="Merge requests that queue while the session is busy into one run of up to this many rows "
-        "(1: never merge). No waiting window: an idle session runs a request at once.",
+        "(1: never merge). No waiting window: an idle session runs a request at once. Unset: chosen at load from "
+        "the model's measured time per row at 1, 2, 4 and 8 rows (see the serving page); 1 where nothing was "
+        "measured or requests cannot be merged.",
     )
     batch_buckets: list[int] | None = Field(
         default=None,
@@ -255,10 +260,23 @@ class RuntimeSettings(_Strict):
         default=0.5,
         ge=0,
         description="Run on the event loop itself when warm-up says a request takes less than this: for tiny "
-        "models a hop to the inference thread costs more than the run (0: always use the thread).",
+        "models a hop to the inference thread costs more than the run (0: always use the thread). Unset: chosen at "
+        "load as 16 measured hops to a thread and back where a 1-row run is shorter, else 0; 0.5 where nothing "
+        "was measured.",
     )
     max_request_rows: int = Field(default=1024, ge=1, description="Requests with more rows are refused (HTTP 400).")
     reject_non_finite: bool = Field(default=True, description="Refuse float inputs holding NaN or infinity.")
+    frontends: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        strict=True,
+        description="Serving processes (each its own event loop, gRPC and REST servers, on the same ports) that "
+        "decode requests and hand their rows through shared memory to one process owning the session, which merges "
+        "them across front ends into runs (wrappers.frontends): for a GPU that one event loop cannot keep busy. "
+        "Slipway's launcher (python -m wrappers.launch, slipway serve, the images) starts the session host and "
+        "the front ends for an artifact folder that sets it. 1 (default): one process, no hand-off.",
+    )
     shared_memory: bool = Field(
         default=False,
         description="Serve the V2 system shared-memory extension: clients on the same host (or pod) register "

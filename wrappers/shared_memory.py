@@ -9,7 +9,8 @@ MobileNetV2 image, moving them through gRPC is most of what a request costs the 
 the client outside the run itself (docs/benchmarks.md, "Where the rest of the MobileNetV2 gap is").
 
 Regions belong to the server process, as in Triton; `wrappers.shared_memory_api` registers
-them over REST and gRPC. This module has no MLServer import: it opens, checks, reads and writes.
+them over REST and gRPC. This module has no MLServer import: it opens, checks, reads and writes. The
+parameter names and `Location` are the wire format's (`slipway.v2_wire`), shared with clients.
 """
 
 from __future__ import annotations
@@ -25,28 +26,27 @@ from typing import Any
 
 import numpy as np
 
-from wrappers.tensors import BYTES, V2_TO_NUMPY, TensorError, element_count, from_raw, to_raw
+from slipway.v2_wire import (
+    BYTE_SIZE,
+    BYTES,
+    OFFSET,
+    PARAMETERS,
+    REGION,
+    V2_TO_NUMPY,
+    Location,
+    TensorError,
+    element_count,
+    from_raw,
+    to_raw,
+)
 
 SHM_ROOT = Path("/dev/shm")
-REGION = "shared_memory_region"
-OFFSET = "shared_memory_offset"
-BYTE_SIZE = "shared_memory_byte_size"
-PARAMETERS = (REGION, OFFSET, BYTE_SIZE)
 # A key names one object directly in /dev/shm (shm_open's "/name"), never a path.
 _KEY = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 
 
 class SharedMemoryError(ValueError):
     """A region cannot be registered or used as asked; the message says what to send instead."""
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where one tensor lies: `byte_size` bytes at `offset` into a registered region."""
-
-    region: str
-    offset: int
-    byte_size: int
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@ the ones `tritonclient.http` and `tritonclient.grpc` call.
 
 REST: MLServer mounts a model's `custom_handler` methods on its REST app when the model
 loads; `OnnxRuntime` inherits these. gRPC: MLServer builds its gRPC server from its own
-protos before any model loads and offers no way to add methods, so the first model that
-turns shared memory on finds the running server and adds a handler for Triton's three
-methods (gRPC servers look handlers up per call). Without one, the log says so, and
+protos and offers no way to add methods, so the first model that turns shared memory on
+adds a handler for Triton's three methods to the server the launcher (`wrappers.launch`)
+handed over (gRPC servers look handlers up per call). Without one, the log says so, and
 registering over REST still serves gRPC requests: the regions are the server process's
 (`wrappers.shared_memory.REGIONS`). Everything here answers only while a loaded model has
 `parameters.extra.shared_memory: true`: registering lets a network client map the pod's
@@ -14,6 +14,7 @@ shared memory and have outputs written into it, which a server should not allow 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -111,11 +112,13 @@ def _error(message: str) -> JSONResponse:
 
 
 def _serve_grpc_registration() -> None:
-    """Add Triton's registration methods to the running gRPC server(s) of this process, once."""
+    """Add Triton's registration methods to the gRPC server of this process (the launcher's), once."""
     if not add_to_running_grpc_servers(_grpc_handler()):
-        logger.warning("no gRPC server found in this process: register shared-memory regions over REST")
+        logger.warning("no gRPC server in this process (not started by wrappers.launch): register shared-memory "
+                       "regions over REST")
 
 
+@functools.cache  # one handler per process: each model that turns shared memory on asks for it again
 def _grpc_handler() -> grpc.GenericRpcHandler:
     messages = _messages()
 

@@ -37,6 +37,11 @@ MODEL_NAMESPACE = "slipway"  # `make deploy`'s default NAMESPACE: made at start,
 BUCKET = "slipway-models"    # the bucket of `deploy`'s default storage root, s3://slipway-models
 SERVICE_CIDR = "10.96.0.0/16"
 READY_TIMEOUT_S = 90.0
+# How often the HPA controller acts (kube-controller-manager's default: 15 s). A Deployment Seldon creates starts at
+# 1 replica and waits for the HPA's first sync to reach minReplicas, so each deploy waited up to a period for it.
+HPA_SYNC_S = 2
+# metrics-server's scrape period (its least; it was 15 s), above its kubelet request timeout: the HPA sees usage sooner
+METRIC_RESOLUTION_S = 10
 
 
 class ClusterError(RuntimeError):
@@ -250,7 +255,7 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     controller_manager = starter.start("kube-controller-manager", "kubernetes", [
         *starter.kube_args(controller_manager_port), "--leader-elect=false",
         f"--service-account-private-key-file={pki.service_account_key}", f"--root-ca-file={pki.ca.cert}",
-        "--use-service-account-credentials=false",
+        "--use-service-account-credentials=false", f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_S}s",
     ])
     scheduler = starter.start("kube-scheduler", "kubernetes", [*starter.kube_args(scheduler_port), "--leader-elect=false"])
     for process, port in ((controller_manager, controller_manager_port), (scheduler, scheduler_port)):
@@ -279,7 +284,8 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     metrics_server = starter.start("metrics-server", "metrics-server", [
         *starter.kube_args(metrics_port), f"--tls-cert-file={metrics_pair.cert}",
         f"--tls-private-key-file={metrics_pair.key}", f"--kubelet-certificate-authority={pki.ca.cert}",
-        "--kubelet-use-node-status-port", "--kubelet-preferred-address-types=InternalIP", "--metric-resolution=15s",
+        "--kubelet-use-node-status-port", "--kubelet-preferred-address-types=InternalIP", f"--metric-resolution={METRIC_RESOLUTION_S}s",
+        f"--kubelet-request-timeout={METRIC_RESOLUTION_S // 2}s",
     ])
     objects.register_metrics_api(api, metrics_port, pki.ca.cert)
     _wait(metrics_server, lambda: objects.api_service_available(api, objects.METRICS_API_SERVICE), "Available")

@@ -40,4 +40,7 @@ USER 10001:10001
 # Kubernetes uses the manifests' probes; this serves `docker run` and other engines.
 HEALTHCHECK --interval=30s --timeout=3s CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('MLSERVER_HTTP_PORT', '8080') + '/v2/health/live', timeout=2)"]
 EXPOSE 9000 9500 6000
-CMD ["mlserver", "start", "/mnt/models"]
+# Slipway's launcher: `mlserver start` with MLServer's own settings, building MLServer's server itself so the
+# runtime gets its REST app and gRPC server directly; exits non-zero naming why a model failed to load.
+# /mnt/models: one artifact folder, or a folder of them (each model with its own model-settings.json).
+CMD ["python", "-m", "wrappers.launch", "/mnt/models"]

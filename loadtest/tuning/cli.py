@@ -36,6 +36,37 @@ def _choices(field: str, convert, example: str):
     return parse
 
 
+def _providers(text: str) -> list[str]:
+    from loadtest.tuning.machine import AUTO, ORT_PROVIDERS
+
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in (*ORT_PROVIDERS, AUTO)]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from cpu, cuda, tensorrt (comma-separated), or auto")
+    return list(dict.fromkeys(names))
+
+
+def _bucket_sets(text: str) -> list[tuple[int, ...]]:
+    from loadtest.tuning.space import parse_buckets
+
+    try:
+        sets = [parse_buckets(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError:
+        sets = []
+    if not sets or any(size < 1 for buckets in sets for size in buckets):
+        raise argparse.ArgumentTypeError(f"{text!r}: give bucket sets separated by commas, each `none` or positive row "
+                                         "counts joined by dots, e.g. none,8,1.8.32")
+    return sets
+
+
+def _switches(text: str) -> list[bool]:
+    values = {"off": False, "on": True}
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names or any(name not in values for name in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give off, on or off,on")
+    return [values[name] for name in dict.fromkeys(names)]
+
+
 def _variant(text: str) -> tuple[str, Path]:
     name, sep, folder = text.partition("=")
     if not sep or not name or not folder:
@@ -68,6 +99,14 @@ def add_commands(commands) -> None:
                            help="inference_threads choices: runs side by side (for models that do not run inline)")
         space.add_argument("--merge-rows", type=_choices("max_batch_rows", int, "1,4"), default=[1],
                            help="max_batch_rows choices: rows merged into one run, no window (1: off)")
+        space.add_argument("--providers", type=_providers, default=["cpu"],
+                           help="execution providers: cpu (default), or cuda,tensorrt (objective: rows/s per GPU; "
+                           "refused where this machine lacks them), or auto (the GPU ones this machine runs, else cpu)")
+        space.add_argument("--batch-buckets", type=_bucket_sets, default=[()],
+                           help="batch_buckets choices: sets of row counts runs are padded to, e.g. none,8,1.8.32")
+        space.add_argument("--cuda-graphs", type=_switches, default=[False], help="CUDA graph choices (cuda, with buckets): off,on")
+        space.add_argument("--frontends", type=_choices("frontends", int, "1,2"), default=[1],
+                           help="front-end processes per GPU choices (the runtime's `frontends`)")
         slo = parser.add_argument_group("SLO (a trial is infeasible when no step holds it)")
         slo.add_argument("--slo", type=Path, help="YAML with p50_ms, p95_ms, p99_ms, max_error_rate")
         slo.add_argument("--p95-ms", type=float, help="p95 latency limit (default 50 unless --slo or --p99-ms gives one)")
@@ -96,19 +135,39 @@ def add_commands(commands) -> None:
         parser.set_defaults(func=func)
 
 
+def _providers_here(args: argparse.Namespace) -> tuple[list[str], list[bool], list[str]]:
+    """(providers, CUDA graph choices, report lines): GPU providers this machine lacks refused, or skipped under auto."""
+    from loadtest.tuning.machine import MachineError, available_providers, gpu_name, resolve_providers
+
+    if args.providers == ["cpu"]:
+        return ["cpu"], args.cuda_graphs, []
+    try:
+        providers, notes = resolve_providers(args.providers, available_providers(), gpu_name())
+    except MachineError as err:
+        raise UserError(str(err)) from err
+    graphs = args.cuda_graphs
+    if "cuda" not in providers and True in graphs:
+        graphs = [False]
+        notes.append("cuda graphs skipped: the cuda provider is not tuned here")
+    return providers, graphs, notes
+
+
 def _space_and_slo(args: argparse.Namespace):
     from pydantic import ValidationError
 
     from loadtest.config import ConfigError
     from loadtest.slo import load_slo
-    from loadtest.tuning.space import SearchSpace, discover_variants
+    from loadtest.tuning.space import GPU_VARIANTS, TUNABLE_VARIANTS, SearchSpace, discover_variants
 
-    variants = dict(args.variant) if args.variant else discover_variants(args.model_dir)
+    providers, graphs, notes = _providers_here(args)
+    names = TUNABLE_VARIANTS if providers == ["cpu"] else GPU_VARIANTS
+    variants = dict(args.variant) if args.variant else discover_variants(args.model_dir, names=names)
     intra = args.intra or ([1, 2] if len(variants) > 1 else [1, 2, 4])
     try:
         space = SearchSpace(variants=variants, parallel_workers=args.workers, max_batch_size=args.batch_sizes,
                             max_batch_time_ms=args.batch_times_ms, intra_op_threads=intra, inter_op_threads=args.inter,
-                            inference_threads=args.run_slots, max_batch_rows=args.merge_rows)
+                            inference_threads=args.run_slots, max_batch_rows=args.merge_rows, providers=providers,
+                            batch_buckets=args.batch_buckets, cuda_graphs=graphs, frontends=args.frontends)
         slo = load_slo(args.slo, p95_ms=args.p95_ms, p99_ms=args.p99_ms, max_error_rate=args.max_error_rate)
     except ValidationError as err:
         raise UserError(f"invalid search space: {one_line(err)}") from err
@@ -118,7 +177,9 @@ def _space_and_slo(args: argparse.Namespace):
         slo = slo.model_copy(update={"p95_ms": 50.0})
     if slo.min_rps is not None:
         raise UserError("min_rps has no place in tuning: the tuner maximizes throughput; give latency and error limits")
-    return space, slo
+    for note in notes:
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    return space, slo, notes
 
 
 def _measurer(args, space, slo):
@@ -139,8 +200,9 @@ def _measurer(args, space, slo):
 
 
 def _say(measurement, prefix: str = "") -> None:
+    unit = "rows/s/GPU" if measurement.config.on_gpu else "req/s/core"
     text = (f"{measurement.capacity_rps:7.1f} req/s, p95 {measurement.p95_ms:g} ms, {measurement.cpu_cores or 0:.2f} cores "
-            f"-> {measurement.objective:7.1f} req/s/core" if measurement.feasible else f"infeasible: {measurement.reason}")
+            f"-> {measurement.objective:7.1f} {unit}" if measurement.feasible else f"infeasible: {measurement.reason}")
     console.print(f"{prefix}{measurement.config.key:32s} {text}")
 
 
@@ -148,7 +210,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from loadtest.tuning.outputs import write_tune_outputs
     from loadtest.tuning.search import search
 
-    space, slo = _space_and_slo(args)
+    space, slo, notes = _space_and_slo(args)
     if args.trials < 1 or args.patience < 1:
         raise UserError("--trials and --patience must be at least 1")
     measurer = _measurer(args, space, slo)
@@ -164,14 +226,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         result = search(space, measurer, budget=args.trials, patience=args.patience, seed=args.seed,
                         start_from_known=not args.no_known_good, sampler=args.sampler, on_measurement=progress)
-    path = write_tune_outputs(result, space, slo, out_dir=args.out_dir, settings=_settings(args), hpa_metric=args.hpa_metric)
+    path = write_tune_outputs(result, space, slo, out_dir=args.out_dir, settings=_settings(args), hpa_metric=args.hpa_metric,
+                              notes=notes)
     console.print(f"stopped: {result.stopped}")
     if result.best is None:
         console.print(f"[bold red]no config held the SLO[/]; report: {path}")
         return EXIT_CHECK_FAILED
     best = result.best
+    per = "rows/s per GPU" if best.config.on_gpu else "req/s per core"
     console.print(f"[green]best[/] {best.config.key}: {best.capacity_rps:.0f} req/s at p95 {best.p95_ms:g} ms on "
-                  f"{best.cpu_cores:.2f} cores ({best.objective:.0f} req/s per core)")
+                  f"{best.cpu_cores or 0:.2f} cores ({best.objective:.0f} {per})")
     console.print(f"report: {path}; settings: {args.out_dir / 'best' / 'model-settings.json'}; "
                   f"overlay: {args.out_dir / 'overlay'}")
     return 0
@@ -185,7 +249,7 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
     from slipway.readme import BENCHMARKS_PAGE, replace_section
     from slipway.reports import write_report
 
-    space, slo = _space_and_slo(args)
+    space, slo, notes = _space_and_slo(args)
     try:
         size = check_grid_size(space)
     except CheckError as err:
@@ -206,7 +270,7 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
     plot = REPORTS_DIR / "tune-check.png"
     plot_check(result, plot)
     path = write_report("tune-check", {**result.as_dict(), "slo": slo.model_dump(exclude_none=True),
-                                       "settings": _settings(args), "plot": str(plot)})
+                                       "settings": _settings(args), "plot": str(plot), **({"notes": notes} if notes else {})})
     table = check_markdown(result, cpu_count=os.cpu_count(), load_before=load_before,
                            minutes=(time.monotonic() - started) / 60, day=time.strftime("%Y-%m-%d"))
     atomic.write_text(REPORTS_DIR / "tune-check.md", table)

@@ -2,7 +2,9 @@
 
 The figure of merit is throughput per CPU core at the config's capacity: the step with the
 most requests/s whose latency and errors hold the SLO, divided by the CPU cores the
-server's process tree burned during that step. A config with no such step is infeasible.
+server's process tree burned during that step. On a GPU provider it is rows/s per GPU
+instead (one GPU per trial's server): the card, not the cores, is what a GPU replica pays for.
+A config with no such step is infeasible.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from typing import Protocol
 
 from loadtest.config import LoadJob, ShapeSpec, Slo, parse_host
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
+
+ROWS_PER_REQUEST = 1  # LiveMeasurer's payloads: one row each
+GPUS_PER_TRIAL = 1  # a trial's server runs on one GPU (device 0)
+
+
+def objective_text(gpu: bool) -> str:
+    """What a search maximizes, in words: per core on the CPU, per GPU on GPUs."""
+    if gpu:
+        return "rows/s per GPU at the highest load whose latency and errors hold the SLO"
+    return "requests/s per server CPU core at the highest load whose latency and errors hold the SLO"
 
 
 @dataclass(frozen=True)
@@ -34,9 +46,11 @@ class Measurement:
 
     @property
     def objective(self) -> float:
-        if not self.feasible or not self.cpu_cores:
+        if not self.feasible:
             return 0.0
-        return self.capacity_rps / self.cpu_cores
+        if self.config.on_gpu:
+            return self.capacity_rps * ROWS_PER_REQUEST / GPUS_PER_TRIAL
+        return self.capacity_rps / self.cpu_cores if self.cpu_cores else 0.0
 
     def as_dict(self) -> dict:
         data = asdict(self)
@@ -106,7 +120,7 @@ class LiveMeasurer:
             with LocalServer(folder, parallel_workers=config.parallel_workers) as server:
                 base = server.http_url if self.protocol == "rest" else server.grpc_target
                 endpoint = parse_host(base, protocol=self.protocol, model=server.model)
-                body, described = build_payload(endpoint, batch_size=1, data=None, model_dir=folder)
+                body, described = build_payload(endpoint, batch_size=ROWS_PER_REQUEST, data=None, model_dir=folder)
                 payload = trial_dir / "request.bin"
                 atomic.write_bytes(payload, body)
                 job = LoadJob(endpoint=endpoint, shape=self.shape, payload_file=payload, request_headers=described["headers"],

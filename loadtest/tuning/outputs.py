@@ -9,7 +9,7 @@ from typing import Any
 
 from deployments.autoscaling import RPS_METRIC  # the per-pod metric deployments/' prometheus-adapter rule serves
 from loadtest.config import Slo
-from loadtest.tuning.measure import Measurement
+from loadtest.tuning.measure import Measurement, objective_text
 from loadtest.tuning.search import SearchResult
 from loadtest.tuning.space import SearchSpace, model_settings_for
 from slipway import atomic, seldon_patch
@@ -68,9 +68,10 @@ def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu", busy_waitin
 
 def write_tune_outputs(
     result: SearchResult, space: SearchSpace, slo: Slo, *, out_dir: Path, name: str = "tune",
-    settings: dict[str, Any], hpa_metric: str = "cpu", reports_dir: Path | None = None,
+    settings: dict[str, Any], hpa_metric: str = "cpu", reports_dir: Path | None = None, notes: list[str] | None = None,
 ) -> Path:
-    """reports/<name>.json + .png, and (when a config held the SLO) build/tune/best and build/tune/overlay."""
+    """reports/<name>.json + .png, and (when a config held the SLO) build/tune/best and build/tune/overlay.
+    `notes`: what the search left out and why (GPU providers this machine lacks, under `--providers auto`)."""
     out_dir = Path(out_dir)
     best = result.best
     front = pareto_front(result.measurements)
@@ -78,7 +79,7 @@ def write_tune_outputs(
     plot_path = reports_dir / f"{name}.png"
     plot_pareto(result.measurements, front, best, plot_path, slo)
     payload: dict[str, Any] = {
-        "objective": "requests/s per server CPU core at the highest load whose latency and errors hold the SLO",
+        "objective": objective_text(space.providers != ["cpu"]),
         "slo": slo.model_dump(exclude_none=True),
         "space": {**space.model_dump(mode="json"), "grid_size": len(space.grid())},
         "settings": settings,
@@ -89,6 +90,8 @@ def write_tune_outputs(
         "best": best.as_dict() if best else None,
         "plot": str(plot_path),
     }
+    if notes:
+        payload["notes"] = list(notes)
     if best is not None:
         best_dir = out_dir / "best"
         base_settings = json.loads((Path(space.variants[best.config.variant]) / "model-settings.json").read_text())

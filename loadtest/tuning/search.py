@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadtest.tuning.measure import Measurement, Measurer
-from loadtest.tuning.space import SearchSpace, ServingConfig
+from loadtest.tuning.space import SearchSpace, ServingConfig, buckets_text, parse_buckets
 
 SAMPLERS = ("tpe", "random")
 
@@ -32,10 +32,19 @@ class SearchResult:
 
 
 def suggest_config(trial, space: SearchSpace) -> ServingConfig:
-    """Optuna's define-by-run choice of one config (the batching window only when batching is on)."""
+    """Optuna's define-by-run choice of one config (the batching window only when batching is on; a CUDA graph only
+    on the cuda provider with buckets). GPU dimensions with one choice are not asked, so a CPU space's trials
+    are the same as before they existed."""
+    def pick(name: str, choices: list):
+        return choices[0] if len(choices) == 1 else trial.suggest_categorical(name, choices)
+
     size = trial.suggest_categorical("max_batch_size", space.max_batch_size)
     window = trial.suggest_categorical("max_batch_time_ms", space.max_batch_time_ms) if size > 1 else 0
+    provider = pick("provider", list(space.providers))
+    buckets = parse_buckets(pick("batch_buckets", [buckets_text(b) for b in space.batch_buckets]))
+    graph = pick("cuda_graph", space.cuda_graphs) if provider == "cuda" and buckets else False
     return ServingConfig(
+        provider=provider, batch_buckets=buckets, cuda_graph=graph, frontends=pick("frontends", space.frontends),
         variant=trial.suggest_categorical("variant", list(space.variants)),
         parallel_workers=trial.suggest_categorical("parallel_workers", space.parallel_workers),
         max_batch_size=size,

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 
 import numpy as np
 import onnx
 import pytest
+import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from deployments import gpu, seldon
+from deployments import autoscaling, gpu, kustomize, seldon
 from deployments.records import ModelVersion
-from deployments.render import OVERLAYS, RenderError
+from deployments.render import OVERLAYS, OVERLAYS_DIR, RenderError
 from deployments.render import render as _render
 from deployments.validate import validate_documents
 from slipway.artifact import RUNTIME_IMPLEMENTATION, write_manifest
 from slipway.precision import graph_numerics, read_numerics
+from tests.deployments.canary.series import prometheus_tools  # noqa: F401, F811 (fixture: promtool evaluates the queries)
 from tests.deployments.conftest import record
 from tests.graphs import onnx_model
 from wrappers.settings import TENSORRT_CACHE_ENV
@@ -261,3 +264,102 @@ def test_the_command_line_takes_repeated_placement_options_and_refuses_u8s8_in_o
                          "--out", str(tmp_path / "refused"), env=reports_env, check=False)
     assert refused.returncode != 0 and not (tmp_path / "refused").exists()
     assert "python -m export variants --target gpu" in refused.stderr + refused.stdout
+
+
+# ---- autoscaling on what a GPU pod saturates on (--autoscaling gpu-queue | gpu-util)
+
+def _trigger(rendered) -> dict:
+    component = rendered.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]
+    assert "hpaSpec" not in component
+    (trigger,) = component["kedaSpec"]["triggers"]
+    return trigger
+
+
+@pytest.mark.parametrize(("mode", "metric"), [("gpu-queue", f"{autoscaling.QUEUE_HISTOGRAM}_bucket"),
+                                              ("gpu-util", autoscaling.GPU_UTIL_METRIC)])
+def test_gpu_autoscaling_renders_valid_keda_on_the_gpu_overlay(mode, metric, main_version, seldon_crd_schema):
+    rendered = render("gpu", model=main_version, namespace="ml", autoscaling_mode=mode)
+    report = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
+    assert report.ok, report.errors
+    trigger = _trigger(rendered)
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "Value"  # a latency or a percentage: not per replica
+    query = trigger["metadata"]["query"]
+    assert f"{metric}{{" in query and 'namespace="ml"' in query and "$(" not in query
+
+
+def test_gpu_autoscaling_is_refused_without_gpu_pods(main_version):
+    with pytest.raises(RenderError, match=r"^--autoscaling gpu-util scales GPU pods, .* render the gpu overlay"):
+        render("cpu", model=main_version, autoscaling_mode="gpu-util")
+
+
+@pytest.mark.skipif(kustomize.kubectl_binary() is None, reason="kubectl is not installed (make setup installs it)")
+@pytest.mark.parametrize("mode", autoscaling.GPU_MODES)
+def test_gpu_autoscaling_components_build_as_kubectl_kustomize_builds_them(mode):
+    extra = [autoscaling.component_dir(mode)]
+    real, _ = kustomize.build(OVERLAYS_DIR / "gpu", extra_components=extra, engine="kubectl")
+    assert kustomize.build(OVERLAYS_DIR / "gpu", extra_components=extra, engine="builtin")[0] == real
+
+
+def test_gpu_autoscaling_queries_compute_what_they_claim(prometheus_tools, main_version, tmp_path):  # noqa: F811
+    """promtool evaluates both rendered queries on series shaped as the runtime and DCGM export them: the queue p90
+    interpolated in its bucket, no traffic read as 0 (not NaN), the cards of this model's container averaged."""
+    queries = {mode: _trigger(render("gpu", model=main_version, namespace="ml", autoscaling_mode=mode))["metadata"]["query"]
+               for mode in autoscaling.GPU_MODES}
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "keda", "rules": [
+        {"record": f"keda:{mode.replace('-', '_')}", "expr": query} for mode, query in queries.items()]}]}))
+    bucket = f'{autoscaling.QUEUE_HISTOGRAM}_bucket{{namespace="ml",slipway_io_model="digits",slipway_io_predictor="default",'
+    def dcgm(card: int, container: str = "digits") -> str:
+        return f'{autoscaling.GPU_UTIL_METRIC}{{namespace="ml",container="{container}",gpu="{card}",pod="{container}-{card}"}}'
+
+    # Scraped every 15s (the PodMonitor's): Prometheus 3's 1m windows are left-open, one sample per minute is no rate.
+    idle = {"interval": "15s", "input_series": [{"series": bucket + f'le="{le}"}}', "values": "5+0x20"}
+                                               for le in ("0.01", "0.05", "+Inf")],
+            "promql_expr_test": [{"expr": "keda:gpu_queue", "eval_time": "3m", "exp_samples": [{"labels": "keda:gpu_queue", "value": 0}]},
+                                 {"expr": "keda:gpu_util", "eval_time": "3m", "exp_samples": [{"labels": "keda:gpu_util", "value": 0}]}]}
+    busy = {"interval": "15s", "input_series": [
+        {"series": bucket + 'le="0.01"}', "values": "0+0x20"},
+        {"series": bucket + 'le="0.05"}', "values": "0+30x20"},  # every request waited 10-50 ms
+        {"series": bucket + 'le="+Inf"}', "values": "0+30x20"},
+        {"series": dcgm(0), "values": "60x20"},
+        {"series": dcgm(1), "values": "80x20"},
+        {"series": dcgm(2, "other"), "values": "0x20"},  # another model's card
+    ], "promql_expr_test": [{"expr": "keda:gpu_queue", "eval_time": "3m", "exp_samples": [{"labels": "keda:gpu_queue", "value": 0.01 + (0.05 - 0.01) * 0.9}]},
+                            {"expr": "keda:gpu_util", "eval_time": "3m", "exp_samples": [{"labels": "keda:gpu_util", "value": 70}]}]}
+    tests = tmp_path / "tests.yaml"
+    tests.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [idle, busy]}))
+    result = subprocess.run([str(prometheus_tools["promtool"]), "test", "rules", str(tests)], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------ several front ends per pod
+
+
+def test_front_ends_are_set_in_the_model_container_with_cpus_for_them_and_the_host(main_version, seldon_crd_schema):
+    from deployments.frontends import FRONTENDS_ENV, cpu_for
+    from wrappers.frontends import FRONTENDS_ENV as RUNTIME_READS
+
+    assert FRONTENDS_ENV == RUNTIME_READS
+    plain = _pod(render("gpu", model=main_version))["containers"][0]
+    assert (plain["resources"]["requests"]["cpu"], plain["resources"]["limits"]["cpu"]) == tuple(map(str, cpu_for(1)))
+    rendered = render("gpu", model=main_version, frontends_count=4)
+    report = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
+    assert report.ok, report.errors
+    container = _pod(rendered)["containers"][0]
+    assert _env(container)[FRONTENDS_ENV] == "4"
+    assert container["resources"]["requests"] == {"cpu": "5", "memory": "4Gi", "nvidia.com/gpu": 1}
+    assert container["resources"]["limits"] == {"cpu": "10", "memory": "8Gi", "nvidia.com/gpu": 1}
+    cpu_pod = _pod(render("cpu", model=main_version, frontends_count=2))["containers"][0]  # allowed: tiny models gain
+    assert _env(cpu_pod)[FRONTENDS_ENV] == "2" and cpu_pod["resources"]["limits"]["cpu"] == "6"
+    assert FRONTENDS_ENV not in _env(plain)
+
+
+@pytest.mark.parametrize("count, options, message", [
+    (0, {}, r"^--frontends 0: give a whole number of front ends from 1 to 64$"),
+    (65, {}, r"^--frontends 65: give"),
+    (2, {"split_mode": "cpu-gpu"}, r"^--frontends and --split are not rendered together yet"),
+])
+def test_a_front_end_count_that_cannot_serve_is_refused_in_one_line(main_version, count, options, message):
+    with pytest.raises(RenderError, match=message):
+        render("gpu", model=main_version, frontends_count=count, **options)

@@ -29,7 +29,18 @@ def test_images_run_as_the_manifests_non_root_user(image):
     final = _final_stage(IMAGES[image].read_text())
     users = re.findall(r"^USER\s+(\S+)", final, re.MULTILINE)
     assert users == [f"{_manifest_user()}:{_manifest_user()}"]
-    assert re.search(r"^CMD \[\"mlserver\", \"start\", \"/mnt/models\"\]", final, re.MULTILINE)
+    assert re.search(r"^CMD \[\"python\", \"-m\", \"wrappers.launch\", \"/mnt/models\"\]", final, re.MULTILINE)
+
+
+def test_the_images_and_the_manifests_run_slipways_launcher_on_the_storage_initializers_folder():
+    """Seldon runs a custom graph container with the manifest's args (the image's CMD where there are none): both
+    start the launcher, never `mlserver start`, which hands the runtime neither of MLServer's servers."""
+    sdep = yaml.safe_load((DEPLOYMENTS_DIR / "base" / "seldondeployment.yaml").read_text())
+    container = sdep["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0]
+    assert container["args"] == ["python", "-m", "wrappers.launch", "/mnt/models"]
+    assert "command" not in container
+    for dockerfile in IMAGES.values():
+        assert 'CMD ["python", "-m", "wrappers.launch", "/mnt/models"]' in dockerfile.read_text()
 
 
 @pytest.mark.parametrize("image, extra", [("cpu", "serve"), ("gpu", "gpu")])

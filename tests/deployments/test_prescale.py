@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,6 +24,7 @@ from deployments.recommend.prescale import (
     plan_prescale,
 )
 from slipway.paths import PROJECT_ROOT
+from tests.commands import run_command
 from tests.deployments.traces import (
     DAY_S,
     MIB,
@@ -191,8 +190,8 @@ def test_settings_are_strict():
 def _cli(tmp_path, reports_env, *args):
     env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_URL"}
     env.update({**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports"), "COLUMNS": "250"})
-    return subprocess.run([sys.executable, "-m", "deployments", "recommend", *args, "--out-dir", str(tmp_path / "out")],
-                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return run_command("deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env,
+                       timeout=120)
 
 
 def _histories(tmp_path, rps):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ import yaml
 from deployments.recommend.sizing import DecayingHistogram, recommend
 from deployments.usage import UsageError, check_same_pods, parse_query_range
 from slipway.paths import PROJECT_ROOT
+from tests.commands import run_command
 from tests.conftest import json_http_server
 from tests.deployments.traces import DAY_S, MIB, START, diurnal, matrix, times, write
 
@@ -135,8 +134,8 @@ def test_recommend_command_writes_report_overlay_and_plot(tmp_path, reports_env)
 def _recommend_cli(tmp_path, reports_env, *args):
     env = {key: value for key, value in __import__("os").environ.items() if key != "PROMETHEUS_URL"}
     env.update({**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports")})
-    return subprocess.run([sys.executable, "-m", "deployments", "recommend", *args, "--out-dir", str(tmp_path / "out")],
-                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return run_command("deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env,
+                       timeout=120)
 
 
 def _good(stamps):

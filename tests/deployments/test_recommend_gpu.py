@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import urllib.parse
 
 import numpy as np
@@ -20,6 +18,7 @@ from deployments.recommend.gpu_sizing import GpuSettings, recommend_gpu, with_gp
 from deployments.recommend.sizing import recommend
 from deployments.usage import UsageError, parse_query_range
 from slipway.paths import PROJECT_ROOT
+from tests.commands import run_command
 from tests.conftest import json_http_server
 from tests.deployments.traces import MIB, dcgm, dcgm_answer, diurnal, matrix, times, write
 
@@ -129,8 +128,8 @@ def test_several_cards_and_pods_are_summed_per_timestamp():
 def _cli(tmp_path, env_extra, *args):
     env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_URL"}
     env.update({**env_extra, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports")})
-    return subprocess.run([sys.executable, "-m", "deployments", "recommend", *args, "--out-dir", str(tmp_path / "out")],
-                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return run_command("deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env,
+                       timeout=120)
 
 
 def _histories(tmp_path, util_level=flat(90), used_level=flat(6000)):

@@ -20,7 +20,7 @@ from deployments.records import ModelVersion
 from deployments.render import render
 from loadtest.payloads import example_batch
 from slipway.paths import PROJECT_ROOT
-from wrappers.request_bodies import json_request
+from slipway.v2_requests import json_request
 from wrappers.server import LocalServer
 
 REQUESTS = 4

@@ -109,6 +109,7 @@ def test_prune_filters_shrinks_channel_groups_across_additions_concatenations_an
     assert narrow.count_params() < model.count_params() / 2
 
 
+@pytest.mark.slow  # fine-tunes (trains) the model
 def test_magnitude_pruning_reaches_the_sparsity_and_keeps_it_through_training():
     import tensorflow as tf
 

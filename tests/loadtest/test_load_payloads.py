@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from loadtest.payloads import PayloadError, arrays_from_file, arrays_from_metadata, check_against_metadata
-from wrappers.request_bodies import rest_body
+from slipway.v2_requests import rest_body
 
 METADATA_INPUTS = [{"name": "image", "datatype": "FP32", "shape": [-1, 8, 8, 1]}, {"name": "ids", "datatype": "INT64", "shape": [-1, 3]}]
 

@@ -95,7 +95,8 @@ def test_pins_are_read_per_model_and_version():
 
 
 # Run in a fresh interpreter where every package outside the core's dependencies fails to import: the artifact
-# contract (and the numerics read from it) must load with `pip install slipway-serving` alone.
+# contract (and the numerics read from it) and the V2 wire format clients build requests with (tritonclient only
+# when a gRPC request is built) must load with `pip install slipway-serving` alone.
 _CORE_ONLY = """
 import importlib.abc, sys
 BLOCKED = {"mlserver", "onnxruntime", "onnx", "tensorflow", "tf2onnx", "starlette", "fastapi", "grpc", "tritonclient",
@@ -105,7 +106,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.partition(".")[0] in BLOCKED:
             raise ModuleNotFoundError(f"{name} imported by the core", name=name)
 sys.meta_path.insert(0, Block())
-import slipway.artifact, slipway.precision
+import slipway.artifact, slipway.precision, slipway.v2_wire, slipway.v2_requests
 print(sorted(name for name in sys.modules if name.partition(".")[0] in BLOCKED))
 """
 

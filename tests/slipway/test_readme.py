@@ -9,7 +9,7 @@ from slipway.readme import BENCHMARKS_PAGE, replace_section
 
 README = PROJECT_ROOT / "README.md"
 DOCS = PROJECT_ROOT / "docs"
-MEASURED_SECTIONS = ("bench-export", "bench-slim", "bench", "tune-check", "gpu")
+MEASURED_SECTIONS = ("bench-export", "bench-slim", "bench", "bench-peers", "tune-check", "gpu")
 README_LIMIT_BYTES = 10 * 1024
 
 

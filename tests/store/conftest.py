@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from slipway.paths import PROJECT_ROOT
+from tests.commands import run_command
 
 
 def tiny_onnx(offset: float) -> bytes:
@@ -55,10 +55,7 @@ def store_dir(tmp_path) -> Path:
 
 def versions(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m export versions ...` as a user would."""
-    result = subprocess.run(
-        [sys.executable, "-m", "export", "versions", *args],
-        cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120,
-    )
+    result = run_command("export", "versions", *args, cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, timeout=120)
     if check and result.returncode != 0:
         raise AssertionError(f"versions {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result

@@ -1,13 +1,11 @@
 """The store and deployments meet through a file: `versions show --json` -> `deployments render --version-record`."""
 
 import os
-import subprocess
-import sys
 
 import yaml
 
 from slipway.artifact import EXPECTED_DIGESTS_ENV
-from slipway.paths import PROJECT_ROOT
+from tests.conftest import run_module
 from tests.store.conftest import versions_json
 
 
@@ -17,15 +15,11 @@ def test_a_tagged_version_renders_pinned_to_its_digest(artifact_factory, tmp_pat
     versions_json("publish", str(artifact_factory(2.0)), "--model", "tiny", *store)
     record_file = tmp_path / "model-version.json"
     env = {**os.environ, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports")}  # never the project's own reports/
-    shown = subprocess.run([sys.executable, "-m", "export", "versions", "show", "tiny@champion", "--json", *store],
-                           cwd=PROJECT_ROOT, capture_output=True, text=True, check=True, env=env)
+    shown = run_module("export", "versions", "show", "tiny@champion", "--json", *store, env=env)
     record_file.write_text(shown.stdout)
     out = tmp_path / "manifests"
-    subprocess.run(
-        [sys.executable, "-m", "deployments", "render", "--version-record", str(record_file),
-         "--model-uri", "s3://models/tiny/1", "--out", str(out), "--kustomize", "builtin"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, check=True, env=env,
-    )
+    run_module("deployments", "render", "--version-record", str(record_file), "--model-uri", "s3://models/tiny/1",
+               "--out", str(out), "--kustomize", "builtin", env=env)
     docs = list(yaml.safe_load_all((out / "all.yaml").read_text()))
     sdep = next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
     predictor = sdep["spec"]["predictors"][0]

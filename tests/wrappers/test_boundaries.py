@@ -48,3 +48,76 @@ def test_the_serving_images_copy_the_core_and_the_serving_package_only():
                 copied.update(source.rstrip("/").partition("/")[0] for source in sources)
         packages = copied & FIRST_PARTY
         assert packages == {"slipway", "wrappers"}, (dockerfile.name, sorted(copied))
+
+
+def _gc_calls(path) -> set[str]:
+    """The `gc` functions a file names: `gc.NAME` or `from gc import NAME`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = {node.attr for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "gc"}
+    return names | {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "gc"
+                    for alias in node.names}
+
+
+def test_the_serving_package_never_walks_the_heap_and_thaws_it_only_at_unload():
+    """The launcher hands MLServer's servers over (issue 29): no `gc.get_objects` walks, and no thaw at each load,
+    only `wrappers.heap`'s at unload (an unloaded model must be freed)."""
+    calls = {path.relative_to(PROJECT_ROOT).as_posix(): _gc_calls(path) for path in (PROJECT_ROOT / "wrappers").rglob("*.py")}
+    walking = sorted(path for path, names in calls.items() if {"get_objects", "get_referrers", "get_referents"} & names)
+    thawing = sorted(path for path, names in calls.items() if "unfreeze" in names)
+    assert not walking, f"heap walks in {walking}: take what MLServer built from wrappers.mlserver_compat.running"
+    assert thawing == ["wrappers/heap.py"], thawing
+
+
+def _wrappers_modules(package: str) -> dict[str, set[str]]:
+    """Per file of the package, the `wrappers` modules it imports by full name (`from wrappers import x`: wrappers.x)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.update([f"{node.module}.{alias.name}" for alias in node.names] if node.module == "wrappers"
+                             else [node.module])
+        found[path.relative_to(PROJECT_ROOT).as_posix()] = {name for name in names if name.startswith("wrappers.")}
+    return found
+
+
+# What load generators may take from the serving package: the local server launcher, and the runtime's settings
+# schema the tuner writes model-settings.json with. Requests are built with the core's `slipway.v2_requests`.
+LOADTEST_MAY_USE = {"wrappers.server", "wrappers.settings"}
+# The serving side of the V2 wire format: no client builds its requests from these.
+SERVING_WIRE = {"wrappers.request_bodies", "wrappers.tensors", "wrappers.shared_memory", "wrappers.binary_data",
+                "wrappers.body_rules", "wrappers.rest_bodies", "wrappers.v2_codec", "wrappers.grpc_raw"}
+
+
+def test_load_generators_build_requests_from_the_core_not_the_serving_package():
+    loadtest = {path: sorted(names - LOADTEST_MAY_USE) for path, names in _wrappers_modules("loadtest").items()
+                if names - LOADTEST_MAY_USE}
+    assert not loadtest, f"loadtest/ may import only {sorted(LOADTEST_MAY_USE)} of wrappers/: {loadtest}"
+    benchmarks = {path: sorted(names & SERVING_WIRE) for path, names in _wrappers_modules("benchmarks").items()
+                  if names & SERVING_WIRE}
+    assert not benchmarks, f"benchmarks/ builds V2 requests with slipway.v2_requests, not {benchmarks}"
+
+
+def _top_level_names(path) -> set[str]:
+    """The names a module defines at its top level (assignments, functions, classes), imports aside."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name))
+    return names
+
+
+def test_the_wire_format_is_defined_once_in_the_core():
+    """Client and server must agree byte for byte: no other package defines a name `slipway.v2_wire` defines."""
+    wire = {name for name in _top_level_names(PROJECT_ROOT / "slipway" / "v2_wire.py") if not name.startswith("_")}
+    assert {"V2_TO_NUMPY", "TensorError", "Location", "REGION", "BINARY_HEADER", "to_raw", "from_raw"} <= wire
+    files = [path for package in ("wrappers", "loadtest", "benchmarks") for path in (PROJECT_ROOT / package).rglob("*.py")]
+    again = {path.relative_to(PROJECT_ROOT).as_posix(): sorted(_top_level_names(path) & wire) for path in files}
+    again = {path: names for path, names in again.items() if names}
+    assert not again, f"defined again outside slipway/v2_wire.py (import them from there): {again}"

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 
 import grpc
 import numpy as np
@@ -21,12 +22,12 @@ from tritonclient.grpc import service_pb2
 
 from slipway.artifact import SETTINGS_FILE, load_input_example
 from slipway.paths import PROJECT_ROOT
+from slipway.v2_wire import pack_bytes, unpack_bytes
 from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, onnx_model, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, json_input, post, raw_output, raw_request, scrape
 from wrappers.server import LocalServer
-from wrappers.tensors import pack_bytes, unpack_bytes
 
 pytestmark = pytest.mark.slow
 IMAGE = (8, 8, 1)
@@ -450,3 +451,28 @@ def test_an_unloaded_model_and_its_session_are_freed_though_the_heap_was_frozen(
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["frozen_at_load"] > 10_000 and result["freed"] and result["frozen_after"] > 10_000
+
+
+def test_unset_settings_are_chosen_at_load_and_shown_and_explicit_ones_win(server):
+    """The tiny cast graph leaves everything unset: timed at load, it runs inline on one thread. gather-merge sets
+    max_batch_rows and inline_below_ms: those stay, the rest is chosen around them. MLServer merges digits-v."""
+    def chosen(model: str) -> dict:
+        with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}", timeout=30) as response:
+            return json.loads(response.read())["parameters"]
+
+    tiny = chosen("cast_fp16.v1")
+    assert {tiny[f"{name}_source"] for name in ("inline_below_ms", "intra_op_threads", "inference_threads",
+                                                "max_batch_rows")} == {"measured"}, tiny
+    assert float(tiny["inline_below_ms"]) > 0 and tiny["intra_op_threads"] == 1, tiny
+    gather = chosen("gather-merge")
+    assert (gather["max_batch_rows"], gather["max_batch_rows_source"]) == (64, "explicit"), gather
+    assert (gather["inline_below_ms"], gather["inline_below_ms_source"]) == ("0", "explicit"), gather
+    assert gather["intra_op_threads_source"] == "measured" and gather["intra_op_threads"] >= 1, gather
+    assert (chosen("digits-v")["max_batch_rows"], chosen("digits-v")["max_batch_rows_source"]) == (1, "default")
+    samples = scrape(server.metrics_url)
+    labels = 'model_name="gather-merge",model_version="",setting="max_batch_rows"'
+    assert samples[f'slipway_setting{{{labels},source="explicit"}}'] == 64
+    assert f'slipway_setting{{{labels},source="measured"}}' not in samples
+    log = server.log_path.read_text()
+    assert "cast_fp16.v1: intra_op_threads 1 (measured): 1-row runs go inline" in log
+    assert "digits-v: max_batch_rows 1 (default): requests cannot be merged here (MLServer's adaptive" in log

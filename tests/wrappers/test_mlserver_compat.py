@@ -9,14 +9,18 @@ runtime: MLServer's V2 protobufs must not meet tritonclient's in the test proces
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from slipway.paths import PROJECT_ROOT
+from wrappers.mlserver_compat import SUPPORTED_RELEASES, SUPPORTED_TEXT, mlserver_version
 
 
 def _run(script: str, *args: str) -> dict:
@@ -38,7 +42,7 @@ def test_every_extension_point_is_where_slipway_expects_it_in_the_installed_mlse
     found = _run(CHECK_ALL)
     broken = {name: problem for name, problem in found["problems"].items() if problem is not None}
     assert not broken, f"MLServer {found['version']}: {broken}"
-    assert len(found["problems"]) >= 12
+    assert len(found["problems"]) >= 13
 
 
 def test_the_supported_release_is_the_one_pyproject_pins():
@@ -50,6 +54,34 @@ def test_the_supported_release_is_the_one_pyproject_pins():
     assert PINNED == "mlserver==" + ".".join(map(str, SUPPORTED_MLSERVER)) + ".*"
     assert SUPPORTED_TEXT == ".".join(map(str, SUPPORTED_MLSERVER)) + ".x"
 
+
+
+@pytest.fixture(scope="module")
+def release_wheels() -> Path:
+    """Each supported MLServer release unpacked (without its dependencies, which the venv has) under build/."""
+    return PROJECT_ROOT / "build" / "mlserver-releases"
+
+
+@pytest.mark.parametrize("release", SUPPORTED_RELEASES)
+def test_every_extension_point_is_where_slipway_expects_it_in_each_supported_release(release, release_wheels):
+    target = release_wheels / release
+    if not (target / "mlserver").is_dir():
+        staging = release_wheels / f".{release}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
+                        f"mlserver=={release}"], check=True, timeout=300)
+        staging.rename(target)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(PROJECT_ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "wrappers.mlserver_compat"], cwd=PROJECT_ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith(f"MLServer {release}: "), done.stdout + done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout
+    assert "BROKEN" not in done.stdout
+
+
+def test_the_supported_releases_are_every_release_of_the_pinned_range():
+    assert all(release.startswith(SUPPORTED_TEXT.removesuffix("x")) for release in SUPPORTED_RELEASES)
+    assert SUPPORTED_RELEASES[-1] == mlserver_version(), "the venv should hold the newest supported release"
 
 # Each target taken away as a release that moved it would: the patch must fail in one line naming the symbol
 # and the MLServer version, before anything is patched, never pass silently.
@@ -93,6 +125,12 @@ def version():
     compat.metadata.version = lambda name: "1.8.0"
     compat.check_version()
 
+def server_start():
+    import asyncio
+    from wrappers.mlserver_compat import servers
+    del servers.MLServer.start
+    asyncio.run(servers.load_settings("."))
+
 def response_helpers():
     rest_app.insert_headers = None
     del rest_app.mlserver.utils.insert_headers
@@ -119,21 +157,44 @@ TARGETS = {
     "repository_methods": "mlserver.grpc.servicers.InferenceServicer.RepositoryModelLoad",
     "version": "mlserver",
     "response_helpers": "mlserver.utils.insert_headers",
+    "server_start": "mlserver.server.MLServer.start",
 }
+
+
+# One Python imports MLServer once, then runs MISSING for each target in a fork of itself, one after another: a
+# patch is process-wide, so each target gets a process of its own, without paying MLServer's import again.
+FORK_EACH = """
+import os, sys
+from wrappers.mlserver_compat import grpc_path, grpc_threads, model, rest_app, repository
+script = sys.argv[1]
+for target in sys.argv[2:]:
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        sys.argv = ["-c", target]
+        status = 1
+        try:
+            exec(compile(script, "<missing>", "exec"), {"__name__": "__main__"})
+            status = 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    _, code = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(code) != 0:
+        sys.exit(f"target {target} failed")
+"""
 
 
 @pytest.fixture(scope="module")
 def missing() -> dict[str, dict]:
-    """Every target taken away, each in its own Python (a patch is process-wide), all started at once: most of each
-    run is importing MLServer, and the runs share the CPUs."""
-    runs = {target: subprocess.Popen([sys.executable, "-c", MISSING, target], cwd=PROJECT_ROOT, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE) for target in TARGETS}
-    found = {}
-    for target, run in runs.items():
-        out, err = run.communicate(timeout=120)
-        assert run.returncode == 0, err[-3000:]
-        found[target] = json.loads(out.strip().splitlines()[-1])
-    return found
+    """Every target taken away, each in its own process (FORK_EACH); its last line of output, as JSON."""
+    done = subprocess.run([sys.executable, "-c", FORK_EACH, MISSING, *TARGETS], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == len(TARGETS), done.stdout[-3000:]
+    return {target: json.loads(line) for target, line in zip(TARGETS, lines, strict=True)}
 
 
 @pytest.mark.parametrize(("target", "symbol"), TARGETS.items())

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from slipway.v2_wire import TensorError
 from wrappers.processing import ImagePreprocessor, ProcessingConfigError, TopK
 from wrappers.session import TensorSpec
 from wrappers.settings import ImagePreprocessing, TopKPostprocessing
-from wrappers.tensors import TensorError
 
 
 def encoded(pixels: np.ndarray, fmt: str = "PNG") -> bytes:

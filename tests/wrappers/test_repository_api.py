@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -30,7 +32,7 @@ from wrappers.repository_access import (
     grpc_peer_address,
     is_loopback,
 )
-from wrappers.server import LocalServer
+from wrappers.server import LocalServer, free_port
 from wrappers.settings import SettingsError
 
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -306,14 +308,29 @@ def test_a_token_server_refuses_a_wrong_token_from_loopback_too(token_server):
 
 @pytest.mark.slow
 def test_a_server_with_a_setting_that_is_not_valid_refuses_to_start(model_dir):
-    refused_at_load(model_dir, f"SettingsError: {API_ENV}='yes' is not one of closed, open", extra_env={API_ENV: "yes"})
+    refused_at_load(model_dir, f"{API_ENV}='yes' is not one of closed, open", extra_env={API_ENV: "yes"})
 
 
 @pytest.mark.slow
-def test_our_runtime_does_not_load_in_an_mlserver_started_without_the_guard(model_dir):
+def test_the_launcher_refuses_to_serve_without_the_guard(model_dir):
     plain = {HOOK_ENV: "mlserver.repository.repository.SchemalessModelRepository"}
-    refused_at_load(model_dir, f"answers the model repository API .load, unload. unguarded: start it with {HOOK_ENV}={HOOK}",
-                    extra_env=plain)
+    refused_at_load(model_dir, f"{HOOK_ENV}=mlserver.repository.repository.SchemalessModelRepository: Slipway serves "
+                    f"models through {HOOK}", extra_env=plain)
+
+
+@pytest.mark.slow
+def test_our_runtime_does_not_load_in_a_server_mlserver_start_began(model_dir, tmp_path):
+    """`mlserver start` hands Slipway neither its REST app nor its gRPC server, nor guards the repository API
+    unless told to: the model refuses to load, naming the launcher (MLServer then stops, with status 0)."""
+    from wrappers.server import server_env
+
+    env = server_env(host="127.0.0.1", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                     parallel_workers=0, metrics_dir=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "mlserver.cli.main", "start", str(model_dir)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert "this server was started by `mlserver start`, which hands Slipway neither its REST app nor its gRPC " \
+           "server" in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
+    assert "start it with `python -m wrappers.launch FOLDER`" in done.stdout + done.stderr
 
 
 def test_every_server_wrappers_starts_is_guarded():

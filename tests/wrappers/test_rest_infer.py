@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from slipway.artifact import load_input_example
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
+from wrappers.body_rules import MAX_BODY_BYTES
 from wrappers.repository_access import API_ENV
-from wrappers.request_bodies import MAX_BODY_BYTES
 from wrappers.server import LOOPBACK, LocalServer
 
 pytestmark = pytest.mark.slow

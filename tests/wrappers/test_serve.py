@@ -1,7 +1,8 @@
-"""`python -m wrappers serve` (`make serve`) as a user runs it: a real MLServer in the foreground.
+"""`python -m wrappers serve` (`make serve`) as a user runs it: a real MLServer in the foreground, from the launcher.
 
-MLServer itself exits 0 when a model fails to load; the command must not, nor hide why a server stopped.
-Ctrl-C and SIGTERM stop it cleanly, and killing the command takes the server with it.
+MLServer itself exits 0 when a model fails to load; the command must not, nor hide why a server stopped (the
+launcher's own one line, not read from a log). Ctrl-C and SIGTERM stop it cleanly, killing the command takes the
+server with it, and a folder of artifact folders serves every model in it over REST and gRPC.
 """
 
 from __future__ import annotations
@@ -14,20 +15,22 @@ import sys
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 from slipway.paths import PROJECT_ROOT
-from tests.graphs import scalar_graph
+from tests.graphs import WEIGHT, matmul_graph, scalar_graph
 from tests.wrappers.folders import model_folder
+from tests.wrappers.v2 import GrpcClient, json_input, post, raw_output, raw_request
 from wrappers.server import LOOPBACK, free_port
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120
 
 
-def serve(folder, http_port: int | None = None) -> tuple[subprocess.Popen, int]:
+def serve(folder, http_port: int | None = None, grpc_port: int | None = None) -> tuple[subprocess.Popen, int]:
     http_port = http_port or free_port()
-    ports = ["--http-port", str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())]
+    ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port or free_port()), "--metrics-port", str(free_port())]
     command = [sys.executable, "-m", "wrappers", "serve", "--model-dir", str(folder), "--host", LOOPBACK, *ports]
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return process, http_port
@@ -58,9 +61,10 @@ def test_a_model_that_fails_to_load_ends_the_command_with_one_line_naming_why(mo
     process, _ = serve(model)
     out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 2, (out, err)
-    assert err.strip() == (f"error: MLServer stopped by itself (exit status 0): slipway.artifact.ArtifactError: artifact "
-                           f"{model} was modified: model.onnx does not match its sha256 in manifest.json"), err
-    assert "Some of the models failed to load" in out  # MLServer's own log still reaches the user
+    assert err.strip() == ("error: the server stopped: model scalar failed to load: wrappers.runtime.ModelLoadError: "
+                           f"model scalar: refusing to load: artifact {model} was modified: model.onnx does not match "
+                           "its sha256 in manifest.json"), err
+    assert "model scalar failed to load; stopping the server" in out and "Traceback" in out  # the log, whole
 
 
 def test_a_port_in_use_ends_the_command_with_one_line_naming_it(model):
@@ -71,8 +75,8 @@ def test_a_port_in_use_ends_the_command_with_one_line_naming_it(model):
         process, _ = serve(model, http_port=port)
         out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 2, (out, err)
-    assert len(err.strip().splitlines()) == 1 and err.startswith("error: MLServer stopped by itself (exit status ")
-    assert f"('{LOOPBACK}', {port}): address already in use" in err, err
+    assert err.strip() == (f"error: the server stopped: cannot serve HTTP on ('{LOOPBACK}', {port}): address already "
+                           "in use; free the port or set MLSERVER_HTTP_PORT to another"), err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -95,3 +99,42 @@ def test_killing_the_command_takes_the_server_with_it(model):
         os.kill(process.pid, signal.SIGKILL)
         process.communicate(timeout=WAIT_S)
     wait_until(lambda: not answers(http_port), "stopped")
+
+
+def test_a_folder_of_artifact_folders_serves_each_model_over_rest_and_grpc(tmp_path):
+    """Issue 31: two artifact folders side by side, each with its own settings, in one server from the launcher."""
+    repository = tmp_path / "repository"
+    model_folder(repository, "scalar", scalar_graph(tmp_path / "scalar.onnx"))
+    model_folder(repository, "matmul", matmul_graph(tmp_path / "matmul.onnx"), extra={"max_batch_rows": 4})
+    grpc_port = free_port()
+    process, http_port = serve(repository, grpc_port=grpc_port)
+    client = GrpcClient(f"{LOOPBACK}:{grpc_port}")
+    try:
+        wait_until(lambda: all(_ready(http_port, name) for name in ("scalar", "matmul")), "ready")
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        status, body = post(f"http://{LOOPBACK}:{http_port}/v2/models/matmul/infer", {"inputs": [json_input("x", x)]})
+        assert status == 200, body
+        np.testing.assert_allclose(np.asarray(body["outputs"][0]["data"]).reshape(2, 3), x @ WEIGHT, rtol=1e-6)
+        answer = client.infer(raw_request("matmul", {"x": ("FP32", [2, 4], x.tobytes())}))
+        np.testing.assert_allclose(raw_output(answer).reshape(2, 3), x @ WEIGHT, rtol=1e-6)
+        scalar = np.asarray(2.5, dtype=np.float32)
+        status, body = post(f"http://{LOOPBACK}:{http_port}/v2/models/scalar/infer",
+                            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [2.5]}]})
+        assert status == 200 and body["outputs"][0]["data"] == [2.5], body
+        answer = client.infer(raw_request("scalar", {"x": ("FP32", [], scalar.tobytes())}))
+        assert raw_output(answer).tolist() == 2.5
+    finally:
+        client.close()
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 0, err
+    # the launcher handed MLServer's REST app to the runtime: the fast infer route went in without a heap walk
+    assert "answered without FastAPI's per-request work" in out
+
+
+def _ready(http_port: int, model: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{http_port}/v2/models/{model}/ready", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False

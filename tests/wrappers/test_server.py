@@ -77,6 +77,16 @@ def test_raw_grpc_typed_grpc_and_rest_all_answer_like_onnx_runtime(digits_server
     np.testing.assert_allclose(np.asarray(body["outputs"][0]["data"]).reshape(2, 10), expected[:2], atol=1e-6)
 
 
+def test_the_server_is_slipways_launcher_with_mlservers_rest_app_and_grpc_server_handed_over(digits_server):
+    """Issue 29: the server is the launcher, not `mlserver start`, and the runtime's REST route went into the app
+    the launcher handed over (no heap walk found it)."""
+    command = open(f"/proc/{digits_server.pid}/cmdline", "rb").read().split(b"\0")
+    assert command[1:3] == [b"-m", b"wrappers.launch"], command
+    log = digits_server.log_path.read_text()
+    assert "REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work" in log
+    assert "gRPC server running on" in log
+
+
 def test_tritonclient_http_and_grpc_work_against_it(digits_server, example):
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient

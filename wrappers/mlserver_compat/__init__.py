@@ -15,7 +15,10 @@ against the installed MLServer in seconds, without patching anything: run it on 
 
 The submodules are split by what they import, so that importing one never pulls in another's protos:
 `grpc_path` (MLServer's gRPC converters and servicers), `rest_app` (MLServer's REST app), `repository`
-(the model repository API), `model` (adaptive batching), `grpc_threads` (grpc's poller thread, no MLServer).
+(the model repository API), `model` (adaptive batching), `grpc_threads` (grpc's poller thread, no MLServer),
+`servers` (MLServer's server, built and started by `wrappers.launch`), `running` (the REST app and gRPC server
+the launcher handed over; no MLServer), `shared_ports` (uvicorn's ports shared by several front ends and their
+metrics summed, for `wrappers.frontends`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 # (tests/wrappers/test_mlserver_compat.py checks that the two agree).
 SUPPORTED_MLSERVER = (1, 7)
 SUPPORTED_TEXT = "1.7.x"
+# Every release in that range, each checked by tests/wrappers/test_mlserver_compat.py (its own wheel, no deps).
+SUPPORTED_RELEASES = ("1.7.0", "1.7.1")
 PINNED = "mlserver==1.7.*"
 _RELEASE = re.compile(r"^(\d+)\.(\d+)")
 
@@ -91,21 +96,23 @@ def extension_points() -> dict[str, Callable[[], object]]:
 
     Imported here, not at the top: the gRPC checks import MLServer's V2 protos, which clash with tritonclient's
     in one process, and most of Slipway never needs them."""
-    from wrappers.mlserver_compat import grpc_path, grpc_threads, model, repository, rest_app
+    from wrappers.mlserver_compat import grpc_path, grpc_threads, model, repository, rest_app, servers, shared_ports
 
     return {
         "mlserver version": check_version,
+        "server built and started by the launcher": servers.check_server_points,
         "gRPC raw converters": grpc_path.check_converters,
         "gRPC handlers on the running server": grpc_path.check_running_servers,
         "gRPC poller thread": grpc_threads.check_poller_thread,
         "REST request JSON parser": rest_app.check_request_json,
-        "REST app found in the process": rest_app.check_rest_apps,
+        "REST app as MLServer builds it": rest_app.check_rest_apps,
         "REST router layer": rest_app.check_router_layer,
         "REST infer routes ahead of MLServer's": rest_app.check_infer_routes,
         "REST responses and headers": rest_app.check_responses,
         "adaptive batching": model.check_adaptive_batching,
         "model repository guard": repository.check_guard_points,
         "model repository routes": repository.check_repository_routes,
+        "ports shared by several front ends": shared_ports.check_shared_ports,
     }
 
 

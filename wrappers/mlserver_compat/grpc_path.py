@@ -8,7 +8,6 @@ shared-memory methods to the server once it runs. What they touch is checked her
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ import grpc
 from mlserver.grpc import converters, servicers
 from mlserver.grpc import dataplane_pb2 as pb  # noqa: F401  (the V2 messages, for wrappers.grpc_raw)
 
-from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function
+from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
 
 _CONVERTERS = "mlserver.grpc.converters"
 _SERVICER = "mlserver.grpc.servicers.InferenceServicer"
@@ -37,7 +36,6 @@ class MLServerConverters:
 
 
 _original: MLServerConverters | None = None
-_served_servers: set[int] = set()
 
 
 def check_converters() -> MLServerConverters:
@@ -96,23 +94,18 @@ def replace_grpc_converters(
 
 
 def check_running_servers() -> None:
-    """What `add_to_running_grpc_servers` calls: grpc.aio's public method, on servers found in the heap."""
+    """What `add_to_running_grpc_servers` calls: grpc.aio's public method, on the servers the launcher handed over."""
     require_function(grpc.aio.Server, "add_generic_rpc_handlers", "grpc.aio.Server.add_generic_rpc_handlers",
                      ("self", "generic_rpc_handlers"))
 
 
 def add_to_running_grpc_servers(handler: grpc.GenericRpcHandler) -> int:
-    """Add `handler` to every gRPC server running in this process (once each: a later call adds it to servers
-    started since); returns how many servers have it. MLServer builds its server from its own protos before any
-    model loads and offers no way to add methods, so the server is found by walking the heap; grpc looks
-    handlers up per call, so methods added to a running server are served."""
+    """Serve `handler` on this process's gRPC server (once per handler: pass the same object again), the one
+    `wrappers.launch` built or will build as it starts serving; returns how many servers have it or will (0
+    where no launcher runs here). MLServer builds its server from its own protos and offers no way to add
+    methods; grpc looks handlers up per call, so methods added to a built server are served."""
     check_running_servers()
-    servers = [obj for obj in gc.get_objects() if isinstance(obj, grpc.aio.Server)]
-    for server in servers:
-        if id(server) not in _served_servers:
-            server.add_generic_rpc_handlers((handler,))
-            _served_servers.add(id(server))
-    return len(servers)
+    return running.add_grpc_handler(handler)
 
 
 def _code_names(function: Callable[..., Any], name: str) -> set[str]:

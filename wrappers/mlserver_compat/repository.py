@@ -10,7 +10,6 @@ of its two gRPC servicers (before the server registers them). What it touches is
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,7 @@ from mlserver.repository import repository
 from mlserver.rest import endpoints
 from mlserver.rest import server as rest_server
 
-from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function
+from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
 from wrappers.mlserver_compat.rest_app import probe_app
 
 REST_PREFIX = "/v2/repository"
@@ -85,10 +84,8 @@ def repository_methods(servicer: type) -> list[str]:
 
 
 def servers_built() -> list[str]:
-    """The kinds of MLServer server (REST, gRPC) this process has built, found by walking the heap: MLServer
-    1.7 announces them to no one."""
-    kinds = (_rest_server_class(), require(grpc_server, "GRPCServer", "mlserver.grpc.server.GRPCServer"))
-    return sorted({type(obj).__name__ for obj in gc.get_objects() if isinstance(obj, kinds)})
+    """The kinds of MLServer server (REST app, gRPC server) `wrappers.launch` has built in this process so far."""
+    return running.server_kinds()
 
 
 def repository_route_paths(app: FastAPI) -> list[str]:

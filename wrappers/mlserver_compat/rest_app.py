@@ -11,7 +11,6 @@ one MLServer builds for the check (`probe_app`) where `python -m wrappers.mlserv
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,7 @@ from mlserver.rest import responses as mlserver_responses
 from starlette.responses import Response as BinaryResponse  # noqa: F401  (raw bytes, for wrappers.rest_infer)
 from starlette.routing import Route, Router
 
-from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function
+from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
 
 INFER_PATH = "/v2/models/{model_name}/infer"  # how MLServer's REST app is told from other FastAPI apps
 INFER_PATHS = (INFER_PATH, "/v2/models/{model_name}/versions/{model_version}/infer")
@@ -69,18 +68,21 @@ def check_rest_apps() -> None:
 
 
 def mlserver_rest_apps() -> list[FastAPI]:
-    """MLServer's REST app(s) in this process; none in a worker process (`parallel_workers` > 0) or a bare load.
-
-    MLServer 1.7 hands its app to no one, so the heap is walked for it: what earlier loads froze out of the
-    collector (`wrappers.runtime`) is invisible to that walk, hence the runtime's unfreeze at each load."""
-    return [obj for obj in gc.get_objects() if is_mlserver_app(obj) and obj is not _probe.get("app")]
+    """MLServer's REST app(s) in this process, as `wrappers.launch` handed them over; none in a worker process
+    (`parallel_workers` > 0) or a bare load. Each is checked to be the app MLServer builds."""
+    apps = running.rest_apps()
+    for app in apps:
+        if not is_mlserver_app(app):
+            raise IncompatibleMLServer("mlserver.rest.server.RESTServer._app", f"is a {type(app).__name__} without "
+                                       f"a route {INFER_PATH}, not MLServer's REST app")
+    return apps
 
 
 _probe: dict[str, FastAPI] = {}
 
 
 def probe_app() -> FastAPI:
-    """An app as MLServer's `create_app` builds it, never served (nor found by `mlserver_rest_apps`): the
+    """An app as MLServer's `create_app` builds it, never served (nor handed to `mlserver_rest_apps`): the
     checks read its routes. Built on first use, by `python -m wrappers.mlserver_compat` and the tests."""
     if "app" not in _probe:
         from mlserver.settings import Settings

@@ -97,18 +97,16 @@ def test_a_window_shorter_than_the_recorded_range_judges_on_it_alone(prometheus_
 def test_the_command_exits_by_its_decision(prometheus_url, recorded, tmp_path, scenario, status, said):
     import json
     import os
-    import subprocess
-    import sys
 
     from slipway.paths import PROJECT_ROOT
+    from tests.commands import run_command
 
     (tmp_path / "slo.yaml").write_text(SLO)
     env = {key: value for key, value in os.environ.items() if not key.startswith("PROMETHEUS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "deployments", "canary-judge", "--slo", str(tmp_path / "slo.yaml"), "--namespace",
-         NAMESPACE_OF[scenario], "--deployment", DEPLOYMENT, "--at", str(recorded.end), "--json"],
-        cwd=PROJECT_ROOT, env={**env, "PROMETHEUS_URL": prometheus_url, "COLUMNS": "400"}, capture_output=True,
-        text=True, timeout=120, check=False)
+    result = run_command(
+        "deployments", "canary-judge", "--slo", str(tmp_path / "slo.yaml"), "--namespace", NAMESPACE_OF[scenario],
+        "--deployment", DEPLOYMENT, "--at", str(recorded.end), "--json",
+        cwd=PROJECT_ROOT, env={**env, "PROMETHEUS_URL": prometheus_url, "COLUMNS": "400"}, timeout=120)
     assert result.returncode == status, result.stderr
     assert said in result.stderr
     assert json.loads(result.stdout)["decision"] == {0: "promote-step", 1: "fail", 3: "wait"}[status]

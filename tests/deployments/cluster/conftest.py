@@ -1,5 +1,6 @@
 """The local control plane the cluster tests share: started once for this folder's tests, stopped by PID after them
-(package scope, so that it does not idle beside the rest of the suite)."""
+(package scope, so that it does not idle beside the rest of the suite). Under pytest-xdist these tests go to one
+worker together (tests/conftest.py), so that one control plane serves them all."""
 
 from __future__ import annotations
 

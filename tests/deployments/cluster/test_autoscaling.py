@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from deployments.cluster.control_plane import HPA_SYNC_S
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
 from tests.deployments.cluster.conftest import make_namespace
@@ -15,7 +16,6 @@ from tests.deployments.cluster.conftest import make_namespace
 pytestmark = pytest.mark.slow
 
 WINDOW_DOWN_S = 45
-HPA_SYNC_S = 15  # kube-controller-manager's --horizontal-pod-autoscaler-sync-period (its default)
 # The behavior component's HPA, sized for a test: 2 to 4 replicas, up by 2 pods per 15 s at once,
 # down after a 45 s window at most 100% per 15 s.
 BEHAVIOR = f"""

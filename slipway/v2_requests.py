@@ -1,8 +1,10 @@
-"""V2 inference requests as a client sends them: a JSON body for REST, a serialized
-`ModelInferRequest` with raw contents (or shared-memory locations) for gRPC.
+"""V2 inference requests as a client sends them: a JSON body for REST (plain, or in Triton's binary extension),
+a serialized `ModelInferRequest` with raw contents (or shared-memory locations) for gRPC.
 
-Load generators (`loadtest`, `make bench`) build one request and send it again and again,
-so both builders return bytes ready for the wire: nothing is serialized per request.
+Load generators (`loadtest`, the benchmarks) build one request and send it again and again, so every builder
+returns bytes ready for the wire: nothing is serialized per request. The encodings are `slipway.v2_wire`'s, the
+same the server decodes with. tritonclient's protos are imported only when a gRPC request is built: a process
+that holds MLServer's own V2 protos (a server) must never register tritonclient's beside them.
 """
 
 from __future__ import annotations
@@ -12,27 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from wrappers.shared_memory import BYTE_SIZE, OFFSET, REGION, Location
-from wrappers.tensors import BYTES, NUMPY_TO_V2, TensorError, to_raw
-
-# Triton's binary tensor extension: the length of the JSON header that starts the body.
-BINARY_HEADER = "Inference-Header-Content-Length"
-# The largest REST body the server reads (`wrappers.rest_bodies`), as sent and, compressed, as inflated: a few
-# kilobytes of gzip can claim gigabytes, and a body is held whole. 256 MiB holds a batch of 64 224x224x3 images as
-# V2 JSON text (about 120 MB) with room to spare; bigger requests are split, or send their tensors in shared memory.
-MAX_BODY_BYTES = 256 << 20
-
-
-def v2_datatype(array: np.ndarray) -> str:
-    """The V2 datatype that carries this array (str, bytes and object arrays are BYTES)."""
-    if array.dtype.kind in "OSU":
-        return BYTES
-    try:
-        return NUMPY_TO_V2[array.dtype]
-    except KeyError:
-        raise TensorError(
-            f"arrays of dtype {array.dtype} have no V2 datatype; send one of {sorted(NUMPY_TO_V2.values())} or BYTES"
-        ) from None
+from slipway.v2_wire import BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, BYTE_SIZE, OFFSET, REGION, Location, to_raw, v2_datatype
 
 
 def json_request(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -64,9 +46,9 @@ def binary_rest_body(arrays: dict[str, np.ndarray]) -> tuple[bytes, int]:
         datatype = v2_datatype(array)
         raw = to_raw(array, datatype)
         inputs.append({"name": name, "datatype": datatype, "shape": list(array.shape),
-                       "parameters": {"binary_data_size": len(raw)}})
+                       "parameters": {BINARY_DATA_SIZE: len(raw)}})
         parts.append(raw)
-    header = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    header = json.dumps({"inputs": inputs, "parameters": {BINARY_DATA_OUTPUT: True}}).encode()
     return b"".join([header, *parts]), len(header)
 
 

@@ -1,4 +1,4 @@
-"""Request bodies as clients send them: what the server decodes is what was meant."""
+"""Request bodies as clients send them (`slipway.v2_requests`): what the server decodes is what was meant."""
 
 import json
 
@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
-from wrappers.request_bodies import grpc_request, rest_body
-from wrappers.shared_memory import Location
-from wrappers.tensors import TensorError, unpack_bytes
+from slipway.v2_requests import grpc_request, rest_body
+from slipway.v2_wire import Location, TensorError, unpack_bytes
 
 
 def test_grpc_request_carries_raw_contents_and_the_version():

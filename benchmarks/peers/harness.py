@@ -1,0 +1,280 @@
+"""`make bench-peers`: Slipway's runtime against KServe and PyTriton, with one client, side by side in one run.
+
+For each model: raw `session.run` in this process (the limit: the best of sweeps before and after the
+loads), then every server at its own defaults on loopback, each serving the same ONNX file:
+the plain MLServer runtime (`benchmarks.plain_runtime`), Slipway's runtime, KServe and PyTriton
+(each in its own virtualenv, `benchmarks.peers.envs`). Before any timing each server must answer one
+fixed input over gRPC and REST as raw ONNX Runtime does; one that does not is not timed and the
+command fails. The same closed-loop client (`benchmarks.load.run_load`) then loads each server in
+turn at each point, round after round, starting each round one server further on, so that every
+ratio compares loads measured next to each other in time. A peer that cannot be installed or
+started, or that was skipped, is reported as "not run: <reason>".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import ExitStack
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from benchmarks.load import GRPC, REST, grpc_answer, run_load
+from benchmarks.models import BENCH_DIR, BenchModel, server_folder
+from benchmarks.peers.envs import KSERVE, PINS, PYTRITON, PeerUnavailable
+from benchmarks.peers.servers import PeerServer
+from benchmarks.raw import measure_raw
+from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
+from slipway.reports import wakeup_round_trip_us
+from slipway.v2_requests import grpc_request, rest_body
+from wrappers.server import LocalServer, ServerError
+
+PEERS = (KSERVE, PYTRITON)
+SERVERS = (PLAIN, SLIPWAY, *PEERS)
+MEASURED = "measured"
+# Answers must match raw ONNX Runtime's to float32 noise (every server runs the same graph with the same ORT).
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class PeersConfig(BaseModel):
+    """What one `bench-peers` run measures."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    models: tuple[str, ...] = ("digits", "mobilenetv2")
+    protocols: tuple[str, ...] = (GRPC, REST)
+    concurrency: tuple[int, ...] = (1, 8)
+    seconds: float = Field(2.0, gt=0, description="measured seconds per load")
+    rounds: int = Field(3, ge=2, description="rounds per point, the servers in turn; the median round counts")
+    warmup_s: float = Field(1.0, ge=0)
+    raw_seconds: float = Field(2.0, gt=0)
+    skip: tuple[str, ...] = Field((), description="peers not to run (reported as not run)")
+
+    @field_validator("protocols")
+    @classmethod
+    def _known_protocols(cls, protocols: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(protocols) - {GRPC, REST})
+        if unknown or not protocols:
+            raise ValueError(f"protocols {unknown or '(none)'}: use {GRPC} and/or {REST}")
+        return protocols
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, concurrency: tuple[int, ...]) -> tuple[int, ...]:
+        if not concurrency or min(concurrency) < 1:
+            raise ValueError("concurrency: give one or more client counts of at least 1")
+        return concurrency
+
+    @field_validator("skip")
+    @classmethod
+    def _known_peers(cls, skip: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(skip) - set(PEERS))
+        if unknown:
+            raise ValueError(f"cannot skip {unknown}: the peers are {list(PEERS)}")
+        return skip
+
+
+def not_run(reason: str) -> str:
+    """A server's status when it was not measured: one line, for the table and the JSON."""
+    return "not run: " + " ".join(reason.split())
+
+
+def versions() -> dict[str, str]:
+    """What served: the peers' pins and this checkout's MLServer, ONNX Runtime and Slipway."""
+    pinned = {requirement.split("==")[0]: requirement.split("==")[1] for pins in PINS.values() for requirement in pins}
+    return {**pinned, "mlserver": version("mlserver"), "onnxruntime": version("onnxruntime")}
+
+
+def answers_match(expected: dict[str, np.ndarray], answered: dict[str, np.ndarray]) -> str | None:
+    """None where `answered` holds every expected output, of its shape, equal to float32 noise; else why not."""
+    for name, want in expected.items():
+        got = answered.get(name)
+        if got is None:
+            return f"no output {name!r} in its answer (it sent {sorted(answered)})"
+        if got.shape != want.shape:
+            return f"output {name!r} has shape {list(got.shape)}, raw ONNX Runtime's {list(want.shape)}"
+        if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+            return f"output {name!r} differs from raw ONNX Runtime's by up to {float(np.max(np.abs(got - want))):.3g}"
+    return None
+
+
+def served_answer(server, protocol: str, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs a server answers `inputs` with, over `protocol`, by name."""
+    if protocol == GRPC:
+        from tritonclient.grpc import InferResult, service_pb2
+
+        response = service_pb2.ModelInferResponse.FromString(grpc_answer(server.grpc_target, grpc_request(model, inputs)))
+        result = InferResult(response)
+        return {output.name: result.as_numpy(output.name) for output in response.outputs}
+    request = urllib.request.Request(f"{server.http_url}/v2/models/{model}/infer", data=rest_body(inputs),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    return {output["name"]: np.asarray(output["data"], dtype=np.float32).reshape(output["shape"])
+            for output in body["outputs"]}
+
+
+def check_answers(server, model: BenchModel, protocols: tuple[str, ...], expected: dict[str, np.ndarray]) -> str | None:
+    """None where the server answers the fixed input as raw ONNX Runtime does over every protocol; else why not."""
+    for protocol in protocols:
+        try:
+            answered = served_answer(server, protocol, model.name, {model.input_name: model.row})
+        except Exception as err:  # HTTP and gRPC errors, an answer of another form: grpc.RpcError has no closer base
+            first = (str(err).splitlines() or [""])[0][:200]
+            return f"{protocol}: no answer to read: {type(err).__name__}: {first}"
+        problem = answers_match(expected, answered)
+        if problem:
+            return f"{protocol}: {problem}"
+    return None
+
+
+def best_of_sweeps(before: list[dict], after: list[dict]) -> list[dict]:
+    """Each raw setting's better sweep, before or after the loads: other work on the machine only ever slows
+    `session.run` down, so the faster sweep is the nearer to the limit (both are kept beside it)."""
+    best = []
+    for first, second in zip(before, after, strict=True):
+        runs = [first["rows_per_s"], second["rows_per_s"]]
+        best.append({**(first if runs[0] >= runs[1] else second), "rows_per_s_before_after": runs})
+    return best
+
+
+def round_order(servers: list[str], round_index: int) -> list[str]:
+    """The servers' order in a round: each round starts one further on, so none always follows the same one."""
+    shift = round_index % len(servers) if servers else 0
+    return servers[shift:] + servers[:shift]
+
+
+def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, Path | str],
+                advance: Callable[[], None] = lambda: None, work_dir: Path = BENCH_DIR / "peers") -> dict:
+    """One model against every server; `peer_pythons` holds each peer's Python, or why it cannot run."""
+    import onnxruntime as ort
+
+    def raw_sweep() -> list[dict]:
+        return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
+                           seconds=config.raw_seconds)
+
+    session = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    expected = dict(zip(names, session.run(names, {model.input_name: model.row})))
+    raw_before = raw_sweep()
+    advance()
+    status: dict[str, str] = {}
+    inputs = {model.input_name: model.row}
+    rounds: dict[tuple[str, int, str], list[dict]] = {}
+    with ExitStack() as stack:
+        servers = {}
+        for name in SERVERS:
+            try:
+                if name in IMPLEMENTATIONS:
+                    folder = server_folder(work_dir, model, name, IMPLEMENTATIONS[name], None)  # each at its defaults
+                    server = stack.enter_context(LocalServer(folder))
+                elif isinstance(python := peer_pythons.get(name, "not asked for"), str):
+                    status[name] = not_run(python)
+                    continue
+                else:
+                    server = stack.enter_context(PeerServer(name, python, model.onnx_path, model.name))
+            except (PeerUnavailable, ServerError) as err:
+                if name not in PEERS:
+                    raise  # Slipway's own runtime, or the baseline, must start
+                status[name] = not_run(f"could not start: {err}")
+                continue
+            problem = check_answers(server, model, config.protocols, expected)
+            if problem:
+                status[name] = not_run(f"wrong answer, not timed: {problem}")
+                continue
+            servers[name] = server
+            status[name] = MEASURED
+        advance()
+        for protocol in config.protocols:
+            for concurrency in config.concurrency:
+                for round_index in range(config.rounds):
+                    for name in round_order(list(servers), round_index):
+                        result = run_load(protocol=protocol, server=servers[name], model=model.name, inputs=inputs,
+                                          concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
+                                          process_tree=True)
+                        rounds.setdefault((name, concurrency, protocol), []).append(result.summary())
+                        advance()
+    raw = best_of_sweeps(raw_before, raw_sweep())
+    advance()
+    limit = max(result["rows_per_s"] for result in raw)
+    points = []
+    for (name, _, _), summaries in rounds.items():
+        point = {"runtime": name, **_median_round(summaries)}
+        point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
+        point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
+        point["rounds_p50_ms"] = [summary["p50_ms"] for summary in summaries]
+        points.append(point)
+    return {"source": model.source, "raw": raw, "raw_limit_rows_per_s": limit, "servers": status, "points": points}
+
+
+def steps(config: PeersConfig) -> int:
+    """Progress steps per run: raw sweeps and the servers' start per model, then every load."""
+    loads = len(config.protocols) * len(config.concurrency) * config.rounds * len(SERVERS)
+    return len(config.models) * (3 + loads)
+
+
+def bench_payload(config: PeersConfig, models: dict[str, dict], peers: dict[str, str], started: float,
+                  load_before: tuple[float, ...], wakeup_before) -> dict:
+    """The report: the measurements with what they were measured on and by."""
+    return {
+        "config": config.model_dump(mode="json"),
+        "versions": versions(),
+        "peers": peers,
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
+        "cpu_count": os.cpu_count(),
+        "wakeup_round_trip_us": {"before": wakeup_before, "after": wakeup_round_trip_us()},
+        "duration_s": round(time.time() - started, 1),
+        "client": "closed loop, one prepared batch-1 request per client (gRPC: raw_input_contents; REST: V2 JSON), "
+                  "same machine; server CPU is the server's whole process tree",
+        "models": models,
+    }
+
+
+def wrong_answers(payload: dict) -> list[str]:
+    """Each server that answered differently from raw ONNX Runtime, per model: the run fails on these."""
+    return [f"{model}: {name}: {status}" for model, result in payload["models"].items()
+            for name, status in result["servers"].items() if "wrong answer" in status]
+
+
+def peer_pythons(config: PeersConfig, on_line: Callable[[str], None]) -> dict[str, Path | str]:
+    """Each peer's virtualenv Python (installed on first use), or why it will not run."""
+    from benchmarks.peers.envs import ensure_env
+
+    found: dict[str, Path | str] = {}
+    for peer in PEERS:
+        if peer in config.skip:
+            found[peer] = f"skipped (--skip {peer})"
+            continue
+        try:
+            found[peer] = ensure_env(peer, on_line=on_line)
+        except PeerUnavailable as err:
+            found[peer] = str(err)
+    return found
+
+
+def run_peers(config: PeersConfig, on_line: Callable[[str], None] = print) -> dict:
+    """Install what is missing, measure every model in `config`, and return the report's payload."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from benchmarks.models import MODELS
+
+    load_before, wakeup_before, started = os.getloadavg(), wakeup_round_trip_us(), time.time()
+    pythons = peer_pythons(config, on_line)
+    peers = {peer: (MEASURED if isinstance(python, Path) else not_run(python)) for peer, python in pythons.items()}
+    models: dict[str, dict] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns) as progress:
+        task = progress.add_task("bench-peers", total=steps(config))
+        for name in config.models:
+            progress.update(task, description=f"bench-peers {name}: preparing the model")
+            model = MODELS[name]()
+            progress.update(task, description=f"bench-peers {name}")
+            models[name] = bench_model(model, config, pythons, lambda: progress.advance(task))
+        progress.update(task, completed=steps(config))
+    return bench_payload(config, models, peers, started, load_before, wakeup_before)

@@ -1,0 +1,155 @@
+"""The serving settings a model gets when model-settings.json leaves them out, chosen from what load measured.
+
+A fixed default cannot suit both a 60-microsecond digits CNN and a 10-millisecond MobileNetV2, nor a pod of
+one CPU and one of sixteen. So at load the runtime times the model on its own machine
+(`wrappers.load_measurement`) and this pure function turns those numbers, the CPU limit and whatever the user
+set explicitly into the four settings below, each with the reason a log line and the metrics show:
+
+- inline_below_ms: a run cheaper than a few hops to a thread and back runs on the event loop itself;
+- intra_op_threads: 1 for inline runs (they happen on the event loop), else the CPU limit's whole CPUs (the
+  rule `wrappers.session` has always used), so that a lone request still gets every core;
+- inference_threads: as many runs side by side as the CPU limit holds at that many threads each, and one more
+  where several fit (while one run's answers travel back the others keep every core busy);
+- max_batch_rows: requests that queue behind a busy session merge into one run only where the model's time
+  per row falls with the batch; there is no waiting window, so a lone request never waits for company.
+
+An explicitly set value always wins; a value that could not be measured (a GPU, warm-up off) keeps the
+setting's fixed default, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+Source = Literal["measured", "explicit", "default"]
+MEASURED: Source = "measured"
+EXPLICIT: Source = "explicit"
+DEFAULT: Source = "default"
+Value = int | float
+
+INLINE_BELOW_MS = "inline_below_ms"
+INTRA_OP_THREADS = "intra_op_threads"
+INFERENCE_THREADS = "inference_threads"
+MAX_BATCH_ROWS = "max_batch_rows"
+CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, INFERENCE_THREADS, MAX_BATCH_ROWS)
+# What each setting is where nothing was measured: the fields' own defaults (`wrappers.settings`).
+FIXED_DEFAULTS: dict[str, Value] = {INLINE_BELOW_MS: 0.5, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1}
+
+# A 1-row run shorter than this many hop round trips goes inline: the hop would be a large share of such a
+# request's latency, and the event loop spends part of a hop's CPU on each thread run anyway. 16 hops of ~30 us
+# (2 busy CPUs) is the fixed 0.5 ms used before; a machine with faster hops keeps fewer models inline.
+INLINE_HOPS = 16
+# Merging must make a row at least this much cheaper than alone, or it only adds the neighbours' wait.
+MERGE_MIN_GAIN = 1.10
+# Of the batch sizes that reach the gain, the smallest within this share of the best one's gain: a larger
+# batch that saves almost nothing more would only make merged requests wait longer for each other.
+MERGE_NEAR_BEST = 0.95
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What load measured: seconds per row at each batch size timed (the fastest run of each), the round
+    trip of a hop from the event loop to a thread and back, and the CPUs this process may use."""
+
+    seconds_per_row: dict[int, float]
+    hop_seconds: float
+    cpu_limit: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One setting's value, where it came from, and why (with the numbers it was chosen from)."""
+
+    setting: str
+    value: Value
+    source: Source
+    reason: str
+
+
+def threads_for_cpu_limit(cpu_limit: float) -> int:
+    """Intra-op threads for a CPU limit: its whole CPUs, at least one (a fraction of a CPU is not a thread)."""
+    return max(1, math.floor(cpu_limit))
+
+
+def choose(
+    measured: Measurements | None,
+    explicit: dict[str, Value],
+    *,
+    cpu_limit: float,
+    can_merge: bool,
+    why_not_measured: str = "",
+    why_no_merging: str = "",
+) -> dict[str, Choice]:
+    """The four settings (`CHOSEN`), each explicit where `explicit` names it, else from `measured`.
+
+    `measured` None: nothing could be timed (`why_not_measured` says why); each unset setting keeps its
+    fixed default and intra-op threads follow the CPU limit. `can_merge` False (`why_no_merging`): requests
+    cannot be merged for this graph or server, so max_batch_rows is 1 unless set.
+    """
+    chosen: dict[str, Choice] = {
+        name: Choice(name, value, EXPLICIT, "set in model-settings.json") for name, value in explicit.items()
+        if name in CHOSEN
+    }
+
+    def pick(name: str, value: Value, reason: str, source: Source = MEASURED) -> None:
+        if name not in chosen:
+            chosen[name] = Choice(name, value, source, reason)
+
+    if measured is None:
+        for name, value in FIXED_DEFAULTS.items():
+            pick(name, value, f"not measured ({why_not_measured}): the fixed default", DEFAULT)
+    else:
+        _pick_inline(measured, pick)
+    inline = chosen[INLINE_BELOW_MS].value > 0 and measured is not None and (
+        1000 * measured.seconds_per_row[1] < chosen[INLINE_BELOW_MS].value
+    )
+    threads = threads_for_cpu_limit(cpu_limit)
+    if inline:
+        pick(INTRA_OP_THREADS, 1, "1-row runs go inline on the event loop: more intra-op threads would only add "
+             "hand-offs between them")
+    else:
+        pick(INTRA_OP_THREADS, threads, f"the CPU limit {cpu_limit:g} gives each run {threads} thread(s), so a lone "
+             "request uses every core", MEASURED if measured is not None else DEFAULT)
+    per_run = int(chosen[INTRA_OP_THREADS].value) or threads  # 0: ONNX Runtime's own count, about every core
+    fit = max(1, threads // per_run)
+    slots = fit + 1 if fit > 1 else 1
+    pick(INFERENCE_THREADS, slots, f"{fit} run(s) of {per_run} intra-op thread(s) fit the CPU limit {cpu_limit:g}"
+         + ("; one more keeps the cores busy while a run's answers travel back" if fit > 1 else ""),
+         MEASURED if measured is not None else DEFAULT)
+    if not can_merge:
+        pick(MAX_BATCH_ROWS, 1, f"requests cannot be merged here ({why_no_merging})", DEFAULT)
+    elif measured is not None:
+        _pick_merging(measured, pick)
+    return {name: chosen[name] for name in CHOSEN}
+
+
+def _pick_inline(measured: Measurements, pick: Callable[[str, Value, str], None]) -> None:
+    run_ms = 1000 * measured.seconds_per_row[1]
+    hop_ms = 1000 * measured.hop_seconds
+    limit_ms = round(INLINE_HOPS * hop_ms, 4)
+    numbers = f"a 1-row run takes {run_ms:.3f} ms, a hop to a thread and back {hop_ms:.3f} ms"
+    if run_ms < limit_ms:
+        pick(INLINE_BELOW_MS, limit_ms, f"{numbers}: runs under {INLINE_HOPS} hops ({limit_ms:g} ms) go inline")
+    else:
+        pick(INLINE_BELOW_MS, 0.0, f"{numbers}: over {INLINE_HOPS} hops ({limit_ms:g} ms), so runs go to threads")
+
+
+def _pick_merging(measured: Measurements, pick: Callable[[str, Value, str], None]) -> None:
+    per_row = measured.seconds_per_row
+    alone = per_row[1]
+    gains = {rows: alone / seconds for rows, seconds in sorted(per_row.items()) if rows > 1 and seconds > 0}
+    timed = ", ".join(f"{rows}: {1000 * per_row[rows]:.3f}" for rows in sorted(per_row))
+    if not gains:
+        pick(MAX_BATCH_ROWS, 1, f"only batch 1 was timed within the load-time budget (ms per row {timed})")
+        return
+    best = max(gains.values())
+    if best < MERGE_MIN_GAIN:
+        pick(MAX_BATCH_ROWS, 1, f"ms per row by batch size {{{timed}}}: merging saves under "
+             f"{100 * (MERGE_MIN_GAIN - 1):.0f}% per row, so requests run alone")
+        return
+    rows = min(size for size, gain in gains.items() if gain >= MERGE_NEAR_BEST * best)
+    pick(MAX_BATCH_ROWS, rows, f"ms per row by batch size {{{timed}}}: {gains[rows]:.2f}x cheaper per row at "
+         f"{rows} rows (best {best:.2f}x), so up to {rows} rows that queue behind a run merge")

@@ -1,0 +1,166 @@
+"""Run planning: which row counts a model's runs are padded to, warmed up at and run inline, as pure functions.
+
+They decide from the graph's shapes and the settings alone (no session, no server), so each rule is tested on
+its own: a bucket is the smallest padded size that holds a chunk, chunks cover every row once, warm-up meets
+exactly the sizes runs will have, only a CPU run cheaper than `inline_below_ms` stays on the event loop, and
+TensorRT gets one profile over the padded sizes. `wrappers.batching`, `wrappers.warm_up` and the runtime (which
+rebuilds the session with the profile) carry the plans out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+from wrappers.session import DYNAMIC, TENSORRT, TensorSpec, tensorrt_batch_profile
+from wrappers.settings import RuntimeSettings
+
+logger = logging.getLogger(__name__)
+GPU_LARGEST_BUCKET = 32  # a GPU's throughput at 32 MobileNetV2 rows is near its peak (make bench-gpu)
+_TURN_OFF = "set max_batch_size to 1 in model-settings.json and parameters.extra.max_batch_rows to 1"
+
+
+class BatchingConfigError(ValueError):
+    """The graph's shapes do not allow merging requests; the message says what to set instead."""
+
+
+def fixed_batch_rows(inputs: list, outputs: list) -> int | None:
+    """The graph's fixed batch size (None when dynamic), for graphs whose requests may be merged.
+
+    `inputs` and `outputs` are `TensorSpec`s (-1 marks a dynamic dimension). A scalar has no
+    row axis to merge on, and inputs or outputs that disagree on a fixed first dimension
+    cannot be split back per request: both are refused.
+    """
+    for spec in [*inputs, *outputs]:
+        if not spec.shape:
+            raise BatchingConfigError(f"{spec.name!r} is a scalar with no batch dimension, so requests cannot be merged: {_TURN_OFF}")
+    fixed = {spec.shape[0] for spec in [*inputs, *outputs] if spec.shape[0] != DYNAMIC}
+    if len(fixed) > 1:
+        raise BatchingConfigError(
+            f"inputs and outputs disagree on the batch size ({sorted(fixed)}), so requests cannot be merged: {_TURN_OFF}"
+        )
+    return fixed.pop() if fixed else None
+
+
+def gpu_buckets(max_batch_rows: int) -> list[int]:
+    """Powers of two up to max(max_batch_rows, GPU_LARGEST_BUCKET), and that bound itself."""
+    largest = max(max_batch_rows, GPU_LARGEST_BUCKET)
+    sizes = {1 << power for power in range(largest.bit_length()) if 1 << power <= largest}
+    return sorted(sizes | {largest})
+
+
+def padding_buckets(
+    *, fixed_rows: int | None, input_shapes: Iterable[Sequence[int]], configured: list[int] | None, on_cpu: bool,
+    max_batch_rows: int, fixed_outputs: bool, inference_threads: int,
+) -> list[int]:
+    """The row counts runs are padded up to, ascending; [] for none.
+
+    A fixed batch size is the one bucket; otherwise the configured buckets, or on a GPU powers of two
+    (`gpu_buckets`). Padding needs a dynamic first dimension on every input, and a replayed CUDA graph
+    one shape from one run slot: both refused in one line naming the setting to change.
+    """
+    if fixed_rows:
+        return [fixed_rows]
+    dynamic = all(shape and shape[0] == DYNAMIC for shape in input_shapes)
+    if configured is None:
+        buckets = [] if on_cpu else gpu_buckets(max_batch_rows)
+    else:
+        buckets = sorted(set(configured))
+    if buckets and not dynamic:
+        if configured:
+            raise BatchingConfigError("batch_buckets needs graph inputs whose first (batch) dimension is dynamic; "
+                                      "remove batch_buckets for this graph")
+        return []
+    if fixed_outputs and (len(buckets) != 1 or inference_threads != 1):
+        raise BatchingConfigError(
+            "cuda.enable_cuda_graph replays one captured shape from one run slot: set parameters.extra."
+            "batch_buckets to a single row count (e.g. [8]) and inference_threads to 1"
+        )
+    return buckets
+
+
+def bucket_for(count: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds `count` rows (`buckets` ascending, its last at least `count`)."""
+    return next(bucket for bucket in buckets if bucket >= count)
+
+
+def bucket_chunks(rows: int, buckets: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(start, rows, padded size) per run: chunks of at most the largest bucket, in order, covering every row
+    once, each padded to `bucket_for` it. Zero rows are one padded chunk (for the graph's zero-row outputs)."""
+    largest = buckets[-1]
+    chunks = []
+    for start in range(0, max(rows, 1), largest):
+        count = min(largest, rows - start)
+        chunks.append((start, count, bucket_for(count, buckets)))
+    return chunks
+
+
+def warm_up_sizes(buckets: Sequence[int], configured: Sequence[int], runs: int) -> list[int]:
+    """The batch sizes warm-up runs: padded runs meet only the buckets; none when `runs` is 0."""
+    return list(buckets or configured) if runs else []
+
+
+def warm_up_shape(shape: Sequence[int], rows: int) -> list[int]:
+    """An input's shape for a warm-up run of `rows` rows: other dynamic dimensions at 1."""
+    return [rows if axis == 0 else (1 if dim == DYNAMIC else dim) for axis, dim in enumerate(shape)]
+
+
+def runs_inline(seconds_per_row: float | None, on_cpu: bool, rows: int, inline_below_ms: float) -> bool:
+    """Tiny CPU runs go on the event loop: the hop to a thread and back would cost more than they do.
+    Unknown until warm-up has timed a run (None), and never on a GPU."""
+    if seconds_per_row is None or not on_cpu:
+        return False
+    return 1000 * seconds_per_row * rows < inline_below_ms
+
+
+def wants_tensorrt_profile(buckets: Sequence[int], providers: Sequence[str], tensorrt: str,
+                           extra_options: Mapping[str, object]) -> bool:
+    """A TensorRT batch profile is built where TensorRT runs, runs are padded, and the settings name no
+    trt_profile_* of their own."""
+    return bool(buckets) and tensorrt in providers and not any(key.startswith("trt_profile_") for key in extra_options)
+
+
+def request_row_limit(max_request_rows: int, max_batch_size: int, mlserver_batching: bool) -> int:
+    """The rows one request may carry: under MLServer's adaptive batching, a merged request holds up to
+    `max_batch_size` of them."""
+    return max_request_rows * (max_batch_size if mlserver_batching else 1)
+
+
+def with_tensorrt_profile(config: RuntimeSettings, inputs: list[TensorSpec], buckets: Sequence[int],
+                          providers: Sequence[str], model: str) -> RuntimeSettings:
+    """The settings with one TensorRT profile over the padded row counts (`tensorrt_batch_profile`), where
+    `wants_tensorrt_profile`; the same settings object where not, or where the inputs' shapes allow none
+    (logged: TensorRT then builds an engine per new shape)."""
+    options = config.tensorrt.extra_options
+    if not wants_tensorrt_profile(buckets, providers, TENSORRT, options):
+        return config
+    profile = tensorrt_batch_profile(inputs, max(buckets))
+    if not profile:
+        logger.warning("%s: TensorRT gets no batch profile (an input has another dynamic dimension, or a name with "
+                       "',' or ':'): it builds an engine per new shape; set tensorrt.extra_options trt_profile_*", model)
+        return config
+    logger.info("%s: TensorRT profile for 1 to %d rows: %s", model, max(buckets), profile)
+    tensorrt = config.tensorrt.model_copy(update={"extra_options": {**options, **profile}})
+    return config.model_copy(update={"tensorrt": tensorrt})
+
+
+def with_inline_threads(config: RuntimeSettings, inline: bool, intra_op_threads: int, model: str) -> RuntimeSettings:
+    """One intra-op thread for a model whose runs are inline (on the event loop thread, where extra intra-op
+    threads only add hand-offs), unless the settings chose a count; the same settings object otherwise."""
+    if config.intra_op_threads is not None or not inline or intra_op_threads <= 1:
+        return config
+    logger.info("%s runs inline (under %s ms): using one intra-op thread", model, config.inline_below_ms)
+    return config.model_copy(update={"intra_op_threads": 1})
+
+
+def spin_seconds(config: RuntimeSettings, inline: bool, model: str) -> float:
+    """How long the event loop polls after each inline run (`event_loop_spin_us`); the log says what that costs,
+    or that it does nothing where runs are not inline."""
+    spin_s = config.event_loop_spin_us / 1e6
+    if spin_s and not inline:
+        logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
+                       "itself (under inline_below_ms), and this model's runs go to inference threads", model)
+    elif spin_s:
+        logger.info("%s: the event loop polls for %d us after each inline run; a CPU-utilization HPA counts that "
+                    "polling as load, so autoscale this model on requests/s", model, config.event_loop_spin_us)
+    return spin_s
