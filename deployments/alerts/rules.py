@@ -139,12 +139,12 @@ class SloRules:
         return f"kubectl -n {self.namespace} get pods -l {MODEL_LABEL}={self.model},{PREDICTOR_LABEL}={_PREDICTOR}"
 
     def groups(self) -> list[dict[str, Any]]:
-        """The records group (error ratios, only with max_error_rate) and the alerts group."""
-        alerts = [*self.latency_alerts(), *self.burn_rate_alerts(), *self.throughput_alerts()]
-        records = self.error_ratio_records()
-        prefix = f"slipway-{self.model}-slo"
-        return ([{"name": f"{prefix}-records", "rules": records}] if records else []) + \
-            [{"name": f"{prefix}-alerts", "rules": alerts}]
+        """One group: the error-ratio records (only with max_error_rate), then the alerts. Prometheus evaluates a
+        group's rules in order, so each burn-rate alert reads the ratios of this evaluation; from a group of their
+        own it would read this or the last one, whichever group the scheduler happened to run first."""
+        rules = [*self.error_ratio_records(), *self.latency_alerts(), *self.burn_rate_alerts(),
+                 *self.throughput_alerts()]
+        return [{"name": f"slipway-{self.model}-slo", "rules": rules}]
 
     def latency_alerts(self) -> list[dict[str, Any]]:
         measured = ("time inside ONNX Runtime per run" if self.latency_histogram == INFERENCE_SECONDS
