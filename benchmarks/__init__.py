@@ -3,5 +3,5 @@ measured side by side.
 
 Benchmark code only, outside the serving package: the serving images carry `wrappers` and the
 core, never this. The load generators import `tritonclient`'s protos, so this process never
-imports MLServer; servers always run as their own processes (`wrappers.server.LocalServer`).
+imports MLServer; servers always run as their own processes (`slipway.local_server.LocalServer`).
 """

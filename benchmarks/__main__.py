@@ -1,6 +1,7 @@
 """`python -m benchmarks`: how fast Slipway's runtime serves (`serving`, `make bench`), against KServe and PyTriton
 (`peers`, `make bench-peers`), one model on CPU vs CUDA vs TensorRT (`gpu`, `make bench-gpu`), and one front end
-vs N (`frontends`). `slipway bench`, `slipway bench-peers` and `slipway bench-gpu` run the same commands."""
+vs N (`frontends`), and this tree's runtime vs another commit's (`against`). `slipway bench`, `slipway bench-peers`
+and `slipway bench-gpu` run the same commands."""
 
 from __future__ import annotations
 
@@ -150,6 +151,30 @@ def cmd_split(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_against(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from benchmarks import against
+    from slipway.paths import REPORTS_DIR
+    from slipway.readme import BENCHMARKS_PAGE, replace_section
+    from slipway.reports import write_report
+
+    with Progress() as progress:
+        task = progress.add_task(f"against {args.rev}", total=against.steps(args))
+        payload = against.run(args, on_step=lambda: progress.advance(task))
+    path = write_report("bench-against", payload)
+    against.plot(payload, REPORTS_DIR / "bench-against.png")
+    if args.update_docs and replace_section(BENCHMARKS_PAGE, "bench-against", against.markdown(payload)):
+        console.print(f"table in {BENCHMARKS_PAGE} updated from {path}")
+    for name, model in payload["models"].items():
+        for point in model["points"]:
+            console.print(f"{name} {point['protocol']} c={point['concurrency']}: this tree / {payload['rev'][:12]} "
+                          f"rows/s x{point['rows_per_s_ratio']:.3f} (rounds {point['rows_per_s_ratio_rounds']}), "
+                          f"server CPU per request x{point['cpu_per_request_ratio']:.3f}", soft_wrap=True)
+    console.print(f"report {path}, plot {REPORTS_DIR / 'bench-against.png'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m benchmarks", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -208,6 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     split.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round of a point (default 3)")
     split.add_argument("--rounds", type=int, default=3, help="rounds per point, the forms in turn (default 3)")
     split.set_defaults(func=cmd_split)
+    from benchmarks.against import add_arguments as against_arguments
+
+    against = commands.add_parser("against", help="this tree's runtime vs another commit's, side by side "
+                                  "(reports/bench-against.json)")
+    against_arguments(against)
+    against.set_defaults(func=cmd_against)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -22,8 +22,8 @@ from benchmarks.raw import measure_raw
 from benchmarks.run import SLIPWAY_SETTINGS
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.cli import ArgumentParser, UserError, console, exit_with
+from slipway.local_server import LocalServer
 from slipway.reports import write_report
-from wrappers.server import LocalServer
 
 # The defaults before issue 31, spelled out: one run slot, no merging, inline under 0.5 ms (intra-op threads
 # left unset: 1 for inline runs, else the CPU limit, as before).

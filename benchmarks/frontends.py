@@ -23,9 +23,9 @@ from benchmarks.load import GRPC, grpc_answer, run_load
 from benchmarks.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from benchmarks.run import IMPLEMENTATIONS, SLIPWAY, SLIPWAY_SETTINGS
 from slipway.cli import ArgumentParser, UserError, console, exit_with
+from slipway.local_server import LocalServer
 from slipway.reports import write_report
 from slipway.v2_requests import grpc_request
-from wrappers.server import LocalServer
 
 # Merging across front ends needs max_batch_rows above 1; the one-process server gets the same, so only
 # `frontends` differs between the two.

@@ -24,8 +24,8 @@ from benchmarks.load import GRPC, run_load
 from benchmarks.models import BenchModel, server_folder
 from benchmarks.run import IMPLEMENTATIONS, SLIPWAY
 from export.uint8_input import Normalisation, image_input, with_uint8_input
+from slipway.local_server import LocalServer
 from slipway.v2_requests import rest_body
-from wrappers.server import LocalServer
 
 # (concurrency, rows per request): single rows as most clients send them, and small batches
 # (4 MobileNetV2 rows are 2.4 MB: under gRPC's default 4 MB message limit, which MLServer keeps)

@@ -24,9 +24,9 @@ from benchmarks.raw import measure_raw, measure_side_by_side
 from benchmarks.transport import BareGrpcServer
 from slipway import atomic
 from slipway.artifact import RUNTIME_IMPLEMENTATION
+from slipway.local_server import LocalServer
 from slipway.reports import wakeup_round_trip_us
 from slipway.v2_requests import grpc_request
-from wrappers.server import LocalServer
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
@@ -100,7 +100,8 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     inputs = {model.input_name: model.row}
     points = []
     with ExitStack() as stack:
-        servers = {runtime: stack.enter_context(LocalServer(folder)) for runtime, folder in folders.items()}
+        servers = {runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN))
+                   for runtime, folder in folders.items()}
         answer = work_dir / f"{model.name}-answer.bin"  # what the bare transport sends back: the real answer
         atomic.write_bytes(answer, grpc_answer(servers[SLIPWAY].grpc_target, grpc_request(model.name, inputs)))
         servers[TRANSPORT] = stack.enter_context(BareGrpcServer(answer))

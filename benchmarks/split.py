@@ -35,8 +35,8 @@ import yaml
 from benchmarks.load import REST, run_load
 from benchmarks.models import BENCH_DIR, MODELS, BenchModel
 from slipway.artifact import SETTINGS_FILE, write_manifest
+from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK, free_port
-from wrappers.server import LocalServer
 from wrappers.split_roles import MODEL_ROLE, ROLES, write_role_folder
 
 FORMS = ("one-pod", "split")

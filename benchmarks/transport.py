@@ -22,7 +22,8 @@ from pathlib import Path
 
 from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
 from slipway.paths import PROJECT_ROOT
-from wrappers.server import LOOPBACK, free_port, stop_process_group
+from slipway.ports import LOOPBACK, free_port
+from slipway.server_process import stop_process_group
 
 START_TIMEOUT_S = 30.0
 HOLD_SERVICE, HOLD_METHOD = "slipway.bench.Transport", "Hold"  # its one other method: sets the hold, in ms

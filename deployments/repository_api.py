@@ -14,7 +14,8 @@ import copy
 import re
 
 from deployments import seldon
-from wrappers.repository_access import API_ENV, HOOK, HOOK_ENV, MODES, TOKEN_ENV
+from slipway.server_process import HOOK, HOOK_ENV
+from wrappers.repository_access import API_ENV, MODES, TOKEN_ENV
 
 TOKEN_KEY = "token"  # the key of the token in the Secret
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -22,7 +22,7 @@ EXIT_SLO_BROKEN = 1
 def _local_server(model_dir: Path) -> Iterator:
     """A real MLServer on loopback for `model_dir`, stopped by PID on the way out."""
     from slipway.artifact import SETTINGS_FILE
-    from wrappers.server import LocalServer, ServerError
+    from slipway.local_server import LocalServer, ServerError
 
     if not (model_dir / SETTINGS_FILE).is_file():
         raise UserError(f"{model_dir} is not an artifact folder (no {SETTINGS_FILE}); run `make demo` or pass --model-dir")

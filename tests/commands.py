@@ -31,10 +31,13 @@ from pathlib import Path
 # Third-party packages only, heavy ones the commands import; none starts threads a forked child would miss (numpy's
 # OpenBLAS pool handles fork), none reads env at import that a test varies (not the Kubernetes client: KUBECONFIG).
 # Not locust/gevent (monkey-patching), not TensorFlow/PyTorch (threads, fork-unsafe).
+# The last line: what `python -m deployments` (the local cluster's certificates) and `python -m export` (the model
+# store's file systems, `import`'s graph slimming, which brings sympy) pull in, ~0.05-0.4 s a command each.
 PRELOAD = (
     "numpy", "yaml", "pydantic", "pydantic_settings", "rich.console", "rich.table", "onnx", "onnx.helper",
     "onnxruntime", "matplotlib.figure", "matplotlib.backends.backend_agg", "requests",
     "jsonschema", "filelock", "psutil", "prometheus_client",
+    "cryptography.x509", "cryptography.hazmat.primitives.serialization", "fsspec.core", "onnxslim",
 )
 COLD_ENV = "SLIPWAY_TESTS_COLD"  # set (to 1): every command in a fresh interpreter, as before
 FIRST_PARTY = ("slipway", "export", "deployments", "loadtest", "wrappers", "benchmarks")

@@ -61,7 +61,7 @@ def refused_at_load(model_dir: Path, match: str, **server_options) -> None:
 
     The log is kept for a user to read; here it is checked, then removed.
     """
-    from wrappers.server import LocalServer, ServerError
+    from slipway.local_server import LocalServer, ServerError
 
     refused = LocalServer(model_dir, ready_timeout_s=60, **server_options)
     with pytest.raises(ServerError, match=match) as caught:
@@ -78,7 +78,8 @@ def http_server(**methods: Callable[[http.server.BaseHTTPRequestHandler], None])
     handler_class = type("Handler", (http.server.BaseHTTPRequestHandler,), {**handlers, "log_message": lambda *args: None})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
     server.daemon_threads = True  # a handler told never to answer must not hold the shutdown
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # polled every 50 ms for the shutdown, not every 0.5 s: each `with` would otherwise end up to half a second late
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
@@ -166,7 +167,7 @@ def digits_artifact(tmp_path_factory, trained_model, reports_env) -> Path:
 @pytest.fixture(scope="session")
 def digits_server(digits_artifact):
     """A real MLServer on loopback serving the digits artifact, stopped by PID afterwards."""
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     with LocalServer(digits_artifact) as server:
         yield server

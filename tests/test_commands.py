@@ -77,7 +77,7 @@ def test_an_uncaught_exception_exits_1_with_its_traceback(tmp_path):
 def test_a_command_past_its_timeout_is_killed(tmp_path):
     module = _module(tmp_path, "sleeper", "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)")
     with pytest.raises(subprocess.TimeoutExpired) as caught:
-        run_command(module, env={"PATH": os.environ["PATH"]}, cwd=tmp_path, timeout=2)
+        run_command(module, env={"PATH": os.environ["PATH"]}, cwd=tmp_path, timeout=1)
     pid = int(caught.value.output)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

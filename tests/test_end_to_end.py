@@ -108,7 +108,7 @@ def test_a_tampered_artifact_is_refused_at_load(digits_artifact, tmp_path):
 
 
 def test_a_server_stopped_cleanly_leaves_nothing_behind(digits_artifact):
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     with LocalServer(digits_artifact) as server:
         assert server.log_path.is_file()

@@ -6,7 +6,7 @@ in FOLDER, each model's `model-settings.json`), except that Slipway builds MLSer
 and guards, where they were found by walking the heap at every load. It also ends the way a command should:
 where a model fails to load, a port is taken or the folder is not a model repository, it stops the server
 and exits non-zero with one line naming the cause (MLServer logs a failed load and exits 0). The serving
-images, the manifests, `slipway serve` and `wrappers.server.LocalServer` run it.
+images, the manifests, `slipway serve` and `slipway.local_server.LocalServer` run it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 from slipway import atomic
 from slipway.cli import ArgumentParser, UserError, exit_with, first_line
+from slipway.model_repository import RepositoryError, check_unique, settings_files
+from slipway.server_process import HOOK, HOOK_ENV
 from wrappers import frontends
-from wrappers.model_repository import RepositoryError, check_unique, settings_files
-from wrappers.repository_access import HOOK, HOOK_ENV
 from wrappers.settings import SettingsError
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go

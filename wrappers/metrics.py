@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client import REGISTRY, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
+
+if TYPE_CHECKING:
+    from wrappers.batching import BatchStats
 
 LABELS = ("model_name", "model_version")
 _SECONDS_BUCKETS = (
@@ -78,6 +82,13 @@ class ModelMetrics:
             preprocess_seconds=bound(PREPROCESS_SECONDS),
             postprocess_seconds=bound(POSTPROCESS_SECONDS),
         )
+
+    def observe_run(self, stats: BatchStats) -> None:
+        """One run: its seconds and rows, and how long each request merged into it waited."""
+        self.inference_seconds.observe(stats.run_seconds)
+        self.batch_rows.observe(stats.rows)
+        for seconds in stats.queue_seconds:
+            self.queue_seconds.observe(seconds)
 
 
 class PredictedClasses:

@@ -39,9 +39,6 @@ from wrappers.settings import SettingsError
 API_ENV = "SLIPWAY_REPOSITORY_API"
 TOKEN_ENV = "SLIPWAY_REPOSITORY_TOKEN"
 MODES = ("closed", "open")
-# The MLServer setting that imports the guard before MLServer builds its servers (see wrappers.repository_api).
-HOOK_ENV = "MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION"
-HOOK = "wrappers.repository_api.GuardedRepository"
 MIN_TOKEN_CHARS = 16
 # Headers a proxy adds when it relays a request: the caller is elsewhere, whatever the peer address says.
 FORWARDING_HEADERS = frozenset({"forwarded", "x-forwarded-for", "x-real-ip"})

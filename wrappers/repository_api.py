@@ -9,7 +9,7 @@ as they are then) before any model loads, and starts serving while the models lo
 place by the runtime's `load` would miss gRPC entirely and leave REST open until then. So MLServer
 imports it through its own setting for the model repository class, which it reads before it builds
 anything: `MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION=wrappers.repository_api.GuardedRepository`
-(`wrappers.launch`, which the images, the manifests and `wrappers.server` run, sets it where unset,
+(`wrappers.launch`, which the images, the manifests and `slipway.local_server` run, sets it where unset,
 refuses another value, and installs the guard itself before it builds MLServer's server).
 `GuardedRepository` is MLServer's own repository (folders with a `model-settings.json`); creating
 it reads the setting (a bad value stops the server, saying why) and guards:
@@ -36,15 +36,10 @@ import grpc
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from slipway.server_process import HOOK, HOOK_ENV
 from wrappers.mlserver_compat import IncompatibleMLServer, check_version, running
 from wrappers.mlserver_compat import repository as mlserver_repository
-from wrappers.repository_access import (
-    DENIED_STATUS,
-    HOOK,
-    HOOK_ENV,
-    RepositoryAccess,
-    grpc_peer_address,
-)
+from wrappers.repository_access import DENIED_STATUS, RepositoryAccess, grpc_peer_address
 
 logger = logging.getLogger(__name__)
 

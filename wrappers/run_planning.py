@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from wrappers.session import DYNAMIC, TENSORRT, TensorSpec, tensorrt_batch_profile
 from wrappers.settings import RuntimeSettings
@@ -142,6 +143,29 @@ def with_tensorrt_profile(config: RuntimeSettings, inputs: list[TensorSpec], buc
     logger.info("%s: TensorRT profile for 1 to %d rows: %s", model, max(buckets), profile)
     tensorrt = config.tensorrt.model_copy(update={"extra_options": {**options, **profile}})
     return config.model_copy(update={"tensorrt": tensorrt})
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How a model's runs go: the graph's fixed batch size where requests are merged (else None), the row counts
+    runs are padded to, and the settings, with a TensorRT profile over those where `with_tensorrt_profile` adds one."""
+
+    fixed_rows: int | None
+    buckets: list[int]
+    settings: RuntimeSettings
+
+
+def plan_runs(config: RuntimeSettings, inputs: list[TensorSpec], outputs: list[TensorSpec], *, merging: bool, on_cpu: bool,
+              fixed_outputs: bool, providers: Sequence[str], model: str) -> RunPlan:
+    """The run plan for a session (the runtime's and the session host's alike): `merging` where requests may be merged
+    into one run. A plan whose settings are not `config` itself needs the session built again (TensorRT builds its
+    engines at a first run, so the session replaced has built none)."""
+    fixed_rows = fixed_batch_rows(inputs, outputs) if merging else None
+    buckets = padding_buckets(
+        fixed_rows=fixed_rows, input_shapes=[spec.shape for spec in inputs], configured=config.batch_buckets,
+        on_cpu=on_cpu, max_batch_rows=config.max_batch_rows, fixed_outputs=fixed_outputs,
+        inference_threads=config.inference_threads)
+    return RunPlan(fixed_rows, buckets, with_tensorrt_profile(config, inputs, buckets, providers, model))
 
 
 def with_inline_threads(config: RuntimeSettings, inline: bool, intra_op_threads: int, model: str) -> RuntimeSettings:

@@ -8,10 +8,12 @@ A request carries at least one row: zero rows are refused alike for every graph,
 padded runs, image decoding or the graph itself would each have failed them another way.
 
 This module is the model class alone, which puts its parts together (docs/internals.md lists them):
-requests are decoded by `wrappers.v2_codec` under `wrappers.request_rules`, runs planned by
-`wrappers.run_planning` and merged on threads of their own by `wrappers.batching` (tiny ones inline
-on the event loop), pre/post-processing runs on a CPU pool (`wrappers.model_interface`), tensors may
-come and go through shared memory (`wrappers.shared_tensors`), MLServer is met in `wrappers.mlserver_glue`
+the session is this process's or the session host's (`wrappers.frontends.hosted`, which also has the unset
+settings chosen where the model is timed, `wrappers.serving_defaults`), requests are decoded by
+`wrappers.v2_codec` under `wrappers.request_rules`, runs planned by `wrappers.run_planning` and merged on
+threads of their own by `wrappers.batching` (tiny ones inline on the event loop), pre/post-processing runs on
+a CPU pool (`wrappers.model_interface`), tensors may come and go through shared memory
+(`wrappers.shared_tensors`), MLServer is met in `wrappers.mlserver_glue`, run metrics go to `wrappers.metrics`
 and the loaded heap is frozen out of the collector's passes (`wrappers.heap`)."""
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from wrappers.model_interface import graph_outputs_for, interface
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
 from wrappers.repository_api import RepositoryApiError
 from wrappers.request_rules import ort_message
-from wrappers.run_planning import BatchingConfigError, fixed_batch_rows
-from wrappers.session import SessionRunner, cpu_limit, create_session, describe
+from wrappers.run_planning import BatchingConfigError
+from wrappers.session import cpu_limit, describe
 from wrappers.settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from wrappers.shared_memory_api import SharedMemoryEndpoints
 from wrappers.shared_tensors import SharedTensors
@@ -107,28 +109,21 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._use(with_content_keyed_cache(self._config, self.name, model_path), model_path)
         self._graph_inputs, graph_outputs = describe(self._runner.session)
         self._graph_output_names = [spec.name for spec in graph_outputs]
-        if isinstance(self._runner, hosted.HostRunner):  # the session host timed the model and chose
-            chosen = hosted.chosen_by_host(self._config, self._runner, self.name)
-        else:
-            chosen = serving_defaults.resolve_for_session(self._config, self._runner, self._graph_inputs, graph_outputs,
-                                                          model=self.name, version=self.version,
-                                                          mlserver_batching=self._mlserver_batching)
+        chosen = hosted.chosen_settings(self._config, self._runner, self._graph_inputs, graph_outputs, model=self.name,
+                                        version=self.version, mlserver_batching=self._mlserver_batching)
         self._chosen = chosen.choices  # the unset settings, chosen from the model timed here (`metadata`)
         if chosen.rebuild_session:  # the intra-op threads chosen are not those the session was built with
             self._use(chosen.settings, model_path)
         self._config = chosen.settings
-        batching = self._mlserver_batching or self._config.max_batch_rows > 1
-        fixed_rows = fixed_batch_rows(self._graph_inputs, graph_outputs) if batching else None
-        self._buckets = run_planning.padding_buckets(
-            fixed_rows=fixed_rows, input_shapes=[spec.shape for spec in self._graph_inputs],
-            configured=self._config.batch_buckets, on_cpu=self._runner.device == "cpu",
-            max_batch_rows=self._config.max_batch_rows, fixed_outputs=self._runner.fixed_outputs,
-            inference_threads=self._config.inference_threads)
-        profiled = run_planning.with_tensorrt_profile(self._config, self._graph_inputs, self._buckets,
-                                                      self._runner.session.get_providers(), self.name)
-        if profiled is not self._config:  # TensorRT builds engines at a first run: the session replaced built none
-            self._use(profiled, model_path)
-        served = interface(self._config, self._graph_inputs, graph_outputs, fixed_rows, model_path.parent)
+        plan = run_planning.plan_runs(
+            self._config, self._graph_inputs, graph_outputs, merging=self._mlserver_batching or self._config.max_batch_rows > 1,
+            on_cpu=self._runner.device == "cpu", fixed_outputs=self._runner.fixed_outputs,
+            providers=self._runner.session.get_providers(), model=self.name,
+        )
+        self._buckets = plan.buckets
+        if plan.settings is not self._config:  # TensorRT builds engines at a first run: the session replaced built none
+            self._use(plan.settings, model_path)
+        served = interface(self._config, self._graph_inputs, graph_outputs, plan.fixed_rows, model_path.parent)
         self._preprocessor, self._image_input = served.stages.preprocessor, served.stages.image_input
         self._topk, self._scores_output = served.stages.topk, served.stages.scores_output
         self._input_specs, self._output_specs = served.inputs, served.outputs
@@ -154,12 +149,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._spin_s = run_planning.spin_seconds(self._config, self._runs_inline(1), self.name)
 
     def _use(self, config: RuntimeSettings, model_path: Path) -> None:
-        """Serve with a session built for these settings (at load, and again where a plan changed them)."""
-        if config.frontends > 1:  # the session host owns the session and runs the graph (wrappers.frontends)
-            self._config, self._runner = hosted.serve_through_host(config, getattr(self, "_runner", None))
-            return
-        self._config = config
-        self._runner = SessionRunner(create_session(model_path, config), io_binding=config.io_binding)
+        """Serve with a runner for these settings (at load, and again where a plan changed them)."""
+        self._config, self._runner = hosted.runner_for(config, model_path, getattr(self, "_runner", None))
 
     def _start_workers(self) -> None:
         """The inference threads (behind the batcher, each warmed up), the CPU pool for pre/post-processing, the metrics."""
@@ -171,7 +162,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             return
         self._batcher = RowBatcher(
             self._run_rows, max_rows=self._config.max_batch_rows, max_runs=self._config.inference_threads,
-            on_run=self._observe_run, input_errors=INPUT_ERRORS, thread_name=f"ort-{self.name}",
+            on_run=self._metrics.observe_run, input_errors=INPUT_ERRORS, thread_name=f"ort-{self.name}",
             warm_up=lambda: self._warm.run(self._runner),
         )
 
@@ -250,13 +241,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     def _run_inline(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
         started = time.perf_counter()
         outputs = self._run_rows(feeds, rows)
-        self._observe_run(BatchStats(rows, time.perf_counter() - started, [0.0]))
+        self._metrics.observe_run(BatchStats(rows, time.perf_counter() - started, [0.0]))
         if self._spin_s:
             busy_poll.poller.keep_polling(self._spin_s)
         return outputs
-
-    def _observe_run(self, stats: BatchStats) -> None:
-        self._metrics.inference_seconds.observe(stats.run_seconds)
-        self._metrics.batch_rows.observe(stats.rows)
-        for seconds in stats.queue_seconds:
-            self._metrics.queue_seconds.observe(seconds)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from slipway import atomic
+from slipway.artifact import SETTINGS_FILE
 from slipway.cli import UserError, exit_with
-from wrappers.model_repository import SETTINGS_FILE
 
 MODEL_ROLE = "model"
 ROLES = {  # role -> (MLServer implementation, the stage settings it keeps)

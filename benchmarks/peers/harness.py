@@ -31,9 +31,9 @@ from benchmarks.peers.envs import KSERVE, PINS, PYTRITON, PeerUnavailable
 from benchmarks.peers.servers import PeerServer
 from benchmarks.raw import measure_raw
 from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
+from slipway.local_server import LocalServer, ServerError
 from slipway.reports import wakeup_round_trip_us
 from slipway.v2_requests import grpc_request, rest_body
-from wrappers.server import LocalServer, ServerError
 
 PEERS = (KSERVE, PYTRITON)
 SERVERS = (PLAIN, SLIPWAY, *PEERS)
@@ -173,7 +173,7 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
             try:
                 if name in IMPLEMENTATIONS:
                     folder = server_folder(work_dir, model, name, IMPLEMENTATIONS[name], None)  # each at its defaults
-                    server = stack.enter_context(LocalServer(folder))
+                    server = stack.enter_context(LocalServer(folder, launcher=name != PLAIN))
                 elif isinstance(python := peer_pythons.get(name, "not asked for"), str):
                     status[name] = not_run(python)
                     continue

@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks.peers.envs import KSERVE, PYTRITON, PeerUnavailable
 from slipway.child import stop_with_parent
 from slipway.ports import LOOPBACK, free_port
-from wrappers.server import stop_process_group
+from slipway.server_process import stop_process_group
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = {KSERVE: HERE / "kserve_server.py", PYTRITON: HERE / "pytriton_server.py"}

@@ -31,7 +31,7 @@ ENV PATH=/opt/slipway/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     MLSERVER_METRICS_DIR=/tmp/mlserver-metrics
-# As wrappers/server.py starts MLServer: no access line per request and MLServer at INFO, not DEBUG
+# As slipway/server_process.py starts MLServer: no access line per request and MLServer at INFO, not DEBUG
 # (MLServer's default debug), no level-9 gzip of responses on the event loop, and
 # freed blocks under 16 MB stay in the heap instead of being mapped again for every request.
 ENV MLSERVER_DEBUG=false \

@@ -112,7 +112,7 @@ class LiveMeasurer:
         from loadtest.payloads import build_payload
         from loadtest.run import LoadTestError, run_locust
         from slipway import atomic
-        from wrappers.server import LocalServer, ServerError
+        from slipway.local_server import LocalServer, ServerError
 
         trial_dir = self.workdir / config.key
         folder = apply_config(config, self.space.variants[config.variant], trial_dir / "artifact")

@@ -9,12 +9,15 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from tritonclient.grpc import service_pb2
 
 from benchmarks.gpu_served import POINTS, measure_served, served_configs
-from benchmarks.models import BenchModel
+from benchmarks.load import grpc_answer, grpc_request
+from benchmarks.models import BenchModel, server_folder
 from benchmarks.report import markdown, plot
-from benchmarks.run import SLIPWAY_LATENCY, TRANSPORT, BenchConfig, _steps, bench_model, figures
+from benchmarks.run import IMPLEMENTATIONS, PLAIN, SLIPWAY_LATENCY, TRANSPORT, BenchConfig, _steps, bench_model, figures
 from slipway.artifact import MODEL_FILE, load_input_example
+from slipway.local_server import LocalServer
 from tests.conftest import run_module
 
 pytestmark = pytest.mark.slow
@@ -58,6 +61,22 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
     assert set(Path("/dev/shm").glob("psm_*")) <= shared_before, "the load left shared-memory objects behind"
     plot(payload, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_baseline_is_plain_mlserver_start_serving_what_onnx_runtime_answers(digits_artifact, tmp_path):
+    """The plain runtime runs under `mlserver start`, as MLServer's own users run it: the launcher's changes
+    must not count on both sides of a ratio."""
+    row = load_input_example(digits_artifact)[0]["image"][:2]
+    model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
+    folder = server_folder(tmp_path, model, PLAIN, IMPLEMENTATIONS[PLAIN], None)
+    with LocalServer(folder, launcher=False) as server:
+        command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        answer = grpc_answer(server.grpc_target, grpc_request("digits", {"image": row}))
+    assert command[1:4] == [b"-m", b"mlserver.cli.main", b"start"], command
+    response = service_pb2.ModelInferResponse.FromString(answer)
+    expected = ort.InferenceSession(str(model.onnx_path)).run(None, {"image": row})[0]
+    np.testing.assert_allclose(np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, 10), expected,
+                               atol=1e-6)
 
 
 def test_figures_compare_against_the_raw_limit_and_the_plain_runtime_round_by_round():

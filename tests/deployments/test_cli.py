@@ -13,8 +13,8 @@ import yaml
 
 from slipway.artifact import write_manifest
 from slipway.paths import PROJECT_ROOT
+from slipway.ports import free_port
 from tests.conftest import run_module
-from wrappers.server import free_port
 
 
 @pytest.fixture

@@ -337,7 +337,7 @@ def test_gpu_autoscaling_queries_compute_what_they_claim(prometheus_tools, main_
 
 
 def test_front_ends_are_set_in_the_model_container_with_cpus_for_them_and_the_host(main_version, seldon_crd_schema):
-    from deployments.frontends import FRONTENDS_ENV, cpu_for
+    from deployments.frontends import FRONTEND_MEMORY_MIB, FRONTENDS_ENV, cpu_for
     from wrappers.frontends import FRONTENDS_ENV as RUNTIME_READS
 
     assert FRONTENDS_ENV == RUNTIME_READS
@@ -348,10 +348,15 @@ def test_front_ends_are_set_in_the_model_container_with_cpus_for_them_and_the_ho
     assert report.ok, report.errors
     container = _pod(rendered)["containers"][0]
     assert _env(container)[FRONTENDS_ENV] == "4"
-    assert container["resources"]["requests"] == {"cpu": "5", "memory": "4Gi", "nvidia.com/gpu": 1}
-    assert container["resources"]["limits"] == {"cpu": "10", "memory": "8Gi", "nvidia.com/gpu": 1}
+    assert plain["resources"]["requests"]["memory"] == "4Gi" and plain["resources"]["limits"]["memory"] == "8Gi"
+    memory = {"requests": 4096 + 4 * FRONTEND_MEMORY_MIB, "limits": 8192 + 4 * FRONTEND_MEMORY_MIB}  # four processes more
+    assert container["resources"]["requests"] == {"cpu": "5", "memory": f"{memory['requests']}Mi", "nvidia.com/gpu": 1}
+    assert container["resources"]["limits"] == {"cpu": "10", "memory": f"{memory['limits']}Mi", "nvidia.com/gpu": 1}
     cpu_pod = _pod(render("cpu", model=main_version, frontends_count=2))["containers"][0]  # allowed: tiny models gain
     assert _env(cpu_pod)[FRONTENDS_ENV] == "2" and cpu_pod["resources"]["limits"]["cpu"] == "6"
+    assert cpu_pod["resources"]["limits"]["memory"] == f"{2048 + 2 * FRONTEND_MEMORY_MIB}Mi"
+    one = _pod(render("gpu", model=main_version, frontends_count=1))["containers"][0]  # one process: as it was
+    assert one["resources"]["requests"]["memory"] == "4Gi"
     assert FRONTENDS_ENV not in _env(plain)
 
 

@@ -13,10 +13,10 @@ import pytest
 
 from deployments.render import DEPLOYMENTS_DIR, render
 from slipway.artifact import load_input_example
+from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, raw_request
-from wrappers.server import LocalServer
 
 LOGGING_ENV = "MLSERVER_LOGGING_SETTINGS"
 LOCAL_CONFIG = PROJECT_ROOT / "wrappers" / "logging.json"  # what the images copy to the manifests' path

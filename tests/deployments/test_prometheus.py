@@ -34,7 +34,7 @@ class _Answers(BaseHTTPRequestHandler):
 @pytest.fixture
 def loopback_prometheus() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)  # a quick shutdown
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

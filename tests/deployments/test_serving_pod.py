@@ -19,9 +19,9 @@ from deployments import autoscaling, seldon
 from deployments.records import ModelVersion
 from deployments.render import render
 from loadtest.payloads import example_batch
+from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT
 from slipway.v2_requests import json_request
-from wrappers.server import LocalServer
 
 REQUESTS = 4
 

@@ -75,7 +75,7 @@ def test_served_int8_model_agrees_with_pytorch_over_rest_and_grpc(imported, torc
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     out, _ = imported
     with np.load(torch_export / "labelled.npz") as labelled, np.load(torch_export / "torch-outputs.npz") as torch_out:

@@ -15,9 +15,9 @@ from export.package import write_artifact
 from export.uint8_input import Normalisation, Uint8InputError, with_uint8_input
 from slipway.artifact import load_input_example, verify_artifact
 from slipway.cli import UserError
+from slipway.local_server import LocalServer
 from tests.graphs import onnx_model
 from tests.wrappers.v2 import GrpcClient, post, raw_output, raw_request
-from wrappers.server import LocalServer
 
 IMAGENET = Normalisation(1 / 255, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 

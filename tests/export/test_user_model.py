@@ -122,7 +122,7 @@ def test_each_format_converts_with_its_names_dynamic_batch_and_parity(served, wo
 
 def test_converted_models_serve_over_rest_and_grpc(served, workspace):
     from loadtest.smoke import check_grpc, check_http
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     repository, _ = served
     custom = workspace["models"]["custom"]
@@ -248,7 +248,7 @@ def test_variants_of_a_user_model_are_fine_tuned_on_its_rows_under_its_own_loss(
 
 def test_a_user_model_s_int8_variant_serves_over_rest_and_grpc(user_variants):
     from loadtest.smoke import check_grpc, check_http
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     out, _ = user_variants
     with LocalServer(out / "int8") as server:

@@ -110,7 +110,7 @@ def test_graphs_are_standard_onnx(variants_run):
 
 def test_an_int8_variant_serves_over_rest_and_grpc(variants_run):
     from loadtest.smoke import check_grpc, check_http
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     out, _, _ = variants_run
     with LocalServer(out / "int8") as server:

@@ -12,7 +12,7 @@ def no_server(monkeypatch):
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("serve went on to start MLServer")
 
-    monkeypatch.setattr("wrappers.server.subprocess.Popen", refuse)
+    monkeypatch.setattr("wrappers.__main__.subprocess.Popen", refuse)
 
 
 def serve(capsys, *args: str) -> tuple[int, str]:

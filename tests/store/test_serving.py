@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from slipway.artifact import EXPECTED_DIGESTS_ENV, load_input_example
+from slipway.local_server import LocalServer
 from tests.conftest import refused_at_load
 from tests.store.conftest import versions_json
-from wrappers.server import LocalServer
 
 pytestmark = pytest.mark.slow
 

@@ -84,9 +84,10 @@ def _wrappers_modules(package: str) -> dict[str, set[str]]:
     return found
 
 
-# What load generators may take from the serving package: the local server launcher, and the runtime's settings
-# schema the tuner writes model-settings.json with. Requests are built with the core's `slipway.v2_requests`.
-LOADTEST_MAY_USE = {"wrappers.server", "wrappers.settings"}
+# What load generators may take from the serving package: the runtime's settings schema the tuner writes
+# model-settings.json with (and reads busy waiting from, a rule of that schema). Requests are built with the core's
+# `slipway.v2_requests`, servers started with the core's `slipway.local_server`.
+LOADTEST_MAY_USE = {"wrappers.settings"}
 # The serving side of the V2 wire format: no client builds its requests from these.
 SERVING_WIRE = {"wrappers.request_bodies", "wrappers.tensors", "wrappers.shared_memory", "wrappers.binary_data",
                 "wrappers.body_rules", "wrappers.rest_bodies", "wrappers.v2_codec", "wrappers.grpc_raw"}
@@ -99,6 +100,31 @@ def test_load_generators_build_requests_from_the_core_not_the_serving_package():
     benchmarks = {path: sorted(names & SERVING_WIRE) for path, names in _wrappers_modules("benchmarks").items()
                   if names & SERVING_WIRE}
     assert not benchmarks, f"benchmarks/ builds V2 requests with slipway.v2_requests, not {benchmarks}"
+
+
+# The serving package's side of starting a server (the launcher, the command serving in the foreground, the modules
+# they read settings with): a client that starts a server from outside needs none of them (issue 29).
+SERVER_SIDE = {"wrappers.server", "wrappers.launch", "wrappers.__main__", "wrappers.model_repository",
+               "wrappers.repository_access"}
+# What starting a server from outside takes, defined once in the core (`slipway.local_server`, `slipway.server_process`).
+LAUNCHING = {"LocalServer", "ServerError", "model_names", "server_env", "launcher_command", "mlserver_command",
+             "failure_reason", "stop_process_group", "HOOK", "HOOK_ENV"}
+
+
+def test_load_generators_and_benchmarks_start_servers_with_the_core_alone():
+    """`LocalServer` and what it needs (a folder's model names, the server's command and environment, stopping its
+    process group) live in the core: loadtest/ and benchmarks/ import none of the serving side's modules to start
+    one, and nothing outside the core defines those names again."""
+    for package in ("loadtest", "benchmarks"):
+        crossing = {path: sorted(names & SERVER_SIDE) for path, names in _wrappers_modules(package).items()
+                    if names & SERVER_SIDE}
+        assert not crossing, f"{package}/ starts servers with slipway.local_server, not {crossing}"
+    core = {name for module in ("local_server", "server_process") for name in _top_level_names(PROJECT_ROOT / "slipway" / f"{module}.py")}
+    assert LAUNCHING <= core, sorted(LAUNCHING - core)
+    files = [path for package in ("wrappers", "loadtest", "benchmarks", "deployments") for path in (PROJECT_ROOT / package).rglob("*.py")]
+    again = {path.relative_to(PROJECT_ROOT).as_posix(): sorted(_top_level_names(path) & LAUNCHING) for path in files}
+    again = {path: names for path, names in again.items() if names}
+    assert not again, f"defined again outside slipway/local_server.py and slipway/server_process.py: {again}"
 
 
 def _top_level_names(path) -> set[str]:

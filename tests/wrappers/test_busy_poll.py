@@ -12,10 +12,10 @@ import pytest
 import uvloop
 
 from slipway.artifact import load_input_example
+from slipway.local_server import LocalServer
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import post
 from wrappers.busy_poll import LoopPoller
-from wrappers.server import LocalServer
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}  # MLServer runs uvloop
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from onnx import TensorProto
 from tritonclient.grpc import service_pb2
 
+from slipway.local_server import LocalServer
 from slipway.v2_wire import V2_TO_NUMPY, to_raw, unpack_bytes
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, post, raw_request
-from wrappers.server import LocalServer
 
 pytestmark = pytest.mark.slow
 ONNX_TYPES = {

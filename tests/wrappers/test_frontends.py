@@ -360,9 +360,9 @@ def test_two_front_ends_answer_like_one_and_a_dead_host_stops_them_all(digits_ar
     import grpc
     import psutil
 
+    from slipway.local_server import LocalServer, model_name
     from tests.wrappers.v2 import GrpcClient, error_text, json_input, post, raw_output, raw_request, scrape
     from wrappers import frontends
-    from wrappers.server import LocalServer, model_name
 
     name = model_name(digits_artifact)
     folder = model_folder(tmp_path, name, digits_artifact / "model.onnx", extra={"frontends": 2, "max_batch_rows": 8})

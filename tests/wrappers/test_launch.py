@@ -17,13 +17,14 @@ import pytest
 
 from slipway.artifact import SETTINGS_FILE
 from slipway.cli import run
+from slipway.local_server import ServerError, model_names
+from slipway.model_repository import RepositoryError, check_unique, settings_files
 from slipway.paths import PROJECT_ROOT
+from slipway.ports import LOOPBACK
+from slipway.server_process import HOOK_ENV, failure_reason
 from tests.graphs import scalar_graph
 from tests.wrappers.folders import model_folder
 from wrappers import launch
-from wrappers.model_repository import RepositoryError, check_unique, settings_files
-from wrappers.repository_access import HOOK_ENV
-from wrappers.server import LOOPBACK, ServerError, failure_reason, model_names
 
 
 @pytest.fixture(scope="module")

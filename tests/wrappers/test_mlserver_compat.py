@@ -22,13 +22,75 @@ import pytest
 from slipway.paths import PROJECT_ROOT
 from wrappers.mlserver_compat import SUPPORTED_RELEASES, SUPPORTED_TEXT, mlserver_version
 
+# One Python imports MLServer once (~2 s), then runs each check script in a fork of itself, one after another: a
+# patch is process-wide, so each script gets a process of its own, without paying MLServer's import again. Each
+# child's stdout and stderr go to files of its own, beside its exit status.
+FORK_EACH = """
+import json, os, sys
+from wrappers.mlserver_compat import grpc_path, grpc_threads, model, rest_app, repository
+out = sys.argv[1]
+for job, (script, args) in json.loads(sys.stdin.read()).items():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, stream in ((1, "stdout"), (2, "stderr")):
+            os.dup2(os.open(os.path.join(out, f"{job}.{stream}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = ["-c", *args]
+        status = 1
+        try:
+            exec(compile(script, "<" + job + ">", "exec"), {"__name__": "__main__"})
+            status = 0
+        except SystemExit as stop:
+            status = stop.code if isinstance(stop.code, int) else 1
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    _, code = os.waitpid(pid, 0)
+    with open(os.path.join(out, f"{job}.status"), "w") as status_file:
+        status_file.write(str(os.waitstatus_to_exitcode(code)))
+"""
 
-def _run(script: str, *args: str) -> dict:
-    """Run `script` in its own Python; its last line of output, as JSON."""
-    done = subprocess.run([sys.executable, "-c", script, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=120)
+
+def _run_each(jobs: dict[str, tuple[str, list[str]]], out: Path) -> dict[str, dict]:
+    """Run each job's script (with its arguments) in its own fork of one MLServer-importing Python (FORK_EACH); by
+    job, its exit status, stdout and stderr. A script that failed fails only its own test (`_last_json`)."""
+    done = subprocess.run([sys.executable, "-c", FORK_EACH, str(out)], input=json.dumps(jobs), cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {job: {"status": int((out / f"{job}.status").read_text()),
+                  **{stream: (out / f"{job}.{stream}").read_text() for stream in ("stdout", "stderr")}} for job in jobs}
+
+
+def _last_json(found: dict) -> dict:
+    """The job's last line of output, as JSON, once it exited 0."""
+    assert found["status"] == 0, found["stderr"][-3000:]
+    return json.loads(found["stdout"].strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory) -> dict[str, dict]:
+    """Every check below that runs on the installed MLServer, each in its own process (FORK_EACH), by job: the whole
+    check (CHECK_ALL), the maintainer's command on it (COMMAND), each target taken away (MISSING), a fast path's
+    fallback (FALLBACK), a model's load on a moved target with and without `fast_path_fallback` (LOAD)."""
+    from slipway.artifact import SETTINGS_FILE
+    from tests.graphs import matmul_graph
+    from tests.wrappers.folders import model_folder
+
+    root = tmp_path_factory.mktemp("mlserver-compat")
+    graph = matmul_graph(root / "m.onnx")
+    loads = {f"load-{fallback}": (LOAD, [str(model_folder(root / str(fallback), "m", graph,
+                                                           extra={"fast_path_fallback": fallback}) / SETTINGS_FILE)])
+             for fallback in (False, True)}
+    jobs = {"check-all": (CHECK_ALL, []), "command": (COMMAND, []),
+            **{f"missing-{target}": (MISSING, [target]) for target in TARGETS}, "fallback": (FALLBACK, []), **loads}
+    out = root / "out"
+    out.mkdir()
+    return _run_each(jobs, out)
 
 
 CHECK_ALL = """
@@ -38,8 +100,8 @@ print(json.dumps({"version": mlserver_version(), "problems": check_all()}))
 """
 
 
-def test_every_extension_point_is_where_slipway_expects_it_in_the_installed_mlserver():
-    found = _run(CHECK_ALL)
+def test_every_extension_point_is_where_slipway_expects_it_in_the_installed_mlserver(checks):
+    found = _last_json(checks["check-all"])
     broken = {name: problem for name, problem in found["problems"].items() if problem is not None}
     assert not broken, f"MLServer {found['version']}: {broken}"
     assert len(found["problems"]) >= 13
@@ -62,21 +124,33 @@ def release_wheels() -> Path:
     return PROJECT_ROOT / "build" / "mlserver-releases"
 
 
+# `python -m wrappers.mlserver_compat` as a maintainer runs it on a release, in a fork of the MLServer process.
+COMMAND = """
+import runpy
+runpy.run_module("wrappers.mlserver_compat", run_name="__main__", alter_sys=True)
+"""
+
+
 @pytest.mark.parametrize("release", SUPPORTED_RELEASES)
-def test_every_extension_point_is_where_slipway_expects_it_in_each_supported_release(release, release_wheels):
-    target = release_wheels / release
-    if not (target / "mlserver").is_dir():
-        staging = release_wheels / f".{release}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
-                        f"mlserver=={release}"], check=True, timeout=300)
-        staging.rename(target)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(PROJECT_ROOT)])}
-    done = subprocess.run([sys.executable, "-m", "wrappers.mlserver_compat"], cwd=PROJECT_ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.stdout.startswith(f"MLServer {release}: "), done.stdout + done.stderr[-2000:]
-    assert done.returncode == 0, done.stdout
-    assert "BROKEN" not in done.stdout
+def test_every_extension_point_is_where_slipway_expects_it_in_each_supported_release(release, release_wheels, checks):
+    if release == mlserver_version():  # the venv's own release: checked in the process that imports it already
+        found = checks["command"]
+        stdout, stderr, returncode = found["stdout"], found["stderr"], found["status"]
+    else:
+        target = release_wheels / release
+        if not (target / "mlserver").is_dir():
+            staging = release_wheels / f".{release}.partial"
+            shutil.rmtree(staging, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
+                            f"mlserver=={release}"], check=True, timeout=300)
+            staging.rename(target)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(PROJECT_ROOT)])}
+        done = subprocess.run([sys.executable, "-m", "wrappers.mlserver_compat"], cwd=PROJECT_ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
+    assert stdout.startswith(f"MLServer {release}: "), stdout + stderr[-2000:]
+    assert returncode == 0, stdout
+    assert "BROKEN" not in stdout
 
 
 def test_the_supported_releases_are_every_release_of_the_pinned_range():
@@ -161,45 +235,9 @@ TARGETS = {
 }
 
 
-# One Python imports MLServer once, then runs MISSING for each target in a fork of itself, one after another: a
-# patch is process-wide, so each target gets a process of its own, without paying MLServer's import again.
-FORK_EACH = """
-import os, sys
-from wrappers.mlserver_compat import grpc_path, grpc_threads, model, rest_app, repository
-script = sys.argv[1]
-for target in sys.argv[2:]:
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        sys.argv = ["-c", target]
-        status = 1
-        try:
-            exec(compile(script, "<missing>", "exec"), {"__name__": "__main__"})
-            status = 0
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
-    _, code = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(code) != 0:
-        sys.exit(f"target {target} failed")
-"""
-
-
-@pytest.fixture(scope="module")
-def missing() -> dict[str, dict]:
-    """Every target taken away, each in its own process (FORK_EACH); its last line of output, as JSON."""
-    done = subprocess.run([sys.executable, "-c", FORK_EACH, MISSING, *TARGETS], cwd=PROJECT_ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == len(TARGETS), done.stdout[-3000:]
-    return {target: json.loads(line) for target, line in zip(TARGETS, lines, strict=True)}
-
-
 @pytest.mark.parametrize(("target", "symbol"), TARGETS.items())
-def test_a_missing_target_fails_loudly_in_one_line_naming_it_and_the_mlserver_version(missing, target, symbol):
-    found = missing[target]
+def test_a_missing_target_fails_loudly_in_one_line_naming_it_and_the_mlserver_version(checks, target, symbol):
+    found = _last_json(checks[f"missing-{target}"])
     assert found["type"] in ("IncompatibleMLServer", "RepositoryApiError"), found
     message = found["message"]
     assert "\n" not in message
@@ -227,8 +265,8 @@ print(json.dumps({"off": off, "on": on, "levels": [r.levelname for r in records]
 """
 
 
-def test_with_fallback_a_missing_target_turns_only_its_fast_path_off_with_an_error_and_the_gauge_at_zero():
-    found = _run(FALLBACK)
+def test_with_fallback_a_missing_target_turns_only_its_fast_path_off_with_an_error_and_the_gauge_at_zero(checks):
+    found = _last_json(checks["fallback"])
     assert found["off"] is False and found["on"] is True
     assert found["levels"] == ["ERROR"] and "mlserver.rest.requests.Request does not exist" in found["message"]
     assert found["json"] == 0.0 and found["infer"] == 1.0
@@ -259,13 +297,8 @@ asyncio.run(main(sys.argv[1]))
 
 
 @pytest.mark.parametrize("fallback", [False, True])
-def test_a_model_fails_to_load_on_a_moved_target_unless_it_lets_that_fast_path_fall_back(tmp_path, fallback):
-    from slipway.artifact import SETTINGS_FILE
-    from tests.graphs import matmul_graph
-    from tests.wrappers.folders import model_folder
-
-    folder = model_folder(tmp_path, "m", matmul_graph(tmp_path / "m.onnx"), extra={"fast_path_fallback": fallback})
-    found = _run(LOAD, str(folder / SETTINGS_FILE))
+def test_a_model_fails_to_load_on_a_moved_target_unless_it_lets_that_fast_path_fall_back(checks, fallback):
+    found = _last_json(checks[f"load-{fallback}"])
     if fallback:
         assert found == {"rest_json": 0.0, "grpc_raw": 1.0, "rest_infer": 1.0}
     else:

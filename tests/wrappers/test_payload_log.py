@@ -26,9 +26,10 @@ import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
 from slipway.artifact import load_input_example
+from slipway.local_server import LocalServer
+from slipway.ports import LOOPBACK
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, raw_output, raw_request, scrape
-from wrappers.server import LOOPBACK, LocalServer
 
 pytestmark = pytest.mark.slow
 

@@ -84,6 +84,22 @@ def test_a_fixed_batch_size_is_the_one_bucket_and_a_fixed_graph_takes_no_configu
         run_planning.padding_buckets(fixed_rows=None, configured=[1, 2], **plan)
 
 
+def test_a_run_plan_pads_only_merged_runs_and_profiles_tensorrt_only_where_it_runs_padded():
+    """The runtime and the session host plan alike: fixed rows only where requests merge, and the same settings
+    object back (no session to rebuild) unless TensorRT runs padded."""
+    inputs, outputs = [TensorSpec("x", "FP32", (DYNAMIC, 4))], [TensorSpec("y", "FP32", (DYNAMIC, 2))]
+    config = RuntimeSettings(max_batch_rows=8, batch_buckets=[2, 8])
+    plan = dict(on_cpu=False, fixed_outputs=False, model="m")
+    cpu = run_planning.plan_runs(config, inputs, outputs, merging=True, providers=["CPUExecutionProvider"], **plan)
+    assert (cpu.fixed_rows, cpu.buckets) == (None, [2, 8]) and cpu.settings is config
+    trt = run_planning.plan_runs(config, inputs, outputs, merging=True, providers=["TensorrtExecutionProvider"], **plan)
+    assert trt.buckets == [2, 8] and trt.settings is not config
+    assert any(key.startswith("trt_profile_") for key in trt.settings.tensorrt.extra_options)
+    fixed = [TensorSpec("x", "FP32", (4, 4))], [TensorSpec("y", "FP32", (4, 2))]
+    assert run_planning.plan_runs(RuntimeSettings(), *fixed, merging=True, providers=[], **plan).fixed_rows == 4
+    assert run_planning.plan_runs(RuntimeSettings(), *fixed, merging=False, providers=[], **plan).fixed_rows is None
+
+
 @FAST
 @given(st.lists(dims, min_size=1, max_size=4), st.integers(1, 64))
 def test_a_warm_up_shape_has_the_rows_first_and_no_dynamic_dimension(shape, rows):

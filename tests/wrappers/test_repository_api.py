@@ -19,20 +19,20 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from slipway.local_server import LocalServer
+from slipway.ports import free_port
+from slipway.server_process import HOOK, HOOK_ENV
 from tests.conftest import refused_at_load
 from tests.graphs import matmul_graph
 from tests.wrappers.folders import model_folder
 from wrappers.repository_access import (
     API_ENV,
     CLOSED,
-    HOOK,
-    HOOK_ENV,
     TOKEN_ENV,
     RepositoryAccess,
     grpc_peer_address,
     is_loopback,
 )
-from wrappers.server import LocalServer, free_port
 from wrappers.settings import SettingsError
 
 TOKEN = "0123456789abcdef0123456789abcdef"
@@ -322,7 +322,7 @@ def test_the_launcher_refuses_to_serve_without_the_guard(model_dir):
 def test_our_runtime_does_not_load_in_a_server_mlserver_start_began(model_dir, tmp_path):
     """`mlserver start` hands Slipway neither its REST app nor its gRPC server, nor guards the repository API
     unless told to: the model refuses to load, naming the launcher (MLServer then stops, with status 0)."""
-    from wrappers.server import server_env
+    from slipway.server_process import server_env
 
     env = server_env(host="127.0.0.1", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
                      parallel_workers=0, metrics_dir=tmp_path)
@@ -334,7 +334,7 @@ def test_our_runtime_does_not_load_in_a_server_mlserver_start_began(model_dir, t
 
 
 def test_every_server_wrappers_starts_is_guarded():
-    from wrappers.server import server_env
+    from slipway.server_process import server_env
 
     env = server_env(host="127.0.0.1", http_port=1, grpc_port=2, metrics_port=3, parallel_workers=0, metrics_dir=".")
     assert env[HOOK_ENV] == HOOK

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from slipway.paths import PROJECT_ROOT
+from slipway.ports import LOOPBACK, free_port
 from tests.graphs import WEIGHT, matmul_graph, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, json_input, post, raw_output, raw_request
-from wrappers.server import LOOPBACK, free_port
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120

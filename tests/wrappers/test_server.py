@@ -322,7 +322,7 @@ def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_pa
 def test_in_a_worker_process_the_runtime_serves_and_says_what_it_cannot_do_there(digits_artifact, example):
     """With parallel_workers > 0 the model runs in a worker, away from the gRPC server and the REST app that
     the fast paths live in: MLServer's own converters serve it, and the log says so and what to set."""
-    from wrappers.server import LocalServer
+    from slipway.local_server import LocalServer
 
     images, expected = example
     with LocalServer(digits_artifact, parallel_workers=1) as server:

@@ -39,10 +39,9 @@ from wrappers.run_planning import (
     GPU_LARGEST_BUCKET,
     BatchingConfigError,
     fixed_batch_rows,
-    padding_buckets,
+    plan_runs,
     runs_inline,
     warm_up_sizes,
-    with_tensorrt_profile,
 )
 from wrappers.serving_defaults import resolve_for_session
 from wrappers.session import SessionRunner, TensorSpec, create_session, describe
@@ -134,19 +133,15 @@ class SessionHost:
                             "memory to the session host; set frontends to 1")
         self.config, self.choices = self._choose(config, graph)
         try:
-            fixed = fixed_batch_rows(self.inputs, self.outputs) if self.config.max_batch_rows > 1 else None
-            self.buckets = padding_buckets(
-                fixed_rows=fixed, input_shapes=[spec.shape for spec in self.inputs], configured=self.config.batch_buckets,
-                on_cpu=self.runner.device == "cpu", max_batch_rows=self.config.max_batch_rows,
-                fixed_outputs=self.runner.fixed_outputs, inference_threads=self.config.inference_threads,
-            )
+            plan = plan_runs(self.config, self.inputs, self.outputs, merging=self.config.max_batch_rows > 1,
+                             on_cpu=self.runner.device == "cpu", fixed_outputs=self.runner.fixed_outputs,
+                             providers=self.runner.session.get_providers(), model=self.name)
         except BatchingConfigError as err:
             raise HostError(f"model {self.name}: {err}") from err
-        profiled = with_tensorrt_profile(self.config, self.inputs, self.buckets, self.runner.session.get_providers(),
-                                         self.name)
-        if profiled is not self.config:  # as the runtime does: one TensorRT profile over the padded row counts
-            self.config = profiled
-            self.runner = SessionRunner(create_session(graph, profiled), io_binding=profiled.io_binding)
+        self.buckets = plan.buckets
+        if plan.settings is not self.config:  # as the runtime does: one TensorRT profile over the padded row counts
+            self.config = plan.settings
+            self.runner = SessionRunner(create_session(graph, plan.settings), io_binding=plan.settings.io_binding)
         self._scores = _scores_index(self.name, self.version, self.outputs, self.config)
         self._class_rows = Counter(PREDICTED_CLASS, "Rows whose highest score was this class", labelnames=(*LABELS, CLASS_LABEL),
                                    registry=None)  # not served here: written to the front ends' multi-process files

@@ -4,7 +4,8 @@ MLServer loads every `model-settings.json` under the folder it is given, at any 
 its own settings. It also serves a folder with none (from `MLSERVER_MODEL_*` variables, here a server
 with no model), skips a settings file it cannot read (logging why), and lets a second model of the same
 name and version replace the first as it loads. The launcher and `slipway serve` refuse all three up
-front, in one line naming the folder or the files. No MLServer here: `wrappers.server` uses it too.
+front, in one line naming the folder or the files. Part of the artifact contract, so it lives in the core:
+the launcher (`wrappers.launch`) and the client side that starts servers (`slipway.local_server`) both use it.
 """
 
 from __future__ import annotations
