@@ -37,15 +37,12 @@ from slipway.v2_requests import grpc_request
 
 THIS, BASE = "this", "base"  # this tree, and REV's
 # Runs in REV's tree, with its own code: starts its server for a folder, prints where it listens, and stops it
-# when our end of its stdin closes (we stopped, or died). The launcher moved over time; both homes are tried.
+# when our end of its stdin closes (we stopped, or died). The module holding LocalServer moved over time, and the
+# venv's path finds this tree's modules too, so the module is named by what REV's tree holds (`_launcher_module`).
 HOLDER = """
-import json, sys
+import importlib, json, sys
 from pathlib import Path
-try:
-    from slipway.local_server import LocalServer
-except ImportError:
-    from wrappers.server import LocalServer
-server = LocalServer(Path(sys.argv[1])).start()
+server = importlib.import_module(sys.argv[2]).LocalServer(Path(sys.argv[1])).start()
 print(json.dumps({"http_url": server.http_url, "grpc_target": server.grpc_target, "pid": server.pid}), flush=True)
 try:
     sys.stdin.read()
@@ -90,11 +87,18 @@ def tree_of(commit: str, root: Path = BENCH_DIR / "against") -> Path:
     return tree
 
 
+def _launcher_module(tree: Path) -> str:
+    for module in ("slipway.local_server", "wrappers.server"):
+        if (tree / (module.replace(".", "/") + ".py")).is_file():
+            return module
+    raise UserError(f"{tree} has neither slipway/local_server.py nor wrappers/server.py: compare with a later commit")
+
+
 @contextmanager
 def served_by(tree: Path, folder: Path) -> Iterator[Served]:
     """`folder` served by the code in `tree` (its launcher, its runtime), in a process of its own."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], cwd=tree, env=env, stdin=subprocess.PIPE,
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), _launcher_module(tree)], cwd=tree, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, preexec_fn=stop_with_parent)
     try:
         line = holder.stdout.readline()

@@ -3,13 +3,17 @@
 A fixed default cannot suit both a 60-microsecond digits CNN and a 10-millisecond MobileNetV2, nor a pod of
 one CPU and one of sixteen. So at load the runtime times the model on its own machine
 (`wrappers.load_measurement`) and this pure function turns those numbers, the CPU limit and whatever the user
-set explicitly into the four settings below, each with the reason a log line and the metrics show:
+set explicitly into the five settings below, each with the reason a log line and the metrics show:
 
 - inline_below_ms: a run cheaper than a few hops to a thread and back runs on the event loop itself;
 - intra_op_threads: 1 for inline runs (they happen on the event loop), else the CPU limit's whole CPUs (the
   rule `wrappers.session` has always used), so that a lone request still gets every core;
-- inference_threads: as many runs side by side as the CPU limit holds at that many threads each, and one more
-  where several fit (while one run's answers travel back the others keep every core busy);
+- busy_intra_op_threads: 1 where a lone run gets several threads: a run that starts while another is in flight
+  goes to a single-threaded second session, as an operator split over N threads does less than N times the
+  work (MobileNetV2 on 2 cores: 2 runs of 1 thread side by side did ~1.3x the images of 2-thread runs in turn);
+  0 (one session) where the second copy of the weights would be large;
+- inference_threads: as many runs side by side as the CPU limit holds at the busy (else the lone) width each,
+  and one more where several fit (while one run's answers travel back the others keep every core busy);
 - max_batch_rows: requests that queue behind a busy session merge into one run only where the model's time
   per row falls with the batch; there is no waiting window, so a lone request never waits for company.
 
@@ -32,11 +36,13 @@ Value = int | float
 
 INLINE_BELOW_MS = "inline_below_ms"
 INTRA_OP_THREADS = "intra_op_threads"
+BUSY_INTRA_OP_THREADS = "busy_intra_op_threads"
 INFERENCE_THREADS = "inference_threads"
 MAX_BATCH_ROWS = "max_batch_rows"
-CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, INFERENCE_THREADS, MAX_BATCH_ROWS)
+CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, BUSY_INTRA_OP_THREADS, INFERENCE_THREADS, MAX_BATCH_ROWS)
 # What each setting is where nothing was measured: the fields' own defaults (`wrappers.settings`).
-FIXED_DEFAULTS: dict[str, Value] = {INLINE_BELOW_MS: 0.5, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1}
+FIXED_DEFAULTS: dict[str, Value] = {INLINE_BELOW_MS: 0.5, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1,
+                                    MAX_BATCH_ROWS: 1}
 
 # A 1-row run shorter than this many hop round trips goes inline: the hop would be a large share of such a
 # request's latency, and the event loop spends part of a hop's CPU on each thread run anyway. 16 hops of ~30 us
@@ -47,6 +53,8 @@ MERGE_MIN_GAIN = 1.10
 # Of the batch sizes that reach the gain, the smallest within this share of the best one's gain: a larger
 # batch that saves almost nothing more would only make merged requests wait longer for each other.
 MERGE_NEAR_BEST = 0.95
+# A second session holds the weights again: over this much model, runs under load keep sharing the one session.
+BUSY_SESSION_MAX_MIB = 512
 
 
 @dataclass(frozen=True)
@@ -80,14 +88,16 @@ def choose(
     *,
     cpu_limit: float,
     can_merge: bool,
+    model_mib: float = 0.0,
     why_not_measured: str = "",
     why_no_merging: str = "",
 ) -> dict[str, Choice]:
-    """The four settings (`CHOSEN`), each explicit where `explicit` names it, else from `measured`.
+    """The five settings (`CHOSEN`), each explicit where `explicit` names it, else from `measured`.
 
     `measured` None: nothing could be timed (`why_not_measured` says why); each unset setting keeps its
     fixed default and intra-op threads follow the CPU limit. `can_merge` False (`why_no_merging`): requests
-    cannot be merged for this graph or server, so max_batch_rows is 1 unless set.
+    cannot be merged for this graph or server, so max_batch_rows is 1 unless set. `model_mib`: the model file's
+    size, what a second session would hold again.
     """
     chosen: dict[str, Choice] = {
         name: Choice(name, value, EXPLICIT, "set in model-settings.json") for name, value in explicit.items()
@@ -113,7 +123,10 @@ def choose(
     else:
         pick(INTRA_OP_THREADS, threads, f"the CPU limit {cpu_limit:g} gives each run {threads} thread(s), so a lone "
              "request uses every core", MEASURED if measured is not None else DEFAULT)
-    per_run = int(chosen[INTRA_OP_THREADS].value) or threads  # 0: ONNX Runtime's own count, about every core
+    lone = int(chosen[INTRA_OP_THREADS].value) or threads  # 0: ONNX Runtime's own count, about every core
+    if measured is not None:
+        _pick_busy_width(lone, inline, model_mib, chosen, pick)
+    per_run = int(chosen[BUSY_INTRA_OP_THREADS].value) or lone
     fit = max(1, threads // per_run)
     slots = fit + 1 if fit > 1 else 1
     pick(INFERENCE_THREADS, slots, f"{fit} run(s) of {per_run} intra-op thread(s) fit the CPU limit {cpu_limit:g}"
@@ -135,6 +148,22 @@ def _pick_inline(measured: Measurements, pick: Callable[[str, Value, str], None]
         pick(INLINE_BELOW_MS, limit_ms, f"{numbers}: runs under {INLINE_HOPS} hops ({limit_ms:g} ms) go inline")
     else:
         pick(INLINE_BELOW_MS, 0.0, f"{numbers}: over {INLINE_HOPS} hops ({limit_ms:g} ms), so runs go to threads")
+
+
+def _pick_busy_width(lone: int, inline: bool, model_mib: float, chosen: dict[str, Choice],
+                     pick: Callable[[str, Value, str], None]) -> None:
+    one_run_at_a_time = INFERENCE_THREADS in chosen and chosen[INFERENCE_THREADS].value == 1
+    if inline or lone < 2:
+        pick(BUSY_INTRA_OP_THREADS, 0, f"each run has {lone} intra-op thread(s) already: one session")
+    elif one_run_at_a_time:
+        pick(BUSY_INTRA_OP_THREADS, 0, "inference_threads 1: runs never overlap, so one session")
+    elif model_mib > BUSY_SESSION_MAX_MIB:
+        pick(BUSY_INTRA_OP_THREADS, 0, f"a second session would hold the model's {model_mib:.0f} MiB again (over "
+             f"{BUSY_SESSION_MAX_MIB} MiB): one session")
+    else:
+        pick(BUSY_INTRA_OP_THREADS, 1, f"a lone request runs on {lone} threads; a run that starts while another is in "
+             f"flight runs on 1, in a second session ({model_mib:.0f} MiB of model again): runs side by side do more "
+             "rows per CPU second than runs split across threads in turn")
 
 
 def _pick_merging(measured: Measurements, pick: Callable[[str, Value, str], None]) -> None:

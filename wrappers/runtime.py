@@ -110,9 +110,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._graph_inputs, graph_outputs = describe(self._runner.session)
         self._graph_output_names = [spec.name for spec in graph_outputs]
         chosen = hosted.chosen_settings(self._config, self._runner, self._graph_inputs, graph_outputs, model=self.name,
-                                        version=self.version, mlserver_batching=self._mlserver_batching)
+                                        version=self.version, mlserver_batching=self._mlserver_batching,
+                                        model_path=model_path)
         self._chosen = chosen.choices  # the unset settings, chosen from the model timed here (`metadata`)
-        if chosen.rebuild_session:  # the intra-op threads chosen are not those the session was built with
+        if chosen.rebuild_session:  # other intra-op threads than the session's, or a second session (run_width)
             self._use(chosen.settings, model_path)
         self._config = chosen.settings
         plan = run_planning.plan_runs(

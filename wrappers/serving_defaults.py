@@ -12,12 +12,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from wrappers import load_measurement
-from wrappers.defaults_choice import CHOSEN, INTRA_OP_THREADS, Choice, Measurements, Value, choose
+from wrappers.defaults_choice import BUSY_INTRA_OP_THREADS, CHOSEN, INTRA_OP_THREADS, Choice, Measurements, Value, choose
 from wrappers.metrics import publish_settings
+from wrappers.run_width import WidthRunner
 from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, session_options
 from wrappers.settings import RuntimeSettings
 from wrappers.warm_up import zeros
@@ -28,7 +30,8 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Resolved:
     """The settings with every chosen value filled in, each choice, and whether the session must be rebuilt
-    (the intra-op threads it was built with are not the chosen ones)."""
+    (the intra-op threads it was built with are not the chosen ones, or runs beside others get a second session
+    of their own width: `wrappers.run_width`)."""
 
     settings: RuntimeSettings
     choices: dict[str, Choice]
@@ -68,7 +71,7 @@ def timing_plan(inputs: list[TensorSpec], outputs: list[TensorSpec], *, on_cpu: 
     return TimingPlan(load_measurement.BATCH_SIZES)
 
 
-def session_run(runner: SessionRunner, inputs: list[TensorSpec], output_names: list[str]) -> Callable[[int], list]:
+def session_run(runner: SessionRunner | WidthRunner, inputs: list[TensorSpec], output_names: list[str]) -> Callable[[int], list]:
     """`run(rows)`: the session on `rows` rows of zeros (each size's feeds built once, outside the timing)."""
     feeds: dict[int, dict[str, np.ndarray]] = {}
 
@@ -82,11 +85,12 @@ def session_run(runner: SessionRunner, inputs: list[TensorSpec], output_names: l
 
 def resolve(
     settings: RuntimeSettings, *, model: str, version: str | None, run: Callable[[int], list], plan: TimingPlan,
-    cpu_limit: float, session_threads: int,
+    cpu_limit: float, session_threads: int, model_mib: float = 0.0,
 ) -> Resolved:
     """Time `run(rows)` as `plan` says (where some setting is unset), choose, log, publish.
 
-    `session_threads`: the intra-op threads the session was built with. Outputs without one row per input row
+    `session_threads`: the intra-op threads the session was built with; `model_mib` the model file's size (what a
+    second session holds again). Outputs without one row per input row
     rule merging out. A run that fails while being timed leaves the settings unmeasured, with a warning:
     warm-up reports such a graph's failure in full.
     """
@@ -115,15 +119,16 @@ def resolve(
     if not rows_aligned:
         why_no_merging = "the graph's outputs do not have one row per input row"
     can_merge = len(plan.batch_sizes) > 1 and rows_aligned
-    choices = choose(measured, explicit, cpu_limit=cpu_limit, can_merge=can_merge, why_not_measured=why_not,
-                     why_no_merging=why_no_merging)
+    choices = choose(measured, explicit, cpu_limit=cpu_limit, can_merge=can_merge, model_mib=model_mib,
+                     why_not_measured=why_not, why_no_merging=why_no_merging)
     for choice in choices.values():
         logger.info("%s: %s %g (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     if measured is not None:
         logger.info("%s: timing the model at load took %.0f ms", model, 1000 * (time.perf_counter() - started))
     publish_settings(model, version, {name: (float(choice.value), choice.source) for name, choice in choices.items()})
     chosen = settings.model_copy(update={name: choice.value for name, choice in choices.items()})
-    return Resolved(chosen, choices, rebuild_session=choices[INTRA_OP_THREADS].value != session_threads)
+    rebuild = choices[INTRA_OP_THREADS].value != session_threads or bool(choices[BUSY_INTRA_OP_THREADS].value)
+    return Resolved(chosen, choices, rebuild_session=rebuild)
 
 
 def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | bool]:
@@ -138,12 +143,13 @@ def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | boo
     return parameters
 
 
-def resolve_for_session(settings: RuntimeSettings, runner: SessionRunner, inputs: list[TensorSpec],
-                        outputs: list[TensorSpec], *, model: str, version: str | None,
-                        mlserver_batching: bool) -> Resolved:
+def resolve_for_session(settings: RuntimeSettings, runner: SessionRunner | WidthRunner, inputs: list[TensorSpec],
+                        outputs: list[TensorSpec], *, model: str, version: str | None, mlserver_batching: bool,
+                        model_path: Path) -> Resolved:
     """`resolve` for a loading model's fresh session: timed on zeros at the sizes `timing_plan` allows."""
     plan = timing_plan(inputs, outputs, on_cpu=runner.device == "cpu", warmup_runs=settings.warmup_runs,
                        mlserver_batching=mlserver_batching)
     return resolve(settings, model=model, version=version,
                    run=session_run(runner, inputs, [spec.name for spec in outputs]), plan=plan,
-                   cpu_limit=cpu_limit(), session_threads=session_options(settings).intra_op_num_threads)
+                   cpu_limit=cpu_limit(), session_threads=session_options(settings).intra_op_num_threads,
+                   model_mib=model_path.stat().st_size / (1 << 20))

@@ -312,6 +312,10 @@ class SessionRunner:
         self.session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()
 
+    def parts(self) -> tuple[SessionRunner, ...]:
+        """This runner alone (a `wrappers.run_width.WidthRunner` has two): what warm-up runs on each thread."""
+        return (self,)
+
     def _run_on_device(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         key = (tuple(output_names), tuple((name, array.shape, array.dtype.str) for name, array in feeds.items()))
         bindings = self._local.__dict__.setdefault("bindings", {})  # one per shape: padded runs meet a few

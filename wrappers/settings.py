@@ -212,6 +212,13 @@ class RuntimeSettings(_Strict):
         description="Threads inside one operator. None (unset): chosen at load (see the serving page): 1 where runs "
         "go inline, else the CPU limit's whole CPUs.",
     )
+    busy_intra_op_threads: int | None = Field(
+        default=None, ge=0,
+        description="Threads inside one operator for a run that starts while another run is in flight (a second "
+        "session of the model on the CPU); a lone run keeps intra_op_threads. 0: every run uses intra_op_threads. "
+        "None (unset): chosen at load (see the serving page): 1 where runs of several threads go to threads, so a "
+        "lone request gets every core and runs side by side under load get the cores' better rows per CPU second.",
+    )
     inter_op_threads: int = Field(
         default=1, ge=0, description="Threads running independent graph branches (with execution_mode parallel)."
     )

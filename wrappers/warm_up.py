@@ -18,6 +18,7 @@ import numpy as np
 
 from slipway.v2_wire import BYTES, V2_TO_NUMPY
 from wrappers.run_planning import warm_up_shape
+from wrappers.run_width import WidthRunner
 from wrappers.session import SessionRunner, TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,11 @@ class WarmUp:
         self._lock = threading.Lock()  # run slots warm up side by side
         self.seconds_per_row: float | None = None
 
-    def run(self, runner: SessionRunner) -> None:
+    def run(self, runner: SessionRunner | WidthRunner) -> None:
+        for part in runner.parts():
+            self._run(part)
+
+    def _run(self, runner: SessionRunner) -> None:
         for rows in self._sizes if self._runs else []:
             feeds = {spec.name: zeros(spec, rows) for spec in self._inputs}
             timings = []

@@ -13,6 +13,8 @@ from prometheus_client import REGISTRY
 
 from tests.graphs import matmul_graph
 from wrappers.defaults_choice import (
+    BUSY_INTRA_OP_THREADS,
+    BUSY_SESSION_MAX_MIB,
     CHOSEN,
     DEFAULT,
     EXPLICIT,
@@ -42,9 +44,9 @@ def measurements(draw, sizes=(1, 2, 4, 8)) -> Measurements:
     return Measurements(per_row, draw(hops), draw(cpu_limits))
 
 
-def _choose(measured: Measurements | None, explicit=None, can_merge=True, cpu_limit=None):
+def _choose(measured: Measurements | None, explicit=None, can_merge=True, cpu_limit=None, model_mib=14.0):
     limit = cpu_limit if cpu_limit is not None else (measured.cpu_limit if measured else 2.0)
-    return choose(measured, explicit or {}, cpu_limit=limit, can_merge=can_merge,
+    return choose(measured, explicit or {}, cpu_limit=limit, can_merge=can_merge, model_mib=model_mib,
                   why_not_measured="warm-up is off", why_no_merging="fixed batch size")
 
 
@@ -55,8 +57,12 @@ def test_every_setting_is_chosen_sanely(measured, can_merge):
     assert list(chosen) == list(CHOSEN)
     threads = threads_for_cpu_limit(measured.cpu_limit)
     assert 1 <= chosen[INTRA_OP_THREADS].value <= threads
+    # A run beside others is narrower than a lone one, or there is one width.
+    assert chosen[BUSY_INTRA_OP_THREADS].value in (0, 1)
+    assert chosen[BUSY_INTRA_OP_THREADS].value < chosen[INTRA_OP_THREADS].value or not chosen[BUSY_INTRA_OP_THREADS].value
     # Never more runs side by side than the CPU limit holds at their threads each, plus one.
-    assert 1 <= chosen[INFERENCE_THREADS].value <= threads // chosen[INTRA_OP_THREADS].value + 1
+    per_run = chosen[BUSY_INTRA_OP_THREADS].value or chosen[INTRA_OP_THREADS].value
+    assert 1 <= chosen[INFERENCE_THREADS].value <= threads // per_run + 1
     assert chosen[MAX_BATCH_ROWS].value in measured.seconds_per_row
     assert chosen[INLINE_BELOW_MS].value >= 0
     assert all(choice.reason and choice.source in (MEASURED, DEFAULT) for choice in chosen.values())
@@ -65,13 +71,13 @@ def test_every_setting_is_chosen_sanely(measured, can_merge):
 @settings(max_examples=200, deadline=None)
 @given(measurements(), st.fixed_dictionaries({}, optional={
     INTRA_OP_THREADS: st.integers(0, 8), INFERENCE_THREADS: st.integers(1, 8), MAX_BATCH_ROWS: st.integers(1, 64),
-    INLINE_BELOW_MS: st.floats(0, 5)}), st.booleans())
+    INLINE_BELOW_MS: st.floats(0, 5), BUSY_INTRA_OP_THREADS: st.integers(0, 4)}), st.booleans())
 def test_an_explicit_setting_always_wins(measured, explicit, can_merge):
     chosen = _choose(measured, explicit, can_merge=can_merge)
     for name, value in explicit.items():
         assert (chosen[name].value, chosen[name].source) == (value, EXPLICIT)
     threads = threads_for_cpu_limit(measured.cpu_limit)
-    per_run = chosen[INTRA_OP_THREADS].value or threads  # 0: ONNX Runtime's own count
+    per_run = chosen[BUSY_INTRA_OP_THREADS].value or chosen[INTRA_OP_THREADS].value or threads  # 0: ORT's own count
     if INFERENCE_THREADS not in explicit:
         assert chosen[INFERENCE_THREADS].value <= max(1, threads // per_run) + 1
     assert all(chosen[name].source != EXPLICIT for name in set(CHOSEN) - set(explicit))
@@ -110,9 +116,26 @@ def test_a_tiny_model_runs_inline_on_one_thread_and_a_large_one_on_every_core():
     assert tiny[INFERENCE_THREADS].value == 3  # 2 single-threaded runs fit, and one more
     large = _choose(Measurements({1: 10e-3, 2: 8e-3, 4: 7.4e-3, 8: 7.2e-3}, 30e-6, 2.0))
     assert large[INLINE_BELOW_MS].value == 0 and large[INTRA_OP_THREADS].value == 2
-    assert large[INFERENCE_THREADS].value == 1
+    # a lone run on both cores; under load single-threaded runs beside each other: 2 fit, and one more
+    assert large[BUSY_INTRA_OP_THREADS].value == 1 and large[INFERENCE_THREADS].value == 3
     assert large[MAX_BATCH_ROWS].value == 4  # 1.35x of the best 1.39x: within 5% of it, at half the rows
     assert "7.400" in large[MAX_BATCH_ROWS].reason  # the reason carries the measured numbers
+
+
+def test_runs_beside_others_stay_on_one_session_where_a_second_would_not_pay_or_not_fit():
+    large = Measurements({1: 10e-3, 2: 8e-3}, 30e-6, 2.0)
+    cases = {
+        "inference_threads 1: runs never overlap": _choose(large, {INFERENCE_THREADS: 1}),
+        "each run has 1 intra-op thread(s) already": _choose(large, {INTRA_OP_THREADS: 1}),
+        f"over {BUSY_SESSION_MAX_MIB} MiB": _choose(large, model_mib=BUSY_SESSION_MAX_MIB + 1),
+        "each run has 1 intra-op thread(s) already ": _choose(Measurements({1: 50e-6}, 30e-6, 2.0)),  # inline
+    }
+    for reason, chosen in cases.items():
+        assert chosen[BUSY_INTRA_OP_THREADS].value == 0 and reason.strip() in chosen[BUSY_INTRA_OP_THREADS].reason
+    wide_only = cases[f"over {BUSY_SESSION_MAX_MIB} MiB"]
+    assert (wide_only[INTRA_OP_THREADS].value, wide_only[INFERENCE_THREADS].value) == (2, 1)  # as before this choice
+    one_core = _choose(Measurements({1: 10e-3, 2: 8e-3}, 30e-6, 1.0))
+    assert one_core[BUSY_INTRA_OP_THREADS].value == 0 and one_core[INFERENCE_THREADS].value == 1
 
 
 def test_explicit_single_threaded_runs_get_one_slot_more_than_the_cores():
@@ -123,7 +146,7 @@ def test_explicit_single_threaded_runs_get_one_slot_more_than_the_cores():
 def test_unmeasured_or_unmergeable_models_keep_the_fixed_defaults():
     chosen = _choose(None)
     assert {name: choice.value for name, choice in chosen.items()} == {
-        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1}
+        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1}
     assert {choice.source for choice in chosen.values()} == {DEFAULT}
     assert "warm-up is off" in chosen[MAX_BATCH_ROWS].reason
     fixed = _choose(Measurements({1: 10e-3, 8: 5e-3}, 30e-6, 2.0), can_merge=False)[MAX_BATCH_ROWS]

@@ -468,6 +468,9 @@ def test_unset_settings_are_chosen_at_load_and_shown_and_explicit_ones_win(serve
     assert (gather["max_batch_rows"], gather["max_batch_rows_source"]) == (64, "explicit"), gather
     assert (gather["inline_below_ms"], gather["inline_below_ms_source"]) == ("0", "explicit"), gather
     assert gather["intra_op_threads_source"] == "measured" and gather["intra_op_threads"] >= 1, gather
+    # runs on threads of several intra-op threads each: those that start beside another go to a 1-thread session
+    assert (gather["busy_intra_op_threads"], gather["busy_intra_op_threads_source"]) == (
+        1 if gather["intra_op_threads"] >= 2 else 0, "measured"), gather
     assert (chosen("digits-v")["max_batch_rows"], chosen("digits-v")["max_batch_rows_source"]) == (1, "default")
     samples = scrape(server.metrics_url)
     labels = 'model_name="gather-merge",model_version="",setting="max_batch_rows"'

@@ -50,7 +50,8 @@ def several_dtypes_model(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("frontends")
     onnx.save(model, root / "graph.onnx")
     return model_folder(root / "models", "dtypes", root / "graph.onnx",
-                        extra={"max_batch_rows": 16, "frontends": 2, "warmup_runs": 1, "inline_below_ms": 0})
+                        extra={"max_batch_rows": 16, "frontends": 2, "warmup_runs": 1, "inline_below_ms": 0,
+                               "inference_threads": 1})  # one run slot: requests queue behind a run
 
 
 class RunningHost:

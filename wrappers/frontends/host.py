@@ -29,6 +29,7 @@ from slipway.artifact import SETTINGS_FILE, ArtifactError
 from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.files import FileProblem, read_json
 from slipway.v2_wire import BYTES
+from wrappers import run_width
 from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
 from wrappers.batching import RowBatcher, run_in_buckets
 from wrappers.defaults_choice import DEFAULT, EXPLICIT, MAX_BATCH_ROWS, Choice
@@ -43,8 +44,9 @@ from wrappers.run_planning import (
     runs_inline,
     warm_up_sizes,
 )
+from wrappers.run_width import WidthRunner
 from wrappers.serving_defaults import resolve_for_session
-from wrappers.session import SessionRunner, TensorSpec, create_session, describe
+from wrappers.session import SessionRunner, TensorSpec, describe
 from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from wrappers.warm_up import WarmUp, WarmUpError
 
@@ -122,7 +124,7 @@ class SessionHost:
         except (ArtifactError, SettingsError) as err:
             raise HostError(f"model {self.name}: {err}") from err
         try:
-            self.runner = SessionRunner(create_session(graph, config), io_binding=config.io_binding)
+            self.runner: SessionRunner | WidthRunner = run_width.runner(graph, config)
         except Exception as err:  # ONNX Runtime raises its own types: a graph it cannot load, a provider that fails
             raise HostError(f"model {self.name}: ONNX Runtime cannot build a session of {graph}: {first_line(err)}") from err
         self.inputs, self.outputs = describe(self.runner.session)
@@ -141,7 +143,7 @@ class SessionHost:
         self.buckets = plan.buckets
         if plan.settings is not self.config:  # as the runtime does: one TensorRT profile over the padded row counts
             self.config = plan.settings
-            self.runner = SessionRunner(create_session(graph, plan.settings), io_binding=plan.settings.io_binding)
+            self.runner = run_width.runner(graph, plan.settings)
         self._scores = _scores_index(self.name, self.version, self.outputs, self.config)
         self._class_rows = Counter(PREDICTED_CLASS, "Rows whose highest score was this class", labelnames=(*LABELS, CLASS_LABEL),
                                    registry=None)  # not served here: written to the front ends' multi-process files
@@ -164,10 +166,10 @@ class SessionHost:
         up to the largest bucket (`gpu_merge_rows`). Explicit settings win. The session is rebuilt where the
         intra-op threads chosen are not those it was built with."""
         resolved = resolve_for_session(config, self.runner, self.inputs, self.outputs, model=self.name,
-                                       version=self.version, mlserver_batching=False)
+                                       version=self.version, mlserver_batching=False, model_path=graph)
         chosen, choices = resolved.settings, dict(resolved.choices)
         if resolved.rebuild_session:
-            self.runner = SessionRunner(create_session(graph, chosen), io_binding=chosen.io_binding)
+            self.runner = run_width.runner(graph, chosen)
         if self.runner.device != "cpu" and choices[MAX_BATCH_ROWS].source != EXPLICIT:
             rows, reason = gpu_merge_rows(self.inputs, self.outputs, chosen.batch_buckets)
             choices[MAX_BATCH_ROWS] = Choice(MAX_BATCH_ROWS, rows, DEFAULT, reason)

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from wrappers import run_width
 from wrappers.defaults_choice import Choice
 from wrappers.frontends.client import HostClient, Observer, host_socket
 from wrappers.metrics import ModelMetrics
+from wrappers.run_width import WidthRunner
 from wrappers.serving_defaults import Resolved, resolve_for_session
-from wrappers.session import SessionRunner, TensorSpec, create_session
+from wrappers.session import SessionRunner, TensorSpec
 from wrappers.settings import RuntimeSettings, SettingsError
 
 logger = logging.getLogger(__name__)
@@ -52,22 +54,23 @@ def serve_through_host(config: RuntimeSettings, runner: object = None) -> tuple[
 
 
 def runner_for(config: RuntimeSettings, model_path: Path,
-               runner: object = None) -> tuple[RuntimeSettings, SessionRunner | HostRunner]:
+               runner: object = None) -> tuple[RuntimeSettings, SessionRunner | WidthRunner | HostRunner]:
     """The settings to serve with and their runner: the session host's where `frontends` > 1 (it owns the session
     and runs the graph: `serve_through_host`), else a session of this process's own, built for these settings."""
     if config.frontends > 1:
         return serve_through_host(config, runner)
-    return config, SessionRunner(create_session(model_path, config), io_binding=config.io_binding)
+    return config, run_width.runner(model_path, config)
 
 
-def chosen_settings(config: RuntimeSettings, runner: SessionRunner | HostRunner, inputs: list[TensorSpec],
-                    outputs: list[TensorSpec], *, model: str, version: str | None, mlserver_batching: bool) -> Resolved:
+def chosen_settings(config: RuntimeSettings, runner: SessionRunner | WidthRunner | HostRunner, inputs: list[TensorSpec],
+                    outputs: list[TensorSpec], *, model: str, version: str | None, mlserver_batching: bool,
+                    model_path: Path) -> Resolved:
     """The settings model-settings.json left unset, filled in where the model is timed: by the session host in
     front-end mode (a front end has no session to time), else on this process's own session (`serving_defaults`)."""
     if isinstance(runner, HostRunner):
         return chosen_by_host(config, runner, model)
     return resolve_for_session(config, runner, inputs, outputs, model=model, version=version,
-                               mlserver_batching=mlserver_batching)
+                               mlserver_batching=mlserver_batching, model_path=model_path)
 
 
 def chosen_by_host(config: RuntimeSettings, runner: HostRunner, model: str) -> Resolved:
