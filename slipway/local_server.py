@@ -76,28 +76,17 @@ def _version(settings_path: Path) -> str | None:
     return str(version) if version is not None else None
 
 
-@dataclass
-class LocalServer:
-    """One MLServer process serving `model_dir` on loopback; use it as a context manager.
+@dataclass(kw_only=True)
+class LoopbackServer:
+    """A server process of ours on loopback ports: where its clients reach it, and its PID (the benchmarks'
+    peers are ones too)."""
 
-    `launcher` False starts it with `mlserver start` instead of Slipway's launcher: plain MLServer, as the
-    benchmarks' baseline must be (the launcher's own changes would otherwise count for both sides)."""
-
-    model_dir: Path
     http_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
     metrics_port: int = field(default_factory=free_port)
-    parallel_workers: int = 0
     ready_timeout_s: float = READY_TIMEOUT_S
-    extra_env: dict[str, str] = field(default_factory=dict)
-    launcher: bool = True
 
     def __post_init__(self) -> None:
-        self.model_dir = Path(self.model_dir)
-        self.models = model_names(self.model_dir)  # a model folder, or a repository of model folders
-        self.model = self.models[0]
-        self._workdir = Path(tempfile.mkdtemp(prefix="slipway-mlserver-"))
-        self.log_path = self._workdir / "mlserver.log"
         self._process: subprocess.Popen | None = None
 
     @property
@@ -115,6 +104,27 @@ class LocalServer:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
+
+
+@dataclass
+class LocalServer(LoopbackServer):
+    """One MLServer process serving `model_dir` on loopback; use it as a context manager.
+
+    `launcher` False starts it with `mlserver start` instead of Slipway's launcher: plain MLServer, as the
+    benchmarks' baseline must be (the launcher's own changes would otherwise count for both sides)."""
+
+    model_dir: Path
+    parallel_workers: int = 0
+    extra_env: dict[str, str] = field(default_factory=dict)
+    launcher: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.model_dir = Path(self.model_dir)
+        self.models = model_names(self.model_dir)  # a model folder, or a repository of model folders
+        self.model = self.models[0]
+        self._workdir = Path(tempfile.mkdtemp(prefix="slipway-mlserver-"))
+        self.log_path = self._workdir / "mlserver.log"
 
     def start(self) -> LocalServer:
         """Start MLServer and return once the model answers ready (or raise with its log)."""

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from benchmarks.peers.envs import KSERVE, PYTRITON, PeerUnavailable
 from slipway.child import stop_with_parent
-from slipway.ports import LOOPBACK, free_port
+from slipway.local_server import LoopbackServer
+from slipway.ports import LOOPBACK
 from slipway.server_process import stop_process_group
 
 HERE = Path(__file__).resolve().parent
@@ -33,34 +34,19 @@ _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b[:(].*")
 
 
 @dataclass
-class PeerServer:
+class PeerServer(LoopbackServer):
     """One peer serving `onnx_file` as `model`; use it as a context manager (raises `PeerUnavailable`)."""
 
     peer: str
     python: Path
     onnx_file: Path
     model: str
-    http_port: int = field(default_factory=free_port)
-    grpc_port: int = field(default_factory=free_port)
-    metrics_port: int = field(default_factory=free_port)
-    ready_timeout_s: float = READY_TIMEOUT_S
+    ready_timeout_s: float = field(default=READY_TIMEOUT_S, kw_only=True)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"slipway-{self.peer}-"))
         self.log_path = self._workdir / "server.log"
-        self._process: subprocess.Popen | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.http_port}"
-
-    @property
-    def grpc_target(self) -> str:
-        return f"{LOOPBACK}:{self.grpc_port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
 
     def command(self) -> list[str]:
         command = [str(self.python), str(SCRIPTS[self.peer]), "--onnx-file", str(self.onnx_file), "--served-name",
