@@ -12,17 +12,12 @@ the pod's memory request and limit grow by 256Mi per front end, so that N of the
 
 from __future__ import annotations
 
-import re
-
 from deployments import seldon
+from deployments.quantities import cpus, memory_mib
 
 FRONTENDS_ENV = "SLIPWAY_FRONTENDS"  # read by wrappers/frontends/__init__.py (with_pod_frontends)
 MAX_FRONTENDS = 64  # as the runtime's setting allows
 FRONTEND_MEMORY_MIB = 256  # per front end: see the module's docstring
-_CPU = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m?)$")
-_MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_BYTES = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9,
-          "T": 10**12}
 
 
 class FrontendsError(ValueError):
@@ -38,20 +33,6 @@ def check_count(count: int) -> int:
 def cpu_for(count: int) -> tuple[int, int]:
     """(request, limit) in CPUs for `count` front ends and the session host: one per event loop, twice to burst."""
     return count + 1, 2 * (count + 1)
-
-
-def cpus(quantity: object) -> float | None:
-    """A Kubernetes CPU quantity ("2", "500m", 1.5) in CPUs; None where absent or not a plain CPU quantity."""
-    match = _CPU.match(str(quantity)) if quantity is not None else None
-    if not match:
-        return None
-    return float(match.group(1)) / (1000 if match.group(2) else 1)
-
-
-def memory_mib(quantity: object) -> float | None:
-    """A Kubernetes memory quantity ("4Gi", "512Mi", "1G", bytes) in MiB; None where absent or not one."""
-    match = _MEMORY.match(str(quantity)) if quantity is not None else None
-    return float(match.group(1)) * _BYTES[match.group(2)] / (1 << 20) if match else None
 
 
 def apply(sdep: dict, count: int) -> None:

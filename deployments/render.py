@@ -21,6 +21,7 @@ from deployments import autoscaling, frontends, gpu, kustomize, seldon, split
 from deployments.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
 from deployments.dashboard import DashboardError, is_dashboard
 from deployments.dashboard import pin as pin_dashboard
+from deployments.quantities import memory_mib
 from deployments.records import ModelVersion
 from deployments.repository_api import RepositoryApiError, container_env, pin_env
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
@@ -42,7 +43,6 @@ RENDERING_FILE = "rendering.json"  # what was rendered, from what: also how a la
 COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
 SHARED_MEMORY_VOLUME = "dshm"
 SHARED_MEMORY_PATH = "/dev/shm"
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -335,8 +335,8 @@ def _mount_shared_memory(sdep: dict, size: str) -> None:
     the pod and MLServer then map the same tmpfs, sized for the regions instead of the runtime's
     64 MB default. Its pages count against the pod's memory limit.
     """
-    quantity = _QUANTITY.match(size)
-    if not quantity or float(quantity.group(1)) <= 0:
+    mib = memory_mib(size)
+    if mib is None or mib <= 0:
         raise RenderError(f"shared memory size {size!r} is not a Kubernetes quantity: give one such as 512Mi or 1Gi")
     for _, _, component in seldon.pod_specs(sdep):
         spec = component.setdefault("spec", {})
