@@ -154,16 +154,11 @@ def compare(model: BenchModel, rev: str, tree: Path, *, protocols: list[str], co
                                           concurrency=clients, seconds=seconds)
                         runs[side].append(result.summary())
                         on_step()
-                pairs = list(zip(runs[THIS], runs[BASE]))
-                points.append({
-                    "protocol": protocol, "concurrency": clients, THIS: _side(runs[THIS]), BASE: _side(runs[BASE]),
-                    "rows_per_s_ratio_rounds": [round(a["rows_per_s"] / b["rows_per_s"], 3) for a, b in pairs],
-                    "cpu_per_request_ratio_rounds": [
-                        round(a["server_cpu_ms_per_request"] / b["server_cpu_ms_per_request"], 3) for a, b in pairs],
-                })
-                point = points[-1]
-                point["rows_per_s_ratio"] = statistics.median(point["rows_per_s_ratio_rounds"])
-                point["cpu_per_request_ratio"] = statistics.median(point["cpu_per_request_ratio_rounds"])
+                point = {"protocol": protocol, "concurrency": clients, THIS: _side(runs[THIS]), BASE: _side(runs[BASE])}
+                for key, field in (("rows_per_s", "rows_per_s"), ("cpu_per_request", "server_cpu_ms_per_request")):
+                    ratios = [round(a[field] / b[field], 3) for a, b in zip(runs[THIS], runs[BASE])]
+                    point[f"{key}_ratio_rounds"], point[f"{key}_ratio"] = ratios, statistics.median(ratios)
+                points.append(point)
     return {"settings": settings, "points": points}
 
 
