@@ -14,12 +14,24 @@ most of it), so the cost is CPU time: while requests keep coming within the wind
 a whole core, which a CPU-utilization HPA counts as load (autoscale such a model on requests/s
 instead). An idle server stops polling one window after its last request. Only requests run on the loop
 (inline) arm it: a model run on inference threads gains nothing and would lose CPU to the poll.
+
+A window set in model-settings.json polls after every inline run. The window chosen at load polls only while
+requests come back to back, within the window (`wrappers.poll_gate`), so that a server whose requests come
+further apart does not poll for nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Callable
+
+from wrappers.metrics import publish_polling
+from wrappers.poll_gate import PollGate
+from wrappers.settings import RuntimeSettings
+
+logger = logging.getLogger(__name__)
 
 
 class LoopPoller:
@@ -45,3 +57,53 @@ class LoopPoller:
 
 
 poller = LoopPoller()
+
+
+class RunPolling:
+    """What the event loop does after one model's inline runs: poll for `window_s` (0: never), after every run, or,
+    with a `gate`, only while the gate says (`on_change(polling)` hears each change)."""
+
+    def __init__(self, window_s: float, gate: PollGate | None = None,
+                 on_change: Callable[[bool], None] = lambda polling: None) -> None:
+        self.window_s = window_s
+        self._gate = gate
+        self._on_change = on_change
+        self._polling = False
+
+    def run_started(self) -> None:
+        if self._gate is not None:
+            self._gate.run_started(time.perf_counter())
+
+    def run_ended(self) -> None:
+        if not self.window_s:
+            return
+        if self._gate is None or self._gate.run_ended(time.perf_counter()):
+            poller.keep_polling(self.window_s)
+        if self._gate is not None and self._gate.polling != self._polling:
+            self._polling = self._gate.polling
+            self._on_change(self._polling)
+
+
+def for_model(config: RuntimeSettings, *, chosen: bool, inline: bool, model: str, version: str | None) -> RunPolling:
+    """The polling after `model`'s inline runs: `event_loop_spin_us` as set (`chosen` False: after every run) or as
+    chosen at load (gated, `wrappers.poll_gate`); the log says what it costs, or that it does nothing where the
+    runs are not inline."""
+    window_s = config.event_loop_spin_us / 1e6 if inline else 0.0
+    if config.event_loop_spin_us and not inline:
+        logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
+                       "itself (under inline_below_ms), and this model's runs go to inference threads", model)
+    if not window_s:
+        return RunPolling(0.0)
+    if not chosen:
+        logger.info("%s: the event loop polls for %d us after each inline run; a CPU-utilization HPA counts that "
+                    "polling as load, so autoscale this model on requests/s", model, config.event_loop_spin_us)
+        return RunPolling(window_s)
+
+    def changed(polling: bool) -> None:
+        publish_polling(model, version, polling)
+        logger.info("%s: the event loop %s after inline runs: requests %s within %d us of the answer before them",
+                    model, "now polls" if polling else "now sleeps", "come" if polling else "no longer come",
+                    config.event_loop_spin_us)
+
+    publish_polling(model, version, False)
+    return RunPolling(window_s, PollGate(window_s), changed)

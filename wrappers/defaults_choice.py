@@ -3,7 +3,7 @@
 A fixed default cannot suit both a 60-microsecond digits CNN and a 10-millisecond MobileNetV2, nor a pod of
 one CPU and one of sixteen. So at load the runtime times the model on its own machine
 (`wrappers.load_measurement`) and this pure function turns those numbers, the CPU limit and whatever the user
-set explicitly into the five settings below, each with the reason a log line and the metrics show:
+set explicitly into the six settings below, each with the reason a log line and the metrics show:
 
 - inline_below_ms: a run cheaper than a few hops to a thread and back runs on the event loop itself;
 - intra_op_threads: 1 for inline runs (they happen on the event loop), else the CPU limit's whole CPUs (the
@@ -15,7 +15,10 @@ set explicitly into the five settings below, each with the reason a log line and
 - inference_threads: as many runs side by side as the CPU limit holds at the busy (else the lone) width each,
   and one more where several fit (while one run's answers travel back the others keep every core busy);
 - max_batch_rows: requests that queue behind a busy session merge into one run only where the model's time
-  per row falls with the batch; there is no waiting window, so a lone request never waits for company.
+  per row falls with the batch; there is no waiting window, so a lone request never waits for company;
+- event_loop_spin_us: where runs are inline and the CPU limit leaves gRPC's threads a CPU beside the event loop's,
+  the loop may poll up to 2 ms after a run, and does while requests come back to back within that window
+  (`wrappers.poll_gate`); with one CPU a polling loop would take the CPU those threads need.
 
 An explicitly set value always wins; a value that could not be measured (a GPU, warm-up off) keeps the
 setting's fixed default, and says so.
@@ -39,10 +42,12 @@ INTRA_OP_THREADS = "intra_op_threads"
 BUSY_INTRA_OP_THREADS = "busy_intra_op_threads"
 INFERENCE_THREADS = "inference_threads"
 MAX_BATCH_ROWS = "max_batch_rows"
-CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, BUSY_INTRA_OP_THREADS, INFERENCE_THREADS, MAX_BATCH_ROWS)
+EVENT_LOOP_SPIN_US = "event_loop_spin_us"
+CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, BUSY_INTRA_OP_THREADS, INFERENCE_THREADS, MAX_BATCH_ROWS,
+          EVENT_LOOP_SPIN_US)
 # What each setting is where nothing was measured: the fields' own defaults (`wrappers.settings`).
 FIXED_DEFAULTS: dict[str, Value] = {INLINE_BELOW_MS: 0.5, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1,
-                                    MAX_BATCH_ROWS: 1}
+                                    MAX_BATCH_ROWS: 1, EVENT_LOOP_SPIN_US: 0}
 
 # A 1-row run shorter than this many hop round trips goes inline: the hop would be a large share of such a
 # request's latency, and the event loop spends part of a hop's CPU on each thread run anyway. 16 hops of ~30 us
@@ -55,6 +60,9 @@ MERGE_MIN_GAIN = 1.10
 MERGE_NEAR_BEST = 0.95
 # A second session holds the weights again: over this much model, runs under load keep sharing the one session.
 BUSY_SESSION_MAX_MIB = 512
+# The longest the event loop polls after an inline run, where it polls at all: digits over gRPC at concurrency 1
+# waited ~1.3 ms from one run to the next while polling (~1.9 ms sleeping), so 2 ms spans most waits.
+POLL_WINDOW_US = 2000
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,7 @@ def choose(
     why_not_measured: str = "",
     why_no_merging: str = "",
 ) -> dict[str, Choice]:
-    """The five settings (`CHOSEN`), each explicit where `explicit` names it, else from `measured`.
+    """The six settings (`CHOSEN`), each explicit where `explicit` names it, else from `measured`.
 
     `measured` None: nothing could be timed (`why_not_measured` says why); each unset setting keeps its
     fixed default and intra-op threads follow the CPU limit. `can_merge` False (`why_no_merging`): requests
@@ -136,6 +144,8 @@ def choose(
         pick(MAX_BATCH_ROWS, 1, f"requests cannot be merged here ({why_no_merging})", DEFAULT)
     elif measured is not None:
         _pick_merging(measured, pick)
+    if measured is not None:
+        _pick_polling(inline, cpu_limit, pick)
     return {name: chosen[name] for name in CHOSEN}
 
 
@@ -182,3 +192,15 @@ def _pick_merging(measured: Measurements, pick: Callable[[str, Value, str], None
     rows = min(size for size, gain in gains.items() if gain >= MERGE_NEAR_BEST * best)
     pick(MAX_BATCH_ROWS, rows, f"ms per row by batch size {{{timed}}}: {gains[rows]:.2f}x cheaper per row at "
          f"{rows} rows (best {best:.2f}x), so up to {rows} rows that queue behind a run merge")
+
+
+def _pick_polling(inline: bool, cpu_limit: float, pick: Callable[[str, Value, str], None]) -> None:
+    if not inline:
+        pick(EVENT_LOOP_SPIN_US, 0, "runs go to inference threads: the event loop has no run of its own to poll after")
+    elif cpu_limit < 2:
+        pick(EVENT_LOOP_SPIN_US, 0, f"the CPU limit {cpu_limit:g} leaves no CPU beside the event loop's: a polling "
+             "loop would take the one gRPC's threads need")
+    else:
+        pick(EVENT_LOOP_SPIN_US, POLL_WINDOW_US, f"runs go inline and the CPU limit {cpu_limit:g} leaves gRPC's "
+             f"threads a CPU: after a run the loop polls up to {POLL_WINDOW_US} us while requests come back to back "
+             "within it, else it sleeps")

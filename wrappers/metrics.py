@@ -33,6 +33,7 @@ BATCH_ROWS = "slipway_batch_rows"
 PREPROCESS_SECONDS = "slipway_preprocess_seconds"
 POSTPROCESS_SECONDS = "slipway_postprocess_seconds"
 SETTING = "slipway_setting"
+POLLING = "slipway_event_loop_polling"
 PREDICTED_CLASS = "slipway_predicted_class"  # exported as slipway_predicted_class_total
 CLASS_LABEL = "class"
 MAX_CLASSES = 1000  # a scores output wider than this is not counted: a series per class would flood Prometheus
@@ -181,3 +182,13 @@ def publish_settings(name: str, version: str | None, values: dict[str, tuple[flo
                 except KeyError:
                     pass
         _settings_gauge.labels(name, version or "", setting, source).set(value)
+
+
+_polling_gauge = Gauge(POLLING, "1 while the event loop polls after this model's inline runs because polling was "
+                       "found to bring the next request sooner (event_loop_spin_us chosen at load), else 0",
+                       labelnames=LABELS, registry=REGISTRY)
+
+
+def publish_polling(name: str, version: str | None, polling: bool) -> None:
+    """Set slipway_event_loop_polling for one model version."""
+    _polling_gauge.labels(name, version or "").set(1 if polling else 0)

@@ -175,16 +175,3 @@ def with_inline_threads(config: RuntimeSettings, inline: bool, intra_op_threads:
         return config
     logger.info("%s runs inline (under %s ms): using one intra-op thread", model, config.inline_below_ms)
     return config.model_copy(update={"intra_op_threads": 1})
-
-
-def spin_seconds(config: RuntimeSettings, inline: bool, model: str) -> float:
-    """How long the event loop polls after each inline run (`event_loop_spin_us`); the log says what that costs,
-    or that it does nothing where runs are not inline."""
-    spin_s = config.event_loop_spin_us / 1e6
-    if spin_s and not inline:
-        logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
-                       "itself (under inline_below_ms), and this model's runs go to inference threads", model)
-    elif spin_s:
-        logger.info("%s: the event loop polls for %d us after each inline run; a CPU-utilization HPA counts that "
-                    "polling as load, so autoscale this model on requests/s", model, config.event_loop_spin_us)
-    return spin_s

@@ -40,6 +40,7 @@ from wrappers import busy_poll, cpu_pinning, json_logs, mlserver_glue, payload_l
 from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
 from wrappers.frontends import hosted, with_pod_frontends
 from wrappers.batching import BatchStats, RowBatcher, run_in_buckets
+from wrappers.defaults_choice import EVENT_LOOP_SPIN_US, MEASURED
 from wrappers.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
 from wrappers.heap import freeze_loaded_heap, thaw_heap_after_unload
 from wrappers.metrics import ModelMetrics, PredictedClasses
@@ -147,7 +148,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._payload_log = payload_log.start(self._config.payload_log, self.name, self.version)
         if self._payload_log is not None:  # outermost: it logs each request as its client sent it
             self.predict = self._payload_log.wrap(self.predict)
-        self._spin_s = run_planning.spin_seconds(self._config, self._runs_inline(1), self.name)
+        self._polling = busy_poll.for_model(self._config, chosen=self._chosen[EVENT_LOOP_SPIN_US].source == MEASURED,
+                                            inline=self._runs_inline(1), model=self.name, version=self.version)
 
     def _use(self, config: RuntimeSettings, model_path: Path) -> None:
         """Serve with a runner for these settings (at load, and again where a plan changed them)."""
@@ -240,9 +242,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         return outputs
 
     def _run_inline(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:
+        self._polling.run_started()
         started = time.perf_counter()
         outputs = self._run_rows(feeds, rows)
         self._metrics.observe_run(BatchStats(rows, time.perf_counter() - started, [0.0]))
-        if self._spin_s:
-            busy_poll.poller.keep_polling(self._spin_s)
+        self._polling.run_ended()
         return outputs

@@ -308,14 +308,16 @@ class RuntimeSettings(_Strict):
         "that path, with an ERROR log and slipway_fast_path_enabled{path} at 0, instead of failing the load. "
         "The body limit and the repository API guard never fall back.",
     )
-    event_loop_spin_us: int = Field(
-        default=0,
+    event_loop_spin_us: int | None = Field(
+        default=None,
         ge=0,
         le=100_000,
         description="After each request run inline, keep the event loop polling for this many microseconds instead "
         "of sleeping (wrappers.busy_poll): lower latency at low load where idle CPUs halt (digits at concurrency "
         "1 with 1000: gRPC p50 -20%, REST -12%), the same under load. Costs up to a core while requests keep "
-        "coming, which a CPU-based HPA counts: autoscale on requests/s with it. 0: off.",
+        "coming, which a CPU-based HPA counts: autoscale on requests/s with it. 0: off. None: chosen at load "
+        "(wrappers.defaults_choice): 2000 where runs are inline on 2 or more CPUs, polling only while requests come "
+        "back to back within the window (wrappers.poll_gate), else 0.",
     )
     warmup_batch_sizes: list[int] = Field(
         default_factory=lambda: [1],

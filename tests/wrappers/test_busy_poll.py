@@ -15,7 +15,8 @@ from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import post
-from wrappers.busy_poll import LoopPoller
+from wrappers.busy_poll import LoopPoller, RunPolling
+from wrappers.poll_gate import PROBE_EVERY, REARM, PollGate
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}  # MLServer runs uvloop
 
@@ -60,6 +61,38 @@ def test_a_poller_left_on_a_closed_loop_polls_on_the_next_one():
     assert asyncio.run(poll_again()) >= 0.05
 
 
+@pytest.mark.parametrize("polling, polls", [(lambda: RunPolling(0.2), True),
+                                            (lambda: RunPolling(0.2, PollGate(0.2)), False),  # nothing came back to back yet
+                                            (lambda: RunPolling(0.0), False)], ids=["set", "chosen", "off"])
+def test_after_a_run_the_loop_polls_as_the_models_polling_says(polling, polls):
+    async def scenario() -> float:
+        after_runs = polling()
+        after_runs.run_started()
+        after_runs.run_ended()
+        return await _cpu_while_sleeping(0.3)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        cpu = runner.run(scenario())
+    assert (cpu >= 0.1) == polls, f"{cpu:.3f} s of CPU in the 0.3 s after one run"
+
+
+def test_requests_back_to_back_turn_the_gated_polling_on_and_it_is_heard_once():
+    heard: list[bool] = []
+    after_runs = RunPolling(0.05, PollGate(0.05), heard.append)
+
+    async def back_to_back(runs: int) -> float:
+        for _ in range(runs):
+            after_runs.run_started()
+            after_runs.run_ended()
+            await asyncio.sleep(0.001)  # the next request comes well within the window
+        return await _cpu_while_sleeping(0.2)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        polled = runner.run(back_to_back(PROBE_EVERY * REARM + 1))
+    assert heard == [True], "turned on once, after enough probed windows caught the next run"
+    assert polled >= 0.02, f"then the loop polls after a run: {polled:.3f} s of CPU in the 0.05 s window"
+
+
 def _main_thread_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
@@ -83,7 +116,7 @@ def test_a_real_server_polls_after_inline_runs_only(tmp_path, digits_artifact):
                  extra={"event_loop_spin_us": 100_000, "inline_below_ms": 0})  # every run on an inference thread
     with LocalServer(tmp_path) as server:
         log = server.log_path.read_text()
-        assert "threads: event_loop_spin_us has no effect" in log and "inline: event_loop_spin_us" not in log
+        assert "threads: event_loop_spin_us has no effect" in log and "inline: event_loop_spin_us has no" not in log
         assert "inline: the event loop polls for 100000 us" in log and "threads: the event loop polls" not in log
         assert _loop_cpu_over(server.pid, 0.3) < 0.04, "an idle server's loop sleeps"
         status, answer = post(f"{server.http_url}/v2/models/threads/infer", body)

@@ -17,12 +17,14 @@ from wrappers.defaults_choice import (
     BUSY_SESSION_MAX_MIB,
     CHOSEN,
     DEFAULT,
+    EVENT_LOOP_SPIN_US,
     EXPLICIT,
     INFERENCE_THREADS,
     INLINE_BELOW_MS,
     INTRA_OP_THREADS,
     MAX_BATCH_ROWS,
     MEASURED,
+    POLL_WINDOW_US,
     Measurements,
     choose,
     threads_for_cpu_limit,
@@ -65,13 +67,18 @@ def test_every_setting_is_chosen_sanely(measured, can_merge):
     assert 1 <= chosen[INFERENCE_THREADS].value <= threads // per_run + 1
     assert chosen[MAX_BATCH_ROWS].value in measured.seconds_per_row
     assert chosen[INLINE_BELOW_MS].value >= 0
+    # The loop may poll only after runs it makes itself, and only with a CPU left beside it for gRPC's threads.
+    inline = 1000 * measured.seconds_per_row[1] < chosen[INLINE_BELOW_MS].value
+    polls = inline and measured.cpu_limit >= 2
+    assert chosen[EVENT_LOOP_SPIN_US].value == (POLL_WINDOW_US if polls else 0)
     assert all(choice.reason and choice.source in (MEASURED, DEFAULT) for choice in chosen.values())
 
 
 @settings(max_examples=200, deadline=None)
 @given(measurements(), st.fixed_dictionaries({}, optional={
     INTRA_OP_THREADS: st.integers(0, 8), INFERENCE_THREADS: st.integers(1, 8), MAX_BATCH_ROWS: st.integers(1, 64),
-    INLINE_BELOW_MS: st.floats(0, 5), BUSY_INTRA_OP_THREADS: st.integers(0, 4)}), st.booleans())
+    INLINE_BELOW_MS: st.floats(0, 5), BUSY_INTRA_OP_THREADS: st.integers(0, 4),
+    EVENT_LOOP_SPIN_US: st.integers(0, 100_000)}), st.booleans())
 def test_an_explicit_setting_always_wins(measured, explicit, can_merge):
     chosen = _choose(measured, explicit, can_merge=can_merge)
     for name, value in explicit.items():
@@ -114,11 +121,13 @@ def test_a_tiny_model_runs_inline_on_one_thread_and_a_large_one_on_every_core():
     tiny = _choose(Measurements({1: 50e-6, 2: 35e-6, 4: 30e-6, 8: 29e-6}, 30e-6, 2.0))
     assert tiny[INLINE_BELOW_MS].value > 0.05 and tiny[INTRA_OP_THREADS].value == 1
     assert tiny[INFERENCE_THREADS].value == 3  # 2 single-threaded runs fit, and one more
+    assert tiny[EVENT_LOOP_SPIN_US].value == POLL_WINDOW_US and "polls up to" in tiny[EVENT_LOOP_SPIN_US].reason
     large = _choose(Measurements({1: 10e-3, 2: 8e-3, 4: 7.4e-3, 8: 7.2e-3}, 30e-6, 2.0))
     assert large[INLINE_BELOW_MS].value == 0 and large[INTRA_OP_THREADS].value == 2
     # a lone run on both cores; under load single-threaded runs beside each other: 2 fit, and one more
     assert large[BUSY_INTRA_OP_THREADS].value == 1 and large[INFERENCE_THREADS].value == 3
     assert large[MAX_BATCH_ROWS].value == 4  # 1.35x of the best 1.39x: within 5% of it, at half the rows
+    assert large[EVENT_LOOP_SPIN_US].value == 0 and "inference threads" in large[EVENT_LOOP_SPIN_US].reason
     assert "7.400" in large[MAX_BATCH_ROWS].reason  # the reason carries the measured numbers
 
 
@@ -138,6 +147,11 @@ def test_runs_beside_others_stay_on_one_session_where_a_second_would_not_pay_or_
     assert one_core[BUSY_INTRA_OP_THREADS].value == 0 and one_core[INFERENCE_THREADS].value == 1
 
 
+def test_a_tiny_model_on_one_cpu_never_polls():
+    chosen = _choose(Measurements({1: 50e-6}, 30e-6, 1.5))[EVENT_LOOP_SPIN_US]
+    assert (chosen.value, chosen.source) == (0, MEASURED) and "no CPU beside the event loop's" in chosen.reason
+
+
 def test_explicit_single_threaded_runs_get_one_slot_more_than_the_cores():
     chosen = _choose(Measurements({1: 10e-3, 2: 8e-3}, 30e-6, 2.0), {INTRA_OP_THREADS: 1})
     assert chosen[INFERENCE_THREADS].value == 3 and chosen[INFERENCE_THREADS].source == MEASURED
@@ -146,7 +160,8 @@ def test_explicit_single_threaded_runs_get_one_slot_more_than_the_cores():
 def test_unmeasured_or_unmergeable_models_keep_the_fixed_defaults():
     chosen = _choose(None)
     assert {name: choice.value for name, choice in chosen.items()} == {
-        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1}
+        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1,
+        EVENT_LOOP_SPIN_US: 0}
     assert {choice.source for choice in chosen.values()} == {DEFAULT}
     assert "warm-up is off" in chosen[MAX_BATCH_ROWS].reason
     fixed = _choose(Measurements({1: 10e-3, 8: 5e-3}, 30e-6, 2.0), can_merge=False)[MAX_BATCH_ROWS]

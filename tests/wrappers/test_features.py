@@ -28,6 +28,7 @@ from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, onnx_model, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, json_input, post, raw_output, raw_request, scrape
+from wrappers.session import cpu_limit
 
 pytestmark = pytest.mark.slow
 IMAGE = (8, 8, 1)
@@ -464,6 +465,9 @@ def test_unset_settings_are_chosen_at_load_and_shown_and_explicit_ones_win(serve
     assert {tiny[f"{name}_source"] for name in ("inline_below_ms", "intra_op_threads", "inference_threads",
                                                 "max_batch_rows")} == {"measured"}, tiny
     assert float(tiny["inline_below_ms"]) > 0 and tiny["intra_op_threads"] == 1, tiny
+    # inline: the loop may poll after its runs where a CPU is left for gRPC's threads, while requests come back to back (`poll_gate`)
+    assert (tiny["event_loop_spin_us"], tiny["event_loop_spin_us_source"]) == (
+        2000 if cpu_limit() >= 2 else 0, "measured"), tiny
     gather = chosen("gather-merge")
     assert (gather["max_batch_rows"], gather["max_batch_rows_source"]) == (64, "explicit"), gather
     assert (gather["inline_below_ms"], gather["inline_below_ms_source"]) == ("0", "explicit"), gather
@@ -471,11 +475,14 @@ def test_unset_settings_are_chosen_at_load_and_shown_and_explicit_ones_win(serve
     # runs on threads of several intra-op threads each: those that start beside another go to a 1-thread session
     assert (gather["busy_intra_op_threads"], gather["busy_intra_op_threads_source"]) == (
         1 if gather["intra_op_threads"] >= 2 else 0, "measured"), gather
+    assert gather["event_loop_spin_us"] == 0, gather  # its runs go to threads: nothing to poll after
     assert (chosen("digits-v")["max_batch_rows"], chosen("digits-v")["max_batch_rows_source"]) == (1, "default")
     samples = scrape(server.metrics_url)
     labels = 'model_name="gather-merge",model_version="",setting="max_batch_rows"'
     assert samples[f'slipway_setting{{{labels},source="explicit"}}'] == 64
     assert f'slipway_setting{{{labels},source="measured"}}' not in samples
+    if tiny["event_loop_spin_us"]:  # tried from the first request on: its state is published from load on
+        assert samples['slipway_event_loop_polling{model_name="cast_fp16.v1",model_version=""}'] in (0, 1)
     log = server.log_path.read_text()
     assert "cast_fp16.v1: intra_op_threads 1 (measured): 1-row runs go inline" in log
     assert "digits-v: max_batch_rows 1 (default): requests cannot be merged here (MLServer's adaptive" in log
