@@ -184,8 +184,8 @@ def publish_settings(name: str, version: str | None, values: dict[str, tuple[flo
         _settings_gauge.labels(name, version or "", setting, source).set(value)
 
 
-_polling_gauge = Gauge(POLLING, "1 while the event loop polls after this model's inline runs because polling was "
-                       "found to bring the next request sooner (event_loop_spin_us chosen at load), else 0",
+_polling_gauge = Gauge(POLLING, "1 while the event loop polls after this model's inline runs because its requests "
+                       "come back to back within the window (event_loop_spin_us chosen at load), else 0",
                        labelnames=LABELS, registry=REGISTRY)
 
 
