@@ -43,10 +43,11 @@ class WidthRunner:
         return self.wide, self.narrow
 
 
-def runner(model_path: Path, config: RuntimeSettings) -> SessionRunner | WidthRunner:
+def runner(model_path: Path, config: RuntimeSettings, *, wide: SessionRunner | None = None) -> SessionRunner | WidthRunner:
     """The session(s) for `config`: a second, narrower one on the CPU where `busy_intra_op_threads` asks for fewer
-    threads than a lone run gets (on a GPU the intra-op threads only feed the device: one session)."""
-    wide = SessionRunner(create_session(model_path, config), io_binding=config.io_binding)
+    threads than a lone run gets (on a GPU the intra-op threads only feed the device: one session). `wide`: a
+    session already built as `config` would build it, kept instead of built again."""
+    wide = wide or SessionRunner(create_session(model_path, config), io_binding=config.io_binding)
     busy = config.busy_intra_op_threads
     if not busy or wide.device != "cpu" or busy >= session_options(config).intra_op_num_threads:
         return wide

@@ -115,7 +115,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                                         model_path=model_path)
         self._chosen = chosen.choices  # the unset settings, chosen from the model timed here (`metadata`)
         if chosen.rebuild_session:  # other intra-op threads than the session's, or a second session (run_width)
-            self._use(chosen.settings, model_path)
+            self._use(chosen.settings, model_path, keep_lone_session=chosen.keeps_lone_session)
         self._config = chosen.settings
         plan = run_planning.plan_runs(
             self._config, self._graph_inputs, graph_outputs, merging=self._mlserver_batching or self._config.max_batch_rows > 1,
@@ -151,9 +151,10 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._polling = busy_poll.for_model(self._config, chosen=self._chosen[EVENT_LOOP_SPIN_US].source == MEASURED,
                                             inline=self._runs_inline(1), model=self.name, version=self.version)
 
-    def _use(self, config: RuntimeSettings, model_path: Path) -> None:
+    def _use(self, config: RuntimeSettings, model_path: Path, *, keep_lone_session: bool = False) -> None:
         """Serve with a runner for these settings (at load, and again where a plan changed them)."""
-        self._config, self._runner = hosted.runner_for(config, model_path, getattr(self, "_runner", None))
+        self._config, self._runner = hosted.runner_for(config, model_path, getattr(self, "_runner", None),
+                                                       keep_lone_session=keep_lone_session)
 
     def _start_workers(self) -> None:
         """The inference threads (behind the batcher, each warmed up), the CPU pool for pre/post-processing, the metrics."""

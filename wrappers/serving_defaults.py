@@ -31,11 +31,13 @@ logger = logging.getLogger(__name__)
 class Resolved:
     """The settings with every chosen value filled in, each choice, and whether the session must be rebuilt
     (the intra-op threads it was built with are not the chosen ones, or runs beside others get a second session
-    of their own width: `wrappers.run_width`)."""
+    of their own width: `wrappers.run_width`); where its intra-op threads are the chosen ones, the lone session
+    built already is kept (`keeps_lone_session`: of the choices, only the threads change how it is built)."""
 
     settings: RuntimeSettings
     choices: dict[str, Choice]
     rebuild_session: bool
+    keeps_lone_session: bool = False
 
 
 def explicit_values(settings: RuntimeSettings) -> dict[str, Value]:
@@ -127,8 +129,9 @@ def resolve(
         logger.info("%s: timing the model at load took %.0f ms", model, 1000 * (time.perf_counter() - started))
     publish_settings(model, version, {name: (float(choice.value), choice.source) for name, choice in choices.items()})
     chosen = settings.model_copy(update={name: choice.value for name, choice in choices.items()})
-    rebuild = choices[INTRA_OP_THREADS].value != session_threads or bool(choices[BUSY_INTRA_OP_THREADS].value)
-    return Resolved(chosen, choices, rebuild_session=rebuild)
+    same_width = choices[INTRA_OP_THREADS].value == session_threads
+    return Resolved(chosen, choices, rebuild_session=not same_width or bool(choices[BUSY_INTRA_OP_THREADS].value),
+                    keeps_lone_session=same_width)
 
 
 def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | bool]:

@@ -205,6 +205,7 @@ def test_a_real_session_is_timed_and_the_choice_published_with_explicit_settings
     assert (choices[MAX_BATCH_ROWS].value, choices[MAX_BATCH_ROWS].source) == (4, EXPLICIT)
     assert choices[INLINE_BELOW_MS].value > 0 and choices[INTRA_OP_THREADS].value == 1  # a MatMul of 4x3: inline
     assert resolved.rebuild_session and resolved.settings.intra_op_threads == 1
+    assert not resolved.keeps_lone_session  # built with 2 threads, chosen 1: the lone session is built again
     assert resolved.settings.inference_threads == choices[INFERENCE_THREADS].value == 3
     labels = {"model_name": "tiny", "model_version": "7", "setting": MAX_BATCH_ROWS}
     assert REGISTRY.get_sample_value(SETTING, {**labels, "source": EXPLICIT}) == 4
@@ -217,6 +218,17 @@ def test_a_real_session_is_timed_and_the_choice_published_with_explicit_settings
             cpu_limit=2.0, session_threads=1)
     assert REGISTRY.get_sample_value(SETTING, {**labels, "source": EXPLICIT}) is None
     assert REGISTRY.get_sample_value(SETTING, {**labels, "source": MEASURED}) is not None
+
+
+def test_a_second_session_of_the_busy_width_keeps_the_lone_one_built_already():
+    def slow(rows: int) -> list:  # 2 ms a row: runs go to threads, 2 threads each alone, 1 beside others
+        time.sleep(0.002 * rows)
+        return [np.zeros((rows, 1), np.float32)]
+
+    resolved = resolve(RuntimeSettings(), model="slow", version=None, run=slow, plan=TimingPlan((1, 2)),
+                       cpu_limit=2.0, session_threads=2)
+    assert (resolved.settings.intra_op_threads, resolved.settings.busy_intra_op_threads) == (2, 1)
+    assert resolved.rebuild_session and resolved.keeps_lone_session
 
 
 def test_what_cannot_be_timed_or_merged_is_said():

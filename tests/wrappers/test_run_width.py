@@ -28,6 +28,14 @@ def test_a_busy_width_under_the_lone_one_builds_two_sessions_else_one(tmp_path):
         assert isinstance(single, SessionRunner) and single.parts() == (single,)
 
 
+def test_a_lone_session_built_already_is_kept_and_only_the_narrow_one_built(tmp_path):
+    graph = matmul_graph(tmp_path / "model.onnx")
+    built = runner(graph, RuntimeSettings(intra_op_threads=2))
+    assert isinstance(built, SessionRunner)
+    width = runner(graph, RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=1), wide=built)
+    assert isinstance(width, WidthRunner) and width.wide is built and _threads(width.narrow) == 1
+
+
 def test_a_run_that_starts_while_another_is_in_flight_goes_narrow_and_both_answer_alike(tmp_path):
     width = runner(matmul_graph(tmp_path / "model.onnx"), RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=1))
     assert isinstance(width, WidthRunner)

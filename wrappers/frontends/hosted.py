@@ -53,13 +53,15 @@ def serve_through_host(config: RuntimeSettings, runner: object = None) -> tuple[
     return hosted, runner if isinstance(runner, HostRunner) else HostRunner(HostClient(host_socket()))
 
 
-def runner_for(config: RuntimeSettings, model_path: Path,
-               runner: object = None) -> tuple[RuntimeSettings, SessionRunner | WidthRunner | HostRunner]:
+def runner_for(config: RuntimeSettings, model_path: Path, runner: object = None, *,
+               keep_lone_session: bool = False) -> tuple[RuntimeSettings, SessionRunner | WidthRunner | HostRunner]:
     """The settings to serve with and their runner: the session host's where `frontends` > 1 (it owns the session
-    and runs the graph: `serve_through_host`), else a session of this process's own, built for these settings."""
+    and runs the graph: `serve_through_host`), else a session of this process's own, built for these settings
+    (`keep_lone_session`: `runner`'s lone session already is, and is kept)."""
     if config.frontends > 1:
         return serve_through_host(config, runner)
-    return config, run_width.runner(model_path, config)
+    kept = runner.parts()[0] if keep_lone_session and isinstance(runner, (SessionRunner, WidthRunner)) else None
+    return config, run_width.runner(model_path, config, wide=kept)
 
 
 def chosen_settings(config: RuntimeSettings, runner: SessionRunner | WidthRunner | HostRunner, inputs: list[TensorSpec],
