@@ -1,11 +1,11 @@
 """gRPC alone, no MLServer and no model: what the transport costs before any serving work.
 
 `python -m benchmarks.transport --port P --answer FILE` runs a `grpc.aio` server on uvloop (the
-library and event loop MLServer serves gRPC with) whose ModelInfer takes each request as bytes, unread,
-holds it as long as the bench last set, and sends back the bytes in FILE: the real server's answer to
-the same request. Loaded by the same client as the servers and held to their request rate (CPU per
-request falls as the rate rises: more events per wake-up), its CPU per request is the floor under
-their event-loop and other-thread CPU.
+library and event loop MLServer serves gRPC with, its requests read as Slipway's launcher has them read:
+`wrappers.grpc_transport`) whose ModelInfer takes each request as bytes, unread, holds it as long as the
+bench last set, and sends back the bytes in FILE: the real server's answer to the same request. Loaded by
+the same client as the servers and held to their request rate (CPU per request falls as the rate rises:
+more events per wake-up), its CPU per request is the floor under their event-loop and other-thread CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
 from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
 from slipway.server_process import stop_process_group
+from wrappers import grpc_transport
 
 START_TIMEOUT_S = 30.0
 HOLD_SERVICE, HOLD_METHOD = "slipway.bench.Transport", "Hold"  # its one other method: sets the hold, in ms
@@ -106,6 +107,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--answer", type=Path, required=True, help="the serialized ModelInferResponse to send back")
     args = parser.parse_args()
+    grpc_transport.read_on_poller_thread()  # as Slipway's launcher serves gRPC, before grpc is imported
     import uvloop
 
     uvloop.run(_serve(args.port, args.answer.read_bytes()))

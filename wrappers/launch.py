@@ -23,7 +23,7 @@ from slipway import atomic
 from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.model_repository import RepositoryError, check_unique, settings_files
 from slipway.server_process import HOOK, HOOK_ENV
-from wrappers import frontends
+from wrappers import frontends, grpc_transport
 from wrappers.settings import SettingsError
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
@@ -56,9 +56,11 @@ def launch(folder: Path, ready_file: Path | None = None) -> None:
     """Serve `folder` until the server is stopped (SIGTERM, SIGINT); LaunchError where it cannot. `ready_file` is
     written once every model has loaded."""
     expected = _use_the_guard_and_count_models(folder)
+    transport = grpc_transport.read_on_poller_thread()  # before MLServer imports grpc
     from wrappers.mlserver_compat import servers
 
     servers.prepare_process()
+    logger.info(transport)
     try:
         asyncio.run(_serve(folder, expected, ready_file))
     except SystemExit as exited:  # uvicorn exits where it cannot serve (it logs why)

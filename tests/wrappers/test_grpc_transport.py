@@ -1,0 +1,69 @@
+"""gRPC requests are read on grpc.aio's poller thread: EventEngine's threads stay asleep while a server answers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from slipway.artifact import load_input_example
+from slipway.local_server import LocalServer
+from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
+from wrappers import grpc_transport
+from wrappers.grpc_transport import EXPERIMENTS_ENV, POLLER_READS
+
+REQUESTS = 200
+EVENT_ENGINE_THREAD = "event_engine"  # the name gRPC core gives its EventEngine pool's threads
+
+
+def test_the_launcher_turns_both_experiments_off_unless_the_environment_chooses():
+    environ: dict[str, str] = {}
+    assert "poller thread" in grpc_transport.read_on_poller_thread(environ)
+    assert environ == {EXPERIMENTS_ENV: "-event_engine_listener,-event_engine_for_all_other_endpoints"}
+    for chosen in ("", "-event_engine_listener"):  # empty: gRPC's own defaults
+        environ = {EXPERIMENTS_ENV: chosen}
+        assert "from the environment" in grpc_transport.read_on_poller_thread(environ)
+        assert environ == {EXPERIMENTS_ENV: chosen}
+
+
+def _event_engine_wakeups(pid: int) -> int:
+    """Context switches of the process's EventEngine threads so far: each wake-up to handle an event is one."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        task = Path(f"/proc/{pid}/task/{tid}")
+        try:
+            if (task / "comm").read_text().strip() != EVENT_ENGINE_THREAD:
+                continue
+            total += sum(int(value) for key, _, value in map(lambda line: line.partition(":"),
+                                                             (task / "status").read_text().splitlines())
+                         if key.endswith("ctxt_switches"))
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return total
+
+
+def _wakeups_per_request(server: LocalServer, images) -> float:
+    client = GrpcClient(server.grpc_target)
+    request = raw_request("digits", {"image": ("FP32", list(images.shape), images.tobytes())})
+    try:
+        client.infer(request)  # the connection is up before counting
+        before = _event_engine_wakeups(server.pid)
+        for _ in range(REQUESTS):
+            response = client.infer(request)
+        after = _event_engine_wakeups(server.pid)
+    finally:
+        client.close()
+    assert raw_output(response).shape == (1, 10)
+    return (after - before) / REQUESTS
+
+
+@pytest.mark.slow
+def test_a_served_grpc_request_wakes_no_event_engine_thread(digits_server, digits_artifact, tmp_path):
+    images = load_input_example(digits_artifact)[0]["image"][:1]
+    # Measured 0.12-0.16 wake-ups per request (timers: each request's deadline), and 4.4 with gRPC's defaults.
+    assert _wakeups_per_request(digits_server, images) < 1, \
+        f"gRPC core reads requests on EventEngine's threads again: does this grpcio still have {POLLER_READS}?"
+    # The count tells the two apart: with gRPC's own defaults each request wakes EventEngine's threads.
+    with LocalServer(digits_artifact, extra_env={EXPERIMENTS_ENV: ""}) as defaults:
+        assert _wakeups_per_request(defaults, images) >= 2
