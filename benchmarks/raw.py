@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,14 @@ def measure_raw(
             if on_step:
                 on_step()
     return results
+
+
+def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict, seconds: float) -> Callable[[], float]:
+    """A timer of one raw setting (a `measure_raw` result's `batch` and `allow_spinning`): each call, its rows/s
+    over `seconds`, for a ratio to a load measured beside it in time."""
+    session = create_session(onnx_path, RuntimeSettings(allow_spinning=setting["allow_spinning"]))
+    feeds = {input_name: np.repeat(row, setting["batch"], axis=0)}
+    return lambda: round(rows_per_second(session, feeds, seconds)[0], 2)
 
 
 def measure_side_by_side(onnx_path: Path, input_name: str, row: np.ndarray, *, batch: int, callers: int, seconds: float) -> float:

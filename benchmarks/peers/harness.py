@@ -1,13 +1,14 @@
 """`make bench-peers`: Slipway's runtime against KServe and PyTriton, with one client, side by side in one run.
 
 For each model: raw `session.run` in this process (the limit: the best of sweeps before and after the
-loads), then every server at its own defaults on loopback, each serving the same ONNX file:
-the plain MLServer runtime (`benchmarks.plain_runtime`), Slipway's runtime, KServe and PyTriton
-(each in its own virtualenv, `benchmarks.peers.envs`). Before any timing each server must answer one
-fixed input over gRPC and REST as raw ONNX Runtime does; one that does not is not timed and the
-command fails. The same closed-loop client (`benchmarks.load.run_load`) then loads each server in
-turn at each point, round after round, starting each round one server further on, so that every
-ratio compares loads measured next to each other in time. A peer that cannot be installed or
+loads; and, as one more turn in every round, its best setting of the sweep before, for a ratio to each load
+measured within seconds of it, as the host's speed drifts over a run), then every server at its own defaults
+on loopback, each serving the same ONNX file: the plain MLServer runtime (`benchmarks.plain_runtime`),
+Slipway's runtime, KServe and PyTriton (each in its own virtualenv, `benchmarks.peers.envs`). Before any
+timing each server must answer one fixed input over gRPC and REST as raw ONNX Runtime does; one that does
+not is not timed and the command fails. The same closed-loop client (`benchmarks.load.run_load`) then loads
+each server in turn at each point, round after round, starting each round one server further on, so that
+every ratio compares loads measured next to each other in time. A peer that cannot be installed or
 started, or that was skipped, is reported as "not run: <reason>".
 """
 
@@ -29,7 +30,7 @@ from benchmarks.load import GRPC, REST, grpc_answer, run_load
 from benchmarks.models import BENCH_DIR, BenchModel, server_folder
 from benchmarks.peers.envs import KSERVE, PINS, PYTRITON, PeerUnavailable
 from benchmarks.peers.servers import PeerServer
-from benchmarks.raw import measure_raw
+from benchmarks.raw import measure_raw, raw_turn
 from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
 from slipway.local_server import LocalServer, ServerError
 from slipway.reports import wakeup_round_trip_us
@@ -37,6 +38,7 @@ from slipway.v2_requests import grpc_request, rest_body
 
 PEERS = (KSERVE, PYTRITON)
 SERVERS = (PLAIN, SLIPWAY, *PEERS)
+RAW = "raw"  # raw `session.run`'s turn in each round
 MEASURED = "measured"
 # Answers must match raw ONNX Runtime's to float32 noise (every server runs the same graph with the same ORT).
 RTOL, ATOL = 1e-4, 1e-5
@@ -163,10 +165,13 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
     names = [output.name for output in session.get_outputs()]
     expected = dict(zip(names, session.run(names, {model.input_name: model.row})))
     raw_before = raw_sweep()
+    raw_now = raw_turn(model.onnx_path, model.input_name, model.row, seconds=config.raw_seconds,
+                       setting=max(raw_before, key=lambda result: result["rows_per_s"]))
     advance()
     status: dict[str, str] = {}
     inputs = {model.input_name: model.row}
     rounds: dict[tuple[str, int, str], list[dict]] = {}
+    raw_rounds: dict[tuple[int, str], list[float]] = {}
     with ExitStack() as stack:
         servers = {}
         for name in SERVERS:
@@ -194,7 +199,11 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
         for protocol in config.protocols:
             for concurrency in config.concurrency:
                 for round_index in range(config.rounds):
-                    for name in round_order(list(servers), round_index):
+                    for name in round_order([*servers, RAW], round_index):
+                        if name == RAW:
+                            raw_rounds.setdefault((concurrency, protocol), []).append(raw_now())
+                            advance()
+                            continue
                         result = run_load(protocol=protocol, server=servers[name], model=model.name, inputs=inputs,
                                           concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
                                           process_tree=True)
@@ -204,9 +213,13 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
     advance()
     limit = max(result["rows_per_s"] for result in raw)
     points = []
-    for (name, _, _), summaries in rounds.items():
+    for (name, concurrency, protocol), summaries in rounds.items():
         point = {"runtime": name, **_median_round(summaries)}
         point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
+        same_round = raw_rounds[(concurrency, protocol)]
+        point["x_raw_same_round"] = round(float(np.median(
+            [summary["rows_per_s"] / raw for summary, raw in zip(summaries, same_round, strict=True)])), 3)
+        point["raw_rounds_rows_per_s"] = same_round
         point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
         point["rounds_p50_ms"] = [summary["p50_ms"] for summary in summaries]
         points.append(point)
@@ -215,7 +228,7 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
 
 def steps(config: PeersConfig) -> int:
     """Progress steps per run: raw sweeps and the servers' start per model, then every load."""
-    loads = len(config.protocols) * len(config.concurrency) * config.rounds * len(SERVERS)
+    loads = len(config.protocols) * len(config.concurrency) * config.rounds * (len(SERVERS) + 1)  # + raw's turn
     return len(config.models) * (3 + loads)
 
 

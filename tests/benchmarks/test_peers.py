@@ -103,7 +103,7 @@ def test_a_peer_env_is_reused_while_its_requirements_stay(tmp_path):
 
 def _payload(statuses: dict[str, str]) -> dict:
     point = {"protocol": "grpc", "concurrency": 1, "requests_per_s": 500.0, "rows_per_s": 500.0, "x_raw_limit": 0.05,
-             "p50_ms": 1.9, "p99_ms": 4.2, "server_cpu_ms_per_request": 1.25, "rounds_rows_per_s": [480.0, 500.0]}
+             "x_raw_same_round": 0.045, "p50_ms": 1.9, "p99_ms": 4.2, "server_cpu_ms_per_request": 1.25, "rounds_rows_per_s": [480.0, 500.0]}
     model = {"raw": [{"batch": 32, "rows_per_s": 10000.0, "cpu_ms_per_row": 0.03}], "raw_limit_rows_per_s": 10000.0,
              "servers": statuses, "points": [{**point, "runtime": name} for name, status in statuses.items()
                                              if status == MEASURED]}
@@ -118,7 +118,7 @@ def test_the_table_has_every_server_measured_or_not_run_with_its_reason():
     payload = _payload(statuses)
     table = markdown(payload)
     assert "load average 1.5 at the start" in table.splitlines()[0]
-    assert "| digits | Slipway's runtime | grpc | 1 | 500.0 | 500.0 | 0.050 | 1.90 | 4.20 | 1.25 | 480 / 500 |" in table
+    assert "| digits | Slipway's runtime | grpc | 1 | 500.0 | 500.0 | 0.050 | 0.045 | 1.90 | 4.20 | 1.25 | 480 / 500 |" in table
     assert "| digits | KServe 0.21.0 | not run: could not start: exited \\| code 1 |" in table
     assert "| digits | PyTriton 0.7.0 | not run: wrong answer" in table
     assert "Not run in this run: KServe 0.21.0: not run: could not start" in table
@@ -152,6 +152,10 @@ def test_a_tiny_run_measures_the_runtimes_and_reports_the_skipped_peers(digits_a
     for point in points:
         assert point["requests"] > 0 and point["errors"] == 0 and len(point["rounds_rows_per_s"]) == 2
         assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / limit, abs=1e-3)
+        same_round = point["raw_rounds_rows_per_s"]  # raw's own turn in each of the point's rounds
+        assert len(same_round) == 2 and min(same_round) > 0
+        ratios = sorted(rows / raw for rows, raw in zip(point["rounds_rows_per_s"], same_round, strict=True))
+        assert point["x_raw_same_round"] == pytest.approx(sum(ratios) / 2, abs=1e-3)  # the median of two
         split = point["server_cpu_ms_per_request_by_thread"]  # the process tree's: MLServer starts no children here
         assert CHILD_PROCESSES in split and point["server_cpu_ms_per_request"] > 0
     table = markdown({**written, "created_at": "today"})
