@@ -60,9 +60,8 @@ def launch(folder: Path, ready_file: Path | None = None) -> None:
     from wrappers.mlserver_compat import servers
 
     servers.prepare_process()
-    logger.info(transport)
     try:
-        asyncio.run(_serve(folder, expected, ready_file))
+        asyncio.run(_serve(folder, expected, ready_file, transport))
     except SystemExit as exited:  # uvicorn exits where it cannot serve (it logs why)
         if exited.code not in (0, None):
             raise LaunchError(f"MLServer's REST server exited with status {exited.code} as it started (its log above "
@@ -83,7 +82,7 @@ def _use_the_guard_and_count_models(folder: Path) -> int:
     return expected
 
 
-async def _serve(folder: Path, expected: int, ready_file: Path | None) -> None:
+async def _serve(folder: Path, expected: int, ready_file: Path | None, transport: str) -> None:
     from wrappers import repository_api
     from wrappers.mlserver_compat import IncompatibleMLServer, servers
 
@@ -99,6 +98,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None) -> None:
         server = servers.build(settings)
     except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError) as err:
         raise LaunchError(first_line(err)) from None
+    logger.info(transport)  # once MLServer has set up logging as its settings say (JSON lines, say)
     serving = asyncio.ensure_future(servers.serve(server))
     loading = asyncio.ensure_future(asyncio.gather(*(_load(servers, server, model) for model in models)))
     await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
