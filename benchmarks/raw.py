@@ -43,12 +43,18 @@ def measure_raw(
     return results
 
 
-def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict, seconds: float) -> Callable[[], float]:
+def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict,
+             seconds: float) -> Callable[[], tuple[float, float]]:
     """A timer of one raw setting (a `measure_raw` result's `batch` and `allow_spinning`): each call, its rows/s
-    over `seconds`, for a ratio to a load measured beside it in time."""
+    over `seconds` and its CPU ms per row, for ratios to a load measured beside it in time."""
     session = create_session(onnx_path, RuntimeSettings(allow_spinning=setting["allow_spinning"]))
     feeds = {input_name: np.repeat(row, setting["batch"], axis=0)}
-    return lambda: round(rows_per_second(session, feeds, seconds)[0], 2)
+
+    def turn() -> tuple[float, float]:
+        speed, cpu_ms = rows_per_second(session, feeds, seconds)
+        return round(speed, 2), round(cpu_ms, 4)
+
+    return turn
 
 
 def measure_side_by_side(onnx_path: Path, input_name: str, row: np.ndarray, *, batch: int, callers: int, seconds: float) -> float:

@@ -77,6 +77,10 @@ def plot(payload: dict, path: Path) -> None:
             ]
             tallest = max(tallest, *values)
             axis.bar([i + index * width for i in range(len(labels))], values, width, label=runtime)
+        for index, bound in enumerate(model.get("cpu_bounds", [])):  # bench-peers' gRPC points
+            group = labels.index((bound["protocol"], bound["concurrency"]))
+            axis.hlines(bound["rows_per_s"], group - width / 2, group + width * (len(runtimes) - 0.5), colors="dimgray",
+                        linestyles=":", label=None if index else "CPU bound (raw CPU per row + gRPC alone + client)")
         limit = model["raw_limit_rows_per_s"]
         if limit <= 3 * tallest:
             axis.axhline(limit, color="black", linestyle="--", label="raw session.run limit")
@@ -86,5 +90,6 @@ def plot(payload: dict, path: Path) -> None:
         axis.set_xticklabels([f"{protocol}\nc={concurrency}" for protocol, concurrency in labels])
         axis.set_ylabel("rows (images) per second")
         axis.set_title(name)
+        axis.set_ylim(0, axis.get_ylim()[1] * 1.4)  # room above the bars and lines for the legend
         axis.legend(fontsize=8)
     save_png(figure, path)

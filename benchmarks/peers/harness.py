@@ -8,8 +8,9 @@ Slipway's runtime, KServe and PyTriton (each in its own virtualenv, `benchmarks.
 timing each server must answer one fixed input over gRPC and REST as raw ONNX Runtime does; one that does
 not is not timed and the command fails. The same closed-loop client (`benchmarks.load.run_load`) then loads
 each server in turn at each point, round after round, starting each round one server further on, so that
-every ratio compares loads measured next to each other in time. A peer that cannot be installed or
-started, or that was skipped, is reported as "not run: <reason>".
+every ratio compares loads measured next to each other in time. At each gRPC point the bare gRPC transport
+(`benchmarks.transport`, no MLServer and no model) takes a turn too, for the point's CPU bound (`cpu_bound`). A
+peer that cannot be installed or started, or that was skipped, is reported as "not run: <reason>".
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from benchmarks.peers.envs import KSERVE, PINS, PYTRITON, PeerUnavailable
 from benchmarks.peers.servers import PeerServer
 from benchmarks.raw import measure_raw, raw_turn
 from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
+from benchmarks.transport import BareGrpcServer
+from slipway import atomic
 from slipway.local_server import LocalServer, ServerError
 from slipway.reports import wakeup_round_trip_us
 from slipway.v2_requests import grpc_request, rest_body
@@ -39,6 +42,7 @@ from slipway.v2_requests import grpc_request, rest_body
 PEERS = (KSERVE, PYTRITON)
 SERVERS = (PLAIN, SLIPWAY, *PEERS)
 RAW = "raw"  # raw `session.run`'s turn in each round
+TRANSPORT = "transport"  # the bare gRPC transport's turn in each round of a gRPC point
 MEASURED = "measured"
 # Answers must match raw ONNX Runtime's to float32 noise (every server runs the same graph with the same ORT).
 RTOL, ATOL = 1e-4, 1e-5
@@ -152,6 +156,21 @@ def round_order(servers: list[str], round_index: int) -> list[str]:
     return servers[shift:] + servers[:shift]
 
 
+def cpu_bound(raw_rounds: list[tuple[float, float]], transport_rounds: list[dict], cpus: int) -> dict:
+    """The rows/s the CPUs allow at a gRPC point of batch-1 requests for a server that adds nothing to raw
+    `session.run` (its CPU per row at its fastest setting), the bare gRPC transport and the client (their CPU per
+    request), each round's own: the CPUs over that CPU per row. A server does its own work on top and merges no more
+    rows than its clients send at once; it passes the bound only where it runs ONNX Runtime on less CPU per row
+    than raw's fastest setting (its threads may spin) does."""
+    rows, ratios = [], []
+    for (raw_rows, raw_cpu_ms), transport in zip(raw_rounds, transport_rounds, strict=True):
+        per_row_ms = raw_cpu_ms + transport["server_cpu_ms_per_request"] + transport["client_cpu_ms_per_request"]
+        rows.append(round(1000 * cpus / per_row_ms, 2))
+        ratios.append(rows[-1] / raw_rows)
+    return {"rows_per_s": round(float(np.median(rows)), 2), "x_raw_same_round": round(float(np.median(ratios)), 3),
+            "rounds_rows_per_s": rows, "transport": _median_round(transport_rounds)}
+
+
 def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, Path | str],
                 advance: Callable[[], None] = lambda: None, work_dir: Path = BENCH_DIR / "peers") -> dict:
     """One model against every server; `peer_pythons` holds each peer's Python, or why it cannot run."""
@@ -171,7 +190,8 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
     status: dict[str, str] = {}
     inputs = {model.input_name: model.row}
     rounds: dict[tuple[str, int, str], list[dict]] = {}
-    raw_rounds: dict[tuple[int, str], list[float]] = {}
+    raw_rounds: dict[tuple[int, str], list[tuple[float, float]]] = {}  # rows/s, CPU ms per row
+    transport_rounds: dict[int, list[dict]] = {}
     with ExitStack() as stack:
         servers = {}
         for name in SERVERS:
@@ -195,13 +215,26 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
                 continue
             servers[name] = server
             status[name] = MEASURED
+        transport = None
+        if GRPC in config.protocols and SLIPWAY in servers:
+            answer = work_dir / f"{model.name}-answer.bin"  # what the bare transport sends back: a real answer
+            atomic.write_bytes(answer, grpc_answer(servers[SLIPWAY].grpc_target, grpc_request(model.name, inputs)))
+            transport = stack.enter_context(BareGrpcServer(answer))
         advance()
         for protocol in config.protocols:
+            turns = [*servers, RAW, *([TRANSPORT] if transport and protocol == GRPC else [])]
             for concurrency in config.concurrency:
                 for round_index in range(config.rounds):
-                    for name in round_order([*servers, RAW], round_index):
+                    for name in round_order(turns, round_index):
                         if name == RAW:
                             raw_rounds.setdefault((concurrency, protocol), []).append(raw_now())
+                            advance()
+                            continue
+                        if name == TRANSPORT:
+                            result = run_load(protocol=GRPC, server=transport, model=model.name, inputs=inputs,
+                                              concurrency=concurrency, seconds=config.seconds,
+                                              warmup_s=config.warmup_s, process_tree=True)
+                            transport_rounds.setdefault(concurrency, []).append(result.summary())
                             advance()
                             continue
                         result = run_load(protocol=protocol, server=servers[name], model=model.name, inputs=inputs,
@@ -216,19 +249,27 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
     for (name, concurrency, protocol), summaries in rounds.items():
         point = {"runtime": name, **_median_round(summaries)}
         point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
-        same_round = raw_rounds[(concurrency, protocol)]
+        same_round = [raw_rows for raw_rows, _ in raw_rounds[(concurrency, protocol)]]
         point["x_raw_same_round"] = round(float(np.median(
             [summary["rows_per_s"] / raw for summary, raw in zip(summaries, same_round, strict=True)])), 3)
         point["raw_rounds_rows_per_s"] = same_round
         point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
         point["rounds_p50_ms"] = [summary["p50_ms"] for summary in summaries]
         points.append(point)
-    return {"source": model.source, "raw": raw, "raw_limit_rows_per_s": limit, "servers": status, "points": points}
+    cpus = len(os.sched_getaffinity(0))
+    bounds = [{"protocol": GRPC, "concurrency": concurrency,
+               **cpu_bound(raw_rounds[(concurrency, GRPC)], transport_rounds[concurrency], cpus)}
+              for concurrency in sorted(transport_rounds)]
+    for bound in bounds:
+        bound["x_raw_limit"] = round(bound["rows_per_s"] / limit, 3)
+    return {"source": model.source, "raw": raw, "raw_limit_rows_per_s": limit, "servers": status, "points": points,
+            "cpu_bounds": bounds}
 
 
 def steps(config: PeersConfig) -> int:
     """Progress steps per run: raw sweeps and the servers' start per model, then every load."""
-    loads = len(config.protocols) * len(config.concurrency) * config.rounds * (len(SERVERS) + 1)  # + raw's turn
+    turns = len(config.protocols) * (len(SERVERS) + 1) + (GRPC in config.protocols)  # + raw's, + the transport's
+    loads = len(config.concurrency) * config.rounds * turns
     return len(config.models) * (3 + loads)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from benchmarks.peers.harness import MEASURED, SERVERS
 
+CPU_BOUND = "CPU bound: raw CPU per row + gRPC transport alone + client, per request"
 LABELS = {"plain": "plain MLServer runtime", "slipway": "Slipway's runtime", "kserve": "KServe", "pytriton": "PyTriton"}
 
 
@@ -52,6 +53,12 @@ def markdown(payload: dict) -> str:
                     f"{point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
                     f"{'' if cpu is None else format(cpu, '.3g')} | "
                     f"{' / '.join(f'{rows:.0f}' for rows in point.get('rounds_rows_per_s', []))} |")
+        for point in model.get("cpu_bounds", []):  # reports before it was measured lack it
+            lines.append(
+                f"| {name} | {CPU_BOUND} | {point['protocol']} | {point['concurrency']} | | {point['rows_per_s']:.1f} | "
+                f"{point['x_raw_limit']:.3f} | {point['x_raw_same_round']:.3f} | | | "
+                f"{point['transport']['server_cpu_ms_per_request']:.3g} (the transport alone) | "
+                f"{' / '.join(f'{rows:.0f}' for rows in point['rounds_rows_per_s'])} |")
     peers = payload.get("peers", {})
     missing = [f"{server_label(peer, versions)}: {status}" for peer, status in peers.items() if status != MEASURED]
     if missing:

@@ -24,6 +24,7 @@ from benchmarks.peers.harness import (
     bench_model,
     bench_payload,
     best_of_sweeps,
+    cpu_bound,
     not_run,
     peer_pythons,
     round_order,
@@ -65,6 +66,19 @@ def test_the_raw_limit_keeps_each_setting_s_faster_sweep():
         {"batch": 8, "rows_per_s": 60.0, "cpu_ms_per_row": 8.0, "rows_per_s_before_after": [20.0, 60.0]}]
 
 
+def test_the_cpu_bound_is_the_cpus_over_what_a_row_costs_raw_gRPC_alone_and_the_client_in_each_round():
+    transport = [{"rows_per_s": 900.0, "server_cpu_ms_per_request": 0.5, "client_cpu_ms_per_request": 0.5},
+                 {"rows_per_s": 1000.0, "server_cpu_ms_per_request": 1.0, "client_cpu_ms_per_request": 1.0}]
+    raw = [(200.0, 10.0), (100.0, 18.0)]  # each round's raw rows/s and CPU ms per row
+    result = cpu_bound(raw, transport, cpus=2)
+    assert result["rounds_rows_per_s"] == [181.82, 100.0]  # 2000 / (10 + 0.5 + 0.5), 2000 / (18 + 1 + 1)
+    assert result["rows_per_s"] == pytest.approx(140.91)  # the median of two
+    assert result["x_raw_same_round"] == pytest.approx((181.82 / 200 + 1.0) / 2, abs=1e-3)
+    assert result["transport"] is transport[1]  # the transport's median round, with its CPU
+    with pytest.raises(ValueError):  # a round without the transport's turn is a bug, not a smaller median
+        cpu_bound(raw, transport[:1], cpus=2)
+
+
 def test_each_round_starts_one_server_further_on():
     servers = ["plain", "slipway", "kserve", "pytriton"]
     orders = [round_order(servers, index) for index in range(4)]
@@ -104,9 +118,11 @@ def test_a_peer_env_is_reused_while_its_requirements_stay(tmp_path):
 def _payload(statuses: dict[str, str]) -> dict:
     point = {"protocol": "grpc", "concurrency": 1, "requests_per_s": 500.0, "rows_per_s": 500.0, "x_raw_limit": 0.05,
              "x_raw_same_round": 0.045, "p50_ms": 1.9, "p99_ms": 4.2, "server_cpu_ms_per_request": 1.25, "rounds_rows_per_s": [480.0, 500.0]}
+    bound = {"protocol": "grpc", "concurrency": 1, "rows_per_s": 1600.0, "x_raw_limit": 0.16, "x_raw_same_round": 0.15,
+             "rounds_rows_per_s": [1500.0, 1700.0], "transport": {"server_cpu_ms_per_request": 0.7}}
     model = {"raw": [{"batch": 32, "rows_per_s": 10000.0, "cpu_ms_per_row": 0.03}], "raw_limit_rows_per_s": 10000.0,
              "servers": statuses, "points": [{**point, "runtime": name} for name, status in statuses.items()
-                                             if status == MEASURED]}
+                                             if status == MEASURED], "cpu_bounds": [bound]}
     return {"config": PeersConfig().model_dump(mode="json"), "versions": {"kserve": "0.21.0", "nvidia-pytriton": "0.7.0"},
             "peers": {peer: statuses[peer] for peer in PEERS}, "load_average": {"before": [1.5]}, "cpu_count": 2,
             "created_at": "today", "models": {"digits": model}}
@@ -121,6 +137,8 @@ def test_the_table_has_every_server_measured_or_not_run_with_its_reason():
     assert "| digits | Slipway's runtime | grpc | 1 | 500.0 | 500.0 | 0.050 | 0.045 | 1.90 | 4.20 | 1.25 | 480 / 500 |" in table
     assert "| digits | KServe 0.21.0 | not run: could not start: exited \\| code 1 |" in table
     assert "| digits | PyTriton 0.7.0 | not run: wrong answer" in table
+    assert ("| digits | CPU bound: raw CPU per row + gRPC transport alone + client, per request | grpc | 1 | "
+            "| 1600.0 | 0.160 | 0.150 | | | 0.7 (the transport alone) | 1500 / 1700 |") in table
     assert "Not run in this run: KServe 0.21.0: not run: could not start" in table
     assert wrong_answers(payload) == ["digits: pytriton: not run: wrong answer, not timed: grpc: output 'x' differs"]
 
@@ -158,7 +176,16 @@ def test_a_tiny_run_measures_the_runtimes_and_reports_the_skipped_peers(digits_a
         assert point["x_raw_same_round"] == pytest.approx(sum(ratios) / 2, abs=1e-3)  # the median of two
         split = point["server_cpu_ms_per_request_by_thread"]  # the process tree's: MLServer starts no children here
         assert CHILD_PROCESSES in split and point["server_cpu_ms_per_request"] > 0
+    (bound,) = written["models"]["digits"]["cpu_bounds"]  # the one gRPC point's
+    assert (bound["protocol"], bound["concurrency"], len(bound["rounds_rows_per_s"])) == ("grpc", 1, 2)
+    transport = bound["transport"]
+    assert transport["requests"] > 0 and transport["errors"] == 0
+    assert transport["server_cpu_ms_per_request"] > 0 and transport["client_cpu_ms_per_request"] > 0
+    for point in points:
+        if point["protocol"] == "grpc":  # at concurrency 1 latency bounds the servers, far under the CPU bound
+            assert point["rows_per_s"] < bound["rows_per_s"]
     table = markdown({**written, "created_at": "today"})
+    assert "| digits | CPU bound: raw CPU per row" in table
     assert "| digits | KServe 0.21.0 | not run: skipped (--skip kserve) |" in table
     assert "| digits | PyTriton 0.7.0 | not run: skipped (--skip pytriton) |" in table
     assert "| digits | Slipway's runtime (MLServer" in table and wrong_answers(written) == []

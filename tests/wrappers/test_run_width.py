@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from tests.graphs import WEIGHT, matmul_graph
-from wrappers.run_width import WidthRunner, runner
+from wrappers.run_width import WidthRunner, rebuilt, runner
 from wrappers.session import SessionRunner
 from wrappers.settings import RuntimeSettings
 
@@ -34,6 +34,11 @@ def test_a_lone_session_built_already_is_kept_and_only_the_narrow_one_built(tmp_
     assert isinstance(built, SessionRunner)
     width = runner(graph, RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=1), wide=built)
     assert isinstance(width, WidthRunner) and width.wide is built and _threads(width.narrow) == 1
+    config = RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=1)
+    again = rebuilt(graph, config, width, keep_lone_session=True)  # from a WidthRunner: its wide part is the lone one
+    assert isinstance(again, WidthRunner) and again.wide is built and again.narrow is not width.narrow
+    fresh = rebuilt(graph, config, width, keep_lone_session=False)
+    assert isinstance(fresh, WidthRunner) and fresh.wide is not built
 
 
 def test_a_run_that_starts_while_another_is_in_flight_goes_narrow_and_both_answer_alike(tmp_path):

@@ -169,8 +169,7 @@ class SessionHost:
                                        version=self.version, mlserver_batching=False, model_path=graph)
         chosen, choices = resolved.settings, dict(resolved.choices)
         if resolved.rebuild_session:
-            self.runner = run_width.runner(graph, chosen,
-                                           wide=self.runner.parts()[0] if resolved.keeps_lone_session else None)
+            self.runner = run_width.rebuilt(graph, chosen, self.runner, keep_lone_session=resolved.keeps_lone_session)
         if self.runner.device != "cpu" and choices[MAX_BATCH_ROWS].source != EXPLICIT:
             rows, reason = gpu_merge_rows(self.inputs, self.outputs, chosen.batch_buckets)
             choices[MAX_BATCH_ROWS] = Choice(MAX_BATCH_ROWS, rows, DEFAULT, reason)

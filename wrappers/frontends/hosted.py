@@ -60,8 +60,9 @@ def runner_for(config: RuntimeSettings, model_path: Path, runner: object = None,
     (`keep_lone_session`: `runner`'s lone session already is, and is kept)."""
     if config.frontends > 1:
         return serve_through_host(config, runner)
-    kept = runner.parts()[0] if keep_lone_session and isinstance(runner, (SessionRunner, WidthRunner)) else None
-    return config, run_width.runner(model_path, config, wide=kept)
+    if isinstance(runner, (SessionRunner, WidthRunner)):
+        return config, run_width.rebuilt(model_path, config, runner, keep_lone_session=keep_lone_session)
+    return config, run_width.runner(model_path, config)
 
 
 def chosen_settings(config: RuntimeSettings, runner: SessionRunner | WidthRunner | HostRunner, inputs: list[TensorSpec],
