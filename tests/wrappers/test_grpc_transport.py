@@ -59,15 +59,24 @@ def _wakeups_per_request(server: LocalServer, images) -> float:
     return (after - before) / REQUESTS
 
 
+def _launcher_said(server: LocalServer) -> str:
+    """The launcher's line about gRPC's experiments, from the server's log."""
+    said = [line for line in server.log_path.read_text(errors="replace").splitlines() if EXPERIMENTS_ENV in line]
+    return said[-1].strip() if said else f"no {EXPERIMENTS_ENV} line in {server.log_path}"
+
+
 @pytest.mark.slow
 def test_served_grpc_requests_leave_event_engine_s_threads_asleep(digits_artifact):
     images = load_input_example(digits_artifact)[0]["image"][:1]
-    # A server of its own, not the session's shared one: only this test's requests reach it (a CI run once counted
-    # 2.46 per request on the shared server, which no run alone or after the other tests of that server repeated).
+    # Servers of the test's own, side by side in time: the count depends on the machine's state (measured alone:
+    # 0.09-0.2 wake-ups per request with the poller's reads, timers; 4.4 with gRPC's defaults; in two full CI runs
+    # 2.46 and 3.46 with the poller's reads, which no run alone, after the other server tests or with both CPUs
+    # busy repeated), so the poller's reads are held against gRPC's defaults measured right after them.
     with LocalServer(digits_artifact) as server:
-        # Measured 0.09-0.2 wake-ups per request (timers: each request's deadline), and 4.4 with gRPC's defaults.
-        assert _wakeups_per_request(server, images) < 1, \
-            f"gRPC core reads requests on EventEngine's threads again: does this grpcio still have {POLLER_READS}?"
-    # The count tells the two apart: with gRPC's own defaults each request wakes EventEngine's threads.
+        poller_reads, said = _wakeups_per_request(server, images), _launcher_said(server)
     with LocalServer(digits_artifact, extra_env={EXPERIMENTS_ENV: ""}) as defaults:
-        assert _wakeups_per_request(defaults, images) >= 2
+        event_engine = _wakeups_per_request(defaults, images)
+    assert event_engine >= 2, f"with gRPC's defaults EventEngine's threads woke {event_engine} times per request"
+    assert poller_reads < min(1.0, event_engine / 2) or poller_reads < event_engine / 4, (
+        f"gRPC core reads requests on EventEngine's threads again ({poller_reads} wake-ups per request against "
+        f"{event_engine} with gRPC's defaults): does this grpcio still have {POLLER_READS}? The launcher said: {said}")
