@@ -18,15 +18,13 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, grpc_answer, run_load
+from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
 from benchmarks.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from benchmarks.raw import measure_raw, measure_side_by_side
 from benchmarks.transport import BareGrpcServer
-from slipway import atomic
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.local_server import LocalServer
 from slipway.reports import wakeup_round_trip_us
-from slipway.v2_requests import grpc_request
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
@@ -102,9 +100,7 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     with ExitStack() as stack:
         servers = {runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN))
                    for runtime, folder in folders.items()}
-        answer = work_dir / f"{model.name}-answer.bin"  # what the bare transport sends back: the real answer
-        atomic.write_bytes(answer, grpc_answer(servers[SLIPWAY].grpc_target, grpc_request(model.name, inputs)))
-        servers[TRANSPORT] = stack.enter_context(BareGrpcServer(answer))
+        servers[TRANSPORT] = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
         advance()
         for protocol in config.protocols:
             for concurrency in config.concurrency:

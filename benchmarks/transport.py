@@ -20,10 +20,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
+from benchmarks.load import GRPC_OPTIONS, MODEL_INFER, grpc_answer
+from slipway import atomic
 from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
 from slipway.server_process import stop_process_group
+from slipway.v2_requests import grpc_request
 from wrappers import grpc_transport
 
 START_TIMEOUT_S = 30.0
@@ -67,6 +69,13 @@ class BareGrpcServer:
     answer_file: Path
     port: int = field(default_factory=free_port)
     _process: subprocess.Popen | None = None
+
+    @classmethod
+    def answering_as(cls, server, model: str, inputs: dict, work_dir: Path) -> BareGrpcServer:
+        """A bare server (not started) that answers with what `server` (a real one, running) answers `inputs` with."""
+        answer = work_dir / f"{model}-answer.bin"
+        atomic.write_bytes(answer, grpc_answer(server.grpc_target, grpc_request(model, inputs)))
+        return cls(answer)
 
     @property
     def grpc_target(self) -> str:

@@ -34,7 +34,6 @@ from benchmarks.peers.servers import PeerServer
 from benchmarks.raw import measure_raw, raw_turn
 from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
 from benchmarks.transport import BareGrpcServer
-from slipway import atomic
 from slipway.local_server import LocalServer, ServerError
 from slipway.reports import wakeup_round_trip_us
 from slipway.v2_requests import grpc_request, rest_body
@@ -217,9 +216,7 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
             status[name] = MEASURED
         transport = None
         if GRPC in config.protocols and SLIPWAY in servers:
-            answer = work_dir / f"{model.name}-answer.bin"  # what the bare transport sends back: a real answer
-            atomic.write_bytes(answer, grpc_answer(servers[SLIPWAY].grpc_target, grpc_request(model.name, inputs)))
-            transport = stack.enter_context(BareGrpcServer(answer))
+            transport = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
         advance()
         for protocol in config.protocols:
             turns = [*servers, RAW, *([TRANSPORT] if transport and protocol == GRPC else [])]
@@ -230,17 +227,13 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
                             raw_rounds.setdefault((concurrency, protocol), []).append(raw_now())
                             advance()
                             continue
-                        if name == TRANSPORT:
-                            result = run_load(protocol=GRPC, server=transport, model=model.name, inputs=inputs,
-                                              concurrency=concurrency, seconds=config.seconds,
-                                              warmup_s=config.warmup_s, process_tree=True)
+                        result = run_load(protocol=protocol, server=transport if name == TRANSPORT else servers[name],
+                                          model=model.name, inputs=inputs, concurrency=concurrency,
+                                          seconds=config.seconds, warmup_s=config.warmup_s, process_tree=True)
+                        if name == TRANSPORT:  # only at gRPC points
                             transport_rounds.setdefault(concurrency, []).append(result.summary())
-                            advance()
-                            continue
-                        result = run_load(protocol=protocol, server=servers[name], model=model.name, inputs=inputs,
-                                          concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
-                                          process_tree=True)
-                        rounds.setdefault((name, concurrency, protocol), []).append(result.summary())
+                        else:
+                            rounds.setdefault((name, concurrency, protocol), []).append(result.summary())
                         advance()
     raw = best_of_sweeps(raw_before, raw_sweep())
     advance()
