@@ -13,7 +13,8 @@ from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
 from wrappers import grpc_transport
 from wrappers.grpc_transport import EXPERIMENTS_ENV, POLLER_READS
 
-REQUESTS = 200
+REQUESTS = 100  # per batch
+BATCHES = 5
 EVENT_ENGINE_THREAD = "event_engine"  # the name gRPC core gives its EventEngine pool's threads
 
 
@@ -44,19 +45,27 @@ def _event_engine_wakeups(pid: int) -> int:
     return total
 
 
-def _wakeups_per_request(server: LocalServer, images) -> float:
-    client = GrpcClient(server.grpc_target)
+def _wakeups_per_request(servers: list[LocalServer], images) -> list[list[float]]:
+    """EventEngine's wake-ups per request in each of `BATCHES` batches of requests to each server, the servers'
+    batches alternating: a batch the host disturbed (gRPC core hands work to EventEngine when its poller falls behind)
+    stands beside quiet ones."""
     request = raw_request("digits", {"image": ("FP32", list(images.shape), images.tobytes())})
+    clients = [GrpcClient(server.grpc_target) for server in servers]
+    counts: list[list[float]] = [[] for _ in servers]
     try:
-        client.infer(request)  # the connection is up before counting
-        before = _event_engine_wakeups(server.pid)
-        for _ in range(REQUESTS):
-            response = client.infer(request)
-        after = _event_engine_wakeups(server.pid)
+        for client in clients:
+            client.infer(request)  # the connection is up before counting
+        for _ in range(BATCHES):
+            for server, client, count in zip(servers, clients, counts, strict=True):
+                before = _event_engine_wakeups(server.pid)
+                for _ in range(REQUESTS):
+                    response = client.infer(request)
+                count.append((_event_engine_wakeups(server.pid) - before) / REQUESTS)
+                assert raw_output(response).shape == (1, 10)
     finally:
-        client.close()
-    assert raw_output(response).shape == (1, 10)
-    return (after - before) / REQUESTS
+        for client in clients:
+            client.close()
+    return counts
 
 
 def _launcher_said(server: LocalServer) -> str:
@@ -68,15 +77,16 @@ def _launcher_said(server: LocalServer) -> str:
 @pytest.mark.slow
 def test_served_grpc_requests_leave_event_engine_s_threads_asleep(digits_artifact):
     images = load_input_example(digits_artifact)[0]["image"][:1]
-    # Servers of the test's own, side by side in time: the count depends on the machine's state (measured alone:
-    # 0.09-0.2 wake-ups per request with the poller's reads, timers; 4.4 with gRPC's defaults; in two full CI runs
-    # 2.46 and 3.46 with the poller's reads, which no run alone, after the other server tests or with both CPUs
-    # busy repeated), so the poller's reads are also held against gRPC's defaults measured right after them.
-    with LocalServer(digits_artifact) as server:
-        poller_reads, said = _wakeups_per_request(server, images), _launcher_said(server)
-    with LocalServer(digits_artifact, extra_env={EXPERIMENTS_ENV: ""}) as defaults:
-        event_engine = _wakeups_per_request(defaults, images)
-    assert event_engine >= 2, f"with gRPC's defaults EventEngine's threads woke {event_engine} times per request"
+    # Measured alone: 0.09-0.2 wake-ups per request with the poller's reads (timers), 4.4 with gRPC's defaults. Three
+    # full CI runs counted 2.46-3.46 with the poller's reads in one batch of 200 requests, which no run alone, after
+    # the other server tests or with both CPUs busy repeated: so both servers run side by side, in alternating
+    # batches, and each is judged by its quietest batch (reading on EventEngine's threads wakes them in every batch).
+    with LocalServer(digits_artifact) as server, LocalServer(digits_artifact, extra_env={EXPERIMENTS_ENV: ""}) as defaults:
+        batches = _wakeups_per_request([server, defaults], images)
+        said = _launcher_said(server)
+    poller_reads, event_engine = (min(counts) for counts in batches)
+    assert event_engine >= 2, f"with gRPC's defaults EventEngine's threads woke {batches[1]} times per request"
     assert poller_reads < 1 or poller_reads < event_engine / 4, (
-        f"gRPC core reads requests on EventEngine's threads again ({poller_reads} wake-ups per request against "
-        f"{event_engine} with gRPC's defaults): does this grpcio still have {POLLER_READS}? The launcher said: {said}")
+        f"gRPC core reads requests on EventEngine's threads again ({poller_reads} wake-ups per request in the quietest "
+        f"batch of {batches[0]}, against {batches[1]} with gRPC's defaults): does this grpcio still have {POLLER_READS}? The launcher "
+        f"said: {said}")
