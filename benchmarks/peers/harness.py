@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from benchmarks.load import GRPC, REST, grpc_answer, run_load
 from benchmarks.models import BENCH_DIR, BenchModel, server_folder
 from benchmarks.peers.envs import KSERVE, PINS, PYTRITON, PeerUnavailable
+from benchmarks.peers.goals import goals
 from benchmarks.peers.servers import PeerServer
 from benchmarks.raw import measure_raw, raw_turn
 from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
@@ -248,6 +249,7 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
         point["raw_rounds_rows_per_s"] = same_round
         point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
         point["rounds_p50_ms"] = [summary["p50_ms"] for summary in summaries]
+        point["rounds_server_cpu_ms_per_request"] = [summary["server_cpu_ms_per_request"] for summary in summaries]
         points.append(point)
     cpus = len(os.sched_getaffinity(0))
     bounds = [{"protocol": GRPC, "concurrency": concurrency,
@@ -280,6 +282,7 @@ def bench_payload(config: PeersConfig, models: dict[str, dict], peers: dict[str,
         "client": "closed loop, one prepared batch-1 request per client (gRPC: raw_input_contents; REST: V2 JSON), "
                   "same machine; server CPU is the server's whole process tree",
         "models": models,
+        "goals": goals(models),
     }
 
 

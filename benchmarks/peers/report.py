@@ -59,11 +59,29 @@ def markdown(payload: dict) -> str:
                 f"{point['x_raw_limit']:.3f} | {point['x_raw_same_round']:.3f} | | | "
                 f"{point['transport']['server_cpu_ms_per_request']:.3g} (the transport alone) | "
                 f"{' / '.join(f'{rows:.0f}' for rows in point['rounds_rows_per_s'])} |")
+    lines += _goal_lines(payload.get("goals", []), versions)  # reports before they were judged lack them
     peers = payload.get("peers", {})
     missing = [f"{server_label(peer, versions)}: {status}" for peer, status in peers.items() if status != MEASURED]
     if missing:
         lines += ["", "Not run in this run: " + "; ".join(_cell(line) for line in missing) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _goal_lines(goals: list[dict], versions: dict[str, str]) -> list[str]:
+    if not goals:
+        return []
+    lines = ["", f"Issue 31's goals for Slipway's defaults in this run: {sum(g['met'] for g in goals)} of {len(goals)} met "
+             "(judged on the ratio paired round by round, its median; `benchmarks/peers/goals.py`):", "",
+             "| model | protocol | concurrency | goal | Slipway | best other | ratio of median rounds "
+             "| paired: median (each round) | target | met |",
+             "|---|---|---:|---|---:|---|---:|---:|---:|:-:|"]
+    for goal in goals:
+        against = "raw `session.run`" if goal["against"] == "raw" else server_label(goal["against"], versions)
+        rounds = " / ".join(f"{ratio:.2f}" for ratio in goal["rounds"])
+        lines.append(f"| {goal['model']} | {goal['protocol']} | {goal['concurrency']} | {goal['goal']} | {goal['ours']:.3g} "
+                     f"| {against}: {goal['theirs']:.3g} | {goal['ratio']:.2f} | {goal['paired']:.2f} ({rounds}) "
+                     f"| {goal['comparison']} {goal['target']:g} | {'yes' if goal['met'] else '**no**'} |")
+    return lines
 
 
 def _cell(text: str) -> str:

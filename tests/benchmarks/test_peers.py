@@ -184,7 +184,11 @@ def test_a_tiny_run_measures_the_runtimes_and_reports_the_skipped_peers(digits_a
     for point in points:
         if point["protocol"] == "grpc":  # at concurrency 1 latency bounds the servers, far under the CPU bound
             assert point["rows_per_s"] < bound["rows_per_s"]
+    judged = {(goal["protocol"], goal["goal"].split(",")[0]): goal for goal in written["goals"]}  # against plain only
+    assert set(judged) == {(p, g) for p in ("grpc", "rest") for g in ("p50 latency", "server CPU per request")}
+    assert all(goal["against"] == "plain" and len(goal["rounds"]) == 2 for goal in judged.values())
     table = markdown({**written, "created_at": "today"})
+    assert "Issue 31's goals for Slipway's defaults in this run" in table
     assert "| digits | CPU bound: raw CPU per row" in table
     assert "| digits | KServe 0.21.0 | not run: skipped (--skip kserve) |" in table
     assert "| digits | PyTriton 0.7.0 | not run: skipped (--skip pytriton) |" in table
