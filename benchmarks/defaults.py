@@ -28,7 +28,7 @@ from slipway.reports import write_report
 # The defaults before issue 31, spelled out: one run slot, no merging, inline under 0.5 ms (intra-op threads
 # left unset: 1 for inline runs, else the CPU limit, as before).
 OLD_DEFAULTS = {"max_batch_rows": 1, "inference_threads": 1, "inline_below_ms": 0.5, "busy_intra_op_threads": 0,
-                "event_loop_spin_us": 0}
+                "event_loop_spin_us": 0, "spin_within_runs": False}
 CONFIGS = {"old defaults": lambda name: OLD_DEFAULTS, "chosen at load": lambda name: {},
            "tuned": lambda name: SLIPWAY_SETTINGS.get(name) or None}
 RAW_BATCH_SIZES = [1, 8, 32]

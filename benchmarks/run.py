@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
 from benchmarks.models import BENCH_DIR, MODELS, BenchModel, server_folder
-from benchmarks.raw import measure_raw, measure_side_by_side
+from benchmarks.raw import SPINNING, measure_raw, measure_side_by_side
 from benchmarks.transport import BareGrpcServer
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.local_server import LocalServer
@@ -72,7 +72,7 @@ def _steps(config: BenchConfig) -> int:
         per_point = config.rounds * len(config.concurrency)
         return per_point * sum(len(_runtimes_for(protocol, runtimes)) for protocol in config.protocols)
 
-    return sum(2 * 2 * len(RAW_BATCH_SIZES) + 1 + loads(name) + 1 for name in config.models)
+    return sum(2 * len(SPINNING) * len(RAW_BATCH_SIZES) + 1 + loads(name) + 1 for name in config.models)
 
 
 def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path = BENCH_DIR / "servers") -> dict:

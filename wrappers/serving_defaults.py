@@ -17,10 +17,19 @@ from pathlib import Path
 import numpy as np
 
 from wrappers import load_measurement
-from wrappers.defaults_choice import BUSY_INTRA_OP_THREADS, CHOSEN, INTRA_OP_THREADS, Choice, Measurements, Value, choose
+from wrappers.defaults_choice import (
+    BUSY_INTRA_OP_THREADS,
+    CHOSEN,
+    INTRA_OP_THREADS,
+    SPIN_WITHIN_RUNS,
+    Choice,
+    Measurements,
+    Value,
+    choose,
+)
 from wrappers.metrics import publish_settings
 from wrappers.run_width import WidthRunner
-from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, session_options
+from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, session_options, spins_within_runs
 from wrappers.settings import RuntimeSettings
 from wrappers.warm_up import zeros
 
@@ -30,9 +39,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Resolved:
     """The settings with every chosen value filled in, each choice, and whether the session must be rebuilt
-    (the intra-op threads it was built with are not the chosen ones, or runs beside others get a second session
-    of their own width: `wrappers.run_width`); where its intra-op threads are the chosen ones, the lone session
-    built already is kept (`keeps_lone_session`: of the choices, only the threads change how it is built)."""
+    (the intra-op threads or spinning it was built with are not the chosen ones, or runs beside others get a second
+    session of their own width: `wrappers.run_width`); where both are the chosen ones, the lone session built
+    already is kept (`keeps_lone_session`: of the choices, only these two change how it is built)."""
 
     settings: RuntimeSettings
     choices: dict[str, Choice]
@@ -87,12 +96,12 @@ def session_run(runner: SessionRunner | WidthRunner, inputs: list[TensorSpec], o
 
 def resolve(
     settings: RuntimeSettings, *, model: str, version: str | None, run: Callable[[int], list], plan: TimingPlan,
-    cpu_limit: float, session_threads: int, model_mib: float = 0.0,
+    cpu_limit: float, session_threads: int, model_mib: float = 0.0, on_cpu: bool = True,
 ) -> Resolved:
     """Time `run(rows)` as `plan` says (where some setting is unset), choose, log, publish.
 
-    `session_threads`: the intra-op threads the session was built with; `model_mib` the model file's size (what a
-    second session holds again). Outputs without one row per input row
+    `session_threads`: the intra-op threads the session was built with (from `settings`, on the CPU where `on_cpu`);
+    `model_mib` the model file's size (what a second session holds again). Outputs without one row per input row
     rule merging out. A run that fails while being timed leaves the settings unmeasured, with a warning:
     warm-up reports such a graph's failure in full.
     """
@@ -121,7 +130,7 @@ def resolve(
     if not rows_aligned:
         why_no_merging = "the graph's outputs do not have one row per input row"
     can_merge = len(plan.batch_sizes) > 1 and rows_aligned
-    choices = choose(measured, explicit, cpu_limit=cpu_limit, can_merge=can_merge, model_mib=model_mib,
+    choices = choose(measured, explicit, cpu_limit=cpu_limit, can_merge=can_merge, model_mib=model_mib, on_cpu=on_cpu,
                      why_not_measured=why_not, why_no_merging=why_no_merging)
     for choice in choices.values():
         logger.info("%s: %s %g (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
@@ -129,9 +138,10 @@ def resolve(
         logger.info("%s: timing the model at load took %.0f ms", model, 1000 * (time.perf_counter() - started))
     publish_settings(model, version, {name: (float(choice.value), choice.source) for name, choice in choices.items()})
     chosen = settings.model_copy(update={name: choice.value for name, choice in choices.items()})
-    same_width = choices[INTRA_OP_THREADS].value == session_threads
-    return Resolved(chosen, choices, rebuild_session=not same_width or bool(choices[BUSY_INTRA_OP_THREADS].value),
-                    keeps_lone_session=same_width)
+    same_session = (choices[INTRA_OP_THREADS].value == session_threads
+                    and bool(choices[SPIN_WITHIN_RUNS].value) == spins_within_runs(settings, session_threads, on_cpu=on_cpu))
+    return Resolved(chosen, choices, rebuild_session=not same_session or bool(choices[BUSY_INTRA_OP_THREADS].value),
+                    keeps_lone_session=same_session)
 
 
 def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | bool]:
@@ -155,4 +165,4 @@ def resolve_for_session(settings: RuntimeSettings, runner: SessionRunner | Width
     return resolve(settings, model=model, version=version,
                    run=session_run(runner, inputs, [spec.name for spec in outputs]), plan=plan,
                    cpu_limit=cpu_limit(), session_threads=session_options(settings).intra_op_num_threads,
-                   model_mib=model_path.stat().st_size / (1 << 20))
+                   model_mib=model_path.stat().st_size / (1 << 20), on_cpu=runner.device == "cpu")

@@ -208,16 +208,33 @@ def tensorrt_batch_profile(inputs: list[TensorSpec], max_rows: int) -> dict[str,
             "trt_profile_max_shapes": shapes(max_rows)}
 
 
-def session_options(settings: RuntimeSettings) -> ort.SessionOptions:
-    """Session options from settings, with thread counts sized to the container, not the host."""
+def session_options(settings: RuntimeSettings, providers: list[str] | None = None) -> ort.SessionOptions:
+    """Session options from settings, with thread counts sized to the container, not the host. `providers`: the
+    ones the session is built with (None: those `settings` asks for, as installed here)."""
     options = ort.SessionOptions()
     intra = settings.intra_op_threads
     options.intra_op_num_threads = intra if intra is not None else threads_for_cpu_limit(cpu_limit())
     options.inter_op_num_threads = settings.inter_op_threads
     options.execution_mode = _EXECUTION_MODES[settings.execution_mode]
     options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.graph_optimization_level]
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.allow_spinning else "0")
+    on_cpu = not any(name in GPU_PROVIDERS for name in (providers or choose_providers(settings.providers)))
+    within_runs = spins_within_runs(settings, options.intra_op_num_threads, on_cpu=on_cpu)
+    options.add_session_config_entry("session.intra_op.allow_spinning",
+                                     "1" if settings.allow_spinning or within_runs else "0")
+    if within_runs:  # ONNX Runtime's threads stop spinning the moment the last run in flight returns
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
+
+
+def spins_within_runs(settings: RuntimeSettings, intra_op_threads: int, *, on_cpu: bool) -> bool:
+    """Whether a session's intra-op threads spin only while a run is in flight: as `spin_within_runs` says, else
+    (unset) where a run has several threads on the CPU (0 is ONNX Runtime's own count, every core); never where
+    `allow_spinning` has them spin between runs too. The rule `wrappers.defaults_choice` reports for unset."""
+    if settings.allow_spinning:
+        return False
+    if settings.spin_within_runs is not None:
+        return bool(settings.spin_within_runs)
+    return on_cpu and intra_op_threads != 1
 
 
 def create_session(model_path: Path, settings: RuntimeSettings) -> ort.InferenceSession:
@@ -234,7 +251,8 @@ def create_session(model_path: Path, settings: RuntimeSettings) -> ort.Inference
     while True:
         try:  # enable_fallback=0: ONNX Runtime's own retry would go straight to CPU and drop every option
             session = ort.InferenceSession(
-                str(model_path), sess_options=session_options(settings), providers=provider_entries(names, settings),
+                str(model_path), sess_options=session_options(settings, names),
+                providers=provider_entries(names, settings),
                 enable_fallback=0,
             )
             break

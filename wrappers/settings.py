@@ -230,6 +230,14 @@ class RuntimeSettings(_Strict):
         description="Let idle intra-op threads spin between operators: a little faster for big models on idle "
         "cores, but the spinning burns CPU the server's own threads need (off by default).",
     )
+    spin_within_runs: bool | None = Field(
+        default=None,
+        description="Let intra-op threads spin between operators only while a run is in flight, stopping the moment "
+        "the last run returns (ONNX Runtime's force_spinning_stop): a run of several threads no longer waits at "
+        "every operator for a sleeping thread to wake, and no CPU is spent between requests. None (unset): chosen at "
+        "load (see the serving page): on where a lone run has several intra-op threads on the CPU. allow_spinning: "
+        "true spins between runs too.",
+    )
     graph_optimization_level: GraphOptimizationLevel = Field(
         default="all", description="ONNX Runtime's graph optimizations, applied when the session is built."
     )

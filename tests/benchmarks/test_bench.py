@@ -32,7 +32,7 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
     # raw sweeps before and after, side by side, servers started, then the loads: gRPC 4 (digits also with its
     # latency settings, and the bare transport), REST 3, shared memory 1, binary REST 1
-    assert len(steps) == 2 * 2 * 3 + 1 + 1 + 4 + 3 + 1 + 1
+    assert len(steps) == 2 * 3 * 3 + 1 + 1 + 4 + 3 + 1 + 1  # sweeps: 3 ways to spin x 3 batch sizes
     assert result["raw_two_single_threaded_callers_rows_per_s"] > 0
     for raw in result["raw"]:  # the limit is each setting's mean of the sweeps before and after the loads
         assert raw["rows_per_s"] == pytest.approx(sum(raw["rows_per_s_before_after"]) / 2, abs=0.01)
@@ -116,7 +116,7 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime_round_by_ro
 
 def test_the_progress_bar_counts_every_load_of_every_runtime():
     config = BenchConfig(protocols=["grpc", "grpc-shm"], concurrency=[1, 8], rounds=3)
-    raw_steps = 2 * 2 * 3 + 1 + 1  # raw sweeps before and after (batch sizes x spinning), side by side, servers started
+    raw_steps = 2 * 3 * 3 + 1 + 1  # raw sweeps before and after (3 ways to spin x 3 batch sizes), side by side, servers started
     shared_memory = 6  # the wrappers runtime alone
     # over gRPC: both runtimes, the bare transport, and digits with its latency settings
     assert _steps(config) == (raw_steps + 4 * 6 + shared_memory) + (raw_steps + 3 * 6 + shared_memory)

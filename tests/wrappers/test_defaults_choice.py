@@ -25,6 +25,7 @@ from wrappers.defaults_choice import (
     MAX_BATCH_ROWS,
     MEASURED,
     POLL_WINDOW_US,
+    SPIN_WITHIN_RUNS,
     Measurements,
     choose,
     threads_for_cpu_limit,
@@ -71,6 +72,8 @@ def test_every_setting_is_chosen_sanely(measured, can_merge):
     inline = 1000 * measured.seconds_per_row[1] < chosen[INLINE_BELOW_MS].value
     polls = inline and measured.cpu_limit >= 2
     assert chosen[EVENT_LOOP_SPIN_US].value == (POLL_WINDOW_US if polls else 0)
+    # Threads spin within runs exactly where a run has threads beside the caller's to keep awake.
+    assert chosen[SPIN_WITHIN_RUNS].value == (chosen[INTRA_OP_THREADS].value > 1)
     assert all(choice.reason and choice.source in (MEASURED, DEFAULT) for choice in chosen.values())
 
 
@@ -78,7 +81,7 @@ def test_every_setting_is_chosen_sanely(measured, can_merge):
 @given(measurements(), st.fixed_dictionaries({}, optional={
     INTRA_OP_THREADS: st.integers(0, 8), INFERENCE_THREADS: st.integers(1, 8), MAX_BATCH_ROWS: st.integers(1, 64),
     INLINE_BELOW_MS: st.floats(0, 5), BUSY_INTRA_OP_THREADS: st.integers(0, 4),
-    EVENT_LOOP_SPIN_US: st.integers(0, 100_000)}), st.booleans())
+    EVENT_LOOP_SPIN_US: st.integers(0, 100_000), SPIN_WITHIN_RUNS: st.booleans()}), st.booleans())
 def test_an_explicit_setting_always_wins(measured, explicit, can_merge):
     chosen = _choose(measured, explicit, can_merge=can_merge)
     for name, value in explicit.items():
@@ -147,6 +150,31 @@ def test_runs_beside_others_stay_on_one_session_where_a_second_would_not_pay_or_
     assert one_core[BUSY_INTRA_OP_THREADS].value == 0 and one_core[INFERENCE_THREADS].value == 1
 
 
+def test_threads_spin_within_runs_on_the_cpu_only_where_a_run_has_several():
+    large = Measurements({1: 10e-3, 2: 8e-3}, 30e-6, 2.0)
+    wide = _choose(large)[SPIN_WITHIN_RUNS]
+    assert (wide.value, wide.source) == (1, MEASURED) and "spreads over 2 intra-op threads" in wide.reason
+    assert _choose(large, {INTRA_OP_THREADS: 1})[SPIN_WITHIN_RUNS].value == 0
+    assert _choose(Measurements({1: 50e-6}, 30e-6, 2.0))[SPIN_WITHIN_RUNS].value == 0  # inline: one thread
+    on_gpu = choose(None, {}, cpu_limit=8.0, can_merge=False, on_cpu=False)[SPIN_WITHIN_RUNS]
+    assert (on_gpu.value, on_gpu.source) == (0, DEFAULT) and "GPU" in on_gpu.reason
+
+
+def test_the_spinning_chosen_is_what_a_session_built_with_it_unset_does():
+    """A session built before the choice keeps its lone session only where the two agree (wrappers.serving_defaults)."""
+    from wrappers.session import spins_within_runs
+
+    for limit in (1.0, 2.0, 8.0):
+        for explicit in ({}, {INTRA_OP_THREADS: 1}, {INTRA_OP_THREADS: 3}):
+            for on_cpu in (True, False):
+                chosen = choose(Measurements({1: 10e-3}, 30e-6, limit), explicit, cpu_limit=limit, can_merge=False,
+                                on_cpu=on_cpu)
+                threads = int(chosen[INTRA_OP_THREADS].value)
+                assert bool(chosen[SPIN_WITHIN_RUNS].value) == spins_within_runs(RuntimeSettings(), threads, on_cpu=on_cpu)
+    assert not spins_within_runs(RuntimeSettings(allow_spinning=True), 2, on_cpu=True)  # spins between runs too
+    assert not spins_within_runs(RuntimeSettings(spin_within_runs=False), 2, on_cpu=True)
+
+
 def test_a_tiny_model_on_one_cpu_never_polls():
     chosen = _choose(Measurements({1: 50e-6}, 30e-6, 1.5))[EVENT_LOOP_SPIN_US]
     assert (chosen.value, chosen.source) == (0, MEASURED) and "no CPU beside the event loop's" in chosen.reason
@@ -160,8 +188,8 @@ def test_explicit_single_threaded_runs_get_one_slot_more_than_the_cores():
 def test_unmeasured_or_unmergeable_models_keep_the_fixed_defaults():
     chosen = _choose(None)
     assert {name: choice.value for name, choice in chosen.items()} == {
-        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1, MAX_BATCH_ROWS: 1,
-        EVENT_LOOP_SPIN_US: 0}
+        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, SPIN_WITHIN_RUNS: 1, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1,
+        MAX_BATCH_ROWS: 1, EVENT_LOOP_SPIN_US: 0}
     assert {choice.source for choice in chosen.values()} == {DEFAULT}
     assert "warm-up is off" in chosen[MAX_BATCH_ROWS].reason
     fixed = _choose(Measurements({1: 10e-3, 8: 5e-3}, 30e-6, 2.0), can_merge=False)[MAX_BATCH_ROWS]

@@ -112,6 +112,25 @@ def test_session_options_come_from_settings():
     assert session_options(RuntimeSettings()).intra_op_num_threads == max(1, int(cpu_limit()))
 
 
+@pytest.mark.parametrize("settings, providers, spins, stops", [
+    ({"intra_op_threads": 2}, ["CPUExecutionProvider"], "1", "1"),  # unset: spin within runs of several threads
+    ({"intra_op_threads": 0}, ["CPUExecutionProvider"], "1", "1"),  # ONNX Runtime's own count: every core
+    ({"intra_op_threads": 1}, ["CPUExecutionProvider"], "0", ""),  # no other thread to keep awake
+    ({"intra_op_threads": 2}, ["CUDAExecutionProvider", "CPUExecutionProvider"], "0", ""),  # threads feed a GPU
+    ({"intra_op_threads": 2, "spin_within_runs": False}, ["CPUExecutionProvider"], "0", ""),
+    ({"intra_op_threads": 1, "spin_within_runs": True}, ["CPUExecutionProvider"], "1", "1"),
+    ({"intra_op_threads": 2, "allow_spinning": True}, ["CPUExecutionProvider"], "1", ""),  # between runs too
+])
+def test_intra_op_threads_spin_while_a_run_is_in_flight_and_stop_when_it_returns(settings, providers, spins, stops):
+    options = session_options(RuntimeSettings(**settings), providers)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spins
+    if stops:
+        assert options.get_session_config_entry("session.force_spinning_stop") == stops
+    else:
+        with pytest.raises(Exception, match="force_spinning_stop"):  # never set: ONNX Runtime says the key is unknown
+            options.get_session_config_entry("session.force_spinning_stop")
+
+
 @pytest.mark.parametrize(
     "files, expected",
     [
