@@ -217,7 +217,9 @@ def session_options(settings: RuntimeSettings, providers: list[str] | None = Non
     options.inter_op_num_threads = settings.inter_op_threads
     options.execution_mode = _EXECUTION_MODES[settings.execution_mode]
     options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.graph_optimization_level]
-    on_cpu = not any(name in GPU_PROVIDERS for name in (providers or choose_providers(settings.providers)))
+    available = ort.get_available_providers()  # as `choose_providers` keeps them, without its warnings again
+    names = providers or [name for name in (settings.providers or GPU_PROVIDERS) if name in available]
+    on_cpu = not any(name in GPU_PROVIDERS for name in names)
     within_runs = spins_within_runs(settings, options.intra_op_num_threads, on_cpu=on_cpu)
     options.add_session_config_entry("session.intra_op.allow_spinning",
                                      "1" if settings.allow_spinning or within_runs else "0")
