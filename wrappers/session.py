@@ -120,11 +120,11 @@ GPU_PROVIDERS = (TENSORRT, CUDA)
 _EXECUTION_MODES = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
 
 
-def choose_providers(requested: list[str] | None) -> list[str]:
+def choose_providers(requested: list[str] | None, *, warn: bool = True) -> list[str]:
     """Keep the requested providers that this onnxruntime build has, in order, ending with CPU.
 
     With nothing requested: TensorRT and CUDA where this build has them, then CPU.
-    A provider that is not installed is skipped with a warning, never a crash.
+    A provider that is not installed is skipped with a warning (`warn`), never a crash.
     """
     available = ort.get_available_providers()
     wanted = requested or [name for name in (*GPU_PROVIDERS, CPU) if name in available]
@@ -132,7 +132,7 @@ def choose_providers(requested: list[str] | None) -> list[str]:
     for name in wanted:
         if name in available:
             chosen.append(name)
-        else:
+        elif warn:
             logger.warning("execution provider %s is not available here (have %s); skipping it", name, available)
     if CPU not in chosen:
         chosen.append(CPU)
@@ -217,8 +217,7 @@ def session_options(settings: RuntimeSettings, providers: list[str] | None = Non
     options.inter_op_num_threads = settings.inter_op_threads
     options.execution_mode = _EXECUTION_MODES[settings.execution_mode]
     options.graph_optimization_level = _OPTIMIZATION_LEVELS[settings.graph_optimization_level]
-    available = ort.get_available_providers()  # as `choose_providers` keeps them, without its warnings again
-    names = providers or [name for name in (settings.providers or GPU_PROVIDERS) if name in available]
+    names = providers or choose_providers(settings.providers, warn=False)  # the session builder warns, once
     on_cpu = not any(name in GPU_PROVIDERS for name in names)
     within_runs = spins_within_runs(settings, options.intra_op_num_threads, on_cpu=on_cpu)
     options.add_session_config_entry("session.intra_op.allow_spinning",
