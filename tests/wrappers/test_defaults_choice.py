@@ -249,8 +249,8 @@ def test_a_real_session_is_timed_and_the_choice_published_with_explicit_settings
 
 
 def test_a_second_session_of_the_busy_width_keeps_the_lone_one_built_already():
-    def slow(rows: int) -> list:  # 2 ms a row: runs go to threads, 2 threads each alone, 1 beside others
-        time.sleep(0.002 * rows)
+    def slow(rows: int) -> list:  # 20 ms a row: runs go to threads, 2 threads each alone, 1 beside others
+        time.sleep(0.02 * rows)  # (2 ms went inline in a CI run whose hop to a thread took over 125 us: 16 hops)
         return [np.zeros((rows, 1), np.float32)]
 
     resolved = resolve(RuntimeSettings(), model="slow", version=None, run=slow, plan=TimingPlan((1, 2)),
