@@ -109,7 +109,7 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
                 for _ in range(config.rounds):  # alternate, so all meet the same machine
                     for runtime in runtimes:
                         if runtime == TRANSPORT:
-                            hold_ms = _transport_hold_ms(rounds[SLIPWAY][-1], rounds[TRANSPORT])
+                            hold_ms = transport_hold_ms(rounds[SLIPWAY][-1], rounds[TRANSPORT])
                             servers[TRANSPORT].hold(hold_ms)
                         result = run_load(
                             protocol=protocol, server=servers[runtime], model=model.name, inputs=inputs,
@@ -141,7 +141,7 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     }
 
 
-def _transport_hold_ms(served: dict, earlier: list[dict]) -> float:
+def transport_hold_ms(served: dict, earlier: list[dict]) -> float:
     """How long the bare transport holds each request this round, so that its p50, and with it its request
     rate, matches the wrappers runtime's round just before: the served p50, less the transport's own latency
     as its previous round measured it (none before the first)."""

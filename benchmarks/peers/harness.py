@@ -9,8 +9,10 @@ timing each server must answer one fixed input over gRPC and REST as raw ONNX Ru
 not is not timed and the command fails. The same closed-loop client (`benchmarks.load.run_load`) then loads
 each server in turn at each point, round after round, starting each round one server further on, so that
 every ratio compares loads measured next to each other in time. At each gRPC point the bare gRPC transport
-(`benchmarks.transport`, no MLServer and no model) takes a turn too, for the point's CPU bound (`cpu_bound`). A
-peer that cannot be installed or started, or that was skipped, is reported as "not run: <reason>".
+(`benchmarks.transport`, no MLServer and no model) takes a turn too, right after Slipway's and held to its p50, so
+at about its request rate (gRPC's CPU per request rises as the rate falls: fewer events per wake-up), for the
+point's CPU bound (`cpu_bound`). A peer that cannot be installed or started, or that was skipped, is reported as
+"not run: <reason>".
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from benchmarks.peers.envs import KSERVE, PINS, PYTRITON, PeerUnavailable
 from benchmarks.peers.goals import goals
 from benchmarks.peers.servers import PeerServer
 from benchmarks.raw import measure_raw, raw_turn
-from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round
+from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round, transport_hold_ms
 from benchmarks.transport import BareGrpcServer
 from slipway.local_server import LocalServer, ServerError
 from slipway.reports import wakeup_round_trip_us
@@ -150,16 +152,20 @@ def best_of_sweeps(before: list[dict], after: list[dict]) -> list[dict]:
     return best
 
 
-def round_order(servers: list[str], round_index: int) -> list[str]:
-    """The servers' order in a round: each round starts one further on, so none always follows the same one."""
+def round_order(servers: list[str], round_index: int, *, after_slipway: str | None = None) -> list[str]:
+    """The servers' order in a round: each round starts one further on, so none always follows the same one;
+    `after_slipway`, where given, takes its turn right after Slipway's (held to the p50 Slipway just had)."""
     shift = round_index % len(servers) if servers else 0
-    return servers[shift:] + servers[:shift]
+    order = servers[shift:] + servers[:shift]
+    if after_slipway:
+        order.insert(order.index(SLIPWAY) + 1, after_slipway)
+    return order
 
 
 def cpu_bound(raw_rounds: list[tuple[float, float]], transport_rounds: list[dict], cpus: int) -> dict:
     """The rows/s the CPUs allow at a gRPC point of batch-1 requests for a server that adds nothing to raw
-    `session.run` (its CPU per row at its fastest setting), the bare gRPC transport and the client (their CPU per
-    request), each round's own: the CPUs over that CPU per row. A server does its own work on top and merges no more
+    `session.run` (its CPU per row at its fastest setting), the bare gRPC transport at Slipway's request rate and the
+    client (their CPU per request), each round's own: the CPUs over that CPU per row. A server does its own work on top and merges no more
     rows than its clients send at once; it passes the bound only where it runs ONNX Runtime on less CPU per row
     than raw's fastest setting (its threads may spin) does."""
     rows, ratios = [], []
@@ -220,19 +226,23 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
             transport = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
         advance()
         for protocol in config.protocols:
-            turns = [*servers, RAW, *([TRANSPORT] if transport and protocol == GRPC else [])]
+            with_transport = TRANSPORT if transport and protocol == GRPC else None
             for concurrency in config.concurrency:
                 for round_index in range(config.rounds):
-                    for name in round_order(turns, round_index):
+                    for name in round_order([*servers, RAW], round_index, after_slipway=with_transport):
                         if name == RAW:
                             raw_rounds.setdefault((concurrency, protocol), []).append(raw_now())
                             advance()
                             continue
+                        if name == TRANSPORT:  # only at gRPC points
+                            held = transport_rounds.setdefault(concurrency, [])
+                            hold_ms = transport_hold_ms(rounds[(SLIPWAY, concurrency, protocol)][-1], held)
+                            transport.hold(hold_ms)
                         result = run_load(protocol=protocol, server=transport if name == TRANSPORT else servers[name],
                                           model=model.name, inputs=inputs, concurrency=concurrency,
                                           seconds=config.seconds, warmup_s=config.warmup_s, process_tree=True)
-                        if name == TRANSPORT:  # only at gRPC points
-                            transport_rounds.setdefault(concurrency, []).append(result.summary())
+                        if name == TRANSPORT:
+                            held.append({**result.summary(), "hold_ms": hold_ms})
                         else:
                             rounds.setdefault((name, concurrency, protocol), []).append(result.summary())
                         advance()

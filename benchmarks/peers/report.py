@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from benchmarks.peers.harness import MEASURED, SERVERS
 
-CPU_BOUND = "CPU bound: raw CPU per row + gRPC transport alone + client, per request"
+CPU_BOUND = "CPU bound: raw CPU per row + gRPC transport alone at Slipway's rate + client, per request"
 LABELS = {"plain": "plain MLServer runtime", "slipway": "Slipway's runtime", "kserve": "KServe", "pytriton": "PyTriton"}
 
 

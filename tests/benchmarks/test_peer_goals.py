@@ -52,6 +52,18 @@ def test_the_raw_goal_is_mobilenet_over_grpc_at_8_against_raw_s_turn_in_the_same
     assert not any(goal["against"] == "raw" for goal in goals({"digits": {"points": [ours], "raw_limit_rows_per_s": 1.0}}))
 
 
+def test_the_raw_goal_shows_the_point_s_cpu_bound_and_slipway_s_share_of_it_paired_by_round():
+    ours = _point("slipway", 8, [140, 130, 150], [50] * 3, [12] * 3, raw_rounds_rows_per_s=[180, 170, 190])
+    bound = {"protocol": "grpc", "concurrency": 8, "x_raw_same_round": 0.81, "rounds_rows_per_s": [150, 140, 150]}
+    other_bound = {**bound, "concurrency": 1, "x_raw_same_round": 0.5}
+    (raw,) = [goal for goal in goals({"mobilenetv2": {
+        "points": [ours, _point("kserve", 8, [100] * 3, [60] * 3, [15] * 3)], "raw_limit_rows_per_s": 200.0,
+        "cpu_bounds": [other_bound, bound]}}) if goal["against"] == "raw"]
+    assert not raw["met"] and raw["paired"] == pytest.approx(140 / 180, abs=1e-3)  # under 0.85: not met
+    # the bound is under the target too; Slipway's share of it: 140/150, 130/140, 150/150 -> median 0.933
+    assert "the point's CPU bound: 0.81x raw, Slipway at 0.93 of it" in raw["goal"]
+
+
 def test_a_point_with_no_other_server_has_no_goal_and_the_table_lists_every_goal():
     assert goals({"m": {"points": [_point("slipway", 1, [1, 2], [1, 2], [1, 2])], "raw_limit_rows_per_s": 9.0}}) == []
     payload = _payload({"plain": "measured", "slipway": "measured", "kserve": "measured", "pytriton": "measured"})

@@ -85,6 +85,8 @@ def test_each_round_starts_one_server_further_on():
     assert all(sorted(order) == sorted(servers) for order in orders)
     assert [order[0] for order in orders] == servers and round_order(servers, 4) == servers
     assert round_order([], 3) == []
+    held = [round_order(servers, index, after_slipway="transport") for index in range(4)]  # held to Slipway's p50
+    assert all(order[order.index("slipway") + 1] == "transport" and len(order) == 5 for order in held)
 
 
 def test_a_server_s_cpu_counts_the_processes_under_it():
@@ -137,7 +139,7 @@ def test_the_table_has_every_server_measured_or_not_run_with_its_reason():
     assert "| digits | Slipway's runtime | grpc | 1 | 500.0 | 500.0 | 0.050 | 0.045 | 1.90 | 4.20 | 1.25 | 480 / 500 |" in table
     assert "| digits | KServe 0.21.0 | not run: could not start: exited \\| code 1 |" in table
     assert "| digits | PyTriton 0.7.0 | not run: wrong answer" in table
-    assert ("| digits | CPU bound: raw CPU per row + gRPC transport alone + client, per request | grpc | 1 | "
+    assert ("| digits | CPU bound: raw CPU per row + gRPC transport alone at Slipway's rate + client, per request | grpc | 1 | "
             "| 1600.0 | 0.160 | 0.150 | | | 0.7 (the transport alone) | 1500 / 1700 |") in table
     assert "Not run in this run: KServe 0.21.0: not run: could not start" in table
     assert wrong_answers(payload) == ["digits: pytriton: not run: wrong answer, not timed: grpc: output 'x' differs"]
@@ -179,7 +181,7 @@ def test_a_tiny_run_measures_the_runtimes_and_reports_the_skipped_peers(digits_a
     (bound,) = written["models"]["digits"]["cpu_bounds"]  # the one gRPC point's
     assert (bound["protocol"], bound["concurrency"], len(bound["rounds_rows_per_s"])) == ("grpc", 1, 2)
     transport = bound["transport"]
-    assert transport["requests"] > 0 and transport["errors"] == 0
+    assert transport["requests"] > 0 and transport["errors"] == 0 and transport["hold_ms"] >= 0
     assert transport["server_cpu_ms_per_request"] > 0 and transport["client_cpu_ms_per_request"] > 0
     for point in points:
         if point["protocol"] == "grpc":  # at concurrency 1 latency bounds the servers, far under the CPU bound
