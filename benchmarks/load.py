@@ -49,6 +49,7 @@ class LoadResult:
     server_cpu_by_thread: dict[str, float] | None = None  # seconds: THREAD_GROUPS
     client_cpu_seconds: float | None = None
     machine_idle_fraction: float | None = None
+    machine_steal_fraction: float | None = None  # time the hypervisor gave the machine's CPUs to someone else
 
     @property
     def server_cpu_seconds(self) -> float | None:
@@ -80,6 +81,7 @@ class LoadResult:
             ),
             "client_cpu_ms_per_request": self._per_request_ms(self.client_cpu_seconds),
             "machine_idle_pct": None if self.machine_idle_fraction is None else round(100 * self.machine_idle_fraction, 1),
+            "machine_steal_pct": None if self.machine_steal_fraction is None else round(100 * self.machine_steal_fraction, 1),
         }
 
     def _per_request_ms(self, seconds: float | None) -> float | None:
@@ -121,12 +123,14 @@ CHILD_PROCESSES = "child_processes"
 
 @dataclass
 class CpuSnapshot:
-    """CPU seconds so far: the server's by thread group, this process's (the client), the machine's idle time."""
+    """CPU seconds so far: the server's by thread group, this process's (the client); the machine's busy, idle
+    and stolen clock ticks (stolen: a VM's CPU given to another guest, busy time to the guest's kernel)."""
 
     server: dict[str, float]
     client: float
     machine_busy: float
     machine_idle: float
+    machine_steal: float
 
     @classmethod
     def take(cls, pid: int, *, process_tree: bool = False) -> CpuSnapshot:
@@ -148,14 +152,16 @@ class CpuSnapshot:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         ticks = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
         idle = ticks[3] + ticks[4]  # idle + iowait
-        return cls(groups, usage.ru_utime + usage.ru_stime, sum(ticks) - idle, idle)
+        return cls(groups, usage.ru_utime + usage.ru_stime, sum(ticks) - idle, idle, ticks[7])
 
-    def since(self, before: CpuSnapshot) -> tuple[dict[str, float], float, float]:
-        """Server seconds by group, client seconds and the machine's idle fraction between two snapshots."""
+    def since(self, before: CpuSnapshot) -> tuple[dict[str, float], float, tuple[float, float]]:
+        """Server seconds by group, client seconds and the machine's idle and stolen fractions between two snapshots."""
         # Never below 0: a process's total and its threads are read a clock tick apart.
         server = {group: max(0.0, self.server[group] - before.server.get(group, 0.0)) for group in self.server}
         busy, idle = self.machine_busy - before.machine_busy, self.machine_idle - before.machine_idle
-        return server, self.client - before.client, idle / (busy + idle) if busy + idle else 0.0
+        total = busy + idle
+        shares = (idle / total, (self.machine_steal - before.machine_steal) / total) if total else (0.0, 0.0)
+        return server, self.client - before.client, shares
 
 
 async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid: int, process_tree: bool = False):
@@ -327,9 +333,10 @@ def run_load(
             work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", body, header_length=header_length, **timing)
         else:
             raise ValueError(f"unknown protocol {protocol!r}: use one of {PROTOCOLS}")
-        count, errors, elapsed, latencies, (server_cpu, client_cpu, idle) = asyncio.run(work)
+        count, errors, elapsed, latencies, (server_cpu, client_cpu, (idle, steal)) = asyncio.run(work)
     rows = next(iter(inputs.values())).shape[0]
     return LoadResult(
         protocol, concurrency, rows, count, errors, elapsed, latencies,
         server_cpu_by_thread=server_cpu, client_cpu_seconds=client_cpu, machine_idle_fraction=idle,
+        machine_steal_fraction=steal,
     )

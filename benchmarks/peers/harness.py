@@ -260,6 +260,7 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
         point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
         point["rounds_p50_ms"] = [summary["p50_ms"] for summary in summaries]
         point["rounds_server_cpu_ms_per_request"] = [summary["server_cpu_ms_per_request"] for summary in summaries]
+        point["rounds_machine_steal_pct"] = [summary["machine_steal_pct"] for summary in summaries]  # the host's noise
         points.append(point)
     cpus = len(os.sched_getaffinity(0))
     bounds = [{"protocol": GRPC, "concurrency": concurrency,

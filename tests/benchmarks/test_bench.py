@@ -48,6 +48,7 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
         assert set(split) == {"event_loop", "inference", "other"} and split["event_loop"] > 0
         assert sum(split.values()) == pytest.approx(point["server_cpu_ms_per_request"], abs=0.01)
         assert point["client_cpu_ms_per_request"] > 0 and 0 <= point["machine_idle_pct"] <= 100
+        assert 0 <= point["machine_steal_pct"] <= 100 - point["machine_idle_pct"]  # stolen time is busy time
         if point is not transport:
             assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / result["raw_limit_rows_per_s"], abs=1e-3)
     payload = {"models": {"digits": result}, "cpu_count": 2, "load_average": {"before": [1.0]}, "created_at": "today",

@@ -178,6 +178,7 @@ def test_a_tiny_run_measures_the_runtimes_and_reports_the_skipped_peers(digits_a
         assert point["x_raw_same_round"] == pytest.approx(sum(ratios) / 2, abs=1e-3)  # the median of two
         split = point["server_cpu_ms_per_request_by_thread"]  # the process tree's: MLServer starts no children here
         assert CHILD_PROCESSES in split and point["server_cpu_ms_per_request"] > 0
+        assert len(point["rounds_machine_steal_pct"]) == 2 and min(point["rounds_machine_steal_pct"]) >= 0
     (bound,) = written["models"]["digits"]["cpu_bounds"]  # the one gRPC point's
     assert (bound["protocol"], bound["concurrency"], len(bound["rounds_rows_per_s"])) == ("grpc", 1, 2)
     transport = bound["transport"]
