@@ -6,8 +6,8 @@ turns within a round, so a paired ratio cancels the host's drift between rounds)
 median meets it: on a host whose speed moves by a third within minutes, the ratio of two medians taken minutes
 apart measures the host as much as the servers. The MobileNetV2 goal is judged against raw `session.run`'s turn in
 the same round, for the same reason; its ratio to the run's fastest raw sweep is shown beside it, and so is the
-point's CPU bound (`benchmarks.peers.harness.cpu_bound`): where the bound itself is under the target, no server that
-reads its requests through gRPC in Python and shares the CPUs with the client could meet it in that run.
+point's CPU bound (`benchmarks.peers.harness.cpu_bound`): where the bound itself is under the target, only a server
+that runs ONNX Runtime on less CPU per row than raw's fastest setting could meet it in that run.
 """
 
 from __future__ import annotations

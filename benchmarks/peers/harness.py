@@ -164,10 +164,10 @@ def round_order(servers: list[str], round_index: int, *, after_slipway: str | No
 
 def cpu_bound(raw_rounds: list[tuple[float, float]], transport_rounds: list[dict], cpus: int) -> dict:
     """The rows/s the CPUs allow at a gRPC point of batch-1 requests for a server that adds nothing to raw
-    `session.run` (its CPU per row at its fastest setting), the bare gRPC transport at Slipway's request rate and the
-    client (their CPU per request), each round's own: the CPUs over that CPU per row. A server does its own work on top and merges no more
-    rows than its clients send at once; it passes the bound only where it runs ONNX Runtime on less CPU per row
-    than raw's fastest setting (its threads may spin) does."""
+    `session.run` (its CPU per row at its fastest setting), the bare gRPC transport at Slipway's request rate and
+    the client (their CPU per request), each round's own: the CPUs over that CPU per row. A server does its own
+    work on top and merges no more rows than its clients send at once; it passes the bound only where it runs
+    ONNX Runtime on less CPU per row than raw's fastest setting (its threads may spin) does."""
     rows, ratios = [], []
     for (raw_rows, raw_cpu_ms), transport in zip(raw_rounds, transport_rounds, strict=True):
         per_row_ms = raw_cpu_ms + transport["server_cpu_ms_per_request"] + transport["client_cpu_ms_per_request"]
