@@ -23,8 +23,10 @@ set explicitly into the seven settings below, each with the reason a log line an
   the loop may poll up to 2 ms after a run, and does while requests come back to back within that window
   (`wrappers.poll_gate`); with one CPU a polling loop would take the CPU those threads need.
 
-An explicitly set value always wins; a value that could not be measured (a GPU, warm-up off) keeps the
-setting's fixed default, and says so.
+On a GPU provider nothing is timed here (the kernels' own choices are `wrappers.gpu_choice`'s): runs merge up to
+the largest bucket (`run_planning.gpu_merge_rows`), two run slots let one run's copies and padding overlap the
+other's kernels, and one intra-op thread does the CPU's part (shape arithmetic). An explicitly set value always
+wins; a value that could not be measured (warm-up off) keeps the setting's fixed default, and says so.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ MERGE_MIN_GAIN = 1.10
 MERGE_NEAR_BEST = 0.95
 # A second session holds the weights again: over this much model, runs under load keep sharing the one session.
 BUSY_SESSION_MAX_MIB = 512
+# Run slots on a GPU provider: while one run's rows are padded and copied, the other's kernels run (each bucket's
+# session has a CUDA stream of its own, `wrappers.bucket_sessions`).
+GPU_RUN_SLOTS = 2
 # The longest the event loop polls after an inline run, where it polls at all: digits over gRPC at concurrency 1
 # waited 1.46 ms from one run to the next at the median while polling (p90 1.86 ms), so 2 ms spans most waits.
 POLL_WINDOW_US = 2000
@@ -84,7 +89,7 @@ class Choice:
     """One setting's value, where it came from, and why (with the numbers it was chosen from)."""
 
     setting: str
-    value: Value
+    value: Value | str  # a word for a setting that takes one (wrappers.gpu_choice: cudnn_conv_algo_search)
     source: Source
     reason: str
 
@@ -104,13 +109,15 @@ def choose(
     on_cpu: bool = True,
     why_not_measured: str = "",
     why_no_merging: str = "",
+    gpu_merge: tuple[int, str] | None = None,
 ) -> dict[str, Choice]:
     """The seven settings (`CHOSEN`), each explicit where `explicit` names it, else from `measured`.
 
     `measured` None: nothing could be timed (`why_not_measured` says why); each unset setting keeps its
     fixed default and intra-op threads follow the CPU limit. `can_merge` False (`why_no_merging`): requests
     cannot be merged for this graph or server, so max_batch_rows is 1 unless set. `model_mib`: the model file's
-    size, what a second session would hold again.
+    size, what a second session would hold again. `gpu_merge`: on a GPU provider, the rows runs merge up to and why
+    (`run_planning.gpu_merge_rows`).
     """
     chosen: dict[str, Choice] = {
         name: Choice(name, value, EXPLICIT, "set in model-settings.json") for name, value in explicit.items()
@@ -121,6 +128,8 @@ def choose(
         if name not in chosen:
             chosen[name] = Choice(name, value, source, reason)
 
+    if gpu_merge is not None:
+        _pick_gpu(gpu_merge, pick)
     if measured is None:
         for name, value in FIXED_DEFAULTS.items():
             pick(name, value, f"not measured ({why_not_measured}): the fixed default", DEFAULT)
@@ -153,6 +162,16 @@ def choose(
     if measured is not None:
         _pick_polling(inline, cpu_limit, pick)
     return {name: chosen[name] for name in CHOSEN}
+
+
+def _pick_gpu(gpu_merge: tuple[int, str], pick: Callable[..., None]) -> None:
+    rows, reason = gpu_merge
+    pick(MAX_BATCH_ROWS, rows, reason, DEFAULT)
+    pick(INFERENCE_THREADS, GPU_RUN_SLOTS, f"on a GPU provider {GPU_RUN_SLOTS} run slots: while one run's rows are "
+         "padded and copied, the other's kernels run", DEFAULT)
+    pick(INTRA_OP_THREADS, 1, "on a GPU provider the CPU's share of a run is shape arithmetic: one intra-op thread",
+         DEFAULT)
+    pick(INLINE_BELOW_MS, 0.0, "on a GPU provider every run goes to a run slot", DEFAULT)
 
 
 def _pick_inline(measured: Measurements, pick: Callable[[str, Value, str], None]) -> None:

@@ -50,15 +50,34 @@ def gpu_buckets(max_batch_rows: int) -> list[int]:
     return sorted(sizes | {largest})
 
 
+def gpu_merge_rows(inputs: list[TensorSpec], outputs: list[TensorSpec], configured: list[int] | None) -> tuple[int, str]:
+    """How many rows merge into one run on a GPU where max_batch_rows is unset, and why.
+
+    A GPU runs 32 rows in about the time of one, so queued requests merge up to the largest bucket runs are padded
+    to (`gpu_buckets`, or `batch_buckets` as set). A fixed batch dimension is its own bound; a graph whose requests
+    cannot be merged runs them alone.
+    """
+    try:
+        fixed = fixed_batch_rows(inputs, outputs)
+    except BatchingConfigError as err:
+        return 1, f"requests cannot be merged ({err})"
+    if fixed:
+        return fixed, f"the graph's batch dimension is fixed at {fixed}: runs of up to {fixed} rows"
+    largest = max(configured) if configured else GPU_LARGEST_BUCKET  # the largest of `gpu_buckets`; []: no padding
+    return largest, (f"on a GPU provider requests that queue merge up to the largest batch bucket ({largest} rows): "
+                     "a GPU runs them in about the time of one")
+
+
 def padding_buckets(
     *, fixed_rows: int | None, input_shapes: Iterable[Sequence[int]], configured: list[int] | None, on_cpu: bool,
-    max_batch_rows: int, fixed_outputs: bool, inference_threads: int,
+    max_batch_rows: int, fixed_outputs: bool, session_per_bucket: bool | None,
 ) -> list[int]:
     """The row counts runs are padded up to, ascending; [] for none.
 
     A fixed batch size is the one bucket; otherwise the configured buckets, or on a GPU powers of two
     (`gpu_buckets`). Padding needs a dynamic first dimension on every input, and a replayed CUDA graph
-    one shape from one run slot: both refused in one line naming the setting to change.
+    one shape per session (a single bucket, or a session per bucket: `wrappers.bucket_sessions`, unset on a
+    GPU): both refused in one line naming the setting to change.
     """
     if fixed_rows:
         return [fixed_rows]
@@ -72,10 +91,11 @@ def padding_buckets(
             raise BatchingConfigError("batch_buckets needs graph inputs whose first (batch) dimension is dynamic; "
                                       "remove batch_buckets for this graph")
         return []
-    if fixed_outputs and (len(buckets) != 1 or inference_threads != 1):
+    per_bucket = session_per_bucket if session_per_bucket is not None else not on_cpu
+    if fixed_outputs and len(buckets) != 1 and not (per_bucket and buckets):
         raise BatchingConfigError(
-            "cuda.enable_cuda_graph replays one captured shape from one run slot: set parameters.extra."
-            "batch_buckets to a single row count (e.g. [8]) and inference_threads to 1"
+            "cuda.enable_cuda_graph replays one captured shape per session: set parameters.extra.batch_buckets to a "
+            "single row count (e.g. [8]), or session_per_bucket to true for a graph per bucket"
         )
     return buckets
 
@@ -164,7 +184,7 @@ def plan_runs(config: RuntimeSettings, inputs: list[TensorSpec], outputs: list[T
     buckets = padding_buckets(
         fixed_rows=fixed_rows, input_shapes=[spec.shape for spec in inputs], configured=config.batch_buckets,
         on_cpu=on_cpu, max_batch_rows=config.max_batch_rows, fixed_outputs=fixed_outputs,
-        inference_threads=config.inference_threads)
+        session_per_bucket=config.session_per_bucket)
     return RunPlan(fixed_rows, buckets, with_tensorrt_profile(config, inputs, buckets, providers, model))
 
 

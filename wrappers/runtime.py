@@ -36,7 +36,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 from prometheus_client import Histogram
 
 from slipway.artifact import ArtifactError
-from wrappers import busy_poll, cpu_pinning, json_logs, mlserver_glue, payload_log, run_planning, serving_defaults
+from wrappers import busy_poll, cpu_pinning, gpu_choice, json_logs, mlserver_glue, payload_log, run_planning, serving_defaults
 from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
 from wrappers.frontends import hosted, with_pod_frontends
 from wrappers.batching import BatchStats, RowBatcher, run_in_buckets
@@ -125,6 +125,11 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._buckets = plan.buckets
         if plan.settings is not self._config:  # TensorRT builds engines at a first run: the session replaced built none
             self._use(plan.settings, model_path)
+        bucketed = gpu_choice.plan_buckets(model_path, self._config, self._buckets, self._runner.device, self._graph_inputs,
+                                           self._graph_output_names, model=self.name, version=self.version)
+        if bucketed is not None:  # a session per bucket, each meeting one shape, its kernels' settings timed here
+            self._config, self._runner = bucketed.settings, bucketed.runner
+            self._chosen = {**self._chosen, **bucketed.choices}
         served = interface(self._config, self._graph_inputs, graph_outputs, plan.fixed_rows, model_path.parent)
         self._preprocessor, self._image_input = served.stages.preprocessor, served.stages.image_input
         self._topk, self._scores_output = served.stages.topk, served.stages.scores_output

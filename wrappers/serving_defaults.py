@@ -28,6 +28,7 @@ from wrappers.defaults_choice import (
     choose,
 )
 from wrappers.metrics import publish_settings
+from wrappers.run_planning import gpu_merge_rows
 from wrappers.run_width import WidthRunner
 from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, session_options, spins_within_runs
 from wrappers.settings import RuntimeSettings
@@ -97,6 +98,7 @@ def session_run(runner: SessionRunner | WidthRunner, inputs: list[TensorSpec], o
 def resolve(
     settings: RuntimeSettings, *, model: str, version: str | None, run: Callable[[int], list], plan: TimingPlan,
     cpu_limit: float, session_threads: int, model_mib: float = 0.0, on_cpu: bool = True,
+    gpu_merge: tuple[int, str] | None = None,
 ) -> Resolved:
     """Time `run(rows)` as `plan` says (where some setting is unset), choose, log, publish.
 
@@ -131,7 +133,7 @@ def resolve(
         why_no_merging = "the graph's outputs do not have one row per input row"
     can_merge = len(plan.batch_sizes) > 1 and rows_aligned
     choices = choose(measured, explicit, cpu_limit=cpu_limit, can_merge=can_merge, model_mib=model_mib, on_cpu=on_cpu,
-                     why_not_measured=why_not, why_no_merging=why_no_merging)
+                     why_not_measured=why_not, why_no_merging=why_no_merging, gpu_merge=gpu_merge)
     for choice in choices.values():
         logger.info("%s: %s %g (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     if measured is not None:
@@ -151,7 +153,7 @@ def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | boo
     """
     parameters: dict[str, str | int | bool] = {}
     for name, choice in choices.items():
-        parameters[name] = choice.value if isinstance(choice.value, int) else f"{choice.value:g}"
+        parameters[name] = choice.value if isinstance(choice.value, (int, str)) else f"{choice.value:g}"
         parameters[f"{name}_source"] = choice.source
     return parameters
 
@@ -160,9 +162,11 @@ def resolve_for_session(settings: RuntimeSettings, runner: SessionRunner | Width
                         outputs: list[TensorSpec], *, model: str, version: str | None, mlserver_batching: bool,
                         model_path: Path) -> Resolved:
     """`resolve` for a loading model's fresh session: timed on zeros at the sizes `timing_plan` allows."""
-    plan = timing_plan(inputs, outputs, on_cpu=runner.device == "cpu", warmup_runs=settings.warmup_runs,
+    on_cpu = runner.device == "cpu"
+    plan = timing_plan(inputs, outputs, on_cpu=on_cpu, warmup_runs=settings.warmup_runs,
                        mlserver_batching=mlserver_batching)
+    gpu_merge = None if on_cpu or mlserver_batching else gpu_merge_rows(inputs, outputs, settings.batch_buckets)
     return resolve(settings, model=model, version=version,
                    run=session_run(runner, inputs, [spec.name for spec in outputs]), plan=plan,
                    cpu_limit=cpu_limit(), session_threads=session_options(settings).intra_op_num_threads,
-                   model_mib=model_path.stat().st_size / (1 << 20), on_cpu=runner.device == "cpu")
+                   model_mib=model_path.stat().st_size / (1 << 20), on_cpu=on_cpu, gpu_merge=gpu_merge)

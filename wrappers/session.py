@@ -307,8 +307,9 @@ class SessionRunner:
 
     With IOBinding on a GPU the inputs go into device buffers kept per inference thread
     while their shapes hold, and outputs stay on the device until one copy back, instead of
-    ONNX Runtime staging both through its own host buffers. With CUDA graphs the outputs'
-    buffers are kept too: a replayed graph writes to the addresses it was captured with.
+    ONNX Runtime staging both through its own host buffers. With CUDA graphs the buffers are
+    the session's, not a thread's, and its runs take turns: a replayed graph reads and writes
+    the addresses it was captured with, whichever thread replays it.
     """
 
     def __init__(self, session: ort.InferenceSession, *, io_binding: str = "auto"):
@@ -317,6 +318,8 @@ class SessionRunner:
         self.uses_io_binding = io_binding == "on" or (io_binding == "auto" and self.device != "cpu")
         self.fixed_outputs = session.get_provider_options().get(CUDA, {}).get("enable_cuda_graph") == "1"
         self._local = threading.local()  # device buffers per inference thread: runs may overlap
+        self._graph_lock = threading.Lock() if self.fixed_outputs else None
+        self._graph_bindings: dict[tuple, _DeviceBinding] = {}  # a captured graph's buffers, one set per session
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         if not self.uses_io_binding:
@@ -336,8 +339,14 @@ class SessionRunner:
         return (self,)
 
     def _run_on_device(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        if self._graph_lock is None:  # one per shape and thread: padded runs meet a few
+            return self._bound_run(self._local.__dict__.setdefault("bindings", {}), output_names, feeds)
+        with self._graph_lock:
+            return self._bound_run(self._graph_bindings, output_names, feeds)
+
+    def _bound_run(self, bindings: dict[tuple, _DeviceBinding], output_names: list[str],
+                   feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         key = (tuple(output_names), tuple((name, array.shape, array.dtype.str) for name, array in feeds.items()))
-        bindings = self._local.__dict__.setdefault("bindings", {})  # one per shape: padded runs meet a few
         bound = bindings.get(key)
         if bound is None:
             if len(bindings) >= _MAX_BINDINGS_PER_THREAD:  # shapes without end (no buckets): keep memory bounded

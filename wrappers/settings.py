@@ -73,10 +73,16 @@ class CudaOptions(_Strict):
 
     device_id: int = Field(default=0, ge=0, description="The GPU to run on.")
     cudnn_conv_algo_search: Literal["EXHAUSTIVE", "HEURISTIC", "DEFAULT"] = Field(
-        default="EXHAUSTIVE", description="How cuDNN picks convolution algorithms (EXHAUSTIVE: timed once at warm-up)."
+        default="EXHAUSTIVE",
+        description="How cuDNN picks convolution algorithms (EXHAUSTIVE: timed at a session's first run of each "
+        "new input shape). Unset, where runs get a session per bucket: chosen at load by timing the largest bucket "
+        "under EXHAUSTIVE and HEURISTIC (wrappers.gpu_choice).",
     )
-    enable_cuda_graph: bool = Field(
-        default=False, description="Capture the graph once and replay it; needs fixed shapes and IOBinding."
+    enable_cuda_graph: bool | None = Field(
+        default=None,
+        description="Capture the graph once per padded row count and replay it (needs IOBinding and a session per "
+        "bucket, or a single bucket). None (unset): where runs get a session per bucket, chosen at load by timing "
+        "the smallest bucket with and without a graph (wrappers.gpu_choice); else off.",
     )
     gpu_mem_limit_bytes: int | None = Field(
         default=None, gt=0, description="gpu_mem_limit of CUDA's memory arena; None: no limit."
@@ -90,7 +96,7 @@ class CudaOptions(_Strict):
         options: dict[str, OptionValue] = {
             "device_id": self.device_id,
             "cudnn_conv_algo_search": self.cudnn_conv_algo_search,
-            "enable_cuda_graph": self.enable_cuda_graph,
+            "enable_cuda_graph": bool(self.enable_cuda_graph),
         }
         if self.gpu_mem_limit_bytes:
             options["gpu_mem_limit"] = self.gpu_mem_limit_bytes
@@ -270,6 +276,14 @@ class RuntimeSettings(_Strict):
         "request of every new size. None: on a GPU, powers of two up to max_batch_rows or 32, whichever is "
         "larger; on the CPU, none (padding costs CPU time there). []: never pad. Only for graphs whose batch "
         "dimension is dynamic.",
+    )
+    session_per_bucket: bool | None = Field(
+        default=None,
+        description="Give every bucket of batch_buckets a session of its own, so that each session meets one input "
+        "shape: ONNX Runtime's CUDA convolutions re-plan (and under EXHAUSTIVE, re-time) their kernels at every "
+        "change of shape from one run to the next, which merged runs of mixed sizes cause at almost every run. "
+        "Costs a copy of the weights per bucket on the device. None (unset): on where runs are padded to several "
+        "buckets on a GPU provider.",
     )
     inline_below_ms: float = Field(
         default=0.5,

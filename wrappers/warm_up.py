@@ -9,6 +9,7 @@ on the event loop (`run_planning.runs_inline`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from slipway.v2_wire import BYTES, V2_TO_NUMPY
+from wrappers.bucket_sessions import BucketRunner
 from wrappers.run_planning import warm_up_shape
 from wrappers.run_width import WidthRunner
 from wrappers.session import SessionRunner, TensorSpec
@@ -43,13 +45,18 @@ class WarmUp:
         self._model, self._inputs, self._output_names = model, inputs, output_names
         self._sizes, self._runs = list(sizes), runs
         self._lock = threading.Lock()  # run slots warm up side by side
+        self._one_at_a_time = threading.Lock()
         self.seconds_per_row: float | None = None
 
-    def run(self, runner: SessionRunner | WidthRunner) -> None:
-        for part in runner.parts():
-            self._run(part)
+    def run(self, runner: SessionRunner | WidthRunner | BucketRunner) -> None:
+        """Warm every part of `runner` on the calling thread. Where runs replay CUDA graphs the run slots warm up in
+        turn: a graph is captured at a slot's first runs, and another thread's CUDA calls during a capture would
+        break it."""
+        with self._one_at_a_time if runner.fixed_outputs else contextlib.nullcontext():
+            for part in runner.parts():
+                self._run(part)
 
-    def _run(self, runner: SessionRunner) -> None:
+    def _run(self, runner: SessionRunner | BucketRunner) -> None:
         for rows in self._sizes if self._runs else []:
             feeds = {spec.name: zeros(spec, rows) for spec in self._inputs}
             timings = []

@@ -192,8 +192,7 @@ def _spec(name: str, shape: list[int]):
 
 
 def test_on_a_gpu_the_host_merges_up_to_the_largest_bucket_unless_the_graph_forbids_it():
-    from wrappers.frontends.host import gpu_merge_rows
-    from wrappers.run_planning import GPU_LARGEST_BUCKET
+    from wrappers.run_planning import GPU_LARGEST_BUCKET, gpu_merge_rows
 
     dynamic = ([_spec("x", [-1, 3])], [_spec("y", [-1, 10])])
     assert gpu_merge_rows(*dynamic, None)[0] == GPU_LARGEST_BUCKET

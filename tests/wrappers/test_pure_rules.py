@@ -58,11 +58,12 @@ def test_gpu_buckets_are_powers_of_two_up_to_the_largest_and_the_largest(max_bat
 
 @FAST
 @given(st.one_of(st.none(), st.lists(st.integers(1, 64), max_size=5)), st.booleans(), st.booleans(),
-       st.integers(1, 64), st.lists(st.lists(dims, min_size=1, max_size=3), min_size=1, max_size=3))
+       st.integers(1, 64), st.lists(st.lists(dims, min_size=1, max_size=3), min_size=1, max_size=3),
+       st.sampled_from([None, True, False]))
 def test_padding_buckets_are_sorted_unique_and_refused_only_with_a_setting_named(configured, on_cpu, fixed_outputs,
-                                                                                  max_rows, shapes):
+                                                                                  max_rows, shapes, per_bucket):
     plan = dict(fixed_rows=None, input_shapes=shapes, configured=configured, on_cpu=on_cpu,
-                max_batch_rows=max_rows, fixed_outputs=fixed_outputs, inference_threads=1)
+                max_batch_rows=max_rows, fixed_outputs=fixed_outputs, session_per_bucket=per_bucket)
     try:
         buckets = run_planning.padding_buckets(**plan)
     except run_planning.BatchingConfigError as err:
@@ -74,11 +75,13 @@ def test_padding_buckets_are_sorted_unique_and_refused_only_with_a_setting_named
         assert buckets == []
     elif configured is not None:
         assert buckets == sorted(set(configured))
-    assert not (fixed_outputs and dynamic) or len(buckets) == 1  # a replayed CUDA graph: one shape
+    sessions_per_bucket = per_bucket if per_bucket is not None else not on_cpu
+    # a replayed CUDA graph: one shape per session, so one bucket unless each bucket has a session of its own
+    assert not (fixed_outputs and dynamic) or len(buckets) == 1 or (sessions_per_bucket and len(buckets) > 1)
 
 
 def test_a_fixed_batch_size_is_the_one_bucket_and_a_fixed_graph_takes_no_configured_ones():
-    plan = dict(input_shapes=[(8, 3)], on_cpu=True, max_batch_rows=1, fixed_outputs=False, inference_threads=1)
+    plan = dict(input_shapes=[(8, 3)], on_cpu=True, max_batch_rows=1, fixed_outputs=False, session_per_bucket=None)
     assert run_planning.padding_buckets(fixed_rows=8, configured=[1, 2], **plan) == [8]
     with pytest.raises(run_planning.BatchingConfigError, match="remove batch_buckets"):
         run_planning.padding_buckets(fixed_rows=None, configured=[1, 2], **plan)

@@ -32,14 +32,14 @@ from slipway.v2_wire import BYTES
 from wrappers import run_width
 from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
 from wrappers.batching import RowBatcher, run_in_buckets
-from wrappers.defaults_choice import DEFAULT, EXPLICIT, MAX_BATCH_ROWS, Choice
+from wrappers.bucket_sessions import BucketRunner
+from wrappers.defaults_choice import Choice
 from wrappers.frontends import protocol, with_pod_frontends
 from wrappers.frontends.ring import RingError, SlotMap
-from wrappers.metrics import CLASS_LABEL, LABELS, PREDICTED_CLASS, PredictedClasses, publish_settings
+from wrappers.gpu_choice import plan_buckets
+from wrappers.metrics import CLASS_LABEL, LABELS, PREDICTED_CLASS, PredictedClasses
 from wrappers.run_planning import (
-    GPU_LARGEST_BUCKET,
     BatchingConfigError,
-    fixed_batch_rows,
     plan_runs,
     runs_inline,
     warm_up_sizes,
@@ -85,24 +85,6 @@ def serving_file(socket_path: Path) -> Path:
     return socket_path.with_name(socket_path.name + ".serving")
 
 
-def gpu_merge_rows(inputs: list[TensorSpec], outputs: list[TensorSpec], configured: list[int] | None) -> tuple[int, str]:
-    """How many rows the host merges into one run on a GPU where max_batch_rows is unset, and why.
-
-    Merging across front ends is the host's purpose: a GPU runs 32 rows in about the time of one, so queued
-    requests merge up to the largest bucket runs are padded to (`gpu_buckets`, or `batch_buckets` as set). A
-    fixed batch dimension is its own bound; a graph whose requests cannot be merged runs them alone.
-    """
-    try:
-        fixed = fixed_batch_rows(inputs, outputs)
-    except BatchingConfigError as err:
-        return 1, f"requests cannot be merged ({err})"
-    if fixed:
-        return fixed, f"the graph's batch dimension is fixed at {fixed}: runs of up to {fixed} rows"
-    largest = max(configured) if configured else GPU_LARGEST_BUCKET  # the largest of `gpu_buckets`; []: no padding
-    return largest, (f"on a GPU provider the host merges what its front ends queue up to the largest batch bucket "
-                     f"({largest} rows): a GPU runs them in about the time of one")
-
-
 def _scores_index(name: str, version: str | None, outputs: list[TensorSpec], config: RuntimeSettings) -> int | None:
     """Which output's arg-max is counted per class, by the runtime's rule (`PredictedClasses.for_outputs`)."""
     scores = config.postprocess.output if config.postprocess else None
@@ -124,7 +106,7 @@ class SessionHost:
         except (ArtifactError, SettingsError) as err:
             raise HostError(f"model {self.name}: {err}") from err
         try:
-            self.runner: SessionRunner | WidthRunner = run_width.runner(graph, config)
+            self.runner: SessionRunner | WidthRunner | BucketRunner = run_width.runner(graph, config)
         except Exception as err:  # ONNX Runtime raises its own types: a graph it cannot load, a provider that fails
             raise HostError(f"model {self.name}: ONNX Runtime cannot build a session of {graph}: {first_line(err)}") from err
         self.inputs, self.outputs = describe(self.runner.session)
@@ -144,6 +126,11 @@ class SessionHost:
         if plan.settings is not self.config:  # as the runtime does: one TensorRT profile over the padded row counts
             self.config = plan.settings
             self.runner = run_width.runner(graph, plan.settings)
+        bucketed = plan_buckets(graph, self.config, self.buckets, self.runner.device, self.inputs, self.output_names,
+                                model=self.name, version=self.version)
+        if bucketed is not None:  # as the runtime does: a session per bucket, its kernels' settings timed here
+            self.config, self.runner = bucketed.settings, bucketed.runner
+            self.choices.update(bucketed.choices)
         self._scores = _scores_index(self.name, self.version, self.outputs, self.config)
         self._class_rows = Counter(PREDICTED_CLASS, "Rows whose highest score was this class", labelnames=(*LABELS, CLASS_LABEL),
                                    registry=None)  # not served here: written to the front ends' multi-process files
@@ -162,21 +149,15 @@ class SessionHost:
 
     def _choose(self, config: RuntimeSettings, graph: Path) -> tuple[RuntimeSettings, dict[str, Choice]]:
         """The settings left unset, chosen as the runtime chooses them for a session of its own
-        (`serving_defaults`: timed here on the CPU), except that on a GPU provider an unset max_batch_rows merges
-        up to the largest bucket (`gpu_merge_rows`). Explicit settings win. The session is rebuilt where the
-        intra-op threads chosen are not those it was built with."""
+        (`serving_defaults`: timed here on the CPU; on a GPU provider runs merge up to the largest bucket).
+        Explicit settings win. The session is rebuilt where the intra-op threads chosen are not those it was
+        built with."""
         resolved = resolve_for_session(config, self.runner, self.inputs, self.outputs, model=self.name,
                                        version=self.version, mlserver_batching=False, model_path=graph)
-        chosen, choices = resolved.settings, dict(resolved.choices)
         if resolved.rebuild_session:
-            self.runner = run_width.rebuilt(graph, chosen, self.runner, keep_lone_session=resolved.keeps_lone_session)
-        if self.runner.device != "cpu" and choices[MAX_BATCH_ROWS].source != EXPLICIT:
-            rows, reason = gpu_merge_rows(self.inputs, self.outputs, chosen.batch_buckets)
-            choices[MAX_BATCH_ROWS] = Choice(MAX_BATCH_ROWS, rows, DEFAULT, reason)
-            chosen = chosen.model_copy(update={MAX_BATCH_ROWS: rows})
-            logger.info("%s: %s %d (%s): %s", self.name, MAX_BATCH_ROWS, rows, DEFAULT, reason)
-            publish_settings(self.name, self.version, {MAX_BATCH_ROWS: (float(rows), DEFAULT)})
-        return chosen, choices
+            self.runner = run_width.rebuilt(graph, resolved.settings, self.runner,
+                                            keep_lone_session=resolved.keeps_lone_session)
+        return resolved.settings, dict(resolved.choices)
 
     @property
     def connections(self) -> int:

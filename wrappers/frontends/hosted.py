@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from wrappers import run_width
-from wrappers.defaults_choice import Choice
+from wrappers.defaults_choice import CHOSEN, Choice
 from wrappers.frontends.client import HostClient, Observer, host_socket
 from wrappers.metrics import ModelMetrics
 from wrappers.run_width import WidthRunner
@@ -84,7 +84,7 @@ def chosen_by_host(config: RuntimeSettings, runner: HostRunner, model: str) -> R
     for choice in choices.values():
         logger.info("%s: %s %g (%s, chosen by the session host): %s", model, choice.setting, choice.value,
                     choice.source, choice.reason)
-    chosen = config.model_copy(update={name: choice.value for name, choice in choices.items()})
+    chosen = config.model_copy(update={name: choice.value for name, choice in choices.items() if name in CHOSEN})
     return Resolved(chosen, choices, rebuild_session=False)
 
 

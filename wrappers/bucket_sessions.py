@@ -1,0 +1,76 @@
+"""One session per padded row count: a GPU session that meets a single input shape never re-plans its kernels.
+
+ONNX Runtime's CUDA convolutions (cuDNN 9's frontend) keep the plan of the last input shape they ran, not one per
+shape: a run whose shape differs from the previous run's builds every convolution's execution plan again (with
+cudnn_conv_algo_search EXHAUSTIVE, timing every candidate kernel), on the request path. Merged runs padded to
+buckets of 1, 2, 4, ... 32 rows on one session flip shapes at almost every run under concurrent load, and warm-up
+cannot help, since nothing is cached per shape: on an H200 MobileNetV2 served 10-27 rows/s at gRPC concurrency
+8-32 that way, its run threads spending 90-290 ms of CPU per request. Here every bucket gets a session of its own,
+so each session sees one shape from its first run on, tuned once at warm-up; a CUDA graph per bucket can then be
+captured too (`cuda.enable_cuda_graph`: each graph session's runs take turns, `SessionRunner`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from wrappers.session import SessionRunner, create_session
+from wrappers.settings import RuntimeSettings
+
+logger = logging.getLogger(__name__)
+
+
+class BucketError(RuntimeError):
+    """A run of a row count that no bucket session was built for (the runtime pads every run to a bucket first)."""
+
+
+def per_bucket(config: RuntimeSettings, buckets: Sequence[int], device: str) -> bool:
+    """Whether runs get a session per bucket: as `session_per_bucket` says, else (unset) where runs are padded to
+    several buckets on a GPU provider (on the CPU, a shape change costs nothing worth a second copy of the model)."""
+    if len(buckets) < 2:
+        return False
+    if config.session_per_bucket is not None:
+        return config.session_per_bucket
+    return device != "cpu"
+
+
+class BucketRunner:
+    """Runs each padded run on the session of its row count. Reads like a `SessionRunner` (the smallest bucket's
+    session, device and options) to the rest of the runtime; warm-up goes through `run`, so every session is
+    warmed at its own shape only."""
+
+    def __init__(self, runners: dict[int, SessionRunner]):
+        if not runners:
+            raise ValueError("a BucketRunner needs at least one bucket")
+        self.runners = dict(sorted(runners.items()))
+        first = next(iter(self.runners.values()))
+        self.session, self.device, self.device_id = first.session, first.device, first.device_id
+        self.uses_io_binding = first.uses_io_binding
+        self.fixed_outputs = any(runner.fixed_outputs for runner in self.runners.values())
+
+    @property
+    def buckets(self) -> list[int]:
+        return list(self.runners)
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        rows = next(iter(feeds.values())).shape[0] if feeds else 0
+        runner = self.runners.get(rows)
+        if runner is None:
+            raise BucketError(f"a run of {rows} rows, but sessions were built for {self.buckets} rows only: "
+                              "runs must be padded to batch_buckets first (wrappers.batching.run_in_buckets)")
+        return runner.run(output_names, feeds)
+
+    def parts(self) -> tuple[BucketRunner, ...]:
+        """Itself: warm-up runs every bucket through `run`, each on its own session."""
+        return (self,)
+
+
+def build(model_path: Path, config: RuntimeSettings, buckets: Sequence[int]) -> BucketRunner:
+    """A session for each bucket, built as `config` says."""
+    runners = {rows: SessionRunner(create_session(model_path, config), io_binding=config.io_binding) for rows in buckets}
+    logger.info("%s: one session per bucket %s (each meets one input shape)", model_path.name, list(buckets))
+    return BucketRunner(runners)
