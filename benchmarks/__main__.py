@@ -56,8 +56,6 @@ def cmd_gpu(args: argparse.Namespace) -> int:
 
     if args.seconds <= 0 or any(batch < 1 for batch in args.batch_sizes):
         raise UserError("--seconds and --batch-sizes must be positive")
-    if not 2 <= args.frontends <= 64:
-        raise UserError(f"--frontends {args.frontends}: give 2 to 64 front ends to compare with one")
     if not args.allow_no_gpu and (missing := require_gpu()):
         raise UserError(missing)
     model = args.model or mobilenet_model().onnx_path
@@ -65,7 +63,7 @@ def cmd_gpu(args: argparse.Namespace) -> int:
         raise UserError(f"no ONNX model at {model}: pass --model FILE")
     work_dir = BENCH_DIR / "gpu" / sha256_file(Path(model))[:12]  # fp16/int8 graphs and engines of this model
     config = GpuBenchConfig(model=Path(model), work_dir=work_dir, batch_sizes=tuple(args.batch_sizes),
-                            seconds=args.seconds, frontends=args.frontends)
+                            seconds=args.seconds)
     with Progress() as progress:
         task = progress.add_task("bench-gpu", total=steps(config))
         payload = run_gpu_bench(config, on_step=lambda steps: progress.advance(task, steps))
@@ -211,8 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu.add_argument("--model", type=Path, help="fp32 ONNX model (default: MobileNetV2, built if needed)")
     gpu.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     gpu.add_argument("--seconds", type=float, default=2.0, help="measured seconds per row (default 2)")
-    gpu.add_argument("--frontends", type=int, default=4, metavar="N",
-                     help="front ends of the served point compared with one at gRPC concurrency 32 (default 4)")
     gpu.add_argument("--allow-no-gpu", action="store_true",
                      help="without a CUDA GPU, measure the CPU rows and say why the others are missing (else refused)")
     gpu.add_argument("--no-docs", dest="update_docs", action="store_false",

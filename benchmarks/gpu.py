@@ -28,8 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.gpu_served import (
-    FRONTENDS_CONFIG, INPUT_CONFIG, POINTS, frontends_plan, input_plan, measure_frontends, measure_inputs, measure_served,
-    served_configs,
+    DEFAULTS, POINTS, frontends_plan, input_plan, measure_frontends, measure_inputs, measure_served, served_configs,
 )
 from export.uint8_input import Uint8InputError
 from loadtest.tuning.machine import available_providers, gpu_name, missing_for
@@ -53,7 +52,6 @@ class GpuBenchConfig:
     batch_sizes: tuple[int, ...] = (1, 32)
     seconds: float = 2.0
     warmup_runs: int = 3
-    frontends: int = 4  # served at gRPC concurrency 32 beside one front end
 
 
 def require_gpu() -> str | None:
@@ -175,7 +173,7 @@ CASES = (
 
 def steps(config: GpuBenchConfig) -> int:
     """Progress steps: one per measured row, one per served point."""
-    served = len(POINTS) * len(served_configs(CUDA)) + len(input_plan()) + len(frontends_plan(config.frontends))
+    served = len(POINTS) * len(served_configs(CUDA)) + len(input_plan()) + len(frontends_plan())
     return sum(len(case.io_bindings) * len(config.batch_sizes) for case in CASES) + served
 
 
@@ -247,42 +245,82 @@ def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
 
 
 def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expected_first_row: np.ndarray, on_step) -> dict:
-    """The served measurements on CUDA where CUDA ran fp32 here, each point against the in-process best."""
+    """The served measurements on CUDA where CUDA ran fp32 here, each point against the in-process best: the configs,
+    then front-end counts under the defaults, then fp32 against uint8 inputs at the chosen count."""
     cuda = [row["rows_per_s"] for row in rows
             if row["provider"] == CUDA and row["precision"] == "fp32" and row["status"] == "measured"]
     configs = served_configs(CUDA)
     if not cuda:
-        _advance(on_step, len(POINTS) * len(configs) + len(input_plan()) + len(frontends_plan(config.frontends)))
+        _advance(on_step, len(POINTS) * len(configs) + len(input_plan()) + len(frontends_plan()))
         return {"status": "skipped", "reason": "CUDA did not run fp32 here, so there is no GPU to serve from"}
+    servers = config.work_dir / "servers"
     measured = []
     for name, settings in configs.items():
-        served = measure_served(model, name, settings, expected_first_row, seconds=config.seconds,
-                                work_dir=config.work_dir / "servers", on_step=on_step)
-        measured.append(served)
+        measured.append(measure_served(model, name, settings, expected_first_row, seconds=config.seconds,
+                                       work_dir=servers, on_step=on_step))
+    try:  # a server that fails loses this comparison, not the rows measured above
+        frontends = measure_frontends(model, configs[DEFAULTS], seconds=config.seconds, work_dir=servers, on_step=on_step)
+    except RuntimeError as err:
+        _advance(on_step, len(frontends_plan()))
+        frontends = {"status": "failed", "reason": str(err).splitlines()[0] if str(err) else type(err).__name__}
+    chosen = frontends.get("chosen", 1)
     try:
-        inputs = measure_inputs(model, configs[INPUT_CONFIG], seconds=config.seconds, work_dir=config.work_dir / "servers",
-                                on_step=on_step)
+        inputs = measure_inputs(model, {**configs[DEFAULTS], "frontends": chosen}, seconds=config.seconds,
+                                work_dir=servers, on_step=on_step)
     except Uint8InputError as err:
         _advance(on_step, len(input_plan()))
         inputs = {"status": "skipped", "reason": f"no uint8 input for this graph: {err}"}
-    try:  # a server that fails or answers differently loses this comparison, not the rows measured above
-        frontends = measure_frontends(model, configs[FRONTENDS_CONFIG], frontends=config.frontends,
-                                      seconds=config.seconds, work_dir=config.work_dir / "servers", on_step=on_step)
-    except RuntimeError as err:
-        frontends = {"status": "failed", "reason": str(err).splitlines()[0] if str(err) else type(err).__name__}
-    return with_cuda_ratios({"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured,
-                             "inputs": inputs, "frontends": frontends})
+    served = with_cuda_ratios({"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured,
+                               "frontends": frontends, "inputs": inputs})
+    served["goals"] = goals(served)
+    return served
 
 
 def with_cuda_ratios(served: dict) -> dict:
     """Every served point's rows/s as a share of the in-process CUDA fp32 limit (`x_cuda_limit`), in place."""
     limit = served["cuda_limit_rows_per_s"]
-    points = [point for measured in served["configs"] for point in measured["points"]]
-    points += served.get("inputs", {}).get("points", [])
-    points += served.get("frontends", {}).get("points", [])
-    for point in points:
+    for point in _served_points(served):
         point["x_cuda_limit"] = round(point["rows_per_s"] / limit, 3)
     return served
+
+
+def _served_points(served: dict) -> list[dict]:
+    points = [point for measured in served["configs"] for point in measured["points"]]
+    points += served.get("inputs", {}).get("points", [])
+    return points + served.get("frontends", {}).get("points", [])
+
+
+# Issue 46's goals, each a ratio from one run: served 1-row gRPC c32 against the in-process CUDA fp32 limit, fp32 and
+# uint8 rows; no served config slower under load than alone; no long tail; the server's CPU per request at c32.
+SERVED_SHARE, UINT8_SHARE, TAIL_RATIO, CPU_MS_AT_C32 = 0.5, 0.6, 3.0, 3.0
+
+
+def goals(served: dict) -> list[dict]:
+    """Each goal with its figure, target and whether this run met it."""
+    concurrency, rows = 32, 1
+    at_point = [point for point in _served_points(served)
+                if point["concurrency"] == concurrency and point["rows_per_request"] == rows and point.get("requests")]
+    fp32 = [point for point in at_point if point.get("input", "fp32") == "fp32"]
+    uint8 = [point for point in at_point if point.get("input") == "uint8"]
+    found = [{"goal": f"served 1-row gRPC c{concurrency} fp32 / CUDA limit", "target": f">= {SERVED_SHARE}",
+              "value": max((point["x_cuda_limit"] for point in fp32), default=0.0)},
+             {"goal": f"served 1-row gRPC c{concurrency} uint8 / CUDA limit", "target": f">= {UINT8_SHARE}",
+              "value": max((point["x_cuda_limit"] for point in uint8), default=0.0)}]
+    found[0]["met"] = found[0]["value"] >= SERVED_SHARE
+    found[1]["met"] = found[1]["value"] >= UINT8_SHARE
+    for measured in served["configs"]:
+        by_point = {(point["concurrency"], point["rows_per_request"]): point["rows_per_s"] for point in measured["points"]}
+        alone = by_point.get((1, 1), 0.0)
+        slowest = min((by_point.get((load, 1), 0.0) for load in (8, 32)), default=0.0)
+        found.append({"goal": f"`{measured['name']}` at c8 and c32 / c1 (1-row)", "target": ">= 1",
+                      "value": round(slowest / alone, 3) if alone else 0.0, "met": bool(alone) and slowest >= alone})
+    tails = [point["p99_ms"] / point["p50_ms"] for point in _served_points(served) if point.get("p50_ms")]
+    found.append({"goal": "p99 / p50 at every served point (worst)", "target": f"<= {TAIL_RATIO}",
+                  "value": round(max(tails, default=float("inf")), 3), "met": bool(tails) and max(tails) <= TAIL_RATIO})
+    cpu = [point["server_cpu_ms_per_request"] for point in at_point if point.get("server_cpu_ms_per_request") is not None]
+    found.append({"goal": f"server CPU ms per request at c{concurrency} (worst point)", "target": f"< {CPU_MS_AT_C32}",
+                  "value": max(cpu, default=float("inf")), "met": bool(cpu) and max(cpu) < CPU_MS_AT_C32})
+    return found
 
 
 def _session_on(provider: str, path: Path, settings: RuntimeSettings):
@@ -360,7 +398,16 @@ def _served_lines(served: dict | None) -> list[str]:
                 f"{point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
                 f"{point['server_cpu_ms_per_request']} | {point['errors']} |"
             )
-    return lines + _input_lines(served.get("inputs")) + _frontend_lines(served.get("frontends"))
+    return lines + _frontend_lines(served.get("frontends")) + _input_lines(served.get("inputs")) + _goal_lines(served)
+
+
+def _goal_lines(served: dict) -> list[str]:
+    if not served.get("goals"):
+        return []
+    lines = ["", "Goals of this run (issue 46), each a ratio from this one run:", "", "| goal | target | value | met |",
+             "|---|---|---:|---|"]
+    return lines + [f"| {goal['goal']} | {goal['target']} | {goal['value']} | {'yes' if goal['met'] else 'no'} |"
+                    for goal in served["goals"]]
 
 
 def _input_lines(inputs: dict | None) -> list[str]:
@@ -388,26 +435,27 @@ def _input_lines(inputs: dict | None) -> list[str]:
 
 
 def _frontend_lines(frontends: dict | None) -> list[str]:
-    """One front end against N at the saturating point: each server's median round, and N's rows/s over one's."""
+    """Each front-end count at the saturating point under the defaults, and the count chosen."""
     if not frontends:
         return []
     if frontends["status"] != "measured":
-        return ["", f"Front ends, 1 vs N: {frontends['reason']}."]
+        return ["", f"Front ends: {frontends['reason']}."]
     first = frontends["points"][0]
     lines = [
         "",
-        f"Front ends: one serving process against {frontends['frontends']} feeding one session host "
-        f"(`{frontends['config']}` settings for both), gRPC concurrency {first['concurrency']} on as many connections, "
-        f"{first['rows_per_request']} row per request; {frontends['frontends']} / 1 = {frontends['ratio_median']} "
-        f"(rounds {frontends['ratio_rounds']}):",
+        f"Front ends: N serving processes feeding one session host (`{frontends['config']}` settings), gRPC "
+        f"concurrency {first['concurrency']} on as many connections from several client processes, "
+        f"{first['rows_per_request']} row per request; chosen: {frontends['chosen']} (the fewest within 5% of the "
+        "fastest):",
         "",
-        "| front ends | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | errors |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| front ends | rows/s | x CUDA limit | p50 ms | p99 ms | server CPU ms per request | client CPU ms per request | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for point in frontends["points"]:
         lines.append(
             f"| {point['frontends']} | {point['rows_per_s']:.0f} | {point['x_cuda_limit']:.2f} | {point['p50_ms']:.2f} | "
-            f"{point['p99_ms']:.2f} | {point['server_cpu_ms_per_request']} | {point['errors']} |"
+            f"{point['p99_ms']:.2f} | {point['server_cpu_ms_per_request']} | {point['client_cpu_ms_per_request']} | "
+            f"{point['errors']} |"
         )
     return lines
 

@@ -1,14 +1,15 @@
 """`make bench-gpu`, served: the model through the real MLServer runtime on one provider.
 
-On a GPU a MobileNetV2 run takes well under a millisecond, so what limits a server is each
-request's CPU work (gRPC, MLServer, the Python client), not the GPU. This measures how much
-of the in-process throughput survives being served, at a few concurrencies and request
-sizes, and checks a served answer against CPU fp32's for the same row. Then the same images sent
-two ways at the point the GPU record found the loop saturated (gRPC concurrency 32, 1-row requests):
-as the float32 rows the exported graph takes, and as uint8 pixels to a copy of the graph that
-normalises them itself (`export.uint8_input`, 4x fewer bytes per row). Last, at that same point, one
-front end against N (`wrappers.frontends`: N event loops decoding, one session host merging their rows),
-side by side through one gRPC connection per client (`benchmarks.frontends.side_by_side`).
+On a GPU a MobileNetV2 run takes a millisecond or less, so what limits a server is each request's CPU work (gRPC,
+MLServer, the Python client), not the GPU. This measures how much of the in-process throughput survives being
+served: Slipway's defaults (everything chosen at load: a session per bucket, the kernels' settings timed, merging
+up to 32 rows on two run slots) and the record's merging settings, at a few concurrencies and request sizes, each
+answer checked against CPU fp32's for the same row. Then, at gRPC concurrency 32 with 1-row requests, the defaults
+served by 1, 2, 4 and 8 front ends (`wrappers.frontends`: N event loops decoding, one session host merging their
+rows), the fastest count chosen; and at that count the same images sent as the float32 rows the exported graph
+takes and as uint8 pixels to a copy of the graph that normalises them itself (`export.uint8_input`, 4x fewer
+bytes). Loads of 8 clients or more come from several client processes (`benchmarks.client_processes`): one Python
+client cannot send what several front ends answer.
 """
 
 from __future__ import annotations
@@ -32,11 +33,17 @@ from slipway.v2_requests import rest_body
 POINTS = ((1, 1), (8, 1), (32, 1), (8, 4))
 INPUT_KINDS = ("fp32", "uint8")
 INPUT_POINT = (32, 1)  # gRPC concurrency, rows per request: where one event loop saturated on the H200
-INPUT_CONFIG = "cuda-graph"  # the served settings the inputs are compared under (the record's best at 1 row)
-FRONTENDS_CONFIG = "merging"  # the settings both servers of the front-end comparison get, but `frontends`
-FRONTENDS_ROUNDS = 2  # loads per server, the two in turns
+DEFAULTS = "defaults"  # the served settings the front ends and inputs are compared under
+FRONTEND_COUNTS = (1, 2, 4, 8)
+NEAR_BEST = 0.95  # fewer front ends within this share of the fastest count's rows/s are chosen: less CPU
+CLIENT_PROCESSES = 4  # for loads of 8 clients or more
 # uint8 pixels 0..255 to the bench rows' float range -1..1 (what MobileNetV2's preprocessing gives)
 PIXELS = Normalisation(scale=2 / 255, mean=(1.0,), std=(1.0,))
+
+
+def client_processes(concurrency: int) -> int:
+    """Client processes for a load: one client process's CPU caps what it sends near ~1,500 requests/s."""
+    return CLIENT_PROCESSES if concurrency >= 8 else 1
 
 
 def input_plan() -> list[tuple[str, int, int]]:
@@ -44,34 +51,46 @@ def input_plan() -> list[tuple[str, int, int]]:
     return [(kind, *INPUT_POINT) for kind in INPUT_KINDS]
 
 
-def frontends_plan(frontends: int) -> list[tuple[int, int, int]]:
+def frontends_plan() -> list[tuple[int, int, int]]:
     """(front ends, concurrency, rows per request) of the front-end comparison, in the order loaded."""
-    return [(count, *INPUT_POINT) for _ in range(FRONTENDS_ROUNDS) for count in (1, frontends)]
+    return [(count, *INPUT_POINT) for count in FRONTEND_COUNTS]
 
 
-def measure_frontends(model: BenchModel, settings: dict, *, frontends: int, seconds: float, work_dir: Path,
-                      on_step=None) -> dict:
-    """Served rows/s and p99 of one front end and of `frontends`, at `INPUT_POINT`: per server its median round."""
-    from benchmarks.frontends import side_by_side
+def chosen_frontends(points: list[dict]) -> int:
+    """The fewest front ends that serve within `NEAR_BEST` of the fastest count's rows/s (1 where none was measured)."""
+    measured = [point for point in points if point.get("requests")]
+    if not measured:
+        return 1
+    best = max(point["rows_per_s"] for point in measured)
+    return min(point["frontends"] for point in measured if point["rows_per_s"] >= NEAR_BEST * best)
 
+
+def measure_frontends(model: BenchModel, settings: dict, *, seconds: float, work_dir: Path, on_step=None) -> dict:
+    """Served rows/s, p99 and server CPU (every process of the server counted) of each front-end count at
+    `INPUT_POINT`, one server at a time, one connection per client; the count chosen."""
     concurrency, rows = INPUT_POINT
-    compared = side_by_side(model, settings, frontends=frontends, concurrency=concurrency, seconds=seconds,
-                            rounds=FRONTENDS_ROUNDS, work_dir=Path(work_dir) / "frontends", rows=rows, on_step=on_step)
+    inputs = {model.input_name: model.batch(rows)}
     points = []
-    for count, measured in compared["points"].items():
-        ranked = sorted(measured["rounds"], key=lambda summary: summary["rows_per_s"])
-        points.append({"frontends": int(count), **ranked[(len(ranked) - 1) // 2]})
-    return {"status": "measured", "config": FRONTENDS_CONFIG, "settings": settings, "frontends": frontends,
-            "ratio_rounds": compared["ratio_rounds"], "ratio_median": compared["ratio_median"], "points": points}
+    for count in FRONTEND_COUNTS:
+        folder = server_folder(Path(work_dir) / "frontends", model, f"frontends-{count}", IMPLEMENTATIONS[SLIPWAY],
+                               {**settings, "frontends": count})
+        with LocalServer(folder) as server:
+            result = run_load(protocol=GRPC, server=server, model=model.name, inputs=inputs, concurrency=concurrency,
+                              seconds=seconds, process_tree=True, channels=concurrency,
+                              client_processes=client_processes(concurrency))
+        points.append({"frontends": count, **result.summary()})
+        if on_step:
+            on_step(1)
+    return {"status": "measured", "config": DEFAULTS, "settings": settings, "points": points,
+            "chosen": chosen_frontends(points)}
 
 
 def served_configs(provider: str) -> dict[str, dict]:
-    """The runtime's settings to serve with, by name: merging queued requests on two run slots (each
-    run padded to a power of two, the GPU default), and one CUDA graph replayed for runs of 8 rows."""
+    """The runtime's settings to serve with, by name: Slipway's defaults on the provider (all else chosen at load),
+    and the record's merging settings (two run slots, up to 32 rows merged), which collapsed on one session."""
     return {
+        DEFAULTS: {"providers": [provider]},
         "merging": {"providers": [provider], "max_batch_rows": 32, "inference_threads": 2},
-        "cuda-graph": {"providers": [provider], "max_batch_rows": 8, "batch_buckets": [8],
-                       "cuda": {"enable_cuda_graph": True}},
     }
 
 
@@ -84,9 +103,11 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
         log = server.log_path.read_text(errors="replace")
         found = re.findall(r"uses providers (\[[^\]]*\])", log)
         points = []
+        parameters = _metadata_parameters(f"{server.http_url}/v2/models/{model.name}")
         for concurrency, rows in POINTS:
             result = run_load(protocol=GRPC, server=server, model=model.name,
-                              inputs={model.input_name: model.batch(rows)}, concurrency=concurrency, seconds=seconds)
+                              inputs={model.input_name: model.batch(rows)}, concurrency=concurrency, seconds=seconds,
+                              client_processes=client_processes(concurrency), channels=min(concurrency, 8))
             points.append(result.summary())
             if on_step:
                 on_step(1)
@@ -94,6 +115,7 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
         "name": name,
         "settings": settings,
         "providers_used": found[-1] if found else "not in the server's log",
+        "chosen_at_load": parameters,
         # what each run slot's first run of each batch size cost at load: the stall that warm-up absorbs
         "warm_up_first_run_ms": [
             {"rows": int(rows), "thread": thread, "first_ms": float(first)}
@@ -123,7 +145,8 @@ def input_models(model: BenchModel, work_dir: Path) -> dict[str, BenchModel]:
 
 
 def measure_inputs(model: BenchModel, settings: dict, *, seconds: float, work_dir: Path, on_step=None) -> dict:
-    """Served rows/s, p99 and the answer for fp32 and uint8 inputs at `INPUT_POINT`, one server each, the same images."""
+    """Served rows/s, p99 and the answer for fp32 and uint8 inputs at `INPUT_POINT`, one server each, the same images
+    (`settings` may name several front ends: every process of the server is counted)."""
     import onnxruntime as ort
 
     models = input_models(model, work_dir)
@@ -132,16 +155,17 @@ def measure_inputs(model: BenchModel, settings: dict, *, seconds: float, work_di
     points = []
     for kind, concurrency, rows in input_plan():
         bench = models[kind]
-        folder = server_folder(work_dir, bench, f"{INPUT_CONFIG}-{kind}", IMPLEMENTATIONS[SLIPWAY], settings)
+        folder = server_folder(work_dir, bench, f"{DEFAULTS}-{kind}", IMPLEMENTATIONS[SLIPWAY], settings)
         with LocalServer(folder) as server:
             answer = _rest_answer(f"{server.http_url}/v2/models/{bench.name}/infer", {bench.input_name: bench.row})
             result = run_load(protocol=GRPC, server=server, model=bench.name, inputs={bench.input_name: bench.batch(rows)},
-                              concurrency=concurrency, seconds=seconds)
+                              concurrency=concurrency, seconds=seconds, process_tree=True, channels=concurrency,
+                              client_processes=client_processes(concurrency))
         points.append({"input": kind, "bytes_per_row": int(bench.row.nbytes), **result.summary(),
                        "max_abs_diff": float(np.max(np.abs(answer - expected)))})
         if on_step:
             on_step(1)
-    return {"status": "measured", "config": INPUT_CONFIG, "settings": settings, "points": points}
+    return {"status": "measured", "config": DEFAULTS, "settings": settings, "points": points}
 
 
 def _rest_answer(url: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -150,3 +174,9 @@ def _rest_answer(url: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
     with urllib.request.urlopen(request, timeout=60) as response:
         output = json.load(response)["outputs"][0]
     return np.asarray(output["data"], dtype=np.float64).reshape(output["shape"])
+
+
+def _metadata_parameters(url: str) -> dict:
+    """The model's V2 metadata parameters: the settings chosen at load and where each came from."""
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.load(response).get("parameters") or {}

@@ -313,13 +313,25 @@ def run_load(
     warmup_s: float = 1.0,
     process_tree: bool = False,
     channels: int = 1,
+    client_processes: int = 1,
+    client_cpus: list[int] | None = None,
 ) -> LoadResult:
     """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time (with `process_tree`,
-    that of every process under it too); over gRPC, through `channels` connections taking turns."""
+    that of every process under it too); over gRPC, through `channels` connections taking turns, from
+    `client_processes` processes (`benchmarks.client_processes`, each kept to `client_cpus` where given)."""
     timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid,
               "process_tree": process_tree}
     with ExitStack() as stack:
-        if protocol == GRPC:
+        if client_cpus is not None and client_processes == 1:  # this process is the client while the load runs
+            stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
+            os.sched_setaffinity(0, client_cpus)
+        if protocol == GRPC and client_processes > 1:
+            from benchmarks.client_processes import grpc_load
+
+            measured = grpc_load(server.grpc_target, grpc_request(model, inputs), processes=client_processes,
+                                 channels=channels, client_cpus=client_cpus, **timing)
+            work = None
+        elif protocol == GRPC:
             work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, channels=channels,
                               **timing)
         elif protocol == GRPC_SHARED_MEMORY:
@@ -333,7 +345,9 @@ def run_load(
             work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", body, header_length=header_length, **timing)
         else:
             raise ValueError(f"unknown protocol {protocol!r}: use one of {PROTOCOLS}")
-        count, errors, elapsed, latencies, (server_cpu, client_cpu, (idle, steal)) = asyncio.run(work)
+        if work is not None:
+            measured = asyncio.run(work)
+        count, errors, elapsed, latencies, (server_cpu, client_cpu, (idle, steal)) = measured
     rows = next(iter(inputs.values())).shape[0]
     return LoadResult(
         protocol, concurrency, rows, count, errors, elapsed, latencies,
