@@ -8,6 +8,9 @@ A page asks for one with a marker line, replaced by the generated markdown:
   it changes in MLServer and why;
 - `<!-- generated: make-targets -->`: every Make target with a `##` description, as `make help` lists them.
 
+The plots the benchmarks write beside their JSON (`reports/*.png`, the ones kept in git) are served as
+`assets/<name>.png`, so a page shows the figure itself, never a copy that could drift from it.
+
 Importing `wrappers.settings` needs only pydantic; the modules' docstrings are read with `ast`, so
 building the docs never imports MLServer or ONNX Runtime.
 """
@@ -27,6 +30,17 @@ SETTINGS_MARKER = "<!-- generated: settings-reference -->"
 MODULES_MARKER = "<!-- generated: wrappers-modules -->"
 TARGETS_MARKER = "<!-- generated: make-targets -->"
 _TARGET = re.compile(r"^([a-z][a-z-]*):.*?## (.+)$", re.MULTILINE)
+
+
+REPORTS = ROOT / "reports"
+
+
+def on_files(files, config):  # the arguments mkdocs passes to this hook
+    from mkdocs.structure.files import File
+
+    for plot in sorted(REPORTS.glob("*.png")):
+        files.append(File.generated(config, f"assets/{plot.name}", abs_src_path=str(plot)))
+    return files
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # the arguments mkdocs passes to this hook
