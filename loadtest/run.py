@@ -161,7 +161,7 @@ def _latest_step(job: LoadJob) -> str:
     if not steps:
         return ""
     last = steps[-1]
-    return f"({last['name']}: {last['users']} users, {last['rps']:.0f} req/s, p95 {last['p95_ms'] or 0:.0f} ms)"
+    return f"({last['name']}: {last['users']} users, {last['rps']:.0f} req/s, p95 {last['p95_ms'] or 0:g} ms)"
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -3,13 +3,34 @@
 Locust keeps cumulative counts and a histogram of response times (ms -> count). Two
 snapshots of them, taken at a step's start and end, give that step alone: its throughput,
 percentiles and failures, without restarting Locust between steps.
+
+Locust files each response time under a rounded key (`locust.stats.bucket_response_time`):
+whole milliseconds below 100 ms, so a server answering in 0.4 ms would read 0 ms. The shape
+installs `bucket_ms` in its place, which keeps two significant digits below 1 ms.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 PERCENTILES = {"p50_ms": 0.50, "p90_ms": 0.90, "p95_ms": 0.95, "p99_ms": 0.99}
+
+
+def bucket_ms(response_time: float, coarse: Callable[[float], float]) -> float:
+    """The histogram key for a response time in ms: two significant digits below 1 ms, `coarse`'s from 1 ms up.
+
+    `coarse` is Locust's own rounding (whole ms below 100 ms, then two significant digits: 147 -> 150,
+    3432 -> 3400), kept from 1 ms up so those figures read as Locust's own reports do. Below 1 ms it
+    says 0 or 1; here 0.4371 -> 0.44 and 0.0528 -> 0.053. Keys stay few (90 per decade below 1 ms),
+    which matters in distributed mode, where workers send their histograms to the master.
+    """
+    if response_time >= 1:
+        return coarse(response_time)
+    if response_time <= 0:
+        return 0.0
+    return round(response_time, 1 - math.floor(math.log10(response_time)))
 
 
 @dataclass(frozen=True)
@@ -19,7 +40,7 @@ class Snapshot:
     at_s: float
     requests: int
     failures: int
-    response_times: dict[int, int]
+    response_times: dict[float, int]
     cpu_s: float | None = None
 
 
@@ -60,7 +81,7 @@ class StepFigures:
         return cls(**{key: value for key, value in data.items() if key in names})
 
 
-def percentile(histogram: dict[int, int], fraction: float) -> float | None:
+def percentile(histogram: Mapping[float, int], fraction: float) -> float | None:
     """The smallest response time that `fraction` of the requests finished within."""
     total = sum(histogram.values())
     if total == 0:
@@ -72,6 +93,11 @@ def percentile(histogram: dict[int, int], fraction: float) -> float | None:
         if seen >= wanted:
             return float(value)
     return float(max(histogram))
+
+
+def percentiles(histogram: Mapping[float, int]) -> dict[str, float | None]:
+    """p50/p90/p95/p99 (ms) of a histogram, keyed as the figures name them; None where it counted nothing."""
+    return {key: percentile(histogram, fraction) for key, fraction in PERCENTILES.items()}
 
 
 def figures_between(start: Snapshot, end: Snapshot, *, index: int, name: str, users: int, origin_s: float = 0.0) -> StepFigures:
@@ -96,7 +122,7 @@ def figures_between(start: Snapshot, end: Snapshot, *, index: int, name: str, us
         failures=end.failures - start.failures,
         rps=round(requests / seconds, 3),
         server_cpu_cores=cores,
-        **{key: percentile(histogram, fraction) for key, fraction in PERCENTILES.items()},
+        **percentiles(histogram),
     )
 
 
