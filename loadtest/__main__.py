@@ -159,8 +159,8 @@ def _print_run(run) -> None:
             **run.saturation) + run.saturation["reason"])
     result = run.aggregate
     console.print(
-        f"whole run: {result.requests} requests, {result.rps:.1f} req/s, p50 {result.p50_ms:.0f} ms, "
-        f"p95 {result.p95_ms:.0f} ms, p99 {result.p99_ms:.0f} ms, {result.failures} failures"
+        f"whole run: {result.requests} requests, {result.rps:.1f} req/s, p50 {result.p50_ms:g} ms, "
+        f"p95 {result.p95_ms:g} ms, p99 {result.p99_ms:g} ms, {result.failures} failures"
     )
 
 

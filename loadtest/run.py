@@ -1,8 +1,8 @@
 """Run Locust headless in its own process, bounded in users and time, and read back what it measured.
 
 Locust gets a job file (endpoint, shape, payload) and writes its CSV and HTML plus a
-steps file (one entry per stage, written by `loadtest.shapes`). The runner only starts,
-watches and, past the shape's longest possible run, kills it by PID.
+steps file (one entry per stage and the whole run's histogram, written by `loadtest.shapes`).
+The runner only starts, watches and, past the shape's longest possible run, kills it by PID.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from loadtest.config import JOB_ENV, LoadJob
-from loadtest.steps import StepFigures
+from loadtest.steps import StepFigures, percentiles
 from slipway import atomic
 from slipway.paths import PROJECT_ROOT
 
@@ -37,7 +37,7 @@ class LoadTestError(RuntimeError):
 
 @dataclass(frozen=True)
 class LoadResult:
-    """Locust's Aggregated row: the whole run, ramps included."""
+    """The whole run, ramps included: Locust's Aggregated row, percentiles from the run's own histogram."""
 
     users: int
     duration_s: float
@@ -100,7 +100,7 @@ def run_locust(job: LoadJob, out_dir: Path, *, processes: int = 0, show_progress
         raise LoadTestError(f"locust exited with code {process.returncode} (log: {log_path}):\n{tail}")
     steps = read_steps(Path(job.steps_file))
     users = max((step.users for step in steps["steps"]), default=job.shape.users)
-    aggregate = read_stats(Path(f"{prefix}_stats.csv"), users=users)
+    aggregate = read_stats(Path(f"{prefix}_stats.csv"), users=users, response_times=steps["response_times"])
     return LoadRun(
         aggregate=aggregate,
         steps=steps["steps"],
@@ -176,16 +176,24 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def read_steps(path: Path) -> dict:
-    """The stages Locust's shape measured (see `loadtest.shapes.PlannedShape`)."""
+    """The stages Locust's shape measured and the whole run's histogram (see `loadtest.shapes.PlannedShape`)."""
     if not path.is_file():
         raise LoadTestError(f"the load shape wrote no steps ({path} is missing); see locust.log")
     data = json.loads(path.read_text())
+    if "response_times" not in data:
+        raise LoadTestError(f"the load shape recorded no whole-run histogram in {path}: Locust stopped before its quit "
+                            "event; see locust.log")
     data["steps"] = [StepFigures.from_dict(step) for step in data["steps"]]
+    data["response_times"] = {float(ms): int(count) for ms, count in data["response_times"]}
     return data
 
 
-def read_stats(stats_csv: Path, *, users: int) -> LoadResult:
-    """The Aggregated row of Locust's `_stats.csv`."""
+def read_stats(stats_csv: Path, *, users: int, response_times: dict[float, int]) -> LoadResult:
+    """The Aggregated row of Locust's `_stats.csv`, with the percentiles of `response_times` (ms -> requests).
+
+    The CSV writes percentiles as whole milliseconds, which reads a 0.4 ms server as 0 ms; the run's
+    histogram keeps two significant digits below 1 ms (`loadtest.steps.bucket_ms`).
+    """
     if not stats_csv.is_file():
         raise LoadTestError(f"locust wrote no statistics ({stats_csv} is missing)")
     with open(stats_csv, newline="") as handle:
@@ -196,8 +204,11 @@ def read_stats(stats_csv: Path, *, users: int) -> LoadResult:
     requests = int(row["Request Count"])
     rps = float(row["Requests/s"])
 
+    figures = percentiles(response_times)
+
     def number(key: str) -> float:
-        return float(row[key]) if requests and row[key] not in ("", "N/A") else float("nan")
+        value = figures[key]
+        return value if requests and value is not None else float("nan")
 
     return LoadResult(
         users=users,
@@ -205,8 +216,8 @@ def read_stats(stats_csv: Path, *, users: int) -> LoadResult:
         requests=requests,
         failures=int(row["Failure Count"]),
         rps=rps,
-        p50_ms=number("50%"),
-        p95_ms=number("95%"),
-        p99_ms=number("99%"),
+        p50_ms=number("p50_ms"),
+        p95_ms=number("p95_ms"),
+        p99_ms=number("p99_ms"),
         avg_ms=float(row["Average Response Time"]),
     )

@@ -2,7 +2,9 @@
 
 `PlannedShape` is the one `LoadTestShape` the locustfiles expose: it follows
 `loadtest.planner.StagePlanner`, cuts each stage's figures out of Locust's totals and
-writes them to the job's steps file after every stage, so a killed run keeps its steps.
+writes them to the job's steps file after every stage, so a killed run keeps its steps. When
+Locust quits, it adds the whole run's histogram, which the runner takes the run's percentiles
+from (the CSV's are whole milliseconds).
 Only Locust's own process imports this module (importing locust monkey-patches gevent).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import functools
 import time
 
+import locust
 import locust.runners
 import locust.stats
 from locust import LoadTestShape
@@ -44,6 +47,8 @@ class PlannedShape(LoadTestShape):
         self.stage_ends_at = 0.0
         self.opened: Snapshot | None = None
         self.hard_stop_s = self.job.shape.planned_max_s() + 30
+        self.finished = False
+        locust.events.quit.add_listener(self._record_whole_run)
 
     def tick(self):
         now = self.get_run_time()
@@ -52,6 +57,7 @@ class PlannedShape(LoadTestShape):
                 self._close_stage()
             self.stage = self.planner.next_stage(self.done) if now < self.hard_stop_s else None
             if self.stage is None:
+                self.finished = True
                 self._write(final=True)
                 return None
             self.stage_ends_at = now + self.stage.duration_s
@@ -85,14 +91,22 @@ class PlannedShape(LoadTestShape):
         self.done.append(figures)
         self._write(final=False)
 
-    def _write(self, *, final: bool) -> None:
+    def _record_whole_run(self, **_) -> None:
+        """On Locust's quit (all users stopped, workers' last reports in): the whole run's histogram, ramps included."""
+        if isinstance(self.runner, locust.runners.WorkerRunner) or self.runner is None:
+            return  # a worker's share reaches the master, which records the sum
+        if not (self.done or self.finished):
+            return  # the shape never wrote its steps: the runner says so
+        self._write(final=self.finished, response_times=dict(self.runner.stats.total.response_times))
+
+    def _write(self, *, final: bool, response_times: dict[float, int] | None = None) -> None:
         saturation = self.planner.saturation(self.done)
-        atomic.write_json(
-            self.job.steps_file,
-            {
-                "final": final,
-                "stopped": self.planner.stop_reason if final else "",
-                "steps": [step.as_dict() for step in self.done],
-                "saturation": saturation.as_dict() if saturation else None,
-            },
-        )
+        data = {
+            "final": final,
+            "stopped": self.planner.stop_reason if final else "",
+            "steps": [step.as_dict() for step in self.done],
+            "saturation": saturation.as_dict() if saturation else None,
+        }
+        if response_times is not None:
+            data["response_times"] = sorted(response_times.items())  # [ms, requests] pairs: JSON keys would be text
+        atomic.write_json(self.job.steps_file, data)

@@ -1,18 +1,32 @@
-"""Sub-millisecond latencies read as such: Locust's histogram keys as the locustfiles install them, and
-the step figures' percentiles over those keys."""
+"""Sub-millisecond latencies read as such: Locust's histogram keys as the locustfiles install them, the
+run's percentiles taken from that histogram instead of the CSV's whole milliseconds, and one real
+run against a loopback server that answers in well under 1 ms."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import math
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from loadtest.config import JOB_ENV, LoadJob, ShapeSpec, parse_host
+from loadtest.run import LoadTestError, read_stats, read_steps
 from loadtest.steps import Snapshot, bucket_ms, figures_between, percentile, percentiles
 from slipway.paths import PROJECT_ROOT
+from tests.conftest import run_module, send_body
+
+METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+            "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
+V2_ANSWER = json.dumps({"model_name": "mm", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3],
+                                                         "data": [0, 0, 1]}]}).encode()
 
 
 def _whole_ms(response_time: float) -> float:
@@ -63,3 +77,78 @@ def test_a_steps_figures_keep_sub_millisecond_keys():
     end = Snapshot(at_s=1.0, requests=110, failures=0, response_times={0.3: 40, 0.52: 50, 0.87: 10, 1: 10})
     figures = figures_between(start, end, index=0, name="constant", users=1)
     assert figures.requests == 100 and (figures.p50_ms, figures.p90_ms, figures.p99_ms) == (0.52, 0.87, 1.0)
+
+
+CSV_HEADER = ("Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,Min Response Time,"
+              "Max Response Time,Average Content Size,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,"
+              "99.99%,100%\n")
+
+
+def test_the_whole_runs_percentiles_come_from_its_histogram_not_the_csvs_whole_milliseconds(tmp_path):
+    stats = tmp_path / "locust_stats.csv"
+    stats.write_text(CSV_HEADER + ",Aggregated,100,1,0.3,0.35,0.2,7.3,104.0,50.0,0.5,0,0,0,0,0,0,0,0,7,7,7\n")
+    result = read_stats(stats, users=1, response_times={0.2: 40, 0.3: 45, 0.6: 14, 7: 1})
+    assert (result.p50_ms, result.p95_ms, result.p99_ms) == (0.3, 0.6, 0.6)
+    assert (result.requests, result.failures, result.rps, result.avg_ms, result.duration_s) == (100, 1, 50.0, 0.35, 2.0)
+
+
+def test_a_run_without_requests_has_no_percentiles(tmp_path):
+    stats = tmp_path / "locust_stats.csv"
+    stats.write_text(CSV_HEADER + ",Aggregated,0,0,0,0.0,0,0,0,0.0,0.0,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A,N/A\n")
+    result = read_stats(stats, users=1, response_times={})
+    assert math.isnan(result.p50_ms) and math.isnan(result.p99_ms) and result.requests == 0
+
+
+def test_steps_read_back_with_the_whole_runs_histogram_and_without_it_say_where_to_look(tmp_path):
+    steps = tmp_path / "steps.json"
+    steps.write_text(json.dumps({"final": True, "stopped": "all stages ran", "steps": [], "saturation": None,
+                                 "response_times": [[0.23, 5], [1, 2]]}))
+    assert read_steps(steps)["response_times"] == {0.23: 5, 1.0: 2}
+    steps.write_text(json.dumps({"final": True, "stopped": "all stages ran", "steps": [], "saturation": None}))
+    with pytest.raises(LoadTestError, match=r"no whole-run histogram in .*steps.json: .* see locust.log"):
+        read_steps(steps)
+
+
+class _KeepAliveV2(http.server.BaseHTTPRequestHandler):
+    """Describes METADATA on GET, answers every POST with one V2 answer; one connection per user, no Nagle wait."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        send_body(self, json.dumps(METADATA).encode())
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        send_body(self, V2_ANSWER)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def _sub_ms_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAliveV2)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+def test_a_sub_millisecond_server_reads_between_0_and_1_ms(reports_env, tmp_path):
+    # One user on a kept-alive loopback connection: about 0.3 ms a request, which Locust's CSV writes as 0.
+    with _sub_ms_server() as host:
+        result = run_module("loadtest", "run", "--host", host, "--model", "mm", "--users", "1", "--duration", "3",
+                            "--max-error-rate", "0", "--name", "sub-ms", "--out-dir", str(tmp_path / "locust"),
+                            env=reports_env, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "sub-ms.json").read_text())
+    whole, (step,) = report["result"], report["steps"]
+    assert whole["requests"] > 100 and whole["failures"] == 0
+    assert 0 < whole["p50_ms"] < 1 and whole["p50_ms"] <= whole["p95_ms"] <= whole["p99_ms"]
+    assert 0 < step["p50_ms"] < 1 and step["p50_ms"] <= step["p90_ms"] <= step["p95_ms"] <= step["p99_ms"]
+    assert f"p50 {whole['p50_ms']:g} ms," in " ".join(result.stderr.split())  # the summary line says it too
