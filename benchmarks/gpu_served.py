@@ -36,14 +36,16 @@ INPUT_POINT = (32, 1)  # gRPC concurrency, rows per request: where one event loo
 DEFAULTS = "defaults"  # the served settings the front ends and inputs are compared under
 FRONTEND_COUNTS = (1, 2, 4, 8)
 NEAR_BEST = 0.95  # fewer front ends within this share of the fastest count's rows/s are chosen: less CPU
-CLIENT_PROCESSES = 4  # for loads of 8 clients or more
+CLIENTS_PER_PROCESS = 4  # a client process's event loop queues its calls' answers: few calls each, many processes
+MAX_CLIENT_PROCESSES = 8
 # uint8 pixels 0..255 to the bench rows' float range -1..1 (what MobileNetV2's preprocessing gives)
 PIXELS = Normalisation(scale=2 / 255, mean=(1.0,), std=(1.0,))
 
 
 def client_processes(concurrency: int) -> int:
-    """Client processes for a load: one client process's CPU caps what it sends near ~1,500 requests/s."""
-    return CLIENT_PROCESSES if concurrency >= 8 else 1
+    """Client processes for a load: one client process's CPU caps what it sends near ~1,500 requests/s, and the
+    answers of the calls it has in flight wait for its one event loop in turn."""
+    return max(1, min(MAX_CLIENT_PROCESSES, concurrency // CLIENTS_PER_PROCESS))
 
 
 def input_plan() -> list[tuple[str, int, int]]:

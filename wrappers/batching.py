@@ -21,7 +21,7 @@ import ctypes
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +29,7 @@ import numpy as np
 # The padding plans live in `wrappers.run_planning`; re-exported for the batcher's callers.
 from wrappers.run_planning import GPU_LARGEST_BUCKET as GPU_LARGEST_BUCKET
 from wrappers.run_planning import BatchingConfigError as BatchingConfigError
-from wrappers.run_planning import bucket_chunks
+from wrappers.run_planning import bucket_chunks, bucket_for
 from wrappers.run_planning import fixed_batch_rows as fixed_batch_rows
 from wrappers.run_planning import gpu_buckets as gpu_buckets
 
@@ -69,6 +69,10 @@ class RowBatcher:
     is run again request by request, so each gets its own result or error, not its neighbour's.
     `on_run` is called on the run's thread after each run. `warm_up`, when given, runs on
     every run thread before the batcher is returned (its first error is raised here).
+    With `buckets`, a run of up to the largest bucket's rows is padded to the smallest bucket that holds
+    it as it is merged: each request's rows are copied once, into a buffer the run thread keeps for that
+    bucket (a fresh one would cost its page faults again at every run), its tail zeroed; `run` then gets
+    the bucket's row count. A run of more rows goes as it is (the runtime runs it in chunks).
     """
 
     def __init__(
@@ -81,8 +85,11 @@ class RowBatcher:
         input_errors: tuple[type[BaseException], ...] = (),
         thread_name: str = "inference",
         warm_up: Callable[[], None] | None = None,
+        buckets: Sequence[int] = (),
     ):
         self._run = run
+        self._buckets = sorted(buckets)
+        self._local = threading.local()  # each run thread's padded buffers
         self._max_rows = max_rows
         self._on_run = on_run
         self._input_errors = input_errors
@@ -185,24 +192,45 @@ class RowBatcher:
 
     def _run_batch(self, batch: list[_Pending], rows: int) -> list[list[np.ndarray]]:
         started = time.perf_counter()
-        if len(batch) == 1:
+        size = bucket_for(rows, self._buckets) if self._buckets and 0 < rows <= self._buckets[-1] else rows
+        if len(batch) == 1 and size == rows:
             feeds = batch[0].feeds
-        else:
+        elif size == rows:
             feeds = {name: np.concatenate([item.feeds[name] for item in batch]) for name in batch[0].feeds}
-        outputs = self._run(feeds, rows)
+        else:
+            feeds = self._padded(batch, rows, size)
+        outputs = self._run(feeds, size)
         finished = time.perf_counter()
         if self._on_run is not None:
             self._on_run(BatchStats(rows, finished - started, [started - item.queued_at for item in batch]))
-        if len(batch) == 1:
+        if len(batch) == 1 and size == rows:
             return [outputs]
         for output in outputs:
-            if output.ndim == 0 or output.shape[0] != rows:
+            if output.ndim == 0 or output.shape[0] != size:
                 raise RuntimeError(
-                    f"an output of shape {list(output.shape)} does not have one row per input row ({rows}); "
-                    "this model cannot merge requests: set max_batch_rows to 1"
+                    f"an output of shape {list(output.shape)} does not have one row per input row ({size}); "
+                    "this model cannot merge or pad requests: set max_batch_rows to 1 and batch_buckets to []"
                 )
         bounds = np.cumsum([0] + [item.rows for item in batch])
         return [[output[start:stop] for output in outputs] for start, stop in zip(bounds[:-1], bounds[1:])]
+
+    def _padded(self, batch: list[_Pending], rows: int, size: int) -> Feeds:
+        """The batch's rows copied once into this thread's buffers of `size` rows, the rest zeros."""
+        buffers = self._local.__dict__.setdefault("buffers", {})
+        feeds = {}
+        for name, head in batch[0].feeds.items():
+            key = (name, size, head.shape[1:], head.dtype.str)
+            buffer = buffers.get(key)
+            if buffer is None:
+                buffer = buffers[key] = np.zeros((size, *head.shape[1:]), dtype=head.dtype)
+            start = 0
+            for item in batch:
+                part = item.feeds[name]
+                buffer[start:start + len(part)] = part
+                start += len(part)
+            buffer[rows:] = 0
+            feeds[name] = buffer
+        return feeds
 
 
 def _name_native_thread(name: str) -> None:

@@ -13,6 +13,7 @@ captured too (`cuda.enable_cuda_graph`: each graph session's runs take turns, `S
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,38 +40,55 @@ def per_bucket(config: RuntimeSettings, buckets: Sequence[int], device: str) -> 
 
 
 class BucketRunner:
-    """Runs each padded run on the session of its row count. Reads like a `SessionRunner` (the smallest bucket's
-    session, device and options) to the rest of the runtime; warm-up goes through `run`, so every session is
-    warmed at its own shape only."""
+    """Runs each padded run on the session of its row count. Every run slot (thread) gets a set of bucket sessions of
+    its own where `copies` were built, so that a run never waits for another slot's run of the same size (a graph
+    session's runs take turns) and each session meets one thread; threads beyond the copies share the first set.
+    Reads like a `SessionRunner` (the first session's device and options) to the rest of the runtime; warm-up goes
+    through `run` on each run slot's thread, so every session is warmed at its own shape by the thread that runs it."""
 
-    def __init__(self, runners: dict[int, SessionRunner]):
-        if not runners:
-            raise ValueError("a BucketRunner needs at least one bucket")
-        self.runners = dict(sorted(runners.items()))
-        first = next(iter(self.runners.values()))
+    def __init__(self, copies: list[dict[int, SessionRunner]]):
+        if not copies or not all(copies) or any(copy.keys() != copies[0].keys() for copy in copies):
+            raise ValueError("a BucketRunner needs one or more sets of sessions for the same buckets")
+        self.copies = [dict(sorted(copy.items())) for copy in copies]
+        first = next(iter(self.copies[0].values()))
         self.session, self.device, self.device_id = first.session, first.device, first.device_id
         self.uses_io_binding = first.uses_io_binding
-        self.fixed_outputs = any(runner.fixed_outputs for runner in self.runners.values())
+        self.fixed_outputs = any(runner.fixed_outputs for copy in self.copies for runner in copy.values())
+        self._claimed = 0
+        self._claim_lock = threading.Lock()
+        self._local = threading.local()
 
     @property
     def buckets(self) -> list[int]:
-        return list(self.runners)
+        return list(self.copies[0])
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         rows = next(iter(feeds.values())).shape[0] if feeds else 0
-        runner = self.runners.get(rows)
+        runner = self._sessions().get(rows)
         if runner is None:
             raise BucketError(f"a run of {rows} rows, but sessions were built for {self.buckets} rows only: "
                               "runs must be padded to batch_buckets first (wrappers.batching.run_in_buckets)")
         return runner.run(output_names, feeds)
 
+    def _sessions(self) -> dict[int, SessionRunner]:
+        """This thread's set: the next unclaimed copy at its first run, else the first (shared)."""
+        mine = getattr(self._local, "sessions", None)
+        if mine is None:
+            with self._claim_lock:
+                index = self._claimed if self._claimed < len(self.copies) else 0
+                self._claimed += 1
+            mine = self._local.sessions = self.copies[index]
+        return mine
+
     def parts(self) -> tuple[BucketRunner, ...]:
-        """Itself: warm-up runs every bucket through `run`, each on its own session."""
+        """Itself: warm-up runs every bucket through `run`, each on this thread's session of that size."""
         return (self,)
 
 
-def build(model_path: Path, config: RuntimeSettings, buckets: Sequence[int]) -> BucketRunner:
-    """A session for each bucket, built as `config` says."""
-    runners = {rows: SessionRunner(create_session(model_path, config), io_binding=config.io_binding) for rows in buckets}
-    logger.info("%s: one session per bucket %s (each meets one input shape)", model_path.name, list(buckets))
-    return BucketRunner(runners)
+def build(model_path: Path, config: RuntimeSettings, buckets: Sequence[int], copies: int = 1) -> BucketRunner:
+    """A session for each bucket, `copies` times (one set per run slot), built as `config` says."""
+    sets = [{rows: SessionRunner(create_session(model_path, config), io_binding=config.io_binding) for rows in buckets}
+            for _ in range(max(1, copies))]
+    logger.info("%s: one session per bucket %s for each of %d run slot(s) (each meets one input shape)", model_path.name,
+                list(buckets), len(sets))
+    return BucketRunner(sets)

@@ -136,7 +136,7 @@ def plan_buckets(model_path: Path, config: RuntimeSettings, buckets: Sequence[in
         config, kernel_choices = choose_kernels(
             config, buckets, timer or session_timer(model_path, inputs, output_names), model=model)
         choices.update(kernel_choices)
-    runner = build(model_path, config, buckets)
+    runner = build(model_path, config, buckets, copies=config.inference_threads if device != "cpu" else 1)
     for choice in choices.values():
         logger.info("%s: %s %s (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     publish_settings(model, version, {name: (_gauge_value(choice.value), choice.source) for name, choice in choices.items()})

@@ -172,7 +172,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._batcher = RowBatcher(
             self._run_rows, max_rows=self._config.max_batch_rows, max_runs=self._config.inference_threads,
             on_run=self._metrics.observe_run, input_errors=INPUT_ERRORS, thread_name=f"ort-{self.name}",
-            warm_up=lambda: self._warm.run(self._runner),
+            warm_up=lambda: self._warm.run(self._runner), buckets=self._buckets,
         )
 
     def _runs_inline(self, rows: int) -> bool:

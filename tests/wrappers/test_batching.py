@@ -266,3 +266,38 @@ def test_graphs_that_cannot_be_merged_are_refused_with_what_to_set():
         fixed_batch_rows([TensorSpec("x", "FP32", ())], [])
     with pytest.raises(BatchingConfigError, match=r"disagree on the batch size \(\[1, 2\]\)"):
         fixed_batch_rows([TensorSpec("x", "FP32", (1, 4))], [TensorSpec("y", "FP32", (2, 3))])
+
+
+def test_merged_runs_are_padded_to_a_bucket_in_one_copy_into_a_buffer_the_run_thread_keeps(session, batchers):
+    seen = []
+
+    def run(feeds, rows):
+        x = feeds["x"]
+        seen.append((rows, x.shape[0], x.__array_interface__["data"][0], x[rows - 1:].copy()))
+        return session.run(None, feeds)
+
+    runs = GatedRuns(session, gated=1)
+
+    def gated_then_recorded(feeds, rows):
+        runs(feeds, rows)
+        return run(feeds, rows)
+
+    batcher, stats = batchers(gated_then_recorded, max_rows=8, buckets=[1, 2, 4, 8])
+    rng = np.random.default_rng(0)
+    first = [rng.uniform(-1, 1, (1, 4)).astype(np.float32)]
+    rest = [rng.uniform(-1, 1, (rows, 4)).astype(np.float32) for rows in (2, 1, 2)]  # 5 rows: padded to 8
+    answers = asyncio.run(_submit_behind_busy_runs(batcher, runs, first, rest))
+    for x, answer in zip(first + rest, answers):
+        np.testing.assert_allclose(answer[0], x @ WEIGHT, rtol=1e-5)  # each request its own rows, padding dropped
+    assert [(rows, padded) for rows, padded, _, _ in seen] == [(1, 1), (8, 8)]
+    assert not seen[1][3][1:].any()  # the 3 padding rows are zeros
+    assert [stat.rows for stat in stats] == [1, 5]  # the metrics count the requests' rows, not the padding
+    later = [rng.uniform(-1, 1, (3, 4)).astype(np.float32)]  # alone, 3 rows: padded to 4 in the thread's buffer
+
+    async def again():
+        return await batcher.submit({"x": later[0]}, 3)
+
+    np.testing.assert_allclose(asyncio.run(again())[0], later[0] @ WEIGHT, rtol=1e-5)
+    np.testing.assert_allclose(asyncio.run(again())[0], later[0] @ WEIGHT, rtol=1e-5)
+    assert [padded for _, padded, _, _ in seen[-2:]] == [4, 4]
+    assert seen[-1][2] == seen[-2][2]  # the same buffer, not a fresh allocation per run

@@ -32,7 +32,7 @@ from mlserver.types import InferenceRequest, RequestInput
 import wrappers.session as session_module
 from wrappers import bucket_sessions, gpu_choice
 
-RUNS = []  # (session number, shape, perf_counter time)
+RUNS = []  # (session number, shape, perf_counter time, thread)
 LOCK = threading.Lock()
 NUMBERS = iter(range(1 << 30))  # not id(): a session timed at load and dropped may leave its id to a later one
 
@@ -52,7 +52,8 @@ class CudaLooking:
     def run(self, names, feeds):
         time.sleep(0.002)
         with LOCK:
-            RUNS.append((self.number, tuple(next(iter(feeds.values())).shape), time.perf_counter()))
+            RUNS.append((self.number, tuple(next(iter(feeds.values())).shape), time.perf_counter(),
+                         threading.current_thread().name))
         return self._real.run(names, feeds)
 
 def create(path, settings):
@@ -71,8 +72,8 @@ async def main(path, requests, concurrency):
     model = OnnxRuntime(settings)
     await model.load()
     ready = time.perf_counter()
-    served = getattr(model._runner, "runners", {0: model._runner})
-    served_ids = {runner.session.number for runner in served.values()}
+    copies = getattr(model._runner, "copies", [{0: model._runner}])
+    served_ids = {runner.session.number for copy in copies for runner in copy.values()}
     rng = np.random.default_rng(0)
     weight = np.arange(12, dtype=np.float32).reshape(4, 3)
     queue = asyncio.Queue()
@@ -92,7 +93,7 @@ async def main(path, requests, concurrency):
     await asyncio.gather(*(client() for _ in range(concurrency)))
     metadata = await model.metadata()
     await model.unload()
-    print(json.dumps({"ready": ready, "runs": [[sid, list(shape), at] for sid, shape, at in RUNS],
+    print(json.dumps({"ready": ready, "runs": [[sid, list(shape), at, thread] for sid, shape, at, thread in RUNS],
                       "served": sorted(served_ids), "wrong": [list(shape) for shape in wrong],
                       "buckets": model._buckets, "parameters": metadata.parameters.model_dump(exclude_none=True)}))
 
@@ -110,7 +111,7 @@ def drive(tmp_path, extra: dict, requests: int = 240, concurrency: int = 16) -> 
 
 def shapes_by_session(runs: list, sessions: list[int]) -> dict[int, set[tuple]]:
     seen: dict[int, set[tuple]] = {session: set() for session in sessions}
-    for session, shape, _ in runs:
+    for session, shape, *_ in runs:
         if session in seen:
             seen[session].add(tuple(shape))
     return seen
@@ -122,10 +123,15 @@ def test_a_gpu_runtime_gives_each_bucket_a_session_that_meets_one_warmed_shape(t
     assert not result["wrong"], f"answers differ from x @ W for shapes {result['wrong'][:5]}"
     assert result["buckets"] == [1, 2, 4, 8]
     served = shapes_by_session(result["runs"], result["served"])
-    assert len(served) == 4
+    assert len(served) == 8  # a set of 4 bucket sessions for each of the 2 run slots
     assert all(len(shapes) == 1 for shapes in served.values()), served  # no session ever changes shape
+    threads: dict[int, set[str]] = {}
+    for session, _, _, thread in result["runs"]:
+        threads.setdefault(session, set()).add(thread)
+    assert all(len(threads[session]) == 1 for session in served), threads  # nor meets another run slot's thread
     after = [run for run in result["runs"] if run[2] > result["ready"] and run[0] in served]
     merged = {run[1][0] for run in after}
+    assert merged <= {1, 2, 4, 8}
     assert len(merged) > 1, f"concurrent requests of 1-7 rows only ever ran as {merged}: nothing merged"
     warmed = {(run[0], tuple(run[1])) for run in result["runs"] if run[2] <= result["ready"]}
     assert {(run[0], tuple(run[1])) for run in after} <= warmed  # no first run of a session lands on a request
@@ -164,13 +170,38 @@ def test_a_bucket_runner_sends_each_run_to_its_bucket_s_session_and_refuses_othe
     import numpy as np
 
     runners = {rows: Recorder(fixed_outputs=rows == 8) for rows in (8, 1, 4)}
-    runner = BucketRunner(runners)  # type: ignore[arg-type]
+    runner = BucketRunner([runners])  # type: ignore[list-item]
     assert runner.buckets == [1, 4, 8] and runner.fixed_outputs and runner.parts() == (runner,)
     for rows in (1, 4, 8, 4, 1):
         runner.run(["y"], {"x": np.zeros((rows, 2))})
     assert [runners[rows].rows for rows in (1, 4, 8)] == [[1, 1], [4, 4], [8]]
     with pytest.raises(BucketError, match="padded to batch_buckets"):
         runner.run(["y"], {"x": np.zeros((3, 2))})
+    with pytest.raises(ValueError, match="the same buckets"):
+        BucketRunner([{1: Recorder()}, {2: Recorder()}])  # type: ignore[dict-item]
+
+
+def test_each_run_slot_claims_a_set_of_its_own_and_threads_beyond_the_sets_share_the_first():
+    import threading
+
+    import numpy as np
+
+    sets = [{1: Recorder(), 2: Recorder()} for _ in range(2)]
+    runner = BucketRunner(sets)  # type: ignore[arg-type]
+    barrier = threading.Barrier(3)
+
+    def slot() -> None:
+        barrier.wait()
+        for rows in (1, 2, 1):
+            runner.run(["y"], {"x": np.zeros((rows, 2))})
+
+    threads = [threading.Thread(target=slot) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    counts = [len(copy[1].rows) + len(copy[2].rows) for copy in sets]
+    assert sorted(counts) == [3, 6]  # two threads on the first set, one on the second
 
 
 @pytest.mark.parametrize(("setting", "buckets", "device", "expected"), [

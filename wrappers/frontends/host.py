@@ -140,6 +140,7 @@ class SessionHost:
             self.batcher = RowBatcher(
                 self._run, max_rows=self.config.max_batch_rows, max_runs=self.config.inference_threads,
                 input_errors=INPUT_ERRORS, thread_name=f"host-{self.name}", warm_up=partial(warm_up.run, self.runner),
+                buckets=self.buckets,
             )
         except WarmUpError as err:
             raise HostError(f"model {self.name}: {err}") from err
