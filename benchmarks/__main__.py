@@ -16,9 +16,11 @@ from slipway.cli import ArgumentParser, UserError, console, exit_with
 
 
 def cmd_serving(args: argparse.Namespace) -> int:
+    import onnxruntime as ort
+
     from benchmarks.models import MODELS
     from benchmarks.report import markdown, plot
-    from benchmarks.run import BenchConfig, run_bench
+    from benchmarks.run import PROVIDERS, BenchConfig, parse_cpus, run_bench
     from slipway.paths import REPORTS_DIR
     from slipway.readme import BENCHMARKS_PAGE, replace_section
     from slipway.reports import write_report
@@ -30,7 +32,19 @@ def cmd_serving(args: argparse.Namespace) -> int:
         raise UserError("--seconds must be positive")
     if args.rounds < 1:
         raise UserError("--rounds must be at least 1")
-    payload = run_bench(BenchConfig(models=args.models, seconds=args.seconds, rounds=args.rounds))
+    try:
+        server_cpus = parse_cpus(args.server_cpus, "--server-cpus") if args.server_cpus else None
+        client_cpus = parse_cpus(args.client_cpus, "--client-cpus") if args.client_cpus else None
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    if server_cpus and client_cpus and set(server_cpus) & set(client_cpus):
+        raise UserError(f"--server-cpus and --client-cpus share CPUs {sorted(set(server_cpus) & set(client_cpus))}: "
+                        "give each its own, or leave both out")
+    provider = PROVIDERS[args.provider]
+    if provider != "CUDAExecutionProvider" and "CUDAExecutionProvider" in ort.get_available_providers():
+        console.print("[yellow]this host has CUDA: measuring the CPU provider only (--provider cuda for the GPU)[/]")
+    payload = run_bench(BenchConfig(models=args.models, seconds=args.seconds, rounds=args.rounds, provider=provider,
+                                    server_cpus=server_cpus, client_cpus=client_cpus))
     path = write_report("bench", payload)
     plot(payload, REPORTS_DIR / "bench.png")
     table = markdown({**payload, "created_at": time.strftime("%Y-%m-%d")}, "Serving throughput")
@@ -183,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round of a point (default 3)")
     bench.add_argument("--rounds", type=int, default=3,
                        help="rounds per point, alternating the runtimes; the median round counts (default 3)")
+    bench.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
+                       help="where the raw limit and every server run (default cpu, also on a GPU host)")
+    bench.add_argument("--server-cpus", metavar="LIST", help="keep the raw limit and the servers on these CPUs "
+                       "(taskset's form, e.g. 0-7); with --client-cpus, server and client never share a core")
+    bench.add_argument("--client-cpus", metavar="LIST", help="keep the load's clients on these CPUs (e.g. 8-15)")
     bench.add_argument("--no-docs", dest="update_docs", action="store_false",
                        help="do not rewrite the benchmark table in docs/benchmarks.md")
     bench.set_defaults(func=cmd_serving)

@@ -17,7 +17,8 @@ from mlserver.utils import get_model_uri
 class PlainOnnxRuntime(MLModel):
     async def load(self) -> bool:
         path = await get_model_uri(self.settings, wellknown_filenames=["model.onnx"])
-        self._session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        extra = (self.settings.parameters.extra if self.settings.parameters else None) or {}
+        self._session = ort.InferenceSession(path, providers=extra.get("providers", ["CPUExecutionProvider"]))
         self._input = self._session.get_inputs()[0].name
         self._outputs = [output.name for output in self._session.get_outputs()]
         return True

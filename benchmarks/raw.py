@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.session import create_session
+from wrappers.session import CPU, create_session
 from wrappers.settings import RuntimeSettings
 
 MAX_RUNS = 100_000
@@ -31,12 +31,14 @@ SPINNING = {"never": {"spin_within_runs": False}, "within runs": {"spin_within_r
 
 
 def measure_raw(
-    onnx_path: Path, input_name: str, row: np.ndarray, *, batch_sizes: list[int], seconds: float, on_step=None
+    onnx_path: Path, input_name: str, row: np.ndarray, *, batch_sizes: list[int], seconds: float, on_step=None,
+    providers: tuple[str, ...] = (CPU,),
 ) -> list[dict]:
-    """Rows/s at each batch size, with intra-op threads in each of the `SPINNING` ways: the limit is the best of all."""
+    """Rows/s at each batch size, with intra-op threads in each of the `SPINNING` ways: the limit is the best of all.
+    On the CPU unless `providers` say otherwise: on a GPU host, ONNX Runtime's own choice would be the GPU."""
     results = []
     for spinning in SPINNING:
-        session = create_session(onnx_path, RuntimeSettings(**SPINNING[spinning]))
+        session = create_session(onnx_path, RuntimeSettings(providers=list(providers), **SPINNING[spinning]))
         for batch in batch_sizes:
             feeds = {input_name: np.repeat(row, batch, axis=0)}
             speed, cpu_ms = rows_per_second(session, feeds, seconds)
@@ -48,10 +50,10 @@ def measure_raw(
 
 
 def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict,
-             seconds: float) -> Callable[[], tuple[float, float]]:
+             seconds: float, providers: tuple[str, ...] = (CPU,)) -> Callable[[], tuple[float, float]]:
     """A timer of one raw setting (a `measure_raw` result's `batch` and `spinning`): each call, its rows/s
     over `seconds` and its CPU ms per row, for ratios to a load measured beside it in time."""
-    session = create_session(onnx_path, RuntimeSettings(**SPINNING[setting["spinning"]]))
+    session = create_session(onnx_path, RuntimeSettings(providers=list(providers), **SPINNING[setting["spinning"]]))
     feeds = {input_name: np.repeat(row, setting["batch"], axis=0)}
 
     def turn() -> tuple[float, float]:
@@ -61,9 +63,10 @@ def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict
     return turn
 
 
-def measure_side_by_side(onnx_path: Path, input_name: str, row: np.ndarray, *, batch: int, callers: int, seconds: float) -> float:
+def measure_side_by_side(onnx_path: Path, input_name: str, row: np.ndarray, *, batch: int, callers: int, seconds: float,
+                         providers: tuple[str, ...] = (CPU,)) -> float:
     """Rows/s of `callers` threads running one single-threaded session side by side (not the issue's limit)."""
-    session = create_session(onnx_path, RuntimeSettings(intra_op_threads=1))
+    session = create_session(onnx_path, RuntimeSettings(providers=list(providers), intra_op_threads=1))
     feeds = {input_name: np.repeat(row, batch, axis=0)}
     results: list[float] = []
     threads = [threading.Thread(target=lambda: results.append(rows_per_second(session, feeds, seconds)[0]))

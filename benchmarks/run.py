@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from benchmarks.transport import BareGrpcServer
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.local_server import LocalServer
 from slipway.reports import wakeup_round_trip_us
+from wrappers.session import CPU
 
 PLAIN = "plain"
 SLIPWAY = "slipway"
@@ -56,6 +58,44 @@ class BenchConfig:
     rounds: int = 3  # each point is measured this many times, alternating runtimes; the median counts
     warmup_s: float = 1.0
     raw_seconds: float = 3.0
+    # The CPU unless asked: on a GPU host, ONNX Runtime (and the runtime's defaults) would otherwise pick the GPU.
+    provider: str = CPU
+    server_cpus: list[int] | None = None  # the raw limit and every server on these; None: anywhere
+    client_cpus: list[int] | None = None  # the load's clients on these; None: anywhere
+
+
+PROVIDERS = {"cpu": CPU, "cuda": "CUDAExecutionProvider"}
+
+
+def parse_cpus(text: str, option: str) -> list[int]:
+    """A CPU list as taskset writes one ("0-3,8"), each CPU one this process may use; ValueError saying what to send."""
+    available = sorted(os.sched_getaffinity(0))
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: give CPUs as taskset lists them, e.g. 0-3 or 0,2,4-7") from None
+    missing = sorted(cpus - set(available))
+    if not cpus or missing:
+        raise ValueError(f"{option} {text!r}: CPUs {missing or 'none'} are not this process's to use "
+                         f"(it may use {available[0]}-{available[-1]})" if available else f"{option}: no CPU")
+    return sorted(cpus)
+
+
+@contextmanager
+def pinned(cpus: list[int] | None) -> Iterator[None]:
+    """This process kept to `cpus` meanwhile (sessions built here size and place their threads by it)."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _runtimes_for(protocol: str, runtimes: list[str]) -> list[str]:
@@ -77,28 +117,33 @@ def _steps(config: BenchConfig) -> int:
 
 def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path = BENCH_DIR / "servers") -> dict:
     """Raw limit, both runtimes at every point, raw limit again; for one model (server folders under `work_dir`)."""
+    providers = (config.provider,)
+
     def raw_sweep() -> list[dict]:
-        return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
-                           seconds=config.raw_seconds, on_step=advance)
+        with pinned(config.server_cpus):
+            return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
+                               seconds=config.raw_seconds, on_step=advance, providers=providers)
 
     raw_before = raw_sweep()
-    side_by_side = measure_side_by_side(model.onnx_path, model.input_name, model.row, batch=8, callers=2,
-                                        seconds=config.raw_seconds)
+    with pinned(config.server_cpus):
+        side_by_side = measure_side_by_side(model.onnx_path, model.input_name, model.row, batch=8, callers=2,
+                                            seconds=config.raw_seconds, providers=providers)
     advance()
     # Shared memory on, so that its path can be measured too: the other paths do not change with it.
-    settings = {**SLIPWAY_SETTINGS.get(model.name, {}), "shared_memory": True}
+    settings = {**SLIPWAY_SETTINGS.get(model.name, {}), "shared_memory": True, "providers": [config.provider]}
     folders = {
-        PLAIN: server_folder(work_dir, model, PLAIN, IMPLEMENTATIONS[PLAIN], None),
+        PLAIN: server_folder(work_dir, model, PLAIN, IMPLEMENTATIONS[PLAIN], {"providers": [config.provider]}),
         SLIPWAY: server_folder(work_dir, model, SLIPWAY, IMPLEMENTATIONS[SLIPWAY], settings),
     }
     if model.name in LATENCY_SETTINGS:
         folders[SLIPWAY_LATENCY] = server_folder(
-            work_dir, model, "slipway-latency", IMPLEMENTATIONS[SLIPWAY], LATENCY_SETTINGS[model.name]
+            work_dir, model, "slipway-latency", IMPLEMENTATIONS[SLIPWAY],
+            {**LATENCY_SETTINGS[model.name], "providers": [config.provider]},
         )
     inputs = {model.input_name: model.row}
     points = []
     with ExitStack() as stack:
-        servers = {runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN))
+        servers = {runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN, cpus=config.server_cpus))
                    for runtime, folder in folders.items()}
         servers[TRANSPORT] = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
         advance()
@@ -114,6 +159,7 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
                         result = run_load(
                             protocol=protocol, server=servers[runtime], model=model.name, inputs=inputs,
                             concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
+                            client_cpus=config.client_cpus,
                         )
                         summary = result.summary()
                         if runtime == TRANSPORT:
@@ -234,6 +280,9 @@ def run_bench(config: BenchConfig) -> dict:
         "duration_s": round(time.time() - started, 1),
         "client": "closed loop, one prepared request per client (gRPC: raw_input_contents, or inputs in the client's "
                   "own shared-memory region; REST: V2 JSON, or Triton's binary extension), same machine",
+        "provider": config.provider,
+        "server_cpus": config.server_cpus,
+        "client_cpus": config.client_cpus,
         "models": models,
         "figures": figures(models),
     }

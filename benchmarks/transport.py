@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks.load import GRPC_OPTIONS, MODEL_INFER, grpc_answer
 from slipway import atomic
+from slipway.local_server import on_cpus
 from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
 from slipway.server_process import stop_process_group
@@ -68,14 +69,16 @@ class BareGrpcServer:
 
     answer_file: Path
     port: int = field(default_factory=free_port)
+    cpus: list[int] | None = None  # kept to these CPUs (taskset), as the servers it stands beside
     _process: subprocess.Popen | None = None
 
     @classmethod
     def answering_as(cls, server, model: str, inputs: dict, work_dir: Path) -> BareGrpcServer:
-        """A bare server (not started) that answers with what `server` (a real one, running) answers `inputs` with."""
+        """A bare server (not started) that answers with what `server` (a real one, running) answers `inputs` with,
+        on the same CPUs."""
         answer = work_dir / f"{model}-answer.bin"
         atomic.write_bytes(answer, grpc_answer(server.grpc_target, grpc_request(model, inputs)))
-        return cls(answer)
+        return cls(answer, cpus=getattr(server, "cpus", None))
 
     @property
     def grpc_target(self) -> str:
@@ -93,7 +96,8 @@ class BareGrpcServer:
             channel.unary_unary(f"/{HOLD_SERVICE}/{HOLD_METHOD}")(str(ms).encode(), timeout=10)
 
     def __enter__(self) -> BareGrpcServer:
-        command = [sys.executable, "-m", "benchmarks.transport", "--port", str(self.port), "--answer", str(self.answer_file)]
+        command = on_cpus([sys.executable, "-m", "benchmarks.transport", "--port", str(self.port), "--answer",
+                           str(self.answer_file)], self.cpus)
         self._process = subprocess.Popen(command, cwd=PROJECT_ROOT, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

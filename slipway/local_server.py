@@ -106,6 +106,13 @@ class LoopbackServer:
         return self._process.pid if self._process else None
 
 
+def on_cpus(command: list[str], cpus: list[int] | None) -> list[str]:
+    """`command` kept to `cpus` (with its threads and children), by util-linux's taskset; as it is without `cpus`."""
+    if not cpus:
+        return command
+    return ["taskset", "--cpu-list", ",".join(str(cpu) for cpu in cpus), *command]
+
+
 @dataclass
 class LocalServer(LoopbackServer):
     """One MLServer process serving `model_dir` on loopback; use it as a context manager.
@@ -117,6 +124,7 @@ class LocalServer(LoopbackServer):
     parallel_workers: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
     launcher: bool = True
+    cpus: list[int] | None = None  # the CPUs the server and every process it starts may run on (taskset)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -142,6 +150,7 @@ class LocalServer(LoopbackServer):
         with open(self.log_path, "wb") as log:
             command = (launcher_command(self.model_dir, self._workdir / FAILURE_FILE, self._workdir / READY_FILE)
                        if self.launcher else mlserver_command(self.model_dir))
+            command = on_cpus(command, self.cpus)
             self._process = process = subprocess.Popen(
                 command,
                 cwd=self._workdir,
