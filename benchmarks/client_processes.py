@@ -1,10 +1,11 @@
 """gRPC load from several client processes, for a server that serves more than one Python client can send.
 
-One Python gRPC client spends 0.5-0.7 ms of CPU per MobileNetV2 request, so it cannot send more than ~1,500-2,000
-requests/s: below what a GPU served through several front ends answers. Here `processes` clients (spawned, each its
-own event loop and connections) share the concurrency; all of them warm up, then load the server over one common
-window of wall-clock time, while this process reads the server's CPU at the window's ends. Each client process may
-be kept to CPUs of its own (`cpus`), away from the server's.
+A Python gRPC client spends a good part of a millisecond of CPU on each MobileNetV2 request (the reports record it
+as client_cpu_ms_per_request), so one client process caps the load below what a GPU served through several front
+ends answers. Here `processes` clients (spawned, each its own event loop and connections) share the concurrency;
+all of them warm up, then load the server over one common window of wall-clock time, while this process reads the
+server's CPU at the window's ends. Each client process may be kept to CPUs of its own (`cpus`), away from the
+server's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from benchmarks.load import MAX_REQUESTS, CpuSnapshot
 
-START_LEAD_S = 3.0  # spawning a client process and importing gRPC takes about a second
+START_LEAD_S = 3.0  # time for every client process to spawn and import gRPC before the window opens
 JOIN_TIMEOUT_S = 120.0
 
 

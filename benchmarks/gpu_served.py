@@ -43,8 +43,8 @@ PIXELS = Normalisation(scale=2 / 255, mean=(1.0,), std=(1.0,))
 
 
 def client_processes(concurrency: int) -> int:
-    """Client processes for a load: one client process's CPU caps what it sends near ~1,500 requests/s, and the
-    answers of the calls it has in flight wait for its one event loop in turn."""
+    """Client processes for a load: one client process's CPU caps what it sends, and the answers of the calls it has
+    in flight wait for its one event loop in turn."""
     return max(1, min(MAX_CLIENT_PROCESSES, concurrency // CLIENTS_PER_PROCESS))
 
 

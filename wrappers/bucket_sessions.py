@@ -4,10 +4,9 @@ ONNX Runtime's CUDA convolutions (cuDNN 9's frontend) keep the plan of the last 
 shape: a run whose shape differs from the previous run's builds every convolution's execution plan again (with
 cudnn_conv_algo_search EXHAUSTIVE, timing every candidate kernel), on the request path. Merged runs padded to
 buckets of 1, 2, 4, ... 32 rows on one session flip shapes at almost every run under concurrent load, and warm-up
-cannot help, since nothing is cached per shape: on an H200 MobileNetV2 served 10-27 rows/s at gRPC concurrency
-8-32 that way, its run threads spending 90-290 ms of CPU per request. Here every bucket gets a session of its own,
-so each session sees one shape from its first run on, tuned once at warm-up; a CUDA graph per bucket can then be
-captured too (`cuda.enable_cuda_graph`: each graph session's runs take turns, `SessionRunner`).
+cannot help, since nothing is cached per shape (the figures: docs/benchmarks.md, "GPU"). Here every bucket gets a
+session of its own, so each session sees one shape from its first run on, tuned once at warm-up; a CUDA graph per
+bucket can then be captured too (`cuda.enable_cuda_graph`: each graph session's runs take turns, `SessionRunner`).
 """
 
 from __future__ import annotations
