@@ -70,24 +70,45 @@ def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] |
     return function_to_onnx(call, specs, opset)
 
 
-def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET):
-    """Trace `call` (tensors in `specs` order -> dict of named outputs) and convert it with tf2onnx."""
+def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_order: list[str] | None = None):
+    """Trace `call` (tensors in `specs` order -> dict of named outputs) and convert it with tf2onnx.
+
+    The traced graph is frozen with only `specs` as its inputs: TensorFlow also lists the
+    tensors a function captures (a small one as a constant, a large one as a placeholder)
+    among a concrete function's inputs, and tf2onnx's `from_function` turns every one into
+    a graph input, so an adapted `Normalization` layer's mean and variance (eager tensors,
+    not variables) became inputs the caller had to feed. Here they are folded in as
+    constants.
+    """
     import logging
 
     import onnx
     import tensorflow as tf
     import tf2onnx
+    from tf2onnx import tf_loader
 
     if opset < DEFAULT_OPSET:
         raise ValueError(f"opset {opset} is too old: use {DEFAULT_OPSET} or newer")
-    serve = tf.function(call, input_signature=specs)
-    tf2onnx_log = logging.getLogger("tf2onnx")
-    level = tf2onnx_log.level
+    concrete = tf.function(call, input_signature=specs).get_concrete_function()
+    arguments = concrete.inputs[: len(specs)]  # the signature's own inputs come first, the captures after them
+    answers = concrete.structured_outputs
+    order = output_order or sorted(answers)
+    input_names = [tensor.name for tensor in arguments]
+    output_names = [answers[name].name for name in order]
+    renames = {**{tensor.name: spec.name for tensor, spec in zip(arguments, specs)},
+               **{answers[name].name: name for name in order}}
+    tf2onnx_log, tf_log = logging.getLogger("tf2onnx"), tf.get_logger()
+    levels = tf2onnx_log.level, tf_log.level
     tf2onnx_log.setLevel(logging.CRITICAL)  # unsupported ops are reported below, in one line
+    tf_log.setLevel(logging.ERROR)  # TensorFlow's deprecation notes on the v1 freezing tf2onnx uses
     try:
-        onnx_model, _ = tf2onnx.convert.from_function(serve, input_signature=specs, opset=opset)
+        with tf.device("/cpu:0"):
+            frozen = tf_loader.from_function(concrete, input_names, output_names)
+        onnx_model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
+                                                       output_names=output_names, opset=opset, tensors_to_rename=renames)
     finally:
-        tf2onnx_log.setLevel(level)
+        tf2onnx_log.setLevel(levels[0])
+        tf_log.setLevel(levels[1])
     unknown = sorted({node.op_type for node in onnx_model.graph.node
                       if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, node.domain)})
     if unknown:
@@ -95,6 +116,10 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET):
             f"the model uses TensorFlow ops tf2onnx cannot convert to ONNX ({', '.join(unknown)}): replace them with "
             "standard ops (see https://github.com/onnx/tensorflow-onnx/blob/main/support_status.md)"
         )
+    extra = sorted({tensor.name for tensor in onnx_model.graph.input} - {spec.name for spec in specs})
+    if extra:  # a captured tensor left as an input: the caller could not feed it
+        raise UnsupportedOpsError(f"the converted graph asks for inputs the model does not have ({', '.join(extra)}): a tensor "
+                                  "the model captures was left unfolded; nothing was written (report it with the model)")
     onnx_model.producer_name = "slipway"
     return onnx_model
 

@@ -1,0 +1,35 @@
+"""`export.convert`: a traced function becomes an ONNX graph with only its own inputs.
+
+Plain tf.functions and arrays, no trained model: the corpus test (test_keras_corpus.py) converts real ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from export import tf_env  # noqa: F401
+from export.convert import function_to_onnx
+
+
+def _run(graph, feeds: dict) -> list:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_captured_tensors_become_constants_not_graph_inputs():
+    """The root of the adapted-Normalization failure: a traced function's captured eager tensors (a small one is
+    captured as a constant, a large one as a placeholder; both are listed among the function's inputs) must be
+    folded into the graph, leaving the signature's inputs alone."""
+    import tensorflow as tf
+
+    small = tf.constant(np.arange(3, dtype=np.float32))  # an adapted Normalization's mean: an eager tensor, not a variable
+    large = tf.constant(np.linspace(1, 2, 300, dtype=np.float32).reshape(100, 3))  # over TensorFlow's 128-element const limit
+    graph = function_to_onnx(lambda t: {"shifted": t - small, "scaled": tf.matmul(large, t, transpose_b=True)},
+                             [tf.TensorSpec((None, 3), tf.float32, name="t")], output_order=["shifted", "scaled"])
+    assert [i.name for i in graph.graph.input] == ["t"] and [o.name for o in graph.graph.output] == ["shifted", "scaled"]
+    rows = np.random.default_rng(0).normal(0, 1, (5, 3)).astype(np.float32)
+    shifted, scaled = _run(graph, {"t": rows})
+    np.testing.assert_allclose(shifted, rows - np.arange(3), atol=1e-6)
+    np.testing.assert_allclose(scaled, large.numpy() @ rows.T, atol=1e-5)
+
