@@ -50,7 +50,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     Parity is checked on held-out rows (the user's --data, else the digits split) over every
     output before anything is written; a disagreement writes nothing.
     """
-    from export.convert import ParityError, UnsupportedOpsError, function_to_onnx, onnx_outputs, outputs_parity
+    from export.convert import ParityError, UnsupportedOpsError, onnx_outputs, outputs_parity
     from export.keras_load import ModelLoadError, default_name, load_model, read_custom_objects
     from export.onnx_import import ImportCheckError, check_name
     from export.package import check_out_dir, write_artifact
@@ -71,7 +71,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             model = load_model(model_path, custom_objects=custom)
         rows = user_rows(args.data, model, what="held-out") if args.data else demo_rows(model, model_path)
         with console.status("converting to ONNX (tf.function -> tf2onnx)"):
-            onnx_bytes = function_to_onnx(model.call, model.tensor_specs(), opset=args.opset).SerializeToString()
+            onnx_bytes = model.to_onnx(args.opset).SerializeToString()
         with console.status(f"checking parity on {rows.count} rows"):
             source_outputs = model.predict(rows.feeds)
             converted = onnx_outputs(onnx_bytes, rows.feeds)

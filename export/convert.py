@@ -50,24 +50,23 @@ def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] |
                   output_names: list[str] | None = None):
     """Convert a Keras model to an ONNX ModelProto with a dynamic batch dimension.
 
+    The model is called the way it was built (a dict, a list or one tensor; `export.keras_io`).
     Names default to the demo's (`image` -> `probabilities`) for a model with one input and one
-    output, else to the model's own input and output names.
+    output, else to the model's own input and output names; given names replace them in order.
     """
     import tensorflow as tf
 
-    inputs = input_names or ([INPUT_NAME] if len(model.inputs) == 1 else [tensor.name for tensor in model.inputs])
-    from export.keras_load import keras_output_names
+    from export.keras_io import read_interface
 
-    outputs = output_names or ([OUTPUT_NAME] if len(model.outputs) == 1 else keras_output_names(model))
-    specs = [tf.TensorSpec((None, *tensor.shape[1:]), tensor.dtype, name=name) for tensor, name in zip(model.inputs, inputs)]
+    interface = read_interface(model)
+    inputs = input_names or ([INPUT_NAME] if len(interface.inputs) == 1 else [spec.name for spec in interface.inputs])
+    outputs = output_names or ([OUTPUT_NAME] if len(interface.output_names) == 1 else interface.output_names)
+    specs = [tf.TensorSpec((None, *spec.shape[1:]), tf.as_dtype(spec.dtype), name=name) for spec, name in zip(interface.inputs, inputs)]
 
     def call(*tensors):
-        answers = model(list(tensors) if len(tensors) > 1 else tensors[0], training=False)
-        if isinstance(answers, dict):
-            answers = [answers[name] for name in keras_output_names(model)]
-        return dict(zip(outputs, answers if isinstance(answers, (list, tuple)) else [answers]))
+        return dict(zip(outputs, interface.call(model, tensors).values()))
 
-    return function_to_onnx(call, specs, opset)
+    return function_to_onnx(call, specs, opset, output_order=outputs)
 
 
 def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_order: list[str] | None = None):

@@ -6,7 +6,8 @@ open), its outputs by name, and its answers on rows the user sends. A SavedModel
 taken through its serving signature (no Python classes needed); a .keras or .h5 file
 through Keras, which needs every custom layer's class: those are named before Keras
 is asked, so a missing one is one line saying how to pass it, not a deserialisation
-traceback.
+traceback. A Keras model is then called the way it was built (a dict, a list or one
+tensor; `export.keras_io`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from export import tf_env  # noqa: F401
+from export.keras_io import KerasInterface, KerasInterfaceError, read_interface
 from export.measure import Feeds
 from export.onnx_import import InputSpec
 from slipway.cli import first_line
@@ -51,6 +53,7 @@ class LoadedModel:
     keras_model: object | None  # None for a SavedModel: answers come from its serving signature
     signature: object | None = None
     owner: object | None = None  # a SavedModel's loaded object: its variables live as long as it does
+    interface: KerasInterface | None = None  # how the Keras model is called (None for a SavedModel)
 
     def tensor_specs(self) -> list:
         """One `tf.TensorSpec` per input, named like it, batch dimension open (dynamic batch in ONNX)."""
@@ -63,12 +66,14 @@ class LoadedModel:
         if self.keras_model is None:
             answers = self.signature(**{spec.name: tensor for spec, tensor in zip(self.inputs, tensors)})
             return {name: answers[name] for name in self.output_names}
-        outputs = self.keras_model(list(tensors) if len(tensors) > 1 else tensors[0], training=False)
-        if isinstance(outputs, dict):
-            return {name: outputs[name] for name in self.output_names}
-        if not isinstance(outputs, (list, tuple)):
-            outputs = [outputs]
-        return dict(zip(self.output_names, outputs))
+        assert self.interface is not None, "a Keras model is loaded with its interface"
+        return self.interface.call(self.keras_model, tensors)
+
+    def to_onnx(self, opset: int):
+        """The model as an ONNX ModelProto, its inputs and outputs named as the model names them."""
+        from export.convert import function_to_onnx
+
+        return function_to_onnx(self.call, self.tensor_specs(), opset, output_order=self.output_names)
 
     def predict(self, feeds: Feeds, batch_size: int = PREDICT_BATCH) -> dict[str, np.ndarray]:
         """Every output over all rows, in chunks, by name."""
@@ -217,17 +222,11 @@ def load_model(path: Path, *, custom_objects: dict | None = None) -> LoadedModel
                 model = keras.models.load_model(path, custom_objects=custom_objects, compile=False)
     except Exception as err:  # Keras raises many types for a bad file
         raise ModelLoadError(f"cannot read {path} as a Keras model ({type(err).__name__}: {first_line(err)})") from err
-    inputs = [InputSpec(_input_name(tensor, i), np.dtype(str(tensor.dtype)), tuple(tensor.shape)) for i, tensor in enumerate(model.inputs)]
-    return LoadedModel(path, fmt, inputs, keras_output_names(model), model)
-
-
-def keras_output_names(model) -> list[str]:
-    """The names of a Keras model's outputs: a functional model's `output_names`, else (a Sequential) the
-    names of the layers that produce them."""
-    names = getattr(model, "output_names", None)
-    if names:
-        return list(names)
-    return [tensor._keras_history.operation.name for tensor in model.outputs]
+    try:
+        interface = read_interface(model)
+    except KerasInterfaceError as err:
+        raise ModelLoadError(f"cannot convert {path}: {err}") from err
+    return LoadedModel(path, fmt, interface.inputs, interface.output_names, model, interface=interface)
 
 
 def _importable(module: str | None) -> bool:
@@ -244,11 +243,6 @@ def _registered(name: str) -> bool:
     import keras
 
     return any(key.split(">")[-1] == name for key in keras.saving.get_custom_objects())
-
-
-def _input_name(tensor, index: int) -> str:
-    """The name a Keras input was given (keras.Input(name=...)); Keras 3 keeps it on the symbolic tensor."""
-    return getattr(tensor, "name", None) or f"input_{index}"
 
 
 def _load_savedmodel(path: Path) -> LoadedModel:

@@ -106,16 +106,21 @@ def gpu_runner(model_bytes: bytes, provider: str) -> Runner | None:
 
 
 def keras_runner(model, input_names: list[str]) -> Runner:
-    """The Keras model as a compiled `tf.function` over its inputs (in order), results copied to host like ONNX Runtime's."""
+    """The Keras model as a compiled `tf.function` over its inputs (in order, called the way the model was built),
+    results copied to host like ONNX Runtime's: one array, or a list in the model's output order."""
     import tensorflow as tf
+
+    from export.keras_io import read_interface
+
+    interface = read_interface(model)
 
     @tf.function(reduce_retracing=True)
     def call(*tensors):
-        return model(list(tensors) if len(tensors) > 1 else tensors[0], training=False)
+        return list(interface.call(model, tensors).values())
 
     def run(feeds):
-        answers = call(*[tf.convert_to_tensor(feeds[name]) for name in input_names])
-        return [a.numpy() for a in answers] if isinstance(answers, (list, tuple)) else answers.numpy()
+        answers = [a.numpy() for a in call(*[tf.convert_to_tensor(feeds[name]) for name in input_names])]
+        return answers if len(answers) > 1 else answers[0]
 
     return run
 

@@ -129,10 +129,8 @@ def keras_file_source(model, name: str, rows, *, calibration=None, training=None
 
     A SavedModel cannot be fine-tuned or run as Keras: its converted graph is the baseline, as an imported ONNX file's is.
     """
-    from export.convert import function_to_onnx
-
     warnings = []
-    onnx_model = function_to_onnx(model.call, model.tensor_specs(), opset=opset)
+    onnx_model = model.to_onnx(opset)
     if calibration is not None:
         calibration_feeds, calibration_note = calibration.feeds, calibration.note
     elif training is not None:

@@ -1,0 +1,167 @@
+"""How a Keras model is called, read from the model itself: the structure and the names of its inputs and outputs.
+
+Keras 3 builds a multi-input model from a dict of named inputs as readily as from a list, and
+a model may answer with a dict, a list or one tensor; a subclassed model has no symbolic inputs
+at all, only the shapes it was built with. Everything that converts, predicts or times a Keras
+model calls it through `KerasInterface.call`: tensors in flat input order go in, packed into the
+structure the model was built with, and the answers come out by the names the user gave them
+(a dict output's keys, else the output layers' names).
+
+Only public Keras APIs are read: a functional model's `input` and `output` (the structures it
+was built from) and `output_names`, a Sequential's `inputs` and `layers`, a subclassed model's
+`get_build_config()`, `input_dtype` and `compute_output_spec`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+
+from export import tf_env  # noqa: F401
+from export.onnx_import import InputSpec
+from slipway.cli import first_line
+
+
+class KerasInterfaceError(ValueError):
+    """The model cannot be called as an ONNX graph would be ; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class KerasInterface:
+    """A Keras model's inputs (flat, by name) and outputs (flat, by name), and the structure its inputs are packed into."""
+
+    inputs: list[InputSpec]
+    output_names: list[str]
+    structure: object  # the model's input structure with a 0 per tensor: a dict, a list, or 0 for a single tensor
+
+    def call(self, model, tensors) -> dict:
+        """`model` on `tensors` (flat, in `inputs` order), packed as it was built; its answers by output name."""
+        import keras
+
+        answers = keras.tree.flatten(model(keras.tree.pack_sequence_as(self.structure, list(tensors)), training=False))
+        if len(answers) != len(self.output_names):
+            raise KerasInterfaceError(f"the model answered with {len(answers)} outputs, not the {len(self.output_names)} "
+                                      f"({', '.join(self.output_names)}) its structure declares: save it with fixed outputs")
+        return dict(zip(self.output_names, answers))
+
+
+def read_interface(model) -> KerasInterface:
+    """The inputs, outputs and calling structure of a functional, Sequential or subclassed Keras model."""
+    import keras
+
+    if isinstance(model, keras.Sequential):
+        return _sequential(model)
+    if _is_functional(model):
+        return _functional(model)
+    return _subclassed(model)
+
+
+def _is_functional(model) -> bool:
+    """A functional model keeps the symbolic inputs it was built from; a subclassed one has none (no `inputs`)."""
+    try:
+        return bool(model.inputs)
+    except AttributeError:
+        return False
+
+
+def _functional(model) -> KerasInterface:
+    import keras
+
+    built_inputs = keras.tree.flatten_with_path(model.input)
+    names = [str(path[-1]) if path and isinstance(path[-1], str) else _tensor_name(tensor, i)
+             for i, (path, tensor) in enumerate(built_inputs)]
+    inputs = [_spec(name, tensor) for name, (_, tensor) in zip(names, built_inputs)]
+    built_outputs = keras.tree.flatten_with_path(model.output)
+    layer_names = list(getattr(model, "output_names", None) or [])
+    outputs = []
+    for i, (path, _) in enumerate(built_outputs):
+        if path and isinstance(path[-1], str):
+            outputs.append("_".join(str(part) for part in path))  # a dict output: the user's key (keys joined if nested)
+        elif i < len(layer_names):
+            outputs.append(layer_names[i])
+        else:
+            outputs.append(f"output_{i}")
+    return KerasInterface(inputs, _unique(outputs), keras.tree.map_structure(lambda _: 0, model.input))
+
+
+def _sequential(model) -> KerasInterface:
+    try:
+        tensors = list(model.inputs)
+    except (AttributeError, ValueError):  # built without keras.Input: only its build shape is known
+        return _subclassed(model)
+    if len(tensors) != 1:
+        raise KerasInterfaceError(f"Sequential model {model.name!r} has {len(tensors)} inputs: a Sequential takes one; "
+                                  "build it with keras.Model(inputs, outputs) instead")
+    return KerasInterface([_spec(_tensor_name(tensors[0], 0), tensors[0])], [model.layers[-1].name], 0)
+
+
+def _subclassed(model) -> KerasInterface:
+    """A model with its own `call()`: inputs from the shapes it was built with (named after `call`'s first
+    argument, or the keys of a dict it was built on), outputs from a symbolic call on them."""
+    import keras
+
+    config = model.get_build_config() if model.built else None
+    shapes = (config or {}).get("input_shape")
+    if shapes is None and config and "shapes_dict" in config:
+        shapes = {key.removesuffix("_shape"): value for key, value in config["shapes_dict"].items()}
+    if shapes is None:
+        raise KerasInterfaceError(f"model {model.name!r} ({type(model).__name__}) was saved before it was built, so its input "
+                                  "shapes are unknown: call it once on a batch (or model.build(shape)) before saving it")
+    argument = _first_argument(model)
+
+    def is_shape(node) -> bool:
+        return isinstance(node, (list, tuple)) and all(d is None or isinstance(d, int) for d in node)
+
+    if is_shape(shapes):
+        structure: object = 0
+        named = [(argument, tuple(shapes))]
+    elif isinstance(shapes, dict) and all(is_shape(v) for v in shapes.values()):
+        structure = {key: 0 for key in shapes}
+        named = [(str(key), tuple(shapes[key])) for key in sorted(shapes)]
+    elif isinstance(shapes, (list, tuple)) and all(is_shape(v) for v in shapes):
+        structure = [0] * len(shapes)
+        named = [(f"{argument}_{i}", tuple(shape)) for i, shape in enumerate(shapes)]
+    else:
+        raise KerasInterfaceError(f"model {model.name!r} was built on inputs shaped {shapes!r}: Slipway calls models on one "
+                                  "tensor, a list or a flat dict of tensors; wrap it in a keras.Model with such inputs")
+    dtype = np.dtype(str(model.input_dtype))
+    inputs = [InputSpec(name, dtype, (None, *shape[1:])) for name, shape in named]
+    symbolic = keras.tree.pack_sequence_as(structure, [keras.KerasTensor(spec.shape, str(spec.dtype)) for spec in inputs])
+    try:
+        answers = model.compute_output_spec(symbolic)
+    except Exception as err:  # the user's call() may fail on symbolic tensors in any way
+        raise KerasInterfaceError(f"model {model.name!r} ({type(model).__name__}) cannot be called on its build shapes "
+                                  f"{[spec.describe() for spec in inputs]} ({type(err).__name__}: {first_line(err)}): "
+                                  "save it as a functional keras.Model or export it as a SavedModel (model.export(path))") from err
+    paths = keras.tree.flatten_with_path(answers)
+    outputs = ["_".join(str(part) for part in path) if path and isinstance(path[-1], str) else f"output_{i}"
+               for i, (path, _) in enumerate(paths)]
+    return KerasInterface(inputs, _unique(outputs), structure)
+
+
+def _first_argument(model) -> str:
+    """The name of `call()`'s first argument (what the user calls the model's input), `inputs` when it has none."""
+    try:
+        parameters = [p for p in inspect.signature(model.call).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return "inputs"
+    return parameters[0].name if parameters else "inputs"
+
+
+def _spec(name: str, tensor) -> InputSpec:
+    """An input's name, numpy dtype and shape."""
+    return InputSpec(name, np.dtype(str(tensor.dtype)), tuple(tensor.shape))
+
+
+def _tensor_name(tensor, index: int) -> str:
+    """The name a Keras input was given (keras.Input(name=...)); Keras 3 keeps it on the symbolic tensor."""
+    return getattr(tensor, "name", None) or f"input_{index}"
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Output names as given; a name used twice (two outputs of one layer) gets its position appended."""
+    return [name if names.count(name) == 1 else f"{name}_{i}" for i, name in enumerate(names)]
+

@@ -1,0 +1,66 @@
+"""`export.keras_io`: a Keras model's inputs and outputs read from the model itself.
+
+In-memory models only (nothing is converted): the corpus test (test_keras_corpus.py) converts and serves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from export import tf_env  # noqa: F401
+from export.keras_io import read_interface
+
+
+def test_a_dict_model_is_named_by_its_keys_and_called_with_a_dict():
+    import keras
+
+    a, b = keras.Input((2,), name="alpha"), keras.Input((3,), name="beta")
+    joined = keras.layers.Concatenate()([a, b])
+    model = keras.Model({"beta": b, "alpha": a}, {"total": keras.layers.Dense(1, name="sum_layer")(joined),
+                                                  "copy": keras.layers.Identity(name="copy_layer")(a)})
+    interface = read_interface(model)
+    assert [(spec.name, spec.shape) for spec in interface.inputs] == [("alpha", (None, 2)), ("beta", (None, 3))]
+    assert interface.output_names == ["copy", "total"]  # the keys clients use, not the layers' names
+    alpha, beta = np.ones((4, 2), np.float32), np.zeros((4, 3), np.float32)
+    answers = interface.call(model, [alpha, beta])
+    np.testing.assert_array_equal(np.asarray(answers["copy"]), alpha)  # each tensor reached the input it is named after
+    np.testing.assert_allclose(np.asarray(answers["total"]), np.asarray(model({"alpha": alpha, "beta": beta})["total"]))
+
+
+def test_a_subclassed_model_is_read_from_the_dict_it_was_built_on():
+    import keras
+
+    class TwoParts(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense = keras.layers.Dense(2)
+
+        def call(self, parts):
+            return {"mixed": self.dense(parts["left"]) + parts["right"], "left_sum": keras.ops.sum(parts["left"], axis=-1)}
+
+    model = TwoParts()
+    model({"left": np.zeros((1, 5), np.float32), "right": np.zeros((1, 2), np.float32)})
+    interface = read_interface(model)
+    assert [(spec.name, spec.shape) for spec in interface.inputs] == [("left", (None, 5)), ("right", (None, 2))]
+    assert interface.output_names == ["left_sum", "mixed"]
+    answers = interface.call(model, [np.ones((3, 5), np.float32), np.ones((3, 2), np.float32)])
+    np.testing.assert_allclose(np.asarray(answers["left_sum"]), np.full(3, 5.0))
+
+
+def test_a_subclassed_model_with_one_input_takes_the_name_of_call_s_argument():
+    import keras
+
+    class Scores(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, readings):
+            return self.dense(readings)
+
+    model = Scores()
+    model(np.zeros((2, 4), np.float32))
+    interface = read_interface(model)
+    assert [(spec.name, spec.dtype, spec.shape) for spec in interface.inputs] == [("readings", np.dtype("float32"), (None, 4))]
+    assert interface.output_names == ["output_0"]
+
