@@ -103,6 +103,7 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
     try:
         with tf.device("/cpu:0"):
             frozen = tf_loader.from_function(concrete, input_names, output_names)
+        rewrite_float_signbit(frozen)
         onnx_model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
                                                        output_names=output_names, opset=opset, tensors_to_rename=renames)
     finally:
@@ -121,6 +122,57 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
                                   "the model captures was left unfolded; nothing was written (report it with the model)")
     onnx_model.producer_name = "slipway"
     return onnx_model
+
+
+def rewrite_float_signbit(graph_def) -> int:
+    """Keras' float `signbit` as comparisons ONNX has; returns how many were rewritten.
+
+    `keras.ops.argmax` and `argmin` on floats find -0.0 with `signbit`, which the
+    TensorFlow backend writes as Bitcast(x -> int32) & INT32_MIN < 0. ONNX has no bitcast, so
+    tf2onnx leaves the op unconverted and any model with an argmax inside was refused. The
+    same answer, x < 0 or 1/x < 0 (1/-0.0 is -inf), uses ops ONNX has; the Less node keeps
+    its name, so what reads it is untouched, and the orphaned Bitcast is pruned by tf2onnx.
+    """
+    import tensorflow as tf
+
+    nodes = {node.name: node for node in graph_def.node}
+
+    def source(name: str):
+        return nodes.get(name.lstrip("^").split(":")[0])
+
+    def constant(node, value: int) -> bool:
+        return node is not None and node.op == "Const" and bool(np.all(tf.make_ndarray(node.attr["value"].tensor) == value))
+
+    float32, int32 = tf.float32.as_datatype_enum, tf.int32.as_datatype_enum
+    rewritten = 0
+    for less in list(graph_def.node):
+        if less.op != "Less" or len(less.input) != 2 or not constant(source(less.input[1]), 0):
+            continue
+        masked = source(less.input[0])
+        if masked is None or masked.op != "BitwiseAnd":
+            continue
+        parts = [source(name) for name in masked.input]
+        bitcast = next((node for node in parts if node is not None and node.op == "Bitcast"), None)
+        if (bitcast is None or bitcast.attr["T"].type != float32 or bitcast.attr["type"].type != int32
+                or not any(constant(node, -(2**31)) for node in parts if node is not bitcast)):
+            continue
+        x, base = bitcast.input[0], f"{less.name}/slipway_signbit"
+        zero = tf.compat.v1.NodeDef(name=f"{base}/zero", op="Const")
+        zero.attr["dtype"].type = float32
+        zero.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.float32(0.0)))
+        added = [zero]
+        for name, op, inputs in ((f"{base}/negative", "Less", [x, zero.name]), (f"{base}/inverse", "Reciprocal", [x]),
+                                 (f"{base}/inverse_negative", "Less", [f"{base}/inverse", zero.name])):
+            node = tf.compat.v1.NodeDef(name=name, op=op, input=inputs)
+            node.attr["T"].type = float32
+            added.append(node)
+        less.op = "LogicalOr"
+        del less.input[:]
+        less.input.extend([f"{base}/negative", f"{base}/inverse_negative"])
+        less.attr.clear()
+        graph_def.node.extend(added)
+        rewritten += 1
+    return rewritten
 
 
 def onnx_predict(onnx_bytes: bytes, x: np.ndarray, batch_size: int = 256) -> np.ndarray:

@@ -33,3 +33,14 @@ def test_captured_tensors_become_constants_not_graph_inputs():
     np.testing.assert_allclose(shifted, rows - np.arange(3), atol=1e-6)
     np.testing.assert_allclose(scaled, large.numpy() @ rows.T, atol=1e-5)
 
+
+def test_keras_argmax_converts_and_keeps_its_answer_for_negative_zero():
+    """keras.ops.argmax finds -0.0 through a bitcast ONNX lacks; the rewritten graph answers as Keras does."""
+    import keras
+    import tensorflow as tf
+
+    graph = function_to_onnx(lambda t: {"label": keras.ops.argmax(t, axis=-1)}, [tf.TensorSpec((None, 2), tf.float32, name="t")])
+    assert "Bitcast" not in {node.op_type for node in graph.graph.node}
+    rows = np.array([[-0.0, 0.0], [0.0, -0.0], [-1.0, -2.0], [3.0, 5.0], [-np.inf, -0.0]], np.float32)
+    np.testing.assert_array_equal(_run(graph, {"t": rows})[0], np.asarray(keras.ops.argmax(rows, axis=-1)))
+
