@@ -56,7 +56,7 @@ def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] |
     """
     import tensorflow as tf
 
-    from export.keras_io import read_interface
+    from export.keras_io import layer_names, read_interface
 
     interface = read_interface(model)
     inputs = input_names or ([INPUT_NAME] if len(interface.inputs) == 1 else [spec.name for spec in interface.inputs])
@@ -66,10 +66,15 @@ def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] |
     def call(*tensors):
         return dict(zip(outputs, interface.call(model, tensors).values()))
 
-    return function_to_onnx(call, specs, opset, output_order=outputs)
+    return function_to_onnx(call, specs, opset, output_order=outputs, layer_names=layer_names(model))
 
 
-def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_order: list[str] | None = None):
+# TensorFlow ops that run Python (tf.py_function, tf.numpy_function): no ONNX graph can hold them.
+PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
+
+
+def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_order: list[str] | None = None,
+                     layer_names: set[str] | None = None):
     """Trace `call` (tensors in `specs` order -> dict of named outputs) and convert it with tf2onnx.
 
     The traced graph is frozen with only `specs` as its inputs: TensorFlow also lists the
@@ -77,7 +82,8 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
     among a concrete function's inputs, and tf2onnx's `from_function` turns every one into
     a graph input, so an adapted `Normalization` layer's mean and variance (eager tensors,
     not variables) became inputs the caller had to feed. Here they are folded in as
-    constants.
+    constants. What no ONNX graph can hold (Python ops, strings) is refused before tf2onnx
+    runs, naming the layer (`layer_names`, matched against the ops' name scopes).
     """
     import logging
 
@@ -86,9 +92,12 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
     import tf2onnx
     from tf2onnx import tf_loader
 
+    from export.keras_io import layer_of
+
     if opset < DEFAULT_OPSET:
         raise ValueError(f"opset {opset} is too old: use {DEFAULT_OPSET} or newer")
     concrete = tf.function(call, input_signature=specs).get_concrete_function()
+    refuse_unconvertible_ops(concrete, layer_names or set())
     arguments = concrete.inputs[: len(specs)]  # the signature's own inputs come first, the captures after them
     answers = concrete.structured_outputs
     order = output_order or sorted(answers)
@@ -109,7 +118,8 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
     finally:
         tf2onnx_log.setLevel(levels[0])
         tf_log.setLevel(levels[1])
-    unknown = sorted({node.op_type for node in onnx_model.graph.node
+    unknown = sorted({f"{node.op_type} in layer {where!r}" if (where := layer_of(node.name, layer_names or set())) else node.op_type
+                      for node in onnx_model.graph.node
                       if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, node.domain)})
     if unknown:
         raise UnsupportedOpsError(
@@ -173,6 +183,28 @@ def rewrite_float_signbit(graph_def) -> int:
         graph_def.node.extend(added)
         rewritten += 1
     return rewritten
+
+
+def refuse_unconvertible_ops(concrete, layer_names: set[str]) -> None:
+    """Python ops (tf.py_function) and string ops have no ONNX form: one line naming the layer and the fix."""
+    import tensorflow as tf
+
+    from export.keras_io import TEXT_FIX, layer_of
+
+    graph_def = concrete.graph.as_graph_def()
+    nodes = [*graph_def.node, *(node for function in graph_def.library.function for node in function.node_def)]
+    for node in nodes:
+        if node.op in PYTHON_OPS:
+            where = layer_of(node.name, layer_names)
+            raise UnsupportedOpsError(
+                f"{f'layer {where!r}' if where else f'op {node.name!r}'} runs Python (tf.py_function / tf.numpy_function, "
+                f"{node.op}), which an ONNX graph cannot hold: move that step into a pre-processing stage before the model, "
+                "or write it with TensorFlow ops")
+    for op in concrete.graph.get_operations():
+        if any(tensor.dtype == tf.string for tensor in op.outputs):
+            where = layer_of(op.name, layer_names)
+            raise UnsupportedOpsError(f"{f'layer {where!r}' if where else f'op {op.name!r}'} works on strings ({op.type}), "
+                                      f"which an ONNX graph cannot: {TEXT_FIX}")
 
 
 def onnx_predict(onnx_bytes: bytes, x: np.ndarray, batch_size: int = 256) -> np.ndarray:

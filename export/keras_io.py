@@ -7,6 +7,9 @@ model calls it through `KerasInterface.call`: tensors in flat input order go in,
 structure the model was built with, and the answers come out by the names the user gave them
 (a dict output's keys, else the output layers' names).
 
+What cannot become an ONNX graph (text layers, string or ragged inputs) is refused here, before
+anything is traced, in one line naming the layer or input and what to send instead.
+
 Only public Keras APIs are read: a functional model's `input` and `output` (the structures it
 was built from) and `output_names`, a Sequential's `inputs` and `layers`, a subclassed model's
 `get_build_config()`, `input_dtype` and `compute_output_spec`.
@@ -15,6 +18,7 @@ was built from) and `output_names`, a Sequential's `inputs` and `layers`, a subc
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,9 +27,15 @@ from export import tf_env  # noqa: F401
 from export.onnx_import import InputSpec
 from slipway.cli import first_line
 
+# Layers that map strings to numbers: ONNX graphs (and tf2onnx) take numbers only.
+TEXT_LAYERS = ("TextVectorization", "StringLookup")
+TEXT_FIX = ("move it into a pre-processing stage before the model (vectorize the text there) and convert the model "
+            "that takes its integer tokens")
+RAGGED_FIX = "pad the rows to one length before the model (keras.Input(ragged=False), with a mask or a lengths input if it needs one)"
+
 
 class KerasInterfaceError(ValueError):
-    """The model cannot be called as an ONNX graph would be ; the message says what to do."""
+    """The model cannot be called as an ONNX graph would be (text, ragged or unreadable inputs); the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ def read_interface(model) -> KerasInterface:
     """The inputs, outputs and calling structure of a functional, Sequential or subclassed Keras model."""
     import keras
 
+    refuse_text_layers(model)
     if isinstance(model, keras.Sequential):
         return _sequential(model)
     if _is_functional(model):
@@ -152,8 +163,15 @@ def _first_argument(model) -> str:
 
 
 def _spec(name: str, tensor) -> InputSpec:
-    """An input's name, numpy dtype and shape."""
-    return InputSpec(name, np.dtype(str(tensor.dtype)), tuple(tensor.shape))
+    """An input's name, numpy dtype and shape; text and ragged inputs are refused (ONNX has neither)."""
+    dtype = str(tensor.dtype)
+    if dtype == "string":
+        raise KerasInterfaceError(f"input {name!r} takes strings, which an ONNX graph cannot: {TEXT_FIX}")
+    if getattr(tensor, "ragged", False):
+        raise KerasInterfaceError(f"input {name!r} is ragged, which an ONNX graph cannot take: {RAGGED_FIX}")
+    if getattr(tensor, "sparse", False):
+        raise KerasInterfaceError(f"input {name!r} is sparse, which an ONNX graph cannot take: pass it dense (keras.Input(sparse=False))")
+    return InputSpec(name, np.dtype(dtype), tuple(tensor.shape))
 
 
 def _tensor_name(tensor, index: int) -> str:
@@ -164,4 +182,39 @@ def _tensor_name(tensor, index: int) -> str:
 def _unique(names: list[str]) -> list[str]:
     """Output names as given; a name used twice (two outputs of one layer) gets its position appended."""
     return [name if names.count(name) == 1 else f"{name}_{i}" for i, name in enumerate(names)]
+
+
+def all_layers(model) -> list:
+    """Every layer of the model, nested models' own layers included (depth first)."""
+    found = []
+    for layer in getattr(model, "layers", []):
+        found.append(layer)
+        if layer is not model:
+            found.extend(all_layers(layer))
+    return found
+
+
+def layer_names(model) -> set[str]:
+    """The names of every layer of the model (nested ones too): what a traced op's name scope is matched against."""
+    return {layer.name for layer in all_layers(model)}
+
+
+def refuse_text_layers(model) -> None:
+    """A layer that maps strings to numbers has no ONNX form: refuse it by name, with the fix."""
+    text = [layer for layer in all_layers(model) if type(layer).__name__ in TEXT_LAYERS]
+    if text:
+        named = ", ".join(f"{type(layer).__name__} layer {layer.name!r}" for layer in text)
+        raise KerasInterfaceError(f"{named} works on strings, which an ONNX graph cannot: {TEXT_FIX}")
+
+
+def layer_of(op_name: str, layer_names: set[str]) -> str | None:
+    """The innermost layer an op belongs to, from its name scope (`functional_1/dense_2/MatMul` -> `dense`)."""
+    found = None
+    for part in op_name.split("/"):
+        bare = re.sub(r"_\d+$", "", part)
+        if part in layer_names:
+            found = part
+        elif bare in layer_names:
+            found = bare
+    return found
 

@@ -7,7 +7,8 @@ taken through its serving signature (no Python classes needed); a .keras or .h5 
 through Keras, which needs every custom layer's class: those are named before Keras
 is asked, so a missing one is one line saying how to pass it, not a deserialisation
 traceback. A Keras model is then called the way it was built (a dict, a list or one
-tensor; `export.keras_io`).
+tensor; `export.keras_io`), and what no ONNX graph can take (text layers, string or
+ragged inputs) is refused in one line.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Literal
 import numpy as np
 
 from export import tf_env  # noqa: F401
-from export.keras_io import KerasInterface, KerasInterfaceError, read_interface
+from export.keras_io import RAGGED_FIX, TEXT_FIX, KerasInterface, KerasInterfaceError, layer_names, read_interface
 from export.measure import Feeds
 from export.onnx_import import InputSpec
 from slipway.cli import first_line
@@ -69,11 +70,15 @@ class LoadedModel:
         assert self.interface is not None, "a Keras model is loaded with its interface"
         return self.interface.call(self.keras_model, tensors)
 
+    def layer_names(self) -> set[str]:
+        """The Keras model's layer names (none for a SavedModel): refusals name the layer an op belongs to."""
+        return layer_names(self.keras_model) if self.keras_model is not None else set()
+
     def to_onnx(self, opset: int):
         """The model as an ONNX ModelProto, its inputs and outputs named as the model names them."""
         from export.convert import function_to_onnx
 
-        return function_to_onnx(self.call, self.tensor_specs(), opset, output_order=self.output_names)
+        return function_to_onnx(self.call, self.tensor_specs(), opset, output_order=self.output_names, layer_names=self.layer_names())
 
     def predict(self, feeds: Feeds, batch_size: int = PREDICT_BATCH) -> dict[str, np.ndarray]:
         """Every output over all rows, in chunks, by name."""
@@ -257,6 +262,12 @@ def _load_savedmodel(path: Path) -> LoadedModel:
         raise ModelLoadError(f"SavedModel {path} has no {SERVING_SIGNATURE!r} signature (it has {sorted(loaded.signatures) or 'none'}): "
                              "export it with model.export(path)")
     _, by_name = signature.structured_input_signature
+    for name, spec in by_name.items():
+        if not isinstance(spec, tf.TensorSpec):  # a RaggedTensorSpec or SparseTensorSpec
+            raise ModelLoadError(f"cannot convert {path}: input {name!r} is a {type(spec).__name__.removesuffix('Spec')}, which an "
+                                 f"ONNX graph cannot take: {RAGGED_FIX}")
+        if spec.dtype == tf.string:
+            raise ModelLoadError(f"cannot convert {path}: input {name!r} takes strings, which an ONNX graph cannot: {TEXT_FIX}")
     inputs = [InputSpec(name, np.dtype(spec.dtype.as_numpy_dtype), tuple(spec.shape.as_list())) for name, spec in sorted(by_name.items())]
     outputs = sorted(signature.structured_outputs)
     return LoadedModel(path, "savedmodel", inputs, outputs, None, signature, loaded)

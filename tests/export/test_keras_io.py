@@ -1,4 +1,4 @@
-"""`export.keras_io`: a Keras model's inputs and outputs read from the model itself.
+"""`export.keras_io`: a Keras model's inputs and outputs read from the model itself, and what ONNX cannot take refused.
 
 In-memory models only (nothing is converted): the corpus test (test_keras_corpus.py) converts and serves.
 """
@@ -6,9 +6,10 @@ In-memory models only (nothing is converted): the corpus test (test_keras_corpus
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from export import tf_env  # noqa: F401
-from export.keras_io import read_interface
+from export.keras_io import KerasInterfaceError, layer_of, read_interface
 
 
 def test_a_dict_model_is_named_by_its_keys_and_called_with_a_dict():
@@ -63,4 +64,38 @@ def test_a_subclassed_model_with_one_input_takes_the_name_of_call_s_argument():
     interface = read_interface(model)
     assert [(spec.name, spec.dtype, spec.shape) for spec in interface.inputs] == [("readings", np.dtype("float32"), (None, 4))]
     assert interface.output_names == ["output_0"]
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({"ragged": True, "dtype": "int64"}, "input 'ids' is ragged, which an ONNX graph cannot take: pad the rows to one length"),
+    ({"sparse": True}, "input 'ids' is sparse, which an ONNX graph cannot take: pass it dense"),
+])
+def test_ragged_and_sparse_inputs_are_refused_with_the_fix(options, expected):
+    import keras
+
+    ids = keras.Input((None,) if options.get("ragged") else (3,), name="ids", **options)
+    layer = keras.layers.Embedding(5, 2) if options.get("ragged") else keras.layers.Dense(2)
+    with pytest.raises(KerasInterfaceError, match="^" + expected.replace("(", r"\(")) as caught:
+        read_interface(keras.Model(ids, layer(ids)))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_text_layer_is_refused_by_name_even_inside_a_nested_model():
+    import keras
+
+    words = keras.Input((1,), dtype="string", name="words")
+    inner = keras.Model(words, keras.layers.StringLookup(vocabulary=["a", "b"], name="lookup")(words), name="text")
+    outer_in = keras.Input((1,), dtype="string", name="sentence")
+    model = keras.Model(outer_in, keras.layers.Embedding(3, 2)(inner(outer_in)))
+    with pytest.raises(KerasInterfaceError) as caught:
+        read_interface(model)
+    assert str(caught.value).startswith("StringLookup layer 'lookup' works on strings, which an ONNX graph cannot: move it "
+                                        "into a pre-processing stage before the model")
+
+
+def test_an_op_is_traced_back_to_its_innermost_layer():
+    names = {"encoder", "dense", "python_step"}
+    assert layer_of("functional_1/encoder_1/dense_2/MatMul", names) == "dense"
+    assert layer_of("functional_1/python_step_1/EagerPyFunc", names) == "python_step"
+    assert layer_of("StatefulPartitionedCall/Lgamma", names) is None
 
