@@ -81,8 +81,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     scale = max(1.0, max(float(np.abs(array).max()) if array.size else 0.0 for array in source_outputs.values()))
     if not parity.identical_predictions or parity.max_abs_diff > args.parity_tolerance * scale:
         raise UserError(
-            f"ONNX and {model.format} disagree on {1 - parity.top1_agreement:.2%} of {rows.count} held-out rows "
-            f"(max abs diff {parity.max_abs_diff:.2e}, allowed {args.parity_tolerance * scale:.1e}); nothing was written"
+            f"ONNX and {model.format} "
+            + (f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {rows.count} held-out rows"
+               if not parity.identical_predictions else f"answer {rows.count} held-out rows beyond --parity-tolerance")
+            + f", worst at {parity.worst()} (allowed {args.parity_tolerance * scale:.1e}); nothing was written: check the "
+            f"layers feeding {parity.worst_output!r}, or raise --parity-tolerance if the difference is acceptable"
         )
     first = converted[model.output_names[0]]
     manifest = write_artifact(

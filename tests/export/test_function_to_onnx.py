@@ -1,4 +1,4 @@
-"""`export.convert`: a traced function becomes an ONNX graph with only its own inputs.
+"""`export.convert`: a traced function becomes an ONNX graph with only its own inputs; parity says where it strays.
 
 Plain tf.functions and arrays, no trained model: the corpus test (test_keras_corpus.py) converts real ones.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from export import tf_env  # noqa: F401
-from export.convert import function_to_onnx
+from export.convert import function_to_onnx, outputs_parity
 
 
 def _run(graph, feeds: dict) -> list:
@@ -44,3 +44,13 @@ def test_keras_argmax_converts_and_keeps_its_answer_for_negative_zero():
     rows = np.array([[-0.0, 0.0], [0.0, -0.0], [-1.0, -2.0], [3.0, 5.0], [-np.inf, -0.0]], np.float32)
     np.testing.assert_array_equal(_run(graph, {"t": rows})[0], np.asarray(keras.ops.argmax(rows, axis=-1)))
 
+
+def test_parity_names_the_output_and_row_where_onnx_strays_most():
+    rows = np.random.default_rng(0).random((6, 3)).astype(np.float32)
+    score = np.arange(6, dtype=np.float32)[:, None]
+    strayed = score.copy()
+    strayed[4, 0] += 0.25
+    parity = outputs_parity({"cls": rows, "score": score}, {"cls": rows + 1e-6, "score": strayed})
+    assert (parity.worst_output, parity.worst_row, parity.identical_predictions) == ("score", 4, True)
+    assert parity.worst() == "output 'score', row 4: abs diff 2.50e-01"
+    assert parity.as_dict()["worst_row"] == 4
