@@ -1,0 +1,187 @@
+"""The shapes of trained Keras model users bring, each built tiny with random weights (nothing downloaded).
+
+Every builder returns the model and a dict of rows named like its inputs: the .npz a user
+would pass as --data. Weights are random; only the Normalization layer is adapted (on
+the images it would be trained on), as a user's preprocessing is. Two more models hold
+what an ONNX graph cannot (a StringLookup, a tf.py_function), for the refusals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from export import tf_env  # noqa: F401
+
+ROWS = 48
+PYTHON_LAYER_SOURCE = '''
+import keras
+import tensorflow as tf
+
+
+class PythonStep(keras.layers.Layer):
+    """Doubles its input in Python through tf.py_function: Keras runs it, no ONNX graph can hold it."""
+
+    def call(self, x):
+        doubled = tf.py_function(lambda t: t * 2.0, [x], tf.float32)
+        return tf.ensure_shape(doubled, x.shape)
+
+
+CUSTOM_OBJECTS = {"PythonStep": PythonStep}
+'''
+
+
+def _rng(seed: int) -> np.random.Generator:
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return np.random.default_rng(seed)
+
+
+def sequential_mlp(seed: int = 0):
+    """row [N, 6] -> Dense relu -> answer (3 classes, softmax)."""
+    import keras
+
+    rng = _rng(seed)
+    model = keras.Sequential([keras.Input((6,), name="row"), keras.layers.Dense(8, activation="relu", name="hidden"),
+                              keras.layers.Dense(3, activation="softmax", name="answer")], name="mlp")
+    return model, {"row": rng.normal(0, 1, (ROWS, 6)).astype(np.float32)}
+
+
+def functional_list_io(seed: int = 0):
+    """[features [N, 4], extra [N, 3]] -> [cls (softmax 3), score [N, 1]]: the list style of multi-input model."""
+    import keras
+
+    rng = _rng(seed)
+    a, b = keras.Input((4,), name="features"), keras.Input((3,), name="extra")
+    hidden = keras.layers.Dense(8, activation="relu", name="hidden")(keras.layers.Concatenate(name="join")([a, b]))
+    model = keras.Model([a, b], [keras.layers.Dense(3, activation="softmax", name="cls")(hidden),
+                                 keras.layers.Dense(1, name="score")(hidden)], name="list_io")
+    return model, {"features": rng.normal(0, 1, (ROWS, 4)).astype(np.float32), "extra": rng.normal(0, 1, (ROWS, 3)).astype(np.float32)}
+
+
+def functional_dict_io(seed: int = 0):
+    """{pixels [N, 8, 8, 2], measurements [N, 5]} -> {label (softmax 4), value [N, 1]}: a residual conv block on the
+    pixels, a Dense branch on the measurements. The output keys differ from the layers' names: clients use the keys."""
+    import keras
+
+    rng = _rng(seed)
+    pixels, measurements = keras.Input((8, 8, 2), name="pixels"), keras.Input((5,), name="measurements")
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="stem")(pixels)
+    y = keras.layers.Conv2D(4, 3, padding="same", activation="relu", name="block_conv1")(x)
+    y = keras.layers.Conv2D(4, 3, padding="same", name="block_conv2")(y)
+    x = keras.layers.ReLU(name="block_relu")(keras.layers.Add(name="residual")([x, y]))
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    branch = keras.layers.Dense(6, activation="relu", name="branch")(measurements)
+    joined = keras.layers.Concatenate(name="join")([x, branch])
+    outputs = {"label": keras.layers.Dense(4, activation="softmax", name="label_head")(joined),
+               "value": keras.layers.Dense(1, name="value_head")(joined)}
+    model = keras.Model({"pixels": pixels, "measurements": measurements}, outputs, name="dict_io")
+    return model, {"pixels": rng.normal(0, 1, (ROWS, 8, 8, 2)).astype(np.float32),
+                   "measurements": rng.normal(0, 1, (ROWS, 5)).astype(np.float32)}
+
+
+def nested_model(seed: int = 0):
+    """reading [N, 5] -> encoder (a functional model of its own) -> Dense -> kind (softmax 3)."""
+    import keras
+
+    rng = _rng(seed)
+    inner_in = keras.Input((5,), name="encoder_in")
+    encoder = keras.Model(inner_in, keras.layers.Dense(8, activation="tanh", name="encode")(inner_in), name="encoder")
+    reading = keras.Input((5,), name="reading")
+    outputs = keras.layers.Dense(3, activation="softmax", name="kind")(keras.layers.Dense(6, name="mix")(encoder(reading)))
+    return keras.Model(reading, outputs, name="nested"), {"reading": rng.normal(0, 1, (ROWS, 5)).astype(np.float32)}
+
+
+def subclassed_model(seed: int = 0):
+    """A keras.Model with its own call(measurements): no symbolic inputs, only the shape it was built on."""
+    import keras
+
+    @keras.saving.register_keras_serializable(package="slipway_corpus")
+    class Scorer(keras.Model):
+        def __init__(self, classes: int = 3, **kwargs):
+            super().__init__(**kwargs)
+            self.classes = classes
+            self.hidden = keras.layers.Dense(8, activation="relu")
+            self.head = keras.layers.Dense(classes, activation="softmax")
+
+        def call(self, measurements):
+            return self.head(self.hidden(measurements))
+
+        def get_config(self):
+            return {**super().get_config(), "classes": self.classes}
+
+    rng = _rng(seed)
+    model = Scorer(name="scorer")
+    rows = rng.normal(0, 1, (ROWS, 7)).astype(np.float32)
+    model(rows[:2])  # built by a first call, as a subclassed model is
+    return model, {"measurements": rows}
+
+
+def image_with_preprocessing(seed: int = 0):
+    """image [N, 12, 12, 3] in 0..255 -> Rescaling(1/255) -> Normalization (adapted on the rescaled training
+    images) -> conv -> digit (softmax 5): preprocessing kept inside the model, as many users save it."""
+    import keras
+
+    rng = _rng(seed)
+    images = rng.uniform(0, 255, (ROWS * 2, 12, 12, 3)).astype(np.float32) * np.array([1.0, 0.6, 0.3], np.float32)
+    normalize = keras.layers.Normalization(name="normalize")
+    normalize.adapt(images[ROWS:] / 255.0)
+    inputs = keras.Input((12, 12, 3), name="image")
+    x = normalize(keras.layers.Rescaling(1 / 255.0, name="rescale")(inputs))
+    x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(x)
+    outputs = keras.layers.Dense(5, activation="softmax", name="digit")(keras.layers.GlobalAveragePooling2D(name="pool")(x))
+    return keras.Model(inputs, outputs, name="image"), {"image": images[:ROWS]}
+
+
+def token_gru(seed: int = 0, length: int = 7):
+    """tokens int64 [N, T] (any T) -> Embedding -> GRU -> sentiment (softmax 2): a text model fed integer tokens."""
+    import keras
+
+    rng = _rng(seed)
+    tokens = keras.Input((None,), dtype="int64", name="tokens")
+    x = keras.layers.GRU(6, name="gru")(keras.layers.Embedding(40, 8, name="embed")(tokens))
+    outputs = keras.layers.Dense(2, activation="softmax", name="sentiment")(x)
+    return keras.Model(tokens, outputs, name="tokens"), {"tokens": rng.integers(0, 40, (ROWS, length)).astype(np.int64)}
+
+
+def mixed_dtypes(seed: int = 0):
+    """x [N, 5] -> {probabilities float32 [N, 3], label int64 [N], confident bool [N]}: outputs of three dtypes."""
+    import keras
+
+    rng = _rng(seed)
+    x = keras.Input((5,), name="x")
+    probabilities = keras.layers.Dense(3, activation="softmax", name="probabilities")(x)
+    label = keras.ops.cast(keras.ops.argmax(probabilities, axis=-1), "int64")
+    confident = keras.ops.greater(keras.ops.max(probabilities, axis=-1), 0.4)
+    model = keras.Model(x, {"probabilities": probabilities, "label": label, "confident": confident}, name="mixed")
+    return model, {"x": rng.normal(0, 2, (ROWS, 5)).astype(np.float32)}
+
+
+CORPUS = {
+    "mlp": sequential_mlp,
+    "list-io": functional_list_io,
+    "dict-io": functional_dict_io,
+    "nested": nested_model,
+    "subclassed": subclassed_model,
+    "image": image_with_preprocessing,
+    "tokens": token_gru,
+    "mixed": mixed_dtypes,
+}
+
+
+def string_lookup_model():
+    """word string [N, 1] -> StringLookup -> Embedding -> Dense: text inside the model, which ONNX cannot hold."""
+    import keras
+
+    word = keras.Input((1,), dtype="string", name="word")
+    ids = keras.layers.StringLookup(vocabulary=["red", "green", "blue"], name="vocabulary")(word)
+    x = keras.layers.Flatten(name="flat")(keras.layers.Embedding(4, 3, name="embed")(ids))
+    return keras.Model(word, keras.layers.Dense(2, name="colour")(x), name="words")
+
+
+def python_step_model(layers):
+    """x [N, 4] -> PythonStep (tf.py_function, from `layers`, the user's module) -> Dense."""
+    import keras
+
+    x = keras.Input((4,), name="x")
+    return keras.Model(x, keras.layers.Dense(2, name="out")(layers.PythonStep(name="python_step")(x)), name="python")

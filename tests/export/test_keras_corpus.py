@@ -1,0 +1,198 @@
+"""Every common shape of Keras model converts with its own names and answers as Keras does, or is refused in one line.
+
+The corpus (tests/export/keras_corpus.py) is built once per run, tiny and with random
+weights, saved as .keras and converted by `python -m export convert` in this process;
+the ONNX graphs are then checked against the in-memory Keras models on the same rows, and
+the dict-I/O model (with the text and mixed-dtype ones) is served by MLServer and asked
+over REST and gRPC with tritonclient, by its own input and output names. What no ONNX
+graph can hold (a StringLookup, a tf.py_function) is refused by the command run as a
+user runs it: one line, exit 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from export.__main__ import EXAMPLE_ROWS
+from tests.conftest import run_module
+from tests.export import keras_corpus
+
+pytestmark = pytest.mark.slow
+
+# How each model is called in Keras (its own structure), and the names its ONNX graph and its clients must use.
+CALLS = {
+    "mlp": (lambda rows: rows["row"], ["row"], ["answer"]),
+    "list-io": (lambda rows: [rows["features"], rows["extra"]], ["features", "extra"], ["cls", "score"]),
+    "dict-io": (lambda rows: {"pixels": rows["pixels"], "measurements": rows["measurements"]}, ["measurements", "pixels"], ["label", "value"]),
+    "nested": (lambda rows: rows["reading"], ["reading"], ["kind"]),
+    "subclassed": (lambda rows: rows["measurements"], ["measurements"], ["output_0"]),
+    "image": (lambda rows: rows["image"], ["image"], ["digit"]),
+    "tokens": (lambda rows: rows["tokens"], ["tokens"], ["sentiment"]),
+    "mixed": (lambda rows: rows["x"], ["x"], ["confident", "label", "probabilities"]),
+}
+
+
+def keras_answers(name: str, model, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The in-memory Keras model on `rows`, called as it was built, its answers by the names clients use."""
+    call, _, outputs = CALLS[name]
+    answers = model(call(rows), training=False)
+    if isinstance(answers, dict):
+        return {key: np.asarray(value) for key, value in answers.items()}
+    answers = answers if isinstance(answers, (list, tuple)) else [answers]
+    return {key: np.asarray(value) for key, value in zip(outputs, answers)}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Each corpus model built, saved as .keras with its rows as .npz, and converted once into one repository."""
+    import slipway.reports
+    from export.__main__ import main
+
+    root = tmp_path_factory.mktemp("keras-corpus")
+    repository = root / "repository"
+    reports_dir = tmp_path_factory.mktemp("reports")
+    models, rows, reports = {}, {}, {}
+    before, slipway.reports.REPORTS_DIR = slipway.reports.REPORTS_DIR, reports_dir
+    try:
+        for name, build in keras_corpus.CORPUS.items():
+            models[name], rows[name] = build()
+            models[name].save(root / f"{name}.keras")
+            np.savez(root / f"{name}.npz", **rows[name])
+            assert main(["convert", str(root / f"{name}.keras"), "--data", str(root / f"{name}.npz"), "--name", name,
+                         "--out", str(repository / name)]) == 0, name
+            reports[name] = json.loads((reports_dir / "convert.json").read_text())
+    finally:
+        slipway.reports.REPORTS_DIR = before
+    return {"root": root, "repository": repository, "models": models, "rows": rows, "reports": reports}
+
+
+@pytest.mark.parametrize("name", list(keras_corpus.CORPUS))
+def test_each_model_converts_with_its_own_names_and_answers_as_keras_does(name, corpus):
+    import onnxruntime as ort
+
+    _, input_names, output_names = CALLS[name]
+    folder, rows = corpus["repository"] / name, corpus["rows"][name]
+    graph = onnx.load(folder / "model.onnx").graph
+    assert [i.name for i in graph.input] == input_names, name  # the model's own names, nothing captured left as an input
+    assert sorted(o.name for o in graph.output) == sorted(output_names), name
+    assert all(not i.type.tensor_type.shape.dim[0].HasField("dim_value") for i in graph.input), name  # dynamic batch
+    report = corpus["reports"][name]
+    assert [tensor["name"] for tensor in report["inputs"]] == input_names and report["outputs"] == output_names
+    assert report["parity"]["samples"] == keras_corpus.ROWS and report["parity"]["identical_predictions"], report["parity"]
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    for count in (1, keras_corpus.ROWS):
+        feeds = {key: array[:count] for key, array in rows.items()}
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        for output, expected in keras_answers(name, corpus["models"][name], feeds).items():
+            assert got[output].dtype == expected.dtype and got[output].shape == expected.shape, (name, output)
+            if expected.dtype.kind == "f":
+                np.testing.assert_allclose(got[output], expected, atol=1e-5, err_msg=f"{name}: {output}")
+            else:
+                np.testing.assert_array_equal(got[output], expected, err_msg=f"{name}: {output}")
+
+
+def test_a_token_model_takes_any_sequence_length(corpus):
+    import onnxruntime as ort
+
+    _, rows = keras_corpus.token_gru(seed=3, length=4)
+    session = ort.InferenceSession(str(corpus["repository"] / "tokens" / "model.onnx"), providers=["CPUExecutionProvider"])
+    tokens = session.get_inputs()[0]
+    assert tokens.type == "tensor(int64)" and not isinstance(tokens.shape[1], int), tokens.shape  # the length is left open
+    got = session.run(["sentiment"], {"tokens": rows["tokens"]})[0]
+    expected = keras_answers("tokens", corpus["models"]["tokens"], rows)["sentiment"]
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_path):
+    import shutil
+
+    from loadtest.smoke import check_grpc, check_http
+    from slipway.local_server import LocalServer
+
+    served = tmp_path / "repository"
+    for name in ("dict-io", "tokens", "mixed"):
+        shutil.copytree(corpus["repository"] / name, served / name)
+    with np.load(served / "dict-io" / "input-example.npz") as example:
+        expected = keras_answers("dict-io", corpus["models"]["dict-io"],
+                                 {"pixels": example["input:pixels"], "measurements": example["input:measurements"]})
+        for output in ("label", "value"):
+            np.testing.assert_allclose(example[f"output:{output}"], expected[output], atol=1e-5)
+    with LocalServer(served, ready_timeout_s=120) as server:
+        for name in ("dict-io", "tokens", "mixed"):
+            for result in (check_http(server.http_url, name, served / name), check_grpc(server.grpc_target, name, served / name)):
+                assert result.predictions_match and result.rows == EXAMPLE_ROWS, (name, result)
+        metadata = check_http(server.http_url, "dict-io", served / "dict-io").metadata
+        assert {(t["name"], t["datatype"], tuple(t["shape"])) for t in metadata["inputs"]} == {
+            ("pixels", "FP32", (-1, 8, 8, 2)), ("measurements", "FP32", (-1, 5))}
+        assert {(t["name"], t["datatype"]) for t in metadata["outputs"]} == {("label", "FP32"), ("value", "FP32")}
+        mixed = check_http(server.http_url, "mixed", served / "mixed").metadata
+        assert {(t["name"], t["datatype"]) for t in mixed["outputs"]} == {
+            ("probabilities", "FP32"), ("label", "INT64"), ("confident", "BOOL")}
+        tokens = check_http(server.http_url, "tokens", served / "tokens").metadata
+        assert [(t["name"], t["datatype"]) for t in tokens["inputs"]] == [("tokens", "INT64")]
+
+
+# --- what no ONNX graph can hold: refused before conversion, in one line, exit 2 ---------------------------------
+
+
+def _refused(result, expected: str) -> str:
+    errors = [line for line in result.stderr.splitlines() + result.stdout.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert len(errors) == 1 and expected in errors[0], result.stderr + result.stdout
+    return errors[0]
+
+
+def test_a_string_lookup_model_is_refused_naming_the_layer_and_the_fix(tmp_path, reports_env):
+    keras_corpus.string_lookup_model().save(tmp_path / "words.keras")
+    np.savez(tmp_path / "words.npz", word=np.array([["red"], ["blue"]]))
+    result = run_module("export", "convert", str(tmp_path / "words.keras"), "--data", str(tmp_path / "words.npz"),
+                        "--out", str(tmp_path / "out"), env=reports_env, check=False, warm=False)
+    line = _refused(result, "StringLookup layer 'vocabulary' works on strings, which an ONNX graph cannot")
+    assert "pre-processing stage" in line and "integer tokens" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_py_function_model_is_refused_naming_the_layer_and_the_fix(tmp_path, reports_env):
+    import importlib.util
+
+    source = tmp_path / "python_layers.py"
+    source.write_text(keras_corpus.PYTHON_LAYER_SOURCE)
+    spec = importlib.util.spec_from_file_location("python_layers", source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["python_layers"] = module
+    try:
+        spec.loader.exec_module(module)
+        keras_corpus.python_step_model(module).save(tmp_path / "python.keras")
+    finally:
+        sys.modules.pop("python_layers")
+    np.savez(tmp_path / "rows.npz", x=np.ones((4, 4), np.float32))
+    result = run_module("export", "convert", str(tmp_path / "python.keras"), "--data", str(tmp_path / "rows.npz"),
+                        "--custom-objects", f"{source}:CUSTOM_OBJECTS", "--out", str(tmp_path / "out"),
+                        env=reports_env, check=False, warm=False)
+    line = _refused(result, "layer 'python_step' runs Python (tf.py_function")
+    assert "pre-processing stage" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_parity_failure_names_the_output_the_row_and_the_difference(corpus, tmp_path, monkeypatch):
+    from export.__main__ import main
+    from slipway.cli import UserError
+
+    monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
+    root = corpus["root"]
+    with pytest.raises(UserError) as caught:  # float32 rounding (~1e-7) is over a tolerance no conversion meets
+        main(["convert", str(root / "list-io.keras"), "--data", str(root / "list-io.npz"), "--parity-tolerance", "1e-12",
+              "--out", str(tmp_path / "out")])
+    message = str(caught.value)
+    found = re.search(r"beyond --parity-tolerance, worst at output '(cls|score)', row (\d+): abs diff ([0-9.e+-]+) "
+                      r"\(allowed [0-9.e+-]+\); nothing was written", message)
+    assert found and "\n" not in message, message
+    assert 0 <= int(found.group(2)) < keras_corpus.ROWS and 0 < float(found.group(3)) < 1e-5  # float32 rounding, nothing more
+    assert not (tmp_path / "out").exists()
+
