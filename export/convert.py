@@ -124,6 +124,7 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
         with tf.device("/cpu:0"):
             frozen = tf_loader.from_function(concrete, input_names, output_names)
         rewrite_float_signbit(frozen)
+        rewrite_erfc(frozen)
         onnx_model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
                                                        output_names=output_names, opset=opset, tensors_to_rename=renames)
     finally:
@@ -192,6 +193,34 @@ def rewrite_float_signbit(graph_def) -> int:
         less.input.extend([f"{base}/negative", f"{base}/inverse_negative"])
         less.attr.clear()
         graph_def.node.extend(added)
+        rewritten += 1
+    return rewritten
+
+
+def rewrite_erfc(graph_def) -> int:
+    """TensorFlow's Erfc as 1 - Erf, which ONNX has; returns how many were rewritten.
+
+    Keras 3's exact GELU (`gelu(approximate=False)`, the default of `keras.activations.gelu`
+    and of ConvNeXt and transformer blocks) is 0.5 * x * erfc(-x / sqrt(2)); tf2onnx has no
+    conversion for Erfc, so every such model was refused. The node keeps its name and dtype.
+    """
+    import tensorflow as tf
+
+    rewritten = 0
+    for node in list(graph_def.node):
+        if node.op != "Erfc" or len(node.input) != 1:
+            continue
+        dtype = node.attr["T"].type
+        base = f"{node.name}/slipway_erfc"
+        one = tf.compat.v1.NodeDef(name=f"{base}/one", op="Const")
+        one.attr["dtype"].type = dtype
+        one.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(1, tf.dtypes.as_dtype(dtype).as_numpy_dtype)))
+        erf = tf.compat.v1.NodeDef(name=f"{base}/erf", op="Erf", input=[node.input[0]])
+        erf.attr["T"].type = dtype
+        node.op = "Sub"
+        del node.input[:]
+        node.input.extend([one.name, erf.name])
+        graph_def.node.extend([one, erf])
         rewritten += 1
     return rewritten
 

@@ -54,3 +54,15 @@ def test_parity_names_the_output_and_row_where_onnx_strays_most():
     assert (parity.worst_output, parity.worst_row, parity.identical_predictions) == ("score", 4, True)
     assert parity.worst() == "output 'score', row 4: abs diff 2.50e-01"
     assert parity.as_dict()["worst_row"] == 4
+
+
+def test_exact_gelu_converts_through_erf():
+    """Keras' exact GELU uses TensorFlow's Erfc, which tf2onnx cannot convert; as 1 - Erf it answers as Keras does."""
+    import keras
+    import tensorflow as tf
+
+    graph = function_to_onnx(lambda t: {"y": keras.activations.gelu(t, approximate=False)},
+                             [tf.TensorSpec((None, 4), tf.float32, name="t")])
+    assert "Erfc" not in {node.op_type for node in graph.graph.node}
+    rows = np.linspace(-4, 4, 20, dtype=np.float32).reshape(5, 4)
+    np.testing.assert_allclose(_run(graph, {"t": rows})[0], np.asarray(keras.activations.gelu(rows, approximate=False)), atol=1e-6)
