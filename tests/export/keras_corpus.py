@@ -119,7 +119,8 @@ def subclassed_model(seed: int = 0):
 
 def image_with_preprocessing(seed: int = 0):
     """image [N, 12, 12, 3] in 0..255 -> Rescaling(1/255) -> Normalization (adapted on the rescaled training
-    images) -> conv -> digit (softmax 5): preprocessing kept inside the model, as many users save it."""
+    images) -> Resizing(10, 10) -> CenterCrop(8, 8) -> conv -> digit (softmax 5): preprocessing kept inside
+    the model, as many users save it."""
     import keras
 
     rng = _rng(seed)
@@ -128,6 +129,7 @@ def image_with_preprocessing(seed: int = 0):
     normalize.adapt(images[ROWS:] / 255.0)
     inputs = keras.Input((12, 12, 3), name="image")
     x = normalize(keras.layers.Rescaling(1 / 255.0, name="rescale")(inputs))
+    x = keras.layers.CenterCrop(8, 8, name="crop")(keras.layers.Resizing(10, 10, name="resize")(x))
     x = keras.layers.Conv2D(4, 3, activation="relu", name="conv")(x)
     outputs = keras.layers.Dense(5, activation="softmax", name="digit")(keras.layers.GlobalAveragePooling2D(name="pool")(x))
     return keras.Model(inputs, outputs, name="image"), {"image": images[:ROWS]}
@@ -142,6 +144,21 @@ def token_gru(seed: int = 0, length: int = 7):
     x = keras.layers.GRU(6, name="gru")(keras.layers.Embedding(40, 8, name="embed")(tokens))
     outputs = keras.layers.Dense(2, activation="softmax", name="sentiment")(x)
     return keras.Model(tokens, outputs, name="tokens"), {"tokens": rng.integers(0, 40, (ROWS, length)).astype(np.int64)}
+
+
+def transformer_block(seed: int = 0):
+    """{sequence [N, 6, 8], keep bool [N, 6]} -> MultiHeadAttention + residual + LayerNormalization -> Dense (exact
+    GELU) -> masked sum -> {score [N, 1]}: an encoder block, with a bool input."""
+    import keras
+
+    rng = _rng(seed)
+    sequence, keep = keras.Input((6, 8), name="sequence"), keras.Input((6,), dtype="bool", name="keep")
+    attended = keras.layers.MultiHeadAttention(2, 4, name="attention")(sequence, sequence)
+    x = keras.layers.LayerNormalization(name="norm")(keras.layers.Add(name="residual")([sequence, attended]))
+    x = keras.layers.Dense(8, activation="gelu", name="feed_forward")(x)
+    pooled = keras.ops.sum(x * keras.ops.expand_dims(keras.ops.cast(keep, "float32"), -1), axis=1)
+    model = keras.Model({"sequence": sequence, "keep": keep}, {"score": keras.layers.Dense(1, name="head")(pooled)}, name="encoder")
+    return model, {"sequence": rng.normal(0, 1, (ROWS, 6, 8)).astype(np.float32), "keep": rng.random((ROWS, 6)) > 0.3}
 
 
 def mixed_dtypes(seed: int = 0):
@@ -165,6 +182,7 @@ CORPUS = {
     "subclassed": subclassed_model,
     "image": image_with_preprocessing,
     "tokens": token_gru,
+    "transformer": transformer_block,
     "mixed": mixed_dtypes,
 }
 

@@ -3,7 +3,7 @@
 The corpus (tests/export/keras_corpus.py) is built once per run, tiny and with random
 weights, saved as .keras and converted by `python -m export convert` in this process;
 the ONNX graphs are then checked against the in-memory Keras models on the same rows, and
-the dict-I/O model (with the text and mixed-dtype ones) is served by MLServer and asked
+the dict-I/O model (with the token, bool-input and mixed-dtype ones) is served by MLServer and asked
 over REST and gRPC with tritonclient, by its own input and output names. What no ONNX
 graph can hold (a StringLookup, a tf.py_function) is refused by the command run as a
 user runs it: one line, exit 2, no traceback.
@@ -34,6 +34,7 @@ CALLS = {
     "subclassed": (lambda rows: rows["measurements"], ["measurements"], ["output_0"]),
     "image": (lambda rows: rows["image"], ["image"], ["digit"]),
     "tokens": (lambda rows: rows["tokens"], ["tokens"], ["sentiment"]),
+    "transformer": (lambda rows: {"sequence": rows["sequence"], "keep": rows["keep"]}, ["keep", "sequence"], ["score"]),
     "mixed": (lambda rows: rows["x"], ["x"], ["confident", "label", "probabilities"]),
 }
 
@@ -109,6 +110,9 @@ def test_a_token_model_takes_any_sequence_length(corpus):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+SERVED = ("dict-io", "tokens", "transformer", "mixed")  # dict I/O; int64, bool inputs; int64, bool outputs
+
+
 def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_path):
     import shutil
 
@@ -116,7 +120,7 @@ def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_p
     from slipway.local_server import LocalServer
 
     served = tmp_path / "repository"
-    for name in ("dict-io", "tokens", "mixed"):
+    for name in SERVED:
         shutil.copytree(corpus["repository"] / name, served / name)
     with np.load(served / "dict-io" / "input-example.npz") as example:
         expected = keras_answers("dict-io", corpus["models"]["dict-io"],
@@ -124,7 +128,7 @@ def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_p
         for output in ("label", "value"):
             np.testing.assert_allclose(example[f"output:{output}"], expected[output], atol=1e-5)
     with LocalServer(served, ready_timeout_s=120) as server:
-        for name in ("dict-io", "tokens", "mixed"):
+        for name in SERVED:
             for result in (check_http(server.http_url, name, served / name), check_grpc(server.grpc_target, name, served / name)):
                 assert result.predictions_match and result.rows == EXAMPLE_ROWS, (name, result)
         metadata = check_http(server.http_url, "dict-io", served / "dict-io").metadata
@@ -136,6 +140,8 @@ def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_p
             ("probabilities", "FP32"), ("label", "INT64"), ("confident", "BOOL")}
         tokens = check_http(server.http_url, "tokens", served / "tokens").metadata
         assert [(t["name"], t["datatype"]) for t in tokens["inputs"]] == [("tokens", "INT64")]
+        encoder = check_http(server.http_url, "transformer", served / "transformer").metadata
+        assert {(t["name"], t["datatype"]) for t in encoder["inputs"]} == {("sequence", "FP32"), ("keep", "BOOL")}
 
 
 # --- what no ONNX graph can hold: refused before conversion, in one line, exit 2 ---------------------------------
