@@ -68,7 +68,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         check_out_dir(out)  # before TensorFlow loads and converts
         custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
         with console.status(f"loading {model_path}"):
-            model = load_model(model_path, custom_objects=custom)
+            model = load_model(model_path, custom_objects=custom, signature=args.signature)
         rows = user_rows(args.data, model, what="held-out") if args.data else demo_rows(model, model_path)
         with console.status("converting to ONNX (tf.function -> tf2onnx)"):
             onnx_bytes = model.to_onnx(args.opset).SerializeToString()
@@ -153,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help="held-out rows for the parity check: one array per model input, named like it, optionally 'labels'")
     convert.add_argument("--custom-objects", metavar="MODULE:ATTR",
                          help="custom layers' classes: a dict {name: class} or a function returning one (MODULE may be a .py path)")
+    convert.add_argument("--signature", metavar="NAME",
+                         help="a SavedModel's signature to convert (default: serving_default, or its only one)")
     convert.add_argument("--out", type=Path, help="artifact folder to write (default build/artifacts/<name>)")
     convert.add_argument("--name", help="model name clients use in /v2/models/<name> (default: digits for the demo, else MODEL's name)")
     convert.add_argument("--parity-tolerance", type=float, default=1e-3,
@@ -177,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants.add_argument("--name", help="your model: the name clients use in /v2/models/<name> (default: the file's name)")
     variants.add_argument("--custom-objects", metavar="MODULE:ATTR",
                           help="your model's custom layers: a dict {name: class} or a function returning one (MODULE may be a .py path)")
+    variants.add_argument("--signature", metavar="NAME",
+                          help="your SavedModel: the signature to convert (default: serving_default, or its only one)")
     variants.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
     variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
     variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")

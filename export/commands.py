@@ -113,8 +113,8 @@ def cmd_variants(args: argparse.Namespace) -> int:
     from export.pipeline import check_out_dir
 
     if args.model in KERAS_MODELS and not Path(args.model).exists():
-        if args.data or args.train or args.calibration:
-            raise UserError(f"--data, --train and --calibration are for your own model: pass its path instead of {args.model!r}")
+        if args.data or args.train or args.calibration or args.signature:
+            raise UserError(f"--data, --train, --calibration and --signature are for your own model: pass its path instead of {args.model!r}")
         config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
         out = args.out or VARIANTS_DIR / args.model
         check_out_dir(out)  # before the model is loaded and converted
@@ -155,7 +155,7 @@ def user_model_source(args: argparse.Namespace):
         check_out_dir(out)
         custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
         with console.status(f"loading {path} and checking its data"):
-            model = load_model(path, custom_objects=custom)
+            model = load_model(path, custom_objects=custom, signature=args.signature)
             rows = user_rows(args.data, model, what="held-out")
             calibration = user_rows(args.calibration, model, what="calibration") if args.calibration else None
             training = training_rows(args.train, model, loss=args.loss) if args.train else None

@@ -200,12 +200,16 @@ def read_custom_objects(spec: str) -> dict:
     return found
 
 
-def load_model(path: Path, *, custom_objects: dict | None = None) -> LoadedModel:
-    """Read a .keras file, an .h5 file or a SavedModel folder; refuse (one line) what cannot be read."""
+def load_model(path: Path, *, custom_objects: dict | None = None, signature: str | None = None) -> LoadedModel:
+    """Read a .keras file, an .h5 file or a SavedModel folder (through `signature`, else its serving one);
+    refuse (one line) what cannot be read."""
     path = Path(path)
     fmt = model_format(path)
     if fmt == "savedmodel":
-        return _load_savedmodel(path)
+        return _load_savedmodel(path, signature)
+    if signature is not None:
+        raise ModelLoadError(f"--signature {signature} chooses among a SavedModel's signatures; {path} is a {fmt} file, "
+                             "which has none: leave --signature out")
     config = saved_config(path, fmt)
     if config is None:
         raise ModelLoadError(f"{path} holds weights only, no architecture: save the whole model with model.save('model.keras')")
@@ -250,17 +254,22 @@ def _registered(name: str) -> bool:
     return any(key.split(">")[-1] == name for key in keras.saving.get_custom_objects())
 
 
-def _load_savedmodel(path: Path) -> LoadedModel:
+def _load_savedmodel(path: Path, chosen: str | None = None) -> LoadedModel:
+    """A SavedModel through `chosen`, else its serving signature, else its only one."""
     import tensorflow as tf
 
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as err:
         raise ModelLoadError(f"cannot read {path} as a SavedModel ({type(err).__name__}: {first_line(err)})") from err
-    signature = loaded.signatures.get(SERVING_SIGNATURE)
+    names = sorted(loaded.signatures)
+    if not names:
+        raise ModelLoadError(f"SavedModel {path} has no signatures to call: export it with model.export(path)")
+    if chosen is None:
+        chosen = SERVING_SIGNATURE if SERVING_SIGNATURE in names or len(names) > 1 else names[0]
+    signature = loaded.signatures.get(chosen)
     if signature is None:
-        raise ModelLoadError(f"SavedModel {path} has no {SERVING_SIGNATURE!r} signature (it has {sorted(loaded.signatures) or 'none'}): "
-                             "export it with model.export(path)")
+        raise ModelLoadError(f"SavedModel {path} has no {chosen!r} signature: pass --signature with one of {', '.join(names)}")
     _, by_name = signature.structured_input_signature
     for name, spec in by_name.items():
         if not isinstance(spec, tf.TensorSpec):  # a RaggedTensorSpec or SparseTensorSpec

@@ -316,3 +316,35 @@ def test_a_sequential_model_converts_with_its_input_s_name_and_its_last_layer_s(
     assert report["parity"]["identical_predictions"] and report["model_name"] == "seq"
     with np.load(tmp_path / "seq" / "input-example.npz") as example:
         assert sorted(example.files) == ["input:row", "labels", "output:answer"]
+
+
+def test_a_savedmodel_with_several_signatures_converts_the_one_named(convert, tmp_path):
+    import keras
+    import tensorflow as tf
+
+    class TwoWays(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.weights = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 2), tf.float32, name="x")])
+        def scale(self, x):
+            return {"scaled": tf.matmul(x, self.weights)}
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 2), tf.float32, name="x")])
+        def shift(self, x):
+            return {"shifted": x + 1.0}
+
+    module = TwoWays()
+    tf.saved_model.save(module, str(tmp_path / "two-ways"), signatures={"scale": module.scale, "shift": module.shift})
+    rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+    np.savez(tmp_path / "rows.npz", x=rows)
+    _refused(convert, tmp_path, tmp_path / "two-ways", "--data", tmp_path / "rows.npz",
+             expected="has no 'serving_default' signature: pass --signature with one of scale, shift")
+    report = convert(tmp_path / "two-ways", "--data", tmp_path / "rows.npz", "--signature", "scale", "--out", tmp_path / "scale")
+    assert report["outputs"] == ["scaled"] and report["parity"]["max_abs_diff"] == 0.0
+    with np.load(tmp_path / "scale" / "input-example.npz") as example:
+        np.testing.assert_allclose(example["output:scaled"], rows @ np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    keras.Sequential([keras.Input((2,), name="x"), keras.layers.Dense(1)]).save(tmp_path / "plain.keras")
+    _refused(convert, tmp_path, tmp_path / "plain.keras", "--data", tmp_path / "rows.npz", "--signature", "scale",
+             expected="--signature scale chooses among a SavedModel's signatures; ")
