@@ -125,6 +125,7 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
             frozen = tf_loader.from_function(concrete, input_names, output_names)
         rewrite_float_signbit(frozen)
         rewrite_erfc(frozen)
+        allow_inlining_xla_calls(frozen)
         onnx_model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
                                                        output_names=output_names, opset=opset, tensors_to_rename=renames)
     finally:
@@ -223,6 +224,31 @@ def rewrite_erfc(graph_def) -> int:
         graph_def.node.extend([one, erf])
         rewritten += 1
     return rewritten
+
+
+XLA_MARKS = ("_XlaMustCompile", "_noinline")
+
+
+def allow_inlining_xla_calls(graph_def) -> int:
+    """Let TensorFlow inline the functions Keras compiles with XLA; returns how many calls were unmarked.
+
+    Keras' TensorFlow backend runs a grouped convolution (`Conv2D(groups=...)`, ConvNeXt's
+    depthwise step) through a `tf.function(jit_compile=True)`, and TensorFlow never inlines
+    a function marked for XLA: the call stayed a StatefulPartitionedCall, which tf2onnx
+    cannot convert. Without the marks, the grappler pass tf2onnx runs inlines the body
+    (a plain Conv2D, which converts); the answers are the same, only XLA is not asked.
+    """
+    unmarked = 0
+    for node in graph_def.node:
+        if node.op in ("PartitionedCall", "StatefulPartitionedCall") and node.attr["_XlaMustCompile"].b:
+            del node.attr["_XlaMustCompile"]
+            unmarked += 1
+    for function in graph_def.library.function:
+        if function.attr["_XlaMustCompile"].b:
+            for mark in XLA_MARKS:
+                if mark in function.attr:
+                    del function.attr[mark]
+    return unmarked
 
 
 def refuse_unconvertible_ops(concrete, layer_names: set[str]) -> None:

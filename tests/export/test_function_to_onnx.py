@@ -66,3 +66,17 @@ def test_exact_gelu_converts_through_erf():
     assert "Erfc" not in {node.op_type for node in graph.graph.node}
     rows = np.linspace(-4, 4, 20, dtype=np.float32).reshape(5, 4)
     np.testing.assert_allclose(_run(graph, {"t": rows})[0], np.asarray(keras.activations.gelu(rows, approximate=False)), atol=1e-6)
+
+
+def test_a_grouped_convolution_compiled_with_xla_is_inlined_and_converts():
+    """Keras runs Conv2D(groups=...) through a jit_compile tf.function, which TensorFlow never inlines by itself."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    grouped = keras.layers.Conv2D(6, 3, groups=3, padding="same", name="grouped")
+    grouped.build((None, 5, 5, 3))
+    graph = function_to_onnx(lambda t: {"y": grouped(t)}, [tf.TensorSpec((None, 5, 5, 3), tf.float32, name="t")])
+    assert not {node.op_type for node in graph.graph.node} & {"StatefulPartitionedCall", "PartitionedCall"}
+    rows = np.random.default_rng(0).normal(0, 1, (2, 5, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(graph, {"t": rows})[0], np.asarray(grouped(rows)), atol=1e-5)
