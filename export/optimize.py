@@ -47,13 +47,26 @@ def _ort_basic(model: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.load(options.optimized_model_filepath)
 
 
+def all_nodes(graph: onnx.GraphProto):
+    """Every node of `graph` and of the subgraphs its nodes hold (a Loop's or an If's body), depth first."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                yield from all_nodes(subgraph)
+
+
 def strip(model: onnx.ModelProto) -> None:
-    """Remove what only costs bytes: doc strings, initializers nothing reads, opsets nothing uses."""
+    """Remove what only costs bytes: doc strings, initializers nothing reads, opsets nothing uses.
+
+    A node inside a subgraph (a recurrent layer's Loop body) may read an initializer of the
+    main graph by name: those count as read, or the body would lose its constants.
+    """
     model.doc_string = ""
     model.graph.doc_string = ""
     used_inputs: set[str] = set()
     used_domains: set[str] = set()
-    for node in model.graph.node:
+    for node in all_nodes(model.graph):
         node.doc_string = ""
         used_inputs.update(node.input)
         used_domains.add(node.domain or "")

@@ -51,6 +51,27 @@ def test_strip_removes_declared_but_unused_opsets():
     assert [op.domain for op in model.opset_import] == [""]
 
 
+def test_strip_keeps_the_initializers_a_loop_body_reads():
+    """A recurrent layer converts to a Loop whose body reads main-graph constants by name: they are in use."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "step"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3])])
+    inits = [numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "step"),
+             numpy_helper.from_array(np.array(3, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go")]
+    graph = helper.make_graph([helper.make_node("Loop", ["trips", "go", "x"], ["y"], body=body)], "loop",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], inits)
+    model = onnx_model(graph)
+    strip(model)
+    assert {init.name for init in model.graph.initializer} == {"step", "trips", "go"}
+    onnx.checker.check_model(model)
+    x = np.zeros(3, np.float32)
+    y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, [3.0, 6.0, 9.0])
+
+
 def test_int8_keeps_float_outputs_and_counts_only_real_parameters():
     model = dense_model()
     calibration = {"x": np.random.default_rng(2).normal(size=(64, 4)).astype(np.float32)}
