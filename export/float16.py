@@ -16,9 +16,41 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
 
     from onnxconverter_common import float16
 
+    model = separate_read_outputs(model)
     with warnings.catch_warnings():  # one warning per tiny weight clamped to fp16's range: noise, not news
         warnings.simplefilter("ignore", UserWarning)
         converted = float16.convert_float_to_float16(model, keep_io_types=True)
     converted.ir_version = model.ir_version
     onnx.checker.check_model(converted)
     return converted
+
+
+def separate_read_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy where no graph output is also read inside the graph: each such output becomes an Identity of
+    the value, and the nodes that read it read the value.
+
+    With `keep_io_types`, the converter casts a float16 value back to float32 under the output's
+    name, but nodes that read that name (a model answering both `probabilities` and their argmax)
+    are converted to float16 and then get float32: ONNX Runtime refuses the graph's types.
+    """
+    from onnx import helper
+
+    from export.optimize import all_nodes
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    outputs = {output.name for output in copy.graph.output}
+    read = {name for node in all_nodes(copy.graph) for name in node.input} & outputs
+    if not read:
+        return copy
+    renamed = {name: f"{name}/value" for name in read}
+    for node in all_nodes(copy.graph):
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+    for node in copy.graph.node:
+        for i, name in enumerate(node.output):
+            if name in renamed:
+                node.output[i] = renamed[name]
+    copy.graph.node.extend(helper.make_node("Identity", [value], [name], name=f"{name}/output") for name, value in renamed.items())
+    return copy

@@ -72,6 +72,24 @@ def test_strip_keeps_the_initializers_a_loop_body_reads():
     np.testing.assert_allclose(y, [3.0, 6.0, 9.0])
 
 
+def test_fp16_keeps_float32_outputs_that_other_nodes_also_read():
+    """`probabilities` is an output and is read again (here by a Reciprocal): the float16 copy must still load."""
+    from export.float16 import to_float16
+
+    nodes = [helper.make_node("Softmax", ["x"], ["probabilities"], axis=-1), helper.make_node("Reciprocal", ["probabilities"], ["inverse"])]
+    graph = helper.make_graph(nodes, "read_output", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 3]),
+                               helper.make_tensor_value_info("inverse", TensorProto.FLOAT, ["N", 3])])
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    half = to_float16(onnx_model(graph))
+    probabilities, inverse = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert [o.name for o in half.graph.output] == ["probabilities", "inverse"]
+    assert probabilities.dtype == inverse.dtype == np.float32
+    expected = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(probabilities, expected, atol=1e-3)
+    np.testing.assert_allclose(inverse, 1 / expected, rtol=1e-2)
+
+
 def test_int8_keeps_float_outputs_and_counts_only_real_parameters():
     model = dense_model()
     calibration = {"x": np.random.default_rng(2).normal(size=(64, 4)).astype(np.float32)}
