@@ -16,6 +16,7 @@ import numpy as np
 
 from export import tf_env  # noqa: F401
 from export.model import INPUT_NAME, OUTPUT_NAME
+from slipway.cli import first_line
 
 DEFAULT_OPSET = 17
 
@@ -107,7 +108,14 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
 
     if opset < DEFAULT_OPSET:
         raise ValueError(f"opset {opset} is too old: use {DEFAULT_OPSET} or newer")
-    concrete = tf.function(call, input_signature=specs).get_concrete_function()
+    try:
+        concrete = tf.function(call, input_signature=specs).get_concrete_function()
+    except Exception as err:  # the model's own code (a custom layer, call()) can fail in any way while traced
+        takes = ", ".join(f"{spec.name}: {spec.dtype.name} [{', '.join('N' if d is None else str(d) for d in spec.shape)}]"
+                          for spec in specs)
+        raise UnsupportedOpsError(f"the model fails when traced on {takes} with the batch size left open ({type(err).__name__}: "
+                                  f"{first_line(err)}): make its layers work for any batch size (no x.shape[0] in "
+                                  "arithmetic; use keras.ops.shape(x)[0])") from err
     refuse_unconvertible_ops(concrete, layer_names or set())
     arguments = concrete.inputs[: len(specs)]  # the signature's own inputs come first, the captures after them
     answers = concrete.structured_outputs
@@ -128,6 +136,9 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
         allow_inlining_xla_calls(frozen)
         onnx_model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
                                                        output_names=output_names, opset=opset, tensors_to_rename=renames)
+    except Exception as err:  # tf2onnx and TensorFlow's freezing raise many types on graphs they cannot take
+        raise UnsupportedOpsError(f"tf2onnx could not convert the traced model ({type(err).__name__}: {first_line(err)}): nothing "
+                                  "was written: write custom layers with standard TensorFlow ops, or try another --opset") from err
     finally:
         tf2onnx_log.setLevel(levels[0])
         tf_log.setLevel(levels[1])

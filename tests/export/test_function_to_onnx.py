@@ -6,9 +6,10 @@ Plain tf.functions and arrays, no trained model: the corpus test (test_keras_cor
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from export import tf_env  # noqa: F401
-from export.convert import function_to_onnx, outputs_parity
+from export.convert import UnsupportedOpsError, function_to_onnx, outputs_parity
 
 
 def _run(graph, feeds: dict) -> list:
@@ -80,3 +81,13 @@ def test_a_grouped_convolution_compiled_with_xla_is_inlined_and_converts():
     assert not {node.op_type for node in graph.graph.node} & {"StatefulPartitionedCall", "PartitionedCall"}
     rows = np.random.default_rng(0).normal(0, 1, (2, 5, 5, 3)).astype(np.float32)
     np.testing.assert_allclose(_run(graph, {"t": rows})[0], np.asarray(grouped(rows)), atol=1e-5)
+
+
+def test_a_model_that_fails_when_traced_is_refused_in_one_line():
+    import tensorflow as tf
+
+    with pytest.raises(UnsupportedOpsError) as caught:  # the batch is None while traced: None * 3 fails
+        function_to_onnx(lambda t: {"y": tf.reshape(t, [t.shape[0] * 3])}, [tf.TensorSpec((None, 3), tf.float32, name="t")])
+    message = str(caught.value)
+    assert message.startswith("the model fails when traced on t: float32 [N, 3] with the batch size left open (TypeError: ")
+    assert "keras.ops.shape(x)[0]" in message and "\n" not in message
