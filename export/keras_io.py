@@ -5,7 +5,8 @@ a model may answer with a dict, a list or one tensor; a subclassed model has no 
 at all, only the shapes it was built with. Everything that converts, predicts or times a Keras
 model calls it through `KerasInterface.call`: tensors in flat input order go in, packed into the
 structure the model was built with, and the answers come out by the names the user gave them
-(a dict output's keys, else the output layers' names).
+(a dict output's keys, else the output layers' names). Fine-tuning packs its rows and targets
+the same way (`pack_inputs`, `pack_outputs`).
 
 What cannot become an ONNX graph (text layers, string or ragged inputs) is refused here, before
 anything is traced, in one line naming the layer or input and what to send instead.
@@ -45,12 +46,25 @@ class KerasInterface:
     inputs: list[InputSpec]
     output_names: list[str]
     structure: object  # the model's input structure with a 0 per tensor: a dict, a list, or 0 for a single tensor
+    output_structure: object = 0  # the same for its outputs (what `fit` wants its targets packed as)
+
+    def pack_inputs(self, arrays) -> object:
+        """Arrays (or tensors) in `inputs` order, packed as the model takes them (for `fit`, `predict`, a call)."""
+        import keras
+
+        return keras.tree.pack_sequence_as(self.structure, list(arrays))
+
+    def pack_outputs(self, arrays) -> object:
+        """Arrays in `output_names` order (targets), packed as the model answers."""
+        import keras
+
+        return keras.tree.pack_sequence_as(self.output_structure, list(arrays))
 
     def call(self, model, tensors) -> dict:
         """`model` on `tensors` (flat, in `inputs` order), packed as it was built; its answers by output name."""
         import keras
 
-        answers = keras.tree.flatten(model(keras.tree.pack_sequence_as(self.structure, list(tensors)), training=False))
+        answers = keras.tree.flatten(model(self.pack_inputs(tensors), training=False))
         if len(answers) != len(self.output_names):
             raise KerasInterfaceError(f"the model answered with {len(answers)} outputs, not the {len(self.output_names)} "
                                       f"({', '.join(self.output_names)}) its structure declares: save it with fixed outputs")
@@ -94,7 +108,8 @@ def _functional(model) -> KerasInterface:
             outputs.append(layer_names[i])
         else:
             outputs.append(f"output_{i}")
-    return KerasInterface(inputs, _unique(outputs), keras.tree.map_structure(lambda _: 0, model.input))
+    return KerasInterface(inputs, _unique(outputs), keras.tree.map_structure(lambda _: 0, model.input),
+                          keras.tree.map_structure(lambda _: 0, model.output))
 
 
 def _sequential(model) -> KerasInterface:
@@ -105,7 +120,7 @@ def _sequential(model) -> KerasInterface:
     if len(tensors) != 1:
         raise KerasInterfaceError(f"Sequential model {model.name!r} has {len(tensors)} inputs: a Sequential takes one; "
                                   "build it with keras.Model(inputs, outputs) instead")
-    return KerasInterface([_spec(_tensor_name(tensors[0], 0), tensors[0])], [model.layers[-1].name], 0)
+    return KerasInterface([_spec(_tensor_name(tensors[0], 0), tensors[0])], [model.layers[-1].name], 0, 0)
 
 
 def _subclassed(model) -> KerasInterface:
@@ -149,7 +164,7 @@ def _subclassed(model) -> KerasInterface:
     paths = keras.tree.flatten_with_path(answers)
     outputs = ["_".join(str(part) for part in path) if path and isinstance(path[-1], str) else f"output_{i}"
                for i, (path, _) in enumerate(paths)]
-    return KerasInterface(inputs, _unique(outputs), structure)
+    return KerasInterface(inputs, _unique(outputs), structure, keras.tree.map_structure(lambda _: 0, answers))
 
 
 def _first_argument(model) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from export.keras_io import KerasInterface
 from export.keras_load import LoadedModel
 from export.measure import Feeds
 from export.onnx_import import ImportCheckError, read_rows
@@ -73,6 +74,7 @@ class TrainingRows:
     augment: bool = False  # the digits' pixel shifts: only for the demo's images
     note: str = ""
     learning_rate: float | None = None  # the fine-tune's step size when none is given (None: the pipeline's default)
+    interface: KerasInterface | None = None  # how the model takes its inputs and targets (None: one array, or a tuple)
 
     @property
     def count(self) -> int:
@@ -80,6 +82,7 @@ class TrainingRows:
 
     def datasets(self, batch_size: int, seed: int = 0):
         """tf.data pipelines (train shuffled, validation if any) and the steps in one training epoch."""
+        import keras
         import tensorflow as tf
 
         from export.data import make_dataset
@@ -87,14 +90,21 @@ class TrainingRows:
         def one(parts: tuple[np.ndarray, ...]):
             return parts[0] if len(parts) == 1 else parts
 
+        # A dict-input model is fed a dict, as it was built; tf.data reads a list as one tensor, so lists become tuples.
+        def inputs(parts: tuple[np.ndarray, ...]):
+            return keras.tree.lists_to_tuples(self.interface.pack_inputs(parts)) if self.interface is not None else one(parts)
+
+        def targets(parts: tuple[np.ndarray, ...]):
+            return keras.tree.lists_to_tuples(self.interface.pack_outputs(parts)) if self.interface is not None else one(parts)
+
         if self.augment:
             train = make_dataset(one(self.inputs), one(self.targets), batch_size=batch_size, training=True, seed=seed)
         else:
-            train = (tf.data.Dataset.from_tensor_slices((one(self.inputs), one(self.targets)))
+            train = (tf.data.Dataset.from_tensor_slices((inputs(self.inputs), targets(self.targets)))
                      .shuffle(self.count, seed=seed, reshuffle_each_iteration=True).batch(batch_size).prefetch(tf.data.AUTOTUNE))
         val = None
-        if self.val_inputs is not None:
-            val = tf.data.Dataset.from_tensor_slices((one(self.val_inputs), one(self.val_targets))).batch(256)
+        if self.val_inputs is not None and self.val_targets is not None:
+            val = tf.data.Dataset.from_tensor_slices((inputs(self.val_inputs), targets(self.val_targets))).batch(256)
         return train, val, -(-self.count // batch_size)
 
 
@@ -132,13 +142,13 @@ def training_rows(path: Path, model: LoadedModel, *, loss: str | None) -> Traini
     rate_note = f", learning rate {rate / 2:.1e} (half the compiled {rate:.1e}) unless given" if rate else ""
     if rows < HELD_OUT_MIN_ROWS:
         return TrainingRows(inputs, tuple(targets), loss=chosen, learning_rate=rate / 2 if rate else None,
-                            note=f"{path}, {rows} rows, loss {_describe_loss(chosen)}{rate_note}")
+                            note=f"{path}, {rows} rows, loss {_describe_loss(chosen)}{rate_note}", interface=model.interface)
     held = np.random.default_rng(0).permutation(rows)  # a seeded draw: rows sorted by class still give a fair tenth
     val, fit = held[: rows // 10], held[rows // 10:]
     return TrainingRows(tuple(a[fit] for a in inputs), tuple(t[fit] for t in targets), tuple(a[val] for a in inputs),
                         tuple(t[val] for t in targets), loss=chosen, learning_rate=rate / 2 if rate else None,
                         note=f"{path}, {len(fit)} rows (+{len(val)} held out to keep the best epoch), "
-                             f"loss {_describe_loss(chosen)}{rate_note}")
+                             f"loss {_describe_loss(chosen)}{rate_note}", interface=model.interface)
 
 
 def compiled_learning_rate(keras_model) -> float | None:

@@ -202,3 +202,27 @@ def test_a_parity_failure_names_the_output_the_row_and_the_difference(corpus, tm
     assert 0 <= int(found.group(2)) < keras_corpus.ROWS and 0 < float(found.group(3)) < 1e-5  # float32 rounding, nothing more
     assert not (tmp_path / "out").exists()
 
+
+
+def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants(corpus, tmp_path, monkeypatch):
+    """Fine-tuning feeds the model as it was built too: dict inputs and dict targets, under its own dict loss."""
+    import keras
+
+    from export.__main__ import main
+    from export.report import ExportReport
+
+    monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
+    model, rows = keras_corpus.functional_dict_io()
+    model.compile(keras.optimizers.Adam(1e-3), {"label": "sparse_categorical_crossentropy", "value": "mean_squared_error"})
+    model.save(tmp_path / "dict-io.keras")
+    labels = np.random.default_rng(2).integers(0, 4, keras_corpus.ROWS)
+    np.savez(tmp_path / "train.npz", **rows, label=labels, value=rows["measurements"][:, :1])
+    assert main(["variants", str(tmp_path / "dict-io.keras"), "--data", str(corpus["root"] / "dict-io.npz"), "--train",
+                 str(tmp_path / "train.npz"), "--variants", "fp32,pruned,slim", "--fine-tune-epochs", "1", "--accuracy-budget", "100",
+                 "--out", str(tmp_path / "variants"), "--measure-rounds", "1", "--measure-seconds", "0.02"]) == 0
+    report = ExportReport.model_validate_json((tmp_path / "reports" / "export.json").read_text())
+    assert [row.name for row in report.variants] == ["fp32", "pruned", "slim"]
+    assert "loss {label: sparse_categorical_crossentropy, value: mean_squared_error}" in report.variants[1].details["fine_tuned_on"]
+    for variant in ("pruned", "slim"):
+        graph = onnx.load(tmp_path / "variants" / variant / "model.onnx").graph
+        assert [i.name for i in graph.input] == ["measurements", "pixels"] and {o.name for o in graph.output} == {"label", "value"}
