@@ -16,10 +16,12 @@ def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
 
     from onnxconverter_common import float16
 
-    model = separate_read_outputs(model)
+    source = separate_read_outputs(model)
+    del source.graph.value_info[:]  # tf2onnx's recorded types mislead the converter around the ops it keeps float32 (Resize)
     with warnings.catch_warnings():  # one warning per tiny weight clamped to fp16's range: noise, not news
         warnings.simplefilter("ignore", UserWarning)
-        converted = float16.convert_float_to_float16(model, keep_io_types=True)
+        converted = float16.convert_float_to_float16(source, keep_io_types=True)
+    align_casts(converted)
     converted.ir_version = model.ir_version
     onnx.checker.check_model(converted)
     return converted
@@ -54,3 +56,32 @@ def separate_read_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
                 node.output[i] = renamed[name]
     copy.graph.node.extend(helper.make_node("Identity", [value], [name], name=f"{name}/output") for name, value in renamed.items())
     return copy
+
+
+def align_casts(model: onnx.ModelProto) -> int:
+    """Casts to float32 whose result the converter declared float16 now cast to float16; returns how many.
+
+    The converter retypes every float value to float16 but leaves a Cast's `to` alone: a
+    Cast from an integer or bool (a mask, a token count, a comparison) to float32 then feeds
+    float16 operators a float32 tensor, and ONNX Runtime refuses the graph's types.
+    """
+    from export.optimize import all_nodes
+
+    declared = {value.name: value.type.tensor_type.elem_type for value in _all_value_info(model.graph)}
+    aligned = 0
+    for node in all_nodes(model.graph):
+        if node.op_type != "Cast" or declared.get(node.output[0]) != onnx.TensorProto.FLOAT16:
+            continue
+        for attribute in node.attribute:
+            if attribute.name == "to" and attribute.i == onnx.TensorProto.FLOAT:
+                attribute.i = onnx.TensorProto.FLOAT16
+                aligned += 1
+    return aligned
+
+
+def _all_value_info(graph: onnx.GraphProto):
+    yield from graph.value_info
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                yield from _all_value_info(subgraph)

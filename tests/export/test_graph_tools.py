@@ -90,6 +90,23 @@ def test_fp16_keeps_float32_outputs_that_other_nodes_also_read():
     np.testing.assert_allclose(inverse, 1 / expected, rtol=1e-2)
 
 
+def test_fp16_casts_a_mask_to_float16_where_it_meets_float16_values():
+    """A bool mask cast to float32 (an attention mask, a token count) must become float16 with the values it multiplies."""
+    from export.float16 import to_float16
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["h", "mask"], ["y"])]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3]),
+                                              helper.make_tensor_value_info("keep", TensorProto.BOOL, ["N", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+                              value_info=[helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", 3])])
+    x = np.array([[-1.0, 0.5, 2.0], [3.0, -0.25, 1.0]], np.float32)
+    keep = np.array([[True, True, False], [True, True, True]])
+    half = to_float16(onnx_model(graph))
+    y = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x, "keep": keep})[0]
+    np.testing.assert_allclose(y, np.maximum(x, 0) * keep, atol=1e-3)
+
+
 def test_int8_keeps_float_outputs_and_counts_only_real_parameters():
     model = dense_model()
     calibration = {"x": np.random.default_rng(2).normal(size=(64, 4)).astype(np.float32)}

@@ -98,6 +98,26 @@ def test_each_model_converts_with_its_own_names_and_answers_as_keras_does(name, 
                 np.testing.assert_array_equal(got[output], expected, err_msg=f"{name}: {output}")
 
 
+@pytest.mark.parametrize("name", list(keras_corpus.CORPUS))
+def test_each_converted_model_has_a_float16_copy_that_loads_and_answers_closely(name, corpus):
+    """The fp16 variant's conversion on every corpus graph: masks and counts cast to float, a resize, an argmax."""
+    import onnxruntime as ort
+
+    from export.float16 import to_float16
+    from export.optimize import optimize_graph
+
+    graph = optimize_graph(onnx.load(corpus["repository"] / name / "model.onnx"))
+    half = to_float16(graph)
+    feeds = corpus["rows"][name]
+    full = dict(zip([o.name for o in graph.graph.output],
+                    ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)))
+    session = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"])
+    for output, answer in zip([o.name for o in session.get_outputs()], session.run(None, feeds)):
+        assert answer.dtype == full[output].dtype, (name, output)  # float32 stays float32 at the edges
+        if answer.dtype.kind == "f":
+            np.testing.assert_allclose(answer, full[output], atol=1e-2, err_msg=f"{name}: {output}")
+
+
 def test_a_token_model_takes_any_sequence_length(corpus):
     import onnxruntime as ort
 
