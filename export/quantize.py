@@ -69,8 +69,6 @@ def quantize_int8(
 ) -> onnx.ModelProto:
     """`quant_pre_process` (shape inference + cleanup), then static QDQ with per-channel weights."""
     from onnxruntime import quantization as q
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     if not quantizable_operators(model):
         from onnxruntime.quantization.registry import QDQRegistry
 
@@ -95,7 +93,7 @@ def quantize_int8(
     with tempfile.TemporaryDirectory(prefix="slipway-quant-") as tmp:
         source, prepared, output = Path(tmp) / "fp32.onnx", Path(tmp) / "prepared.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, source)
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=False)
+        prepare(source, prepared)
         q.quantize_static(
             str(prepared),
             str(output),
@@ -113,6 +111,34 @@ def quantize_int8(
     strip(quantized)
     onnx.checker.check_model(quantized)
     return quantized
+
+
+SYMBOLIC_LEFTOVER = "sym_shape_infer_temp.onnx"  # ONNX Runtime writes it to the working folder when symbolic inference fails
+
+
+def prepare(source: Path, prepared: Path) -> None:
+    """`quant_pre_process` with symbolic shape inference, merging symbolic dims if it is incomplete, and with
+    ONNX's own shape inference as a last resort.
+
+    Symbolic inference stops short on some graphs (a MultiHeadAttention block's reshapes) with
+    "Incomplete symbolic shape inference", which ended the whole `variants` run; the quantizer
+    needs shapes, not necessarily symbolic ones. The file ONNX Runtime leaves behind in the
+    working folder when it gives up is removed.
+    """
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    leftovers_before = set(Path.cwd().glob(f"{SYMBOLIC_LEFTOVER}*"))
+    try:
+        for options in ({}, {"auto_merge": True}, {"skip_symbolic_shape": True}):
+            try:
+                quant_pre_process(str(source), str(prepared), **options)
+                return
+            except Exception as err:  # ONNX Runtime raises a bare Exception for an incomplete inference
+                if "skip_symbolic_shape" in options or "symbolic shape inference" not in str(err):
+                    raise
+    finally:
+        for leftover in set(Path.cwd().glob(f"{SYMBOLIC_LEFTOVER}*")) - leftovers_before:
+            leftover.unlink(missing_ok=True)
 
 
 def float_outputs(model: onnx.ModelProto) -> None:
