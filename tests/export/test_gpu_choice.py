@@ -43,12 +43,12 @@ CANDIDATES = [
 
 def test_the_h200_measurement_ranks_fp16_first_for_latency_and_throughput():
     latency = gpu_figures(H200, "latency")
-    assert latency["fp16"] == GpuFigure(0.462, "CUDAExecutionProvider + CUDA graph", 1)
-    assert latency["int8"].value == 2.744 and latency["fp32"].value == 0.498  # CPU rows and fallen-back TensorRT left out
-    assert gpu_figures(H200, "throughput")["fp16"] == GpuFigure(9216.97, "CUDAExecutionProvider + CUDA graph", 32)
+    assert latency["fp16"] == GpuFigure(0.507, "CUDAExecutionProvider + CUDA graph", 1)
+    assert latency["int8"].value == 3.147 and latency["fp32"].value == 0.517  # CPU rows and fallen-back TensorRT left out
+    assert gpu_figures(H200, "throughput")["fp16"] == GpuFigure(8733.21, "CUDAExecutionProvider + CUDA graph", 32)
     name, reason = choose_for_gpu(CANDIDATES, latency, "latency", "NVIDIA H200, reports/gpu.json")
     assert name == "fp16"  # though the CPU timed it slowest
-    assert reason.startswith("fp16: fp16 has the lowest GPU p50 latency (0.462 ms at batch 1, CUDAExecutionProvider + "
+    assert reason.startswith("fp16: fp16 has the lowest GPU p50 latency (0.507 ms at batch 1, CUDAExecutionProvider + "
                              "CUDA graph, NVIDIA H200, reports/gpu.json) of the accepted precisions (fp16, fp32, int8)")
 
 

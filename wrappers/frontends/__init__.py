@@ -1,9 +1,9 @@
 """Several front ends per model: N MLServer processes on the same ports feed one process that owns the session.
 
-One Python event loop decoding every request cannot keep a GPU busy (reports/gpu.md: ~900 rows/s served
-against 8,270 in-process). With `frontends: N` in the model's settings, N serving processes (`supervisor`)
-decode, check and answer requests, and hand their rows through shared memory (`ring`, `protocol`,
-`client`) to one session host (`host`), which merges them across front ends into runs.
+One Python event loop decoding every request cannot keep a GPU busy (the figures: reports/gpu.md). With
+`frontends: N` in the model's settings, N serving processes (`supervisor`) decode, check and answer requests, and
+hand their rows through shared memory (`ring`, `protocol`, `client`) to one session host (`host`), which merges
+them across front ends into runs.
 """
 
 from __future__ import annotations

@@ -38,11 +38,18 @@ def _pids(folder: Path) -> list[int]:
     return [process["pid"] for process in json.loads(state.read_text())["processes"]] if state.exists() else []
 
 
-def _gone(pid: int) -> bool:
+def _gone(pid: int, started: str | None = None) -> bool:
+    """Whether `pid` has ended: no process, a zombie, or (where `started`, its start time, is given) another process
+    under the same PID (a busy machine reuses PIDs quickly: pid_max is often 32768)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return True
+    return fields[0] == "Z" or (started is not None and fields[19] != started)
+
+
+def _start_time(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
 
 
 def test_without_go_it_says_how_to_get_it(tmp_path):
@@ -113,9 +120,11 @@ def test_down_stops_everything_and_removes_the_state(tmp_path):
     assert "namespace slipway holds Secret slipway-model-storage for s3://slipway-models" in result.stderr
     pids = _pids(state)
     assert len(pids) == 8 and not any(_gone(pid) for pid in pids)
+    started = {pid: _start_time(pid) for pid in pids}
     status = run_module("deployments", "cluster", "status", "--dir", str(state))
     assert status.stderr.count("running") == 8
     down = run_module("deployments", "cluster", "down", "--dir", str(state), env={"COLUMNS": "400"})
-    assert "stopped versitygw, seldon-operator, metrics-server" in down.stderr and all(_gone(pid) for pid in pids) and not state.exists()
+    assert "stopped versitygw, seldon-operator, metrics-server" in down.stderr and not state.exists()
+    assert all(_gone(pid, started[pid]) for pid in pids)
     assert "nothing to stop" in run_module("deployments", "cluster", "down", "--dir", str(state)).stderr
     assert os.listdir(tmp_path) == []
