@@ -25,6 +25,7 @@ from slipway.v2_wire import BYTES, TensorError
 from wrappers.artifact_checks import verify_folder
 from wrappers.model_interface import Stages, configure_stages
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
+from wrappers.request_rules import RequestError, check_request_id
 from wrappers.run_planning import request_row_limit
 from wrappers.runtime import WELLKNOWN_MODEL_FILES, ModelLoadError
 from wrappers.session import DYNAMIC, TensorSpec, cpu_limit, describe
@@ -115,6 +116,7 @@ class ImageTransformer(_StageServer):
                                     self._image_input)
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        _check_id(payload)
         images = next((item for item in payload.inputs if item.name == self._image_input), None)
         if images is None:
             raise InferenceError(f"model {self.name}: send the encoded images as input {self._image_input!r} (BYTES)")
@@ -137,9 +139,18 @@ class TopKTransformer(_StageServer):
         self._codec = self._decoder(config, [TensorSpec(spec.name, spec.datatype, (DYNAMIC, *spec.shape[1:]))], [], None)
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        _check_id(payload)
         scores = next((item for item in payload.inputs if item.name == self._scores), None)
         if scores is None:
             raise InferenceError(f"model {self.name}: send the graph's scores as input {self._scores!r}")
         labels, best = await self._on_pool(self._stage, self._codec.decode(scores))
         outputs = [encode(LABELS_OUTPUT, labels, BYTES, False), encode(SCORES_OUTPUT, best, "FP32", False)]
         return self._respond(payload, [_passed_through(item) for item in payload.inputs if item is not scores] + outputs)
+
+
+def _check_id(payload: InferenceRequest) -> None:
+    """The request id rule every model of the runtime applies (`request_rules.check_request_id`), as HTTP 400."""
+    try:
+        check_request_id(payload.id)
+    except RequestError as err:
+        raise InferenceError(str(err)) from err

@@ -32,6 +32,23 @@ class RequestError(ValueError):
     """The request does not fit the model; the message says what to send instead (HTTP 400)."""
 
 
+# A request's id goes back to the client in the answer and, through MLServer's CloudEvents headers (Ce-Id) and gRPC
+# metadata, into HTTP headers: a short token of printable ASCII without spaces (a UUID, a trace id) fits every one.
+REQUEST_ID_MAX = 128
+_REQUEST_ID = re.compile(rf"[\x21-\x7e]{{1,{REQUEST_ID_MAX}}}")
+
+
+def check_request_id(request_id: str | None) -> None:
+    """RequestError unless the id is absent or empty (gRPC's unset string; the server makes one) or a token
+    `_REQUEST_ID` allows: never echoed raw."""
+    if not request_id or _REQUEST_ID.fullmatch(request_id):
+        return
+    shown = repr(request_id[:40]) + ("..." if len(request_id) > 40 else "")
+    raise RequestError(f"request id {shown} ({len(request_id)} characters) is not a token the answer can carry: send "
+                       f"1-{REQUEST_ID_MAX} printable ASCII characters without spaces (a UUID, say), or no id and the "
+                       "server makes one")
+
+
 def rows(arrays: dict[str, np.ndarray]) -> int:
     """The row count (first dimension) all inputs share; RequestError naming each input's where they differ."""
     counts = {name: (array.shape[0] if array.ndim else 1) for name, array in arrays.items()}

@@ -42,6 +42,7 @@ class RequestDecoder:
 
     def checked_inputs(self, payload: InferenceRequest) -> list[RequestInput]:
         try:
+            request_rules.check_request_id(payload.id)
             request_rules.check_input_names(self._model, [item.name for item in payload.inputs], self._input_names)
         except RequestError as err:
             raise InferenceError(str(err)) from err

@@ -405,3 +405,18 @@ def test_an_input_without_data_is_named_with_where_its_data_goes(datatype, shape
 @given(st.booleans(), st.lists(st.sampled_from(sorted(grpc_rules.TYPED_FIELDS)), max_size=4))
 def test_a_response_is_raw_as_asked_or_where_an_output_is_fp16(use_raw, datatypes):
     assert grpc_rules.answers_raw(use_raw, datatypes) == (use_raw or "FP16" in datatypes)
+
+
+@pytest.mark.parametrize("request_id", [None, "", "7f3a9c1e-0b2d-4c8e-9a6f-1d2e3f4a5b6c", "x" * 128, "a:b/c+d=e_f.g~h"])
+def test_request_ids_that_fit_a_header_pass(request_id):
+    from wrappers.request_rules import check_request_id
+
+    check_request_id(request_id)
+
+
+@pytest.mark.parametrize("request_id", ["café", "a b", "a\tb", "a\r\nb", "a\x00", "x" * 129])
+def test_request_ids_that_do_not_fit_a_header_are_refused_saying_what_to_send(request_id):
+    from wrappers.request_rules import RequestError, check_request_id
+
+    with pytest.raises(RequestError, match=r"send 1-128 printable ASCII characters without spaces .*or no id"):
+        check_request_id(request_id)

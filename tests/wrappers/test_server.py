@@ -332,3 +332,28 @@ def test_in_a_worker_process_the_runtime_serves_and_says_what_it_cannot_do_there
         log = server.log_path.read_text()
     assert "digits is loaded in an MLServer worker process (parallel_workers > 0)" in log
     assert "set parallel_workers to 0 (MLSERVER_PARALLEL_WORKERS=0) to have them" in log
+
+
+BAD_IDS = ["café", "a\tb", "line\r\nbreak", "nul\x00", "x" * (100 << 10), "has space"]
+
+
+@pytest.mark.parametrize("request_id", BAD_IDS, ids=["non-ascii", "tab", "crlf", "nul", "100KiB", "space"])
+def test_a_request_id_the_answer_cannot_carry_is_refused_over_rest_and_grpc(digits_server, grpc_client, example, request_id):
+    images, _ = example
+    status, body = post(infer_url(digits_server), {"id": request_id, "inputs": [json_input("image", images[:1])]})
+    assert status == 400 and "printable ASCII characters without spaces" in error_text(body), (status, body)
+    request = raw_request("digits", {"image": ("FP32", [1, *IMAGE], images[:1].tobytes())})
+    request.id = request_id
+    with pytest.raises(grpc.RpcError) as caught:
+        grpc_client.infer(request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "printable ASCII" in caught.value.details()
+    good_request_still_works(digits_server, grpc_client, example)
+
+
+def test_a_token_id_comes_back_as_sent_and_an_unset_one_is_answered(digits_server, grpc_client, example):
+    images, _ = example
+    token = "req-2026.12.04_7f3a9c:1/2+3=" + "z" * 99  # 128 characters, every kind of printable ASCII a token uses
+    status, body = post(infer_url(digits_server), {"id": token, "inputs": [json_input("image", images[:1])]})
+    assert status == 200 and body["id"] == token
+    request = raw_request("digits", {"image": ("FP32", [1, *IMAGE], images[:1].tobytes())})
+    assert list(grpc_client.infer(request).outputs[0].shape) == [1, 10]  # gRPC's unset id ("", tritonclient's default)
