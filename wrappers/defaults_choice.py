@@ -93,6 +93,13 @@ class Choice:
     source: Source
     reason: str
 
+    @property
+    def number(self) -> float:
+        """The value of a numeric setting (all of `CHOSEN` are)."""
+        if isinstance(self.value, str):
+            raise TypeError(f"{self.setting} is {self.value!r}, not a number")
+        return float(self.value)
+
 
 def threads_for_cpu_limit(cpu_limit: float) -> int:
     """Intra-op threads for a CPU limit: its whole CPUs, at least one (a fraction of a CPU is not a thread)."""
@@ -135,9 +142,8 @@ def choose(
             pick(name, value, f"not measured ({why_not_measured}): the fixed default", DEFAULT)
     else:
         _pick_inline(measured, pick)
-    inline = chosen[INLINE_BELOW_MS].value > 0 and measured is not None and (
-        1000 * measured.seconds_per_row[1] < chosen[INLINE_BELOW_MS].value
-    )
+    inline_below = chosen[INLINE_BELOW_MS].number
+    inline = inline_below > 0 and measured is not None and 1000 * measured.seconds_per_row[1] < inline_below
     threads = threads_for_cpu_limit(cpu_limit)
     if inline:
         pick(INTRA_OP_THREADS, 1, "1-row runs go inline on the event loop: more intra-op threads would only add "
@@ -145,11 +151,11 @@ def choose(
     else:
         pick(INTRA_OP_THREADS, threads, f"the CPU limit {cpu_limit:g} gives each run {threads} thread(s), so a lone "
              "request uses every core", MEASURED if measured is not None else DEFAULT)
-    lone = int(chosen[INTRA_OP_THREADS].value) or threads  # 0: ONNX Runtime's own count, about every core
+    lone = int(chosen[INTRA_OP_THREADS].number) or threads  # 0: ONNX Runtime's own count, about every core
     _pick_spinning(lone, on_cpu, pick, MEASURED if measured is not None else DEFAULT)
     if measured is not None:
         _pick_busy_width(lone, inline, model_mib, chosen, pick)
-    per_run = int(chosen[BUSY_INTRA_OP_THREADS].value) or lone
+    per_run = int(chosen[BUSY_INTRA_OP_THREADS].number) or lone
     fit = max(1, threads // per_run)
     slots = fit + 1 if fit > 1 else 1
     pick(INFERENCE_THREADS, slots, f"{fit} run(s) of {per_run} intra-op thread(s) fit the CPU limit {cpu_limit:g}"

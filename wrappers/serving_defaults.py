@@ -138,7 +138,7 @@ def resolve(
         logger.info("%s: %s %g (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     if measured is not None:
         logger.info("%s: timing the model at load took %.0f ms", model, 1000 * (time.perf_counter() - started))
-    publish_settings(model, version, {name: (float(choice.value), choice.source) for name, choice in choices.items()})
+    publish_settings(model, version, {name: (choice.number, choice.source) for name, choice in choices.items()})
     chosen = settings.model_copy(update={name: choice.value for name, choice in choices.items()})
     same_session = (choices[INTRA_OP_THREADS].value == session_threads
                     and bool(choices[SPIN_WITHIN_RUNS].value) == spins_within_runs(settings, session_threads, on_cpu=on_cpu))

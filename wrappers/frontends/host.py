@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -153,11 +154,12 @@ class SessionHost:
         (`serving_defaults`: timed here on the CPU; on a GPU provider runs merge up to the largest bucket).
         Explicit settings win. The session is rebuilt where the intra-op threads chosen are not those it was
         built with."""
-        resolved = resolve_for_session(config, self.runner, self.inputs, self.outputs, model=self.name,
+        runner = self.runner
+        assert not isinstance(runner, BucketRunner), "sessions per bucket come after the settings are chosen"
+        resolved = resolve_for_session(config, runner, self.inputs, self.outputs, model=self.name,
                                        version=self.version, mlserver_batching=False, model_path=graph)
         if resolved.rebuild_session:
-            self.runner = run_width.rebuilt(graph, resolved.settings, self.runner,
-                                            keep_lone_session=resolved.keeps_lone_session)
+            self.runner = run_width.rebuilt(graph, resolved.settings, runner, keep_lone_session=resolved.keeps_lone_session)
         return resolved.settings, dict(resolved.choices)
 
     @property
@@ -342,7 +344,7 @@ class _Connection(asyncio.Protocol):
         logger.info("front end disconnected (%d connected)", self.host.connections)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m wrappers.frontends.host", description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path, help="the artifact folder (with model-settings.json)")
     parser.add_argument("socket", type=Path, help="the Unix socket front ends connect to")
