@@ -17,7 +17,17 @@ from mlserver import MLModel
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, TensorData
 
-from wrappers import cpu_pinning, fast_paths, grpc_raw, repository_api, rest_bodies, rest_infer, rest_json, shared_memory_api
+from wrappers import (
+    cpu_pinning,
+    fast_paths,
+    grpc_raw,
+    refusal_logs,
+    repository_api,
+    rest_bodies,
+    rest_infer,
+    rest_json,
+    shared_memory_api,
+)
 from wrappers.mlserver_compat import model as mlserver_model
 from wrappers.settings import RuntimeSettings
 from wrappers.shared_memory import location
@@ -32,8 +42,10 @@ class ProcessError(ValueError):
 
 
 def log_through_mlserver() -> None:
-    """Send `wrappers.*` logs (providers chosen, fallbacks, warm-up) to MLServer's handlers and format."""
-    ours, theirs = logging.getLogger("wrappers"), logging.getLogger("mlserver")
+    """Send `wrappers.*` logs (providers chosen, fallbacks, warm-up) to MLServer's handlers and format, and MLServer's
+    logs of refused requests as one rate-limited line each (`wrappers.refusal_logs`)."""
+    refusal_logs.install()
+    ours, theirs = logging.getLogger("wrappers"), logging.getLogger(refusal_logs.MLSERVER_LOGGER)
     for handler in theirs.handlers:
         if handler not in ours.handlers:
             ours.addHandler(handler)

@@ -22,6 +22,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, Re
 
 from slipway.artifact import ArtifactError
 from slipway.v2_wire import BYTES, TensorError
+from wrappers import refusal_logs
 from wrappers.artifact_checks import verify_folder
 from wrappers.model_interface import Stages, configure_stages
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
@@ -55,6 +56,7 @@ class _StageServer(MLModel):
     async def load(self) -> bool:
         from mlserver.utils import get_model_uri
 
+        refusal_logs.install()
         try:
             check_model_name(self.name)
             config = parse_runtime_settings(self.settings.parameters.extra if self.settings.parameters else None)

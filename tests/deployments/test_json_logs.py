@@ -76,5 +76,7 @@ def test_a_server_with_the_pods_logging_setting_writes_json_lines_naming_model_v
     access = [record for record in records if record["request_id"] == "json-rest-1"]
     assert [record["logger"] for record in access] == ["uvicorn.access"] and "/infer" in access[0]["message"]
     failed = [record for record in records if record["request_id"] == "json-grpc-1"]
-    assert failed and failed[0]["level"] == "ERROR" and "takes inputs" in failed[0]["message"]
-    assert failed[0]["model_version"] == VERSION and "InferenceError" in failed[0]["exception"]
+    # a refused request: one WARNING line naming the error, no traceback (wrappers.refusal_logs)
+    assert failed and failed[0]["level"] == "WARNING" and "takes inputs" in failed[0]["message"]
+    assert failed[0]["model_version"] == VERSION and "refused a request (InferenceError)" in failed[0]["message"]
+    assert not failed[0].get("exception")
