@@ -76,6 +76,13 @@ def http_server(**methods: Callable[[http.server.BaseHTTPRequestHandler], None])
     with the request's handler, and answers others 501; stopped on exit; yields its URL."""
     handlers = {f"do_{method.upper()}": handle for method, handle in methods.items()}
     handler_class = type("Handler", (http.server.BaseHTTPRequestHandler,), {**handlers, "log_message": lambda *args: None})
+    with serving(handler_class) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving(handler_class: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A loopback threading HTTP server with `handler_class`, stopped on exit; yields its URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
     server.daemon_threads = True  # a handler told never to answer must not hold the shutdown
     # polled every 50 ms for the shutdown, not every 0.5 s: each `with` would otherwise end up to half a second late

@@ -4,15 +4,12 @@ run against a loopback server that answers in well under 1 ms."""
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import json
 import math
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from loadtest.config import JOB_ENV, LoadJob, ShapeSpec, parse_host
 from loadtest.run import LoadTestError, read_stats, read_steps
 from loadtest.steps import Snapshot, bucket_ms, figures_between, percentile, percentiles
 from slipway.paths import PROJECT_ROOT
-from tests.conftest import run_module, send_body
+from tests.conftest import run_module, send_body, serving
 
 METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
             "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
@@ -126,16 +123,9 @@ class _KeepAliveV2(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def _sub_ms_server() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAliveV2)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def _sub_ms_server():
+    """A kept-alive V2 stand-in answering in well under a millisecond: what Locust's reporting is checked against."""
+    return serving(_KeepAliveV2)
 
 
 @pytest.mark.slow
