@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wrappers.session import SessionRunner, create_session
+from wrappers.session import CUDA, SessionRunner, create_session
 from wrappers.settings import RuntimeSettings
 
 logger = logging.getLogger(__name__)
@@ -28,14 +28,16 @@ class BucketError(RuntimeError):
     """A run of a row count that no bucket session was built for (the runtime pads every run to a bucket first)."""
 
 
-def per_bucket(config: RuntimeSettings, buckets: Sequence[int], device: str) -> bool:
+def per_bucket(config: RuntimeSettings, buckets: Sequence[int], providers: Sequence[str]) -> bool:
     """Whether runs get a session per bucket: as `session_per_bucket` says, else (unset) where runs are padded to
-    several buckets on a GPU provider (on the CPU, a shape change costs nothing worth a second copy of the model)."""
+    several buckets and the session runs on CUDA first (on the CPU a change of shape costs nothing worth another copy
+    of the model; TensorRT builds one engine over every bucket from its profile, and an engine per session would take
+    minutes each)."""
     if len(buckets) < 2:
         return False
     if config.session_per_bucket is not None:
         return config.session_per_bucket
-    return device != "cpu"
+    return bool(providers) and providers[0] == CUDA
 
 
 class BucketRunner:

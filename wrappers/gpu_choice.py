@@ -24,7 +24,7 @@ from pathlib import Path
 from wrappers.bucket_sessions import BucketRunner, build, per_bucket
 from wrappers.defaults_choice import DEFAULT, EXPLICIT, MEASURED, Choice
 from wrappers.metrics import publish_settings
-from wrappers.session import SessionRunner, TensorSpec, create_session
+from wrappers.session import CUDA, SessionRunner, TensorSpec, create_session
 from wrappers.settings import RuntimeSettings
 from wrappers.warm_up import zeros
 
@@ -120,23 +120,25 @@ def _timed(candidates: dict, rows: int, timer: Timer, *, model: str, setting: st
     return timed
 
 
-def plan_buckets(model_path: Path, config: RuntimeSettings, buckets: Sequence[int], device: str,
+def plan_buckets(model_path: Path, config: RuntimeSettings, buckets: Sequence[int], providers: Sequence[str],
                  inputs: list[TensorSpec], output_names: list[str], *, model: str, version: str | None,
                  timer: Timer | None = None) -> BucketPlan | None:
-    """A session per bucket (`bucket_sessions.per_bucket`), built with the kernels' settings chosen here on a GPU;
-    None where runs keep one session. `timer`: how candidates are timed (None: `session_timer` on zeros)."""
-    if not per_bucket(config, buckets, device):
+    """A session per bucket (`bucket_sessions.per_bucket`; `providers`: the ones the session uses), built with the
+    kernels' settings chosen here on CUDA; None where runs keep one session. `timer`: how candidates are timed
+    (None: `session_timer` on zeros)."""
+    if not per_bucket(config, buckets, providers):
         return None
+    on_cuda = bool(providers) and providers[0] == CUDA
     choices = {SESSION_PER_BUCKET: Choice(
         SESSION_PER_BUCKET, 1, EXPLICIT if config.session_per_bucket else DEFAULT,
         "set in model-settings.json" if config.session_per_bucket else
-        f"runs are padded to {list(buckets)} rows on a GPU provider, whose convolutions re-plan at every change "
-        "of shape between runs: each bucket gets a session that meets one shape")}
-    if device != "cpu":
+        f"runs are padded to {list(buckets)} rows on CUDA, whose convolutions re-plan at every change of shape "
+        "between runs: each bucket gets a session that meets one shape")}
+    if on_cuda:
         config, kernel_choices = choose_kernels(
             config, buckets, timer or session_timer(model_path, inputs, output_names), model=model)
         choices.update(kernel_choices)
-    runner = build(model_path, config, buckets, copies=config.inference_threads if device != "cpu" else 1)
+    runner = build(model_path, config, buckets, copies=config.inference_threads if on_cuda else 1)
     for choice in choices.values():
         logger.info("%s: %s %s (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     publish_settings(model, version, {name: (_gauge_value(choice.value), choice.source) for name, choice in choices.items()})

@@ -91,7 +91,7 @@ def padding_buckets(
             raise BatchingConfigError("batch_buckets needs graph inputs whose first (batch) dimension is dynamic; "
                                       "remove batch_buckets for this graph")
         return []
-    per_bucket = session_per_bucket if session_per_bucket is not None else not on_cpu
+    per_bucket = session_per_bucket if session_per_bucket is not None else not on_cpu  # CUDA's enable_cuda_graph
     if fixed_outputs and len(buckets) != 1 and not (per_bucket and buckets):
         raise BatchingConfigError(
             "cuda.enable_cuda_graph replays one captured shape per session: set parameters.extra.batch_buckets to a "

@@ -125,7 +125,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._buckets = plan.buckets
         if plan.settings is not self._config:  # TensorRT builds engines at a first run: the session replaced built none
             self._use(plan.settings, model_path)
-        bucketed = gpu_choice.plan_buckets(model_path, self._config, self._buckets, self._runner.device, self._graph_inputs,
+        bucketed = gpu_choice.plan_buckets(model_path, self._config, self._buckets, self._runner.session.get_providers(), self._graph_inputs,
                                            self._graph_output_names, model=self.name, version=self.version)
         if bucketed is not None:  # a session per bucket, each meeting one shape, its kernels' settings timed here
             self._config, self._runner = bucketed.settings, bucketed.runner

@@ -282,8 +282,8 @@ class RuntimeSettings(_Strict):
         description="Give every bucket of batch_buckets a session of its own, so that each session meets one input "
         "shape: ONNX Runtime's CUDA convolutions re-plan (and under EXHAUSTIVE, re-time) their kernels at every "
         "change of shape from one run to the next, which merged runs of mixed sizes cause at almost every run. "
-        "Costs a copy of the weights per bucket on the device. None (unset): on where runs are padded to several "
-        "buckets on a GPU provider.",
+        "Costs a copy of the weights per bucket (and run slot) on the device. None (unset): on where runs are padded "
+        "to several buckets and CUDA runs them (TensorRT builds one engine over every bucket from its profile).",
     )
     inline_below_ms: float = Field(
         default=0.5,

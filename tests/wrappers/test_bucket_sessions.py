@@ -204,12 +204,16 @@ def test_each_run_slot_claims_a_set_of_its_own_and_threads_beyond_the_sets_share
     assert sorted(counts) == [3, 6]  # two threads on the first set, one on the second
 
 
-@pytest.mark.parametrize(("setting", "buckets", "device", "expected"), [
-    (None, [1, 2, 4], "cuda", True), (None, [1, 2, 4], "cpu", False), (None, [8], "cuda", False),
-    (True, [1, 2], "cpu", True), (False, [1, 2], "cuda", False), (True, [], "cuda", False),
+CUDA, TRT, CPU = "CUDAExecutionProvider", "TensorrtExecutionProvider", "CPUExecutionProvider"
+
+
+@pytest.mark.parametrize(("setting", "buckets", "providers", "expected"), [
+    (None, [1, 2, 4], [CUDA, CPU], True), (None, [1, 2, 4], [CPU], False), (None, [8], [CUDA, CPU], False),
+    (None, [1, 2, 4], [TRT, CUDA, CPU], False),  # TensorRT: one engine over every bucket from its profile
+    (True, [1, 2], [CPU], True), (False, [1, 2], [CUDA, CPU], False), (True, [], [CUDA, CPU], False),
 ])
-def test_sessions_per_bucket_where_several_buckets_run_on_a_gpu_unless_set(setting, buckets, device, expected):
-    assert bucket_sessions.per_bucket(RuntimeSettings(session_per_bucket=setting), buckets, device) is expected
+def test_sessions_per_bucket_where_several_buckets_run_on_cuda_unless_set(setting, buckets, providers, expected):
+    assert bucket_sessions.per_bucket(RuntimeSettings(session_per_bucket=setting), buckets, providers) is expected
 
 
 def test_kernel_settings_are_chosen_by_their_timings_and_explicit_ones_win():

@@ -127,7 +127,7 @@ class SessionHost:
         if plan.settings is not self.config:  # as the runtime does: one TensorRT profile over the padded row counts
             self.config = plan.settings
             self.runner = run_width.runner(graph, plan.settings)
-        bucketed = plan_buckets(graph, self.config, self.buckets, self.runner.device, self.inputs, self.output_names,
+        bucketed = plan_buckets(graph, self.config, self.buckets, self.runner.session.get_providers(), self.inputs, self.output_names,
                                 model=self.name, version=self.version)
         if bucketed is not None:  # as the runtime does: a session per bucket, its kernels' settings timed here
             self.config, self.runner = bucketed.settings, bucketed.runner
