@@ -35,25 +35,45 @@ logger = logging.getLogger(__name__)
 
 
 class LoopPoller:
-    """Keeps one event loop polling until the latest deadline any request set (models share it)."""
+    """Keeps one event loop polling until the latest deadline any request set (models share it).
+
+    It counts what it did, cheaply (an add per pass), so that the polling can be checked without timing the CPU, which
+    depends on how busy the host is: `passes`, the loop iterations it kept from blocking; `stretches`, the times it
+    started polling; `polled_s`, the time from each stretch's start to the pass that found its deadline gone (a
+    stretch still polling is not in it yet); `stopped_at`, that last pass's `time.perf_counter()`; `polling`, whether
+    a pass is scheduled now."""
 
     def __init__(self) -> None:
         self._until = 0.0
         self._polling_on: asyncio.AbstractEventLoop | None = None
+        self._since = 0.0  # when the stretch now polling started
+        self.passes = 0
+        self.stretches = 0
+        self.polled_s = 0.0
+        self.stopped_at: float | None = None
+
+    @property
+    def polling(self) -> bool:
+        return self._polling_on is not None
 
     def keep_polling(self, seconds: float) -> None:
         """From the event loop: poll at least `seconds` more, instead of sleeping."""
-        self._until = max(self._until, time.perf_counter() + seconds)
+        now = time.perf_counter()
+        self._until = max(self._until, now + seconds)
         loop = asyncio.get_running_loop()
         if self._polling_on is not loop:  # not polling yet (or on a loop that has since been replaced)
-            self._polling_on = loop
+            self._polling_on, self._since = loop, now
+            self.stretches += 1
             loop.call_soon(self._poll)
 
     def _poll(self) -> None:
-        if time.perf_counter() < self._until:
+        self.passes += 1
+        now = time.perf_counter()
+        if now < self._until:
             self._polling_on.call_soon(self._poll)  # a ready callback: the loop's next I/O wait does not block
         else:
-            self._polling_on = None
+            self.polled_s += now - self._since
+            self.stopped_at, self._polling_on = now, None
 
 
 poller = LoopPoller()
@@ -64,8 +84,9 @@ class RunPolling:
     with a `gate`, only while the gate says (`on_change(polling)` hears each change)."""
 
     def __init__(self, window_s: float, gate: PollGate | None = None,
-                 on_change: Callable[[bool], None] = lambda polling: None) -> None:
+                 on_change: Callable[[bool], None] = lambda polling: None, loop_poller: LoopPoller | None = None) -> None:
         self.window_s = window_s
+        self.poller = loop_poller or poller  # the process's one, unless a test gives its own to read the counts of
         self._gate = gate
         self._on_change = on_change
         self._polling = False
@@ -78,7 +99,7 @@ class RunPolling:
         if not self.window_s:
             return
         if self._gate is None or self._gate.run_ended(time.perf_counter()):
-            poller.keep_polling(self.window_s)
+            self.poller.keep_polling(self.window_s)
         if self._gate is not None and self._gate.polling != self._polling:
             self._polling = self._gate.polling
             self._on_change(self._polling)
