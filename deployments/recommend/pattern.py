@@ -34,12 +34,16 @@ Pattern = Literal["none", "daily", "weekly"]
 
 @dataclass(frozen=True)
 class Cells:
-    """The history cut into local days x slots: each cell's mean and peak requests/s (NaN where too few samples)."""
+    """The history cut into local days x slots: each cell's mean and peak requests/s (NaN where too few samples), and
+    each sample's day and slot."""
 
     days: list[dt.date]
     level: np.ndarray  # [day, slot] mean requests/s
     peak: np.ndarray  # [day, slot] highest sample
     slots: int
+    row: np.ndarray  # each sample's day (index into days)
+    column: np.ndarray  # each sample's slot
+    values: np.ndarray  # each sample's requests/s
 
     @property
     def weekdays(self) -> np.ndarray:
@@ -61,7 +65,9 @@ class Cells:
 
 @dataclass(frozen=True)
 class Profile:
-    """One kind of day's pattern per slot: the typical day (median of slot means) and a high day (p90 of slot peaks)."""
+    """One kind of day's pattern per slot: the typical day (median of slot means), the p90 of the slot's request rate
+    (every sample of the slot on the chosen days: what the pre-scaling plan sizes for) and a high day (p90 of the
+    slot's peaks)."""
 
     label: str  # "every day", "weekdays", "weekends"
     weekdays: tuple[int, ...]
@@ -69,9 +75,11 @@ class Profile:
     high: np.ndarray
     days: int
     levels: np.ndarray  # [chosen day, slot] mean requests/s: how each day compares with the profile
+    p90: np.ndarray
 
     def as_dict(self) -> dict[str, Any]:
-        return {"days": self.label, "whole_days": self.days, "median_rps": _rounded(self.median), "p90_peak_rps": _rounded(self.high)}
+        return {"days": self.label, "whole_days": self.days, "median_rps": _rounded(self.median), "p90_rps": _rounded(self.p90),
+                "p90_peak_rps": _rounded(self.high)}
 
 
 @dataclass
@@ -102,7 +110,8 @@ def cut_cells(times: np.ndarray, values: np.ndarray, *, step_s: float, settings:
     np.maximum.at(peaks, (row, column), values)
     enough = counts >= CELL_COVERAGE * settings.slot_s / step_s
     level = np.where(enough, sums / np.maximum(counts, 1), np.nan)
-    return Cells(days=days, level=level, peak=np.where(enough, peaks, np.nan), slots=settings.slots)
+    return Cells(days=days, level=level, peak=np.where(enough, peaks, np.nan), slots=settings.slots, row=row, column=column,
+                 values=np.asarray(values, dtype=float))
 
 
 def explained(level: np.ndarray, groups: np.ndarray) -> float:
@@ -214,13 +223,19 @@ def find_pattern(times: np.ndarray, rps: np.ndarray, *, step_s: float, settings:
 
 
 def _profile(cells: Cells, label: str, weekdays: tuple[int, ...], whole: np.ndarray, chosen: np.ndarray) -> Profile:
-    """Median and p90 per slot over the chosen days (partial days add the slots they have)."""
+    """Median, p90 and p90 peak per slot over the chosen days (partial days add the slots they have)."""
     level, peak = cells.level[chosen], cells.peak[chosen]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a slot no chosen day observed stays NaN
         median = np.nanmedian(level, axis=0)
         high = np.nanquantile(peak, 0.9, axis=0)
-    return Profile(label=label, weekdays=weekdays, median=median, high=high, days=int(whole.sum()), levels=level)
+    counted = chosen[cells.row] & np.isfinite(cells.level[cells.row, cells.column])  # samples of the cells that count
+    p90 = np.full(cells.slots, np.nan)
+    for slot in range(cells.slots):
+        samples = cells.values[counted & (cells.column == slot)]
+        if samples.size:
+            p90[slot] = np.quantile(samples, 0.9)
+    return Profile(label=label, weekdays=weekdays, median=median, high=high, days=int(whole.sum()), levels=level, p90=p90)
 
 
 def _rounded(values: np.ndarray) -> list[float | None]:

@@ -39,6 +39,12 @@ def diurnal(stamps: np.ndarray, low: float, high: float) -> np.ndarray:
     return low + (high - low) * (0.5 + 0.5 * np.sin(phase))
 
 
+def daily_sine(stamps: np.ndarray, low: float, high: float, peak_hour: float) -> np.ndarray:
+    """A daily sine from `low` to `high` requests/s, highest at `peak_hour` UTC and lowest twelve hours away."""
+    phase = 2 * math.pi * (hour_of_day(stamps) - peak_hour) / 24
+    return low + (high - low) * (0.5 + 0.5 * np.cos(phase))
+
+
 def hour_of_day(stamps: np.ndarray) -> np.ndarray:
     """UTC hours (fractional) of each timestamp."""
     return (stamps % DAY_S) / 3600
