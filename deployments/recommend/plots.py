@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deployments.recommend.prescale import PrescalePlan, floor_at
+from deployments.recommend.prescale import DAY_MIN, PrescalePlan, floor_at, profile_replicas, week_floor
 from deployments.recommend.sizing import TARGET_UTILIZATION, Recommendation, mib
 from deployments.usage import Usage
 
@@ -80,11 +80,13 @@ def _gpu_panel(axis, gpu: GpuRecommendation, util: GpuUtil, memory: GpuMemory, h
 
 def plot_prescale(plan: PrescalePlan, rps: Usage, path: Path) -> None:
     """Top: the request rate over the history, what min replicas carry, and what the planned floor carries.
-    Bottom: the pattern per slot of the day (median and p90 peak), the same two lines, and the windows shaded."""
+    Middle: the pattern per slot of the day (median, p90 and p90 peak), what min replicas carry and what the floor
+    carries. Bottom: replicas by time of day for the static peak, the plan and the profile itself (ceil(p90 /
+    target)), with their replica-hours per day, and the slots where the plan carries less than the p90 shaded."""
     from slipway.plots import pyplot, save_png
 
     plt = pyplot()
-    figure, (history, daily) = plt.subplots(2, 1, figsize=(10, 7))
+    figure, (history, daily, replicas) = plt.subplots(3, 1, figsize=(10, 10))
     times, total = rps.total()
     days = (times - times[0]) / 86400
     history.plot(days, total, color="tab:blue", lw=0.7, label="total requests/s")
@@ -96,25 +98,43 @@ def plot_prescale(plan: PrescalePlan, rps: Usage, path: Path) -> None:
     history.set_ylabel("requests/s")
     slot_hours = plan.settings.slot_min / 60
     colors = {"every day": "tab:blue", "weekdays": "tab:blue", "weekends": "tab:purple"}
+    floor, minutes = week_floor(plan), np.arange(DAY_MIN + 1) / 60
+    hours_by_days = {day["days"]: day for day in (plan.replica_hours or {}).get("by_days", [])}
     for profile in plan.profiles:
         hours = np.arange(len(profile.median) + 1) * slot_hours  # each slot drawn to its end, the last one to 24:00
         color = colors.get(profile.label, "tab:blue")
-        daily.step(hours, np.append(profile.median, profile.median[-1]), where="post", color=color,
-                   label=f"{profile.label}: median")
-        daily.step(hours, np.append(profile.high, profile.high[-1]), where="post", color=color, ls=":",
-                   label=f"{profile.label}: p90 peak")
+
+        def steps(values: np.ndarray) -> np.ndarray:
+            return np.append(values, values[-1])
+
+        daily.step(hours, steps(profile.median), where="post", color=color, alpha=0.5, label=f"{profile.label}: median")
+        daily.step(hours, steps(profile.p90), where="post", color=color, label=f"{profile.label}: p90")
+        daily.step(hours, steps(profile.high), where="post", color=color, ls=":", label=f"{profile.label}: p90 peak")
+        day_floor = floor[profile.weekdays[0]]
+        if plan.windows:
+            daily.step(minutes, steps(day_floor) * plan.target_rps, where="post", color="tab:orange",
+                       label=None if profile is not plan.profiles[0] else "planned floor carries")
+        spent = hours_by_days.get(profile.label, {})
+        replicas.step(minutes, steps(day_floor), where="post", color="tab:orange" if color == "tab:blue" else color,
+                      lw=2, label=f"{profile.label}: the plan ({spent.get('plan', 0):g} replica-hours a day)")
+        replicas.step(hours, steps(profile_replicas(profile, plan.target_rps)), where="post", color=color, ls=":",
+                      label=f"{profile.label}: ceil(p90 / {plan.target_rps:.1f}) ({spent.get('profile', 0):g})")
+    if plan.replica_hours:
+        replicas.axhline(plan.replica_hours["static_peak_replicas"], color="tab:red", ls="--",
+                         label=f"static peak {plan.replica_hours['static_peak_replicas']} ({plan.replica_hours['static_peak']:g})")
+    for slot in plan.under_p90:
+        start, end = (int(part[:2]) * 60 + int(part[3:]) for part in slot["slot"].split("-"))
+        replicas.axvspan(start / 60, end / 60, color="tab:red", alpha=0.15,
+                         label=None if slot is not plan.under_p90[0] else "plan under the p90")
     daily.axhline(plan.min_capacity_rps, color="tab:green", ls="--", label=f"min {plan.min_replicas} replica(s) carry")
-    for window in plan.windows:
-        for piece, (_, start, end) in enumerate(window.pieces()):
-            daily.axvspan(start / 60, end / 60, color="tab:orange", alpha=0.15)
-            daily.hlines(window.replicas * plan.target_rps, start / 60, end / 60, color=colors.get(window.label, "tab:blue"),
-                         ls="-.", label=None if piece else f"{window.label}: {window.replicas} replicas carry")
-    daily.set_xlim(0, 24)
-    daily.set_xticks(range(0, 25, 3))
-    daily.set_xlabel(f"hour of day ({plan.settings.timezone})")
+    for axis in (daily, replicas):
+        axis.set_xlim(0, 24)
+        axis.set_xticks(range(0, 25, 3))
+        axis.set_xlabel(f"hour of day ({plan.settings.timezone})")
     daily.set_ylabel("requests/s")
-    for axis in (history, daily):
+    replicas.set_ylabel("replicas")
+    for axis in (history, daily, replicas):
         axis.set_ylim(bottom=0)
-        axis.legend(fontsize=8, loc="upper left")
+        axis.legend(fontsize=7, loc="upper left")
     figure.suptitle(plan.verdict if len(plan.verdict) < 110 else plan.verdict[:107] + "...", fontsize=10)
     save_png(figure, path, dpi=100)
