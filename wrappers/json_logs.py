@@ -23,7 +23,7 @@ import os
 from contextvars import ContextVar
 from datetime import datetime, timezone
 
-from mlserver.context import model_name_var, model_version_var
+from wrappers.mlserver_compat import model_context
 
 # The request the current task answers: (request id, model name, model version). A contextvar: each HTTP request
 # and gRPC call runs in a task of its own, so what one request sets is never seen by another.
@@ -41,12 +41,13 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
+        model_context.check_model_context()  # built as MLServer reads its logging settings: a moved target fails the start
         self._models: set[tuple[str, str | None]] = set()  # seen in MLServer's context: the server's models
 
     def format(self, record: logging.LogRecord) -> str:
         request_id, model, version = _REQUEST.get() or (None, None, None)
-        if model is None and model_name_var.get(""):
-            model, version = model_name_var.get(), model_version_var.get("") or None
+        if model is None and (current := model_context.current_model()) is not None:
+            model, version = current
             self._models.add((model, version))
         elif model is None and len(self._models) == 1:
             model, version = next(iter(self._models))

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 
-from mlserver.codecs.json import encode_to_json_bytes
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest
 
@@ -83,7 +82,7 @@ class FastInferRoute:
         if not parts:
             await mlserver_rest.JsonResponse(content, headers=response_headers)(scope, receive, send)
             return
-        header = encode_to_json_bytes(content)
+        header = mlserver_rest.encode_json(content)
         response_headers[binary_data.HEADER] = str(len(header))
         answer = mlserver_rest.BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
         await answer(scope, receive, send)

@@ -24,7 +24,6 @@ The parsing itself is `wrappers.json_bodies`, which has no MLServer import.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from wrappers.json_bodies import fastsimdjson
 from wrappers.json_bodies import loads as loads  # re-exported: REST endpoints parse their bodies alike
@@ -38,11 +37,4 @@ def install() -> None:
     """Parse REST bodies this way from now on (with orjson, as MLServer does, where simdjson is not installed)."""
     if fastsimdjson is None:
         logger.info("fastsimdjson is not installed: REST bodies are parsed with orjson, as MLServer does")
-    replace_request_json(_json)
-
-
-async def _json(self: Any) -> Any:
-    """MLServer's `Request.json`, parsing by `parse`; cached on the request, as MLServer's is."""
-    if not hasattr(self, "_json"):
-        self._json = parse(await self.body())
-    return self._json
+    replace_request_json(parse)  # cached on the request, as MLServer's `Request.json` caches its result

@@ -4,7 +4,8 @@ Slipway's serving speed comes from extending MLServer where it has no extension 
 converters, its REST request class, its REST app's router and routes, its servers' construction,
 its adaptive batching, grpc's poller thread. Everything that reaches past their public API lives in
 this package, one named function per extension point, and nothing else in Slipway imports
-`mlserver.grpc`, `mlserver.rest`, `mlserver.repository`, `starlette` or `grpc._cython`.
+`mlserver.grpc`, `mlserver.rest`, `mlserver.repository`, `mlserver.server`, `mlserver.cli`, `mlserver.context`,
+`mlserver.codecs.json`, `starlette`, `uvicorn` or `grpc._cython`.
 
 Each function checks that its target is there with the shape it was written against (the attribute,
 that it is callable or async, its parameter names) before it patches or reads it; a mismatch raises
@@ -18,7 +19,8 @@ The submodules are split by what they import, so that importing one never pulls 
 (the model repository API), `model` (adaptive batching), `grpc_threads` (grpc's poller thread, no MLServer),
 `servers` (MLServer's server, built and started by `wrappers.launch`), `running` (the REST app and gRPC server
 the launcher handed over; no MLServer), `shared_ports` (uvicorn's ports shared by several front ends and their
-metrics summed, for `wrappers.frontends`).
+metrics summed, for `wrappers.frontends`), `model_context` (the model MLServer's context names, for
+`wrappers.json_logs`).
 """
 
 from __future__ import annotations
@@ -96,7 +98,16 @@ def extension_points() -> dict[str, Callable[[], object]]:
 
     Imported here, not at the top: the gRPC checks import MLServer's V2 protos, which clash with tritonclient's
     in one process, and most of Slipway never needs them."""
-    from wrappers.mlserver_compat import grpc_path, grpc_threads, model, repository, rest_app, servers, shared_ports
+    from wrappers.mlserver_compat import (
+        grpc_path,
+        grpc_threads,
+        model,
+        model_context,
+        repository,
+        rest_app,
+        servers,
+        shared_ports,
+    )
 
     return {
         "mlserver version": check_version,
@@ -113,6 +124,7 @@ def extension_points() -> dict[str, Callable[[], object]]:
         "model repository guard": repository.check_guard_points,
         "model repository routes": repository.check_repository_routes,
         "ports shared by several front ends": shared_ports.check_shared_ports,
+        "model context in log lines": model_context.check_model_context,
     }
 
 

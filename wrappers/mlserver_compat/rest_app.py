@@ -1,7 +1,8 @@
 """MLServer's REST internals: its request class's JSON parser, its FastAPI app, that app's router and routes.
 
 MLServer 1.7 builds its REST app itself and offers no hook to change how bodies are read or parsed, nor
-to serve a route ahead of its own: `wrappers.rest_json` swaps its request class's `json`,
+to serve a route ahead of its own: `wrappers.rest_json` swaps its request class's `json` (caching the parsed
+body where Starlette's requests keep it),
 `wrappers.rest_bodies` wraps the app's router (every route's body within a limit), and
 `wrappers.rest_infer` puts a faster infer route ahead of MLServer's, calling MLServer's data plane as its
 endpoint does. What they touch is checked here first: on MLServer's real app where there is one, and on
@@ -17,9 +18,11 @@ from typing import Any
 
 import mlserver.utils
 from fastapi import FastAPI
+from mlserver.codecs import json as mlserver_json
 from mlserver.rest import app as mlserver_app
 from mlserver.rest import requests
 from mlserver.rest import responses as mlserver_responses
+from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response as BinaryResponse  # noqa: F401  (raw bytes, for wrappers.rest_infer)
 from starlette.routing import Route, Router
 
@@ -28,29 +31,47 @@ from wrappers.mlserver_compat import IncompatibleMLServer, require, require_func
 INFER_PATH = "/v2/models/{model_name}/infer"  # how MLServer's REST app is told from other FastAPI apps
 INFER_PATHS = (INFER_PATH, "/v2/models/{model_name}/versions/{model_version}/infer")
 _REQUEST = "mlserver.rest.requests.Request"
+# Where Starlette's `Request.json` (and MLServer's) caches the parsed body: a private of Starlette's request.
+JSON_CACHE = "_json"
 
-# MLServer's JSON response (orjson) and its V2 header helpers, for the fast infer route; checked by
-# `check_responses` before that route is installed.
+# MLServer's JSON response (orjson), its JSON encoder (the one that response renders with, not exported by
+# `mlserver.codecs`) and its V2 header helpers, for the fast infer route; checked by `check_responses` before
+# that route is installed.
 JsonResponse: Any = getattr(mlserver_responses, "Response", None)
 insert_headers: Callable[..., Any] = getattr(mlserver.utils, "insert_headers", None)  # type: ignore[assignment]
 extract_headers: Callable[..., Any] = getattr(mlserver.utils, "extract_headers", None)  # type: ignore[assignment]
+encode_json: Callable[[Any], bytes] = getattr(mlserver_json, "encode_to_json_bytes", None)  # type: ignore[assignment]
 
 
 # -- the request's JSON parser ----------------------------------------------------------------
 
 
 def check_request_json() -> None:
-    """MLServer's request class has an async `json(self)`, and its routes build their requests from that class."""
+    """MLServer's request class has an async `json(self)`, its routes build their requests from that class, and
+    it is a Starlette request whose `json` caches the parsed body in `_json` (where the replacement keeps it)."""
     request = require(requests, "Request", _REQUEST)
     require_function(request, "json", f"{_REQUEST}.json", ("self",), is_async=True)
     if getattr(mlserver_app, "Request", None) is not request:
         raise IncompatibleMLServer("mlserver.rest.app.Request", f"is not {_REQUEST}: MLServer's routes read bodies "
                                    "through another class")
+    if not (inspect.isclass(request) and issubclass(request, StarletteRequest)):
+        raise IncompatibleMLServer(_REQUEST, "is not a starlette.requests.Request")
+    starlette_json = require_function(StarletteRequest, "json", "starlette.requests.Request.json", ("self",), is_async=True)
+    if JSON_CACHE not in starlette_json.__code__.co_names:
+        raise IncompatibleMLServer(f"starlette.requests.Request.{JSON_CACHE}", "is no longer where Request.json caches "
+                                   "the parsed body")
 
 
-def replace_request_json(json: Callable[[Any], Any]) -> None:
-    """Parse every REST body MLServer's routes read with `json` (an async method of the request), process-wide."""
+def replace_request_json(parse: Callable[[bytes], Any]) -> None:
+    """Parse every REST body MLServer's routes read with `parse(body bytes)`, process-wide: the request's `json()`
+    parses its body once and caches the result on the request, where Starlette's `Request.json` does."""
     check_request_json()
+
+    async def json(self: Any) -> Any:  # `self`: the next load's check reads the parameter names MLServer's has
+        if not hasattr(self, JSON_CACHE):
+            setattr(self, JSON_CACHE, parse(await self.body()))
+        return getattr(self, JSON_CACHE)
+
     requests.Request.json = json
 
 
@@ -173,8 +194,9 @@ def insert_infer_routes(app: FastAPI, route_app: Callable[[Any, Any], Any]) -> b
 
 
 def check_responses() -> None:
-    """MLServer's JSON response and V2 header helpers, as the fast infer route uses them."""
+    """MLServer's JSON response, its JSON encoder and its V2 header helpers, as the fast infer route uses them."""
     if not (inspect.isclass(JsonResponse) and issubclass(JsonResponse, BinaryResponse)):
         raise IncompatibleMLServer("mlserver.rest.responses.Response", "is not a Starlette response class")
+    require_function(mlserver_json, "encode_to_json_bytes", "mlserver.codecs.json.encode_to_json_bytes", ("v",))
     require_function(mlserver.utils, "insert_headers", "mlserver.utils.insert_headers", ("inference_request", "headers"))
     require_function(mlserver.utils, "extract_headers", "mlserver.utils.extract_headers", ("inference_response",))
