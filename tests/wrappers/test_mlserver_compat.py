@@ -87,7 +87,8 @@ def checks(tmp_path_factory) -> dict[str, dict]:
                                                            extra={"fast_path_fallback": fallback}) / SETTINGS_FILE)])
              for fallback in (False, True)}
     jobs = {"check-all": (CHECK_ALL, []), "command": (COMMAND, []),
-            **{f"missing-{target}": (MISSING, [target]) for target in TARGETS}, "fallback": (FALLBACK, []), **loads}
+            **{f"missing-{target}": (MISSING, [target]) for target in TARGETS}, "fallback": (FALLBACK, []),
+            "json-twice": (JSON_TWICE, []), **loads}
     out = root / "out"
     out.mkdir()
     return _run_each(jobs, out)
@@ -104,7 +105,7 @@ def test_every_extension_point_is_where_slipway_expects_it_in_the_installed_mlse
     found = _last_json(checks["check-all"])
     broken = {name: problem for name, problem in found["problems"].items() if problem is not None}
     assert not broken, f"MLServer {found['version']}: {broken}"
-    assert len(found["problems"]) >= 13
+    assert len(found["problems"]) >= 15
 
 
 def test_the_supported_release_is_the_one_pyproject_pins():
@@ -158,7 +159,8 @@ def test_the_supported_releases_are_every_release_of_the_pinned_range():
     assert SUPPORTED_RELEASES[-1] == mlserver_version(), "the venv should hold the newest supported release"
 
 # Each target taken away as a release that moved it would: the patch must fail in one line naming the symbol
-# and the MLServer version, before anything is patched, never pass silently.
+# and the MLServer version, before anything is patched, never pass silently; and `check_all` (what
+# `python -m wrappers.mlserver_compat` prints) must report its extension point broken.
 MISSING = """
 import json, sys
 from wrappers.mlserver_compat import IncompatibleMLServer, mlserver_version
@@ -211,32 +213,108 @@ def response_helpers():
     from wrappers import rest_infer
     rest_infer._install()
 
+def json_encoder():
+    rest_app.encode_json = None
+    del rest_app.mlserver_json.encode_to_json_bytes
+    from wrappers import rest_infer
+    rest_infer._install()
+
+def request_json_cache():
+    async def json(self):  # a Starlette whose requests cache the parsed body elsewhere
+        return None
+    rest_app.StarletteRequest.json = json
+    from wrappers import rest_json
+    rest_json.install()
+
+def running_handlers():
+    import grpc
+    del grpc.aio.Server.add_generic_rpc_handlers
+    grpc_path.add_to_running_grpc_servers(object())
+
+def rest_app_built():
+    from fastapi import FastAPI
+    def create_app(settings, data_plane, model_repository_handlers):  # an app without the infer route's path
+        return FastAPI()
+    rest_app.mlserver_app.create_app = create_app
+    rest_app.check_rest_apps()
+
+def router_layer():
+    from starlette.routing import Router
+    async def call(self, scope, receive, send):  # a router that answers without its middleware_stack
+        return None
+    Router.__call__ = call
+    rest_app.wrap_router(rest_app.probe_app(), type("Layer", (), {}))
+
+def infer_routes():
+    from mlserver.rest import endpoints
+    init = endpoints.Endpoints.__init__
+    def init_renamed(self, data_plane):  # the endpoints keep their data plane under another name
+        init(self, data_plane)
+        self.data_plane = self.__dict__.pop("_data_plane")
+    endpoints.Endpoints.__init__ = init_renamed
+    rest_app.insert_infer_routes(rest_app.probe_app(), lambda mlserver_route, data_plane: None)
+
+def repository_routes():
+    create = rest_app.mlserver_app.create_app
+    def create_app(settings, data_plane, model_repository_handlers):  # the repository API under another prefix
+        app = create(settings, data_plane=data_plane, model_repository_handlers=model_repository_handlers)
+        for route in app.routes:
+            if getattr(route, "path", "").startswith(repository.REST_PREFIX):
+                route.path = "/v3" + route.path.removeprefix("/v2")
+        return app
+    rest_app.mlserver_app.create_app = create_app
+    repository.check_repository_routes(rest_app.probe_app())
+
+def shared_ports():
+    import uvicorn
+    from wrappers.mlserver_compat import shared_ports
+    del uvicorn.Server.startup
+    shared_ports.share_uvicorn_ports()
+
+def model_context():
+    from mlserver import context
+    del context.model_name_var
+    from wrappers import json_logs
+    json_logs.JsonFormatter()
+
 untouched = grpc_path.converters.ModelInferResponseConverter.from_types
 try:
     globals()[target]()
 except Exception as err:
+    from wrappers.mlserver_compat import check_all
     print(json.dumps({"type": type(err).__name__, "message": str(err), "version": mlserver_version(),
-                      "response_untouched": grpc_path.converters.ModelInferResponseConverter.from_types == untouched}))
+                      "response_untouched": grpc_path.converters.ModelInferResponseConverter.from_types == untouched,
+                      "broken": sorted(name for name, problem in check_all().items() if problem)}))
 else:
     print(json.dumps({"type": None}))
 """
 
 
+# Each take-away of MISSING: the extension point (a name of `extension_points()`) it breaks, the symbol the error names.
 TARGETS = {
-    "grpc_converters": "mlserver.grpc.converters.ModelInferRequestConverter.to_types",
-    "grpc_servicer": "mlserver.grpc.servicers.InferenceServicer._GetReturnRaw",
-    "request_json": "mlserver.rest.requests.Request",
-    "batching": "mlserver.batching.hooks._AdaptiveBatchingAttr",
-    "poller": "grpc._cython.cygrpc.PollerCompletionQueue",
-    "repository_methods": "mlserver.grpc.servicers.InferenceServicer.RepositoryModelLoad",
-    "version": "mlserver",
-    "response_helpers": "mlserver.utils.insert_headers",
-    "server_start": "mlserver.server.MLServer.start",
+    "grpc_converters": ("gRPC raw converters", "mlserver.grpc.converters.ModelInferRequestConverter.to_types"),
+    "grpc_servicer": ("gRPC raw converters", "mlserver.grpc.servicers.InferenceServicer._GetReturnRaw"),
+    "running_handlers": ("gRPC handlers on the running server", "grpc.aio.Server.add_generic_rpc_handlers"),
+    "request_json": ("REST request JSON parser", "mlserver.rest.requests.Request"),
+    "request_json_cache": ("REST request JSON parser", "starlette.requests.Request._json"),
+    "rest_app_built": ("REST app as MLServer builds it", "mlserver.rest.app.create_app"),
+    "router_layer": ("REST router layer", "starlette.routing.Router.__call__"),
+    "infer_routes": ("REST infer routes ahead of MLServer's", "mlserver.rest.endpoints.Endpoints._data_plane"),
+    "batching": ("adaptive batching", "mlserver.batching.hooks._AdaptiveBatchingAttr"),
+    "poller": ("gRPC poller thread", "grpc._cython.cygrpc.PollerCompletionQueue"),
+    "repository_methods": ("model repository guard", "mlserver.grpc.servicers.InferenceServicer.RepositoryModelLoad"),
+    "repository_routes": ("model repository routes", "mlserver.rest.endpoints.ModelRepositoryEndpoints"),
+    "version": ("mlserver version", "mlserver"),
+    "response_helpers": ("REST responses and headers", "mlserver.utils.insert_headers"),
+    "json_encoder": ("REST responses and headers", "mlserver.codecs.json.encode_to_json_bytes"),
+    "server_start": ("server built and started by the launcher", "mlserver.server.MLServer.start"),
+    "shared_ports": ("ports shared by several front ends", "uvicorn.Server.startup"),
+    "model_context": ("model context in log lines", "mlserver.context.model_name_var"),
 }
 
 
-@pytest.mark.parametrize(("target", "symbol"), TARGETS.items())
-def test_a_missing_target_fails_loudly_in_one_line_naming_it_and_the_mlserver_version(checks, target, symbol):
+@pytest.mark.parametrize(("target", "point", "symbol"), [(target, *taken) for target, taken in TARGETS.items()])
+def test_a_missing_target_fails_loudly_in_one_line_naming_it_and_the_mlserver_version(checks, target, point, symbol):
     found = _last_json(checks[f"missing-{target}"])
     assert found["type"] in ("IncompatibleMLServer", "RepositoryApiError"), found
     message = found["message"]
@@ -245,6 +323,40 @@ def test_a_missing_target_fails_loudly_in_one_line_naming_it_and_the_mlserver_ve
     version = "1.8.0" if target == "version" else found["version"]
     assert re.search(rf"\bMLServer {re.escape(version)}\b", message), message
     assert found["response_untouched"], "a half-done patch: the check must come before anything is replaced"
+    assert point in found["broken"], f"python -m wrappers.mlserver_compat misses the missing {symbol}: {found['broken']}"
+
+
+def test_every_extension_point_is_taken_away_once_in_a_test(checks):
+    points = set(_last_json(checks["check-all"])["problems"])
+    untested = sorted(points - {point for point, _ in TARGETS.values()})
+    assert not untested, f"take these extension points' targets away in MISSING and TARGETS: {untested}"
+    assert {point for point, _ in TARGETS.values()} <= points, "TARGETS names an extension point that is gone"
+
+
+# The REST parser as each model's load installs it, twice: the second install checks the request class the first one
+# patched, and a request's body is parsed once, cached where Starlette's requests cache it.
+JSON_TWICE = """
+import asyncio, json
+from mlserver.rest.requests import Request
+from wrappers import rest_json
+from wrappers.mlserver_compat import check_all
+rest_json.install()
+rest_json.install()
+
+async def main():
+    async def receive():
+        return {"type": "http.request", "body": b'{"inputs": []}', "more_body": False}
+    request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+    return [await request.json(), await request.json(), request._json is await request.json()]
+
+print(json.dumps({"answers": asyncio.run(main()), "broken": [name for name, problem in check_all().items() if problem]}))
+"""
+
+
+def test_the_rest_parser_installs_once_per_load_and_parses_a_body_once(checks):
+    found = _last_json(checks["json-twice"])
+    assert found["answers"] == [{"inputs": []}, {"inputs": []}, True]
+    assert found["broken"] == []
 
 
 # A model that lets its fast paths fall back loads without the one whose target is gone: an ERROR names it and
