@@ -146,9 +146,10 @@ test: setup setup-torch tools cluster-build lint ## install what is needed, run 
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: lint test-fast
-lint: setup ## ruff's checks ([tool.ruff] in pyproject.toml) and mypy on the packages [tool.mypy] lists
+lint: setup ## ruff's checks ([tool.ruff] in pyproject.toml), mypy on the packages [tool.mypy] lists, the import contracts
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The tests write bytecode whatever the environment says (PYTHONDONTWRITEBYTECODE=1 in many containers): without it
 # each pytest-xdist worker and each command a test runs compiles the project again (on a fresh checkout, ~3 s of

@@ -5,7 +5,8 @@ converters, its REST request class, its REST app's router and routes, its server
 its adaptive batching, grpc's poller thread. Everything that reaches past their public API lives in
 this package, one named function per extension point, and nothing else in Slipway imports
 `mlserver.grpc`, `mlserver.rest`, `mlserver.repository`, `mlserver.server`, `mlserver.cli`, `mlserver.context`,
-`mlserver.codecs.json`, `starlette`, `uvicorn` or `grpc._cython`.
+`mlserver.codecs.json`, `starlette`, `uvicorn` or `grpc._cython`: `make lint` checks that with import-linter (the
+`mlserver-door` contract in pyproject.toml's `[tool.importlinter]`).
 
 Each function checks that its target is there with the shape it was written against (the attribute,
 that it is callable or async, its parameter names) before it patches or reads it; a mismatch raises

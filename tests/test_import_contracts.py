@@ -1,0 +1,87 @@
+"""`make lint`'s import contracts (pyproject.toml's `[tool.importlinter]`, checked by import-linter's `lint-imports`):
+they hold on this checkout, and each one fails, naming itself and the import that broke it, when a module breaks
+it. A contract that cannot fail checks nothing, so each is broken here on a copy of the packages' sources."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from slipway.paths import PROJECT_ROOT
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+CONFIG = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+# Slipway's own packages; the other root packages (MLServer, grpc) are read from the venv.
+PACKAGES = [name for name in CONFIG["root_packages"] if (PROJECT_ROOT / name / "__init__.py").is_file()]
+CONTRACTS = {contract["id"]: contract["name"] for contract in CONFIG["contracts"]}
+
+# Per contract, modules written into the copy that break it: (path, source, the import the report must name).
+BREAKS = {
+    "mlserver-door": [
+        ("wrappers/leak_starlette.py", "import starlette.routing\n", "wrappers.leak_starlette -> starlette"),
+        ("loadtest/leak_grpc.py", "def converters():\n    from mlserver.grpc import converters\n",
+         "loadtest.leak_grpc -> mlserver.grpc.converters"),
+    ],
+    "package-layers": [
+        ("slipway/leak_layers.py", "def settings():\n    from wrappers import settings\n",
+         "slipway.leak_layers -> wrappers.settings"),
+    ],
+    "no-mlserver-in-protocol": [
+        # Through another module: the V2 codec imports MLServer's types.
+        ("slipway/leak_protocol.py", "def codec():\n    from wrappers import v2_codec\n",
+         "slipway.leak_protocol -> wrappers.v2_codec"),
+    ],
+}
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` as `make lint` runs it, on the packages under `root` (ahead of the installed checkout)."""
+    assert LINT_IMPORTS.is_file(), f"no {LINT_IMPORTS}: `make setup` installs import-linter (the dev extra)"
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "1000"}  # one contract a line: no wrapping
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(root / "pyproject.toml")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_every_contract_holds_on_this_checkout():
+    done = _lint_imports(PROJECT_ROOT)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    for name in CONTRACTS.values():
+        assert f"{name} KEPT" in done.stdout, (name, done.stdout[-3000:])
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in done.stdout
+
+
+def test_every_contract_is_broken_somewhere_here():
+    assert set(BREAKS) == set(CONTRACTS), "break each contract of [tool.importlinter] in BREAKS, once at least"
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory) -> subprocess.CompletedProcess:
+    """`lint-imports` on a copy of the packages' Python sources with every module of BREAKS added."""
+    root = tmp_path_factory.mktemp("import-contracts")
+    for package in PACKAGES:
+        shutil.copytree(PROJECT_ROOT / package, root / package,
+                        ignore=lambda folder, names: [name for name in names if name == "__pycache__" or
+                                                      (not name.endswith(".py") and not (Path(folder) / name).is_dir())])
+    shutil.copy(PROJECT_ROOT / "pyproject.toml", root / "pyproject.toml")
+    for path, source, _ in (item for items in BREAKS.values() for item in items):
+        (root / path).write_text(source)
+    return _lint_imports(root)
+
+
+@pytest.mark.parametrize("contract", sorted(BREAKS))
+def test_a_broken_contract_fails_lint_naming_itself_the_import_and_what_to_do(broken, contract):
+    assert broken.returncode != 0, broken.stdout[-3000:]
+    name = CONTRACTS[contract]
+    assert f"{name} BROKEN" in broken.stdout, broken.stdout[-5000:]
+    after = broken.stdout.split(f"\n{name}\n", 1)[1]  # the contract's own section, after the summary
+    guidance = next(item["broken_contract_guidance"] for item in CONFIG["contracts"] if item["id"] == contract)
+    assert guidance in after, "the contract's guidance, saying what to fix, follows its broken imports"
+    section = after[:after.index(guidance)]
+    for _, _, named in BREAKS[contract]:
+        assert named in section, (named, section[:3000])
