@@ -177,11 +177,12 @@ def plan_prescale(times: np.ndarray, rps: np.ndarray, *, step_s: float, min_repl
                             "(raise --min-replicas-floor instead)")
     plan.reasoning.append(plan.verdict)
     hours = plan.replica_hours
-    plan.reasoning.append(
-        f"replica-hours per day: {hours['plan']:g} for the plan, {hours['static_peak']:g} for a static "
-        f"{hours['static_peak_replicas']} replica(s) all day (the highest p90 at {plan.target_rps:.1f} req/s per replica), "
-        f"{hours['profile']:g} for the p90 profile itself (ceil(p90 / {plan.target_rps:.1f}) per slot)"
-    )
+    if hours is not None:
+        plan.reasoning.append(
+            f"replica-hours per day: {hours['plan']:g} for the plan, {hours['static_peak']:g} for a static "
+            f"{hours['static_peak_replicas']} replica(s) all day (the highest p90 at {plan.target_rps:.1f} req/s per "
+            f"replica), {hours['profile']:g} for the p90 profile itself (ceil(p90 / {plan.target_rps:.1f}) per slot)"
+        )
     if plan.under_p90:
         plan.reasoning.append(f"the plan carries less than the p90 in {len(plan.under_p90)} slot(s): "
                               + "; ".join(f"{slot['days']} {slot['slot']} ({slot['why']})" for slot in plan.under_p90))
