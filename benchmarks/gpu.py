@@ -36,7 +36,7 @@ from benchmarks.models import BenchModel
 from wrappers.session import (
     CPU, CUDA, DYNAMIC, TENSORRT, SessionRunner, TensorSpec, create_session, tensorrt_batch_profile,
 )
-from wrappers.settings import RuntimeSettings
+from slipway.runtime_settings import RuntimeSettings
 
 PROVIDERS = (CPU, CUDA, TENSORRT)
 PRECISIONS = ("fp32", "fp16", "int8")

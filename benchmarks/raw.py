@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers.session import CPU, create_session
-from wrappers.settings import RuntimeSettings
 
 MAX_RUNS = 100_000
 

@@ -131,7 +131,7 @@ def render_validated(args: argparse.Namespace):
     from deployments.validate import validate_documents
     from slipway.files import FileProblem
     from slipway.reports import write_report
-    from wrappers.settings import SettingsError
+    from slipway.runtime_settings import SettingsError
 
     try:
         main, canary = _models(args)

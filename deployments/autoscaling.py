@@ -127,7 +127,7 @@ def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -
     between requests (the pod would read as loaded at low traffic and scale out); None otherwise, or where
     the model's settings are not on this machine."""
     from slipway.artifact import SETTINGS_FILE
-    from wrappers.settings import busy_waiting_settings
+    from slipway.runtime_settings import busy_waiting_settings
 
     if model_dir is None or not scales_on_cpu(docs, predictor):
         return None

@@ -1,7 +1,7 @@
 """The model repository API's setting in every predictor's model container (`render --repository-api`).
 
 MLServer's repository API (index, load, unload) takes a model down with one request; the runtime
-refuses it unless `SLIPWAY_REPOSITORY_API` opens it (`wrappers.repository_access`). Rendering
+refuses it unless `SLIPWAY_REPOSITORY_API` opens it (`slipway.repository_access`). Rendering
 writes the setting into each model container: `closed` (the default), or `open` with the bearer
 token read from a Secret (`secretKeyRef`), so that no token ever sits in a manifest. Also the
 MLServer setting that installs the guard (`MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION`), which the
@@ -14,8 +14,8 @@ import copy
 import re
 
 from deployments import seldon
+from slipway.repository_access import API_ENV, MODES, TOKEN_ENV
 from slipway.server_process import HOOK, HOOK_ENV
-from wrappers.repository_access import API_ENV, MODES, TOKEN_ENV
 
 TOKEN_KEY = "token"  # the key of the token in the Secret
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -3,7 +3,7 @@
 A page asks for one with a marker line, replaced by the generated markdown:
 
 - `<!-- generated: settings-reference -->`: every field of the runtime's settings model
-  (`wrappers.settings.RuntimeSettings` and the models it nests), with its type, default and description;
+  (`slipway.runtime_settings.RuntimeSettings` and the models it nests), with its type, default and description;
 - `<!-- generated: wrappers-modules -->`: the docstring of every module in `wrappers/`, which says what
   it changes in MLServer and why;
 - `<!-- generated: make-targets -->`: every Make target with a `##` description, as `make help` lists them.
@@ -11,7 +11,7 @@ A page asks for one with a marker line, replaced by the generated markdown:
 The plots the benchmarks write beside their JSON (`reports/*.png`, the ones kept in git) are served as
 `assets/<name>.png`, so a page shows the figure itself, never a copy that could drift from it.
 
-Importing `wrappers.settings` needs only pydantic; the modules' docstrings are read with `ast`, so
+Importing `slipway.runtime_settings` needs only pydantic; the modules' docstrings are read with `ast`, so
 building the docs never imports MLServer or ONNX Runtime.
 """
 
@@ -58,7 +58,7 @@ def _models():
         sys.path.insert(0, str(ROOT))
     from pydantic import BaseModel
 
-    from wrappers.settings import RuntimeSettings
+    from slipway.runtime_settings import RuntimeSettings
 
     found: list[type[BaseModel]] = []
 

@@ -381,7 +381,7 @@ def cmd_uint8_input(args: argparse.Namespace) -> int:
     from export.uint8_input import Normalisation, Uint8InputError, write_uint8_artifact
     from slipway.artifact import SETTINGS_FILE, ArtifactError, is_artifact_folder
     from slipway.files import FileProblem, read_json
-    from wrappers.settings import ImagePreprocessing
+    from slipway.runtime_settings import ImagePreprocessing
 
     source = Path(args.artifact)
     if not is_artifact_folder(source):

@@ -76,8 +76,8 @@ def onnx_runner(model_bytes: bytes) -> Runner:
     """A callable running the model in the session the server would build (same options)."""
     import onnxruntime as ort
 
+    from slipway.runtime_settings import RuntimeSettings
     from wrappers.session import choose_providers, session_options
-    from wrappers.settings import RuntimeSettings
 
     settings = RuntimeSettings(providers=[CPU_PROVIDER])
     session = ort.InferenceSession(model_bytes, sess_options=session_options(settings), providers=choose_providers(settings.providers))
@@ -89,8 +89,8 @@ def gpu_runner(model_bytes: bytes, provider: str) -> Runner | None:
     build or machine cannot: the provider is missing, or the session falls back to the CPU (no device)."""
     import onnxruntime as ort
 
+    from slipway.runtime_settings import RuntimeSettings
     from wrappers.session import choose_providers, session_options
-    from wrappers.settings import RuntimeSettings
 
     if provider not in ort.get_available_providers():
         return None

@@ -59,8 +59,8 @@ def profile_artifact(artifact: Path, trace_path: Path, *, batch_size: int, runs:
     """Profile `runs` calls at `batch_size` on the artifact's own example rows; keep the trace at `trace_path`."""
     import onnxruntime as ort
 
+    from slipway.runtime_settings import RuntimeSettings
     from wrappers.session import choose_providers, session_options
-    from wrappers.settings import RuntimeSettings
 
     verify_artifact(artifact)
     feeds = _feeds(artifact, batch_size)

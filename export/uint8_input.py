@@ -5,7 +5,7 @@ their decoding on the event loop are what saturates first (reports/gpu.md). The 
 and the mean/std normalisation the client did move into the graph (Cast -> Mul -> Sub ->
 Div, and a Transpose for NCHW graphs), joined in front of the original input with
 `onnx.compose`, so the rest of the graph is untouched and the input keeps its name.
-The numbers are `wrappers.settings.ImagePreprocessing`'s (the same scale, mean, std the
+The numbers are `slipway.runtime_settings.ImagePreprocessing`'s (the same scale, mean, std the
 runtime applies to decoded images), so one set of settings describes both paths.
 """
 

@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadtest.config import ConfigError, build_shape, parse_host
     from loadtest.payloads import PayloadError
     from loadtest.run import MAX_PROCESSES, LoadTestError
-    from loadtest.slo import load_slo
+    from slipway.slo import load_slo
 
     try:
         slo = load_slo(args.slo, p50_ms=args.p50_ms, p95_ms=args.p95_ms, p99_ms=args.p99_ms,
@@ -97,7 +97,7 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
     from loadtest.payloads import build_payload
     from loadtest.report import write_loadtest_report
     from loadtest.run import no_answer, run_locust
-    from loadtest.slo import judge
+    from slipway.slo import judge
 
     out_dir = args.out_dir or BUILD_DIR / args.name
     if out_dir.exists() and not out_dir.is_dir():

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from slipway.cli import one_line
+from slipway.slo import ConfigError as ConfigError  # one error type for a load test's settings and its SLO
+from slipway.slo import Slo
 
 JOB_ENV = "SLIPWAY_LOAD_JOB"
 MAX_RUN_S = 4 * 3600  # the longest soak a single command may run
@@ -23,44 +25,6 @@ MIN_STAGE_S = 2.0  # Locust's shape ticks once a second: a stage needs two ticks
 Protocol = Literal["rest", "grpc"]
 RestBody = Literal["json", "binary"]
 ShapeKind = Literal["constant", "step", "spike", "soak"]
-
-
-class ConfigError(ValueError):
-    """A host, model or shape that cannot describe a load test; the message says what to send."""
-
-
-class CanaryPolicy(BaseModel):
-    """How a canary is judged against its stable predictor, beyond the SLO's own limits (`canary:` in the SLO file)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    min_requests: int = Field(default=200, ge=1, description="requests each predictor must have served in the "
-                              "window before it is judged; fewer: wait")
-    latency_tolerance: float = Field(default=0.2, ge=0, description="the canary's p50/p95/p99 may exceed the "
-                                     "stable's by this fraction...")
-    latency_slack_ms: float = Field(default=1.0, ge=0, description="...or by this many ms, whichever allows more")
-    error_rate_tolerance: float = Field(default=0.001, ge=0, le=1, description="the canary's error rate may exceed "
-                                        "the stable's by this much (0.001 = 0.1 percentage points)")
-    max_output_drift: float = Field(default=0.05, ge=0, le=1, description="where a shadow ran first: how far the "
-                                    "share of rows each class wins may move from the stable's on the same mirrored "
-                                    "requests (total variation distance, 0 = identical, 1 = disjoint)")
-
-
-class Slo(BaseModel):
-    """Service-level objective a run is gated on; a limit left out is not checked."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    p50_ms: float | None = Field(default=None, gt=0)
-    p95_ms: float | None = Field(default=None, gt=0)
-    p99_ms: float | None = Field(default=None, gt=0)
-    max_error_rate: float | None = Field(default=None, ge=0, le=1)
-    min_rps: float | None = Field(default=None, ge=0)
-    canary: CanaryPolicy | None = None  # read by the canary judge (deployments/canary); a load test ignores it
-
-    def is_empty(self) -> bool:
-        """No limit to check (the canary policy is not a limit)."""
-        return all(value is None for value in self.model_dump(exclude={"canary"}).values())
 
 
 class Endpoint(BaseModel):

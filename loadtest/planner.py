@@ -7,9 +7,9 @@ fixed list of stages. Every shape stops early when the server stops answering.
 
 from __future__ import annotations
 
-from loadtest import slo as slo_gate
 from loadtest.config import ShapeSpec, Stage
 from loadtest.steps import Saturation, StepFigures, is_saturated, saturation_point
+from slipway import slo as slo_gate
 
 ERROR_RATE_STOP = 0.5  # a step failing half its requests means the server is down, not saturated
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest.config import Slo
 from loadtest.steps import StepFigures
+from slipway.slo import Slo
 
 # One colour per quantity, the same in every panel: a limit is drawn in its quantity's colour, dashed.
 COLOURS = {"rps": "tab:blue", "p95_ms": "tab:red", "p99_ms": "tab:purple", "users": "tab:gray"}

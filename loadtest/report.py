@@ -7,9 +7,9 @@ from typing import Any
 
 from loadtest.plot import plot_load
 from loadtest.run import LoadRun
-from loadtest.slo import Verdict
 from slipway.paths import REPORTS_DIR
 from slipway.reports import write_report
+from slipway.slo import Verdict
 
 
 def write_loadtest_report(

@@ -52,7 +52,7 @@ def server_env(
             "MLSERVER_GZIP_ENABLED": "false",
             **SERVING_MALLOC_ENV,
             # MLServer imports this before it builds its servers: it guards the model repository API
-            # (SLIPWAY_REPOSITORY_API, closed unless set; see wrappers.repository_access).
+            # (SLIPWAY_REPOSITORY_API, closed unless set; see slipway.repository_access).
             HOOK_ENV: HOOK,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")])),
         }

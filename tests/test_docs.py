@@ -52,7 +52,7 @@ def test_every_page_is_in_the_nav_and_the_nav_names_no_missing_page():
 def test_the_settings_reference_names_every_field_of_every_settings_model(site):
     from pydantic import BaseModel
 
-    from wrappers.settings import RuntimeSettings
+    from slipway.runtime_settings import RuntimeSettings
 
     page = _text(site / "serving" / "index.html")
     models, seen = [RuntimeSettings], set()

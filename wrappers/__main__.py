@@ -19,9 +19,9 @@ from slipway.child import stop_with_parent
 from slipway.cli import ArgumentParser, UserError, exit_with
 from slipway.local_server import ServerError, model_names
 from slipway.paths import DEMO_ARTIFACT_DIR
+from slipway.repository_access import RepositoryAccess
+from slipway.runtime_settings import SettingsError
 from slipway.server_process import FAILURE_FILE, failure_reason, launcher_command, server_env
-from wrappers.repository_access import RepositoryAccess
-from wrappers.settings import SettingsError
 
 
 def port(text: str) -> int:

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 from slipway.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, read_manifest, sha256_file, verify_artifact
+from slipway.runtime_settings import TENSORRT_CACHE_ENV, RuntimeSettings
 from wrappers.session import with_tensorrt_cache
-from wrappers.settings import TENSORRT_CACHE_ENV, RuntimeSettings
 
 
 def verify_folder(folder: Path, model: str, version: str | None, verify_manifest: bool) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers.session import CUDA, SessionRunner, create_session
-from wrappers.settings import RuntimeSettings
 
 logger = logging.getLogger(__name__)
 

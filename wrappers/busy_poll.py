@@ -27,9 +27,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers.metrics import publish_polling
 from wrappers.poll_gate import PollGate
-from wrappers.settings import RuntimeSettings
 
 logger = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ EVENT_LOOP_SPIN_US = "event_loop_spin_us"
 SPIN_WITHIN_RUNS = "spin_within_runs"
 CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, SPIN_WITHIN_RUNS, BUSY_INTRA_OP_THREADS, INFERENCE_THREADS,
           MAX_BATCH_ROWS, EVENT_LOOP_SPIN_US)
-# What each setting is where nothing was measured: the fields' own defaults (`wrappers.settings`).
+# What each setting is where nothing was measured: the fields' own defaults (`slipway.runtime_settings`).
 FIXED_DEFAULTS: dict[str, Value] = {INLINE_BELOW_MS: 0.5, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1,
                                     MAX_BATCH_ROWS: 1, EVENT_LOOP_SPIN_US: 0}
 

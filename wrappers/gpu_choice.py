@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers.bucket_sessions import BucketRunner, build, per_bucket
 from wrappers.defaults_choice import DEFAULT, EXPLICIT, MEASURED, Choice
 from wrappers.metrics import publish_settings
 from wrappers.session import CUDA, SessionRunner, TensorSpec, create_session
-from wrappers.settings import RuntimeSettings
 from wrappers.warm_up import zeros
 
 logger = logging.getLogger(__name__)

@@ -17,25 +17,29 @@ import numpy as np
 from prometheus_client import REGISTRY, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
+# The series' names and labels are the contract with the dashboards, alerts and canary queries: the core's.
+from slipway.metric_names import (
+    BATCH_ROWS,
+    CLASS_LABEL,
+    INFERENCE_SECONDS,
+    LABELS,
+    POLLING,
+    POSTPROCESS_SECONDS,
+    PREDICTED_CLASS,
+    PREPROCESS_SECONDS,
+    QUEUE_SECONDS,
+    SETTING,
+)
+
 if TYPE_CHECKING:
     from wrappers.batching import BatchStats
 
-LABELS = ("model_name", "model_version")
 _SECONDS_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
     0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 _ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
-INFERENCE_SECONDS = "slipway_inference_seconds"
-QUEUE_SECONDS = "slipway_queue_seconds"
-BATCH_ROWS = "slipway_batch_rows"
-PREPROCESS_SECONDS = "slipway_preprocess_seconds"
-POSTPROCESS_SECONDS = "slipway_postprocess_seconds"
-SETTING = "slipway_setting"
-POLLING = "slipway_event_loop_polling"
-PREDICTED_CLASS = "slipway_predicted_class"  # exported as slipway_predicted_class_total
-CLASS_LABEL = "class"
 MAX_CLASSES = 1000  # a scores output wider than this is not counted: a series per class would flood Prometheus
 _FLOAT_TYPES = {"FP16", "FP32", "FP64", "BF16"}
 

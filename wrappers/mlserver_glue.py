@@ -17,6 +17,7 @@ from mlserver import MLModel
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, TensorData
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers import (
     cpu_pinning,
     fast_paths,
@@ -29,7 +30,6 @@ from wrappers import (
     shared_memory_api,
 )
 from wrappers.mlserver_compat import model as mlserver_model
-from wrappers.settings import RuntimeSettings
 from wrappers.shared_memory import location
 from wrappers.shared_tensors import SharedTensors
 from wrappers.v2_codec import RequestDecoder

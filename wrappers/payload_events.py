@@ -25,7 +25,7 @@ import numpy as np
 from cloudevents.core.bindings.http import HTTPMessage, to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
-from wrappers.settings import PayloadLogging
+from slipway.runtime_settings import PayloadLogging
 
 Kind = Literal["request", "response"]
 TYPE_PREFIXES = {"seldon": "io.seldon.serving", "kserve": "org.kubeflow.serving"}

@@ -1,7 +1,7 @@
 """Payload logging off the request path: a bounded queue, one sender thread, and counters of what it did.
 
 Seldon's executor logged requests and responses; the `seldon.io/no-engine` predictors Slipway renders have
-no executor, so the runtime does it (`parameters.extra.payload_log`, `wrappers.settings.PayloadLogging`).
+no executor, so the runtime does it (`parameters.extra.payload_log`, `slipway.runtime_settings.PayloadLogging`).
 A logged request costs the event loop a sampling draw and one `put_nowait` of references to the request
 and its response (about a microsecond or two): no copying, no JSON, no I/O. One daemon thread per model
 builds the events (`wrappers.payload_events`) and POSTs them over one kept-alive connection.
@@ -35,8 +35,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY, Counter
 
+from slipway.runtime_settings import PayloadLogging
 from wrappers.payload_events import Kind, Origin, Redaction, build
-from wrappers.settings import PayloadLogging
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 
 from slipway.artifact import ArtifactError
+from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from slipway.v2_wire import BYTES, TensorError
 from wrappers import refusal_logs
 from wrappers.artifact_checks import verify_folder
@@ -30,7 +31,6 @@ from wrappers.request_rules import RequestError, check_request_id
 from wrappers.run_planning import request_row_limit
 from wrappers.runtime import WELLKNOWN_MODEL_FILES, ModelLoadError
 from wrappers.session import DYNAMIC, TensorSpec, cpu_limit, describe
-from wrappers.settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from wrappers.shared_tensors import SharedTensors
 from wrappers.v2_codec import RequestDecoder, encode
 

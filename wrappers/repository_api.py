@@ -1,6 +1,6 @@
 """MLServer's model repository API (index, load, unload), guarded over REST and gRPC.
 
-Who is admitted is `wrappers.repository_access`'s decision (`SLIPWAY_REPOSITORY_API`, closed by
+Who is admitted is `slipway.repository_access`'s decision (`SLIPWAY_REPOSITORY_API`, closed by
 default); this module is the one place that puts it in front of MLServer 1.7's repository routes
 and methods, checking at start-up that they are where it expects and refusing to start otherwise.
 
@@ -36,10 +36,10 @@ import grpc
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from slipway.repository_access import DENIED_STATUS, RepositoryAccess, grpc_peer_address
 from slipway.server_process import HOOK, HOOK_ENV
 from wrappers.mlserver_compat import IncompatibleMLServer, check_version, running
 from wrappers.mlserver_compat import repository as mlserver_repository
-from wrappers.repository_access import DENIED_STATUS, RepositoryAccess, grpc_peer_address
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers.session import SessionRunner, create_session, session_options
-from wrappers.settings import RuntimeSettings
 
 
 class WidthRunner:

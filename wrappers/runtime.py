@@ -52,7 +52,7 @@ from wrappers.repository_api import RepositoryApiError
 from wrappers.request_rules import ort_message
 from wrappers.run_planning import BatchingConfigError
 from wrappers.session import cpu_limit, describe
-from wrappers.settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
+from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from wrappers.shared_memory_api import SharedMemoryEndpoints
 from wrappers.shared_tensors import SharedTensors
 from slipway.v2_wire import TensorError

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.runtime_settings import RuntimeSettings
 from wrappers import load_measurement
 from wrappers.defaults_choice import (
     BUSY_INTRA_OP_THREADS,
@@ -31,7 +32,6 @@ from wrappers.metrics import publish_settings
 from wrappers.run_planning import gpu_merge_rows
 from wrappers.run_width import WidthRunner
 from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, session_options, spins_within_runs
-from wrappers.settings import RuntimeSettings
 from wrappers.warm_up import zeros
 
 logger = logging.getLogger(__name__)

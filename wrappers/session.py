@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from slipway.runtime_settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 from wrappers.defaults_choice import threads_for_cpu_limit
-from wrappers.settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 
 logger = logging.getLogger(__name__)
 

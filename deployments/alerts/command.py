@@ -47,10 +47,9 @@ def add_command(commands) -> None:
 
 def cmd_alerts(args) -> int:
     from deployments.alerts.rules import LINES, RuleError, SloRules, prometheus_rule
-    from loadtest.config import ConfigError
-    from loadtest.slo import load_slo
     from slipway import atomic
     from slipway.cli import UserError, console
+    from slipway.slo import ConfigError, load_slo
 
     try:
         slo = load_slo(args.slo)

@@ -30,8 +30,8 @@ from deployments.canary.queries import (
 )
 from deployments.render import COMMON_LABELS, RenderError, check_namespace
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
-from loadtest.config import Slo
-from wrappers.metrics import INFERENCE_SECONDS
+from slipway.metric_names import INFERENCE_SECONDS
+from slipway.slo import Slo
 
 LINES = (*QUANTILES, "max_error_rate", "min_rps")  # the SLO lines that become rules
 LATENCY_WINDOW, LATENCY_FOR = "5m", "10m"

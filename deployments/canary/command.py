@@ -45,9 +45,8 @@ def cmd_canary_judge(args) -> int:
 
     from deployments.canary.judge import judge
     from deployments.prometheus import Prometheus, PrometheusError
-    from loadtest.config import ConfigError
-    from loadtest.slo import load_slo
     from slipway.cli import UserError, console
+    from slipway.slo import ConfigError, load_slo
 
     try:
         slo = load_slo(Path(args.slo))
@@ -222,9 +221,8 @@ def cmd_canary(args) -> int:
     from deployments.placement import place_models
     from deployments.prometheus import Prometheus, PrometheusError
     from deployments.render import CANARY_PREDICTOR
-    from loadtest.config import ConfigError
-    from loadtest.slo import load_slo
     from slipway.cli import UserError, console
+    from slipway.slo import ConfigError, load_slo
 
     window = args.window or f"{round(args.interval)}s"
     try:

@@ -15,8 +15,8 @@ from typing import Literal
 
 from deployments.canary.queries import PredictorQueries
 from deployments.prometheus import Prometheus
-from loadtest.config import CanaryPolicy, Slo
-from wrappers.metrics import CLASS_LABEL
+from slipway.metric_names import CLASS_LABEL
+from slipway.slo import CanaryPolicy, Slo
 
 DriftDecision = Literal["holds", "fail", "wait", "unmeasured"]
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, PredictorQueries
 from deployments.prometheus import Prometheus
-from loadtest.config import CanaryPolicy, Slo
+from slipway.slo import CanaryPolicy, Slo
 
 Decision = Literal["promote-step", "wait", "fail"]
 DEFAULT_WINDOW = "5m"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from deployments.autoscaling import REQUEST_COUNTER
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
-from wrappers.metrics import CLASS_LABEL, INFERENCE_SECONDS, PREDICTED_CLASS
+from slipway.metric_names import CLASS_LABEL, INFERENCE_SECONDS, PREDICTED_CLASS
 
 FAILURE_COUNTER = "model_infer_request_failure_total"
 CLASS_COUNTER = f"{PREDICTED_CLASS}_total"

@@ -39,7 +39,7 @@ ENV MLSERVER_DEBUG=false \
     MALLOC_MMAP_THRESHOLD_=16777216 \
     MALLOC_TRIM_THRESHOLD_=67108864
 # MLServer imports this before it builds its servers: it refuses the model repository API (load, unload)
-# unless SLIPWAY_REPOSITORY_API=open (wrappers/repository_access.py); the runtime does not load without it.
+# unless SLIPWAY_REPOSITORY_API=open (slipway/repository_access.py); the runtime does not load without it.
 ENV MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION=wrappers.repository_api.GuardedRepository
 WORKDIR /tmp
 USER 10001:10001

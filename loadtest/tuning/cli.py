@@ -156,8 +156,8 @@ def _space_and_slo(args: argparse.Namespace):
     from pydantic import ValidationError
 
     from loadtest.config import ConfigError
-    from loadtest.slo import load_slo
     from loadtest.tuning.space import GPU_VARIANTS, TUNABLE_VARIANTS, SearchSpace, discover_variants
+    from slipway.slo import load_slo
 
     providers, graphs, notes = _providers_here(args)
     names = TUNABLE_VARIANTS if providers == ["cpu"] else GPU_VARIANTS

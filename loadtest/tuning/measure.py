@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from loadtest.config import LoadJob, ShapeSpec, Slo, parse_host
+from loadtest.config import LoadJob, ShapeSpec, parse_host
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
+from slipway.slo import Slo
 
 ROWS_PER_REQUEST = 1  # LiveMeasurer's payloads: one row each
 GPUS_PER_TRIAL = 1  # a trial's server runs on one GPU (device 0)
@@ -73,7 +74,7 @@ class Measurer(Protocol):
 
 def judge_steps(config: ServingConfig, steps: list[dict], slo: Slo, memory_bytes: int | None = None) -> Measurement:
     """A config's measurement from its load steps: capacity at the SLO, or why it has none."""
-    from loadtest import slo as gate
+    from slipway import slo as gate
 
     measured = [step for step in steps if step.get("requests")]
     if not measured:

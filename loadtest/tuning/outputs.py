@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from deployments.autoscaling import RPS_METRIC  # the per-pod metric deployments/' prometheus-adapter rule serves
-from loadtest.config import Slo
 from loadtest.tuning.measure import Measurement, objective_text
 from loadtest.tuning.search import SearchResult
 from loadtest.tuning.space import SearchSpace, model_settings_for
 from slipway import atomic, seldon_patch
 from slipway.paths import PROJECT_ROOT, REPORTS_DIR
 from slipway.reports import write_report
-from wrappers.settings import busy_waiting_settings
+from slipway.runtime_settings import busy_waiting_settings
+from slipway.slo import Slo
 
 HPA_UTILIZATION = 70  # scale out at 70% of the measured capacity: room for the new pod to start
 CPU_LIMIT_FACTOR = 2.0  # bursts (warm-up, GC) may use twice the steady need before throttling

@@ -174,7 +174,7 @@ class SearchSpace(BaseModel):
         if any(size < 1 for buckets in self.batch_buckets for size in buckets):
             raise ValueError("batch_buckets: every bucket must be a positive row count")
         if any(count > 1 for count in self.frontends):
-            from wrappers.settings import RuntimeSettings
+            from slipway.runtime_settings import RuntimeSettings
 
             if "frontends" not in RuntimeSettings.model_fields:
                 raise ValueError("frontends: this wrappers runtime has no `frontends` setting yet; tune with 1")

@@ -19,10 +19,10 @@ from deployments.render import render as _render
 from deployments.validate import validate_documents
 from slipway.artifact import RUNTIME_IMPLEMENTATION, write_manifest
 from slipway.precision import graph_numerics, read_numerics
+from slipway.runtime_settings import TENSORRT_CACHE_ENV
 from tests.deployments.canary.series import prometheus_tools  # noqa: F401, F811 (fixture: promtool evaluates the queries)
 from tests.deployments.conftest import record
 from tests.graphs import onnx_model
-from wrappers.settings import TENSORRT_CACHE_ENV
 
 render = functools.partial(_render, engine="builtin")
 CACHE_PATH = "/var/cache/slipway/tensorrt"

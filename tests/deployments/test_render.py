@@ -14,7 +14,7 @@ from deployments.render import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, wr
 from deployments.render import render as _render
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.cli import UserError
-from wrappers.settings import SettingsError
+from slipway.runtime_settings import SettingsError
 
 # Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
 render = functools.partial(_render, engine="builtin")

@@ -11,9 +11,9 @@ from deployments import seldon
 from deployments.render import DEPLOYMENTS_DIR, RenderError
 from deployments.render import render as _render
 from deployments.validate import validate_documents
+from slipway.repository_access import API_ENV, TOKEN_ENV
 from slipway.server_process import HOOK, HOOK_ENV
 from tests.conftest import run_module
-from wrappers.repository_access import API_ENV, TOKEN_ENV
 
 render = functools.partial(_render, engine="builtin")
 GUARD = {"name": HOOK_ENV, "value": HOOK}

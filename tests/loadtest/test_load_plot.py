@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.config import Slo
 from loadtest.plot import draw_load, limit_label, plot_load
 from loadtest.steps import StepFigures
+from slipway.slo import Slo
 
 
 def _step(index: int, users: int, rps: float, p95: float, p99: float) -> StepFigures:

@@ -2,9 +2,10 @@
 
 import pytest
 
-from loadtest.config import ConfigError, ShapeSpec, Slo, build_shape, parse_host
+from loadtest.config import ConfigError, ShapeSpec, build_shape, parse_host
 from loadtest.planner import StagePlanner
 from loadtest.steps import Snapshot, StepFigures, figures_between, is_saturated, percentile, saturation_point
+from slipway.slo import Slo
 
 
 def step(index, users, rps, p95=10.0, requests=1000, failures=0):

@@ -2,8 +2,7 @@
 
 import pytest
 
-from loadtest.config import ConfigError, Slo
-from loadtest.slo import breaches, capacity_step, judge, load_slo
+from slipway.slo import ConfigError, Slo, breaches, capacity_step, judge, load_slo
 
 
 def figures(users, rps, p95, error_rate=0.0, index=0):

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtest.config import Slo
 from loadtest.tuning.check import check_markdown, run_check
 from loadtest.tuning.measure import Measurement, TableMeasurer, judge_steps
 from loadtest.tuning.outputs import write_tune_outputs
@@ -17,6 +16,7 @@ from loadtest.tuning.search import SearchResult, search
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.seldon_patch import cpu_quantity, memory_quantity
+from slipway.slo import Slo
 from tests.conftest import run_module
 
 
@@ -75,7 +75,7 @@ def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, dig
 
 @pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_the_runtimes_run_slots_and_merged_rows_are_searched_when_asked(tmp_path, digits_artifact):
-    from wrappers.settings import parse_runtime_settings
+    from slipway.runtime_settings import parse_runtime_settings
 
     space = _space(tmp_path, variants=("fp32",), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1],
                    inference_threads=[1, 4], max_batch_rows=[1, 4])

@@ -11,8 +11,8 @@ from loadtest.tuning.measure import Measurement, TableMeasurer
 from loadtest.tuning.search import search, suggest_config
 from loadtest.tuning.space import ServingConfig, model_settings_for
 from slipway.cli import UserError
+from slipway.runtime_settings import RuntimeSettings, parse_runtime_settings
 from tests.loadtest.test_tuning import _space
-from wrappers.settings import RuntimeSettings, parse_runtime_settings
 
 GPU_DIMS = {"providers": ["cuda"], "batch_buckets": [(), (8,), (1, 8, 32)], "cuda_graphs": [False, True]}
 

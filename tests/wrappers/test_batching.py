@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slipway.runtime_settings import RuntimeSettings
 from tests.graphs import WEIGHT, matmul_graph
 from wrappers.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 from wrappers.session import TensorSpec, create_session
-from wrappers.settings import RuntimeSettings
 
 
 @pytest.fixture

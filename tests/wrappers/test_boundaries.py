@@ -87,7 +87,7 @@ def _wrappers_modules(package: str) -> dict[str, set[str]]:
 # What load generators may take from the serving package: the runtime's settings schema the tuner writes
 # model-settings.json with (and reads busy waiting from, a rule of that schema). Requests are built with the core's
 # `slipway.v2_requests`, servers started with the core's `slipway.local_server`.
-LOADTEST_MAY_USE = {"wrappers.settings"}
+LOADTEST_MAY_USE = {"slipway.runtime_settings"}
 # The serving side of the V2 wire format: no client builds its requests from these.
 SERVING_WIRE = {"wrappers.request_bodies", "wrappers.tensors", "wrappers.shared_memory", "wrappers.binary_data",
                 "wrappers.body_rules", "wrappers.rest_bodies", "wrappers.v2_codec", "wrappers.grpc_raw"}
@@ -105,7 +105,7 @@ def test_load_generators_build_requests_from_the_core_not_the_serving_package():
 # The serving package's side of starting a server (the launcher, the command serving in the foreground, the modules
 # they read settings with): a client that starts a server from outside needs none of them (issue 29).
 SERVER_SIDE = {"wrappers.server", "wrappers.launch", "wrappers.__main__", "wrappers.model_repository",
-               "wrappers.repository_access"}
+               "slipway.repository_access"}
 # What starting a server from outside takes, defined once in the core (`slipway.local_server`, `slipway.server_process`).
 LAUNCHING = {"LocalServer", "ServerError", "model_names", "server_env", "launcher_command", "mlserver_command",
              "failure_reason", "stop_process_group", "HOOK", "HOOK_ENV"}

@@ -14,12 +14,12 @@ import pytest
 
 from slipway.artifact import SETTINGS_FILE
 from slipway.paths import PROJECT_ROOT
+from slipway.runtime_settings import RuntimeSettings
 from tests.graphs import matmul_graph
 from tests.wrappers.folders import model_folder
 from wrappers import bucket_sessions, gpu_choice
 from wrappers.bucket_sessions import BucketError, BucketRunner
 from wrappers.defaults_choice import DEFAULT, EXPLICIT, MEASURED
-from wrappers.settings import RuntimeSettings
 
 # In its own process, as MLServer runs the runtime. Sessions are CPU sessions dressed as CUDA ones: each run sleeps
 # 2 ms (a GPU's run, long enough for requests to queue and merge) and is recorded.

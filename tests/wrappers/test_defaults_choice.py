@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from slipway.runtime_settings import RuntimeSettings, parse_runtime_settings
 from tests.graphs import matmul_graph
 from wrappers.defaults_choice import (
     BUSY_INTRA_OP_THREADS,
@@ -34,7 +35,6 @@ from wrappers.load_measurement import hop_seconds, seconds_per_row
 from wrappers.metrics import SETTING
 from wrappers.serving_defaults import TimingPlan, metadata_parameters, resolve, session_run, timing_plan
 from wrappers.session import TensorSpec
-from wrappers.settings import RuntimeSettings, parse_runtime_settings
 
 cpu_limits = st.floats(min_value=0.25, max_value=64, allow_nan=False)
 row_seconds = st.floats(min_value=1e-6, max_value=1.0, allow_nan=False)

@@ -158,7 +158,7 @@ def test_no_host_named_says_how_to_start_one(tmp_path):
 
 @pytest.mark.parametrize("value", [0, "2", 2.0, True])
 def test_frontends_is_a_strict_count_of_at_least_one(value):
-    from wrappers.settings import SettingsError, parse_runtime_settings
+    from slipway.runtime_settings import SettingsError, parse_runtime_settings
 
     assert parse_runtime_settings({}).frontends == 1
     with pytest.raises(SettingsError, match="frontends"):
@@ -166,8 +166,8 @@ def test_frontends_is_a_strict_count_of_at_least_one(value):
 
 
 def test_the_pod_s_front_ends_override_the_artifact_s_and_a_bad_count_is_refused_in_one_line():
+    from slipway.runtime_settings import SettingsError, parse_runtime_settings
     from wrappers.frontends import FRONTENDS_ENV, with_pod_frontends
-    from wrappers.settings import SettingsError, parse_runtime_settings
 
     config = parse_runtime_settings({"frontends": 2})
     assert with_pod_frontends(config, {}) is config
@@ -178,8 +178,8 @@ def test_the_pod_s_front_ends_override_the_artifact_s_and_a_bad_count_is_refused
 
 
 def test_shared_memory_is_refused_with_several_front_ends():
+    from slipway.runtime_settings import SettingsError, parse_runtime_settings
     from wrappers.frontends.hosted import serve_through_host
-    from wrappers.settings import SettingsError, parse_runtime_settings
 
     with pytest.raises(SettingsError, match="shared_memory false or frontends 1"):
         serve_through_host(parse_runtime_settings({"frontends": 2, "shared_memory": True}))

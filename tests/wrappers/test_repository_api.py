@@ -1,6 +1,6 @@
 """The model repository API (index, load, unload): closed unless opened, then loopback or bearer token only.
 
-The decision (`wrappers.repository_access`) is tested on its own with any peer address; real servers
+The decision (`slipway.repository_access`) is tested on its own with any peer address; real servers
 then show it in front of MLServer's REST routes and both of its gRPC services. A caller from another
 address is real too where this host has one: the server listens on every address, and the tests
 call it at this host's own non-loopback address, which is the peer address the server then sees.
@@ -21,11 +21,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from slipway.local_server import LocalServer
 from slipway.ports import free_port
-from slipway.server_process import HOOK, HOOK_ENV
-from tests.conftest import refused_at_load
-from tests.graphs import matmul_graph
-from tests.wrappers.folders import model_folder
-from wrappers.repository_access import (
+from slipway.repository_access import (
     API_ENV,
     CLOSED,
     TOKEN_ENV,
@@ -33,7 +29,11 @@ from wrappers.repository_access import (
     grpc_peer_address,
     is_loopback,
 )
-from wrappers.settings import SettingsError
+from slipway.runtime_settings import SettingsError
+from slipway.server_process import HOOK, HOOK_ENV
+from tests.conftest import refused_at_load
+from tests.graphs import matmul_graph
+from tests.wrappers.folders import model_folder
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 MODEL = "m"

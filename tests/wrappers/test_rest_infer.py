@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK
+from slipway.repository_access import API_ENV
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
 from wrappers.body_rules import MAX_BODY_BYTES
-from wrappers.repository_access import API_ENV
 
 pytestmark = pytest.mark.slow
 VERSION = "3"

@@ -6,6 +6,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from slipway.runtime_settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from tests.graphs import WEIGHT, matmul_graph
 from wrappers.session import (
     CPU,
@@ -22,7 +23,6 @@ from wrappers.session import (
     session_options,
     tensorrt_batch_profile,
 )
-from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
 
 GPU_ONLY = ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
 no_gpu_build = pytest.mark.skipif(

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
+from slipway.repository_access import API_ENV
 from slipway.v2_wire import Location
 from tests.conftest import refused_at_load
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, post, raw_request
-from wrappers.repository_access import API_ENV
 from wrappers.shared_memory import Regions, SharedMemoryError, location
 
 IMAGE = (8, 8, 1)

@@ -9,6 +9,7 @@ import pytest
 
 from slipway.artifact import SETTINGS_FILE, read_manifest
 from slipway.paths import PROJECT_ROOT
+from slipway.runtime_settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 from tests.graphs import matmul_graph
 from tests.wrappers.folders import model_folder
 from wrappers.session import (
@@ -18,7 +19,6 @@ from wrappers.session import (
     provider_entries,
     with_tensorrt_cache,
 )
-from wrappers.settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 
 DIGEST = "sha256:" + "ab" * 32
 

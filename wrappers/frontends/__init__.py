@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
+from slipway.runtime_settings import RuntimeSettings, SettingsError, parse_runtime_settings
 
 HOST_SOCKET_ENV = "SLIPWAY_SESSION_HOST"  # where the supervisor tells a front end its host listens
 # The pod's front ends, over parameters.extra.frontends: the artifact in the store is immutable, so the

@@ -29,6 +29,7 @@ from slipway import atomic
 from slipway.artifact import SETTINGS_FILE, ArtifactError
 from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.files import FileProblem, read_json
+from slipway.runtime_settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from slipway.v2_wire import BYTES
 from wrappers import run_width
 from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
@@ -48,7 +49,6 @@ from wrappers.run_planning import (
 from wrappers.run_width import WidthRunner
 from wrappers.serving_defaults import resolve_for_session
 from wrappers.session import SessionRunner, TensorSpec, describe
-from wrappers.settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from wrappers.warm_up import WarmUp, WarmUpError
 
 logger = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slipway.runtime_settings import RuntimeSettings, SettingsError
 from wrappers import run_width
 from wrappers.defaults_choice import CHOSEN, Choice
 from wrappers.frontends.client import HostClient, Observer, host_socket
@@ -23,7 +24,6 @@ from wrappers.metrics import ModelMetrics
 from wrappers.run_width import WidthRunner
 from wrappers.serving_defaults import Resolved, resolve_for_session
 from wrappers.session import SessionRunner, TensorSpec
-from wrappers.settings import RuntimeSettings, SettingsError
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from deployments.alerts.rules import (
     error_ratio_record,
     prometheus_rule,
 )
-from loadtest.slo import load_slo
+from slipway.slo import load_slo
 
 NS, MODEL = "slipway", "digits"
 SLO = {"p50_ms": 60, "p95_ms": 50, "p99_ms": 200, "max_error_rate": 0.01, "min_rps": 5,

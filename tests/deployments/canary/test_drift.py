@@ -7,7 +7,7 @@ import pytest
 
 from deployments.canary.drift import decide_drift, distance, judge_drift
 from deployments.prometheus import Prometheus
-from loadtest.config import CanaryPolicy, Slo
+from slipway.slo import CanaryPolicy, Slo
 from tests.deployments.canary.series import DEPLOYMENT, SHADOW, STABLE
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from deployments.canary.judge import judge
 from deployments.prometheus import Prometheus, PrometheusError
-from loadtest.slo import load_slo
+from slipway.slo import load_slo
 from tests.deployments.canary.series import CANARY, DEPLOYMENT, NAMESPACE_OF, STABLE, serving
 
 pytestmark = pytest.mark.slow

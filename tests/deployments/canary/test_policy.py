@@ -8,7 +8,7 @@ import pytest
 from deployments.canary.queries import PredictorQueries
 from deployments.prometheus import Prometheus, PrometheusError
 from loadtest.config import ConfigError
-from loadtest.slo import load_slo
+from slipway.slo import load_slo
 
 
 def test_the_queries_select_by_the_labels_a_podmonitor_scrape_gives():

@@ -18,8 +18,8 @@ from deployments.dashboard import COMPONENT_DIR, SIDECAR_LABEL, uid
 from deployments.records import ModelVersion
 from deployments.render import OVERLAYS_DIR, render
 from deployments.validate import validate_documents
+from slipway.metric_names import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS
 from tests.deployments.conftest import record
-from wrappers.metrics import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS
 
 # What Grafana puts in for its variables, as a query over a real Prometheus would get them.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": "slipway", "$model": "digits"}

@@ -1,4 +1,6 @@
-"""The SLO gate: latency percentiles, error rate and throughput limits, judged on measured figures.
+"""The SLO: its schema (with the canary's policy), and the gate that judges measured figures against it.
+
+Shared by the load tests (`loadtest`), the canary's judge and the alert rules (`deployments`): one schema in the core.
 
 A release can be gated on a load test only if a broken limit says which one and by how
 much; `Verdict.lines()` does, and the command exits non-zero with them.
@@ -10,11 +12,49 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from loadtest.config import ConfigError, Slo
 from slipway.cli import one_line
 from slipway.files import FileProblem, read_yaml
+
+
+class ConfigError(ValueError):
+    """An SLO, or a host, model or shape that cannot describe a load test; the message says what to send."""
+
+
+class CanaryPolicy(BaseModel):
+    """How a canary is judged against its stable predictor, beyond the SLO's own limits (`canary:` in the SLO file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_requests: int = Field(default=200, ge=1, description="requests each predictor must have served in the "
+                              "window before it is judged; fewer: wait")
+    latency_tolerance: float = Field(default=0.2, ge=0, description="the canary's p50/p95/p99 may exceed the "
+                                     "stable's by this fraction...")
+    latency_slack_ms: float = Field(default=1.0, ge=0, description="...or by this many ms, whichever allows more")
+    error_rate_tolerance: float = Field(default=0.001, ge=0, le=1, description="the canary's error rate may exceed "
+                                        "the stable's by this much (0.001 = 0.1 percentage points)")
+    max_output_drift: float = Field(default=0.05, ge=0, le=1, description="where a shadow ran first: how far the "
+                                    "share of rows each class wins may move from the stable's on the same mirrored "
+                                    "requests (total variation distance, 0 = identical, 1 = disjoint)")
+
+
+class Slo(BaseModel):
+    """Service-level objective a run is gated on; a limit left out is not checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    p50_ms: float | None = Field(default=None, gt=0)
+    p95_ms: float | None = Field(default=None, gt=0)
+    p99_ms: float | None = Field(default=None, gt=0)
+    max_error_rate: float | None = Field(default=None, ge=0, le=1)
+    min_rps: float | None = Field(default=None, ge=0)
+    canary: CanaryPolicy | None = None  # read by the canary judge (deployments/canary); a load test ignores it
+
+    def is_empty(self) -> bool:
+        """No limit to check (the canary policy is not a limit)."""
+        return all(value is None for value in self.model_dump(exclude={"canary"}).values())
+
 
 LATENCY_LIMITS = ("p50_ms", "p95_ms", "p99_ms")
 
@@ -36,7 +76,8 @@ class Breach:
     def message(self) -> str:
         if self.measured is None:
             return f"{self.limit}: nothing was measured (limit {self.allowed:g})"
-        relative = f", {self.by / self.allowed:+.0%}" if self.allowed else ""
+        by = self.by if self.by is not None else 0.0  # measured, so `by` is a number
+        relative = f", {by / self.allowed:+.0%}" if self.allowed else ""
         if self.limit == "min_rps":
             return f"throughput {self.measured:.1f} req/s < min_rps {self.allowed:g} (short by {self.by:.1f} req/s{relative.replace('+', '-')})"
         if self.limit == "max_error_rate":

@@ -34,7 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError, field_validator
 
 from slipway.cli import one_line
-from wrappers.settings import SettingsError
+from slipway.runtime_settings import SettingsError
 
 API_ENV = "SLIPWAY_REPOSITORY_API"
 TOKEN_ENV = "SLIPWAY_REPOSITORY_TOKEN"
@@ -85,8 +85,8 @@ class RepositoryAccess(BaseModel):
         if token is not None and api == "closed":
             raise SettingsError(f"{TOKEN_ENV} is set but {API_ENV} is closed, which admits no caller: set {API_ENV}=open "
                                 f"to admit callers with the token, or unset {TOKEN_ENV}")
-        try:
-            return cls(api=api, token=token)
+        try:  # validated from the environment's strings: the model's validators turn them into the typed fields
+            return cls.model_validate({"api": api, "token": token})
         except ValidationError as err:
             raise SettingsError(one_line(err, whole="repository API")) from err
 

@@ -1,0 +1,16 @@
+"""The names of the runtime's own Prometheus series and their labels: what the dashboards, the alert rules and the
+canary's queries (`deployments`) read, and what the runtime (`wrappers.metrics`) writes, named once in the core.
+"""
+
+from __future__ import annotations
+
+LABELS = ("model_name", "model_version")
+INFERENCE_SECONDS = "slipway_inference_seconds"
+QUEUE_SECONDS = "slipway_queue_seconds"
+BATCH_ROWS = "slipway_batch_rows"
+PREPROCESS_SECONDS = "slipway_preprocess_seconds"
+POSTPROCESS_SECONDS = "slipway_postprocess_seconds"
+SETTING = "slipway_setting"
+POLLING = "slipway_event_loop_polling"
+PREDICTED_CLASS = "slipway_predicted_class"  # exported as slipway_predicted_class_total
+CLASS_LABEL = "class"
