@@ -17,7 +17,8 @@ import resource
 import time
 from dataclasses import dataclass
 
-from benchmarks.load import MAX_REQUESTS, CpuSnapshot
+from benchmarks.load import GRPC, MAX_REQUESTS, CpuSnapshot, LoadResult, load_result
+from slipway.v2_requests import grpc_request
 
 START_LEAD_S = 3.0  # time for every client process to spawn and import gRPC before the window opens
 JOIN_TIMEOUT_S = 120.0
@@ -117,3 +118,13 @@ def grpc_load(target: str, request: bytes, *, processes: int, concurrency: int, 
     elapsed = max(result[4] for result in results) - start_at
     return (sum(result[0] for result in results), sum(result[1] for result in results), elapsed, latencies,
             (server, sum(result[3] for result in results), shares_))
+
+
+def run_load(*, server, model: str, inputs: dict, concurrency: int, seconds: float, processes: int,
+             warmup_s: float = 1.0, process_tree: bool = False, channels: int = 1,
+             client_cpus: list[int] | None = None) -> LoadResult:
+    """`benchmarks.load.run_load` over gRPC, its clients spread over `processes` client processes."""
+    measured = grpc_load(server.grpc_target, grpc_request(model, inputs), processes=processes, concurrency=concurrency,
+                         seconds=seconds, warmup_s=warmup_s, pid=server.pid, process_tree=process_tree,
+                         channels=channels, client_cpus=client_cpus)
+    return load_result(GRPC, concurrency, next(iter(inputs.values())).shape[0], measured)

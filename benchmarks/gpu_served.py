@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.client_processes import run_load as run_load_from_processes
 from benchmarks.load import GRPC, run_load
 from benchmarks.models import BenchModel, server_folder
 from benchmarks.run import IMPLEMENTATIONS, SLIPWAY
@@ -40,6 +41,16 @@ CLIENTS_PER_PROCESS = 4  # a client process's event loop queues its calls' answe
 MAX_CLIENT_PROCESSES = 8
 # uint8 pixels 0..255 to the bench rows' float range -1..1 (what MobileNetV2's preprocessing gives)
 PIXELS = Normalisation(scale=2 / 255, mean=(1.0,), std=(1.0,))
+
+
+def load(server, model: str, inputs: dict, concurrency: int, seconds: float, **options):
+    """A gRPC load from as many client processes as `client_processes` gives (this process alone for one)."""
+    processes = client_processes(concurrency)
+    if processes == 1:
+        return run_load(protocol=GRPC, server=server, model=model, inputs=inputs, concurrency=concurrency,
+                        seconds=seconds, **options)
+    return run_load_from_processes(server=server, model=model, inputs=inputs, concurrency=concurrency, seconds=seconds,
+                                   processes=processes, **options)
 
 
 def client_processes(concurrency: int) -> int:
@@ -77,9 +88,7 @@ def measure_frontends(model: BenchModel, settings: dict, *, seconds: float, work
         folder = server_folder(Path(work_dir) / "frontends", model, f"frontends-{count}", IMPLEMENTATIONS[SLIPWAY],
                                {**settings, "frontends": count})
         with LocalServer(folder) as server:
-            result = run_load(protocol=GRPC, server=server, model=model.name, inputs=inputs, concurrency=concurrency,
-                              seconds=seconds, process_tree=True, channels=concurrency,
-                              client_processes=client_processes(concurrency))
+            result = load(server, model.name, inputs, concurrency, seconds, process_tree=True, channels=concurrency)
         points.append({"frontends": count, **result.summary()})
         if on_step:
             on_step(1)
@@ -107,9 +116,8 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
         points = []
         parameters = _metadata_parameters(f"{server.http_url}/v2/models/{model.name}")
         for concurrency, rows in POINTS:
-            result = run_load(protocol=GRPC, server=server, model=model.name,
-                              inputs={model.input_name: model.batch(rows)}, concurrency=concurrency, seconds=seconds,
-                              client_processes=client_processes(concurrency), channels=min(concurrency, 8))
+            result = load(server, model.name, {model.input_name: model.batch(rows)}, concurrency, seconds,
+                          channels=min(concurrency, 8))
             points.append(result.summary())
             if on_step:
                 on_step(1)
@@ -160,9 +168,8 @@ def measure_inputs(model: BenchModel, settings: dict, *, seconds: float, work_di
         folder = server_folder(work_dir, bench, f"{DEFAULTS}-{kind}", IMPLEMENTATIONS[SLIPWAY], settings)
         with LocalServer(folder) as server:
             answer = _rest_answer(f"{server.http_url}/v2/models/{bench.name}/infer", {bench.input_name: bench.row})
-            result = run_load(protocol=GRPC, server=server, model=bench.name, inputs={bench.input_name: bench.batch(rows)},
-                              concurrency=concurrency, seconds=seconds, process_tree=True, channels=concurrency,
-                              client_processes=client_processes(concurrency))
+            result = load(server, bench.name, {bench.input_name: bench.batch(rows)}, concurrency, seconds,
+                          process_tree=True, channels=concurrency)
         points.append({"input": kind, "bytes_per_row": int(bench.row.nbytes), **result.summary(),
                        "max_abs_diff": float(np.max(np.abs(answer - expected)))})
         if on_step:

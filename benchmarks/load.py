@@ -313,25 +313,18 @@ def run_load(
     warmup_s: float = 1.0,
     process_tree: bool = False,
     channels: int = 1,
-    client_processes: int = 1,
     client_cpus: list[int] | None = None,
 ) -> LoadResult:
     """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time (with `process_tree`,
-    that of every process under it too); over gRPC, through `channels` connections taking turns, from
-    `client_processes` processes (`benchmarks.client_processes`, each kept to `client_cpus` where given)."""
+    that of every process under it too); over gRPC, through `channels` connections taking turns; this process the
+    client, kept to `client_cpus` meanwhile where given (several client processes: `benchmarks.client_processes`)."""
     timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid,
               "process_tree": process_tree}
     with ExitStack() as stack:
-        if client_cpus is not None and client_processes == 1:  # this process is the client while the load runs
+        if client_cpus is not None:  # this process is the client while the load runs
             stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
             os.sched_setaffinity(0, client_cpus)
-        if protocol == GRPC and client_processes > 1:
-            from benchmarks.client_processes import grpc_load
-
-            measured = grpc_load(server.grpc_target, grpc_request(model, inputs), processes=client_processes,
-                                 channels=channels, client_cpus=client_cpus, **timing)
-            work = None
-        elif protocol == GRPC:
+        if protocol == GRPC:
             work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, channels=channels,
                               **timing)
         elif protocol == GRPC_SHARED_MEMORY:
@@ -345,10 +338,14 @@ def run_load(
             work = _rest_load(f"{server.http_url}/v2/models/{model}/infer", body, header_length=header_length, **timing)
         else:
             raise ValueError(f"unknown protocol {protocol!r}: use one of {PROTOCOLS}")
-        if work is not None:
-            measured = asyncio.run(work)
-        count, errors, elapsed, latencies, (server_cpu, client_cpu, (idle, steal)) = measured
-    rows = next(iter(inputs.values())).shape[0]
+        measured = asyncio.run(work)
+    return load_result(protocol, concurrency, next(iter(inputs.values())).shape[0], measured)
+
+
+def load_result(protocol: str, concurrency: int, rows: int, measured: tuple) -> LoadResult:
+    """A `LoadResult` from what a load measured: (requests, errors, seconds, latencies, (server CPU by thread group,
+    client CPU, (machine idle share, stolen share)))."""
+    count, errors, elapsed, latencies, (server_cpu, client_cpu, (idle, steal)) = measured
     return LoadResult(
         protocol, concurrency, rows, count, errors, elapsed, latencies,
         server_cpu_by_thread=server_cpu, client_cpu_seconds=client_cpu, machine_idle_fraction=idle,
