@@ -38,6 +38,7 @@ from fastapi.responses import JSONResponse
 
 from slipway.repository_access import DENIED_STATUS, RepositoryAccess, grpc_peer_address
 from slipway.server_process import HOOK, HOOK_ENV
+from wrappers.api_docs import ApiDocsGate
 from wrappers.mlserver_compat import IncompatibleMLServer, check_version, running
 from wrappers.mlserver_compat import repository as mlserver_repository
 
@@ -145,6 +146,7 @@ def guard_rest_app(app: FastAPI) -> None:
     except IncompatibleMLServer as err:
         raise RepositoryApiError(str(err)) from None
     app.add_middleware(RepositoryGuard)
+    app.add_middleware(ApiDocsGate)  # MLServer's Swagger UI and OpenAPI schemas: off unless asked (wrappers.api_docs)
 
 
 _under_prefix = mlserver_repository.under_prefix

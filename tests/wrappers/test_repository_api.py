@@ -352,3 +352,37 @@ def test_with_worker_processes_the_server_itself_is_still_guarded(model_dir):
             results = _grpc_calls(server.grpc_target)
             assert results == dict.fromkeys(results, (grpc.StatusCode.PERMISSION_DENIED, CLOSED))
             assert _ready(server.http_url) and _infers(server.http_url)
+
+
+DOCS_PATHS = ["/v2/docs", "/v2/docs/dataplane.json", f"/v2/models/{MODEL}/docs", f"/v2/models/{MODEL}/docs/dataplane.json",
+              f"/v2/models/{MODEL}/versions/1/docs"]
+
+
+@pytest.mark.parametrize("path", [*DOCS_PATHS, "/v2/docs/"])
+def test_the_api_docs_paths_are_recognised_and_the_v2_routes_are_not(path):
+    from wrappers.api_docs import is_docs_path, served
+
+    assert is_docs_path(path)
+    for other in ("/v2", "/v2/models/m/infer", "/v2/models/docs/ready", "/v2/health/live", "/docs"):
+        assert not is_docs_path(other)
+    assert not served({}) and served({"SLIPWAY_API_DOCS": "1"}) and not served({"SLIPWAY_API_DOCS": "0"})
+
+
+@pytest.mark.slow
+def test_a_server_answers_its_api_docs_404_saying_how_to_turn_them_on_and_keeps_serving(default_server):
+    from wrappers.api_docs import DOCS_ENV
+
+    for path in DOCS_PATHS:
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(f"{default_server.http_url}{path}", timeout=30)
+        assert caught.value.code == 404 and f"set {DOCS_ENV}=1" in json.loads(caught.value.read())["error"]
+    assert _ready(default_server.http_url) and _infers(default_server.http_url)
+
+
+@pytest.mark.slow
+def test_a_development_server_serves_the_api_docs_when_asked(model_dir):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLIPWAY_API_DOCS", "1")
+        with LocalServer(model_dir) as server:
+            with urllib.request.urlopen(f"{server.http_url}/v2/docs/dataplane.json", timeout=30) as response:
+                assert response.status == 200 and "openapi" in json.loads(response.read())
