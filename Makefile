@@ -146,7 +146,8 @@ test: setup setup-torch tools cluster-build lint ## install what is needed, run 
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: lint test-fast
-lint: setup ## ruff's checks ([tool.ruff] in pyproject.toml), mypy on the packages [tool.mypy] lists, the import contracts
+lint: setup ## ruff's checks and layout ([tool.ruff] in pyproject.toml), mypy on every package, the import contracts
+	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo

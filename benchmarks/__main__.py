@@ -38,13 +38,23 @@ def cmd_serving(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UserError(str(err)) from None
     if server_cpus and client_cpus and set(server_cpus) & set(client_cpus):
-        raise UserError(f"--server-cpus and --client-cpus share CPUs {sorted(set(server_cpus) & set(client_cpus))}: "
-                        "give each its own, or leave both out")
+        raise UserError(
+            f"--server-cpus and --client-cpus share CPUs {sorted(set(server_cpus) & set(client_cpus))}: "
+            "give each its own, or leave both out"
+        )
     provider = PROVIDERS[args.provider]
     if provider != "CUDAExecutionProvider" and "CUDAExecutionProvider" in ort.get_available_providers():
         console.print("[yellow]this host has CUDA: measuring the CPU provider only (--provider cuda for the GPU)[/]")
-    payload = run_bench(BenchConfig(models=args.models, seconds=args.seconds, rounds=args.rounds, provider=provider,
-                                    server_cpus=server_cpus, client_cpus=client_cpus))
+    payload = run_bench(
+        BenchConfig(
+            models=args.models,
+            seconds=args.seconds,
+            rounds=args.rounds,
+            provider=provider,
+            server_cpus=server_cpus,
+            client_cpus=client_cpus,
+        )
+    )
     path = write_report("bench", payload)
     plot(payload, REPORTS_DIR / "bench.png")
     table = markdown({**payload, "created_at": time.strftime("%Y-%m-%d")}, "Serving throughput")
@@ -76,8 +86,7 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     if not Path(model).is_file():
         raise UserError(f"no ONNX model at {model}: pass --model FILE")
     work_dir = BENCH_DIR / "gpu" / sha256_file(Path(model))[:12]  # fp16/int8 graphs and engines of this model
-    config = GpuBenchConfig(model=Path(model), work_dir=work_dir, batch_sizes=tuple(args.batch_sizes),
-                            seconds=args.seconds)
+    config = GpuBenchConfig(model=Path(model), work_dir=work_dir, batch_sizes=tuple(args.batch_sizes), seconds=args.seconds)
     with Progress() as progress:
         task = progress.add_task("bench-gpu", total=steps(config))
         payload = run_gpu_bench(config, on_step=lambda steps: progress.advance(task, steps))
@@ -88,8 +97,10 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     table = markdown(payload)
     atomic.write_text(REPORTS_DIR / f"{name}.md", table)
     if payload["gpu"] is None:
-        console.print("[yellow]no GPU here: only the CPU rows were measured (docs/benchmarks.md left as it is); run "
-                      "`make bench-gpu` on a GPU machine (make setup GPU=1) for CUDA and TensorRT[/]")
+        console.print(
+            "[yellow]no GPU here: only the CPU rows were measured (docs/benchmarks.md left as it is); run "
+            "`make bench-gpu` on a GPU machine (make setup GPU=1) for CUDA and TensorRT[/]"
+        )
     elif args.update_docs and replace_section(BENCHMARKS_PAGE, "gpu", table):
         console.print(f"GPU table in {BENCHMARKS_PAGE} updated")
     console.print(f"report {path}, plot {REPORTS_DIR / name}.png")
@@ -112,8 +123,14 @@ def cmd_peers(args: argparse.Namespace) -> int:
     if unknown:
         raise UserError(f"unknown models {unknown}: choose from {sorted(MODELS)}")
     try:
-        config = PeersConfig(models=args.models, concurrency=args.concurrency, seconds=args.seconds, rounds=args.rounds,
-                             raw_seconds=args.seconds, skip=args.skip)
+        config = PeersConfig(
+            models=args.models,
+            concurrency=args.concurrency,
+            seconds=args.seconds,
+            rounds=args.rounds,
+            raw_seconds=args.seconds,
+            skip=args.skip,
+        )
     except ValidationError as err:
         raise UserError(one_line(err, "bench-peers")) from None
     payload = run_peers(config, on_line=lambda line: console.print(line, markup=False))
@@ -149,16 +166,25 @@ def cmd_split(args: argparse.Namespace) -> int:
     if min(args.concurrency) < 1 or args.rows < 1 or args.rounds < 1 or not 0 < args.seconds <= 60:
         raise UserError("--concurrency, --rows and --rounds must be at least 1 and --seconds within 0-60")
     try:
-        payload = run_split_bench(args.executor, models=args.models, rows=args.rows, concurrency=args.concurrency,
-                                  seconds=args.seconds, rounds=args.rounds)
+        payload = run_split_bench(
+            args.executor,
+            models=args.models,
+            rows=args.rows,
+            concurrency=args.concurrency,
+            seconds=args.seconds,
+            rounds=args.rounds,
+        )
     except SplitBenchError as err:
         raise UserError(str(err).splitlines()[0]) from err
     path = write_report("bench-split", payload)
     for model in payload["models"]:
         for line in model["summary"]:
-            console.print(f"{model['model']} x{line['concurrency']}: one-pod {line['one-pod_requests_per_s']} req/s "
-                          f"p50 {line['one-pod_p50_ms']} ms; split {line['split_requests_per_s']} req/s p50 "
-                          f"{line['split_p50_ms']} ms (x{line['split_over_one_pod_requests_per_s']} req/s)", soft_wrap=True)
+            console.print(
+                f"{model['model']} x{line['concurrency']}: one-pod {line['one-pod_requests_per_s']} req/s "
+                f"p50 {line['one-pod_p50_ms']} ms; split {line['split_requests_per_s']} req/s p50 "
+                f"{line['split_p50_ms']} ms (x{line['split_over_one_pod_requests_per_s']} req/s)",
+                soft_wrap=True,
+            )
     console.print(f"report {path}")
     return 0
 
@@ -180,9 +206,12 @@ def cmd_against(args: argparse.Namespace) -> int:
         console.print(f"table in {BENCHMARKS_PAGE} updated from {path}")
     for name, model in payload["models"].items():
         for point in model["points"]:
-            console.print(f"{name} {point['protocol']} c={point['concurrency']}: this tree / {payload['rev'][:12]} "
-                          f"rows/s x{point['rows_per_s_ratio']:.3f} (rounds {point['rows_per_s_ratio_rounds']}), "
-                          f"server CPU per request x{point['cpu_per_request_ratio']:.3f}", soft_wrap=True)
+            console.print(
+                f"{name} {point['protocol']} c={point['concurrency']}: this tree / {payload['rev'][:12]} "
+                f"rows/s x{point['rows_per_s_ratio']:.3f} (rounds {point['rows_per_s_ratio_rounds']}), "
+                f"server CPU per request x{point['cpu_per_request_ratio']:.3f}",
+                soft_wrap=True,
+            )
     console.print(f"report {path}, plot {REPORTS_DIR / 'bench-against.png'}")
     return 0
 
@@ -195,52 +224,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     bench.add_argument("--models", nargs="+", default=["digits", "mobilenetv2"], help="models to measure")
     bench.add_argument("--seconds", type=float, default=3.0, help="measured seconds per round of a point (default 3)")
-    bench.add_argument("--rounds", type=int, default=3,
-                       help="rounds per point, alternating the runtimes; the median round counts (default 3)")
-    bench.add_argument("--provider", choices=("cpu", "cuda"), default="cpu",
-                       help="where the raw limit and every server run (default cpu, also on a GPU host)")
-    bench.add_argument("--server-cpus", metavar="LIST", help="keep the raw limit and the servers on these CPUs "
-                       "(taskset's form, e.g. 0-7); with --client-cpus, server and client never share a core")
+    bench.add_argument(
+        "--rounds", type=int, default=3, help="rounds per point, alternating the runtimes; the median round counts (default 3)"
+    )
+    bench.add_argument(
+        "--provider",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the raw limit and every server run (default cpu, also on a GPU host)",
+    )
+    bench.add_argument(
+        "--server-cpus",
+        metavar="LIST",
+        help="keep the raw limit and the servers on these CPUs "
+        "(taskset's form, e.g. 0-7); with --client-cpus, server and client never share a core",
+    )
     bench.add_argument("--client-cpus", metavar="LIST", help="keep the load's clients on these CPUs (e.g. 8-15)")
-    bench.add_argument("--no-docs", dest="update_docs", action="store_false",
-                       help="do not rewrite the benchmark table in docs/benchmarks.md")
+    bench.add_argument(
+        "--no-docs", dest="update_docs", action="store_false", help="do not rewrite the benchmark table in docs/benchmarks.md"
+    )
     bench.set_defaults(func=cmd_serving)
 
     peers = commands.add_parser(
-        "peers", help="raw ONNX Runtime vs plain MLServer vs Slipway vs KServe vs PyTriton, one client "
-                      "(reports/bench-peers.json)"
+        "peers", help="raw ONNX Runtime vs plain MLServer vs Slipway vs KServe vs PyTriton, one client (reports/bench-peers.json)"
     )
     peers.add_argument("--models", nargs="+", default=["digits", "mobilenetv2"], help="models to measure")
     peers.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent clients per point")
-    peers.add_argument("--seconds", type=float, default=2.0,
-                       help="measured seconds per load, and per raw ONNX Runtime setting (default 2)")
-    peers.add_argument("--rounds", type=int, default=3,
-                       help="rounds per point (at least 2), the servers in turn; the median round counts (default 3)")
-    peers.add_argument("--skip", nargs="+", default=[], metavar="PEER",
-                       help="peers not to install or run (kserve, pytriton): reported as not run")
-    peers.add_argument("--no-docs", dest="update_docs", action="store_false",
-                       help="do not rewrite the bench-peers table in docs/benchmarks.md")
+    peers.add_argument(
+        "--seconds", type=float, default=2.0, help="measured seconds per load, and per raw ONNX Runtime setting (default 2)"
+    )
+    peers.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per point (at least 2), the servers in turn; the median round counts (default 3)",
+    )
+    peers.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        metavar="PEER",
+        help="peers not to install or run (kserve, pytriton): reported as not run",
+    )
+    peers.add_argument(
+        "--no-docs", dest="update_docs", action="store_false", help="do not rewrite the bench-peers table in docs/benchmarks.md"
+    )
     peers.set_defaults(func=cmd_peers)
 
-    gpu = commands.add_parser(
-        "gpu", help="CPU vs CUDA vs TensorRT, fp32/fp16/int8, with/without IOBinding (reports/gpu.json)"
-    )
+    gpu = commands.add_parser("gpu", help="CPU vs CUDA vs TensorRT, fp32/fp16/int8, with/without IOBinding (reports/gpu.json)")
     gpu.add_argument("--model", type=Path, help="fp32 ONNX model (default: MobileNetV2, built if needed)")
     gpu.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32])
     gpu.add_argument("--seconds", type=float, default=2.0, help="measured seconds per row (default 2)")
-    gpu.add_argument("--allow-no-gpu", action="store_true",
-                     help="without a CUDA GPU, measure the CPU rows and say why the others are missing (else refused)")
-    gpu.add_argument("--no-docs", dest="update_docs", action="store_false",
-                     help="do not rewrite the GPU table in docs/benchmarks.md")
+    gpu.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
+        help="without a CUDA GPU, measure the CPU rows and say why the others are missing (else refused)",
+    )
+    gpu.add_argument(
+        "--no-docs", dest="update_docs", action="store_false", help="do not rewrite the GPU table in docs/benchmarks.md"
+    )
     gpu.set_defaults(func=cmd_gpu)
     from benchmarks.frontends import add_arguments as frontends_arguments
 
-    frontends = commands.add_parser("frontends", help="one front end vs N per model, side by side over gRPC "
-                                    "(reports/bench-frontends.json)")
+    frontends = commands.add_parser(
+        "frontends", help="one front end vs N per model, side by side over gRPC (reports/bench-frontends.json)"
+    )
     frontends_arguments(frontends)
     frontends.set_defaults(func=cmd_frontends)
-    split = commands.add_parser("split", help="the CPU/GPU split form through Seldon's executor vs the one-pod form "
-                                "(reports/bench-split.json)", description=split_doc())
+    split = commands.add_parser(
+        "split",
+        help="the CPU/GPU split form through Seldon's executor vs the one-pod form (reports/bench-split.json)",
+        description=split_doc(),
+    )
     split.add_argument("--executor", type=Path, required=True, help="Seldon Core's executor binary, v1.17.1")
     split.add_argument("--models", nargs="+", default=["digits", "mobilenetv2"], help="models to measure")
     split.add_argument("--rows", type=int, default=1, help="images per request (default 1)")
@@ -250,8 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     split.set_defaults(func=cmd_split)
     from benchmarks.against import add_arguments as against_arguments
 
-    against = commands.add_parser("against", help="this tree's runtime vs another commit's, side by side "
-                                  "(reports/bench-against.json)")
+    against = commands.add_parser(
+        "against", help="this tree's runtime vs another commit's, side by side (reports/bench-against.json)"
+    )
     against_arguments(against)
     against.set_defaults(func=cmd_against)
     args = parser.parse_args(argv)

@@ -62,8 +62,9 @@ class Served:
 
 def resolve(rev: str) -> str:
     """REV's full commit id; a UserError naming what to pass where git does not know it."""
-    found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=PROJECT_ROOT,
-                           capture_output=True, text=True)
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=PROJECT_ROOT, capture_output=True, text=True
+    )
     if found.returncode:
         raise UserError(f"{rev!r} is not a commit of this repository: pass a commit id, tag or branch (git log)")
     return found.stdout.strip()
@@ -77,8 +78,9 @@ def tree_of(commit: str, root: Path = BENCH_DIR / "against") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     unpacking = Path(tempfile.mkdtemp(prefix=f".{commit[:12]}-", dir=root))
     try:
-        archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=PROJECT_ROOT, capture_output=True,
-                                 check=True).stdout
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit], cwd=PROJECT_ROOT, capture_output=True, check=True
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(unpacking)], input=archive, check=True)
         unpacking.rename(tree)
     except BaseException:
@@ -98,8 +100,15 @@ def _launcher_module(tree: Path) -> str:
 def served_by(tree: Path, folder: Path) -> Iterator[Served]:
     """`folder` served by the code in `tree` (its launcher, its runtime), in a process of its own."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), _launcher_module(tree)], cwd=tree, env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, preexec_fn=stop_with_parent)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder), _launcher_module(tree)],
+        cwd=tree,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=stop_with_parent,
+    )
     try:
         line = holder.stdout.readline()
         if not line:
@@ -130,8 +139,18 @@ def _side(runs: list[dict]) -> dict:
     }
 
 
-def compare(model: BenchModel, rev: str, tree: Path, *, protocols: list[str], concurrency: list[int], seconds: float,
-            rounds: int, work_dir: Path, on_step: Callable[[], None] = lambda: None) -> dict:
+def compare(
+    model: BenchModel,
+    rev: str,
+    tree: Path,
+    *,
+    protocols: list[str],
+    concurrency: list[int],
+    seconds: float,
+    rounds: int,
+    work_dir: Path,
+    on_step: Callable[[], None] = lambda: None,
+) -> dict:
     """Every point (protocol x concurrency) of `model`, this tree's server and `tree`'s loaded in turns."""
     settings = SLIPWAY_SETTINGS.get(model.name, {})
     folder = server_folder(work_dir, model, "against", IMPLEMENTATIONS[SLIPWAY], settings)
@@ -142,16 +161,24 @@ def compare(model: BenchModel, rev: str, tree: Path, *, protocols: list[str], co
         servers = {THIS: stack.enter_context(LocalServer(folder)), BASE: stack.enter_context(served_by(tree, folder))}
         ours, theirs = (_answer(server.grpc_target, request) for server in servers.values())
         if not np.allclose(ours, theirs, rtol=1e-5, atol=1e-6):
-            raise UserError(f"{model.name}: {rev} answers {theirs[:4]}..., this tree {ours[:4]}...: not timing "
-                            "servers that answer differently")
+            raise UserError(
+                f"{model.name}: {rev} answers {theirs[:4]}..., this tree {ours[:4]}...: not timing "
+                "servers that answer differently"
+            )
         for protocol in protocols:
             for clients in concurrency:
                 runs: dict[str, list[dict]] = {THIS: [], BASE: []}
                 for index in range(rounds):
                     order = [THIS, BASE] if index % 2 == 0 else [BASE, THIS]
                     for side in order:
-                        result = run_load(protocol=protocol, server=servers[side], model=model.name, inputs=inputs,
-                                          concurrency=clients, seconds=seconds)
+                        result = run_load(
+                            protocol=protocol,
+                            server=servers[side],
+                            model=model.name,
+                            inputs=inputs,
+                            concurrency=clients,
+                            seconds=seconds,
+                        )
                         runs[side].append(result.summary())
                         on_step()
                 point = {"protocol": protocol, "concurrency": clients, THIS: _side(runs[THIS]), BASE: _side(runs[BASE])}
@@ -179,7 +206,8 @@ def markdown(payload: dict) -> str:
                 f"| {name} | {point['protocol']} | {point['concurrency']} | {this['rows_per_s']:,.1f} / "
                 f"{base['rows_per_s']:,.1f} | {point['rows_per_s_ratio']:.2f} ({min(rounds):.2f}-{max(rounds):.2f}) | "
                 f"{this['server_cpu_ms_per_request']:.3f} / {base['server_cpu_ms_per_request']:.3f} | "
-                f"{point['cpu_per_request_ratio']:.2f} |")
+                f"{point['cpu_per_request_ratio']:.2f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -192,8 +220,10 @@ def plot(payload: dict, path: Path) -> None:
     figure, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.2), squeeze=False)
     for axis, (name, model) in zip(axes[0], models.items()):
         labels = [f"{p['protocol']}\nc={p['concurrency']}" for p in model["points"]]
-        for offset, key, label in ((-0.15, "rows_per_s", "rows/s (higher is better)"),
-                                   (0.15, "cpu_per_request", "server CPU per request (lower is better)")):
+        for offset, key, label in (
+            (-0.15, "rows_per_s", "rows/s (higher is better)"),
+            (0.15, "cpu_per_request", "server CPU per request (lower is better)"),
+        ):
             medians = [p[f"{key}_ratio"] for p in model["points"]]
             axis.bar([i + offset for i in range(len(labels))], medians, 0.3, label=label, alpha=0.7)
             for i, point in enumerate(model["points"]):
@@ -216,26 +246,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="clients per point (default 1 8)")
     parser.add_argument("--seconds", type=float, default=2.0, help="per load, per round (default 2)")
     parser.add_argument("--rounds", type=int, default=6, help="loads per server per point, in turns (default 6)")
-    parser.add_argument("--no-docs", dest="update_docs", action="store_false",
-                        help="leave docs/benchmarks.md as it is (default: its table is replaced)")
+    parser.add_argument(
+        "--no-docs",
+        dest="update_docs",
+        action="store_false",
+        help="leave docs/benchmarks.md as it is (default: its table is replaced)",
+    )
 
 
 def run(args: argparse.Namespace, on_step: Callable[[], None] = lambda: None) -> dict:
     """Check the options (a UserError in one line), unpack REV, measure every model; the report's payload."""
     unknown = sorted(set(args.models) - set(MODELS)) + sorted(set(args.protocols) - {GRPC, REST})
     if unknown or args.seconds <= 0 or args.rounds < 1 or min(args.concurrency) < 1:
-        raise UserError(f"unknown {unknown}: use --models of {sorted(MODELS)}, --protocols of grpc rest, and positive "
-                        "--seconds, --rounds and --concurrency" if unknown else
-                        "give positive --seconds, --rounds and --concurrency")
+        raise UserError(
+            f"unknown {unknown}: use --models of {sorted(MODELS)}, --protocols of grpc rest, and positive "
+            "--seconds, --rounds and --concurrency"
+            if unknown
+            else "give positive --seconds, --rounds and --concurrency"
+        )
     commit = resolve(args.rev)
     tree = tree_of(commit)
     return {
-        "rev": commit, "load_average": round(os.getloadavg()[0], 2), "protocols": args.protocols,
-        "concurrency": args.concurrency, "seconds": args.seconds, "rounds": args.rounds,
-        "models": {name: compare(MODELS[name](), commit, tree, protocols=args.protocols, concurrency=args.concurrency,
-                                 seconds=args.seconds, rounds=args.rounds, work_dir=BENCH_DIR / "against" / "servers",
-                                 on_step=on_step)
-                   for name in args.models},
+        "rev": commit,
+        "load_average": round(os.getloadavg()[0], 2),
+        "protocols": args.protocols,
+        "concurrency": args.concurrency,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "models": {
+            name: compare(
+                MODELS[name](),
+                commit,
+                tree,
+                protocols=args.protocols,
+                concurrency=args.concurrency,
+                seconds=args.seconds,
+                rounds=args.rounds,
+                work_dir=BENCH_DIR / "against" / "servers",
+                on_step=on_step,
+            )
+            for name in args.models
+        },
     }
 
 

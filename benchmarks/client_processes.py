@@ -57,8 +57,10 @@ async def _load(share: ClientShare) -> tuple[int, int, list[float], float, float
 
     options = GRPC_OPTIONS + [("grpc.use_local_subchannel_pool", 1)]
     channels = [grpc.aio.insecure_channel(share.target, options=options) for _ in range(max(1, share.channels))]
-    infers = [channel.unary_unary(MODEL_INFER, request_serializer=None,
-                                  response_deserializer=service_pb2.ModelInferResponse.FromString) for channel in channels]
+    infers = [
+        channel.unary_unary(MODEL_INFER, request_serializer=None, response_deserializer=service_pb2.ModelInferResponse.FromString)
+        for channel in channels
+    ]
     latencies: list[float] = []
     errors = 0
     deadline = share.start_at + share.seconds
@@ -98,14 +100,35 @@ def _own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def grpc_load(target: str, request: bytes, *, processes: int, concurrency: int, seconds: float, warmup_s: float,
-              pid: int, process_tree: bool, channels: int, client_cpus: list[int] | None = None):
+def grpc_load(
+    target: str,
+    request: bytes,
+    *,
+    processes: int,
+    concurrency: int,
+    seconds: float,
+    warmup_s: float,
+    pid: int,
+    process_tree: bool,
+    channels: int,
+    client_cpus: list[int] | None = None,
+):
     """`_drive`'s answer (requests, errors, seconds, latencies, (server CPU, client CPU, machine shares)) for a load
     of `concurrency` clients over `processes` client processes; `channels` connections in all."""
     counts = shares(concurrency, processes)
     start_at = time.time() + START_LEAD_S + warmup_s
-    jobs = [ClientShare(target, request, count, max(1, round(channels * count / concurrency)), start_at, seconds,
-                        tuple(client_cpus) if client_cpus else None) for count in counts]
+    jobs = [
+        ClientShare(
+            target,
+            request,
+            count,
+            max(1, round(channels * count / concurrency)),
+            start_at,
+            seconds,
+            tuple(client_cpus) if client_cpus else None,
+        )
+        for count in counts
+    ]
     context = multiprocessing.get_context("spawn")
     with context.Pool(len(jobs)) as pool:
         pending = pool.map_async(_client, jobs)
@@ -116,15 +139,39 @@ def grpc_load(target: str, request: bytes, *, processes: int, concurrency: int, 
     server, _, shares_ = after.since(before)
     latencies = [latency for result in results for latency in result[2]]
     elapsed = max(result[4] for result in results) - start_at
-    return (sum(result[0] for result in results), sum(result[1] for result in results), elapsed, latencies,
-            (server, sum(result[3] for result in results), shares_))
+    return (
+        sum(result[0] for result in results),
+        sum(result[1] for result in results),
+        elapsed,
+        latencies,
+        (server, sum(result[3] for result in results), shares_),
+    )
 
 
-def run_load(*, server, model: str, inputs: dict, concurrency: int, seconds: float, processes: int,
-             warmup_s: float = 1.0, process_tree: bool = False, channels: int = 1,
-             client_cpus: list[int] | None = None) -> LoadResult:
+def run_load(
+    *,
+    server,
+    model: str,
+    inputs: dict,
+    concurrency: int,
+    seconds: float,
+    processes: int,
+    warmup_s: float = 1.0,
+    process_tree: bool = False,
+    channels: int = 1,
+    client_cpus: list[int] | None = None,
+) -> LoadResult:
     """`benchmarks.load.run_load` over gRPC, its clients spread over `processes` client processes."""
-    measured = grpc_load(server.grpc_target, grpc_request(model, inputs), processes=processes, concurrency=concurrency,
-                         seconds=seconds, warmup_s=warmup_s, pid=server.pid, process_tree=process_tree,
-                         channels=channels, client_cpus=client_cpus)
+    measured = grpc_load(
+        server.grpc_target,
+        grpc_request(model, inputs),
+        processes=processes,
+        concurrency=concurrency,
+        seconds=seconds,
+        warmup_s=warmup_s,
+        pid=server.pid,
+        process_tree=process_tree,
+        channels=channels,
+        client_cpus=client_cpus,
+    )
     return load_result(GRPC, concurrency, next(iter(inputs.values())).shape[0], measured)

@@ -27,10 +27,19 @@ from slipway.reports import write_report
 
 # The defaults before issue 31, spelled out: one run slot, no merging, inline under 0.5 ms (intra-op threads
 # left unset: 1 for inline runs, else the CPU limit, as before).
-OLD_DEFAULTS = {"max_batch_rows": 1, "inference_threads": 1, "inline_below_ms": 0.5, "busy_intra_op_threads": 0,
-                "event_loop_spin_us": 0, "spin_within_runs": False}
-CONFIGS = {"old defaults": lambda name: OLD_DEFAULTS, "chosen at load": lambda name: {},
-           "tuned": lambda name: SLIPWAY_SETTINGS.get(name) or None}
+OLD_DEFAULTS = {
+    "max_batch_rows": 1,
+    "inference_threads": 1,
+    "inline_below_ms": 0.5,
+    "busy_intra_op_threads": 0,
+    "event_loop_spin_us": 0,
+    "spin_within_runs": False,
+}
+CONFIGS = {
+    "old defaults": lambda name: OLD_DEFAULTS,
+    "chosen at load": lambda name: {},
+    "tuned": lambda name: SLIPWAY_SETTINGS.get(name) or None,
+}
 RAW_BATCH_SIZES = [1, 8, 32]
 
 
@@ -39,8 +48,7 @@ def bench(models: list[str], *, seconds: float, rounds: int, raw_seconds: float)
     for name in models:
         model = MODELS[name]()
         console.print(f"{name}: raw limit")
-        raw_before = measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
-                                 seconds=raw_seconds)
+        raw_before = measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES, seconds=raw_seconds)
         configs = {label: extra(name) for label, extra in CONFIGS.items()}
         configs = {label: extra for label, extra in configs.items() if extra is not None}
         inputs = {model.input_name: model.row}
@@ -58,20 +66,34 @@ def bench(models: list[str], *, seconds: float, rounds: int, raw_seconds: float)
                     summaries: dict[str, list[dict]] = {label: [] for label in servers}
                     for _ in range(rounds):  # alternate, so all meet the same machine
                         for label, server in servers.items():
-                            result = run_load(protocol=protocol, server=server, model=name, inputs=inputs,
-                                              concurrency=concurrency, seconds=seconds, warmup_s=1.0)
+                            result = run_load(
+                                protocol=protocol,
+                                server=server,
+                                model=name,
+                                inputs=inputs,
+                                concurrency=concurrency,
+                                seconds=seconds,
+                                warmup_s=1.0,
+                            )
                             summaries[label].append(result.summary())
                     for label, rounds_of in summaries.items():
                         median = sorted(rounds_of, key=lambda summary: summary["rows_per_s"])[len(rounds_of) // 2]
-                        points.append({"config": label, **median,
-                                       "rounds_rows_per_s": [summary["rows_per_s"] for summary in rounds_of]})
-        raw_after = measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
-                                seconds=raw_seconds)
+                        points.append(
+                            {"config": label, **median, "rounds_rows_per_s": [summary["rows_per_s"] for summary in rounds_of]}
+                        )
+        raw_after = measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES, seconds=raw_seconds)
         limit = max((first["rows_per_s"] + second["rows_per_s"]) / 2 for first, second in zip(raw_before, raw_after))
         for point in points:
             point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
-        results[name] = {"source": model.source, "raw_limit_rows_per_s": round(limit, 2), "raw_before": raw_before,
-                         "raw_after": raw_after, "settings": configs, "chosen_at_load": chosen, "points": points}
+        results[name] = {
+            "source": model.source,
+            "raw_limit_rows_per_s": round(limit, 2),
+            "raw_before": raw_before,
+            "raw_after": raw_after,
+            "settings": configs,
+            "chosen_at_load": chosen,
+            "points": points,
+        }
     return results
 
 
@@ -84,8 +106,10 @@ def table(results: dict) -> str:
     lines = ["| model | config | protocol | concurrency | rows/s | x raw limit | p50 ms |", "|---|---|---|---|---|---|---|"]
     for name, result in results.items():
         for point in result["points"]:
-            lines.append(f"| {name} | {point['config']} | {point['protocol']} | {point['concurrency']} | "
-                         f"{point['rows_per_s']:.1f} | {point['x_raw_limit']:.3f} | {point['p50_ms']:.2f} |")
+            lines.append(
+                f"| {name} | {point['config']} | {point['protocol']} | {point['concurrency']} | "
+                f"{point['rows_per_s']:.1f} | {point['x_raw_limit']:.3f} | {point['p50_ms']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -105,8 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = bench(args.models, seconds=args.seconds, rounds=args.rounds, raw_seconds=args.raw_seconds)
     # The ratios hold only on a machine the benchmark has to itself: the load average says whether it had.
     load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
-    path = write_report("bench-defaults", {"config": vars(args), "duration_s": round(time.time() - started, 1),
-                                           "load_average": load, "models": results})
+    path = write_report(
+        "bench-defaults",
+        {"config": vars(args), "duration_s": round(time.time() - started, 1), "load_average": load, "models": results},
+    )
     console.print(table(results))
     console.print(f"report {path}")
     return 0

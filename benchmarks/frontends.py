@@ -39,12 +39,24 @@ def _answer(target: str, request: bytes) -> np.ndarray:
     return np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
 
 
-def side_by_side(model: BenchModel, settings: dict, *, frontends: int, concurrency: int, seconds: float,
-                 rounds: int, work_dir: Path, rows: int = 1, on_step: Callable[[int], None] | None = None) -> dict:
+def side_by_side(
+    model: BenchModel,
+    settings: dict,
+    *,
+    frontends: int,
+    concurrency: int,
+    seconds: float,
+    rounds: int,
+    work_dir: Path,
+    rows: int = 1,
+    on_step: Callable[[int], None] | None = None,
+) -> dict:
     """One front end and `frontends` of them, both up at once with the same `settings` but `frontends`, loaded in
     turns round by round over gRPC through one connection per client; refused where their answers differ."""
-    folders = {count: server_folder(work_dir, model, f"frontends-{count}", IMPLEMENTATIONS[SLIPWAY],
-                                    {**settings, "frontends": count}) for count in (1, frontends)}
+    folders = {
+        count: server_folder(work_dir, model, f"frontends-{count}", IMPLEMENTATIONS[SLIPWAY], {**settings, "frontends": count})
+        for count in (1, frontends)
+    }
     inputs = {model.input_name: model.batch(rows)}
     request = grpc_request(model.name, inputs)
     summaries: dict[int, list[dict]] = {count: [] for count in folders}
@@ -52,12 +64,23 @@ def side_by_side(model: BenchModel, settings: dict, *, frontends: int, concurren
         servers = {count: stack.enter_context(LocalServer(folder)) for count, folder in folders.items()}
         answers = {count: _answer(server.grpc_target, request) for count, server in servers.items()}
         if not np.allclose(answers[1], answers[frontends], rtol=1e-5, atol=1e-6):
-            raise RuntimeError(f"{model.name}: {frontends} front ends answer {answers[frontends][:4]}..., one answers "
-                               f"{answers[1][:4]}...: not timing a server that answers differently")
+            raise RuntimeError(
+                f"{model.name}: {frontends} front ends answer {answers[frontends][:4]}..., one answers "
+                f"{answers[1][:4]}...: not timing a server that answers differently"
+            )
         for _ in range(rounds):
             for count, server in servers.items():
-                result = run_load(protocol=GRPC, server=server, model=model.name, inputs=inputs, concurrency=concurrency,
-                                  seconds=seconds, warmup_s=1.0, process_tree=True, channels=concurrency)
+                result = run_load(
+                    protocol=GRPC,
+                    server=server,
+                    model=model.name,
+                    inputs=inputs,
+                    concurrency=concurrency,
+                    seconds=seconds,
+                    warmup_s=1.0,
+                    process_tree=True,
+                    channels=concurrency,
+                )
                 summaries[count].append(result.summary())
                 console.print(f"{model.name} frontends={count}: {result.summary()['rows_per_s']:.0f} rows/s")
                 if on_step:
@@ -69,8 +92,10 @@ def side_by_side(model: BenchModel, settings: dict, *, frontends: int, concurren
         "concurrency": concurrency,
         "rows_per_request": rows,
         "answers_equal": True,
-        "points": {str(count): {"median_rows_per_s": statistics.median(s["rows_per_s"] for s in runs), "rounds": runs}
-                   for count, runs in summaries.items()},
+        "points": {
+            str(count): {"median_rows_per_s": statistics.median(s["rows_per_s"] for s in runs), "rounds": runs}
+            for count, runs in summaries.items()
+        },
         "ratio_rounds": [round(ratio, 3) for ratio in ratios],
         "ratio_median": round(statistics.median(ratios), 3),
     }
@@ -79,8 +104,15 @@ def side_by_side(model: BenchModel, settings: dict, *, frontends: int, concurren
 def bench(model_name: str, *, frontends: int, concurrency: int, seconds: float, rounds: int) -> dict:
     model = MODELS[model_name]()
     settings = {**SLIPWAY_SETTINGS.get(model.name, {}), **MERGE.get(model.name, {})}
-    return side_by_side(model, settings, frontends=frontends, concurrency=concurrency, seconds=seconds, rounds=rounds,
-                        work_dir=BENCH_DIR / "frontends")
+    return side_by_side(
+        model,
+        settings,
+        frontends=frontends,
+        concurrency=concurrency,
+        seconds=seconds,
+        rounds=rounds,
+        work_dir=BENCH_DIR / "frontends",
+    )
 
 
 def hop_cost(model_name: str, *, requests: int, rounds: int) -> dict:
@@ -105,8 +137,12 @@ def hop_cost(model_name: str, *, requests: int, rounds: int) -> dict:
     feeds = {model.input_name: model.row}
     with tempfile.TemporaryDirectory(prefix="slipway-hop-") as workdir:
         socket_path = Path(workdir) / "host.sock"
-        host = subprocess.Popen([sys.executable, "-m", "wrappers.frontends.host", str(folder), str(socket_path)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=stop_with_parent)
+        host = subprocess.Popen(
+            [sys.executable, "-m", "wrappers.frontends.host", str(folder), str(socket_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=stop_with_parent,
+        )
         try:
             deadline = time.monotonic() + 120
             while not socket_path.exists():
@@ -134,9 +170,11 @@ def hop_cost(model_name: str, *, requests: int, rounds: int) -> dict:
                 for _ in range(rounds):
                     for in_flight in (1, 8):
                         found.setdefault(f"in_process_batcher_{in_flight}_in_flight_us", []).append(
-                            await timed(batcher.submit, in_flight))
+                            await timed(batcher.submit, in_flight)
+                        )
                         found.setdefault(f"session_host_{in_flight}_in_flight_us", []).append(
-                            await timed(client.submit, in_flight))
+                            await timed(client.submit, in_flight)
+                        )
                 client.close()
                 batcher.close()
                 return {key: round(statistics.median(values), 1) for key, values in found.items()}
@@ -161,13 +199,19 @@ def run(args: argparse.Namespace) -> int:
     """Measure, write reports/bench-frontends.json, say the ratios; a UserError (one line) for bad options."""
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown or args.frontends < 2 or args.seconds <= 0 or args.rounds < 1 or args.concurrency < 1:
-        raise UserError(f"use --models of {sorted(MODELS)}, --frontends of 2 or more, and positive --seconds, --rounds "
-                        "and --concurrency")
+        raise UserError(
+            f"use --models of {sorted(MODELS)}, --frontends of 2 or more, and positive --seconds, --rounds and --concurrency"
+        )
     payload = {
         "hop": hop_cost("digits", requests=args.hop_requests, rounds=args.rounds) if args.hop_requests else None,
-        "protocol": GRPC, "concurrency": args.concurrency, "seconds": args.seconds, "rounds": args.rounds,
-        "models": {name: bench(name, frontends=args.frontends, concurrency=args.concurrency, seconds=args.seconds,
-                               rounds=args.rounds) for name in args.models},
+        "protocol": GRPC,
+        "concurrency": args.concurrency,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "models": {
+            name: bench(name, frontends=args.frontends, concurrency=args.concurrency, seconds=args.seconds, rounds=args.rounds)
+            for name in args.models
+        },
     }
     path = write_report("bench-frontends", payload)
     for name, result in payload["models"].items():

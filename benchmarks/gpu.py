@@ -28,13 +28,27 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.gpu_served import (
-    DEFAULTS, POINTS, frontends_plan, input_plan, measure_frontends, measure_inputs, measure_served, served_configs,
+    DEFAULTS,
+    POINTS,
+    frontends_plan,
+    input_plan,
+    measure_frontends,
+    measure_inputs,
+    measure_served,
+    served_configs,
 )
 from export.uint8_input import Uint8InputError
 from loadtest.tuning.machine import available_providers, gpu_name, missing_for
 from benchmarks.models import BenchModel
 from wrappers.session import (
-    CPU, CUDA, DYNAMIC, TENSORRT, SessionRunner, TensorSpec, create_session, tensorrt_batch_profile,
+    CPU,
+    CUDA,
+    DYNAMIC,
+    TENSORRT,
+    SessionRunner,
+    TensorSpec,
+    create_session,
+    tensorrt_batch_profile,
 )
 from slipway.runtime_settings import RuntimeSettings
 
@@ -57,8 +71,14 @@ class GpuBenchConfig:
 def require_gpu() -> str | None:
     """Why this machine cannot run the GPU measurements (one line), or None where it can."""
     missing = missing_for("cuda", available_providers(), gpu_name())
-    return None if missing is None else (f"bench-gpu needs a CUDA GPU, and this machine lacks {missing}; run it on a "
-                                         "GPU machine, or pass --allow-no-gpu to measure the CPU rows and the fallbacks")
+    return (
+        None
+        if missing is None
+        else (
+            f"bench-gpu needs a CUDA GPU, and this machine lacks {missing}; run it on a "
+            "GPU machine, or pass --allow-no-gpu to measure the CPU rows and the fallbacks"
+        )
+    )
 
 
 def fp16_model(fp32: Path, out: Path) -> Path:
@@ -91,8 +111,13 @@ def int8_model(fp32: Path, out: Path, input_name: str, row_shape: tuple[int, ...
 
         staging = out.with_suffix(".staging.onnx")
         quantize_static(
-            str(fp32), str(staging), Synthetic(), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            str(fp32),
+            str(staging),
+            Synthetic(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
         )
         staging.replace(out)
@@ -104,8 +129,7 @@ def _variant(precision: str, provider: str, config: GpuBenchConfig, input_name: 
     trt = {
         "engine_cache_path": str(config.work_dir / "trt-engines"),
         "timing_cache_path": str(config.work_dir / "trt-timing"),
-        "extra_options": tensorrt_batch_profile([TensorSpec(input_name, "FP32", (DYNAMIC, *row_shape))],
-                                                max(config.batch_sizes)),
+        "extra_options": tensorrt_batch_profile([TensorSpec(input_name, "FP32", (DYNAMIC, *row_shape))], max(config.batch_sizes)),
     }
     if precision == "fp32":
         return config.model, trt
@@ -117,8 +141,7 @@ def _variant(precision: str, provider: str, config: GpuBenchConfig, input_name: 
     return path, {**trt, "int8": True}
 
 
-def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float, warmup_runs: int,
-            expected: np.ndarray) -> dict:
+def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float, warmup_runs: int, expected: np.ndarray) -> dict:
     """Rows/s and latency percentiles of back-to-back runs (the first run, engine builds included, apart),
     and how far the last run's first output is from `expected` (CPU fp32's)."""
     output_names = [output.name for output in runner.session.get_outputs()]
@@ -194,21 +217,29 @@ def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
     }
     expected = {batch: reference.run(None, feed)[0].astype(np.float64) for batch, feed in feeds.items()}
     first = min(config.batch_sizes)
-    served_model = BenchModel(config.model.stem, config.model, model_input.name, feeds[first][model_input.name][:1],
-                              str(config.model))
+    served_model = BenchModel(
+        config.model.stem, config.model, model_input.name, feeds[first][model_input.name][:1], str(config.model)
+    )
     rows = []
     for case in CASES:
         base = {"provider": case.provider, "precision": case.precision, "cuda_graph": case.cuda_graph}
         case_steps = len(case.io_bindings) * len(config.batch_sizes)
         if case.provider not in available:
-            rows.append({**base, "status": "unavailable",
-                         "reason": f"this onnxruntime build has {available} (install onnxruntime-gpu: make setup GPU=1)"})
+            rows.append(
+                {
+                    **base,
+                    "status": "unavailable",
+                    "reason": f"this onnxruntime build has {available} (install onnxruntime-gpu: make setup GPU=1)",
+                }
+            )
             _advance(on_step, case_steps)
             continue
         try:
             path, trt = _variant(case.precision, case.provider, config, model_input.name, row_shape)
         except ImportError as err:
-            rows.append({**base, "status": "skipped", "reason": f"{err.name} is not installed (it builds the {case.precision} graph)"})
+            rows.append(
+                {**base, "status": "skipped", "reason": f"{err.name} is not installed (it builds the {case.precision} graph)"}
+            )
             _advance(on_step, case_steps)
             continue
         settings = RuntimeSettings(providers=[case.provider], tensorrt=trt, cuda={"enable_cuda_graph": case.cuda_graph})
@@ -247,8 +278,11 @@ def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
 def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expected_first_row: np.ndarray, on_step) -> dict:
     """The served measurements on CUDA where CUDA ran fp32 here, each point against the in-process best: the configs,
     then front-end counts under the defaults, then fp32 against uint8 inputs at the chosen count."""
-    cuda = [row["rows_per_s"] for row in rows
-            if row["provider"] == CUDA and row["precision"] == "fp32" and row["status"] == "measured"]
+    cuda = [
+        row["rows_per_s"]
+        for row in rows
+        if row["provider"] == CUDA and row["precision"] == "fp32" and row["status"] == "measured"
+    ]
     configs = served_configs(CUDA)
     if not cuda:
         _advance(on_step, len(POINTS) * len(configs) + len(input_plan()) + len(frontends_plan()))
@@ -256,8 +290,9 @@ def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expecte
     servers = config.work_dir / "servers"
     measured = []
     for name, settings in configs.items():
-        measured.append(measure_served(model, name, settings, expected_first_row, seconds=config.seconds,
-                                       work_dir=servers, on_step=on_step))
+        measured.append(
+            measure_served(model, name, settings, expected_first_row, seconds=config.seconds, work_dir=servers, on_step=on_step)
+        )
     try:  # a server that fails loses this comparison, not the rows measured above
         frontends = measure_frontends(model, configs[DEFAULTS], seconds=config.seconds, work_dir=servers, on_step=on_step)
     except RuntimeError as err:
@@ -265,13 +300,15 @@ def _served(config: GpuBenchConfig, rows: list[dict], model: BenchModel, expecte
         frontends = {"status": "failed", "reason": str(err).splitlines()[0] if str(err) else type(err).__name__}
     chosen = frontends.get("chosen", 1)
     try:
-        inputs = measure_inputs(model, {**configs[DEFAULTS], "frontends": chosen}, seconds=config.seconds,
-                                work_dir=servers, on_step=on_step)
+        inputs = measure_inputs(
+            model, {**configs[DEFAULTS], "frontends": chosen}, seconds=config.seconds, work_dir=servers, on_step=on_step
+        )
     except Uint8InputError as err:
         _advance(on_step, len(input_plan()))
         inputs = {"status": "skipped", "reason": f"no uint8 input for this graph: {err}"}
-    served = with_cuda_ratios({"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured,
-                               "frontends": frontends, "inputs": inputs})
+    served = with_cuda_ratios(
+        {"status": "measured", "cuda_limit_rows_per_s": max(cuda), "configs": measured, "frontends": frontends, "inputs": inputs}
+    )
     served["goals"] = goals(served)
     return served
 
@@ -298,28 +335,57 @@ SERVED_SHARE, UINT8_SHARE, TAIL_RATIO, CPU_MS_AT_C32 = 0.5, 0.6, 3.0, 3.0
 def goals(served: dict) -> list[dict]:
     """Each goal with its figure, target and whether this run met it."""
     concurrency, rows = 32, 1
-    at_point = [point for point in _served_points(served)
-                if point["concurrency"] == concurrency and point["rows_per_request"] == rows and point.get("requests")]
+    at_point = [
+        point
+        for point in _served_points(served)
+        if point["concurrency"] == concurrency and point["rows_per_request"] == rows and point.get("requests")
+    ]
     fp32 = [point for point in at_point if point.get("input", "fp32") == "fp32"]
     uint8 = [point for point in at_point if point.get("input") == "uint8"]
-    found = [{"goal": f"served 1-row gRPC c{concurrency} fp32 / CUDA limit", "target": f">= {SERVED_SHARE}",
-              "value": max((point["x_cuda_limit"] for point in fp32), default=0.0)},
-             {"goal": f"served 1-row gRPC c{concurrency} uint8 / CUDA limit", "target": f">= {UINT8_SHARE}",
-              "value": max((point["x_cuda_limit"] for point in uint8), default=0.0)}]
+    found = [
+        {
+            "goal": f"served 1-row gRPC c{concurrency} fp32 / CUDA limit",
+            "target": f">= {SERVED_SHARE}",
+            "value": max((point["x_cuda_limit"] for point in fp32), default=0.0),
+        },
+        {
+            "goal": f"served 1-row gRPC c{concurrency} uint8 / CUDA limit",
+            "target": f">= {UINT8_SHARE}",
+            "value": max((point["x_cuda_limit"] for point in uint8), default=0.0),
+        },
+    ]
     found[0]["met"] = found[0]["value"] >= SERVED_SHARE
     found[1]["met"] = found[1]["value"] >= UINT8_SHARE
     for measured in served["configs"]:
         by_point = {(point["concurrency"], point["rows_per_request"]): point["rows_per_s"] for point in measured["points"]}
         alone = by_point.get((1, 1), 0.0)
         slowest = min((by_point.get((load, 1), 0.0) for load in (8, 32)), default=0.0)
-        found.append({"goal": f"`{measured['name']}` at c8 and c32 / c1 (1-row)", "target": ">= 1",
-                      "value": round(slowest / alone, 3) if alone else 0.0, "met": bool(alone) and slowest >= alone})
+        found.append(
+            {
+                "goal": f"`{measured['name']}` at c8 and c32 / c1 (1-row)",
+                "target": ">= 1",
+                "value": round(slowest / alone, 3) if alone else 0.0,
+                "met": bool(alone) and slowest >= alone,
+            }
+        )
     tails = [point["p99_ms"] / point["p50_ms"] for point in _served_points(served) if point.get("p50_ms")]
-    found.append({"goal": "p99 / p50 at every served point (worst)", "target": f"<= {TAIL_RATIO}",
-                  "value": round(max(tails, default=float("inf")), 3), "met": bool(tails) and max(tails) <= TAIL_RATIO})
+    found.append(
+        {
+            "goal": "p99 / p50 at every served point (worst)",
+            "target": f"<= {TAIL_RATIO}",
+            "value": round(max(tails, default=float("inf")), 3),
+            "met": bool(tails) and max(tails) <= TAIL_RATIO,
+        }
+    )
     cpu = [point["server_cpu_ms_per_request"] for point in at_point if point.get("server_cpu_ms_per_request") is not None]
-    found.append({"goal": f"server CPU ms per request at c{concurrency} (worst point)", "target": f"< {CPU_MS_AT_C32}",
-                  "value": max(cpu, default=float("inf")), "met": bool(cpu) and max(cpu) < CPU_MS_AT_C32})
+    found.append(
+        {
+            "goal": f"server CPU ms per request at c{concurrency} (worst point)",
+            "target": f"< {CPU_MS_AT_C32}",
+            "value": max(cpu, default=float("inf")),
+            "met": bool(cpu) and max(cpu) < CPU_MS_AT_C32,
+        }
+    )
     return found
 
 
@@ -404,10 +470,16 @@ def _served_lines(served: dict | None) -> list[str]:
 def _goal_lines(served: dict) -> list[str]:
     if not served.get("goals"):
         return []
-    lines = ["", "Goals of this run (issue 46), each a ratio from this one run:", "", "| goal | target | value | met |",
-             "|---|---|---:|---|"]
-    return lines + [f"| {goal['goal']} | {goal['target']} | {goal['value']} | {'yes' if goal['met'] else 'no'} |"
-                    for goal in served["goals"]]
+    lines = [
+        "",
+        "Goals of this run (issue 46), each a ratio from this one run:",
+        "",
+        "| goal | target | value | met |",
+        "|---|---|---:|---|",
+    ]
+    return lines + [
+        f"| {goal['goal']} | {goal['target']} | {goal['value']} | {'yes' if goal['met'] else 'no'} |" for goal in served["goals"]
+    ]
 
 
 def _input_lines(inputs: dict | None) -> list[str]:
@@ -465,8 +537,10 @@ def _slowest_first_run(measured: dict) -> str:
     if not first_runs:
         return ""
     slowest = max(first_runs, key=lambda entry: entry["first_ms"])
-    return (f"; slowest first run at warm-up {slowest['first_ms']:.0f} ms ({slowest['rows']} rows on "
-            f"{slowest['thread']}, {len(first_runs)} first runs)")
+    return (
+        f"; slowest first run at warm-up {slowest['first_ms']:.0f} ms ({slowest['rows']} rows on "
+        f"{slowest['thread']}, {len(first_runs)} first runs)"
+    )
 
 
 NOT_MEASURED = "not measured"
@@ -516,12 +590,28 @@ def draw(payload: dict):
         top = max(heights, default=0.0) or 1.0
         for index, (bar, (_, row)) in enumerate(zip(drawn, bars)):
             if row["status"] == "measured":
-                axis.annotate(f"{row['rows_per_s']:,.0f}", (index, bar.get_height()), ha="center", va="bottom",
-                              fontsize=6, xytext=(0, 2), textcoords="offset points")
+                axis.annotate(
+                    f"{row['rows_per_s']:,.0f}",
+                    (index, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
             else:
                 status = NOT_MEASURED if row["status"] == NOT_MEASURED else f"{NOT_MEASURED} ({row['status']})"
-                axis.text(index, top * 0.02, status, rotation=90, ha="center", va="bottom", fontsize=7,
-                          color=colours.get(row["provider"], "tab:gray"), gid="not-measured")
+                axis.text(
+                    index,
+                    top * 0.02,
+                    status,
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                    color=colours.get(row["provider"], "tab:gray"),
+                    gid="not-measured",
+                )
         axis.set_xticks(range(len(bars)))
         axis.set_xticklabels([label for label, _ in bars], fontsize=7, rotation=60, ha="right")
         axis.set_ylabel("rows per second")
@@ -529,8 +619,11 @@ def draw(payload: dict):
         axis.set_title(f"batch {batch} ({payload.get('gpu') or 'no GPU'})")
         from matplotlib.patches import Patch
 
-        axis.legend(handles=[Patch(color=colour, label=_provider_label({"provider": provider}))
-                             for provider, colour in colours.items()], fontsize=7, loc="upper left")
+        axis.legend(
+            handles=[Patch(color=colour, label=_provider_label({"provider": provider})) for provider, colour in colours.items()],
+            fontsize=7,
+            loc="upper left",
+        )
     return figure
 
 

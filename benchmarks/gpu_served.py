@@ -47,10 +47,12 @@ def load(server, model: str, inputs: dict, concurrency: int, seconds: float, **o
     """A gRPC load from as many client processes as `client_processes` gives (this process alone for one)."""
     processes = client_processes(concurrency)
     if processes == 1:
-        return run_load(protocol=GRPC, server=server, model=model, inputs=inputs, concurrency=concurrency,
-                        seconds=seconds, **options)
-    return run_load_from_processes(server=server, model=model, inputs=inputs, concurrency=concurrency, seconds=seconds,
-                                   processes=processes, **options)
+        return run_load(
+            protocol=GRPC, server=server, model=model, inputs=inputs, concurrency=concurrency, seconds=seconds, **options
+        )
+    return run_load_from_processes(
+        server=server, model=model, inputs=inputs, concurrency=concurrency, seconds=seconds, processes=processes, **options
+    )
 
 
 def client_processes(concurrency: int) -> int:
@@ -85,15 +87,15 @@ def measure_frontends(model: BenchModel, settings: dict, *, seconds: float, work
     inputs = {model.input_name: model.batch(rows)}
     points = []
     for count in FRONTEND_COUNTS:
-        folder = server_folder(Path(work_dir) / "frontends", model, f"frontends-{count}", IMPLEMENTATIONS[SLIPWAY],
-                               {**settings, "frontends": count})
+        folder = server_folder(
+            Path(work_dir) / "frontends", model, f"frontends-{count}", IMPLEMENTATIONS[SLIPWAY], {**settings, "frontends": count}
+        )
         with LocalServer(folder) as server:
             result = load(server, model.name, inputs, concurrency, seconds, process_tree=True, channels=concurrency)
         points.append({"frontends": count, **result.summary()})
         if on_step:
             on_step(1)
-    return {"status": "measured", "config": DEFAULTS, "settings": settings, "points": points,
-            "chosen": chosen_frontends(points)}
+    return {"status": "measured", "config": DEFAULTS, "settings": settings, "points": points, "chosen": chosen_frontends(points)}
 
 
 def served_configs(provider: str) -> dict[str, dict]:
@@ -105,8 +107,9 @@ def served_configs(provider: str) -> dict[str, dict]:
     }
 
 
-def measure_served(model: BenchModel, name: str, settings: dict, expected_first_row: np.ndarray, *, seconds: float,
-                   work_dir: Path, on_step=None) -> dict:
+def measure_served(
+    model: BenchModel, name: str, settings: dict, expected_first_row: np.ndarray, *, seconds: float, work_dir: Path, on_step=None
+) -> dict:
     """Served rows/s over gRPC at each point, the providers the server says it uses, and the answer's error."""
     folder = server_folder(work_dir, model, name, IMPLEMENTATIONS[SLIPWAY], settings)
     with LocalServer(folder) as server:
@@ -116,8 +119,9 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
         points = []
         parameters = _metadata_parameters(f"{server.http_url}/v2/models/{model.name}")
         for concurrency, rows in POINTS:
-            result = load(server, model.name, {model.input_name: model.batch(rows)}, concurrency, seconds,
-                          channels=min(concurrency, 8))
+            result = load(
+                server, model.name, {model.input_name: model.batch(rows)}, concurrency, seconds, channels=min(concurrency, 8)
+            )
             points.append(result.summary())
             if on_step:
                 on_step(1)
@@ -129,7 +133,9 @@ def measure_served(model: BenchModel, name: str, settings: dict, expected_first_
         # what each run slot's first run of each batch size cost at load: the stall that warm-up absorbs
         "warm_up_first_run_ms": [
             {"rows": int(rows), "thread": thread, "first_ms": float(first)}
-            for rows, first, thread in re.findall(r"warmed up \S+ at batch size (\d+): \S+ ms per run \(first (\d+) ms, thread ([^)]+)\)", log)
+            for rows, first, thread in re.findall(
+                r"warmed up \S+ at batch size (\d+): \S+ ms per run \(first (\d+) ms, thread ([^)]+)\)", log
+            )
         ],
         "max_abs_diff": float(np.max(np.abs(answer.astype(np.float64) - expected_first_row))),
         "points": points,
@@ -150,8 +156,10 @@ def input_models(model: BenchModel, work_dir: Path) -> dict[str, BenchModel]:
         atomic.write_bytes(path, with_uint8_input(graph, PIXELS, image.name).SerializeToString())
     pixels = PIXELS.invert(model.row, image.channels_last)
     floats = PIXELS.apply(pixels, image.channels_last).astype(np.float32)
-    return {"fp32": BenchModel(model.name, model.onnx_path, model.input_name, floats, model.source),
-            "uint8": BenchModel(model.name, path, model.input_name, pixels, f"{model.source}, uint8 input")}
+    return {
+        "fp32": BenchModel(model.name, model.onnx_path, model.input_name, floats, model.source),
+        "uint8": BenchModel(model.name, path, model.input_name, pixels, f"{model.source}, uint8 input"),
+    }
 
 
 def measure_inputs(model: BenchModel, settings: dict, *, seconds: float, work_dir: Path, on_step=None) -> dict:
@@ -168,10 +176,23 @@ def measure_inputs(model: BenchModel, settings: dict, *, seconds: float, work_di
         folder = server_folder(work_dir, bench, f"{DEFAULTS}-{kind}", IMPLEMENTATIONS[SLIPWAY], settings)
         with LocalServer(folder) as server:
             answer = _rest_answer(f"{server.http_url}/v2/models/{bench.name}/infer", {bench.input_name: bench.row})
-            result = load(server, bench.name, {bench.input_name: bench.batch(rows)}, concurrency, seconds,
-                          process_tree=True, channels=concurrency)
-        points.append({"input": kind, "bytes_per_row": int(bench.row.nbytes), **result.summary(),
-                       "max_abs_diff": float(np.max(np.abs(answer - expected)))})
+            result = load(
+                server,
+                bench.name,
+                {bench.input_name: bench.batch(rows)},
+                concurrency,
+                seconds,
+                process_tree=True,
+                channels=concurrency,
+            )
+        points.append(
+            {
+                "input": kind,
+                "bytes_per_row": int(bench.row.nbytes),
+                **result.summary(),
+                "max_abs_diff": float(np.max(np.abs(answer - expected))),
+            }
+        )
         if on_step:
             on_step(1)
     return {"status": "measured", "config": DEFAULTS, "settings": settings, "points": points}

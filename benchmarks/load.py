@@ -190,8 +190,18 @@ async def _drive(call, *, concurrency: int, seconds: float, warmup_s: float, pid
     return len(latencies), errors, elapsed, latencies, cpu
 
 
-async def _grpc_load(target: str, requests: list[bytes], *, before_call=None, concurrency: int, seconds: float,
-                     warmup_s: float, pid: int, process_tree: bool = False, channels: int = 1):
+async def _grpc_load(
+    target: str,
+    requests: list[bytes],
+    *,
+    before_call=None,
+    concurrency: int,
+    seconds: float,
+    warmup_s: float,
+    pid: int,
+    process_tree: bool = False,
+    channels: int = 1,
+):
     """gRPC load; each client holds one of `requests` while its call is in flight (`before_call(slot)` first).
     `channels` > 1: calls take turns over that many connections (HTTP/2 keeps a connection on one server process,
     so a server of several processes on one port, `wrappers.frontends`, needs several to spread the load)."""
@@ -201,12 +211,14 @@ async def _grpc_load(target: str, requests: list[bytes], *, before_call=None, co
     # A local subchannel pool each: channels to one target would share one connection otherwise.
     options = GRPC_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if channels > 1 else [])
     async with AsyncExitStack() as stack:
-        opened = [await stack.enter_async_context(grpc.aio.insecure_channel(target, options=options))
-                  for _ in range(channels)]
+        opened = [await stack.enter_async_context(grpc.aio.insecure_channel(target, options=options)) for _ in range(channels)]
         # The request goes as the bytes it already is: serializing it again per call is client CPU the server needs.
-        infers = [channel.unary_unary(MODEL_INFER, request_serializer=None,
-                                      response_deserializer=service_pb2.ModelInferResponse.FromString)
-                  for channel in opened]
+        infers = [
+            channel.unary_unary(
+                MODEL_INFER, request_serializer=None, response_deserializer=service_pb2.ModelInferResponse.FromString
+            )
+            for channel in opened
+        ]
         free_slots = list(range(len(requests)))
         turns = itertools.cycle(infers)
 
@@ -219,8 +231,7 @@ async def _grpc_load(target: str, requests: list[bytes], *, before_call=None, co
             finally:
                 free_slots.append(slot)
 
-        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid,
-                            process_tree=process_tree)
+        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid, process_tree=process_tree)
 
 
 def grpc_answer(target: str, request: bytes) -> bytes:
@@ -243,15 +254,19 @@ def _shared_memory_slots(http_url: str, inputs: dict[str, np.ndarray], count: in
         for _ in range(count):
             block = SharedMemory(create=True, size=size)
             blocks.append(block)
-            _post_json(f"{http_url}/v2/systemsharedmemory/region/{block.name}/register",
-                       {"key": block.name, "offset": 0, "byte_size": size})
+            _post_json(
+                f"{http_url}/v2/systemsharedmemory/region/{block.name}/register",
+                {"key": block.name, "offset": 0, "byte_size": size},
+            )
         layout, offset = [], 0  # where each input lies in a slot's region
         for name, array in inputs.items():
             layout.append((name, offset, array))
             offset += array.nbytes
         slots = [{name: Location(block.name, at, array.nbytes) for name, at, array in layout} for block in blocks]
-        views = [[(np.ndarray(array.shape, array.dtype, buffer=block.buf, offset=at), array) for _, at, array in layout]
-                 for block in blocks]
+        views = [
+            [(np.ndarray(array.shape, array.dtype, buffer=block.buf, offset=at), array) for _, at, array in layout]
+            for block in blocks
+        ]
 
         def write(slot: int) -> None:  # a client writes each new input, as a producer on the same host would
             for view, array in views[slot]:
@@ -271,8 +286,9 @@ def _shared_memory_slots(http_url: str, inputs: dict[str, np.ndarray], count: in
 
 
 def _post_json(url: str, body: dict | None) -> None:
-    request = urllib.request.Request(url, data=json.dumps(body).encode() if body else b"", method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode() if body else b"", method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30):
             pass
@@ -280,8 +296,17 @@ def _post_json(url: str, body: dict | None) -> None:
         raise RuntimeError(f"POST {url}: HTTP {err.code}: {err.read()[:300]!r}") from None
 
 
-async def _rest_load(url: str, body: bytes, *, header_length: int | None = None, concurrency: int, seconds: float,
-                     warmup_s: float, pid: int, process_tree: bool = False):
+async def _rest_load(
+    url: str,
+    body: bytes,
+    *,
+    header_length: int | None = None,
+    concurrency: int,
+    seconds: float,
+    warmup_s: float,
+    pid: int,
+    process_tree: bool = False,
+):
     """REST load: V2 JSON, or Triton's binary extension where `header_length` is given."""
     import aiohttp
 
@@ -296,10 +321,9 @@ async def _rest_load(url: str, body: bytes, *, header_length: int | None = None,
                 if response.status != 200:
                     raise RuntimeError(f"HTTP {response.status}: {payload[:200]!r}")
                 answered = response.headers.get(BINARY_HEADER)
-                return json.loads(payload if answered is None else payload[:int(answered)])
+                return json.loads(payload if answered is None else payload[: int(answered)])
 
-        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid,
-                            process_tree=process_tree)
+        return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid, process_tree=process_tree)
 
 
 def run_load(
@@ -318,15 +342,19 @@ def run_load(
     """Load `server` (a `LocalServer`) for `seconds` and measure it, including its CPU time (with `process_tree`,
     that of every process under it too); over gRPC, through `channels` connections taking turns; this process the
     client, kept to `client_cpus` meanwhile where given (several client processes: `benchmarks.client_processes`)."""
-    timing = {"concurrency": concurrency, "seconds": seconds, "warmup_s": warmup_s, "pid": server.pid,
-              "process_tree": process_tree}
+    timing = {
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "warmup_s": warmup_s,
+        "pid": server.pid,
+        "process_tree": process_tree,
+    }
     with ExitStack() as stack:
         if client_cpus is not None:  # this process is the client while the load runs
             stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
             os.sched_setaffinity(0, client_cpus)
         if protocol == GRPC:
-            work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, channels=channels,
-                              **timing)
+            work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, channels=channels, **timing)
         elif protocol == GRPC_SHARED_MEMORY:
             slots, write = stack.enter_context(_shared_memory_slots(server.http_url, inputs, concurrency))
             requests = [grpc_request(model, inputs, shared=slot) for slot in slots]
@@ -347,7 +375,15 @@ def load_result(protocol: str, concurrency: int, rows: int, measured: tuple) -> 
     client CPU, (machine idle share, stolen share)))."""
     count, errors, elapsed, latencies, (server_cpu, client_cpu, (idle, steal)) = measured
     return LoadResult(
-        protocol, concurrency, rows, count, errors, elapsed, latencies,
-        server_cpu_by_thread=server_cpu, client_cpu_seconds=client_cpu, machine_idle_fraction=idle,
+        protocol,
+        concurrency,
+        rows,
+        count,
+        errors,
+        elapsed,
+        latencies,
+        server_cpu_by_thread=server_cpu,
+        client_cpu_seconds=client_cpu,
+        machine_idle_fraction=idle,
         machine_steal_fraction=steal,
     )

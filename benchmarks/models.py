@@ -56,8 +56,10 @@ def digits_model() -> BenchModel:
         source = f"trained and converted for the benchmark ({folder})"
         if not (folder / MODEL_FILE).is_file():
             _run(["-m", "export", "train", "--out", str(BENCH_DIR / "train")], "training the digits CNN")
-            _run(["-m", "export", "convert", "--model", str(BENCH_DIR / "train" / "model.keras"), "--out", str(folder)],
-                 "converting the digits CNN")
+            _run(
+                ["-m", "export", "convert", "--model", str(BENCH_DIR / "train" / "model.keras"), "--out", str(folder)],
+                "converting the digits CNN",
+            )
     inputs, _, _ = load_input_example(folder)
     name, rows = next(iter(inputs.items()))
     return BenchModel("digits", folder / MODEL_FILE, name, rows[:1].astype(np.float32), source)

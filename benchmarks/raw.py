@@ -31,7 +31,13 @@ SPINNING = {"never": {"spin_within_runs": False}, "within runs": {"spin_within_r
 
 
 def measure_raw(
-    onnx_path: Path, input_name: str, row: np.ndarray, *, batch_sizes: list[int], seconds: float, on_step=None,
+    onnx_path: Path,
+    input_name: str,
+    row: np.ndarray,
+    *,
+    batch_sizes: list[int],
+    seconds: float,
+    on_step=None,
     providers: tuple[str, ...] = (CPU,),
 ) -> list[dict]:
     """Rows/s at each batch size, with intra-op threads in each of the `SPINNING` ways: the limit is the best of all.
@@ -42,15 +48,17 @@ def measure_raw(
         for batch in batch_sizes:
             feeds = {input_name: np.repeat(row, batch, axis=0)}
             speed, cpu_ms = rows_per_second(session, feeds, seconds)
-            results.append({"batch": batch, "spinning": spinning, "rows_per_s": round(speed, 2),
-                            "cpu_ms_per_row": round(cpu_ms, 4)})
+            results.append(
+                {"batch": batch, "spinning": spinning, "rows_per_s": round(speed, 2), "cpu_ms_per_row": round(cpu_ms, 4)}
+            )
             if on_step:
                 on_step()
     return results
 
 
-def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict,
-             seconds: float, providers: tuple[str, ...] = (CPU,)) -> Callable[[], tuple[float, float]]:
+def raw_turn(
+    onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict, seconds: float, providers: tuple[str, ...] = (CPU,)
+) -> Callable[[], tuple[float, float]]:
     """A timer of one raw setting (a `measure_raw` result's `batch` and `spinning`): each call, its rows/s
     over `seconds` and its CPU ms per row, for ratios to a load measured beside it in time."""
     session = create_session(onnx_path, RuntimeSettings(providers=list(providers), **SPINNING[setting["spinning"]]))
@@ -63,14 +71,23 @@ def raw_turn(onnx_path: Path, input_name: str, row: np.ndarray, *, setting: dict
     return turn
 
 
-def measure_side_by_side(onnx_path: Path, input_name: str, row: np.ndarray, *, batch: int, callers: int, seconds: float,
-                         providers: tuple[str, ...] = (CPU,)) -> float:
+def measure_side_by_side(
+    onnx_path: Path,
+    input_name: str,
+    row: np.ndarray,
+    *,
+    batch: int,
+    callers: int,
+    seconds: float,
+    providers: tuple[str, ...] = (CPU,),
+) -> float:
     """Rows/s of `callers` threads running one single-threaded session side by side (not the issue's limit)."""
     session = create_session(onnx_path, RuntimeSettings(providers=list(providers), intra_op_threads=1))
     feeds = {input_name: np.repeat(row, batch, axis=0)}
     results: list[float] = []
-    threads = [threading.Thread(target=lambda: results.append(rows_per_second(session, feeds, seconds)[0]))
-               for _ in range(callers)]
+    threads = [
+        threading.Thread(target=lambda: results.append(rows_per_second(session, feeds, seconds)[0])) for _ in range(callers)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -79,8 +79,12 @@ def parse_cpus(text: str, option: str) -> list[int]:
         raise ValueError(f"{option} {text!r}: give CPUs as taskset lists them, e.g. 0-3 or 0,2,4-7") from None
     missing = sorted(cpus - set(available))
     if not cpus or missing:
-        raise ValueError(f"{option} {text!r}: CPUs {missing or 'none'} are not this process's to use "
-                         f"(it may use {available[0]}-{available[-1]})" if available else f"{option}: no CPU")
+        raise ValueError(
+            f"{option} {text!r}: CPUs {missing or 'none'} are not this process's to use "
+            f"(it may use {available[0]}-{available[-1]})"
+            if available
+            else f"{option}: no CPU"
+        )
     return sorted(cpus)
 
 
@@ -121,13 +125,21 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
 
     def raw_sweep() -> list[dict]:
         with pinned(config.server_cpus):
-            return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
-                               seconds=config.raw_seconds, on_step=advance, providers=providers)
+            return measure_raw(
+                model.onnx_path,
+                model.input_name,
+                model.row,
+                batch_sizes=RAW_BATCH_SIZES,
+                seconds=config.raw_seconds,
+                on_step=advance,
+                providers=providers,
+            )
 
     raw_before = raw_sweep()
     with pinned(config.server_cpus):
-        side_by_side = measure_side_by_side(model.onnx_path, model.input_name, model.row, batch=8, callers=2,
-                                            seconds=config.raw_seconds, providers=providers)
+        side_by_side = measure_side_by_side(
+            model.onnx_path, model.input_name, model.row, batch=8, callers=2, seconds=config.raw_seconds, providers=providers
+        )
     advance()
     # Shared memory on, so that its path can be measured too: the other paths do not change with it.
     settings = {**SLIPWAY_SETTINGS.get(model.name, {}), "shared_memory": True, "providers": [config.provider]}
@@ -137,14 +149,19 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     }
     if model.name in LATENCY_SETTINGS:
         folders[SLIPWAY_LATENCY] = server_folder(
-            work_dir, model, "slipway-latency", IMPLEMENTATIONS[SLIPWAY],
+            work_dir,
+            model,
+            "slipway-latency",
+            IMPLEMENTATIONS[SLIPWAY],
             {**LATENCY_SETTINGS[model.name], "providers": [config.provider]},
         )
     inputs = {model.input_name: model.row}
     points = []
     with ExitStack() as stack:
-        servers = {runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN, cpus=config.server_cpus))
-                   for runtime, folder in folders.items()}
+        servers = {
+            runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN, cpus=config.server_cpus))
+            for runtime, folder in folders.items()
+        }
         servers[TRANSPORT] = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
         advance()
         for protocol in config.protocols:
@@ -157,8 +174,13 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
                             hold_ms = transport_hold_ms(rounds[SLIPWAY][-1], rounds[TRANSPORT])
                             servers[TRANSPORT].hold(hold_ms)
                         result = run_load(
-                            protocol=protocol, server=servers[runtime], model=model.name, inputs=inputs,
-                            concurrency=concurrency, seconds=config.seconds, warmup_s=config.warmup_s,
+                            protocol=protocol,
+                            server=servers[runtime],
+                            model=model.name,
+                            inputs=inputs,
+                            concurrency=concurrency,
+                            seconds=config.seconds,
+                            warmup_s=config.warmup_s,
                             client_cpus=config.client_cpus,
                         )
                         summary = result.summary()
@@ -201,8 +223,14 @@ def _mean_of_sweeps(before: list[dict], after: list[dict]) -> list[dict]:
     mean = []
     for first, second in zip(before, after, strict=True):
         runs = [first["rows_per_s"], second["rows_per_s"]]
-        mean.append({**first, "rows_per_s": round(sum(runs) / 2, 2), "rows_per_s_before_after": runs,
-                     "cpu_ms_per_row": round((first["cpu_ms_per_row"] + second["cpu_ms_per_row"]) / 2, 4)})
+        mean.append(
+            {
+                **first,
+                "rows_per_s": round(sum(runs) / 2, 2),
+                "rows_per_s_before_after": runs,
+                "cpu_ms_per_row": round((first["cpu_ms_per_row"] + second["cpu_ms_per_row"]) / 2, 4),
+            }
+        )
     return mean
 
 
@@ -223,13 +251,17 @@ def figures(models: dict) -> list[dict]:
     met, and the same ratio in each round, paired (the runtimes' loads alternate): how far noise moves it."""
     out = []
 
-    def add(name: str, value: float | None, target: float, rounds: list[float] | None,
-            higher_is_better: bool = True) -> None:
+    def add(name: str, value: float | None, target: float, rounds: list[float] | None, higher_is_better: bool = True) -> None:
         if value is None:
             return
         met = value >= target if higher_is_better else value <= target
-        figure = {"figure": name, "value": round(value, 3), "comparison": ">=" if higher_is_better else "<=",
-                  "target": target, "met": met}
+        figure = {
+            "figure": name,
+            "value": round(value, 3),
+            "comparison": ">=" if higher_is_better else "<=",
+            "target": target,
+            "met": met,
+        }
         if rounds:
             figure["rounds"] = [round(ratio, 3) for ratio in rounds]
         out.append(figure)
@@ -242,18 +274,31 @@ def figures(models: dict) -> list[dict]:
     for protocol, target in ((GRPC, 0.90), (REST, 0.30)):
         point = _point(models, "mobilenetv2", SLIPWAY, protocol, 8)
         if point:
-            add(f"mobilenetv2 {protocol} c8: served images/s / raw limit", point["x_raw_limit"], target,
-                point.get("rounds_x_raw_limit"))
+            add(
+                f"mobilenetv2 {protocol} c8: served images/s / raw limit",
+                point["x_raw_limit"],
+                target,
+                point.get("rounds_x_raw_limit"),
+            )
     for runtime, label in ((SLIPWAY, ""), (SLIPWAY_LATENCY, " (latency settings)")):  # each must meet both
         for protocol in (GRPC, REST):
             ours, plain = _point(models, "digits", runtime, protocol, 8), _point(models, "digits", PLAIN, protocol, 8)
             if ours and plain:
-                add(f"digits {protocol} c8: requests/s / plain runtime's{label}",
-                    ours["requests_per_s"] / plain["requests_per_s"], 1.3, paired(ours, plain, "rounds_rows_per_s"))
+                add(
+                    f"digits {protocol} c8: requests/s / plain runtime's{label}",
+                    ours["requests_per_s"] / plain["requests_per_s"],
+                    1.3,
+                    paired(ours, plain, "rounds_rows_per_s"),
+                )
             ours, plain = _point(models, "digits", runtime, protocol, 1), _point(models, "digits", PLAIN, protocol, 1)
             if ours and plain:
-                add(f"digits {protocol} c1: p50 latency / plain runtime's{label}", ours["p50_ms"] / plain["p50_ms"], 1.0,
-                    paired(ours, plain, "rounds_p50_ms"), higher_is_better=False)
+                add(
+                    f"digits {protocol} c1: p50 latency / plain runtime's{label}",
+                    ours["p50_ms"] / plain["p50_ms"],
+                    1.0,
+                    paired(ours, plain, "rounds_p50_ms"),
+                    higher_is_better=False,
+                )
     return out
 
 
@@ -279,7 +324,7 @@ def run_bench(config: BenchConfig) -> dict:
         "wakeup_round_trip_us": {"before": wakeup_before, "after": wakeup_round_trip_us()},
         "duration_s": round(time.time() - started, 1),
         "client": "closed loop, one prepared request per client (gRPC: raw_input_contents, or inputs in the client's "
-                  "own shared-memory region; REST: V2 JSON, or Triton's binary extension), same machine",
+        "own shared-memory region; REST: V2 JSON, or Triton's binary extension), same machine",
         "provider": config.provider,
         "server_cpus": config.server_cpus,
         "client_cpus": config.client_cpus,

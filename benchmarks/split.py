@@ -66,10 +66,15 @@ def artifact(model: BenchModel, root: Path) -> Path:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     shutil.copyfile(model.onnx_path, folder / "model.onnx")
-    extra = {"preprocess": {} if model.name == "digits" else {"scale": 2 / 255, "mean": [1.0]},
-             "postprocess": {"k": TOP_K, "softmax": model.name == "digits"}}
-    settings = {"name": model.name, "implementation": "wrappers.runtime.OnnxRuntime",
-                "parameters": {"uri": "./model.onnx", "extra": extra}}
+    extra = {
+        "preprocess": {} if model.name == "digits" else {"scale": 2 / 255, "mean": [1.0]},
+        "postprocess": {"k": TOP_K, "softmax": model.name == "digits"},
+    }
+    settings = {
+        "name": model.name,
+        "implementation": "wrappers.runtime.OnnxRuntime",
+        "parameters": {"uri": "./model.onnx", "extra": extra},
+    }
     (folder / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
     write_manifest(folder)
     return folder
@@ -96,15 +101,25 @@ def executor_graph(name: str, servers: dict[str, LocalServer]) -> dict:
     """The predictor `render --split cpu-gpu` renders, its nodes pointed at the role servers here."""
 
     def node(node_name: str, node_type: str, server: LocalServer, children: list[dict]) -> dict:
-        return {"name": node_name, "type": node_type, "children": children,
-                "endpoint": {"service_host": LOOPBACK, "httpPort": int(server.http_url.rsplit(":", 1)[1]),
-                             "type": "REST"}}
+        return {
+            "name": node_name,
+            "type": node_type,
+            "children": children,
+            "endpoint": {"service_host": LOOPBACK, "httpPort": int(server.http_url.rsplit(":", 1)[1]), "type": "REST"},
+        }
 
-    graph = node(f"{name}-post", "OUTPUT_TRANSFORMER", servers["output-transformer"], [
-        node(f"{name}-pre", "TRANSFORMER", servers["transformer"], [node(name, "MODEL", servers[MODEL_ROLE], [])])])
-    return {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
-            "metadata": {"name": name, "namespace": "bench"},
-            "spec": {"protocol": "v2", "predictors": [{"name": "default", "graph": graph, "componentSpecs": []}]}}
+    graph = node(
+        f"{name}-post",
+        "OUTPUT_TRANSFORMER",
+        servers["output-transformer"],
+        [node(f"{name}-pre", "TRANSFORMER", servers["transformer"], [node(name, "MODEL", servers[MODEL_ROLE], [])])],
+    )
+    return {
+        "apiVersion": "machinelearning.seldon.io/v1",
+        "kind": "SeldonDeployment",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {"protocol": "v2", "predictors": [{"name": "default", "graph": graph, "componentSpecs": []}]},
+    }
 
 
 @contextmanager
@@ -115,10 +130,29 @@ def executor(binary: Path, sdep: dict, work: Path) -> Iterator[Endpoint]:
     http_port, grpc_port = free_port(), free_port()
     log = (work / "executor.log").open("wb")
     process = subprocess.Popen(
-        [str(binary), "--sdep", sdep["metadata"]["name"], "--namespace", "bench", "--predictor", "default",
-         "--file", str(path), "--http_port", str(http_port), "--grpc_port", str(grpc_port), "--protocol", "v2",
-         "--transport", "rest"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ENGINE_SERVER_TIMEOUT": "60"})
+        [
+            str(binary),
+            "--sdep",
+            sdep["metadata"]["name"],
+            "--namespace",
+            "bench",
+            "--predictor",
+            "default",
+            "--file",
+            str(path),
+            "--http_port",
+            str(http_port),
+            "--grpc_port",
+            str(grpc_port),
+            "--protocol",
+            "v2",
+            "--transport",
+            "rest",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "ENGINE_SERVER_TIMEOUT": "60"},
+    )
     try:
         yield Endpoint(f"http://{LOOPBACK}:{http_port}", f"{LOOPBACK}:{grpc_port}", process.pid)
     finally:
@@ -146,19 +180,25 @@ def first_answer(url: str, body: dict, log: Path) -> dict:
         except (urllib.error.URLError, ConnectionError) as err:
             if time.monotonic() > deadline:
                 tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
-                raise SplitBenchError(f"the executor did not answer {url} within {READY_TIMEOUT_S:.0f}s ({err}):\n{tail}") from None
+                raise SplitBenchError(
+                    f"the executor did not answer {url} within {READY_TIMEOUT_S:.0f}s ({err}):\n{tail}"
+                ) from None
             time.sleep(0.25)
 
 
 def same_answer(one_pod: dict, split: dict) -> bool:
     """Labels equal, scores equal to float32's precision (JSON carries them as text)."""
     first, second = ({o["name"]: o for o in answer["outputs"]} for answer in (one_pod, split))
-    return (set(first) == set(second) and first["labels"]["data"] == second["labels"]["data"]
-            and np.allclose(first["scores"]["data"], second["scores"]["data"], rtol=1e-6, atol=1e-7))
+    return (
+        set(first) == set(second)
+        and first["labels"]["data"] == second["labels"]["data"]
+        and np.allclose(first["scores"]["data"], second["scores"]["data"], rtol=1e-6, atol=1e-7)
+    )
 
 
-def bench_model(model: BenchModel, binary: Path, *, rows: int, concurrency: list[int], seconds: float, rounds: int,
-                work: Path) -> dict:
+def bench_model(
+    model: BenchModel, binary: Path, *, rows: int, concurrency: list[int], seconds: float, rounds: int, work: Path
+) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     folder = artifact(model, work)
     for role in ROLES:  # each in a server of its own, under the model's name, as each pod serves it
@@ -175,17 +215,31 @@ def bench_model(model: BenchModel, binary: Path, *, rows: int, concurrency: list
         reference = infer(one_pod.http_url + path, body)
         through = first_answer(front.http_url + path, body, work / "executor.log")
         if not same_answer(reference, through):
-            raise SplitBenchError(f"{model.name}: the split form answered {through['outputs']} but the one-pod form "
-                                  f"{reference['outputs']}")
+            raise SplitBenchError(
+                f"{model.name}: the split form answered {through['outputs']} but the one-pod form {reference['outputs']}"
+            )
         targets = {"one-pod": one_pod, "split": front}
         for clients in concurrency:
             for round_index in range(rounds):  # alternating, so drift on the shared machine hits both forms
                 for form in FORMS if round_index % 2 == 0 else FORMS[::-1]:
-                    result = run_load(protocol=REST, server=targets[form], model=model.name,
-                                      inputs={model.input_name: images}, concurrency=clients, seconds=seconds)
+                    result = run_load(
+                        protocol=REST,
+                        server=targets[form],
+                        model=model.name,
+                        inputs={model.input_name: images},
+                        concurrency=clients,
+                        seconds=seconds,
+                    )
                     points.append({"form": form, "round": round_index, **result.summary()})
-    return {"model": model.name, "source": model.source, "rows_per_request": rows, "image_size": IMAGE_SIZES[model.name],
-            "same_answer": True, "points": points, "summary": summarise(points)}
+    return {
+        "model": model.name,
+        "source": model.source,
+        "rows_per_request": rows,
+        "image_size": IMAGE_SIZES[model.name],
+        "same_answer": True,
+        "points": points,
+        "summary": summarise(points),
+    }
 
 
 def summarise(points: list[dict]) -> list[dict]:
@@ -194,26 +248,52 @@ def summarise(points: list[dict]) -> list[dict]:
     for clients in sorted({p["concurrency"] for p in points}):
         medians = {}
         for form in FORMS:
-            rounds = sorted((p for p in points if p["form"] == form and p["concurrency"] == clients),
-                            key=lambda p: p["requests_per_s"])
+            rounds = sorted(
+                (p for p in points if p["form"] == form and p["concurrency"] == clients), key=lambda p: p["requests_per_s"]
+            )
             medians[form] = rounds[len(rounds) // 2]
-        out.append({"concurrency": clients, **{f"{form}_{key}": medians[form][key] for form in FORMS
-                                               for key in ("requests_per_s", "p50_ms", "p95_ms", "errors")},
-                    "split_over_one_pod_requests_per_s": round(medians["split"]["requests_per_s"]
-                                                               / medians["one-pod"]["requests_per_s"], 3),
-                    "split_over_one_pod_p50": round(medians["split"]["p50_ms"] / medians["one-pod"]["p50_ms"], 3)})
+        out.append(
+            {
+                "concurrency": clients,
+                **{
+                    f"{form}_{key}": medians[form][key]
+                    for form in FORMS
+                    for key in ("requests_per_s", "p50_ms", "p95_ms", "errors")
+                },
+                "split_over_one_pod_requests_per_s": round(
+                    medians["split"]["requests_per_s"] / medians["one-pod"]["requests_per_s"], 3
+                ),
+                "split_over_one_pod_p50": round(medians["split"]["p50_ms"] / medians["one-pod"]["p50_ms"], 3),
+            }
+        )
     return out
 
 
-def run_split_bench(binary: Path, *, models: list[str], rows: int, concurrency: list[int], seconds: float,
-                    rounds: int) -> dict:
+def run_split_bench(binary: Path, *, models: list[str], rows: int, concurrency: list[int], seconds: float, rounds: int) -> dict:
     if not (binary.is_file() and os.access(binary, os.X_OK)):
-        raise SplitBenchError(f"--executor {binary} is not an executable file: build Seldon's executor v1.17.1 "
-                              "(see `python -m benchmarks split --help`) and pass its path")
+        raise SplitBenchError(
+            f"--executor {binary} is not an executable file: build Seldon's executor v1.17.1 "
+            "(see `python -m benchmarks split --help`) and pass its path"
+        )
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise SplitBenchError(f"unknown models {unknown}: choose from {sorted(MODELS)}")
-    results = [bench_model(MODELS[name](), binary, rows=rows, concurrency=concurrency, seconds=seconds, rounds=rounds,
-                           work=BENCH_DIR / "split" / name) for name in models]
-    return {"executor": "seldonio/seldon-core executor v1.17.1 (--protocol v2 --transport rest)", "protocol": "rest",
-            "seconds": seconds, "rounds": rounds, "models": results}
+    results = [
+        bench_model(
+            MODELS[name](),
+            binary,
+            rows=rows,
+            concurrency=concurrency,
+            seconds=seconds,
+            rounds=rounds,
+            work=BENCH_DIR / "split" / name,
+        )
+        for name in models
+    ]
+    return {
+        "executor": "seldonio/seldon-core executor v1.17.1 (--protocol v2 --transport rest)",
+        "protocol": "rest",
+        "seconds": seconds,
+        "rounds": rounds,
+        "models": results,
+    }

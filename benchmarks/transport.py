@@ -51,10 +51,12 @@ async def _serve(port: int, answer: bytes) -> None:
     service, method = MODEL_INFER.strip("/").split("/")
     handlers = {(service, method): model_infer, (HOLD_SERVICE, HOLD_METHOD): hold}
     server = grpc.aio.server(options=GRPC_OPTIONS)
-    server.add_generic_rpc_handlers([  # no (de)serializers: bytes in, bytes out
-        grpc.method_handlers_generic_handler(name, {method_name: grpc.unary_unary_rpc_method_handler(function)})
-        for (name, method_name), function in handlers.items()
-    ])
+    server.add_generic_rpc_handlers(
+        [  # no (de)serializers: bytes in, bytes out
+            grpc.method_handlers_generic_handler(name, {method_name: grpc.unary_unary_rpc_method_handler(function)})
+            for (name, method_name), function in handlers.items()
+        ]
+    )
     server.add_insecure_port(f"{LOOPBACK}:{port}")
     await server.start()
     stopped = asyncio.Event()
@@ -96,8 +98,9 @@ class BareGrpcServer:
             channel.unary_unary(f"/{HOLD_SERVICE}/{HOLD_METHOD}")(str(ms).encode(), timeout=10)
 
     def __enter__(self) -> BareGrpcServer:
-        command = on_cpus([sys.executable, "-m", "benchmarks.transport", "--port", str(self.port), "--answer",
-                           str(self.answer_file)], self.cpus)
+        command = on_cpus(
+            [sys.executable, "-m", "benchmarks.transport", "--port", str(self.port), "--answer", str(self.answer_file)], self.cpus
+        )
         self._process = subprocess.Popen(command, cwd=PROJECT_ROOT, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

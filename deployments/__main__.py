@@ -33,71 +33,146 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     from deployments.records import DEFAULT_STORAGE_ROOT
     from deployments.render import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
 
-    command.add_argument("--overlay", default="cpu", help=f"{', '.join(OVERLAYS)}, or the folder of your own overlay (default cpu)")
+    command.add_argument(
+        "--overlay", default="cpu", help=f"{', '.join(OVERLAYS)}, or the folder of your own overlay (default cpu)"
+    )
     source = command.add_mutually_exclusive_group()
-    source.add_argument("--version-record", type=Path, help="the model store's version record "
-                        "(`python -m export versions show REF --json`): pins URI, version and digest")
+    source.add_argument(
+        "--version-record",
+        type=Path,
+        help="the model store's version record (`python -m export versions show REF --json`): pins URI, version and digest",
+    )
     source.add_argument("--model-dir", type=Path, help=f"an unpublished artifact folder (default {DEMO_ARTIFACT_DIR})")
     command.add_argument("--version", help="with --model-dir: the version to call it (default: its digest's first 12 hex)")
-    command.add_argument("--model-uri", help="where the cluster pulls the main version from, replacing the record's "
-                         "(s3://, gs://, pvc://)")
-    command.add_argument("--storage-root", default=DEFAULT_STORAGE_ROOT, help="where a version without a URI of its "
-                         f"own is uploaded and pulled from, as <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})")
+    command.add_argument(
+        "--model-uri", help="where the cluster pulls the main version from, replacing the record's (s3://, gs://, pvc://)"
+    )
+    command.add_argument(
+        "--storage-root",
+        default=DEFAULT_STORAGE_ROOT,
+        help="where a version without a URI of its "
+        f"own is uploaded and pulled from, as <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})",
+    )
     command.add_argument("--canary-record", type=Path, help="version record of the canary (OVERLAY=canary)")
     command.add_argument("--canary-model-uri", help="where the cluster pulls the canary from, replacing its record's")
     command.add_argument("--canary-percent", type=int, help="share of traffic for the canary, 0-100 (default: the overlay's)")
-    command.add_argument("--autoscaling", default="cpu", choices=ALL_MODES,
-                         help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
-                              "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour); "
-                              "gpu overlay only: gpu-queue (KEDA on the p90 queue time), gpu-util (KEDA on DCGM GPU "
-                              "utilization)")
-    command.add_argument("--hpa-metric-source", default="container", choices=METRIC_SOURCES,
-                         help="where the HPA reads CPU and memory utilization: container (default; ContainerResource on "
-                              "the model container, so a sidecar such as Istio's does not skew it) or pod (Resource, "
-                              "summed over every container of the pod) for clusters before Kubernetes 1.30, where "
-                              "ContainerResource is not GA (feature gate HPAContainerMetrics: alpha and off by default "
-                              "in 1.20-1.26, beta and on by default in 1.27-1.29)")
+    command.add_argument(
+        "--autoscaling",
+        default="cpu",
+        choices=ALL_MODES,
+        help="cpu (hpaSpec on CPU utilization), rps (requests/s per replica via prometheus-adapter), "
+        "keda (kedaSpec), behavior (a standalone autoscaling/v2 HPA with scaling behaviour); "
+        "gpu overlay only: gpu-queue (KEDA on the p90 queue time), gpu-util (KEDA on DCGM GPU "
+        "utilization)",
+    )
+    command.add_argument(
+        "--hpa-metric-source",
+        default="container",
+        choices=METRIC_SOURCES,
+        help="where the HPA reads CPU and memory utilization: container (default; ContainerResource on "
+        "the model container, so a sidecar such as Istio's does not skew it) or pod (Resource, "
+        "summed over every container of the pod) for clusters before Kubernetes 1.30, where "
+        "ContainerResource is not GA (feature gate HPAContainerMetrics: alpha and off by default "
+        "in 1.20-1.26, beta and on by default in 1.27-1.29)",
+    )
     command.add_argument("--image", help="the MLServer + wrappers image (default: the overlay's)")
-    command.add_argument("--image-pull-policy", choices=("Always", "IfNotPresent", "Never"),
-                         help="the model container's (default: the base's Always, so a moved tag never serves a stale "
-                              "image); IfNotPresent for images loaded into kind or minikube by hand")
-    command.add_argument("--shared-memory", metavar="SIZE", help="mount a memory-backed emptyDir of SIZE (e.g. 1Gi) "
-                         "at /dev/shm in every container, for tensors in shared memory (the model needs "
-                         "parameters.extra.shared_memory: true)")
-    command.add_argument("--gpu-node-selector", action="append", default=[], metavar="KEY=VALUE",
-                         help="GPU pods only on nodes with this label (repeatable; replaces the gpu overlay's "
-                              "nvidia.com/gpu.present=true), e.g. cloud.google.com/gke-accelerator=nvidia-l4 (GKE), "
-                              "eks.amazonaws.com/nodegroup=gpu (EKS), kubernetes.azure.com/accelerator=nvidia (AKS)")
-    command.add_argument("--gpu-toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
-                         help="GPU pods tolerate this taint, as `kubectl taint` writes it (repeatable; replaces the gpu "
-                              "overlay's nvidia.com/gpu:NoSchedule), e.g. sku=gpu:NoSchedule (AKS)")
-    command.add_argument("--trt-cache-claim", metavar="PVC", help="keep TensorRT's engines on this "
-                         "PersistentVolumeClaim (ReadWriteMany for several replicas) instead of the gpu overlay's "
-                         "per-pod emptyDir, so restarted and new pods skip the engine build")
-    command.add_argument("--repository-api", default="closed", choices=("closed", "open"),
-                         help="MLServer's model repository API (index, load, unload): closed (default; HTTP 403, gRPC "
-                              "PERMISSION_DENIED) or open to loopback callers and bearer-token holders (needs "
-                              "--repository-token-secret)")
-    command.add_argument("--repository-token-secret", metavar="NAME", help="the Secret (in --namespace) whose key "
-                         "'token' holds the repository API's bearer token; the pods read it through secretKeyRef")
+    command.add_argument(
+        "--image-pull-policy",
+        choices=("Always", "IfNotPresent", "Never"),
+        help="the model container's (default: the base's Always, so a moved tag never serves a stale "
+        "image); IfNotPresent for images loaded into kind or minikube by hand",
+    )
+    command.add_argument(
+        "--shared-memory",
+        metavar="SIZE",
+        help="mount a memory-backed emptyDir of SIZE (e.g. 1Gi) "
+        "at /dev/shm in every container, for tensors in shared memory (the model needs "
+        "parameters.extra.shared_memory: true)",
+    )
+    command.add_argument(
+        "--gpu-node-selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="GPU pods only on nodes with this label (repeatable; replaces the gpu overlay's "
+        "nvidia.com/gpu.present=true), e.g. cloud.google.com/gke-accelerator=nvidia-l4 (GKE), "
+        "eks.amazonaws.com/nodegroup=gpu (EKS), kubernetes.azure.com/accelerator=nvidia (AKS)",
+    )
+    command.add_argument(
+        "--gpu-toleration",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="GPU pods tolerate this taint, as `kubectl taint` writes it (repeatable; replaces the gpu "
+        "overlay's nvidia.com/gpu:NoSchedule), e.g. sku=gpu:NoSchedule (AKS)",
+    )
+    command.add_argument(
+        "--trt-cache-claim",
+        metavar="PVC",
+        help="keep TensorRT's engines on this "
+        "PersistentVolumeClaim (ReadWriteMany for several replicas) instead of the gpu overlay's "
+        "per-pod emptyDir, so restarted and new pods skip the engine build",
+    )
+    command.add_argument(
+        "--repository-api",
+        default="closed",
+        choices=("closed", "open"),
+        help="MLServer's model repository API (index, load, unload): closed (default; HTTP 403, gRPC "
+        "PERMISSION_DENIED) or open to loopback callers and bearer-token holders (needs "
+        "--repository-token-secret)",
+    )
+    command.add_argument(
+        "--repository-token-secret",
+        metavar="NAME",
+        help="the Secret (in --namespace) whose key "
+        "'token' holds the repository API's bearer token; the pods read it through secretKeyRef",
+    )
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
-    command.add_argument("--ingress-namespace", type=namespace_argument, default=DEFAULT_INGRESS_NAMESPACE,
-                         help="where the gateway that calls the model runs: the NetworkPolicy admits the inference "
-                              f"ports from there and from the model's own namespace (default {DEFAULT_INGRESS_NAMESPACE})")
-    command.add_argument("--monitoring-namespace", type=namespace_argument, default=DEFAULT_MONITORING_NAMESPACE,
-                         help=f"where Prometheus runs: the only source admitted on the metrics port "
-                              f"(default {DEFAULT_MONITORING_NAMESPACE})")
-    command.add_argument("--split", choices=("cpu-gpu",), help="cpu-gpu: decoding and top-k in pods of their own "
-                         "around the model's, each scaled on its own (a Seldon graph; docs/manifests.md)")
-    command.add_argument("--frontends", type=int, metavar="N", help="N serving processes per pod feeding one session "
-                         "host ($SLIPWAY_FRONTENDS over the model's frontends setting), the pod's CPU request and limit "
-                         "raised to N+1 and 2(N+1) (docs/manifests.md); for a GPU one event loop cannot keep busy")
-    command.add_argument("--dashboard", action="store_true", help="also render the model's Grafana dashboard: a "
-                         "ConfigMap labelled grafana_dashboard=1, which Grafana's dashboard sidecar loads")
-    command.add_argument("--kustomize", default="auto", choices=("auto", "kubectl", "builtin"),
-                         help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer")
-    command.add_argument("--out", type=Path, help="output folder (default build/manifests/<overlay>; "
-                         "for an overlay folder, its last two parts: build/tune/overlay -> tune-overlay)")
+    command.add_argument(
+        "--ingress-namespace",
+        type=namespace_argument,
+        default=DEFAULT_INGRESS_NAMESPACE,
+        help="where the gateway that calls the model runs: the NetworkPolicy admits the inference "
+        f"ports from there and from the model's own namespace (default {DEFAULT_INGRESS_NAMESPACE})",
+    )
+    command.add_argument(
+        "--monitoring-namespace",
+        type=namespace_argument,
+        default=DEFAULT_MONITORING_NAMESPACE,
+        help=f"where Prometheus runs: the only source admitted on the metrics port (default {DEFAULT_MONITORING_NAMESPACE})",
+    )
+    command.add_argument(
+        "--split",
+        choices=("cpu-gpu",),
+        help="cpu-gpu: decoding and top-k in pods of their own "
+        "around the model's, each scaled on its own (a Seldon graph; docs/manifests.md)",
+    )
+    command.add_argument(
+        "--frontends",
+        type=int,
+        metavar="N",
+        help="N serving processes per pod feeding one session "
+        "host ($SLIPWAY_FRONTENDS over the model's frontends setting), the pod's CPU request and limit "
+        "raised to N+1 and 2(N+1) (docs/manifests.md); for a GPU one event loop cannot keep busy",
+    )
+    command.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="also render the model's Grafana dashboard: a "
+        "ConfigMap labelled grafana_dashboard=1, which Grafana's dashboard sidecar loads",
+    )
+    command.add_argument(
+        "--kustomize",
+        default="auto",
+        choices=("auto", "kubectl", "builtin"),
+        help="build with kubectl kustomize (auto: where installed) or Slipway's own renderer",
+    )
+    command.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (default build/manifests/<overlay>; "
+        "for an overlay folder, its last two parts: build/tune/overlay -> tune-overlay)",
+    )
 
 
 def _models(args: argparse.Namespace):
@@ -107,10 +182,14 @@ def _models(args: argparse.Namespace):
     if args.version_record:
         main = ModelVersion.from_record_file(args.version_record, uri=args.model_uri, storage_root=root)
     else:
-        main = ModelVersion.from_artifact(args.model_dir or DEMO_ARTIFACT_DIR, version=args.version, uri=args.model_uri,
-                                          storage_root=root)
-    canary = (ModelVersion.from_record_file(args.canary_record, uri=args.canary_model_uri, storage_root=root)
-              if args.canary_record else None)
+        main = ModelVersion.from_artifact(
+            args.model_dir or DEMO_ARTIFACT_DIR, version=args.version, uri=args.model_uri, storage_root=root
+        )
+    canary = (
+        ModelVersion.from_record_file(args.canary_record, uri=args.canary_model_uri, storage_root=root)
+        if args.canary_record
+        else None
+    )
     return main, canary
 
 
@@ -135,16 +214,34 @@ def render_validated(args: argparse.Namespace):
 
     try:
         main, canary = _models(args)
-        rendered = render(args.overlay, model=main, canary=canary, canary_percent=args.canary_percent,
-                          image=args.image, image_pull_policy=args.image_pull_policy, namespace=args.namespace,
-                          ingress_namespace=args.ingress_namespace, monitoring_namespace=args.monitoring_namespace,
-                          autoscaling_mode=args.autoscaling, engine=args.kustomize, shared_memory=args.shared_memory,
-                          hpa_metric_source=args.hpa_metric_source, gpu_node_selector=args.gpu_node_selector,
-                          gpu_tolerations=args.gpu_toleration, trt_cache_claim=args.trt_cache_claim,
-                          repository_api=args.repository_api, repository_token_secret=args.repository_token_secret,
-                          dashboard=args.dashboard, split_mode=args.split, frontends_count=args.frontends)
-        warnings = [warning for predictor, version in rendered.models.items()
-                    if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))] + rendered.warnings
+        rendered = render(
+            args.overlay,
+            model=main,
+            canary=canary,
+            canary_percent=args.canary_percent,
+            image=args.image,
+            image_pull_policy=args.image_pull_policy,
+            namespace=args.namespace,
+            ingress_namespace=args.ingress_namespace,
+            monitoring_namespace=args.monitoring_namespace,
+            autoscaling_mode=args.autoscaling,
+            engine=args.kustomize,
+            shared_memory=args.shared_memory,
+            hpa_metric_source=args.hpa_metric_source,
+            gpu_node_selector=args.gpu_node_selector,
+            gpu_tolerations=args.gpu_toleration,
+            trt_cache_claim=args.trt_cache_claim,
+            repository_api=args.repository_api,
+            repository_token_secret=args.repository_token_secret,
+            dashboard=args.dashboard,
+            split_mode=args.split,
+            frontends_count=args.frontends,
+        )
+        warnings = [
+            warning
+            for predictor, version in rendered.models.items()
+            if (warning := busy_cpu_warning(rendered.docs, predictor, version.local_dir))
+        ] + rendered.warnings
     except (RecordError, RenderError, KustomizeError) as err:
         raise UserError(str(err)) from err
     except (SettingsError, FileProblem) as err:
@@ -158,12 +255,23 @@ def render_validated(args: argparse.Namespace):
         raise UserError("rendered manifests are invalid, nothing written: " + "; ".join(report.errors))
     out = args.out or MANIFESTS_DIR / _folder_name(str(args.overlay))
     paths = write_manifests(rendered, out)
-    write_report("manifests", {**rendered.summary(), "out_dir": str(out), "files": [str(p) for p in paths],
-                               "validation": report.as_dict(), "warnings": warnings})
+    write_report(
+        "manifests",
+        {
+            **rendered.summary(),
+            "out_dir": str(out),
+            "files": [str(p) for p in paths],
+            "validation": report.as_dict(),
+            "warnings": warnings,
+        },
+    )
     versions = ", ".join(f"{p} -> {m.name} v{m.version}" for p, m in rendered.models.items())
-    console.print(f"{len(rendered.docs)} resources ({versions}; autoscaling {rendered.autoscaling}, "
-                  f"kustomize {rendered.engine}) -> {out}, valid ({len(report.checked)} checked"
-                  f"{f', {len(report.skipped)} skipped' if report.skipped else ''})", soft_wrap=True)
+    console.print(
+        f"{len(rendered.docs)} resources ({versions}; autoscaling {rendered.autoscaling}, "
+        f"kustomize {rendered.engine}) -> {out}, valid ({len(report.checked)} checked"
+        f"{f', {len(report.skipped)} skipped' if report.skipped else ''})",
+        soft_wrap=True,
+    )
     return rendered
 
 
@@ -173,8 +281,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def register_render(commands) -> None:
-    command = commands.add_parser("render", help="render and validate the manifests into --out",
-                                  description="Render an overlay for one model version and validate it.")
+    command = commands.add_parser(
+        "render",
+        help="render and validate the manifests into --out",
+        description="Render an overlay for one model version and validate it.",
+    )
     _add_render_arguments(command)
     command.set_defaults(func=cmd_render)
 
@@ -195,8 +306,9 @@ def _connect(nothing_done: str):
 def _rendered_placements(rendered) -> list[tuple]:
     """(version, the Secret its pods pull with) for each predictor, once per URI."""
     graphs = {p["name"]: p["graph"] for p in rendered.seldon_deployment["spec"]["predictors"]}
-    placements = {version.uri: (version, graphs[predictor].get("envSecretRefName"))
-                  for predictor, version in rendered.models.items()}
+    placements = {
+        version.uri: (version, graphs[predictor].get("envSecretRefName")) for predictor, version in rendered.models.items()
+    }
     return list(placements.values())
 
 
@@ -208,8 +320,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     api = None if args.dry_run == "client" else _connect("nothing was applied. To render only, run `make manifests`")
     rendered = render_validated(args)
     if api is None:
-        console.print(f"client dry run, nothing sent: would apply {', '.join(_names(rendered.docs))} "
-                      f"to namespace {args.namespace}", soft_wrap=True)
+        console.print(
+            f"client dry run, nothing sent: would apply {', '.join(_names(rendered.docs))} to namespace {args.namespace}",
+            soft_wrap=True,
+        )
         return 0
     try:
         for warning in preflight(api, rendered.docs, args.namespace, check_images=args.check_image):
@@ -225,14 +339,24 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if args.wait > 0:
             digests = {predictor: version.digest for predictor, version in rendered.models.items()}
             with console.status(f"waiting up to {args.wait:.0f}s for {rendered.name} to serve the new version") as status:
-                seldon = wait_rolled_out(api, namespace=args.namespace, name=rendered.name, digests=digests,
-                                         timeout_s=args.wait, on_state=lambda state: status.update(f"{rendered.name}: {state}"))
-            console.print(f"[green]{rendered.name} is Available[/], its Ready pods serving "
-                          f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}", soft_wrap=True)
+                seldon = wait_rolled_out(
+                    api,
+                    namespace=args.namespace,
+                    name=rendered.name,
+                    digests=digests,
+                    timeout_s=args.wait,
+                    on_state=lambda state: status.update(f"{rendered.name}: {state}"),
+                )
+            console.print(
+                f"[green]{rendered.name} is Available[/], its Ready pods serving "
+                f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}",
+                soft_wrap=True,
+            )
             if url := (seldon.get("address") or {}).get("url"):
                 console.print(f"inside the cluster: POST {url}", soft_wrap=True)
-            for line in ask_served(api, namespace=args.namespace, name=rendered.name,
-                                   predictors={p: m.name for p, m in rendered.models.items()}):
+            for line in ask_served(
+                api, namespace=args.namespace, name=rendered.name, predictors={p: m.name for p, m in rendered.models.items()}
+            ):
                 console.print(line, soft_wrap=True)
     except DeployError as err:
         raise UserError(str(err)) from err
@@ -246,17 +370,32 @@ def _names(docs: list[dict]) -> list[str]:
 
 
 def register_deploy(commands) -> None:
-    command = commands.add_parser("deploy", help="render, validate, server-side apply to the current kubectl context, wait",
-                                  description="Render and validate, then server-side apply and wait until Available.")
+    command = commands.add_parser(
+        "deploy",
+        help="render, validate, server-side apply to the current kubectl context, wait",
+        description="Render and validate, then server-side apply and wait until Available.",
+    )
     _add_render_arguments(command)
     add_storage_arguments(command)
-    command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
-                         help="server: the API server checks everything, nothing is stored; client: render and validate only")
-    command.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
-                         help=f"how long to wait for the SeldonDeployment to be Available (default {DEFAULT_WAIT_S:.0f}; 0: do not wait)")
-    command.add_argument("--check-image", action="store_true",
-                         help="before anything is applied, check that every model container's image resolves in its "
-                              "registry, with the `docker login` credentials of the Docker config (not a client dry run)")
+    command.add_argument(
+        "--dry-run",
+        choices=("none", "server", "client"),
+        default="none",
+        help="server: the API server checks everything, nothing is stored; client: render and validate only",
+    )
+    command.add_argument(
+        "--wait",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help=f"how long to wait for the SeldonDeployment to be Available (default {DEFAULT_WAIT_S:.0f}; 0: do not wait)",
+    )
+    command.add_argument(
+        "--check-image",
+        action="store_true",
+        help="before anything is applied, check that every model container's image resolves in its "
+        "registry, with the `docker login` credentials of the Docker config (not a client dry run)",
+    )
     command.set_defaults(func=cmd_deploy)
 
 
@@ -282,16 +421,22 @@ def register_upload(commands) -> None:
     from deployments.render import DEFAULT_NAMESPACE
     from deployments.storage_secret import DEFAULT_SECRET
 
-    command = commands.add_parser("upload", help="put a version's artifact folder at its modelUri and verify it",
-                                  description="Upload a version where the cluster's storage initializer pulls it "
-                                              "(deploy does this itself), with the storage Secret's credentials.")
+    command = commands.add_parser(
+        "upload",
+        help="put a version's artifact folder at its modelUri and verify it",
+        description="Upload a version where the cluster's storage initializer pulls it "
+        "(deploy does this itself), with the storage Secret's credentials.",
+    )
     source = command.add_mutually_exclusive_group()
     source.add_argument("--version-record", type=Path, help="the model store's version record")
     source.add_argument("--model-dir", type=Path, help=f"an unpublished artifact folder (default {DEMO_ARTIFACT_DIR})")
     command.add_argument("--version", help="with --model-dir: the version to call it (default: its digest's first 12 hex)")
     command.add_argument("--model-uri", help="where to put it, replacing the record's (s3://, gs://, pvc://)")
-    command.add_argument("--storage-root", default=DEFAULT_STORAGE_ROOT,
-                         help=f"without a URI of its own: <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})")
+    command.add_argument(
+        "--storage-root",
+        default=DEFAULT_STORAGE_ROOT,
+        help=f"without a URI of its own: <root>/<name>/<version> (default {DEFAULT_STORAGE_ROOT})",
+    )
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the Secret is")
     command.add_argument("--secret", default=DEFAULT_SECRET, help=f"the storage Secret (default {DEFAULT_SECRET})")
     add_storage_arguments(command)
@@ -310,8 +455,9 @@ def cmd_secret(args: argparse.Namespace) -> int:
     keys = ", ".join(sorted(settings))
     source = f"from {', '.join(used)}" if used else "no keys in the environment: pods authenticate as their service account"
     if args.dry_run == "client":
-        console.print(f"client dry run, nothing sent: Secret {args.namespace}/{args.name} would hold {keys} ({source})",
-                      soft_wrap=True)
+        console.print(
+            f"client dry run, nothing sent: Secret {args.namespace}/{args.name} would hold {keys} ({source})", soft_wrap=True
+        )
         return 0
     api = _connect("no Secret was written")
     try:
@@ -330,44 +476,71 @@ def register_secret(commands) -> None:
     from deployments.render import DEFAULT_NAMESPACE
     from deployments.storage_secret import DEFAULT_SECRET, SCHEMES
 
-    command = commands.add_parser("secret", help="write the storage Secret the pods pull models with, from your environment",
-                                  description="Write the rclone settings Seldon's storage initializer reads "
-                                              "(RCLONE_CONFIG_<SCHEME>_*) from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-                                              "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL (s3) or "
-                                              "GOOGLE_APPLICATION_CREDENTIALS (gs) straight to the cluster, never to a file.")
+    command = commands.add_parser(
+        "secret",
+        help="write the storage Secret the pods pull models with, from your environment",
+        description="Write the rclone settings Seldon's storage initializer reads "
+        "(RCLONE_CONFIG_<SCHEME>_*) from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL (s3) or "
+        "GOOGLE_APPLICATION_CREDENTIALS (gs) straight to the cluster, never to a file.",
+    )
     command.add_argument("--scheme", choices=SCHEMES, default="s3", help="the modelUri scheme it serves (default s3)")
-    command.add_argument("--name", default=DEFAULT_SECRET, help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName)")
+    command.add_argument(
+        "--name", default=DEFAULT_SECRET, help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName)"
+    )
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
-    command.add_argument("--dry-run", choices=("none", "server", "client"), default="none",
-                         help="client: say which keys it would hold; server: the API server checks it, nothing stored")
+    command.add_argument(
+        "--dry-run",
+        choices=("none", "server", "client"),
+        default="none",
+        help="client: say which keys it would hold; server: the API server checks it, nothing stored",
+    )
     command.set_defaults(func=cmd_secret)
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
     from deployments.apply import delete
 
-    api = _connect(f"nothing was deleted. Point kubectl's current context (or KUBECONFIG) at the cluster where "
-                   f"{args.name} runs in namespace {args.namespace}")
+    api = _connect(
+        f"nothing was deleted. Point kubectl's current context (or KUBECONFIG) at the cluster where "
+        f"{args.name} runs in namespace {args.namespace}"
+    )
     deleted = delete(api, namespace=args.namespace, model=args.name)
-    console.print(f"deleted {', '.join(deleted)} from namespace {args.namespace}" if deleted
-                  else f"nothing of Slipway's for model {args.name} in namespace {args.namespace}", soft_wrap=True)
+    console.print(
+        f"deleted {', '.join(deleted)} from namespace {args.namespace}"
+        if deleted
+        else f"nothing of Slipway's for model {args.name} in namespace {args.namespace}",
+        soft_wrap=True,
+    )
     return 0
 
 
 def register_undeploy(commands) -> None:
     from deployments.render import DEFAULT_NAMESPACE
 
-    command = commands.add_parser("undeploy", help="delete what deploy applied for one model",
-                                  description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
-                                              "ServiceAccount Slipway applied for one model (found by its labels).")
+    command = commands.add_parser(
+        "undeploy",
+        help="delete what deploy applied for one model",
+        description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
+        "ServiceAccount Slipway applied for one model (found by its labels).",
+    )
     command.add_argument("--name", default="digits", help="the model name (default digits)")
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
     command.set_defaults(func=cmd_undeploy)
 
 
-REGISTRARS: list[Callable] = [register_render, register_deploy, register_upload, register_secret, register_undeploy,
-                              register_recommend, register_canary_judge, register_canary, register_cluster,
-                              register_alerts]
+REGISTRARS: list[Callable] = [
+    register_render,
+    register_deploy,
+    register_upload,
+    register_secret,
+    register_undeploy,
+    register_recommend,
+    register_canary_judge,
+    register_canary,
+    register_cluster,
+    register_alerts,
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

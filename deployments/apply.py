@@ -125,19 +125,31 @@ def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: s
     deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=selector).items
     if not deployments:
         return [f"{predictor}: Seldon has not created its Deployment yet"]
-    minimum = {hpa.spec.scale_target_ref.name: hpa.spec.min_replicas or 1 for hpa in
-               client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
-               if hpa.spec.scale_target_ref.kind == "Deployment"}
+    minimum = {
+        hpa.spec.scale_target_ref.name: hpa.spec.min_replicas or 1
+        for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+        if hpa.spec.scale_target_ref.kind == "Deployment"
+    }
     for deployment in deployments:
         status = deployment.status
         wanted = max(deployment.spec.replicas or 0, minimum.get(deployment.metadata.name, 0))
-        if ((status.observed_generation or 0) < deployment.metadata.generation or (status.updated_replicas or 0) < wanted
-                or (status.replicas or 0) != wanted or (status.available_replicas or 0) < wanted):
-            waiting.append(f"{predictor}: Deployment {deployment.metadata.name} has {status.updated_replicas or 0} of "
-                           f"{wanted} replicas updated, {status.available_replicas or 0} available")
+        if (
+            (status.observed_generation or 0) < deployment.metadata.generation
+            or (status.updated_replicas or 0) < wanted
+            or (status.replicas or 0) != wanted
+            or (status.available_replicas or 0) < wanted
+        ):
+            waiting.append(
+                f"{predictor}: Deployment {deployment.metadata.name} has {status.updated_replicas or 0} of "
+                f"{wanted} replicas updated, {status.available_replicas or 0} available"
+            )
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-    ready = [pod for pod in pods if pod.metadata.deletion_timestamp is None and any(
-        condition.type == "Ready" and condition.status == "True" for condition in (pod.status.conditions or []))]
+    ready = [
+        pod
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None
+        and any(condition.type == "Ready" and condition.status == "True" for condition in (pod.status.conditions or []))
+    ]
     stale = [pod.metadata.name for pod in ready if (pod.metadata.annotations or {}).get(DIGEST_ANNOTATION) != digest]
     if not ready:
         waiting.append(f"{predictor}: no pod is Ready")
@@ -146,8 +158,15 @@ def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: s
     return waiting
 
 
-def wait_rolled_out(api, *, namespace: str, name: str, digests: dict[str, str], timeout_s: float,
-                    on_state: Callable[[str], None] = lambda state: None) -> dict:
+def wait_rolled_out(
+    api,
+    *,
+    namespace: str,
+    name: str,
+    digests: dict[str, str],
+    timeout_s: float,
+    on_state: Callable[[str], None] = lambda state: None,
+) -> dict:
     """Poll until Seldon reports the SeldonDeployment Available and every predictor's Ready pods carry its digest;
     return its status.
 
@@ -158,7 +177,7 @@ def wait_rolled_out(api, *, namespace: str, name: str, digests: dict[str, str], 
     deadline = time.monotonic() + timeout_s
     waiting: list[str] = []
     while time.monotonic() < deadline:
-        status = (resource.get(name=name, namespace=namespace).to_dict().get("status") or {})
+        status = resource.get(name=name, namespace=namespace).to_dict().get("status") or {}
         state, description = status.get("state", "Creating"), status.get("description", "")
         if state == "Failed":
             raise DeployError(f"SeldonDeployment {namespace}/{name} Failed: {description}")
@@ -169,8 +188,10 @@ def wait_rolled_out(api, *, namespace: str, name: str, digests: dict[str, str], 
         if not waiting:
             return status
         time.sleep(POLL_INTERVAL_S)
-    raise DeployError(f"SeldonDeployment {namespace}/{name} has not rolled out after {timeout_s:.0f}s "
-                      f"({'; '.join(waiting)}); see kubectl describe sdep {name} -n {namespace}")
+    raise DeployError(
+        f"SeldonDeployment {namespace}/{name} has not rolled out after {timeout_s:.0f}s "
+        f"({'; '.join(waiting)}); see kubectl describe sdep {name} -n {namespace}"
+    )
 
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok's nodes: pods are Ready there, but no container runs
@@ -192,32 +213,39 @@ def ask_served(api, *, namespace: str, name: str, predictors: dict[str, str], ti
     lines = []
     for predictor, model in predictors.items():
         service = f"{name}-{predictor}"
-        pods = core.list_namespaced_pod(namespace, label_selector=f"seldon-deployment-id={name},"
-                                                                  f"slipway.io/predictor={predictor}").items
+        pods = core.list_namespaced_pod(
+            namespace, label_selector=f"seldon-deployment-id={name},slipway.io/predictor={predictor}"
+        ).items
         nodes = {pod.spec.node_name for pod in pods if pod.spec.node_name}
         if nodes and all((core.read_node(node).metadata.annotations or {}).get(FAKE_NODE_ANNOTATION) for node in nodes):
-            lines.append(f"{predictor}: its pods are on kwok's nodes, where no container runs: /v2/models/{model} "
-                         f"was not asked through Service {service}")
+            lines.append(
+                f"{predictor}: its pods are on kwok's nodes, where no container runs: /v2/models/{model} "
+                f"was not asked through Service {service}"
+            )
             continue
         deadline, last = time.monotonic() + timeout_s, ""
         while True:
             try:
                 answer = core.connect_get_namespaced_service_proxy_with_path(
-                    f"{service}:http", namespace, f"v2/models/{model}", _preload_content=False)
+                    f"{service}:http", namespace, f"v2/models/{model}", _preload_content=False
+                )
                 metadata = json.loads(answer.data)
-                lines.append(f"{predictor}: Service {service} answers /v2/models/{model} "
-                             f"(versions {metadata.get('versions') or 'unnamed'})")
+                lines.append(
+                    f"{predictor}: Service {service} answers /v2/models/{model} "
+                    f"(versions {metadata.get('versions') or 'unnamed'})"
+                )
                 break
             except ApiException as err:
                 last = f"{err.status} {err.reason}"
                 if err.status == 403:
-                    lines.append(f"{predictor}: may not use the API server's service proxy (403): /v2/models/{model} "
-                                 f"not asked")
+                    lines.append(f"{predictor}: may not use the API server's service proxy (403): /v2/models/{model} not asked")
                     break
             if time.monotonic() > deadline:
-                raise DeployError(f"the pods are Ready, but Service {namespace}/{service} does not answer "
-                                  f"/v2/models/{model} after {timeout_s:.0f}s ({last}): kubectl logs -n {namespace} "
-                                  f"-l seldon-deployment-id={name} -c {model}")
+                raise DeployError(
+                    f"the pods are Ready, but Service {namespace}/{service} does not answer "
+                    f"/v2/models/{model} after {timeout_s:.0f}s ({last}): kubectl logs -n {namespace} "
+                    f"-l seldon-deployment-id={name} -c {model}"
+                )
             time.sleep(POLL_INTERVAL_S)
     return lines
 

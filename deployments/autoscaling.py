@@ -42,9 +42,11 @@ def component_dir(mode: str) -> Path | None:
 def check_gpu_mode(mode: str, gpu_pods: int) -> None:
     """Refuse a GPU mode on a rendering without GPU pods: a CPU pod has no GPU queue to read nor a card to measure."""
     if mode in GPU_MODES and not gpu_pods:
-        raise ValueError(f"--autoscaling {mode} scales GPU pods, and no container of this rendering asks for nvidia.com/gpu: "
-                         "render the gpu overlay (--overlay gpu, make OVERLAY=gpu) or choose one of "
-                         f"{', '.join(MODES)}")
+        raise ValueError(
+            f"--autoscaling {mode} scales GPU pods, and no container of this rendering asks for nvidia.com/gpu: "
+            "render the gpu overlay (--overlay gpu, make OVERLAY=gpu) or choose one of "
+            f"{', '.join(MODES)}"
+        )
 
 
 def adapter_rules() -> dict:
@@ -116,10 +118,13 @@ def scales_on_cpu(docs: list[dict], predictor: str) -> bool:
     cpu trigger, or a standalone HPA."""
     if any(owner == predictor and resource_name(metric) == "cpu" for owner, metrics in _hpa_metrics(docs) for metric in metrics):
         return True
-    return any(owner.get("name") == predictor and trigger.get("type") == "cpu"
-               for doc in docs if doc.get("kind") == seldon.KIND
-               for owner, _, component in seldon.pod_specs(doc)
-               for trigger in component.get("kedaSpec", {}).get("triggers", []))
+    return any(
+        owner.get("name") == predictor and trigger.get("type") == "cpu"
+        for doc in docs
+        if doc.get("kind") == seldon.KIND
+        for owner, _, component in seldon.pod_specs(doc)
+        for trigger in component.get("kedaSpec", {}).get("triggers", [])
+    )
 
 
 def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -> str | None:
@@ -134,6 +139,8 @@ def busy_cpu_warning(docs: list[dict], predictor: str, model_dir: Path | None) -
     busy = busy_waiting_settings(read_json(Path(model_dir) / SETTINGS_FILE))
     if not busy:
         return None
-    return (f"predictor {predictor} autoscales on CPU utilization, but its model keeps a CPU busy between requests "
-            f"({'; '.join(busy)}): it would read as loaded at low traffic and scale out. Render with --autoscaling "
-            "rps (or keda), or turn those settings off")
+    return (
+        f"predictor {predictor} autoscales on CPU utilization, but its model keeps a CPU busy between requests "
+        f"({'; '.join(busy)}): it would read as loaded at low traffic and scale out. Render with --autoscaling "
+        "rps (or keda), or turn those settings off"
+    )

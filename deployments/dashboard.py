@@ -42,14 +42,19 @@ def uid(namespace: str, model: str) -> str:
 def pin(doc: dict[str, Any], *, namespace: str, model: str) -> None:
     """Name the ConfigMap after the model and fill every placeholder of each dashboard JSON it holds, in place."""
     doc["metadata"]["name"] = configmap_name(model)
-    values = {"$(DASHBOARD_UID)": uid(namespace, model), "$(DASHBOARD_TITLE)": f"Slipway / {model} ({namespace})",
-              "$(NAMESPACE)": namespace, "$(MODEL)": model}
+    values = {
+        "$(DASHBOARD_UID)": uid(namespace, model),
+        "$(DASHBOARD_TITLE)": f"Slipway / {model} ({namespace})",
+        "$(NAMESPACE)": namespace,
+        "$(MODEL)": model,
+    }
     for key, text in doc.get("data", {}).items():
         try:
             dashboard = json.loads(text)
         except (TypeError, ValueError) as err:
-            raise DashboardError(f"ConfigMap {doc['metadata']['name']} key {key} is not a dashboard's JSON ({err}): "
-                                 "paste the JSON Grafana exports") from err
+            raise DashboardError(
+                f"ConfigMap {doc['metadata']['name']} key {key} is not a dashboard's JSON ({err}): paste the JSON Grafana exports"
+            ) from err
         doc["data"][key] = json.dumps(_filled(dashboard, values), indent=2) + "\n"
 
 

@@ -29,8 +29,10 @@ def gpu_pod_specs(sdep: dict) -> Iterator[tuple[str, dict]]:
     """(predictor name, pod spec) of every component whose containers ask for GPUs."""
     for predictor, _, component in seldon.pod_specs(sdep):
         spec = component.get("spec", {})
-        if any(GPU_RESOURCE in {**(c.get("resources") or {}).get("limits", {}), **(c.get("resources") or {}).get("requests", {})}
-               for c in spec.get("containers", [])):
+        if any(
+            GPU_RESOURCE in {**(c.get("resources") or {}).get("limits", {}), **(c.get("resources") or {}).get("requests", {})}
+            for c in spec.get("containers", [])
+        ):
             yield predictor["name"], spec
 
 
@@ -48,17 +50,22 @@ def check_variant(predictor: str, version: ModelVersion) -> str | None:
         numerics = Numerics(found["precision"], found.get("int8_format"), found.get("variant"), "the record's lineage")
     where = f"{version.name} v{version.version} (predictor {predictor})"
     if numerics is None:
-        return (f"{where}: nothing says whether it is fp32, fp16 or int8, and a GPU must not serve the CPU's U8S8 "
-                f"int8; render from its artifact folder (--model-dir) to have it checked")
+        return (
+            f"{where}: nothing says whether it is fp32, fp16 or int8, and a GPU must not serve the CPU's U8S8 "
+            f"int8; render from its artifact folder (--model-dir) to have it checked"
+        )
     if numerics.for_gpu is False:
         raise PlacementError(
             f"{where} is the CPU's int8 ({numerics.int8_format}: uint8 activations, from {numerics.source}), which "
             f"GPUs run slower than fp32 or not at all: deploy a GPU variant on the gpu overlay (`{GPU_EXPORT}`, or "
             "`python -m export import MODEL.onnx --target gpu`, makes int8 as S8S8 and chooses among fp32, fp16 and "
-            "int8 by GPU timing; publish its choice), or use the cpu overlay")
+            "int8 by GPU timing; publish its choice), or use the cpu overlay"
+        )
     if numerics.for_gpu is None:
-        return (f"{where} is int8 of unknown flavour ({numerics.source}): if it is the CPU's U8S8, GPUs run it "
-                f"slower than fp32; `{GPU_EXPORT}` makes S8S8")
+        return (
+            f"{where} is int8 of unknown flavour ({numerics.source}): if it is the CPU's U8S8, GPUs run it "
+            f"slower than fp32; `{GPU_EXPORT}` makes S8S8"
+        )
     return None
 
 
@@ -68,7 +75,9 @@ def parse_node_selector(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise PlacementError(f"--gpu-node-selector {item!r} is not KEY=VALUE (e.g. cloud.google.com/gke-accelerator=nvidia-l4)")
+            raise PlacementError(
+                f"--gpu-node-selector {item!r} is not KEY=VALUE (e.g. cloud.google.com/gke-accelerator=nvidia-l4)"
+            )
         _check_key(key, f"--gpu-node-selector {item!r}")
         _check_value(value, f"--gpu-node-selector {item!r}")
         if key in selector:
@@ -99,28 +108,42 @@ def _check_key(key: str, where: str) -> None:
     """A label or taint key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
     prefix, slash, name = key.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        raise PlacementError(f"{where}: key prefix {prefix!r} is not a DNS subdomain (lower-case letters, digits, "
-                             "'-' and '.', e.g. cloud.google.com)")
+        raise PlacementError(
+            f"{where}: key prefix {prefix!r} is not a DNS subdomain (lower-case letters, digits, "
+            "'-' and '.', e.g. cloud.google.com)"
+        )
     if not _NAME.match(name):
-        raise PlacementError(f"{where}: key name {name!r} must be 1-63 letters, digits, '-', '_' or '.', starting "
-                             "and ending with a letter or digit")
+        raise PlacementError(
+            f"{where}: key name {name!r} must be 1-63 letters, digits, '-', '_' or '.', starting "
+            "and ending with a letter or digit"
+        )
 
 
 def _check_value(value: str, where: str) -> None:
     if value and not _NAME.match(value):
-        raise PlacementError(f"{where}: value {value!r} must be at most 63 letters, digits, '-', '_' or '.', starting "
-                             "and ending with a letter or digit")
+        raise PlacementError(
+            f"{where}: value {value!r} must be at most 63 letters, digits, '-', '_' or '.', starting "
+            "and ending with a letter or digit"
+        )
 
 
 def check_claim(name: str) -> str:
     if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        raise PlacementError(f"--trt-cache-claim {name!r} is not a PersistentVolumeClaim name (a DNS subdomain: "
-                             "lower-case letters, digits, '-' and '.')")
+        raise PlacementError(
+            f"--trt-cache-claim {name!r} is not a PersistentVolumeClaim name (a DNS subdomain: "
+            "lower-case letters, digits, '-' and '.')"
+        )
     return name
 
 
-def place(sdep: dict, models: dict[str, ModelVersion], *, node_selector: Sequence[str] = (),
-          tolerations: Sequence[str] = (), cache_claim: str | None = None) -> list[str]:
+def place(
+    sdep: dict,
+    models: dict[str, ModelVersion],
+    *,
+    node_selector: Sequence[str] = (),
+    tolerations: Sequence[str] = (),
+    cache_claim: str | None = None,
+) -> list[str]:
     """Check each GPU pod's version, set its placement and TensorRT cache volume; returns the warnings.
 
     Placement options on a rendering without GPU pods are refused: pinning CPU pods to GPU nodes wastes GPUs,
@@ -131,11 +154,20 @@ def place(sdep: dict, models: dict[str, ModelVersion], *, node_selector: Sequenc
     claim = check_claim(cache_claim) if cache_claim is not None else None
     pods = list(gpu_pod_specs(sdep))
     if not pods:
-        given = [option for option, value in (("--gpu-node-selector", node_selector), ("--gpu-toleration", tolerations),
-                                              ("--trt-cache-claim", cache_claim)) if value]
+        given = [
+            option
+            for option, value in (
+                ("--gpu-node-selector", node_selector),
+                ("--gpu-toleration", tolerations),
+                ("--trt-cache-claim", cache_claim),
+            )
+            if value
+        ]
         if given:
-            raise PlacementError(f"{' and '.join(given)} place GPU pods, and no container of this rendering asks for "
-                                 f"{GPU_RESOURCE}: render the gpu overlay (--overlay gpu, make OVERLAY=gpu)")
+            raise PlacementError(
+                f"{' and '.join(given)} place GPU pods, and no container of this rendering asks for "
+                f"{GPU_RESOURCE}: render the gpu overlay (--overlay gpu, make OVERLAY=gpu)"
+            )
         return []
     warnings = []
     for predictor, spec in pods:
@@ -148,8 +180,10 @@ def place(sdep: dict, models: dict[str, ModelVersion], *, node_selector: Sequenc
         if claim is not None:
             volume = next((v for v in spec.get("volumes", []) if v.get("name") == TENSORRT_CACHE_VOLUME), None)
             if volume is None:
-                raise PlacementError(f"--trt-cache-claim: predictor {predictor}'s pod has no {TENSORRT_CACHE_VOLUME!r} "
-                                     "volume to put on the claim (the gpu overlay mounts one)")
+                raise PlacementError(
+                    f"--trt-cache-claim: predictor {predictor}'s pod has no {TENSORRT_CACHE_VOLUME!r} "
+                    "volume to put on the claim (the gpu overlay mounts one)"
+                )
             volume.clear()
             volume.update(name=TENSORRT_CACHE_VOLUME, persistentVolumeClaim={"claimName": claim})
     return warnings

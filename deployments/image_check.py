@@ -108,8 +108,9 @@ def parse_reference(text: str) -> ImageRef:
         if "/" not in repository:
             repository = f"library/{repository}"
     if not _REPOSITORY.fullmatch(repository) or (tag and not _TAG.fullmatch(tag)):
-        raise ImageError(f"image {text!r} is not a valid reference (registry/repository:tag or @sha256:digest, "
-                         f"the repository in lower case)")
+        raise ImageError(
+            f"image {text!r} is not a valid reference (registry/repository:tag or @sha256:digest, the repository in lower case)"
+        )
     return ImageRef(text.strip(), registry, repository, digest or tag or "latest")
 
 
@@ -140,11 +141,14 @@ def docker_credentials(registry: str, config_path: Path) -> tuple[Credentials | 
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError) as err:
-        raise ImageError(f"cannot read the Docker config {config_path}: {err}: fix it, or point DOCKER_CONFIG at "
-                         "another folder") from err
+        raise ImageError(
+            f"cannot read the Docker config {config_path}: {err}: fix it, or point DOCKER_CONFIG at another folder"
+        ) from err
     wanted = _normalized_host(registry)
-    helper = next((name for key, name in (config.get("credHelpers") or {}).items() if _normalized_host(key) == wanted),
-                  config.get("credsStore") or None)
+    helper = next(
+        (name for key, name in (config.get("credHelpers") or {}).items() if _normalized_host(key) == wanted),
+        config.get("credsStore") or None,
+    )
     for key, entry in (config.get("auths") or {}).items():
         if _normalized_host(key) != wanted or not isinstance(entry, dict):
             continue
@@ -152,8 +156,10 @@ def docker_credentials(registry: str, config_path: Path) -> tuple[Credentials | 
             try:
                 username, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
             except ValueError as err:
-                raise ImageError(f"the Docker config {config_path} holds an `auth` for {key} that is not base64 of "
-                                 f"user:password: log in again with `{_login(registry)}`") from err
+                raise ImageError(
+                    f"the Docker config {config_path} holds an `auth` for {key} that is not base64 of "
+                    f"user:password: log in again with `{_login(registry)}`"
+                ) from err
             return Credentials(username, password), helper
         if entry.get("username") and entry.get("password"):
             return Credentials(entry["username"], entry["password"]), helper
@@ -178,8 +184,12 @@ def _reason(err: requests.RequestException) -> str:
     if isinstance(err, requests.Timeout):
         return f"no answer within {TIMEOUT_S[0]:.0f}+{TIMEOUT_S[1]:.0f}s"
     text = str(err)
-    for pattern in (r"certificate verify failed:?[^'\")]*", r"\[Errno -?\d+\] ([^'\")]+)", r"(Name or service not known)",
-                    r"(wrong version number)"):
+    for pattern in (
+        r"certificate verify failed:?[^'\")]*",
+        r"\[Errno -?\d+\] ([^'\")]+)",
+        r"(Name or service not known)",
+        r"(wrong version number)",
+    ):
         if match := re.search(pattern, text):
             return (match.group(1) if match.groups() else match.group(0)).strip()
     return type(err).__name__
@@ -197,9 +207,11 @@ class _Registry:
             return self.session.request(method, url, timeout=TIMEOUT_S, **kwargs)
         except requests.RequestException as err:
             what, where = ("its registry", url.split("/v2/")[0]) if "/v2/" in url else ("its token service", url)
-            raise ImageError(f"image {self.ref.text}: cannot reach {what} at {where} ({_reason(err)}): check the "
-                             "address and that the registry is up, and for a registry with a private CA set "
-                             "REQUESTS_CA_BUNDLE") from err
+            raise ImageError(
+                f"image {self.ref.text}: cannot reach {what} at {where} ({_reason(err)}): check the "
+                "address and that the registry is up, and for a registry with a private CA set "
+                "REQUESTS_CA_BUNDLE"
+            ) from err
 
     def _authorization(self, response: requests.Response) -> str | None:
         """The Authorization header that answers the registry's 401 challenge; None when it needs credentials
@@ -211,25 +223,33 @@ class _Registry:
             pair = f"{self.credentials.username}:{self.credentials.password}".encode()
             return f"Basic {base64.b64encode(pair).decode()}"
         if scheme != "bearer" or not params.get("realm"):
-            raise ImageError(f"image {self.ref.text}: {self.ref.registry} asks for authentication Slipway does not "
-                             f"speak ({response.headers.get('WWW-Authenticate', 'no WWW-Authenticate header')!r})")
+            raise ImageError(
+                f"image {self.ref.text}: {self.ref.registry} asks for authentication Slipway does not "
+                f"speak ({response.headers.get('WWW-Authenticate', 'no WWW-Authenticate header')!r})"
+            )
         realm = params["realm"]
         realm_host = urllib.parse.urlsplit(realm).netloc
         if self.credentials is not None and realm.startswith("http://") and not _is_loopback(realm_host):
-            raise ImageError(f"image {self.ref.text}: {self.ref.registry}'s token service {realm} is plain http; "
-                             "Slipway sends no credentials there")
+            raise ImageError(
+                f"image {self.ref.text}: {self.ref.registry}'s token service {realm} is plain http; "
+                "Slipway sends no credentials there"
+            )
         if realm_host != self.ref.host and not self.ref.loopback and _is_internal(realm_host):
             # as go-containerregistry does: a registry must not steer requests to the metadata service or the LAN
-            raise ImageError(f"image {self.ref.text}: {self.ref.registry} points its token requests at {realm}, a "
-                             "private address: Slipway sends none there")
+            raise ImageError(
+                f"image {self.ref.text}: {self.ref.registry} points its token requests at {realm}, a "
+                "private address: Slipway sends none there"
+            )
         query = {"scope": params.get("scope") or f"repository:{self.ref.repository}:pull"}
         if params.get("service"):
             query["service"] = params["service"]
         auth = (self.credentials.username, self.credentials.password) if self.credentials else None
         answer = self._send("GET", realm, params=query, auth=auth)
         if answer.status_code in (401, 403) and self.credentials is not None:
-            raise ImageError(f"image {self.ref.text}: {self.ref.registry} refused the credentials for it in "
-                             f"{self.config_path} ({answer.status_code}): log in again with `{_login(self.ref.registry)}`")
+            raise ImageError(
+                f"image {self.ref.text}: {self.ref.registry} refused the credentials for it in "
+                f"{self.config_path} ({answer.status_code}): log in again with `{_login(self.ref.registry)}`"
+            )
         if answer.status_code != 200:
             return None
         try:
@@ -252,17 +272,22 @@ class _Registry:
         if response.status_code in (401, 403):
             raise ImageError(self._refused(response.status_code))
         if response.status_code == 404:
-            raise ImageError(f"image {self.ref.text} is not in its registry: {self.ref.registry} has no "
-                             f"{self.ref.repository}{'@' if ':' in self.ref.reference else ':'}{self.ref.reference}"
-                             f"{self._error_code(headers, response)}: push it first: make push IMAGE_REPO={self.ref.image_repo}")
-        raise ImageError(f"image {self.ref.text}: {self.ref.registry} answered {response.status_code} "
-                         f"{response.reason}{self._error_code(headers, response)} to {self.ref.manifest_url}")
+            raise ImageError(
+                f"image {self.ref.text} is not in its registry: {self.ref.registry} has no "
+                f"{self.ref.repository}{'@' if ':' in self.ref.reference else ':'}{self.ref.reference}"
+                f"{self._error_code(headers, response)}: push it first: make push IMAGE_REPO={self.ref.image_repo}"
+            )
+        raise ImageError(
+            f"image {self.ref.text}: {self.ref.registry} answered {response.status_code} "
+            f"{response.reason}{self._error_code(headers, response)} to {self.ref.manifest_url}"
+        )
 
     def _error_code(self, headers: dict, response: requests.Response) -> str:
         """The registry's error code (MANIFEST_UNKNOWN, NAME_UNKNOWN), from a GET: a HEAD's answer has no body."""
         authorization = response.request.headers.get("Authorization")
-        answer = self._send("GET", self.ref.manifest_url,
-                            headers={**headers, **({"Authorization": authorization} if authorization else {})})
+        answer = self._send(
+            "GET", self.ref.manifest_url, headers={**headers, **({"Authorization": authorization} if authorization else {})}
+        )
         try:
             errors = answer.json().get("errors") or []
         except (ValueError, AttributeError):
@@ -274,17 +299,23 @@ class _Registry:
         ref, login = self.ref, _login(self.ref.registry)
         missing = f" (or it does not exist there: push it first: make push IMAGE_REPO={ref.image_repo})"
         if self.credentials is not None:
-            return (f"image {ref.text}: {ref.registry} refused the credentials for it in {self.config_path} ({status}): "
-                    f"wrong, or without pull access to {ref.repository}{missing}; log in again with `{login}`")
+            return (
+                f"image {ref.text}: {ref.registry} refused the credentials for it in {self.config_path} ({status}): "
+                f"wrong, or without pull access to {ref.repository}{missing}; log in again with `{login}`"
+            )
         if self.helper:
-            return (f"image {ref.text}: {ref.registry} wants credentials to pull {ref.repository} ({status}), and "
-                    f"{self.config_path} keeps them in the credential helper docker-credential-{self.helper}, which "
-                    f"Slipway does not read: put them in an `auths` entry of a config of their own, e.g. "
-                    f"`DOCKER_CONFIG=~/.docker-slipway {login}` where no helper is set up, and deploy with "
-                    f"DOCKER_CONFIG=~/.docker-slipway{missing}")
-        return (f"image {ref.text}: {ref.registry} wants credentials to pull {ref.repository} ({status}) and "
-                f"{self.config_path} has none for it: log in with `{login}` (DOCKER_CONFIG= picks another "
-                f"config folder){missing}")
+            return (
+                f"image {ref.text}: {ref.registry} wants credentials to pull {ref.repository} ({status}), and "
+                f"{self.config_path} keeps them in the credential helper docker-credential-{self.helper}, which "
+                f"Slipway does not read: put them in an `auths` entry of a config of their own, e.g. "
+                f"`DOCKER_CONFIG=~/.docker-slipway {login}` where no helper is set up, and deploy with "
+                f"DOCKER_CONFIG=~/.docker-slipway{missing}"
+            )
+        return (
+            f"image {ref.text}: {ref.registry} wants credentials to pull {ref.repository} ({status}) and "
+            f"{self.config_path} has none for it: log in with `{login}` (DOCKER_CONFIG= picks another "
+            f"config folder){missing}"
+        )
 
 
 def resolve(image: str, *, config_path: Path | None = None, session: requests.Session | None = None) -> str:

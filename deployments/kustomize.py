@@ -31,20 +31,55 @@ SUPPORTED_FIELDS = {"apiVersion", "kind", "resources", "components", "labels", "
 SUPPORTED_LABEL_FIELDS = {"pairs"}
 # Built-in kinds without a namespace; kustomize's `namespace` leaves them alone (custom kinds count as namespaced).
 CLUSTER_SCOPED_KINDS = {
-    "Namespace", "Node", "PersistentVolume", "StorageClass", "PriorityClass", "ClusterRole", "ClusterRoleBinding",
-    "CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "RuntimeClass", "CSIDriver", "CSINode",
-    "VolumeAttachment", "IngressClass", "CertificateSigningRequest", "FlowSchema", "PriorityLevelConfiguration",
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "StorageClass",
+    "PriorityClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "APIService",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "RuntimeClass",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+    "IngressClass",
+    "CertificateSigningRequest",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
 }
 Engine = Literal["auto", "kubectl", "builtin"]
 KUBECTL_TIMEOUT_S = 60
 
 # kustomize's legacy output order: these kinds first (in this order), webhooks last, the rest between.
 _ORDER_FIRST = (
-    "Namespace", "ResourceQuota", "StorageClass", "CustomResourceDefinition", "ServiceAccount",
-    "PodSecurityPolicy", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "Secret",
-    "Endpoints", "Service", "LimitRange", "PriorityClass", "PersistentVolume", "PersistentVolumeClaim",
-    "Deployment", "StatefulSet", "CronJob", "PodDisruptionBudget",
+    "Namespace",
+    "ResourceQuota",
+    "StorageClass",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "PodSecurityPolicy",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+    "ConfigMap",
+    "Secret",
+    "Endpoints",
+    "Service",
+    "LimitRange",
+    "PriorityClass",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "Deployment",
+    "StatefulSet",
+    "CronJob",
+    "PodDisruptionBudget",
 )
 _ORDER_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 _KIND_RANK = {kind: index - len(_ORDER_FIRST) for index, kind in enumerate(_ORDER_FIRST)}
@@ -87,9 +122,7 @@ def build_with_kubectl(directory: Path) -> list[dict]:
     kubectl = kubectl_binary()
     if kubectl is None:
         raise KustomizeError("kubectl is not installed; use the builtin renderer (--kustomize builtin)")
-    result = subprocess.run(
-        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S
-    )
+    result = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S)
     if result.returncode != 0:
         raise KustomizeError(f"kubectl kustomize {directory} failed: {result.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -134,8 +167,10 @@ def _build_level(directory: Path, *, expect_component: bool, accumulated: list[d
         raise KustomizeError(f"{path}: fields {unknown} are not supported by Slipway's renderer; install kubectl")
     is_component = spec.get("kind") == "Component"
     if is_component != expect_component:
-        raise KustomizeError(f"{path}: a {'Component' if is_component else 'Kustomization'} is listed as a "
-                             f"{'component' if expect_component else 'resource'}")
+        raise KustomizeError(
+            f"{path}: a {'Component' if is_component else 'Kustomization'} is listed as a "
+            f"{'component' if expect_component else 'resource'}"
+        )
     resources = accumulated if is_component else []
     for entry in spec.get("resources", []):
         target = (directory / entry).resolve()
@@ -219,8 +254,13 @@ def _select(resources: list[dict], target: dict, directory: Path) -> list[dict]:
 
 def _matches(doc: dict, target: dict) -> bool:
     group, _, version = doc.get("apiVersion", "").rpartition("/")
-    fields = {"group": group, "version": version, "kind": doc.get("kind"),
-              "name": doc.get("metadata", {}).get("name"), "namespace": doc.get("metadata", {}).get("namespace")}
+    fields = {
+        "group": group,
+        "version": version,
+        "kind": doc.get("kind"),
+        "name": doc.get("metadata", {}).get("name"),
+        "namespace": doc.get("metadata", {}).get("namespace"),
+    }
     return all(value is None or fields[key] == value for key, value in target.items())
 
 

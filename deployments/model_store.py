@@ -36,8 +36,9 @@ def _versions(store: Path, *args: str) -> dict:
 
 def version(ref: str, store: Path, *, storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
     """The version `ref` names (NAME:NUMBER, NAME:latest, NAME@TAG), as deploy pins it."""
-    return ModelVersion.from_record(_versions(store, "show", ref), source=f"the store's record of {ref}",
-                                    storage_root=storage_root)
+    return ModelVersion.from_record(
+        _versions(store, "show", ref), source=f"the store's record of {ref}", storage_root=storage_root
+    )
 
 
 def move_tag(tag: str, name: str, number: str, store: Path) -> dict:

@@ -15,10 +15,18 @@ from slipway.cli import UserError, console
 
 
 def add_storage_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--storage-endpoint", metavar="URL", help="reach the object store at URL for the upload (a "
-                         "port-forward, say) instead of the storage Secret's ENDPOINT, which is the pods' address")
-    command.add_argument("--pvc-mount", type=Path, metavar="DIR",
-                         help="where the claim of a pvc:// modelUri is mounted on this machine, to upload into it")
+    command.add_argument(
+        "--storage-endpoint",
+        metavar="URL",
+        help="reach the object store at URL for the upload (a "
+        "port-forward, say) instead of the storage Secret's ENDPOINT, which is the pods' address",
+    )
+    command.add_argument(
+        "--pvc-mount",
+        type=Path,
+        metavar="DIR",
+        help="where the claim of a pvc:// modelUri is mounted on this machine, to upload into it",
+    )
 
 
 def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> dict[str, str]:
@@ -31,8 +39,11 @@ def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> d
         return settings
     if scheme == "pvc":
         return {}
-    console.print(f"storage credentials from this machine's environment"
-                  f"{f' (cannot read Secret {namespace}/{secret})' if secret and api is not None else ''}", soft_wrap=True)
+    console.print(
+        f"storage credentials from this machine's environment"
+        f"{f' (cannot read Secret {namespace}/{secret})' if secret and api is not None else ''}",
+        soft_wrap=True,
+    )
     try:
         return settings_from_environment(scheme, os.environ)[0]
     except SecretError as err:
@@ -53,15 +64,28 @@ def place_models(api, placements: list[tuple], args: argparse.Namespace, *, chec
             destination = Destination(version.uri, settings, endpoint=args.storage_endpoint, pvc_mount=args.pvc_mount)
             if check_only:
                 there = destination.manifest()
-                console.print(f"{version.uri}: " + ("holds a version, verified when deployed" if there else
-                                                    "empty, the version would be uploaded"), soft_wrap=True)
+                console.print(
+                    f"{version.uri}: "
+                    + ("holds a version, verified when deployed" if there else "empty, the version would be uploaded"),
+                    soft_wrap=True,
+                )
                 continue
-            with Progress(SpinnerColumn(), TextColumn("{task.description}"), DownloadColumn(), TransferSpeedColumn(),
-                          console=console, transient=True) as progress:
+            with Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=console,
+                transient=True,
+            ) as progress:
                 task = progress.add_task(f"{version.name} v{version.version} -> {version.uri}", total=None)
                 placed = place(version, destination, on_bytes=lambda n: progress.advance(task, n))
         except (UploadError, OSError) as err:
-            raise UserError(f"{err}" if isinstance(err, UploadError) else f"cannot reach {version.uri}: {err}; "
-                            "nothing was applied") from err
-        console.print(f"{'uploaded' if placed.uploaded else 'found'} {version.name} v{version.version} at {placed.uri}, "
-                      f"verified: {placed.bytes} bytes, digest {placed.digest[:19]}...", soft_wrap=True)
+            raise UserError(
+                f"{err}" if isinstance(err, UploadError) else f"cannot reach {version.uri}: {err}; nothing was applied"
+            ) from err
+        console.print(
+            f"{'uploaded' if placed.uploaded else 'found'} {version.name} v{version.version} at {placed.uri}, "
+            f"verified: {placed.bytes} bytes, digest {placed.digest[:19]}...",
+            soft_wrap=True,
+        )

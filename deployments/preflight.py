@@ -32,8 +32,13 @@ PROVIDERS = {
 
 def _required_kinds(docs: list[dict]) -> set[tuple[str, str]]:
     kinds = {(doc["apiVersion"], doc["kind"]) for doc in docs}
-    if any(component.get("kedaSpec") for doc in docs if doc["kind"] == "SeldonDeployment"
-           for predictor in doc["spec"]["predictors"] for component in predictor.get("componentSpecs", [])):
+    if any(
+        component.get("kedaSpec")
+        for doc in docs
+        if doc["kind"] == "SeldonDeployment"
+        for predictor in doc["spec"]["predictors"]
+        for component in predictor.get("componentSpecs", [])
+    ):
         kinds.add(("keda.sh/v1alpha1", "ScaledObject"))
     return kinds
 
@@ -108,14 +113,18 @@ def check_operator(api) -> str | None:
     versions = operator_versions(api)
     minimum = ".".join(map(str, MINIMUM_OPERATOR))
     if not versions:
-        return (f"cannot tell the Seldon Core operator's version (no Deployment or ConfigMap labelled {OPERATOR_LABEL} "
-                f"is visible): Slipway needs {minimum} or later")
+        return (
+            f"cannot tell the Seldon Core operator's version (no Deployment or ConfigMap labelled {OPERATOR_LABEL} "
+            f"is visible): Slipway needs {minimum} or later"
+        )
     old = {where: version for where, version in versions.items() if parse_version(version) < MINIMUM_OPERATOR}
     if old:
         where, version = next(iter(old.items()))
-        raise DeployError(f"the Seldon Core operator ({where}) is {version}; Slipway needs {minimum} or later, the first "
-                          f"that adds the model-download init container to custom images: upgrade it "
-                          f"(helm upgrade seldon-core seldon-core-operator --version {minimum})")
+        raise DeployError(
+            f"the Seldon Core operator ({where}) is {version}; Slipway needs {minimum} or later, the first "
+            f"that adds the model-download init container to custom images: upgrade it "
+            f"(helm upgrade seldon-core seldon-core-operator --version {minimum})"
+        )
     return None
 
 
@@ -130,17 +139,21 @@ def check_ingress(api, docs: list[dict]) -> str | None:
         return None
     operators = list(_operator_containers(api))
     if not operators:
-        return ("cannot see the Seldon operator's Deployment to check it routes traffic: a canary's split needs the "
-                f"operator running with Istio or Ambassador ({' or '.join(INGRESS_SETTINGS)}=true)")
+        return (
+            "cannot see the Seldon operator's Deployment to check it routes traffic: a canary's split needs the "
+            f"operator running with Istio or Ambassador ({' or '.join(INGRESS_SETTINGS)}=true)"
+        )
     for where, container in operators:
         env = {item.name: item.value for item in container.env or [] if item.value is not None}
         if any(env.get(setting, "").lower() == "true" for setting in INGRESS_SETTINGS):
             return None
     values = " and ".join(f"{setting}={env.get(setting, 'unset')}" for setting in INGRESS_SETTINGS)
-    raise DeployError(f"a canary splits traffic through Istio or Ambassador, and the Seldon operator ({where}) runs "
-                      f"with neither ({values}), so the "
-                      f"split would be ignored: install it with --set istio.enabled=true (or ambassador.enabled=true), "
-                      f"or deploy without OVERLAY=canary")
+    raise DeployError(
+        f"a canary splits traffic through Istio or Ambassador, and the Seldon operator ({where}) runs "
+        f"with neither ({values}), so the "
+        f"split would be ignored: install it with --set istio.enabled=true (or ambassador.enabled=true), "
+        f"or deploy without OVERLAY=canary"
+    )
 
 
 def check_namespace_exists(api, namespace: str) -> None:
@@ -151,8 +164,9 @@ def check_namespace_exists(api, namespace: str) -> None:
         client.CoreV1Api(api).read_namespace(namespace)
     except ApiException as err:
         if err.status == 404:
-            raise DeployError(f"namespace {namespace!r} does not exist: create it (kubectl create namespace {namespace}) "
-                              "or pass NAMESPACE=") from err
+            raise DeployError(
+                f"namespace {namespace!r} does not exist: create it (kubectl create namespace {namespace}) or pass NAMESPACE="
+            ) from err
         if err.status != 403:  # may not read namespaces: the dry run still finds a missing one
             raise DeployError(f"cannot read namespace {namespace!r}: {err.status} {err.reason}") from err
 
@@ -177,15 +191,23 @@ def _secret(api, name: str, namespace: str, missing: str) -> dict[str, str] | No
 def check_secrets(api, docs: list[dict], namespace: str) -> None:
     for name, schemes in sorted(storage_secrets(docs).items()):
         scheme = sorted(schemes)[0]
-        settings = _secret(api, name, namespace, (
-            f"Secret {name!r} (the models' envSecretRefName) does not exist in namespace {namespace!r}: write it from "
-            f"your environment's credentials with `make secret NAMESPACE={namespace}` (or kubectl -n {namespace} create "
-            f"secret generic {name} --from-literal={prefix(scheme)}TYPE='{RCLONE_TYPES.get(scheme, scheme)}' ...)"))
+        settings = _secret(
+            api,
+            name,
+            namespace,
+            (
+                f"Secret {name!r} (the models' envSecretRefName) does not exist in namespace {namespace!r}: write it from "
+                f"your environment's credentials with `make secret NAMESPACE={namespace}` (or kubectl -n {namespace} create "
+                f"secret generic {name} --from-literal={prefix(scheme)}TYPE='{RCLONE_TYPES.get(scheme, scheme)}' ...)"
+            ),
+        )
         for scheme in sorted(schemes) if settings is not None else ():
             if missing := missing_keys(scheme, settings):
-                raise DeployError(f"Secret {namespace}/{name} has no {', '.join(missing)}: the storage initializer "
-                                  f"(rclone) reads the {scheme}:// remote from {prefix(scheme)}* keys; write them from "
-                                  f"your environment with `make secret NAMESPACE={namespace}`")
+                raise DeployError(
+                    f"Secret {namespace}/{name} has no {', '.join(missing)}: the storage initializer "
+                    f"(rclone) reads the {scheme}:// remote from {prefix(scheme)}* keys; write them from "
+                    f"your environment with `make secret NAMESPACE={namespace}`"
+                )
 
 
 def env_secret_keys(docs: list[dict]) -> dict[str, set[str]]:
@@ -208,13 +230,21 @@ def env_secret_keys(docs: list[dict]) -> dict[str, set[str]]:
 
 def check_env_secrets(api, docs: list[dict], namespace: str) -> None:
     for name, keys in sorted(env_secret_keys(docs).items()):
-        settings = _secret(api, name, namespace, (
-            f"Secret {name!r}, which the model containers read {', '.join(sorted(keys))} from, does not exist in "
-            f"namespace {namespace!r}: create it, e.g. kubectl -n {namespace} create secret generic {name} "
-            f"--from-literal={sorted(keys)[0]}=..."))
+        settings = _secret(
+            api,
+            name,
+            namespace,
+            (
+                f"Secret {name!r}, which the model containers read {', '.join(sorted(keys))} from, does not exist in "
+                f"namespace {namespace!r}: create it, e.g. kubectl -n {namespace} create secret generic {name} "
+                f"--from-literal={sorted(keys)[0]}=..."
+            ),
+        )
         if settings is not None and (missing := sorted(keys - set(settings))):
-            raise DeployError(f"Secret {namespace}/{name} has no key {', '.join(missing)}, which the model containers "
-                              f"read: add it (kubectl -n {namespace} edit secret {name})")
+            raise DeployError(
+                f"Secret {namespace}/{name} has no key {', '.join(missing)}, which the model containers "
+                f"read: add it (kubectl -n {namespace} edit secret {name})"
+            )
 
 
 def preflight(api, docs: list[dict[str, Any]], namespace: str, *, check_images: bool = False) -> list[str]:

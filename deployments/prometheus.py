@@ -62,10 +62,18 @@ class Prometheus:
             raise PrometheusError(f"no Prometheus to ask: set {URL_ENV} (e.g. https://prometheus.example.com)")
         allow = env.get(ALLOW_HTTP_ENV, "").strip()
         if allow not in ("", "0", "1"):
-            raise PrometheusError(f"{ALLOW_HTTP_ENV}={allow!r} is neither 1 nor 0: set {ALLOW_HTTP_ENV}=1 to allow "
-                                  "plain http:// to a non-loopback Prometheus, or unset it")
-        server = cls(url, token=env.get(TOKEN_ENV) or None, username=env.get(USERNAME_ENV) or None,
-                     password=env.get(PASSWORD_ENV) or None, timeout_s=timeout_s, allow_http=allow == "1")
+            raise PrometheusError(
+                f"{ALLOW_HTTP_ENV}={allow!r} is neither 1 nor 0: set {ALLOW_HTTP_ENV}=1 to allow "
+                "plain http:// to a non-loopback Prometheus, or unset it"
+            )
+        server = cls(
+            url,
+            token=env.get(TOKEN_ENV) or None,
+            username=env.get(USERNAME_ENV) or None,
+            password=env.get(PASSWORD_ENV) or None,
+            timeout_s=timeout_s,
+            allow_http=allow == "1",
+        )
         server.check_transport()  # at start, not at the first query minutes into a canary
         return server
 
@@ -111,8 +119,9 @@ class Prometheus:
 
     def query_range(self, query: str, *, start: float, end: float, step_s: float) -> dict:
         """The whole `query_range` answer (status and data), as `deployments.usage.parse_query_range` reads it."""
-        data = self.get("/api/v1/query_range", {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                "step": f"{step_s:g}"})
+        data = self.get(
+            "/api/v1/query_range", {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        )
         return {"status": "success", "data": data}
 
     def vector(self, query: str, *, at: float) -> list[tuple[dict[str, str], float]]:
@@ -121,8 +130,9 @@ class Prometheus:
         if data.get("resultType") == "scalar":
             return [({}, _number(data["result"][1], query, self.url))]
         if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-            raise PrometheusError(f"Prometheus at {self.url} answered a {data.get('resultType')} for {query!r}, "
-                                  "not an instant vector")
+            raise PrometheusError(
+                f"Prometheus at {self.url} answered a {data.get('resultType')} for {query!r}, not an instant vector"
+            )
         return [(item.get("metric", {}), _number(item["value"][1], query, self.url)) for item in data["result"]]
 
     def scalar(self, query: str, *, at: float) -> float | None:

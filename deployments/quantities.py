@@ -9,8 +9,7 @@ import re
 
 _CPU = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m?)$")
 _MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_BYTES = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9,
-          "T": 10**12}
+_BYTES = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
 def cpus(quantity: object) -> float | None:

@@ -36,10 +36,12 @@ class ModelVersion(BaseModel):
     uri: str = Field(description="where the storage initializer pulls the artifact folder from")
     digest: str = Field(description="sha256 of the stored artifact, as `sha256:<hex>`")
     tags: tuple[str, ...] = ()
-    local_dir: Path | None = Field(default=None, exclude=True,
-                                   description="the artifact folder on this machine, where there is one: its settings are read")
-    lineage: Any = Field(default=None, exclude=True,
-                         description="the store's lineage, as the record has it: the gpu overlay reads its `numerics`")
+    local_dir: Path | None = Field(
+        default=None, exclude=True, description="the artifact folder on this machine, where there is one: its settings are read"
+    )
+    lineage: Any = Field(
+        default=None, exclude=True, description="the store's lineage, as the record has it: the gpu overlay reads its `numerics`"
+    )
 
     @field_validator("name")
     @classmethod
@@ -78,8 +80,7 @@ class ModelVersion(BaseModel):
         return value
 
     @classmethod
-    def from_record_file(cls, path: Path, *, uri: str | None = None,
-                         storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
+    def from_record_file(cls, path: Path, *, uri: str | None = None, storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
         """Read the store's JSON record; `uri` replaces the record's where the artifact was copied elsewhere.
 
         A record of a store on this machine (a `file://` URI) is pulled from `<storage_root>/<name>/<version>`,
@@ -89,8 +90,9 @@ class ModelVersion(BaseModel):
         return cls.from_record(record, source=f"version record {path}", uri=uri, storage_root=storage_root)
 
     @classmethod
-    def from_record(cls, record: object, *, source: str, uri: str | None = None,
-                    storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
+    def from_record(
+        cls, record: object, *, source: str, uri: str | None = None, storage_root: str = DEFAULT_STORAGE_ROOT
+    ) -> ModelVersion:
         """The store's record as parsed JSON (`from_record_file` without the file); `source` names it in errors."""
         if not isinstance(record, dict):
             raise RecordError(f"{source} must be a JSON object with name, version, uri and digest")
@@ -102,8 +104,9 @@ class ModelVersion(BaseModel):
         return cls._validated({**record, "local_dir": local_dir}, source=source)
 
     @classmethod
-    def from_artifact(cls, model_dir: Path, *, version: str | None = None, uri: str | None = None,
-                      storage_root: str = DEFAULT_STORAGE_ROOT) -> ModelVersion:
+    def from_artifact(
+        cls, model_dir: Path, *, version: str | None = None, uri: str | None = None, storage_root: str = DEFAULT_STORAGE_ROOT
+    ) -> ModelVersion:
         """An unpublished artifact folder (the demo's): name and digest from its files, version from the digest."""
         from slipway.artifact import SETTINGS_FILE, ArtifactError, read_manifest
 
@@ -114,15 +117,20 @@ class ModelVersion(BaseModel):
         settings = _json_file(settings_path, str(settings_path), fix)
         name = settings.get("name") if isinstance(settings, dict) else None
         if not isinstance(name, str) or not name:
-            raise RecordError(f"{settings_path} names no model (a JSON object with a \"name\" string is expected); {fix}")
+            raise RecordError(f'{settings_path} names no model (a JSON object with a "name" string is expected); {fix}')
         try:
             digest = read_manifest(model_dir).digest
         except ArtifactError as err:
             raise RecordError(str(err)) from err
         parameters = settings.get("parameters")
         version = str(version or (parameters.get("version") if isinstance(parameters, dict) else None) or digest[:12])
-        record = {"name": name, "version": version, "digest": digest, "local_dir": Path(model_dir),
-                  "uri": uri or storage_uri(storage_root, name, version)}
+        record = {
+            "name": name,
+            "version": version,
+            "digest": digest,
+            "local_dir": Path(model_dir),
+            "uri": uri or storage_uri(storage_root, name, version),
+        }
         return cls._validated(record, source=str(model_dir))
 
     @classmethod

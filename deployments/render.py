@@ -83,9 +83,13 @@ class Rendered:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "overlay": self.overlay, "namespace": self.namespace, "autoscaling": self.autoscaling,
+            "overlay": self.overlay,
+            "namespace": self.namespace,
+            "autoscaling": self.autoscaling,
             "hpa_metric_source": self.hpa_metric_source,
-            "kustomize": self.engine, "inference_path": self.inference_path, "shared_memory": self.shared_memory,
+            "kustomize": self.engine,
+            "inference_path": self.inference_path,
+            "shared_memory": self.shared_memory,
             "split": self.split,
             "predictors": {p: {"version": m.version, "uri": m.uri, "digest": m.digest} for p, m in self.models.items()},
             "resources": [f"{doc['kind']}/{doc['metadata']['name']}" for doc in self.docs],
@@ -132,7 +136,9 @@ def render(
     for name in (namespace, ingress_namespace, monitoring_namespace):
         check_namespace(name)
     if hpa_metric_source not in autoscaling.METRIC_SOURCES:
-        raise RenderError(f"unknown HPA metric source {hpa_metric_source!r}; choose one of {', '.join(autoscaling.METRIC_SOURCES)}")
+        raise RenderError(
+            f"unknown HPA metric source {hpa_metric_source!r}; choose one of {', '.join(autoscaling.METRIC_SOURCES)}"
+        )
     try:  # MLServer's model repository API (load, unload): closed, or open with a bearer token from a Secret
         repository_env = container_env(repository_api, repository_token_secret)
     except RepositoryApiError as err:
@@ -169,8 +175,9 @@ def render(
     pin_env(sdeps[0], repository_env)
     _pin_env_value(sdeps[0], NAMESPACE_ENV, namespace)  # the payload log's events say where they come from
     try:  # GPU pods: the variant measured for GPUs, node placement (`KEY=VALUE`, `KEY[=VALUE][:EFFECT]`), TensorRT cache
-        warnings = gpu.place(sdeps[0], models, node_selector=gpu_node_selector, tolerations=gpu_tolerations,
-                             cache_claim=trt_cache_claim)
+        warnings = gpu.place(
+            sdeps[0], models, node_selector=gpu_node_selector, tolerations=gpu_tolerations, cache_claim=trt_cache_claim
+        )
     except gpu.PlacementError as err:
         raise RenderError(str(err)) from err
     if frontends_count is not None:  # N front ends and a session host per pod: $SLIPWAY_FRONTENDS, CPUs for them
@@ -190,9 +197,18 @@ def render(
     leftover = _placeholders(docs)
     if leftover:
         raise RenderError(f"placeholders left unset after rendering: {', '.join(sorted(leftover))}")
-    return Rendered(docs=docs, overlay=str(overlay), namespace=namespace, autoscaling=autoscaling_mode, engine=used,
-                    models=models, shared_memory=shared_memory, hpa_metric_source=hpa_metric_source, warnings=warnings,
-                    split=split_mode)
+    return Rendered(
+        docs=docs,
+        overlay=str(overlay),
+        namespace=namespace,
+        autoscaling=autoscaling_mode,
+        engine=used,
+        models=models,
+        shared_memory=shared_memory,
+        hpa_metric_source=hpa_metric_source,
+        warnings=warnings,
+        split=split_mode,
+    )
 
 
 def _split(sdep: dict, mode: str, model: ModelVersion, docs: list[dict]) -> None:
@@ -215,8 +231,10 @@ def check_namespace(namespace: str) -> str:
     """The API server refuses every object in a namespace that is not a DNS-1123 label: refuse it before writing any."""
     if not isinstance(namespace, str) or not _DNS_1123_LABEL.match(namespace):
         suggestion = re.sub(r"[^a-z0-9-]+", "-", str(namespace).lower()).strip("-")[:63].strip("-") or "slipway"
-        raise RenderError(f"namespace {namespace!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits "
-                          f"and '-', starting and ending with a letter or digit (e.g. {suggestion})")
+        raise RenderError(
+            f"namespace {namespace!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits "
+            f"and '-', starting and ending with a letter or digit (e.g. {suggestion})"
+        )
     return namespace
 
 
@@ -233,13 +251,17 @@ def namespace_argument(text: str) -> str:
 def _assign_models(sdep: dict, model: ModelVersion, canary: ModelVersion | None) -> dict[str, ModelVersion]:
     names = [p["name"] for p in sdep["spec"]["predictors"]]
     if CANARY_PREDICTOR in names and canary is None:
-        raise RenderError("this overlay has a canary predictor: pass the canary's version record (--canary-record, "
-                          "or CANARY_VERSION=/CANARY_TAG= with make)")
+        raise RenderError(
+            "this overlay has a canary predictor: pass the canary's version record (--canary-record, "
+            "or CANARY_VERSION=/CANARY_TAG= with make)"
+        )
     if canary is not None and CANARY_PREDICTOR not in names:
         raise RenderError("a canary version was given, but this overlay has no canary predictor: use OVERLAY=canary")
     if canary is not None and canary.name != model.name:
-        raise RenderError(f"the canary is model {canary.name!r} but the main version is {model.name!r}: "
-                          "a canary splits traffic between versions of one model")
+        raise RenderError(
+            f"the canary is model {canary.name!r} but the main version is {model.name!r}: "
+            "a canary splits traffic between versions of one model"
+        )
     return {name: canary if name == CANARY_PREDICTOR else model for name in names}
 
 
@@ -273,7 +295,11 @@ def service_account_name(model_name: str) -> str:
 
 
 def _pin_seldon_deployment(
-    sdep: dict, main: ModelVersion, models: dict[str, ModelVersion], image: str | None, namespace: str,
+    sdep: dict,
+    main: ModelVersion,
+    models: dict[str, ModelVersion],
+    image: str | None,
+    namespace: str,
     image_pull_policy: str | None = None,
 ) -> None:
     """Name the deployment, graph nodes and containers after the model and point each predictor at its version."""
@@ -282,12 +308,12 @@ def _pin_seldon_deployment(
         {"slipway.io/model-version": main.version, "slipway.io/model-digest": main.digest}
     )
     for predictor in sdep["spec"]["predictors"]:
-        pin_predictor(predictor, models[predictor["name"]], namespace=namespace, image=image,
-                      image_pull_policy=image_pull_policy)
+        pin_predictor(predictor, models[predictor["name"]], namespace=namespace, image=image, image_pull_policy=image_pull_policy)
 
 
-def pin_predictor(predictor: dict, version: ModelVersion, *, namespace: str, image: str | None = None,
-                  image_pull_policy: str | None = None) -> None:
+def pin_predictor(
+    predictor: dict, version: ModelVersion, *, namespace: str, image: str | None = None, image_pull_policy: str | None = None
+) -> None:
     """Point one predictor (in place) at `version`: graph, labels, the version annotations its pods carry, the model
     container's name and digest, the spreading selector and the HPA's container. Also how the canary controller
     turns a copy of the live stable predictor into the canary, so that the two differ only in the version."""
@@ -315,8 +341,7 @@ def pin_predictor(predictor: dict, version: ModelVersion, *, namespace: str, ima
                 _pin_digest(container, version)
         _fill_keda_query(component, namespace=namespace, model=version.name, predictor=predictor["name"])
         # the HPA's ContainerResource metrics read the model container, renamed above
-        autoscaling.pin_model_container(component.get("hpaSpec", {}).get("metricsv2", []), version.name,
-                                        aliases=(old_name,))
+        autoscaling.pin_model_container(component.get("hpaSpec", {}).get("metricsv2", []), version.name, aliases=(old_name,))
 
 
 def _pin_env_value(sdep: dict, name: str, value: str) -> None:
@@ -359,8 +384,9 @@ def _fill_keda_query(component: dict, *, namespace: str, model: str, predictor: 
         metadata = trigger.get("metadata", {})
         for key, value in metadata.items():
             if isinstance(value, str):
-                metadata[key] = (value.replace("$(NAMESPACE)", namespace).replace("$(MODEL)", model)
-                                 .replace("$(PREDICTOR)", predictor))
+                metadata[key] = (
+                    value.replace("$(NAMESPACE)", namespace).replace("$(MODEL)", model).replace("$(PREDICTOR)", predictor)
+                )
 
 
 def _pin_standalone_hpa(hpa: dict, sdep: dict) -> None:
@@ -368,13 +394,18 @@ def _pin_standalone_hpa(hpa: dict, sdep: dict) -> None:
     predictor_name = hpa["metadata"].get("labels", {}).get(PREDICTOR_LABEL)
     predictor = next((p for p in sdep["spec"]["predictors"] if p["name"] == predictor_name), None)
     if predictor is None:
-        raise RenderError(f"HorizontalPodAutoscaler {hpa['metadata']['name']} must carry the label {PREDICTOR_LABEL} "
-                          f"naming a predictor of {sdep['metadata']['name']}")
+        raise RenderError(
+            f"HorizontalPodAutoscaler {hpa['metadata']['name']} must carry the label {PREDICTOR_LABEL} "
+            f"naming a predictor of {sdep['metadata']['name']}"
+        )
     name = sdep["metadata"]["name"]
     hpa["metadata"]["name"] = f"{name}-{predictor_name}"
     hpa["metadata"]["labels"][PREDICTOR_LABEL] = predictor_name
-    hpa["spec"]["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment",
-                                     "name": seldon.deployment_name(name, predictor, 0)}
+    hpa["spec"]["scaleTargetRef"] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": seldon.deployment_name(name, predictor, 0),
+    }
     autoscaling.pin_model_container(hpa["spec"].get("metrics", []), predictor["graph"]["name"])
 
 
@@ -410,8 +441,10 @@ def write_manifests(rendered: Rendered, out_dir: Path) -> list[Path]:
         (staging / "all.yaml").write_text(yaml.safe_dump_all(rendered.docs, sort_keys=False))
         rules = rendered.adapter_rules
         if rules is not None:
-            header = ("# prometheus-adapter Helm values: merge `rules.custom` into your adapter's values so the HPA\n"
-                      f"# can read {autoscaling.RPS_METRIC}. Not a Kubernetes resource: not in all.yaml.\n")
+            header = (
+                "# prometheus-adapter Helm values: merge `rules.custom` into your adapter's values so the HPA\n"
+                f"# can read {autoscaling.RPS_METRIC}. Not a Kubernetes resource: not in all.yaml.\n"
+            )
             (staging / ADAPTER_RULES_FILE).write_text(header + yaml.safe_dump(rules, sort_keys=False))
             names.append(ADAPTER_RULES_FILE)
         (staging / RENDERING_FILE).write_text(json.dumps(rendered.summary(), indent=2, sort_keys=True) + "\n")

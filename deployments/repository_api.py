@@ -31,18 +31,23 @@ def container_env(mode: str, token_secret: str | None) -> list[dict]:
     if mode not in MODES:
         raise RepositoryApiError(f"unknown repository API setting {mode!r}; choose one of {', '.join(MODES)}")
     if mode == "closed" and token_secret:
-        raise RepositoryApiError(f"--repository-token-secret {token_secret} with the repository API closed admits no "
-                                 "caller: add --repository-api open (REPOSITORY_API=open), or drop the Secret")
+        raise RepositoryApiError(
+            f"--repository-token-secret {token_secret} with the repository API closed admits no "
+            "caller: add --repository-api open (REPOSITORY_API=open), or drop the Secret"
+        )
     if mode == "open" and not token_secret:
         raise RepositoryApiError(
             "--repository-api open needs --repository-token-secret NAME (REPOSITORY_TOKEN_SECRET=NAME): a Secret in "
             f"the model's namespace whose key {TOKEN_KEY!r} holds the bearer token callers send (create it with "
-            f"kubectl create secret generic NAME --from-literal={TOKEN_KEY}=$(openssl rand -hex 32))")
+            f"kubectl create secret generic NAME --from-literal={TOKEN_KEY}=$(openssl rand -hex 32))"
+        )
     env = [{"name": HOOK_ENV, "value": HOOK}, {"name": API_ENV, "value": mode}]
     if token_secret:
         if len(token_secret) > 253 or not _SECRET_NAME.match(token_secret):
-            raise RepositoryApiError(f"--repository-token-secret {token_secret!r} is not a Secret name: use lower-case "
-                                     "letters, digits, '-' and '.', starting and ending with a letter or digit")
+            raise RepositoryApiError(
+                f"--repository-token-secret {token_secret!r} is not a Secret name: use lower-case "
+                "letters, digits, '-' and '.', starting and ending with a letter or digit"
+            )
         env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": token_secret, "key": TOKEN_KEY}}})
     return env
 

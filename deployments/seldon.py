@@ -32,10 +32,18 @@ PREDICTOR_LABEL = "slipway.io/predictor"
 # worse than redundant: 1.17's SetEnvVar returns an empty list when the variable already exists
 # (without override), so the container loses every environment variable set before it.
 OPERATOR_ENV = (
-    "MLSERVER_HTTP_PORT", "MLSERVER_GRPC_PORT", "MLSERVER_METRICS_PORT", "MLSERVER_METRICS_ENDPOINT",
-    "MLSERVER_MODEL_NAME", "MLSERVER_MODEL_URI", "PREDICTIVE_UNIT_HTTP_SERVICE_PORT",
-    "PREDICTIVE_UNIT_GRPC_SERVICE_PORT", "PREDICTIVE_UNIT_SERVICE_PORT", "PREDICTIVE_UNIT_ID",
-    "PREDICTOR_ID", "SELDON_DEPLOYMENT_ID",
+    "MLSERVER_HTTP_PORT",
+    "MLSERVER_GRPC_PORT",
+    "MLSERVER_METRICS_PORT",
+    "MLSERVER_METRICS_ENDPOINT",
+    "MLSERVER_MODEL_NAME",
+    "MLSERVER_MODEL_URI",
+    "PREDICTIVE_UNIT_HTTP_SERVICE_PORT",
+    "PREDICTIVE_UNIT_GRPC_SERVICE_PORT",
+    "PREDICTIVE_UNIT_SERVICE_PORT",
+    "PREDICTIVE_UNIT_ID",
+    "PREDICTOR_ID",
+    "SELDON_DEPLOYMENT_ID",
 )
 _K8S_NAME_LIMIT = 63
 
@@ -77,8 +85,12 @@ def projected_deployments(sdep: dict) -> list[dict[str, Any]]:
     projected = []
     for predictor, index, component in pod_specs(sdep):
         dep_name = deployment_name(name, predictor, index)
-        labels = {DEPLOYMENT_ID_LABEL: name, "app": dep_name, **predictor.get("labels", {}),
-                  **component.get("metadata", {}).get("labels", {})}
+        labels = {
+            DEPLOYMENT_ID_LABEL: name,
+            "app": dep_name,
+            **predictor.get("labels", {}),
+            **component.get("metadata", {}).get("labels", {}),
+        }
         annotations = {**predictor.get("annotations", {}), **component.get("metadata", {}).get("annotations", {})}
         pod_spec = copy.deepcopy(component["spec"])
         for container in pod_spec.get("containers", []):
@@ -90,13 +102,15 @@ def projected_deployments(sdep: dict) -> list[dict[str, Any]]:
         metadata = {"name": dep_name, "labels": labels, "annotations": annotations}
         if namespace:
             metadata["namespace"] = namespace
-        projected.append({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": metadata,
-            "spec": {
-                "selector": {"matchLabels": {DEPLOYMENT_ID_LABEL: name, "app": dep_name}},
-                "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
-            },
-        })
+        projected.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": metadata,
+                "spec": {
+                    "selector": {"matchLabels": {DEPLOYMENT_ID_LABEL: name, "app": dep_name}},
+                    "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
+                },
+            }
+        )
     return projected

@@ -44,8 +44,10 @@ def split_predictor(predictor: dict[str, Any]) -> None:
     """Turn a pinned one-node predictor into the three-node graph, in place (see the module's doc)."""
     graph = predictor["graph"]
     if graph.get("children") or len(predictor.get("componentSpecs", [])) != 1:
-        raise SplitError(f"predictor {predictor['name']} is not one model in one component: --split cpu-gpu splits "
-                         "the shipped one-node overlays (cpu, gpu)")
+        raise SplitError(
+            f"predictor {predictor['name']} is not one model in one component: --split cpu-gpu splits "
+            "the shipped one-node overlays (cpu, gpu)"
+        )
     model = graph["name"]
     model_component = predictor["componentSpecs"][0]
     container = _container(model_component, model)
@@ -54,8 +56,12 @@ def split_predictor(predictor: dict[str, Any]) -> None:
     for node_type, role, suffix in reversed(CPU_NODES):  # built inside out: the transformer wraps the model
         name = f"{model}{suffix}"
         components.append(cpu_component(model_component, model, name, role))
-        node = {"name": name, "type": node_type, **{key: graph[key] for key in GRAPH_NODE_KEYS if key in graph},
-                "children": [node]}
+        node = {
+            "name": name,
+            "type": node_type,
+            **{key: graph[key] for key in GRAPH_NODE_KEYS if key in graph},
+            "children": [node],
+        }
     predictor["graph"] = node
     predictor["componentSpecs"] = components
     annotations = predictor.get("annotations", {})
@@ -79,8 +85,10 @@ def check_artifact(folder: Path) -> None:
         raise SplitError(f"cannot read {folder / SETTINGS_FILE} ({err})") from None
     missing = [stage for stage in ("preprocess", "postprocess") if extra.get(stage) is None]
     if missing:
-        raise SplitError(f"{folder}/{SETTINGS_FILE} sets no parameters.extra.{' or '.join(missing)}: --split cpu-gpu "
-                         "serves decoding and top-k in pods of their own; export the model with both, or render without it")
+        raise SplitError(
+            f"{folder}/{SETTINGS_FILE} sets no parameters.extra.{' or '.join(missing)}: --split cpu-gpu "
+            "serves decoding and top-k in pods of their own; export the model with both, or render without it"
+        )
 
 
 def role_args(role: str, name: str) -> list[str]:
@@ -100,8 +108,19 @@ def cpu_component(model_component: dict, model: str, name: str, role: str) -> di
     container["volumeMounts"] = [mount for mount in container.get("volumeMounts", []) if mount["name"] in CPU_VOLUMES]
     container["env"] = [item for item in container.get("env", []) if item["name"] not in GPU_ONLY_ENV]
     component.pop("kedaSpec", None)
-    component["hpaSpec"] = {**CPU_REPLICAS, "metricsv2": [{"type": "ContainerResource", "containerResource": {
-        "name": "cpu", "container": name, "target": {"type": "Utilization", "averageUtilization": CPU_TARGET}}}]}
+    component["hpaSpec"] = {
+        **CPU_REPLICAS,
+        "metricsv2": [
+            {
+                "type": "ContainerResource",
+                "containerResource": {
+                    "name": "cpu",
+                    "container": name,
+                    "target": {"type": "Utilization", "averageUtilization": CPU_TARGET},
+                },
+            }
+        ],
+    }
     component.pop("pdbSpec", None)  # Seldon's budget selects every pod of the SeldonDeployment: the model's one covers all
     return component
 

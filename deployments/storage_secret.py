@@ -41,16 +41,20 @@ def settings_from_environment(scheme: str, environ: Mapping[str, str]) -> tuple[
         return _s3_settings(environ)
     if scheme == "gs":
         return _gs_settings(environ)
-    raise SecretError(f"no storage Secret for {scheme}:// URIs: `make secret` writes one for {', '.join(SCHEMES)}; "
-                      f"for pvc:// the pod mounts the claim and needs none")
+    raise SecretError(
+        f"no storage Secret for {scheme}:// URIs: `make secret` writes one for {', '.join(SCHEMES)}; "
+        f"for pvc:// the pod mounts the claim and needs none"
+    )
 
 
 def _s3_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     key, secret = environ.get("AWS_ACCESS_KEY_ID", ""), environ.get("AWS_SECRET_ACCESS_KEY", "")
     if bool(key) != bool(secret):
         missing = "AWS_SECRET_ACCESS_KEY" if key else "AWS_ACCESS_KEY_ID"
-        raise SecretError(f"{missing} is not set while its pair is: set both, or neither to let pods authenticate "
-                          "through their service account (IRSA / EKS Pod Identity)")
+        raise SecretError(
+            f"{missing} is not set while its pair is: set both, or neither to let pods authenticate "
+            "through their service account (IRSA / EKS Pod Identity)"
+        )
     endpoint_variable = next((name for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if environ.get(name)), None)
     region_variable = next((name for name in ("AWS_REGION", "AWS_DEFAULT_REGION") if environ.get(name)), None)
     settings = {"TYPE": "s3", "PROVIDER": "Other" if endpoint_variable else "AWS", "ENV_AUTH": "false" if key else "true"}
@@ -78,8 +82,10 @@ def _gs_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]
             text = Path(path).read_text()
             json.loads(text)
         except (OSError, ValueError) as err:
-            raise SecretError(f"GOOGLE_APPLICATION_CREDENTIALS={path} is not a readable JSON key file ({err}): point it "
-                              "at a service account key, or unset it to use the pods' workload identity") from err
+            raise SecretError(
+                f"GOOGLE_APPLICATION_CREDENTIALS={path} is not a readable JSON key file ({err}): point it "
+                "at a service account key, or unset it to use the pods' workload identity"
+            ) from err
         settings.update(SERVICE_ACCOUNT_CREDENTIALS=text, ENV_AUTH="false")
         used.append("GOOGLE_APPLICATION_CREDENTIALS")
     else:
@@ -90,7 +96,9 @@ def _gs_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]
 def secret_manifest(name: str, namespace: str, settings: Mapping[str, str]) -> dict:
     """The Secret as the API server takes it (values base64 in `data`, so a re-apply replaces them whole)."""
     return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
         "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "slipway"}},
         "data": {key: base64.b64encode(value.encode()).decode() for key, value in sorted(settings.items())},
     }
@@ -115,8 +123,7 @@ def read_settings(api, name: str, namespace: str) -> dict[str, str] | None:
 
 def decoded(secret) -> dict[str, str]:
     """A V1Secret's keys and values, `data` base64-decoded, `string_data` as it is."""
-    return {**{key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()},
-            **(secret.string_data or {})}
+    return {**{key: base64.b64decode(value).decode() for key, value in (secret.data or {}).items()}, **(secret.string_data or {})}
 
 
 def missing_keys(scheme: str, settings: Mapping[str, str]) -> list[str]:
@@ -130,6 +137,7 @@ def missing_keys(scheme: str, settings: Mapping[str, str]) -> list[str]:
 def fsspec_options(scheme: str, settings: Mapping[str, str], *, endpoint: str | None = None) -> dict:
     """The rclone settings for `scheme` as fsspec storage options (s3fs, gcsfs); `endpoint` replaces the
     Secret's where the pods reach the store at an address this machine cannot (a port-forward)."""
+
     def get(option: str) -> str:
         return settings.get(prefix(scheme) + option, "")
 

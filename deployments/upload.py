@@ -37,8 +37,7 @@ class Placed:
 class Destination:
     """The folder a `modelUri` names, opened with the storage Secret's settings (or a mounted claim)."""
 
-    def __init__(self, uri: str, settings: Mapping[str, str], *, endpoint: str | None = None,
-                 pvc_mount: Path | None = None):
+    def __init__(self, uri: str, settings: Mapping[str, str], *, endpoint: str | None = None, pvc_mount: Path | None = None):
         from export.store.blobs import ArtifactRoot
         from export.store.db import StoreError
 
@@ -48,9 +47,11 @@ class Destination:
             raise UploadError(f"modelUri {uri!r} names no folder inside a bucket: use {scheme}://BUCKET/PATH/VERSION")
         if scheme == "pvc":
             if pvc_mount is None:
-                raise UploadError(f"{uri} is a PersistentVolumeClaim the pods mount: mount the claim on this machine "
-                                  f"and pass --pvc-mount DIR (make deploy PVC_MOUNT=DIR), or copy the folder into it "
-                                  f"yourself and deploy again")
+                raise UploadError(
+                    f"{uri} is a PersistentVolumeClaim the pods mount: mount the claim on this machine "
+                    f"and pass --pvc-mount DIR (make deploy PVC_MOUNT=DIR), or copy the folder into it "
+                    f"yourself and deploy again"
+                )
             claim, _, inside = parent.partition("/")
             url = str(Path(pvc_mount) / inside) if inside else str(pvc_mount)
             options: dict = {}
@@ -66,9 +67,11 @@ class Destination:
     def check_bucket(self) -> None:
         """Refuse a missing bucket rather than let the driver create one where a typo put it."""
         if self.bucket is not None and not self.root.fs.exists(self.bucket):
-            raise UploadError(f"bucket {self.bucket!r} of {self.uri} does not exist, or the storage Secret's credentials "
-                              f"cannot see it: create it (e.g. aws s3 mb s3://{self.bucket}) or deploy with another "
-                              f"MODEL_URI=/STORAGE_ROOT=; nothing was uploaded or applied")
+            raise UploadError(
+                f"bucket {self.bucket!r} of {self.uri} does not exist, or the storage Secret's credentials "
+                f"cannot see it: create it (e.g. aws s3 mb s3://{self.bucket}) or deploy with another "
+                f"MODEL_URI=/STORAGE_ROOT=; nothing was uploaded or applied"
+            )
 
     def manifest(self) -> Manifest | None:
         """The stored manifest, None where the folder holds none (nothing uploaded, or an upload cut short)."""
@@ -82,20 +85,28 @@ class Destination:
         expected = digest.removeprefix("sha256:")
         manifest = self.manifest()
         if manifest is None:
-            raise UploadError(f"{self.uri} holds no {MANIFEST_NAME}: the version was never uploaded there (or only in "
-                              f"part); deploy it from its artifact folder or store to upload it")
+            raise UploadError(
+                f"{self.uri} holds no {MANIFEST_NAME}: the version was never uploaded there (or only in "
+                f"part); deploy it from its artifact folder or store to upload it"
+            )
         if manifest.digest != expected or folder_digest(manifest.files) != manifest.digest:
-            raise UploadError(f"{self.uri} holds version digest {manifest.digest[:12]}..., not {expected[:12]}...: "
-                              f"a version is immutable, so deploy this one under a new URI (another version number)")
+            raise UploadError(
+                f"{self.uri} holds version digest {manifest.digest[:12]}..., not {expected[:12]}...: "
+                f"a version is immutable, so deploy this one under a new URI (another version number)"
+            )
         stored = self.root.file_names(self.leaf) - {MANIFEST_NAME}
         if stored != set(manifest.files):
             extra, missing = sorted(stored - set(manifest.files)), sorted(set(manifest.files) - stored)
-            raise UploadError(f"{self.uri} does not hold exactly the version's files (extra: {extra or 'none'}; "
-                              f"missing: {missing or 'none'}): remove the folder and deploy again")
+            raise UploadError(
+                f"{self.uri} does not hold exactly the version's files (extra: {extra or 'none'}; "
+                f"missing: {missing or 'none'}): remove the folder and deploy again"
+            )
         for name, entry in sorted(manifest.files.items()):
             if self.root.file_sha256(self.leaf, name) != entry.sha256:
-                raise UploadError(f"{self.uri}/{name} is not the file the manifest lists (its sha256 differs): remove "
-                                  f"the folder and deploy again to upload it whole")
+                raise UploadError(
+                    f"{self.uri}/{name} is not the file the manifest lists (its sha256 differs): remove "
+                    f"the folder and deploy again to upload it whole"
+                )
             on_bytes(entry.bytes)
         return manifest
 
@@ -107,9 +118,11 @@ def place(version: ModelVersion, destination: Destination, *, on_bytes: Progress
         uploaded = False
         if stored is None:
             if version.local_dir is None:
-                raise UploadError(f"{version.uri} holds nothing yet and version {version.version} of {version.name} "
-                                  f"has no artifact folder on this machine to upload from: publish it to this store "
-                                  f"or upload it there first")
+                raise UploadError(
+                    f"{version.uri} holds nothing yet and version {version.version} of {version.name} "
+                    f"has no artifact folder on this machine to upload from: publish it to this store "
+                    f"or upload it there first"
+                )
             source = _local_manifest(version)
             destination.check_bucket()
             destination.root.write_version(Path(version.local_dir), destination.leaf, source, {}, on_bytes=on_bytes)
@@ -126,8 +139,10 @@ def _local_manifest(version: ModelVersion) -> Manifest:
     except ArtifactError as err:
         raise UploadError(str(err)) from err
     if f"sha256:{manifest.digest}" != version.digest:
-        raise UploadError(f"{version.local_dir} is not version {version.version} (its digest is {manifest.digest[:12]}..., "
-                          f"the record's {version.digest.removeprefix('sha256:')[:12]}...): nothing uploaded")
+        raise UploadError(
+            f"{version.local_dir} is not version {version.version} (its digest is {manifest.digest[:12]}..., "
+            f"the record's {version.digest.removeprefix('sha256:')[:12]}...): nothing uploaded"
+        )
     return manifest
 
 

@@ -91,15 +91,22 @@ def matrix_series(data: object, *, hint: str, source: str) -> list[dict]:
             raise UsageError(f"{source}: Prometheus answered {data.get('status')}: {data.get('error', 'no error text')}")
         data = data.get("data")
     if not isinstance(data, dict) or "resultType" not in data or "result" not in data:
-        raise UsageError(f"{source} is not a Prometheus query_range response (no data.resultType); send the JSON of "
-                         f"/api/v1/query_range for {hint}")
+        raise UsageError(
+            f"{source} is not a Prometheus query_range response (no data.resultType); send the JSON of "
+            f"/api/v1/query_range for {hint}"
+        )
     if data["resultType"] != "matrix":
-        raise UsageError(f"{source} holds a {data['resultType']} result: use /api/v1/query_range (a matrix), not an instant query")
+        raise UsageError(
+            f"{source} holds a {data['resultType']} result: use /api/v1/query_range (a matrix), not an instant query"
+        )
     result = data["result"]
-    if not isinstance(result, list) or not all(isinstance(item, dict) and isinstance(item.get("metric", {}), dict)
-                                               for item in result):
-        raise UsageError(f'{source}: data.result must be a list of series {{"metric": {{labels}}, "values": [[time, "value"], ...]}}; '
-                         f"send the JSON of /api/v1/query_range for {hint}")
+    if not isinstance(result, list) or not all(
+        isinstance(item, dict) and isinstance(item.get("metric", {}), dict) for item in result
+    ):
+        raise UsageError(
+            f'{source}: data.result must be a list of series {{"metric": {{labels}}, "values": [[time, "value"], ...]}}; '
+            f"send the JSON of /api/v1/query_range for {hint}"
+        )
     raw = [item for item in result if item.get("values")]
     if not raw:
         raise UsageError(f"{source} has no samples: the query matched no series; query {hint}")
@@ -113,8 +120,10 @@ def parse_query_range(data: object, *, kind: Kind, source: str) -> Usage:
     for item in raw:
         name = str(item.get("metric", {}).get("__name__", ""))
         if name.endswith(COUNTER_SUFFIXES):
-            raise UsageError(f"{source}: {name} is a raw counter (it only grows); wrap it in rate({name}[5m]) to get "
-                             f"{'cores' if kind == 'cpu' else 'a rate'}")
+            raise UsageError(
+                f"{source}: {name} is a raw counter (it only grows); wrap it in rate({name}[5m]) to get "
+                f"{'cores' if kind == 'cpu' else 'a rate'}"
+            )
     pods = [_pod_name(item.get("metric", {})) for item in raw]
     if (None in pods and len(raw) > 1) or len(set(pods)) != len(pods):
         raise UsageError(f"{source}: {len(raw)} series without one distinct pod label each; aggregate with sum by (pod) (...)")
@@ -146,11 +155,13 @@ def _series(values: list, pod: str, *, source: str) -> Series:
         times = np.array([float(point[0]) for point in values])
         numbers = np.array([float(point[1]) for point in values])
     except (TypeError, ValueError, IndexError) as err:
-        raise UsageError(f"{source}: pod {pod} has a sample that is not [timestamp, \"value\"]: {err}") from err
+        raise UsageError(f'{source}: pod {pod} has a sample that is not [timestamp, "value"]: {err}') from err
     bad = ~np.isfinite(numbers)
     if bad.any():
-        raise UsageError(f"{source}: pod {pod} has {int(bad.sum())} NaN/Inf samples (first at {_when(times[bad][0])}); "
-                         "query a range where the metric exists")
+        raise UsageError(
+            f"{source}: pod {pod} has {int(bad.sum())} NaN/Inf samples (first at {_when(times[bad][0])}); "
+            "query a range where the metric exists"
+        )
     if np.any(np.diff(times) <= 0):
         raise UsageError(f"{source}: pod {pod} has timestamps out of order or repeated")
     return Series(pod, times, numbers)
@@ -182,11 +193,15 @@ def _check_units(series: Series, kind: Kind, source: str) -> None:
         raise UsageError(f"{source}: pod {pod} has negative {kind} values; send {HINTS[kind]}")
     peak = float(values.max())
     if kind == "cpu" and peak > MAX_CORES_PER_POD:
-        raise UsageError(f"{source}: pod {pod} uses up to {peak:g} 'cores': values look like millicores (or CPU "
-                         "seconds without rate()); send cores (divide millicores by 1000)")
+        raise UsageError(
+            f"{source}: pod {pod} uses up to {peak:g} 'cores': values look like millicores (or CPU "
+            "seconds without rate()); send cores (divide millicores by 1000)"
+        )
     if kind == "memory" and 0 < peak < MIN_MEMORY_BYTES:
-        raise UsageError(f"{source}: pod {pod} peaks at {peak:g}, under 1 MiB: memory must be in bytes "
-                         "(values look like MiB or GiB); send container_memory_working_set_bytes")
+        raise UsageError(
+            f"{source}: pod {pod} peaks at {peak:g}, under 1 MiB: memory must be in bytes "
+            "(values look like MiB or GiB); send container_memory_working_set_bytes"
+        )
     if kind == "memory" and peak > MAX_MEMORY_BYTES:
         raise UsageError(f"{source}: pod {pod} peaks at {peak:g} bytes (over 16 TiB): not bytes of one pod")
 
@@ -200,8 +215,9 @@ def load_usage(path: Path, kind: Kind) -> Usage:
     return parse_query_range(data, kind=kind, source=str(path))
 
 
-def fetch_usage(url: str | Prometheus, query: str, *, kind: Kind, start: float, end: float, step_s: float,
-                timeout_s: float = 30) -> Usage:
+def fetch_usage(
+    url: str | Prometheus, query: str, *, kind: Kind, start: float, end: float, step_s: float, timeout_s: float = 30
+) -> Usage:
     """Run one `query_range` against a Prometheus server (a URL: with the credentials the environment holds,
     see deployments/prometheus.py)."""
     try:

@@ -27,8 +27,16 @@ KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
 AUTOSCALED_RESOURCES = ("cpu", "memory")
 GPU_RESOURCE = "nvidia.com/gpu"
 # Pod Security "restricted": the volume types it allows.
-RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                           "projected", "secret"}
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 _CREDENTIAL_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
 
 
@@ -86,8 +94,10 @@ def seldon_rule_errors(doc: dict[str, Any]) -> list[str]:
     errors.extend(_traffic_errors(name, predictors))
     budgets = [f"{p.get('name')}/{i}" for p, i, c in seldon.pod_specs(doc) if c.get("pdbSpec")]
     if len(budgets) > 1:
-        errors.append(f"{name}: pdbSpec on {budgets}: Seldon's budgets all select every pod of the deployment, and "
-                      "Kubernetes refuses to evict a pod covered by two; keep one")
+        errors.append(
+            f"{name}: pdbSpec on {budgets}: Seldon's budgets all select every pod of the deployment, and "
+            "Kubernetes refuses to evict a pod covered by two; keep one"
+        )
     for predictor in predictors:
         errors.extend(_predictor_errors(f"{name}/{predictor.get('name')}", predictor))
     return errors
@@ -110,8 +120,11 @@ def _predictor_errors(where: str, predictor: dict) -> list[str]:
     errors = []
     graph = predictor.get("graph", {})
     graph_name = graph.get("name")
-    containers = {c.get("name"): c for _, _, comp in seldon.pod_specs({"spec": {"predictors": [predictor]}})
-                  for c in comp.get("spec", {}).get("containers", [])}
+    containers = {
+        c.get("name"): c
+        for _, _, comp in seldon.pod_specs({"spec": {"predictors": [predictor]}})
+        for c in comp.get("spec", {}).get("containers", [])
+    }
     if graph_name not in containers:
         errors.append(f"{where}: no container is named {graph_name!r} like graph.name, so Seldon would not run our image")
     if graph.get("children"):
@@ -121,16 +134,22 @@ def _predictor_errors(where: str, predictor: dict) -> list[str]:
     env = {item.get("name"): item for item in model_container.get("env", [])}
     owned = sorted(set(env) & set(seldon.OPERATOR_ENV))
     if owned:
-        errors.append(f"{where}: env {owned} is set by the Seldon operator; setting it here makes Seldon 1.17 drop "
-                      "the container's other env vars. Declare the ports (http, grpc, metrics) instead")
+        errors.append(
+            f"{where}: env {owned} is set by the Seldon operator; setting it here makes Seldon 1.17 drop "
+            "the container's other env vars. Declare the ports (http, grpc, metrics) instead"
+        )
     ports = {p.get("name"): p.get("containerPort") for p in model_container.get("ports", [])}
     if model_container and ports != seldon.PORT_NAMES:
-        errors.append(f"{where}: container {graph_name!r} must declare ports {seldon.PORT_NAMES} (Seldon routes to "
-                      f"them; the NetworkPolicy and PodMonitor name them), got {ports}")
+        errors.append(
+            f"{where}: container {graph_name!r} must declare ports {seldon.PORT_NAMES} (Seldon routes to "
+            f"them; the NetworkPolicy and PodMonitor name them), got {ports}"
+        )
     for key, item in env.items():
         if _CREDENTIAL_NAME.search(key or "") and "value" in item:
-            errors.append(f"{where}: env {key} holds a literal value; put credentials in a Secret "
-                          "(graph.envSecretRefName for storage) and never in a manifest")
+            errors.append(
+                f"{where}: env {key} holds a literal value; put credentials in a Secret "
+                "(graph.envSecretRefName for storage) and never in a manifest"
+            )
     for _, index, component in seldon.pod_specs({"spec": {"predictors": [predictor]}}):
         errors.extend(_component_errors(f"{where}/componentSpecs/{index}", component, graph_name))
     return errors
@@ -148,8 +167,10 @@ def _component_errors(where: str, component: dict, graph_name: str | None) -> li
         gpus = resources.get("limits", {}).get(GPU_RESOURCE)
         workers = next((e.get("value") for e in container.get("env", []) if e.get("name") == "MLSERVER_PARALLEL_WORKERS"), None)
         if gpus is not None and workers is not None and int(workers) > int(gpus):
-            errors.append(f"{where}: {workers} MLServer workers on {gpus} GPU(s): each worker loads its own copy "
-                          "of the model onto the device; use one worker per GPU")
+            errors.append(
+                f"{where}: {workers} MLServer workers on {gpus} GPU(s): each worker loads its own copy "
+                "of the model onto the device; use one worker per GPU"
+            )
         if container.get("name") == graph_name and GPU_RESOURCE in resources.get("requests", {}):
             if resources["requests"][GPU_RESOURCE] != resources.get("limits", {}).get(GPU_RESOURCE):
                 errors.append(f"{where}: {GPU_RESOURCE} request and limit must be equal")
@@ -163,8 +184,10 @@ def requests_errors(where: str, pod_spec: dict) -> list[str]:
         requests = container.get("resources", {}).get("requests", {})
         missing = [r for r in AUTOSCALED_RESOURCES if r not in requests]
         if missing:
-            errors.append(f"{where}: container {container.get('name')!r} has no {'/'.join(missing)} request; "
-                          "an autoscaler cannot compute utilization without it, so it would never scale")
+            errors.append(
+                f"{where}: container {container.get('name')!r} has no {'/'.join(missing)} request; "
+                "an autoscaler cannot compute utilization without it, so it would never scale"
+            )
     return errors
 
 
@@ -179,12 +202,17 @@ def container_metric_errors(where: str, metrics: list[dict], pod_spec: dict) -> 
         source = metric.get("containerResource", {})
         container, resource = source.get("container"), source.get("name")
         if container not in containers:
-            errors.append(f"{where}: the HPA's {resource} metric reads container {container!r}, which the pod does not "
-                          f"have ({', '.join(map(repr, containers))}); name the model container")
-        elif (source.get("target", {}).get("type") == "Utilization"
-              and resource not in containers[container].get("resources", {}).get("requests", {})):
-            errors.append(f"{where}: the HPA's {resource} utilization is measured against container {container!r}'s "
-                          f"{resource} request, which it does not set")
+            errors.append(
+                f"{where}: the HPA's {resource} metric reads container {container!r}, which the pod does not "
+                f"have ({', '.join(map(repr, containers))}); name the model container"
+            )
+        elif source.get("target", {}).get("type") == "Utilization" and resource not in containers[container].get(
+            "resources", {}
+        ).get("requests", {}):
+            errors.append(
+                f"{where}: the HPA's {resource} utilization is measured against container {container!r}'s "
+                f"{resource} request, which it does not set"
+            )
     return errors
 
 
@@ -238,8 +266,11 @@ def cross_resource_errors(docs: list[dict]) -> list[str]:
     """The NetworkPolicy, PodMonitor and standalone HPAs must fit the SeldonDeployment they serve."""
     errors = []
     sdeps = [doc for doc in docs if doc.get("kind") == seldon.KIND]
-    pods = [(predictor, index, {**predictor.get("labels", {}), **component.get("metadata", {}).get("labels", {})}, component)
-            for sdep in sdeps for predictor, index, component in seldon.pod_specs(sdep)]
+    pods = [
+        (predictor, index, {**predictor.get("labels", {}), **component.get("metadata", {}).get("labels", {})}, component)
+        for sdep in sdeps
+        for predictor, index, component in seldon.pod_specs(sdep)
+    ]
     for doc in docs:
         label = f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
         spec = doc.get("spec", {})
@@ -251,20 +282,26 @@ def cross_resource_errors(docs: list[dict]) -> list[str]:
             graphs = any(predictor["graph"].get("children") for sdep in sdeps for predictor in sdep["spec"]["predictors"])
             expected = set(seldon.PORT_NAMES.values()) | (set(EXECUTOR_PORTS) if graphs else set())  # --split: the executor's
             if admitted != expected:
-                errors.append(f"{label}: must admit exactly the inference and metrics ports "
-                              f"{sorted(expected)}, admits {sorted(admitted, key=str)}")
+                errors.append(
+                    f"{label}: must admit exactly the inference and metrics ports "
+                    f"{sorted(expected)}, admits {sorted(admitted, key=str)}"
+                )
             for rule in spec.get("ingress", []):
                 if not rule.get("from"):
                     ports = sorted((port.get("port") for port in rule.get("ports", [])), key=str)
-                    errors.append(f"{label}: admits every source on ports {ports}; list who may call them under "
-                                  f"`from:` (the gateway's, the model's and the monitoring namespaces)")
+                    errors.append(
+                        f"{label}: admits every source on ports {ports}; list who may call them under "
+                        f"`from:` (the gateway's, the model's and the monitoring namespaces)"
+                    )
         elif doc.get("kind") == "PodMonitor":
             if not any(_selects(spec.get("selector", {}), p[2]) for p in pods):
                 errors.append(f"{label}: selector matches no predictor pod")
             for endpoint in spec.get("podMetricsEndpoints", []):
                 if endpoint.get("port") != "metrics" or endpoint.get("path") != seldon.METRICS_PATH:
-                    errors.append(f"{label}: scrape port 'metrics' at {seldon.METRICS_PATH} (where Seldon points "
-                                  f"MLServer), got {endpoint.get('port')!r} at {endpoint.get('path')!r}")
+                    errors.append(
+                        f"{label}: scrape port 'metrics' at {seldon.METRICS_PATH} (where Seldon points "
+                        f"MLServer), got {endpoint.get('port')!r} at {endpoint.get('path')!r}"
+                    )
         elif doc.get("kind") == "HorizontalPodAutoscaler":
             errors.extend(_standalone_hpa_errors(label, doc, sdeps))
     return errors
@@ -278,8 +315,10 @@ def _selects(selector: dict, labels: dict) -> bool:
 def _standalone_hpa_errors(label: str, hpa: dict, sdeps: list[dict]) -> list[str]:
     target = hpa.get("spec", {}).get("scaleTargetRef", {})
     if target.get("kind") == seldon.KIND:
-        return [f"{label}: a SeldonDeployment's scale subresource has no label selector, so an HPA cannot read pod "
-                "metrics through it; target the predictor's Deployment (components/autoscaling-behavior)"]
+        return [
+            f"{label}: a SeldonDeployment's scale subresource has no label selector, so an HPA cannot read pod "
+            "metrics through it; target the predictor's Deployment (components/autoscaling-behavior)"
+        ]
     for sdep in sdeps:
         for predictor, index, component in seldon.pod_specs(sdep):
             if target.get("kind") == "Deployment" and target.get("name") == seldon.deployment_name(
@@ -288,11 +327,15 @@ def _standalone_hpa_errors(label: str, hpa: dict, sdeps: list[dict]) -> list[str
                 errors = requests_errors(label, component.get("spec", {}))
                 errors += container_metric_errors(label, hpa.get("spec", {}).get("metrics", []), component.get("spec", {}))
                 if component.get("hpaSpec") or component.get("kedaSpec"):
-                    errors.append(f"{label}: predictor {predictor['name']!r} has its own hpaSpec/kedaSpec; two "
-                                  "autoscalers on one Deployment fight: keep one")
+                    errors.append(
+                        f"{label}: predictor {predictor['name']!r} has its own hpaSpec/kedaSpec; two "
+                        "autoscalers on one Deployment fight: keep one"
+                    )
                 if predictor.get("replicas") is not None or component.get("replicas") is not None:
-                    errors.append(f"{label}: predictor {predictor['name']!r} sets replicas, which Seldon re-applies "
-                                  "over the HPA's; remove them")
+                    errors.append(
+                        f"{label}: predictor {predictor['name']!r} sets replicas, which Seldon re-applies "
+                        "over the HPA's; remove them"
+                    )
                 return errors
     return [f"{label}: scaleTargetRef {target} is not a Deployment Seldon creates for any predictor"]
 
@@ -300,7 +343,9 @@ def _standalone_hpa_errors(label: str, hpa: dict, sdeps: list[dict]) -> list[str
 # ---------------------------------------------------------------- all layers
 
 
-def validate_documents(docs: list[dict[str, Any]], *, crd_schema: dict | None = None, crd_path: Path = SELDON_CRD_SCHEMA) -> ValidationReport:
+def validate_documents(
+    docs: list[dict[str, Any]], *, crd_schema: dict | None = None, crd_path: Path = SELDON_CRD_SCHEMA
+) -> ValidationReport:
     """Validate every rendered resource; errors name the resource and the field."""
     import jsonschema
     import kubernetes_validate

@@ -82,8 +82,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if not parity.identical_predictions or parity.max_abs_diff > args.parity_tolerance * scale:
         raise UserError(
             f"ONNX and {model.format} "
-            + (f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {rows.count} held-out rows"
-               if not parity.identical_predictions else f"answer {rows.count} held-out rows beyond --parity-tolerance")
+            + (
+                f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {rows.count} held-out rows"
+                if not parity.identical_predictions
+                else f"answer {rows.count} held-out rows beyond --parity-tolerance"
+            )
             + f", worst at {parity.worst()} (allowed {args.parity_tolerance * scale:.1e}); nothing was written: check the "
             f"layers feeding {parity.worst_output!r}, or raise --parity-tolerance if the difference is acceptable"
         )
@@ -145,53 +148,102 @@ def main(argv: Sequence[str] | None = None) -> int:
     train.add_argument("--min-accuracy", type=float, default=0.95, help="fail when the held-out accuracy is lower")
     train.set_defaults(func=cmd_train)
 
-    convert = commands.add_parser("convert", help="convert a trained Keras/TensorFlow model to ONNX, check parity, write the artifact folder")
-    convert.add_argument("model_path", nargs="?", type=Path, metavar="MODEL",
-                         help="a .keras file, an .h5 file or a SavedModel folder (default: the trained digits demo model)")
+    convert = commands.add_parser(
+        "convert", help="convert a trained Keras/TensorFlow model to ONNX, check parity, write the artifact folder"
+    )
+    convert.add_argument(
+        "model_path",
+        nargs="?",
+        type=Path,
+        metavar="MODEL",
+        help="a .keras file, an .h5 file or a SavedModel folder (default: the trained digits demo model)",
+    )
     convert.add_argument("--model", type=Path, help=argparse.SUPPRESS)  # the demo's older spelling of MODEL
-    convert.add_argument("--data", type=Path, metavar="DATA.npz",
-                         help="held-out rows for the parity check: one array per model input, named like it, optionally 'labels'")
-    convert.add_argument("--custom-objects", metavar="MODULE:ATTR",
-                         help="custom layers' classes: a dict {name: class} or a function returning one (MODULE may be a .py path)")
-    convert.add_argument("--signature", metavar="NAME",
-                         help="a SavedModel's signature to convert (default: serving_default, or its only one)")
+    convert.add_argument(
+        "--data",
+        type=Path,
+        metavar="DATA.npz",
+        help="held-out rows for the parity check: one array per model input, named like it, optionally 'labels'",
+    )
+    convert.add_argument(
+        "--custom-objects",
+        metavar="MODULE:ATTR",
+        help="custom layers' classes: a dict {name: class} or a function returning one (MODULE may be a .py path)",
+    )
+    convert.add_argument(
+        "--signature", metavar="NAME", help="a SavedModel's signature to convert (default: serving_default, or its only one)"
+    )
     convert.add_argument("--out", type=Path, help="artifact folder to write (default build/artifacts/<name>)")
-    convert.add_argument("--name", help="model name clients use in /v2/models/<name> (default: digits for the demo, else MODEL's name)")
-    convert.add_argument("--parity-tolerance", type=float, default=1e-3,
-                         help="largest abs difference ONNX may show against the model, times max(1, largest output)")
+    convert.add_argument(
+        "--name", help="model name clients use in /v2/models/<name> (default: digits for the demo, else MODEL's name)"
+    )
+    convert.add_argument(
+        "--parity-tolerance",
+        type=float,
+        default=1e-3,
+        help="largest abs difference ONNX may show against the model, times max(1, largest output)",
+    )
     convert.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset to write (>= {DEFAULT_OPSET})")
     convert.set_defaults(func=cmd_convert)
 
     variants = commands.add_parser(
         "variants", help="make fp32/int8/fp16/pruned/slim ONNX variants, measure them, choose the one to ship"
     )
-    variants.add_argument("model", nargs="?", default="digits", metavar="MODEL",
-                          help="digits (the trained demo CNN), mobilenetv2 (random weights, synthetic data), or your own "
-                               "model: a .keras file, an .h5 file or a SavedModel folder (with --data)")
-    variants.add_argument("--data", type=Path, metavar="DATA.npz",
-                          help="your model: held-out rows the variants are judged on, one array per input named like it, optionally 'labels'")
-    variants.add_argument("--train", type=Path, metavar="TRAIN.npz",
-                          help="your model: training rows to fine-tune pruned and slim on: its inputs, and targets "
-                               "named like its outputs ('labels' for one output)")
-    variants.add_argument("--calibration", type=Path, metavar="DATA.npz",
-                          help="your model: rows to calibrate int8 on (default: the --train rows)")
+    variants.add_argument(
+        "model",
+        nargs="?",
+        default="digits",
+        metavar="MODEL",
+        help="digits (the trained demo CNN), mobilenetv2 (random weights, synthetic data), or your own "
+        "model: a .keras file, an .h5 file or a SavedModel folder (with --data)",
+    )
+    variants.add_argument(
+        "--data",
+        type=Path,
+        metavar="DATA.npz",
+        help="your model: held-out rows the variants are judged on, one array per input named like it, optionally 'labels'",
+    )
+    variants.add_argument(
+        "--train",
+        type=Path,
+        metavar="TRAIN.npz",
+        help="your model: training rows to fine-tune pruned and slim on: its inputs, and targets "
+        "named like its outputs ('labels' for one output)",
+    )
+    variants.add_argument(
+        "--calibration", type=Path, metavar="DATA.npz", help="your model: rows to calibrate int8 on (default: the --train rows)"
+    )
     variants.add_argument("--loss", help="your model: the Keras loss to fine-tune under (default: the model's compiled loss)")
     variants.add_argument("--name", help="your model: the name clients use in /v2/models/<name> (default: the file's name)")
-    variants.add_argument("--custom-objects", metavar="MODULE:ATTR",
-                          help="your model's custom layers: a dict {name: class} or a function returning one (MODULE may be a .py path)")
-    variants.add_argument("--signature", metavar="NAME",
-                          help="your SavedModel: the signature to convert (default: serving_default, or its only one)")
+    variants.add_argument(
+        "--custom-objects",
+        metavar="MODULE:ATTR",
+        help="your model's custom layers: a dict {name: class} or a function returning one (MODULE may be a .py path)",
+    )
+    variants.add_argument(
+        "--signature",
+        metavar="NAME",
+        help="your SavedModel: the signature to convert (default: serving_default, or its only one)",
+    )
     variants.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
     variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
     variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")
     variants.add_argument("--fine-tune-epochs", type=int, default=12, help="pruned and slim: epochs of fine-tuning")
-    variants.add_argument("--fine-tune-learning-rate", type=float, default=None,
-                          help="pruned and slim: Adam's learning rate while fine-tuning (default: half the rate your model was "
-                               "compiled with; 5e-4 for the demo and models saved without an optimizer)")
-    variants.add_argument("--opset", type=opset, default=DEFAULT_OPSET,
-                          help=f"ONNX opset of the Keras conversions (>= {DEFAULT_OPSET})")
-    add_export_options(variants, variants_help="comma-separated, from fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8 "
-                       "(default: all for digits; fp32,int8,fp16 for mobilenetv2)")
+    variants.add_argument(
+        "--fine-tune-learning-rate",
+        type=float,
+        default=None,
+        help="pruned and slim: Adam's learning rate while fine-tuning (default: half the rate your model was "
+        "compiled with; 5e-4 for the demo and models saved without an optimizer)",
+    )
+    variants.add_argument(
+        "--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset of the Keras conversions (>= {DEFAULT_OPSET})"
+    )
+    add_export_options(
+        variants,
+        variants_help="comma-separated, from fp32,int8,fp16,pruned,pruned-int8,slim,slim-int8 "
+        "(default: all for digits; fp32,int8,fp16 for mobilenetv2)",
+    )
     variants.set_defaults(func=cmd_variants)
 
     importer = commands.add_parser(
@@ -199,13 +251,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     importer.add_argument("model", type=Path, metavar="MODEL.onnx", help="the ONNX file (e.g. from torch.onnx.export)")
     importer.add_argument("--name", required=True, help="model name clients use in /v2/models/<name>")
-    importer.add_argument("--calibration", type=Path, metavar="DATA.npz",
-                          help="sample inputs to calibrate int8 on: one array per model input, named like it")
-    importer.add_argument("--labels", type=Path, metavar="DATA.npz",
-                          help="held-out inputs (named like the model's) plus a 'labels' array: fills the accuracy columns")
+    importer.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DATA.npz",
+        help="sample inputs to calibrate int8 on: one array per model input, named like it",
+    )
+    importer.add_argument(
+        "--labels",
+        type=Path,
+        metavar="DATA.npz",
+        help="held-out inputs (named like the model's) plus a 'labels' array: fills the accuracy columns",
+    )
     add_export_options(importer, variants_help="comma-separated, from fp32,int8,fp16 (default: all three)")
-    importer.set_defaults(func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, fine_tune_learning_rate=5e-4,
-                          opset=DEFAULT_OPSET)
+    importer.set_defaults(
+        func=cmd_import, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, fine_tune_learning_rate=5e-4, opset=DEFAULT_OPSET
+    )
 
     profile = commands.add_parser("profile", help="run ONNX Runtime's profiler on one variant: top operators, trace for Perfetto")
     profile.add_argument("variant", metavar="VARIANT", help="a variant name (fp32, int8, ...) or an artifact folder")
@@ -214,42 +275,83 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile.add_argument("--batch-size", type=int, default=1)
     profile.add_argument("--runs", type=int, default=200, help="profiled runs (after 5 unprofiled warm-up runs)")
     profile.add_argument("--top", type=int, default=10, help="operators to list")
-    profile.add_argument("--trace", type=Path, help="where to keep the trace JSON (default build/profiles/<model>-<variant>-b<batch>.json)")
+    profile.add_argument(
+        "--trace", type=Path, help="where to keep the trace JSON (default build/profiles/<model>-<variant>-b<batch>.json)"
+    )
     profile.set_defaults(func=cmd_profile)
 
-    uint8 = commands.add_parser("uint8-input", help="copy an artifact with a uint8 NHWC image input: scaling and mean/std "
-                                "move into the graph, requests carry 4x fewer bytes")
-    uint8.add_argument("artifact", type=Path, metavar="ARTIFACT", help="an artifact folder (e.g. build/variants/mobilenetv2/fp16)")
+    uint8 = commands.add_parser(
+        "uint8-input",
+        help="copy an artifact with a uint8 NHWC image input: scaling and mean/std "
+        "move into the graph, requests carry 4x fewer bytes",
+    )
+    uint8.add_argument(
+        "artifact", type=Path, metavar="ARTIFACT", help="an artifact folder (e.g. build/variants/mobilenetv2/fp16)"
+    )
     uint8.add_argument("--out", type=Path, help="artifact folder to write (default ARTIFACT-uint8 beside it)")
     uint8.add_argument("--input", help="the image input (default: the graph's only input)")
-    uint8.add_argument("--scale", type=float, help="pixels are multiplied by this first (default: the artifact's preprocess "
-                       "settings, else 1/255)")
-    uint8.add_argument("--mean", help="then this is subtracted: one number or one per channel, comma-separated (default: "
-                       "preprocess settings, else 0)")
+    uint8.add_argument(
+        "--scale",
+        type=float,
+        help="pixels are multiplied by this first (default: the artifact's preprocess settings, else 1/255)",
+    )
+    uint8.add_argument(
+        "--mean",
+        help="then this is subtracted: one number or one per channel, comma-separated (default: preprocess settings, else 0)",
+    )
     uint8.add_argument("--std", help="then the result is divided by this, like --mean (default: preprocess settings, else 1)")
     uint8.set_defaults(func=cmd_uint8_input)
 
-    bench = commands.add_parser("bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + docs/benchmarks.md")
+    bench = commands.add_parser(
+        "bench", help="digits and MobileNetV2 through every variant in one run; figures -> reports + docs/benchmarks.md"
+    )
     bench.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
-    bench.add_argument("--page", type=Path, default=BENCHMARKS_PAGE,
-                       help="docs page whose bench-export section is refreshed (default docs/benchmarks.md)")
+    bench.add_argument(
+        "--page",
+        type=Path,
+        default=BENCHMARKS_PAGE,
+        help="docs page whose bench-export section is refreshed (default docs/benchmarks.md)",
+    )
     bench.add_argument("--no-docs", action="store_true", help="leave the docs page alone")
     add_export_options(bench, variants_help=None)
-    bench.set_defaults(func=cmd_bench, sparsity=0.75, slim_fraction=0.5, fine_tune_epochs=12, fine_tune_learning_rate=5e-4,
-                       opset=DEFAULT_OPSET, measure_rounds=7)
+    bench.set_defaults(
+        func=cmd_bench,
+        sparsity=0.75,
+        slim_fraction=0.5,
+        fine_tune_epochs=12,
+        fine_tune_learning_rate=5e-4,
+        opset=DEFAULT_OPSET,
+        measure_rounds=7,
+    )
 
-    slim = commands.add_parser("bench-slim", help="MobileNetV2 and its half-width copy (channel groups) timed side by side; "
-                               "figures -> reports/bench-slim.* + docs/benchmarks.md")
-    slim.add_argument("model", nargs="?", default="mobilenetv2", metavar="MODEL",
-                      help="mobilenetv2 (random weights, nothing downloaded) or a one-input Keras image model (.keras or .h5)")
-    slim.add_argument("--fraction", type=float, default=0.5, help="share of the channels of every shrinkable channel group removed")
+    slim = commands.add_parser(
+        "bench-slim",
+        help="MobileNetV2 and its half-width copy (channel groups) timed side by side; "
+        "figures -> reports/bench-slim.* + docs/benchmarks.md",
+    )
+    slim.add_argument(
+        "model",
+        nargs="?",
+        default="mobilenetv2",
+        metavar="MODEL",
+        help="mobilenetv2 (random weights, nothing downloaded) or a one-input Keras image model (.keras or .h5)",
+    )
+    slim.add_argument(
+        "--fraction", type=float, default=0.5, help="share of the channels of every shrinkable channel group removed"
+    )
     slim.add_argument("--batch-size", type=int, default=32, help="images per call")
-    slim.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (both models in each; the ratio's spread is over them)")
+    slim.add_argument(
+        "--rounds", type=int, default=10, help="interleaved timing rounds (both models in each; the ratio's spread is over them)"
+    )
     slim.add_argument("--calls", type=int, default=3, help="timed calls per model and round (the round keeps their median)")
     slim.add_argument("--seed", type=int, default=0, help="MobileNetV2's random weights and the synthetic images")
     slim.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset of the conversions (>= {DEFAULT_OPSET})")
-    slim.add_argument("--page", type=Path, default=BENCHMARKS_PAGE,
-                      help="docs page whose bench-slim section is refreshed (default docs/benchmarks.md)")
+    slim.add_argument(
+        "--page",
+        type=Path,
+        default=BENCHMARKS_PAGE,
+        help="docs page whose bench-slim section is refreshed (default docs/benchmarks.md)",
+    )
     slim.add_argument("--no-docs", action="store_true", help="leave the docs page alone")
     slim.set_defaults(func=cmd_bench_slim)
 

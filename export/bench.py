@@ -53,12 +53,16 @@ def targets(digits: ExportReport, mobilenet: ExportReport) -> list[Target]:
     for label, onnx_row, keras_row in (("digits", fp32, keras), ("mobilenetv2", m_fp32, m_keras)):
         if onnx_row and keras_row:
             ratio = keras_row.p50_latency_ms / onnx_row.p50_latency_ms
-            found.append(Target(f"{label}: fp32 ONNX Runtime vs Keras tf.function, p50 at batch 1", ratio, ">= 1.5", ratio >= 1.5))
+            found.append(
+                Target(f"{label}: fp32 ONNX Runtime vs Keras tf.function, p50 at batch 1", ratio, ">= 1.5", ratio >= 1.5)
+            )
     if fp32 and slim:
         latency = fp32.p50_latency_ms / slim.p50_latency_ms
         throughput = slim.throughput / fp32.throughput
         found.append(Target("digits: slim (half the filters) vs fp32, p50 at batch 1", latency, ">= 1.6", latency >= 1.6))
-        found.append(Target("digits: slim (half the filters) vs fp32, throughput at batch 32", throughput, ">= 1.6", throughput >= 1.6))
+        found.append(
+            Target("digits: slim (half the filters) vs fp32, throughput at batch 32", throughput, ">= 1.6", throughput >= 1.6)
+        )
         drop = slim.accuracy_drop_points
         found.append(Target("digits: slim accuracy drop (points)", drop, "<= 1", drop is not None and drop <= 1.0))
     return found
@@ -82,12 +86,15 @@ def write_bench(digits: ExportReport, mobilenet: ExportReport, load: dict, page:
     """Targets JSON + markdown (and the docs page's section); returns the JSON path and the targets."""
     found = targets(digits, mobilenet)
     summary = targets_markdown(found, load)
-    path = write_report("bench-export", {
-        "targets": [t.as_dict() for t in found],
-        "all_met": all(t.met for t in found),
-        "load_average": load,
-        "reports": {"digits": "bench-export-digits", "mobilenetv2": "bench-export-mobilenetv2"},
-    })
+    path = write_report(
+        "bench-export",
+        {
+            "targets": [t.as_dict() for t in found],
+            "all_met": all(t.met for t in found),
+            "load_average": load,
+            "reports": {"digits": "bench-export-digits", "mobilenetv2": "bench-export-mobilenetv2"},
+        },
+    )
     full = "\n".join([summary, markdown(digits), markdown(mobilenet)])
     atomic.write_text(path.with_suffix(".md"), full)
     if page is not None:  # its `###` model headings sit under the page's `## Export variants`

@@ -21,9 +21,23 @@ import numpy as np
 PRODUCERS = ("Conv2D", "Dense")
 # Layers that act on each channel by itself: the channel map passes through unchanged.
 PER_CHANNEL = (
-    "InputLayer", "MaxPooling2D", "AveragePooling2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Dropout",
-    "SpatialDropout2D", "ReLU", "ZeroPadding2D", "Cropping2D", "UpSampling2D", "BatchNormalization", "DepthwiseConv2D",
-    "Activation", "LeakyReLU", "ELU", "Identity",
+    "InputLayer",
+    "MaxPooling2D",
+    "AveragePooling2D",
+    "GlobalAveragePooling2D",
+    "GlobalMaxPooling2D",
+    "Dropout",
+    "SpatialDropout2D",
+    "ReLU",
+    "ZeroPadding2D",
+    "Cropping2D",
+    "UpSampling2D",
+    "BatchNormalization",
+    "DepthwiseConv2D",
+    "Activation",
+    "LeakyReLU",
+    "ELU",
+    "Identity",
 )
 MERGES = ("Add", "Subtract", "Multiply", "Maximum", "Minimum", "Average")
 ACROSS_CHANNELS = ("softmax", "log_softmax")  # activations that mix channels: their groups cannot shrink
@@ -106,7 +120,9 @@ def walk(model) -> tuple[Groups, dict[str, list[Segments]], dict[str, Segments]]
         maps[id(tensor)] = [(groups.new(_channels(tensor), frozen=True), _channels(tensor))]
     for layer in model.layers:
         if len(layer._inbound_nodes) != 1:
-            raise ChannelGroupError(f"layer {layer.name!r} is used {len(layer._inbound_nodes)} times; filter pruning needs each layer used once")
+            raise ChannelGroupError(
+                f"layer {layer.name!r} is used {len(layer._inbound_nodes)} times; filter pruning needs each layer used once"
+            )
         node = layer._inbound_nodes[0]
         kind = type(layer).__name__
         if kind == "InputLayer":
@@ -120,10 +136,17 @@ def walk(model) -> tuple[Groups, dict[str, list[Segments]], dict[str, Segments]]
         activation = str(config.get("activation", ""))
         out: Segments | None
         if kind in PRODUCERS and config.get("groups", 1) == 1 and len(ins) == 1:
-            out = [(groups.new(_channels(outs[0]), frozen=activation in ACROSS_CHANNELS, producer=layer.name), _channels(outs[0]))]
+            out = [
+                (groups.new(_channels(outs[0]), frozen=activation in ACROSS_CHANNELS, producer=layer.name), _channels(outs[0]))
+            ]
         elif kind == "DepthwiseConv2D" and config.get("depth_multiplier", 1) != 1:
             out = None
-        elif kind in PER_CHANNEL and len(ins) == 1 and activation not in ACROSS_CHANNELS and _channels(outs[0]) == sum(n for _, n in ins[0]):
+        elif (
+            kind in PER_CHANNEL
+            and len(ins) == 1
+            and activation not in ACROSS_CHANNELS
+            and _channels(outs[0]) == sum(n for _, n in ins[0])
+        ):
             out = ins[0]
         elif kind in MERGES and len({tuple(n for _, n in segments) for segments in ins}) == 1:
             for segments in ins[1:]:

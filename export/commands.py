@@ -49,8 +49,11 @@ def export_config(args: argparse.Namespace, default_variants: str):
             slim_fraction=args.slim_fraction,
             fine_tune_epochs=args.fine_tune_epochs,
             fine_tune_learning_rate=args.fine_tune_learning_rate,
-            budget={"accuracy_points": args.accuracy_budget, "fp32_tolerance": args.fp32_tolerance,
-                    "fp16_tolerance": args.fp16_tolerance},
+            budget={
+                "accuracy_points": args.accuracy_budget,
+                "fp32_tolerance": args.fp32_tolerance,
+                "fp16_tolerance": args.fp16_tolerance,
+            },
             optimize_for=args.optimize_for,
             measure_rounds=args.measure_rounds,
             measure_seconds=args.measure_seconds,
@@ -76,8 +79,15 @@ def run_and_report(source, config, out: Path, report_name: str, warnings: list[s
         console.print(f"[bold yellow]warning:[/] {warning}", soft_wrap=True)
     try:
         total = step_count(source, config)
-        with Progress(SpinnerColumn(), TextColumn("[bold]export[/] {task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]export[/] {task.description:<24}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             task = progress.add_task("starting", total=total)
             result = run_export(source, config, out, step=lambda text: progress.update(task, advance=1, description=text))
     except (ExportPlanError, NoVariantWithinBudget, NoGpuMeasurement, PruneError, QuantizeError, OptimizeError) as err:
@@ -114,7 +124,9 @@ def cmd_variants(args: argparse.Namespace) -> int:
 
     if args.model in KERAS_MODELS and not Path(args.model).exists():
         if args.data or args.train or args.calibration or args.signature:
-            raise UserError(f"--data, --train, --calibration and --signature are for your own model: pass its path instead of {args.model!r}")
+            raise UserError(
+                f"--data, --train, --calibration and --signature are for your own model: pass its path instead of {args.model!r}"
+            )
         config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
         out = args.out or VARIANTS_DIR / args.model
         check_out_dir(out)  # before the model is loaded and converted
@@ -123,7 +135,9 @@ def cmd_variants(args: argparse.Namespace) -> int:
     else:
         source, warnings, out, config = user_model_source(args)
     report = run_and_report(source, config, out, args.report, warnings)
-    console.print(f"publish it with: python -m export versions publish {report.chosen.path} --model {source.name}", soft_wrap=True)
+    console.print(
+        f"publish it with: python -m export versions publish {report.chosen.path} --model {source.name}", soft_wrap=True
+    )
     return 0
 
 
@@ -142,11 +156,15 @@ def user_model_source(args: argparse.Namespace):
 
     path = Path(args.model)
     if not path.exists():
-        raise UserError(f"no model {args.model!r}: choose {' or '.join(KERAS_MODELS)}, or pass the path of your model "
-                        "(a .keras file, an .h5 file or a SavedModel folder) with --data")
+        raise UserError(
+            f"no model {args.model!r}: choose {' or '.join(KERAS_MODELS)}, or pass the path of your model "
+            "(a .keras file, an .h5 file or a SavedModel folder) with --data"
+        )
     if args.data is None:
-        raise UserError(f"pass --data HELD-OUT.npz for {path}: held-out rows, one array per model input named like it, "
-                        "optionally 'labels' (the variants are judged on them)")
+        raise UserError(
+            f"pass --data HELD-OUT.npz for {path}: held-out rows, one array per model input named like it, "
+            "optionally 'labels' (the variants are judged on them)"
+        )
     if args.loss and not args.train:
         raise UserError("--loss is the loss pruned and slim variants fine-tune under: pass --train TRAIN.npz with it")
     try:
@@ -164,13 +182,22 @@ def user_model_source(args: argparse.Namespace):
             defaults += ",pruned,pruned-int8" + (",slim,slim-int8" if can_slim(model.keras_model) else "")
         config = export_config(args, defaults)
         with console.status(f"converting {path} to ONNX"):
-            source, warnings = keras_file_source(model, name, rows, calibration=calibration, training=training,
-                                                 opset=config.opset, calibration_rows=config.calibration_rows)
+            source, warnings = keras_file_source(
+                model,
+                name,
+                rows,
+                calibration=calibration,
+                training=training,
+                opset=config.opset,
+                calibration_rows=config.calibration_rows,
+            )
     except (ModelLoadError, ImportCheckError, UnsupportedOpsError) as err:
         raise UserError(str(err)) from err
     if args.variants is None and training is not None and not can_slim(model.keras_model):
-        warnings.append(f"{path} has no filters that can be removed (each reaches an input, an output or a layer "
-                        "filter pruning does not know): slim is left out; pruned (magnitude) is made")
+        warnings.append(
+            f"{path} has no filters that can be removed (each reaches an input, an output or a layer "
+            "filter pruning does not know): slim is left out; pruned (magnitude) is made"
+        )
     return source, warnings, out, config
 
 
@@ -183,7 +210,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_out_dir(VARIANTS_DIR / model)
     before = os.getloadavg()[0]
     reports = {}
-    for model, variants, seconds in (("digits", ALL_VARIANTS, args.measure_seconds), ("mobilenetv2", FLOAT_VARIANTS, args.measure_seconds * 2)):
+    for model, variants, seconds in (
+        ("digits", ALL_VARIANTS, args.measure_seconds),
+        ("mobilenetv2", FLOAT_VARIANTS, args.measure_seconds * 2),
+    ):
         run_args = argparse.Namespace(**{**vars(args), "variants": variants, "measure_seconds": seconds})
         config = export_config(run_args, variants)
         source = keras_source(model, args.keras_model, config)
@@ -196,11 +226,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for column in ("figure", "measured", "target", "met"):
         table.add_column(column)
     for target in found:
-        table.add_row(target.figure, "n/a" if target.value is None else f"{target.value:.2f}", target.target,
-                      "[green]yes[/]" if target.met else "[red]no[/]")
+        table.add_row(
+            target.figure,
+            "n/a" if target.value is None else f"{target.value:.2f}",
+            target.target,
+            "[green]yes[/]" if target.met else "[red]no[/]",
+        )
     console.print(table)
-    console.print(f"report {path} (+ .md); load average {load['before']:.1f} -> {load['after']:.1f} on {os.cpu_count()} cores"
-                  + ("" if args.no_docs else f"; section updated in {args.page}"), soft_wrap=True)
+    console.print(
+        f"report {path} (+ .md); load average {load['before']:.1f} -> {load['after']:.1f} on {os.cpu_count()} cores"
+        + ("" if args.no_docs else f"; section updated in {args.page}"),
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -214,8 +251,10 @@ def cmd_bench_slim(args: argparse.Namespace) -> int:
     if not 0 < args.fraction < 1:
         raise UserError(f"--fraction must be between 0 and 1 (exclusive), got {args.fraction}: 0.5 removes half the channels")
     if args.batch_size < 1 or args.rounds < 2 or args.calls < 1:
-        raise UserError(f"--batch-size and --calls must be at least 1 and --rounds at least 2 (a spread needs two), got "
-                        f"{args.batch_size}, {args.calls} and {args.rounds}")
+        raise UserError(
+            f"--batch-size and --calls must be at least 1 and --rounds at least 2 (a spread needs two), got "
+            f"{args.batch_size}, {args.calls} and {args.rounds}"
+        )
     if not args.no_docs:
         try:
             check_page(args.page)
@@ -234,16 +273,32 @@ def cmd_bench_slim(args: argparse.Namespace) -> int:
                 raise UserError(str(err)) from err
             dims = [int(d) for d in loaded.inputs[0].shape[1:] if d is not None]  # a None: not a fixed image size
             if loaded.keras_model is None or len(loaded.inputs) != 1 or len(dims) != 3 or len(loaded.inputs[0].shape) != 4:
-                raise UserError(f"{args.model} is not a one-input Keras image model (.keras or .h5, input [N, H, W, C]): "
-                                "bench-slim times image models; pass mobilenetv2 or such a file")
+                raise UserError(
+                    f"{args.model} is not a one-input Keras image model (.keras or .h5, input [N, H, W, C]): "
+                    "bench-slim times image models; pass mobilenetv2 or such a file"
+                )
             model, shape = loaded.keras_model, (dims[0], dims[1], dims[2])
     images = synthetic_images(args.batch_size, shape, args.seed + 1)
     try:
-        with Progress(SpinnerColumn(), TextColumn("[bold]bench-slim[/] {task.description:<20}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]bench-slim[/] {task.description:<20}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             task = progress.add_task("starting", total=step_count(args.rounds))
-            result = compare(model, images, fraction=args.fraction, rounds=args.rounds, calls=args.calls, opset=args.opset,
-                             step=lambda text: progress.update(task, advance=1, description=text))
+            result = compare(
+                model,
+                images,
+                fraction=args.fraction,
+                rounds=args.rounds,
+                calls=args.calls,
+                opset=args.opset,
+                step=lambda text: progress.update(task, advance=1, description=text),
+            )
         load = {"before": before, "after": os.getloadavg()[0], "cores": os.cpu_count()}
         path = write(result, load, None if args.no_docs else args.page)
     except SlimBenchError as err:
@@ -254,7 +309,8 @@ def cmd_bench_slim(args: argparse.Namespace) -> int:
         f"(rounds {spread['min']:.2f}-{spread['max']:.2f}x, target >= 1.6x), graphs valid "
         f"{result.full.graph_valid and result.slim.graph_valid}, same output shapes {result.same_output_shapes}: "
         + ("[green]goal met[/]" if result.met else "[red]goal not met[/]")
-        + f"; report {path} (+ .png, .md)" + ("" if args.no_docs else f"; section updated in {args.page}"),
+        + f"; report {path} (+ .png, .md)"
+        + ("" if args.no_docs else f"; section updated in {args.page}"),
         soft_wrap=True,
     )
     return 0
@@ -273,9 +329,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         family = args.variants_dir / args.model
         folder = family / args.variant
         if not folder.is_dir():
-            have = sorted(p.name for p in family.iterdir() if p.is_dir() and not p.name.startswith(".")) if family.is_dir() else []
+            have = (
+                sorted(p.name for p in family.iterdir() if p.is_dir() and not p.name.startswith(".")) if family.is_dir() else []
+            )
             raise UserError(
-                f"no variant {args.variant!r} in {family}" + (f" (it has {', '.join(have)})" if have else "")
+                f"no variant {args.variant!r} in {family}"
+                + (f" (it has {', '.join(have)})" if have else "")
                 + f": run `make export MODEL={args.model}` first, or pass an artifact folder"
             )
     if args.batch_size < 1 or args.runs < 1:
@@ -294,12 +353,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for column in ("operator", "calls", "total ms", "mean us", "share"):
         table.add_column(column, justify="left" if column == "operator" else "right")
     for entry in times[: args.top]:
-        table.add_row(entry.op_type, str(entry.calls), f"{entry.total_us / 1e3:.2f}", f"{entry.mean_us:.1f}", f"{entry.share:.1%}")
+        table.add_row(
+            entry.op_type, str(entry.calls), f"{entry.total_us / 1e3:.2f}", f"{entry.mean_us:.1f}", f"{entry.share:.1%}"
+        )
     console.print(table)
-    path = write_report("profile", {
-        "artifact": str(folder), "batch_size": args.batch_size, "runs": args.runs, "trace": str(trace),
-        "operators": [{"op_type": t.op_type, "calls": t.calls, "total_us": t.total_us, "share": t.share} for t in times],
-    })
+    path = write_report(
+        "profile",
+        {
+            "artifact": str(folder),
+            "batch_size": args.batch_size,
+            "runs": args.runs,
+            "trace": str(trace),
+            "operators": [{"op_type": t.op_type, "calls": t.calls, "total_us": t.total_us, "share": t.share} for t in times],
+        },
+    )
     console.print(f"trace {trace} (open it in https://ui.perfetto.dev); report {path}", soft_wrap=True)
     return 0
 
@@ -339,25 +406,39 @@ def add_export_options(parser: argparse.ArgumentParser, *, variants_help: str | 
         parser.add_argument("--variants", help=variants_help)
         parser.add_argument("--out", type=Path, help="folder for the variant artifact folders (default build/variants/<model>)")
         parser.add_argument("--report", default="export", help="report name: reports/<name>.json, .md and .png")
-    parser.add_argument("--target", choices=["cpu", "tensorrt", "gpu"], default="cpu",
-                        help="cpu: int8 with uint8 activations (U8S8, x86), chosen by CPU timing; tensorrt: symmetric "
-                             "int8 (S8S8); gpu: S8S8, and the variant to deploy with the gpu overlay chosen by a GPU's "
-                             "timing (this machine's, else --gpu-report's)")
-    parser.add_argument("--gpu-report", type=Path, metavar="GPU.json",
-                        help="--target gpu on a machine without a GPU: the `make bench-gpu` report that ranks "
-                             "fp32/fp16/int8 (default reports/gpu.json)")
+    parser.add_argument(
+        "--target",
+        choices=["cpu", "tensorrt", "gpu"],
+        default="cpu",
+        help="cpu: int8 with uint8 activations (U8S8, x86), chosen by CPU timing; tensorrt: symmetric "
+        "int8 (S8S8); gpu: S8S8, and the variant to deploy with the gpu overlay chosen by a GPU's "
+        "timing (this machine's, else --gpu-report's)",
+    )
+    parser.add_argument(
+        "--gpu-report",
+        type=Path,
+        metavar="GPU.json",
+        help="--target gpu on a machine without a GPU: the `make bench-gpu` report that ranks "
+        "fp32/fp16/int8 (default reports/gpu.json)",
+    )
     parser.add_argument("--calibration-method", choices=["minmax", "entropy", "percentile"], default="minmax")
     parser.add_argument("--calibration-rows", type=int, default=256, help="rows to calibrate int8 on (at most)")
-    parser.add_argument("--accuracy-budget", type=float, default=0.5,
-                        help="largest accuracy drop in points (top-1 disagreement when there are no labels)")
+    parser.add_argument(
+        "--accuracy-budget",
+        type=float,
+        default=0.5,
+        help="largest accuracy drop in points (top-1 disagreement when there are no labels)",
+    )
     parser.add_argument("--fp32-tolerance", type=float, default=1e-4, help="max abs diff allowed for fp32 variants")
     parser.add_argument("--fp16-tolerance", type=float, default=1e-2, help="max abs diff allowed for fp16 variants")
-    parser.add_argument("--optimize-for", choices=["latency", "throughput"], default="latency",
-                        help="pick the variant with the lowest p50 latency at batch 1, or the highest throughput at batch 32")
+    parser.add_argument(
+        "--optimize-for",
+        choices=["latency", "throughput"],
+        default="latency",
+        help="pick the variant with the lowest p50 latency at batch 1, or the highest throughput at batch 32",
+    )
     parser.add_argument("--measure-rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--measure-seconds", type=float, default=0.3, help="seconds per model, batch and round")
-
-
 
 
 def _floats(text: str, flag: str) -> tuple[float, ...]:
@@ -405,6 +486,9 @@ def cmd_uint8_input(args: argparse.Namespace) -> int:
         raise UserError(f"invalid preprocess settings in {source / SETTINGS_FILE}: {one_line(err, whole='preprocess')}") from err
     except (Uint8InputError, ArtifactError, FileProblem) as err:
         raise UserError(str(err)) from err
-    console.print(f"{out}: input takes UINT8 NHWC pixels (scale {normalisation.scale:g}, mean {list(normalisation.mean)}, "
-                  f"std {list(normalisation.std)}); digest {manifest.digest[:12]}", soft_wrap=True)
+    console.print(
+        f"{out}: input takes UINT8 NHWC pixels (scale {normalisation.scale:g}, mean {list(normalisation.mean)}, "
+        f"std {list(normalisation.std)}); digest {manifest.digest[:12]}",
+        soft_wrap=True,
+    )
     return 0

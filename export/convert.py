@@ -58,8 +58,9 @@ class UnsupportedOpsError(ValueError):
     """The TensorFlow graph uses ops tf2onnx cannot translate to ONNX."""
 
 
-def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] | None = None,
-                  output_names: list[str] | None = None):
+def keras_to_onnx(
+    model, opset: int = DEFAULT_OPSET, *, input_names: list[str] | None = None, output_names: list[str] | None = None
+):
     """Convert a Keras model to an ONNX ModelProto with a dynamic batch dimension.
 
     The model is called the way it was built (a dict, a list or one tensor; `export.keras_io`).
@@ -73,7 +74,9 @@ def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] |
     interface = read_interface(model)
     inputs = input_names or ([INPUT_NAME] if len(interface.inputs) == 1 else [spec.name for spec in interface.inputs])
     outputs = output_names or ([OUTPUT_NAME] if len(interface.output_names) == 1 else interface.output_names)
-    specs = [tf.TensorSpec((None, *spec.shape[1:]), tf.as_dtype(spec.dtype), name=name) for spec, name in zip(interface.inputs, inputs)]
+    specs = [
+        tf.TensorSpec((None, *spec.shape[1:]), tf.as_dtype(spec.dtype), name=name) for spec, name in zip(interface.inputs, inputs)
+    ]
 
     def call(*tensors):
         return dict(zip(outputs, interface.call(model, tensors).values()))
@@ -85,8 +88,9 @@ def keras_to_onnx(model, opset: int = DEFAULT_OPSET, *, input_names: list[str] |
 PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 
 
-def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_order: list[str] | None = None,
-                     layer_names: set[str] | None = None):
+def function_to_onnx(
+    call, specs: list, opset: int = DEFAULT_OPSET, *, output_order: list[str] | None = None, layer_names: set[str] | None = None
+):
     """Trace `call` (tensors in `specs` order -> dict of named outputs) and convert it with tf2onnx.
 
     The traced graph is frozen with only `specs` as its inputs: TensorFlow also lists the
@@ -111,19 +115,24 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
     try:
         concrete = tf.function(call, input_signature=specs).get_concrete_function()
     except Exception as err:  # the model's own code (a custom layer, call()) can fail in any way while traced
-        takes = ", ".join(f"{spec.name}: {spec.dtype.name} [{', '.join('N' if d is None else str(d) for d in spec.shape)}]"
-                          for spec in specs)
-        raise UnsupportedOpsError(f"the model fails when traced on {takes} with the batch size left open ({type(err).__name__}: "
-                                  f"{first_line(err)}): make its layers work for any batch size (no x.shape[0] in "
-                                  "arithmetic; use keras.ops.shape(x)[0])") from err
+        takes = ", ".join(
+            f"{spec.name}: {spec.dtype.name} [{', '.join('N' if d is None else str(d) for d in spec.shape)}]" for spec in specs
+        )
+        raise UnsupportedOpsError(
+            f"the model fails when traced on {takes} with the batch size left open ({type(err).__name__}: "
+            f"{first_line(err)}): make its layers work for any batch size (no x.shape[0] in "
+            "arithmetic; use keras.ops.shape(x)[0])"
+        ) from err
     refuse_unconvertible_ops(concrete, layer_names or set())
     arguments = concrete.inputs[: len(specs)]  # the signature's own inputs come first, the captures after them
     answers = concrete.structured_outputs
     order = output_order or sorted(answers)
     input_names = [tensor.name for tensor in arguments]
     output_names = [answers[name].name for name in order]
-    renames = {**{tensor.name: spec.name for tensor, spec in zip(arguments, specs)},
-               **{answers[name].name: name for name in order}}
+    renames = {
+        **{tensor.name: spec.name for tensor, spec in zip(arguments, specs)},
+        **{answers[name].name: name for name in order},
+    }
     tf2onnx_log, tf_log = logging.getLogger("tf2onnx"), tf.get_logger()
     levels = tf2onnx_log.level, tf_log.level
     tf2onnx_log.setLevel(logging.CRITICAL)  # unsupported ops are reported below, in one line
@@ -134,17 +143,24 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
         rewrite_float_signbit(frozen)
         rewrite_erfc(frozen)
         allow_inlining_xla_calls(frozen)
-        onnx_model, _ = tf2onnx.convert.from_graph_def(frozen, name=concrete.name, input_names=input_names,
-                                                       output_names=output_names, opset=opset, tensors_to_rename=renames)
+        onnx_model, _ = tf2onnx.convert.from_graph_def(
+            frozen, name=concrete.name, input_names=input_names, output_names=output_names, opset=opset, tensors_to_rename=renames
+        )
     except Exception as err:  # tf2onnx and TensorFlow's freezing raise many types on graphs they cannot take
-        raise UnsupportedOpsError(f"tf2onnx could not convert the traced model ({type(err).__name__}: {first_line(err)}): nothing "
-                                  "was written: write custom layers with standard TensorFlow ops, or try another --opset") from err
+        raise UnsupportedOpsError(
+            f"tf2onnx could not convert the traced model ({type(err).__name__}: {first_line(err)}): nothing "
+            "was written: write custom layers with standard TensorFlow ops, or try another --opset"
+        ) from err
     finally:
         tf2onnx_log.setLevel(levels[0])
         tf_log.setLevel(levels[1])
-    unknown = sorted({f"{node.op_type} in layer {where!r}" if (where := layer_of(node.name, layer_names or set())) else node.op_type
-                      for node in onnx_model.graph.node
-                      if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, node.domain)})
+    unknown = sorted(
+        {
+            f"{node.op_type} in layer {where!r}" if (where := layer_of(node.name, layer_names or set())) else node.op_type
+            for node in onnx_model.graph.node
+            if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, node.domain)
+        }
+    )
     if unknown:
         raise UnsupportedOpsError(
             f"the model uses TensorFlow ops tf2onnx cannot convert to ONNX ({', '.join(unknown)}): replace them with "
@@ -152,8 +168,10 @@ def function_to_onnx(call, specs: list, opset: int = DEFAULT_OPSET, *, output_or
         )
     extra = sorted({tensor.name for tensor in onnx_model.graph.input} - {spec.name for spec in specs})
     if extra:  # a captured tensor left as an input: the caller could not feed it
-        raise UnsupportedOpsError(f"the converted graph asks for inputs the model does not have ({', '.join(extra)}): a tensor "
-                                  "the model captures was left unfolded; nothing was written (report it with the model)")
+        raise UnsupportedOpsError(
+            f"the converted graph asks for inputs the model does not have ({', '.join(extra)}): a tensor "
+            "the model captures was left unfolded; nothing was written (report it with the model)"
+        )
     onnx_model.producer_name = "slipway"
     return onnx_model
 
@@ -187,16 +205,23 @@ def rewrite_float_signbit(graph_def) -> int:
             continue
         parts = [source(name) for name in masked.input]
         bitcast = next((node for node in parts if node is not None and node.op == "Bitcast"), None)
-        if (bitcast is None or bitcast.attr["T"].type != float32 or bitcast.attr["type"].type != int32
-                or not any(constant(node, -(2**31)) for node in parts if node is not bitcast)):
+        if (
+            bitcast is None
+            or bitcast.attr["T"].type != float32
+            or bitcast.attr["type"].type != int32
+            or not any(constant(node, -(2**31)) for node in parts if node is not bitcast)
+        ):
             continue
         x, base = bitcast.input[0], f"{less.name}/slipway_signbit"
         zero = tf.compat.v1.NodeDef(name=f"{base}/zero", op="Const")
         zero.attr["dtype"].type = float32
         zero.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.float32(0.0)))
         added = [zero]
-        for name, op, inputs in ((f"{base}/negative", "Less", [x, zero.name]), (f"{base}/inverse", "Reciprocal", [x]),
-                                 (f"{base}/inverse_negative", "Less", [f"{base}/inverse", zero.name])):
+        for name, op, inputs in (
+            (f"{base}/negative", "Less", [x, zero.name]),
+            (f"{base}/inverse", "Reciprocal", [x]),
+            (f"{base}/inverse_negative", "Less", [f"{base}/inverse", zero.name]),
+        ):
             node = tf.compat.v1.NodeDef(name=name, op=op, input=inputs)
             node.attr["T"].type = float32
             added.append(node)
@@ -276,12 +301,15 @@ def refuse_unconvertible_ops(concrete, layer_names: set[str]) -> None:
             raise UnsupportedOpsError(
                 f"{f'layer {where!r}' if where else f'op {node.name!r}'} runs Python (tf.py_function / tf.numpy_function, "
                 f"{node.op}), which an ONNX graph cannot hold: move that step into a pre-processing stage before the model, "
-                "or write it with TensorFlow ops")
+                "or write it with TensorFlow ops"
+            )
     for op in concrete.graph.get_operations():
         if any(tensor.dtype == tf.string for tensor in op.outputs):
             where = layer_of(op.name, layer_names)
-            raise UnsupportedOpsError(f"{f'layer {where!r}' if where else f'op {op.name!r}'} works on strings ({op.type}), "
-                                      f"which an ONNX graph cannot: {TEXT_FIX}")
+            raise UnsupportedOpsError(
+                f"{f'layer {where!r}' if where else f'op {op.name!r}'} works on strings ({op.type}), "
+                f"which an ONNX graph cannot: {TEXT_FIX}"
+            )
 
 
 def onnx_predict(onnx_bytes: bytes, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
@@ -296,8 +324,10 @@ def onnx_outputs(onnx_bytes: bytes, feeds: dict[str, np.ndarray], batch_size: in
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
     total = len(next(iter(feeds.values())))
-    chunks = [session.run(names, {key: array[start : start + batch_size] for key, array in feeds.items()})
-              for start in range(0, total, batch_size)]
+    chunks = [
+        session.run(names, {key: array[start : start + batch_size] for key, array in feeds.items()})
+        for start in range(0, total, batch_size)
+    ]
     return {name: np.concatenate([chunk[i] for chunk in chunks]) for i, name in enumerate(names)}
 
 
@@ -314,9 +344,13 @@ def outputs_parity(source: dict[str, np.ndarray], converted: dict[str, np.ndarra
     for name, expected in source.items():
         got = converted[name]
         if expected.shape != got.shape:
-            raise ParityError(f"the ONNX graph's output {name!r} has shape {list(got.shape)}; the model's has {list(expected.shape)}")
+            raise ParityError(
+                f"the ONNX graph's output {name!r} has shape {list(got.shape)}; the model's has {list(expected.shape)}"
+            )
         if expected.ndim >= 2 and expected.shape[-1] > 1:
-            same = expected.reshape(rows, -1, expected.shape[-1]).argmax(-1) == got.reshape(rows, -1, expected.shape[-1]).argmax(-1)
+            same = expected.reshape(rows, -1, expected.shape[-1]).argmax(-1) == got.reshape(rows, -1, expected.shape[-1]).argmax(
+                -1
+            )
             same = same.all(axis=1)  # a row agrees when every one of its class vectors does
             agree = same if agree is None else agree & same
         if expected.size:

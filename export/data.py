@@ -45,9 +45,7 @@ def load_digits_splits(seed: int = 0, test_fraction: float = 0.2, val_fraction: 
     digits = load_digits()
     images = (digits.images / PIXEL_MAX).astype(np.float32)[..., np.newaxis]
     labels = digits.target.astype(np.int32)
-    x_rest, x_test, y_rest, y_test = train_test_split(
-        images, labels, test_size=test_fraction, stratify=labels, random_state=seed
-    )
+    x_rest, x_test, y_rest, y_test = train_test_split(images, labels, test_size=test_fraction, stratify=labels, random_state=seed)
     x_train, x_val, y_train, y_val = train_test_split(
         x_rest, y_rest, test_size=val_fraction / (1 - test_fraction), stratify=y_rest, random_state=seed
     )

@@ -50,7 +50,9 @@ def predict(run, feeds: Feeds, *, fixed_batch: int | None = None) -> np.ndarray:
         chunk = {name: array[start : start + batch] for name, array in feeds.items()}
         taken = rows_of(chunk)
         if fixed_batch and taken < fixed_batch:
-            chunk = {name: np.concatenate([array, array[-1:].repeat(fixed_batch - taken, axis=0)]) for name, array in chunk.items()}
+            chunk = {
+                name: np.concatenate([array, array[-1:].repeat(fixed_batch - taken, axis=0)]) for name, array in chunk.items()
+            }
         output = run(chunk)
         first = output[0] if isinstance(output, (list, tuple)) else output
         chunks.append(np.asarray(first)[:taken])

@@ -54,7 +54,9 @@ def separate_read_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
         for i, name in enumerate(node.output):
             if name in renamed:
                 node.output[i] = renamed[name]
-    copy.graph.node.extend(helper.make_node("Identity", [value], [name], name=f"{name}/output") for name, value in renamed.items())
+    copy.graph.node.extend(
+        helper.make_node("Identity", [value], [name], name=f"{name}/output") for name, value in renamed.items()
+    )
     return copy
 
 

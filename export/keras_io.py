@@ -30,9 +30,13 @@ from slipway.cli import first_line
 
 # Layers that map strings to numbers: ONNX graphs (and tf2onnx) take numbers only.
 TEXT_LAYERS = ("TextVectorization", "StringLookup")
-TEXT_FIX = ("move it into a pre-processing stage before the model (vectorize the text there) and convert the model "
-            "that takes its integer tokens")
-RAGGED_FIX = "pad the rows to one length before the model (keras.Input(ragged=False), with a mask or a lengths input if it needs one)"
+TEXT_FIX = (
+    "move it into a pre-processing stage before the model (vectorize the text there) and convert the model "
+    "that takes its integer tokens"
+)
+RAGGED_FIX = (
+    "pad the rows to one length before the model (keras.Input(ragged=False), with a mask or a lengths input if it needs one)"
+)
 
 
 class KerasInterfaceError(ValueError):
@@ -66,8 +70,10 @@ class KerasInterface:
 
         answers = keras.tree.flatten(model(self.pack_inputs(tensors), training=False))
         if len(answers) != len(self.output_names):
-            raise KerasInterfaceError(f"the model answered with {len(answers)} outputs, not the {len(self.output_names)} "
-                                      f"({', '.join(self.output_names)}) its structure declares: save it with fixed outputs")
+            raise KerasInterfaceError(
+                f"the model answered with {len(answers)} outputs, not the {len(self.output_names)} "
+                f"({', '.join(self.output_names)}) its structure declares: save it with fixed outputs"
+            )
         return dict(zip(self.output_names, answers))
 
 
@@ -95,8 +101,10 @@ def _functional(model) -> KerasInterface:
     import keras
 
     built_inputs = keras.tree.flatten_with_path(model.input)
-    names = [str(path[-1]) if path and isinstance(path[-1], str) else _tensor_name(tensor, i)
-             for i, (path, tensor) in enumerate(built_inputs)]
+    names = [
+        str(path[-1]) if path and isinstance(path[-1], str) else _tensor_name(tensor, i)
+        for i, (path, tensor) in enumerate(built_inputs)
+    ]
     inputs = [_spec(name, tensor) for name, (_, tensor) in zip(names, built_inputs)]
     built_outputs = keras.tree.flatten_with_path(model.output)
     layer_names = list(getattr(model, "output_names", None) or [])
@@ -108,8 +116,12 @@ def _functional(model) -> KerasInterface:
             outputs.append(layer_names[i])
         else:
             outputs.append(f"output_{i}")
-    return KerasInterface(inputs, _unique(outputs), keras.tree.map_structure(lambda _: 0, model.input),
-                          keras.tree.map_structure(lambda _: 0, model.output))
+    return KerasInterface(
+        inputs,
+        _unique(outputs),
+        keras.tree.map_structure(lambda _: 0, model.input),
+        keras.tree.map_structure(lambda _: 0, model.output),
+    )
 
 
 def _sequential(model) -> KerasInterface:
@@ -118,8 +130,10 @@ def _sequential(model) -> KerasInterface:
     except (AttributeError, ValueError):  # built without keras.Input: only its build shape is known
         return _subclassed(model)
     if len(tensors) != 1:
-        raise KerasInterfaceError(f"Sequential model {model.name!r} has {len(tensors)} inputs: a Sequential takes one; "
-                                  "build it with keras.Model(inputs, outputs) instead")
+        raise KerasInterfaceError(
+            f"Sequential model {model.name!r} has {len(tensors)} inputs: a Sequential takes one; "
+            "build it with keras.Model(inputs, outputs) instead"
+        )
     return KerasInterface([_spec(_tensor_name(tensors[0], 0), tensors[0])], [model.layers[-1].name], 0, 0)
 
 
@@ -133,8 +147,10 @@ def _subclassed(model) -> KerasInterface:
     if shapes is None and config and "shapes_dict" in config:
         shapes = {key.removesuffix("_shape"): value for key, value in config["shapes_dict"].items()}
     if shapes is None:
-        raise KerasInterfaceError(f"model {model.name!r} ({type(model).__name__}) was saved before it was built, so its input "
-                                  "shapes are unknown: call it once on a batch (or model.build(shape)) before saving it")
+        raise KerasInterfaceError(
+            f"model {model.name!r} ({type(model).__name__}) was saved before it was built, so its input "
+            "shapes are unknown: call it once on a batch (or model.build(shape)) before saving it"
+        )
     argument = _first_argument(model)
 
     def is_shape(node) -> bool:
@@ -150,28 +166,35 @@ def _subclassed(model) -> KerasInterface:
         structure = [0] * len(shapes)
         named = [(f"{argument}_{i}", tuple(shape)) for i, shape in enumerate(shapes)]
     else:
-        raise KerasInterfaceError(f"model {model.name!r} was built on inputs shaped {shapes!r}: Slipway calls models on one "
-                                  "tensor, a list or a flat dict of tensors; wrap it in a keras.Model with such inputs")
+        raise KerasInterfaceError(
+            f"model {model.name!r} was built on inputs shaped {shapes!r}: Slipway calls models on one "
+            "tensor, a list or a flat dict of tensors; wrap it in a keras.Model with such inputs"
+        )
     dtype = np.dtype(str(model.input_dtype))
     inputs = [InputSpec(name, dtype, (None, *shape[1:])) for name, shape in named]
     symbolic = keras.tree.pack_sequence_as(structure, [keras.KerasTensor(spec.shape, str(spec.dtype)) for spec in inputs])
     try:
         answers = model.compute_output_spec(symbolic)
     except Exception as err:  # the user's call() may fail on symbolic tensors in any way
-        raise KerasInterfaceError(f"model {model.name!r} ({type(model).__name__}) cannot be called on its build shapes "
-                                  f"{[spec.describe() for spec in inputs]} ({type(err).__name__}: {first_line(err)}): "
-                                  "save it as a functional keras.Model or export it as a SavedModel (model.export(path))") from err
+        raise KerasInterfaceError(
+            f"model {model.name!r} ({type(model).__name__}) cannot be called on its build shapes "
+            f"{[spec.describe() for spec in inputs]} ({type(err).__name__}: {first_line(err)}): "
+            "save it as a functional keras.Model or export it as a SavedModel (model.export(path))"
+        ) from err
     paths = keras.tree.flatten_with_path(answers)
-    outputs = ["_".join(str(part) for part in path) if path and isinstance(path[-1], str) else f"output_{i}"
-               for i, (path, _) in enumerate(paths)]
+    outputs = [
+        "_".join(str(part) for part in path) if path and isinstance(path[-1], str) else f"output_{i}"
+        for i, (path, _) in enumerate(paths)
+    ]
     return KerasInterface(inputs, _unique(outputs), structure, keras.tree.map_structure(lambda _: 0, answers))
 
 
 def _first_argument(model) -> str:
     """The name of `call()`'s first argument (what the user calls the model's input), `inputs` when it has none."""
     try:
-        parameters = [p for p in inspect.signature(model.call).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        parameters = [
+            p for p in inspect.signature(model.call).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return "inputs"
     return parameters[0].name if parameters else "inputs"
@@ -185,7 +208,9 @@ def _spec(name: str, tensor) -> InputSpec:
     if getattr(tensor, "ragged", False):
         raise KerasInterfaceError(f"input {name!r} is ragged, which an ONNX graph cannot take: {RAGGED_FIX}")
     if getattr(tensor, "sparse", False):
-        raise KerasInterfaceError(f"input {name!r} is sparse, which an ONNX graph cannot take: pass it dense (keras.Input(sparse=False))")
+        raise KerasInterfaceError(
+            f"input {name!r} is sparse, which an ONNX graph cannot take: pass it dense (keras.Input(sparse=False))"
+        )
     return InputSpec(name, np.dtype(dtype), tuple(tensor.shape))
 
 
@@ -232,4 +257,3 @@ def layer_of(op_name: str, layer_names: set[str]) -> str | None:
         elif bare in layer_names:
             found = bare
     return found
-

@@ -78,7 +78,9 @@ class LoadedModel:
         """The model as an ONNX ModelProto, its inputs and outputs named as the model names them."""
         from export.convert import function_to_onnx
 
-        return function_to_onnx(self.call, self.tensor_specs(), opset, output_order=self.output_names, layer_names=self.layer_names())
+        return function_to_onnx(
+            self.call, self.tensor_specs(), opset, output_order=self.output_names, layer_names=self.layer_names()
+        )
 
     def predict(self, feeds: Feeds, batch_size: int = PREDICT_BATCH) -> dict[str, np.ndarray]:
         """Every output over all rows, in chunks, by name."""
@@ -106,7 +108,9 @@ def model_format(path: Path) -> Format:
     if path.is_dir():
         if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
             return "savedmodel"
-        raise ModelLoadError(f"{path} is a folder without saved_model.pb: pass a SavedModel folder (model.export(path)), a .keras or an .h5 file")
+        raise ModelLoadError(
+            f"{path} is a folder without saved_model.pb: pass a SavedModel folder (model.export(path)), a .keras or an .h5 file"
+        )
     if not path.is_file():
         raise ModelLoadError(f"no model at {path}: pass a .keras file, an .h5 file or a SavedModel folder")
     with open(path, "rb") as handle:
@@ -115,7 +119,9 @@ def model_format(path: Path) -> Format:
         return "keras"
     if head.startswith(b"\x89HDF\r\n\x1a\n"):
         return "h5"
-    raise ModelLoadError(f"{path} is not a model: expected a .keras file (a zip archive), an .h5 file (HDF5) or a SavedModel folder")
+    raise ModelLoadError(
+        f"{path} is not a model: expected a .keras file (a zip archive), an .h5 file (HDF5) or a SavedModel folder"
+    )
 
 
 def saved_config(path: Path, fmt: Format) -> dict | None:
@@ -167,8 +173,18 @@ def _keras_object(name: str) -> bool:
     """Is `name` a class Keras itself knows (an optimizer, a loss, an initializer, a dtype policy...)?"""
     import keras
 
-    families = (keras.layers, keras.losses, keras.metrics, keras.optimizers, keras.initializers, keras.regularizers,
-                keras.constraints, keras.activations, keras.dtype_policies, keras.optimizers.schedules)
+    families = (
+        keras.layers,
+        keras.losses,
+        keras.metrics,
+        keras.optimizers,
+        keras.initializers,
+        keras.regularizers,
+        keras.constraints,
+        keras.activations,
+        keras.dtype_policies,
+        keras.optimizers.schedules,
+    )
     return any(hasattr(family, name) for family in families)
 
 
@@ -191,12 +207,16 @@ def read_custom_objects(spec: str) -> dict:
             module = importlib.import_module(module_name)
         found = getattr(module, attr)
     except Exception as err:  # the user's module can fail in any way while it is imported
-        raise ModelLoadError(f"cannot import --custom-objects {spec} ({type(err).__name__}: {first_line(err)}): "
-                             "pass module:attr of an importable module or a .py file") from err
+        raise ModelLoadError(
+            f"cannot import --custom-objects {spec} ({type(err).__name__}: {first_line(err)}): "
+            "pass module:attr of an importable module or a .py file"
+        ) from err
     if callable(found) and not isinstance(found, dict) and not isinstance(found, type):
         found = found()
     if not isinstance(found, dict) or not all(isinstance(key, str) for key in found):
-        raise ModelLoadError(f"--custom-objects {spec} is a {type(found).__name__}: it must be a dict {{name: class}} or a function returning one")
+        raise ModelLoadError(
+            f"--custom-objects {spec} is a {type(found).__name__}: it must be a dict {{name: class}} or a function returning one"
+        )
     return found
 
 
@@ -208,17 +228,24 @@ def load_model(path: Path, *, custom_objects: dict | None = None, signature: str
     if fmt == "savedmodel":
         return _load_savedmodel(path, signature)
     if signature is not None:
-        raise ModelLoadError(f"--signature {signature} chooses among a SavedModel's signatures; {path} is a {fmt} file, "
-                             "which has none: leave --signature out")
+        raise ModelLoadError(
+            f"--signature {signature} chooses among a SavedModel's signatures; {path} is a {fmt} file, "
+            "which has none: leave --signature out"
+        )
     config = saved_config(path, fmt)
     if config is None:
         raise ModelLoadError(f"{path} holds weights only, no architecture: save the whole model with model.save('model.keras')")
     given = set(custom_objects or {})
-    missing = [name for name, module in custom_layers(config).items()
-               if name not in given and not _registered(name) and not _importable(module)]
+    missing = [
+        name
+        for name, module in custom_layers(config).items()
+        if name not in given and not _registered(name) and not _importable(module)
+    ]
     if missing:
-        raise ModelLoadError(f"{path} uses custom layers Keras cannot rebuild without their classes ({', '.join(missing)}): "
-                             f"pass {CUSTOM_OBJECTS_HELP}")
+        raise ModelLoadError(
+            f"{path} uses custom layers Keras cannot rebuild without their classes ({', '.join(missing)}): "
+            f"pass {CUSTOM_OBJECTS_HELP}"
+        )
     import keras
 
     try:
@@ -273,10 +300,15 @@ def _load_savedmodel(path: Path, chosen: str | None = None) -> LoadedModel:
     _, by_name = signature.structured_input_signature
     for name, spec in by_name.items():
         if not isinstance(spec, tf.TensorSpec):  # a RaggedTensorSpec or SparseTensorSpec
-            raise ModelLoadError(f"cannot convert {path}: input {name!r} is a {type(spec).__name__.removesuffix('Spec')}, which an "
-                                 f"ONNX graph cannot take: {RAGGED_FIX}")
+            raise ModelLoadError(
+                f"cannot convert {path}: input {name!r} is a {type(spec).__name__.removesuffix('Spec')}, which an "
+                f"ONNX graph cannot take: {RAGGED_FIX}"
+            )
         if spec.dtype == tf.string:
             raise ModelLoadError(f"cannot convert {path}: input {name!r} takes strings, which an ONNX graph cannot: {TEXT_FIX}")
-    inputs = [InputSpec(name, np.dtype(spec.dtype.as_numpy_dtype), tuple(spec.shape.as_list())) for name, spec in sorted(by_name.items())]
+    inputs = [
+        InputSpec(name, np.dtype(spec.dtype.as_numpy_dtype), tuple(spec.shape.as_list()))
+        for name, spec in sorted(by_name.items())
+    ]
     outputs = sorted(signature.structured_outputs)
     return LoadedModel(path, "savedmodel", inputs, outputs, None, signature, loaded)

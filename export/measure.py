@@ -25,8 +25,13 @@ LATENCY_BATCH = 1
 THROUGHPUT_BATCH = 32
 _QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 _WEIGHT_TYPES = {
-    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16,
-    onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT32,
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.BFLOAT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT32,
 }
 
 
@@ -80,7 +85,9 @@ def onnx_runner(model_bytes: bytes) -> Runner:
     from wrappers.session import choose_providers, session_options
 
     settings = RuntimeSettings(providers=[CPU_PROVIDER])
-    session = ort.InferenceSession(model_bytes, sess_options=session_options(settings), providers=choose_providers(settings.providers))
+    session = ort.InferenceSession(
+        model_bytes, sess_options=session_options(settings), providers=choose_providers(settings.providers)
+    )
     return lambda feeds: session.run(None, feeds)
 
 
@@ -96,8 +103,9 @@ def gpu_runner(model_bytes: bytes, provider: str) -> Runner | None:
         return None
     settings = RuntimeSettings(providers=[provider])
     try:
-        session = ort.InferenceSession(model_bytes, sess_options=session_options(settings),
-                                       providers=choose_providers(settings.providers))
+        session = ort.InferenceSession(
+            model_bytes, sess_options=session_options(settings), providers=choose_providers(settings.providers)
+        )
     except Exception:  # a GPU provider that is installed may still fail to start: no GPU timing then
         return None
     if session.get_providers()[0] != provider:

@@ -74,7 +74,9 @@ def check_model(path: Path) -> CheckedModel:
     try:
         model = onnx.load(path)
     except Exception as err:  # protobuf's DecodeError, external data that is missing, ...
-        raise ImportCheckError(f"{path} is not an ONNX file ({first_line(err)}): export one with torch.onnx.export or tf2onnx") from err
+        raise ImportCheckError(
+            f"{path} is not an ONNX file ({first_line(err)}): export one with torch.onnx.export or tf2onnx"
+        ) from err
     if not model.graph.node or not model.graph.output:
         raise ImportCheckError(f"{path} is not an ONNX model: it has no graph nodes or no outputs")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -87,7 +89,9 @@ def check_model(path: Path) -> CheckedModel:
             f"re-export with opset_version=17 (torch.onnx.export(..., opset_version=17))"
         )
     if opset > newest:
-        raise ImportCheckError(f"{path} uses opset {opset}, newer than the newest this onnx knows ({newest}): re-export with opset {MIN_OPSET}..{newest}")
+        raise ImportCheckError(
+            f"{path} uses opset {opset}, newer than the newest this onnx knows ({newest}): re-export with opset {MIN_OPSET}..{newest}"
+        )
     foreign = sorted({f"{node.domain}::{node.op_type}" for node in model.graph.node if node.domain not in STANDARD_DOMAINS})
     if foreign:
         raise ImportCheckError(
@@ -116,7 +120,9 @@ def _inputs(model: onnx.ModelProto) -> list[InputSpec]:
             continue
         tensor = value.type.tensor_type
         if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
-            raise ImportCheckError(f"input {value.name!r} has no tensor shape in the graph: export with a sample input so shapes are recorded")
+            raise ImportCheckError(
+                f"input {value.name!r} has no tensor shape in the graph: export with a sample input so shapes are recorded"
+            )
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
         shape = tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None for dim in tensor.shape.dim)
         specs.append(InputSpec(value.name, dtype, shape))
@@ -125,8 +131,9 @@ def _inputs(model: onnx.ModelProto) -> list[InputSpec]:
     return specs
 
 
-def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bool = False,
-              optional_labels: bool = False) -> tuple[Feeds, np.ndarray | None]:
+def read_rows(
+    path: Path, inputs: list[InputSpec], *, what: str, with_labels: bool = False, optional_labels: bool = False
+) -> tuple[Feeds, np.ndarray | None]:
     """Arrays from an .npz, one per model input (by name), checked against the graph's dtypes and shapes.
 
     `with_labels` requires a `labels` array; `optional_labels` checks and returns one when present.
@@ -142,7 +149,9 @@ def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bo
         ) from err
     labels = arrays.pop(LABELS_KEY, None)
     if with_labels and labels is None:
-        raise ImportCheckError(f"{what} data {path} has no {LABELS_KEY!r} array: save np.savez(path, {LABELS_KEY}=..., {expected})")
+        raise ImportCheckError(
+            f"{what} data {path} has no {LABELS_KEY!r} array: save np.savez(path, {LABELS_KEY}=..., {expected})"
+        )
     if len(inputs) == 1 and len(arrays) == 1:  # one input, one array: the key does not matter
         arrays = {inputs[0].name: next(iter(arrays.values()))}
     missing = [spec.name for spec in inputs if spec.name not in arrays]
@@ -151,11 +160,14 @@ def read_rows(path: Path, inputs: list[InputSpec], *, what: str, with_labels: bo
     feeds = {}
     for spec in inputs:
         array = arrays[spec.name]
-        fits = array.ndim == len(spec.shape) and all(want is None or want == got for want, got in zip(spec.shape[1:], array.shape[1:]))
+        fits = array.ndim == len(spec.shape) and all(
+            want is None or want == got for want, got in zip(spec.shape[1:], array.shape[1:])
+        )
         if array.dtype != spec.dtype or not fits or len(array) == 0:
             raise ImportCheckError(
                 f"{what} array {spec.name!r} is {array.dtype} {list(array.shape)}; the model's input {spec.name!r} takes "
-                f"{spec.describe()} (at least one row)" + (f": convert with .astype(np.{spec.dtype})" if fits and array.dtype != spec.dtype else "")
+                f"{spec.describe()} (at least one row)"
+                + (f": convert with .astype(np.{spec.dtype})" if fits and array.dtype != spec.dtype else "")
             )
         feeds[spec.name] = np.ascontiguousarray(array)
     rows = {len(array) for array in feeds.values()}
@@ -178,7 +190,9 @@ def synthetic_rows(inputs: list[InputSpec], rows: int, seed: int) -> Feeds:
     feeds = {}
     for spec in inputs:
         if spec.dtype.kind != "f":
-            raise ImportCheckError(f"input {spec.name!r} is {spec.dtype}: synthetic rows cannot stand in for it; pass --calibration DATA.npz")
+            raise ImportCheckError(
+                f"input {spec.name!r} is {spec.dtype}: synthetic rows cannot stand in for it; pass --calibration DATA.npz"
+            )
         if any(dim is None for dim in spec.shape[1:]):
             raise ImportCheckError(
                 f"input {spec.name!r} has open dimensions {spec.describe()}: synthetic rows need fixed sizes; pass --calibration DATA.npz"
@@ -203,7 +217,9 @@ def onnx_source(
     else:
         calibration_rows = synthetic_rows(checked.inputs, SYNTHETIC_ROWS, seed=0)
         calibration_note, synthetic = f"synthetic uniform [0, 1), {SYNTHETIC_ROWS} rows", True
-        warnings.append("no --calibration data: int8 is calibrated on synthetic uniform [0, 1) rows, so its accuracy on real data is unknown")
+        warnings.append(
+            "no --calibration data: int8 is calibrated on synthetic uniform [0, 1) rows, so its accuracy on real data is unknown"
+        )
     if labels is not None:
         evaluation, label_array = read_rows(labels, checked.inputs, what="labelled", with_labels=True)
         evaluation_note = f"{labels}, {len(label_array)} labelled rows"
@@ -212,10 +228,17 @@ def onnx_source(
         held = max(1, int(total * HELD_OUT_SHARE))
         evaluation = {key: array[-held:] for key, array in calibration_rows.items()}
         calibration_rows = {key: array[:-held] for key, array in calibration_rows.items()}
-        label_array, evaluation_note = None, f"last {held} rows of {calibration}, held out of calibration (no labels: agreement with fp32 only)"
+        label_array, evaluation_note = (
+            None,
+            f"last {held} rows of {calibration}, held out of calibration (no labels: agreement with fp32 only)",
+        )
     else:
         evaluation = calibration_rows if not synthetic else synthetic_rows(checked.inputs, SYNTHETIC_ROWS, seed=1)
-        label_array, evaluation_note = None, "no labels: agreement with the fp32 model only, on " + ("the calibration rows" if not synthetic else "synthetic rows")
+        label_array, evaluation_note = (
+            None,
+            "no labels: agreement with the fp32 model only, on "
+            + ("the calibration rows" if not synthetic else "synthetic rows"),
+        )
     calibration_rows = {key: array[:max_calibration_rows] for key, array in calibration_rows.items()}
     if label_array is None:
         warnings.append("no --labels data: accuracy is unknown; the budget applies to top-1 agreement with the fp32 model")

@@ -24,8 +24,9 @@ from slipway.artifact import (
 )
 
 
-def model_settings(name: str, *, version: str | None = None, extra: dict[str, Any] | None = None,
-                   inputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def model_settings(
+    name: str, *, version: str | None = None, extra: dict[str, Any] | None = None, inputs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """MLServer's model-settings.json for the wrappers runtime; `inputs` (name, datatype, shape) when they differ
     from what a float export has (a uint8 image input), so the folder says what clients send."""
     parameters: dict[str, Any] = {"uri": f"./{MODEL_FILE}", "extra": extra or {}}
@@ -60,7 +61,9 @@ def write_artifact(
     """
     with atomic.staged_dir(Path(out_dir), owns=is_artifact_folder) as staging:
         (staging / MODEL_FILE).write_bytes(onnx_bytes)
-        (staging / SETTINGS_FILE).write_text(json.dumps(model_settings(name, extra=extra_settings, inputs=inputs), indent=2) + "\n")
+        (staging / SETTINGS_FILE).write_text(
+            json.dumps(model_settings(name, extra=extra_settings, inputs=inputs), indent=2) + "\n"
+        )
         arrays = {f"input:{k}": v for k, v in example_inputs.items()}
         arrays.update({f"output:{k}": v for k, v in example_outputs.items()})
         if example_labels is not None:

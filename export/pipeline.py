@@ -20,13 +20,30 @@ from pydantic import BaseModel, Field
 from export.convert import DEFAULT_OPSET
 from export.evaluate import Quality, compare, predict, rows_of
 from export.measure import (
-    CPU_PROVIDER, LATENCY_BATCH, THROUGHPUT_BATCH, Feeds, SizeStats, SpeedStats, gpu_runner, measure_speed, onnx_runner,
+    CPU_PROVIDER,
+    LATENCY_BATCH,
+    THROUGHPUT_BATCH,
+    Feeds,
+    SizeStats,
+    SpeedStats,
+    gpu_runner,
+    measure_speed,
+    onnx_runner,
     onnx_size,
 )
 from export.quantize import CalibrationMethod, Target
 from export.selection import (
-    Budget, Candidate, NoGpuMeasurement, NoVariantWithinBudget, OptimizeFor, Precision, Verdict, choose, choose_for_gpu,
-    gpu_figures, judge,
+    Budget,
+    Candidate,
+    NoGpuMeasurement,
+    NoVariantWithinBudget,
+    OptimizeFor,
+    Precision,
+    Verdict,
+    choose,
+    choose_for_gpu,
+    gpu_figures,
+    judge,
 )
 from export.sources import Source
 from slipway.artifact import VARIANT_FILE
@@ -47,13 +64,23 @@ class Variant(str, Enum):
 
 
 PRECISION: dict[Variant, Precision] = {
-    Variant.fp32: "fp32", Variant.int8: "int8", Variant.fp16: "fp16", Variant.pruned: "fp32",
-    Variant.pruned_int8: "int8", Variant.slim: "fp32", Variant.slim_int8: "int8",
+    Variant.fp32: "fp32",
+    Variant.int8: "int8",
+    Variant.fp16: "fp16",
+    Variant.pruned: "fp32",
+    Variant.pruned_int8: "int8",
+    Variant.slim: "fp32",
+    Variant.slim_int8: "int8",
 }
 # What each variant is made from; building one builds its parent first.
 PARENT: dict[Variant, Variant | None] = {
-    Variant.fp32: None, Variant.int8: Variant.fp32, Variant.fp16: Variant.fp32, Variant.pruned: None,
-    Variant.pruned_int8: Variant.pruned, Variant.slim: None, Variant.slim_int8: Variant.slim,
+    Variant.fp32: None,
+    Variant.int8: Variant.fp32,
+    Variant.fp16: Variant.fp32,
+    Variant.pruned: None,
+    Variant.pruned_int8: Variant.pruned,
+    Variant.slim: None,
+    Variant.slim_int8: Variant.slim,
 }
 NEEDS_TRAINING = (Variant.pruned, Variant.slim)
 FLOAT_ONLY = [Variant.fp32, Variant.int8, Variant.fp16]
@@ -69,16 +96,24 @@ class ExportConfig(BaseModel):
     sparsity: float = Field(default=0.75, gt=0, lt=1)
     slim_fraction: float = Field(default=0.5, gt=0, lt=1)
     fine_tune_epochs: int = Field(default=12, ge=1)
-    fine_tune_learning_rate: float | None = Field(default=None, gt=0, lt=1, description="Adam's step size while pruned and "
-                                                  "slim re-learn (None: half the rate the user's model was compiled with, "
-                                                  "else 5e-4)")
+    fine_tune_learning_rate: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="Adam's step size while pruned and "
+        "slim re-learn (None: half the rate the user's model was compiled with, "
+        "else 5e-4)",
+    )
     budget: Budget = Field(default_factory=Budget)
     optimize_for: OptimizeFor = "latency"
     measure_rounds: int = Field(default=5, ge=1)
     measure_seconds: float = Field(default=0.3, gt=0)
     opset: int = Field(default=DEFAULT_OPSET, ge=DEFAULT_OPSET)
-    gpu_report: Path | None = Field(default=None, description="target gpu without a GPU here: the `make bench-gpu` "
-                                    "report that ranks the precisions (None: reports/gpu.json)")
+    gpu_report: Path | None = Field(
+        default=None,
+        description="target gpu without a GPU here: the `make bench-gpu` "
+        "report that ranks the precisions (None: reports/gpu.json)",
+    )
 
 
 @dataclass
@@ -142,15 +177,24 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     parent = parents.get(PARENT[variant])
     if PRECISION[variant] == "int8":
         quantized = quantize_int8(
-            onnx.ModelProto.FromString(parent.model_bytes), source.calibration,
-            target=config.target, method=config.calibration_method, fixed_batch=source.fixed_batch,
+            onnx.ModelProto.FromString(parent.model_bytes),
+            source.calibration,
+            target=config.target,
+            method=config.calibration_method,
+            fixed_batch=source.fixed_batch,
         )
-        details = {"target": config.target.value, "calibration_method": config.calibration_method.value,
-                   "activations": "int8 symmetric" if config.target.symmetric_int8 else "uint8",
-                   "weights": "int8 per-channel symmetric", **parent.details}
+        details = {
+            "target": config.target.value,
+            "calibration_method": config.calibration_method.value,
+            "activations": "int8 symmetric" if config.target.symmetric_int8 else "uint8",
+            "weights": "int8 per-channel symmetric",
+            **parent.details,
+        }
         return Built(variant, quantized.SerializeToString(), parent.conversion_reference, details)
     if variant is Variant.fp16:
-        return Built(variant, to_float16(onnx.ModelProto.FromString(parent.model_bytes)).SerializeToString(), parent.conversion_reference)
+        return Built(
+            variant, to_float16(onnx.ModelProto.FromString(parent.model_bytes)).SerializeToString(), parent.conversion_reference
+        )
 
     from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
 
@@ -158,14 +202,21 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     settings = FineTune(epochs=config.fine_tune_epochs, learning_rate=rate, loss=source.training.loss)
     train, val, steps = source.training.datasets(settings.batch_size, seed=settings.seed)
     if variant is Variant.pruned:
-        keras_model = prune_magnitude(_clone(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps)
+        keras_model = prune_magnitude(
+            _clone(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps
+        )
         details = {"sparsity": config.sparsity, "schedule": "polynomial (power 3)", "fine_tune_epochs": settings.epochs}
     else:
         keras_model = fine_tune(prune_filters(source.keras_model, config.slim_fraction), train, val, settings)
-        details = {"filters_removed": config.slim_fraction, "criterion": "L1 norm", "fine_tune_epochs": settings.epochs,
-                   "fine_tune_learning_rate": rate, "learning_rate_schedule": "a tenth for the last quarter of the epochs",
-                   "best_epoch_kept": source.training.val_inputs is not None,
-                   "keras_parameters": int(keras_model.count_params())}
+        details = {
+            "filters_removed": config.slim_fraction,
+            "criterion": "L1 norm",
+            "fine_tune_epochs": settings.epochs,
+            "fine_tune_learning_rate": rate,
+            "learning_rate_schedule": "a tenth for the last quarter of the epochs",
+            "best_epoch_kept": source.training.val_inputs is not None,
+            "keras_parameters": int(keras_model.count_params()),
+        }
     details["keras_nonzero_parameters"] = nonzero_parameters(keras_model)
     if source.training.note:
         details["fine_tuned_on"] = source.training.note
@@ -184,6 +235,7 @@ def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
 
 def timing_feeds(source: Source) -> tuple[Feeds, Feeds]:
     """Rows for the latency batch and the throughput batch (a fixed batch dimension is used as it is)."""
+
     def take(rows: int) -> Feeds:
         return {name: np.resize(array, (rows, *array.shape[1:])) for name, array in source.evaluation.items()}
 
@@ -237,7 +289,9 @@ def check_out_dir(out_dir: Path) -> None:
     atomic.check_replaceable(Path(out_dir), owns=holds_variants)
 
 
-def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Callable[[str], None] = lambda _: None) -> ExportResult:
+def run_export(
+    source: Source, config: ExportConfig, out_dir: Path, *, step: Callable[[str], None] = lambda _: None
+) -> ExportResult:
     """Build, judge, time, choose and write: the whole export of one source."""
     from export.package import write_artifact
     from slipway import atomic
@@ -263,12 +317,21 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
     latency_feeds, throughput_feeds = timing_feeds(source)
     step(f"timing {len(runners)} models")
     speeds = measure_speed(
-        runners, latency_feeds, throughput_feeds, rounds=config.measure_rounds,
-        seconds_per_round=config.measure_seconds, on_round=lambda: step("timing round"),
+        runners,
+        latency_feeds,
+        throughput_feeds,
+        rounds=config.measure_rounds,
+        seconds_per_round=config.measure_seconds,
+        on_round=lambda: step("timing round"),
     )
     candidates = [
-        Candidate(j.built.variant.value, j.verdict.accepted, speeds[j.built.variant.value].p50_latency_ms,
-                  speeds[j.built.variant.value].throughput, PRECISION[j.built.variant])
+        Candidate(
+            j.built.variant.value,
+            j.verdict.accepted,
+            speeds[j.built.variant.value].p50_latency_ms,
+            speeds[j.built.variant.value].throughput,
+            PRECISION[j.built.variant],
+        )
         for j in judged
     ]
     chosen, reason = choose_variant(candidates, config, timed_on=timed_on, gpu_measurement=gpu_measurement)
@@ -280,7 +343,9 @@ def run_export(source: Source, config: ExportConfig, out_dir: Path, *, step: Cal
     with atomic.staged_dir(out_dir, owns=holds_variants) as staging:
         for j in judged:
             lineage = {
-                "model": source.name, "variant": j.built.variant.value, "precision": PRECISION[j.built.variant],
+                "model": source.name,
+                "variant": j.built.variant.value,
+                "precision": PRECISION[j.built.variant],
                 "source": {"kind": source.kind, "sha256": source.sha256},  # no paths: equal content, equal digest
                 "derived_from": PARENT[j.built.variant].value if PARENT[j.built.variant] else "source",
                 "details": j.built.details,
@@ -329,15 +394,18 @@ def _gpu_measurement(config: ExportConfig) -> tuple[dict, str] | None:
     except FileProblem as err:
         if GPU_TIMING_PROVIDER in ort.get_available_providers():
             return None  # the variants are timed on this machine's GPU instead (a failing one: the choice says so)
-        raise NoGpuMeasurement(f"--target gpu chooses by a GPU's timing, and this machine has none: {err}. Run "
-                               "`make bench-gpu` on a GPU machine and pass its report with --gpu-report") from err
+        raise NoGpuMeasurement(
+            f"--target gpu chooses by a GPU's timing, and this machine has none: {err}. Run "
+            "`make bench-gpu` on a GPU machine and pass its report with --gpu-report"
+        ) from err
     if not isinstance(report, dict):
         raise NoGpuMeasurement(f"GPU measurement {path} is not a `make bench-gpu` report (a JSON object with rows)")
     return report, f"{report.get('gpu') or 'a GPU'}, {path}"
 
 
-def choose_variant(candidates: list[Candidate], config: ExportConfig, *, timed_on: str,
-                   gpu_measurement: tuple[dict, str] | None) -> tuple[str, str]:
+def choose_variant(
+    candidates: list[Candidate], config: ExportConfig, *, timed_on: str, gpu_measurement: tuple[dict, str] | None
+) -> tuple[str, str]:
     """The variant to ship and why: the fastest accepted one as timed here, except for target gpu timed on
     the CPU, where a GPU measurement ranks the precisions (`choose_for_gpu`): a CPU's ranking is not a GPU's
     (fp16 runs slower than fp32 on most CPUs, faster on GPUs; U8S8 int8 is the CPU's)."""
@@ -345,7 +413,9 @@ def choose_variant(candidates: list[Candidate], config: ExportConfig, *, timed_o
         chosen, reason = choose(candidates, config.optimize_for)
         return chosen, reason + (f" (timed on {timed_on})" if timed_on != CPU_PROVIDER else "")
     if gpu_measurement is None:
-        raise NoGpuMeasurement("--target gpu: the variants could not be timed on this machine's GPU and there is no "
-                               "GPU measurement to choose by: pass `make bench-gpu`'s report with --gpu-report")
+        raise NoGpuMeasurement(
+            "--target gpu: the variants could not be timed on this machine's GPU and there is no "
+            "GPU measurement to choose by: pass `make bench-gpu`'s report with --gpu-report"
+        )
     report, measured_on = gpu_measurement
     return choose_for_gpu(candidates, gpu_figures(report, config.optimize_for), config.optimize_for, measured_on)

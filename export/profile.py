@@ -45,9 +45,7 @@ def operator_times(trace: list[dict], *, skip_runs: int = 0) -> list[OperatorTim
             totals[op_type] += float(event.get("dur", 0))
             calls[op_type] += 1
     grand = sum(totals.values()) or 1.0
-    return sorted(
-        (OperatorTime(op, calls[op], totals[op], totals[op] / grand) for op in totals), key=lambda t: -t.total_us
-    )
+    return sorted((OperatorTime(op, calls[op], totals[op], totals[op] / grand) for op in totals), key=lambda t: -t.total_us)
 
 
 def _feeds(artifact: Path, batch_size: int) -> dict[str, np.ndarray]:
@@ -69,7 +67,9 @@ def profile_artifact(artifact: Path, trace_path: Path, *, batch_size: int, runs:
     with tempfile.TemporaryDirectory(prefix="slipway-profile-") as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "ort")
-        session = ort.InferenceSession(str(artifact / MODEL_FILE), sess_options=options, providers=choose_providers(settings.providers))
+        session = ort.InferenceSession(
+            str(artifact / MODEL_FILE), sess_options=options, providers=choose_providers(settings.providers)
+        )
         for _ in range(WARMUP_RUNS + runs):
             session.run(None, feeds)
         written = Path(session.end_profiling())

@@ -68,7 +68,10 @@ def prune_magnitude(model, train, val, *, sparsity: float, fine_tune: FineTune, 
     kernels = _prunable_kernels(model)
     if not kernels:
         raise PruneError(f"model {model.name} has no Conv2D or Dense kernels to prune")
-    masks = [keras.Variable(np.ones(kernel.shape, dtype="float32"), trainable=False, name=f"{kernel.path}_mask".replace("/", "_")) for kernel in kernels]
+    masks = [
+        keras.Variable(np.ones(kernel.shape, dtype="float32"), trainable=False, name=f"{kernel.path}_mask".replace("/", "_"))
+        for kernel in kernels
+    ]
 
     class MaskConstraint(keras.constraints.Constraint):
         """Re-zero the pruned weights after every optimizer step."""

@@ -69,6 +69,7 @@ def quantize_int8(
 ) -> onnx.ModelProto:
     """`quant_pre_process` (shape inference + cleanup), then static QDQ with per-channel weights."""
     from onnxruntime import quantization as q
+
     if not quantizable_operators(model):
         from onnxruntime.quantization.registry import QDQRegistry
 

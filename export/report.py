@@ -72,14 +72,21 @@ class ExportReport(BaseModel):
 
 def _speed_fields(speed: SpeedStats) -> dict:
     return {
-        "latency_batch": speed.latency_batch, "p50_latency_ms": speed.p50_latency_ms, "p95_latency_ms": speed.p95_latency_ms,
-        "throughput_batch": speed.throughput_batch, "throughput": speed.throughput,
+        "latency_batch": speed.latency_batch,
+        "p50_latency_ms": speed.p50_latency_ms,
+        "p95_latency_ms": speed.p95_latency_ms,
+        "throughput_batch": speed.throughput_batch,
+        "throughput": speed.throughput,
     }
 
 
 def _size_fields(size: SizeStats) -> dict:
-    return {"file_bytes": size.file_bytes, "gzip_bytes": size.gzip_bytes, "parameters": size.parameters,
-            "nonzero_parameters": size.nonzero_parameters}
+    return {
+        "file_bytes": size.file_bytes,
+        "gzip_bytes": size.gzip_bytes,
+        "parameters": size.parameters,
+        "nonzero_parameters": size.nonzero_parameters,
+    }
 
 
 def _variant_row(judged: Judged, speed: SpeedStats, out_dir: Path, digest: str) -> Row:
@@ -104,24 +111,32 @@ def _variant_row(judged: Judged, speed: SpeedStats, out_dir: Path, digest: str) 
 def _with_ratios(row: Row, fp32: Row | None) -> Row:
     if fp32 is None:
         return row
-    return row.model_copy(update={
-        "size_vs_fp32": fp32.file_bytes / row.file_bytes,
-        "latency_speedup_vs_fp32": fp32.p50_latency_ms / row.p50_latency_ms,
-        "throughput_speedup_vs_fp32": row.throughput / fp32.throughput,
-    })
+    return row.model_copy(
+        update={
+            "size_vs_fp32": fp32.file_bytes / row.file_bytes,
+            "latency_speedup_vs_fp32": fp32.p50_latency_ms / row.p50_latency_ms,
+            "throughput_speedup_vs_fp32": row.throughput / fp32.throughput,
+        }
+    )
 
 
 def build_report(source: Source, config: ExportConfig, result: ExportResult, warnings: list[str]) -> ExportReport:
     """Turn a finished export into its report (figures, conditions and the choice)."""
-    rows = [_variant_row(j, result.speeds[j.built.variant.value], result.out_dir, result.digests[j.built.variant.value])
-            for j in result.judged]
+    rows = [
+        _variant_row(j, result.speeds[j.built.variant.value], result.out_dir, result.digests[j.built.variant.value])
+        for j in result.judged
+    ]
     reference_accuracy = result.judged[0].quality.reference_accuracy
     baseline = Row(
         name=source.baseline_name,
         status="baseline",
-        reason="Keras model run as a compiled tf.function" if source.kind == "keras" else (
-            "the SavedModel as converted (tf2onnx, not optimised), in ONNX Runtime" if source.description.startswith("SavedModel")
-            else "the ONNX file as imported, in ONNX Runtime"),
+        reason="Keras model run as a compiled tf.function"
+        if source.kind == "keras"
+        else (
+            "the SavedModel as converted (tf2onnx, not optimised), in ONNX Runtime"
+            if source.description.startswith("SavedModel")
+            else "the ONNX file as imported, in ONNX Runtime"
+        ),
         path=None,
         precision="fp32",
         accuracy=reference_accuracy,
@@ -139,12 +154,22 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
         source_model=str(source.keras_path) if source.keras_path else None,
         data_fingerprint=source.splits.fingerprint() if source.splits is not None else None,
         evaluation={"rows": len(source.reference), "labelled": source.labels is not None, "note": source.evaluation_note},
-        calibration={"rows": len(next(iter(source.calibration.values()))), "synthetic": source.calibration_synthetic,
-                     "note": source.calibration_note, "method": config.calibration_method.value, "target": config.target.value},
+        calibration={
+            "rows": len(next(iter(source.calibration.values()))),
+            "synthetic": source.calibration_synthetic,
+            "note": source.calibration_note,
+            "method": config.calibration_method.value,
+            "target": config.target.value,
+        },
         budget={**config.budget.model_dump(), "basis": "accuracy drop" if source.labels is not None else "top-1 disagreement"},
         optimize_for=config.optimize_for,
-        measurement={"rounds": config.measure_rounds, "seconds_per_round": config.measure_seconds, "interleaved": True,
-                     "session": f"wrappers.session defaults, {result.timed_on}", "cpu_limit": cpu_limit()},
+        measurement={
+            "rounds": config.measure_rounds,
+            "seconds_per_round": config.measure_seconds,
+            "interleaved": True,
+            "session": f"wrappers.session defaults, {result.timed_on}",
+            "cpu_limit": cpu_limit(),
+        },
         baseline=_with_ratios(baseline, fp32),
         variants=[_with_ratios(row, fp32) for row in rows],
         chosen=Chosen(name=result.chosen, path=chosen_row.path, reason=result.reason),
@@ -205,8 +230,13 @@ def plot(report: ExportReport, path: Path) -> None:
         kind = "acc" if row.accuracy is not None else "agree"
         left.scatter(row.p50_latency_ms, row.file_bytes / 1024, s=70, color=colours[row.status], edgecolors="black")
         # Variants often share a size (pruned = fp32 on disk): stagger the labels so they stay readable.
-        left.annotate(f"{row.name} ({kind} {_pct(quality)})", (row.p50_latency_ms, row.file_bytes / 1024),
-                      textcoords="offset points", xytext=(7, 10 - 11 * (index % 4)), fontsize=8)
+        left.annotate(
+            f"{row.name} ({kind} {_pct(quality)})",
+            (row.p50_latency_ms, row.file_bytes / 1024),
+            textcoords="offset points",
+            xytext=(7, 10 - 11 * (index % 4)),
+            fontsize=8,
+        )
     left.set_xscale("log")
     left.set_yscale("log")
     left.margins(x=0.15, y=0.2)  # room for the labels of the outermost points
@@ -244,7 +274,13 @@ def console_table(report: ExportReport):
     for row in [report.baseline, *report.variants]:
         style = "bold green" if row.name == report.chosen.name else "red" if row.status == "rejected" else None
         table.add_row(
-            row.name, row.status, f"{row.file_bytes / 1024:,.1f}", f"{row.gzip_bytes / 1024:,.1f}",
-            _pct(row.accuracy if labelled else row.top1_agreement), f"{row.p50_latency_ms:.3f}", f"{row.throughput:,.0f}", style=style,
+            row.name,
+            row.status,
+            f"{row.file_bytes / 1024:,.1f}",
+            f"{row.gzip_bytes / 1024:,.1f}",
+            _pct(row.accuracy if labelled else row.top1_agreement),
+            f"{row.p50_latency_ms:.3f}",
+            f"{row.throughput:,.0f}",
+            style=style,
         )
     return table

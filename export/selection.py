@@ -98,9 +98,15 @@ def choose(candidates: list[Candidate], optimize_for: OptimizeFor) -> tuple[str,
 def gpu_figures(report: dict, optimize_for: OptimizeFor) -> dict[str, GpuFigure]:
     """Per precision, its best measured row on a GPU provider (CUDA, CUDA graphs, TensorRT) of a `make bench-gpu`
     report: lowest p50 at the smallest batch measured for latency, highest rows/s at the largest for throughput."""
-    rows = [row for row in report.get("rows", []) if isinstance(row, dict) and row.get("status") == "measured"
-            and row.get("provider") not in (None, "CPUExecutionProvider") and row.get("precision")
-            and isinstance(row.get("batch"), int)]
+    rows = [
+        row
+        for row in report.get("rows", [])
+        if isinstance(row, dict)
+        and row.get("status") == "measured"
+        and row.get("provider") not in (None, "CPUExecutionProvider")
+        and row.get("precision")
+        and isinstance(row.get("batch"), int)
+    ]
     if not rows:
         return {}
     batch = (min if optimize_for == "latency" else max)(row["batch"] for row in rows)
@@ -118,8 +124,9 @@ def gpu_figures(report: dict, optimize_for: OptimizeFor) -> dict[str, GpuFigure]
     return figures
 
 
-def choose_for_gpu(candidates: list[Candidate], figures: dict[str, GpuFigure], optimize_for: OptimizeFor,
-                   measured_on: str) -> tuple[str, str]:
+def choose_for_gpu(
+    candidates: list[Candidate], figures: dict[str, GpuFigure], optimize_for: OptimizeFor, measured_on: str
+) -> tuple[str, str]:
     """The accepted variant of the precision the GPU measurement ranks first, and a sentence saying why.
 
     The precision comes from `figures` (measured on a GPU, `measured_on` says where); among variants of that
@@ -140,11 +147,15 @@ def choose_for_gpu(candidates: list[Candidate], figures: dict[str, GpuFigure], o
     precision = next(p for p, f in figures.items() if f is figure)
     same = [c for c in ranked if c.precision == precision]
     best = min(same, key=lambda c: (c.p50_latency_ms, c.name)) if latency else max(same, key=lambda c: (c.throughput, c.name))
-    measure = (f"lowest GPU p50 latency ({figure.value:.3f} ms at batch {figure.batch}" if latency
-               else f"highest GPU throughput ({figure.value:,.0f} rows/s at batch {figure.batch}")
+    measure = (
+        f"lowest GPU p50 latency ({figure.value:.3f} ms at batch {figure.batch}"
+        if latency
+        else f"highest GPU throughput ({figure.value:,.0f} rows/s at batch {figure.batch}"
+    )
     others = sorted({str(c.precision) for c in ranked} - {precision})
-    reason = (f"{best.name}: {precision} has the {measure}, {figure.provider}, {measured_on})"
-              + (f" of the accepted precisions ({', '.join([precision, *others])})" if others else ""))
+    reason = f"{best.name}: {precision} has the {measure}, {figure.provider}, {measured_on})" + (
+        f" of the accepted precisions ({', '.join([precision, *others])})" if others else ""
+    )
     if len(same) > 1:
         reason += f"; fastest {precision} variant in this run's timing"
     rejected = [c.name for c in candidates if not c.accepted]

@@ -51,9 +51,15 @@ class Side:
 
     def as_dict(self) -> dict:
         return {
-            "name": self.name, "file_bytes": self.file_bytes, "parameters": self.parameters, "conv_filters": self.conv_filters,
-            "output_shapes": self.output_shapes, "graph_valid": self.graph_valid, "graph_error": self.graph_error,
-            "throughput": self.throughput, "median_call_ms_per_round": self.call_ms,
+            "name": self.name,
+            "file_bytes": self.file_bytes,
+            "parameters": self.parameters,
+            "conv_filters": self.conv_filters,
+            "output_shapes": self.output_shapes,
+            "graph_valid": self.graph_valid,
+            "graph_error": self.graph_error,
+            "throughput": self.throughput,
+            "median_call_ms_per_round": self.call_ms,
         }
 
 
@@ -121,8 +127,16 @@ def _time(run: Callable[[], object], calls: int) -> float:
     return statistics.median(times)
 
 
-def compare(model, images: np.ndarray, *, fraction: float, rounds: int, calls: int, opset: int,
-            step: Callable[[str], None] = lambda _: None) -> SlimBench:
+def compare(
+    model,
+    images: np.ndarray,
+    *,
+    fraction: float,
+    rounds: int,
+    calls: int,
+    opset: int,
+    step: Callable[[str], None] = lambda _: None,
+) -> SlimBench:
     """Slim `model`, convert both to ONNX, check them, and time both at `len(images)` rows in interleaved rounds.
 
     `step` is called once per stage and once per round (`step_count` of them): the progress bar.
@@ -158,9 +172,15 @@ def compare(model, images: np.ndarray, *, fraction: float, rounds: int, calls: i
     for name, keras_model in (("full", model), ("slim", slim)):
         size = onnx_size(graphs[name])
         sides[name] = Side(
-            name=name, file_bytes=size.file_bytes, parameters=size.parameters, conv_filters=conv_filters(keras_model),
-            output_shapes=shapes[name], graph_valid=errors[name] is None, graph_error=errors[name],
-            throughput=len(images) / statistics.median(per_round[name]), call_ms=[t * 1e3 for t in per_round[name]],
+            name=name,
+            file_bytes=size.file_bytes,
+            parameters=size.parameters,
+            conv_filters=conv_filters(keras_model),
+            output_shapes=shapes[name],
+            graph_valid=errors[name] is None,
+            graph_error=errors[name],
+            throughput=len(images) / statistics.median(per_round[name]),
+            call_ms=[t * 1e3 for t in per_round[name]],
         )
     ratios = [full / slim_time for full, slim_time in zip(per_round["full"], per_round["slim"])]
     return SlimBench(model.name, fraction, len(images), rounds, calls, sides["full"], sides["slim"], ratios)
@@ -220,22 +240,25 @@ def plot(result: SlimBench, path: Path) -> None:
 
 def write(result: SlimBench, load: dict, page: Path | None) -> Path:
     """reports/bench-slim.json + .png + .md, and the benchmarks page's section (where `page` is given); returns the JSON path."""
-    path = write_report(REPORT_NAME, {
-        "model": result.model,
-        "fraction_removed": result.fraction,
-        "batch": result.batch,
-        "rounds": result.rounds,
-        "calls_per_round": result.calls_per_round,
-        "full": result.full.as_dict(),
-        "slim": result.slim.as_dict(),
-        "throughput_ratio": result.ratio,
-        "throughput_ratio_per_round": result.ratios,
-        "throughput_ratio_spread": result.spread(),
-        "same_output_shapes": result.same_output_shapes,
-        "target": {"throughput_ratio": f">= {TARGET_RATIO}", "graphs_valid": True, "same_output_shapes": True},
-        "met": result.met,
-        "load_average": load,
-    })
+    path = write_report(
+        REPORT_NAME,
+        {
+            "model": result.model,
+            "fraction_removed": result.fraction,
+            "batch": result.batch,
+            "rounds": result.rounds,
+            "calls_per_round": result.calls_per_round,
+            "full": result.full.as_dict(),
+            "slim": result.slim.as_dict(),
+            "throughput_ratio": result.ratio,
+            "throughput_ratio_per_round": result.ratios,
+            "throughput_ratio_spread": result.spread(),
+            "same_output_shapes": result.same_output_shapes,
+            "target": {"throughput_ratio": f">= {TARGET_RATIO}", "graphs_valid": True, "same_output_shapes": True},
+            "met": result.met,
+            "load_average": load,
+        },
+    )
     plot(result, path.with_suffix(".png"))
     text = markdown(result, load)
     atomic.write_text(path.with_suffix(".md"), text)
@@ -248,5 +271,7 @@ def check_page(page: Path) -> None:
     """Refuse, before a minute of work, a docs page without the section's markers (nothing would land there)."""
     text = page.read_text() if page.is_file() else ""
     if f"<!-- {PAGE_SECTION}:start -->" not in text or f"<!-- {PAGE_SECTION}:end -->" not in text:
-        raise SlimBenchError(f"{page} has no <!-- {PAGE_SECTION}:start --> / <!-- {PAGE_SECTION}:end --> markers: add them "
-                             "where the figures belong, or pass --no-docs")
+        raise SlimBenchError(
+            f"{page} has no <!-- {PAGE_SECTION}:start --> / <!-- {PAGE_SECTION}:end --> markers: add them "
+            "where the figures belong, or pass --no-docs"
+        )

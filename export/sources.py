@@ -79,7 +79,9 @@ def load_keras_model(path: Path):
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no trained model at {path}: run `python -m export train` (or `make train`) first, or pass --keras-model")
+        raise FileNotFoundError(
+            f"no trained model at {path}: run `python -m export train` (or `make train`) first, or pass --keras-model"
+        )
     if path.suffix == ".keras" and not zipfile.is_zipfile(path):  # found without the seconds TensorFlow takes to import
         raise ValueError(f"cannot read {path} as a Keras model: a .keras file is a zip archive and this is not one")
     import keras
@@ -87,7 +89,9 @@ def load_keras_model(path: Path):
     try:
         return keras.models.load_model(path)
     except Exception as err:  # Keras raises many types for a bad file
-        raise ValueError(f"cannot read {path} as a Keras model ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from err
+        raise ValueError(
+            f"cannot read {path} as a Keras model ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
 
 
 def digits_source(model_path: Path, *, opset: int, calibration_rows: int) -> Source:
@@ -122,8 +126,9 @@ def digits_source(model_path: Path, *, opset: int, calibration_rows: int) -> Sou
     )
 
 
-def keras_file_source(model, name: str, rows, *, calibration=None, training=None, opset: int,
-                      calibration_rows: int) -> tuple[Source, list[str]]:
+def keras_file_source(
+    model, name: str, rows, *, calibration=None, training=None, opset: int, calibration_rows: int
+) -> tuple[Source, list[str]]:
     """The user's own model (`export.keras_load.LoadedModel`) judged on their held-out rows, calibrated on their
     calibration rows (else their training rows, else the held-out ones, with a warning), fine-tuned on `training`.
 
@@ -138,8 +143,10 @@ def keras_file_source(model, name: str, rows, *, calibration=None, training=None
         calibration_note = f"training rows ({training.note.split(',')[0]})"
     else:
         calibration_feeds, calibration_note = rows.feeds, f"the held-out rows ({rows.note})"
-        warnings.append("no --calibration or --train data: int8 is calibrated on the held-out rows it is judged on, "
-                        "which flatters it; pass --calibration DATA.npz")
+        warnings.append(
+            "no --calibration or --train data: int8 is calibrated on the held-out rows it is judged on, "
+            "which flatters it; pass --calibration DATA.npz"
+        )
     if rows.labels is None:
         warnings.append("no 'labels' in --data: accuracy is unknown; the budget applies to top-1 agreement with the model")
     calibration_feeds = {key: array[:calibration_rows] for key, array in calibration_feeds.items()}

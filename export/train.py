@@ -49,8 +49,12 @@ def _progress_callback(epochs: int):
 
         def on_train_begin(self, logs=None):
             self.progress = Progress(
-                TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[metrics]}"),
-                TimeElapsedColumn(), transient=False,
+                TextColumn("[bold]train[/]"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[metrics]}"),
+                TimeElapsedColumn(),
+                transient=False,
             )
             self.progress.start()
             self.task = self.progress.add_task("epochs", total=epochs, metrics="")

@@ -87,8 +87,9 @@ def image_input(model: onnx.ModelProto, name: str | None = None) -> ImageInput:
     inputs = [value for value in model.graph.input if value.name not in initializers]
     if name is None:
         if len(inputs) != 1:
-            raise Uint8InputError(f"the graph has {len(inputs)} inputs ({', '.join(v.name for v in inputs)}): "
-                                  "name the image input with --input")
+            raise Uint8InputError(
+                f"the graph has {len(inputs)} inputs ({', '.join(v.name for v in inputs)}): name the image input with --input"
+            )
         chosen = inputs[0]
     else:
         matches = [value for value in inputs if value.name == name]
@@ -97,8 +98,10 @@ def image_input(model: onnx.ModelProto, name: str | None = None) -> ImageInput:
         chosen = matches[0]
     tensor = chosen.type.tensor_type
     if tensor.elem_type not in _FLOAT_TYPES:
-        raise Uint8InputError(f"input {chosen.name!r} is {TensorProto.DataType.Name(tensor.elem_type)}, not a float image: "
-                              "only a float input takes uint8 pixels")
+        raise Uint8InputError(
+            f"input {chosen.name!r} is {TensorProto.DataType.Name(tensor.elem_type)}, not a float image: "
+            "only a float input takes uint8 pixels"
+        )
     shape = [dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or "N") for dim in tensor.shape.dim]
     if len(shape) == 3:
         return ImageInput(chosen.name, tensor.elem_type, shape, True)
@@ -106,16 +109,20 @@ def image_input(model: onnx.ModelProto, name: str | None = None) -> ImageInput:
         return ImageInput(chosen.name, tensor.elem_type, shape, True)
     if len(shape) == 4 and shape[1] in (1, 3):
         return ImageInput(chosen.name, tensor.elem_type, shape, False)
-    raise Uint8InputError(f"input {chosen.name!r} has shape {shape}: uint8 pixels need an image input "
-                          "[N, H, W, C], [N, C, H, W] (C of 1 or 3) or [N, H, W]")
+    raise Uint8InputError(
+        f"input {chosen.name!r} has shape {shape}: uint8 pixels need an image input "
+        "[N, H, W, C], [N, C, H, W] (C of 1 or 3) or [N, H, W]"
+    )
 
 
 def check_normalisation(normalisation: Normalisation, image: ImageInput) -> None:
     for label, values in (("mean", normalisation.mean), ("std", normalisation.std)):
         if len(values) not in (1, image.channels):
             wanted = "1 value" if image.channels <= 1 else f"1 value or {image.channels}, one per channel"
-            raise Uint8InputError(f"--{label} has {len(values)} values; input {image.name!r} has {image.channels or 'an unknown number of'} "
-                                  f"channel(s): pass {wanted}")
+            raise Uint8InputError(
+                f"--{label} has {len(values)} values; input {image.name!r} has {image.channels or 'an unknown number of'} "
+                f"channel(s): pass {wanted}"
+            )
     if any(value == 0 for value in normalisation.std):
         raise Uint8InputError("--std must not contain 0: the pixels are divided by it")
     if normalisation.scale <= 0:
@@ -133,8 +140,12 @@ def with_uint8_input(model: onnx.ModelProto, normalisation: Normalisation, name:
         numpy_helper.from_array(np.asarray(normalisation.mean, dtype=np.float32), f"{normalised}_mean"),
         numpy_helper.from_array(np.asarray(normalisation.std, dtype=np.float32), f"{normalised}_std"),
     ]
-    steps: list[tuple[str, list[str], dict[str, Any]]] = [("Cast", [image.name], {"to": TensorProto.FLOAT}), ("Mul", [f"{normalised}_scale"], {}),
-             ("Sub", [f"{normalised}_mean"], {}), ("Div", [f"{normalised}_std"], {})]
+    steps: list[tuple[str, list[str], dict[str, Any]]] = [
+        ("Cast", [image.name], {"to": TensorProto.FLOAT}),
+        ("Mul", [f"{normalised}_scale"], {}),
+        ("Sub", [f"{normalised}_mean"], {}),
+        ("Div", [f"{normalised}_std"], {}),
+    ]
     if not image.channels_last and len(image.shape) == 4:
         steps.append(("Transpose", [], {"perm": [0, 3, 1, 2]}))
     if image.elem_type != TensorProto.FLOAT:
@@ -147,14 +158,16 @@ def with_uint8_input(model: onnx.ModelProto, normalisation: Normalisation, name:
         nodes.append(helper.make_node(op, inputs, [output], name=f"{normalised}_{op.lower()}{index}", **attributes))
         previous = output
     front = helper.make_graph(
-        nodes, "uint8_input",
+        nodes,
+        "uint8_input",
         [helper.make_tensor_value_info(image.name, TensorProto.UINT8, image.nhwc_shape)],
         [helper.make_tensor_value_info(normalised, image.elem_type, image.shape)],
         constants,
     )
     default_opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
-    front_model = helper.make_model(front, opset_imports=list(model.opset_import) or [helper.make_opsetid("", default_opset)],
-                                    ir_version=model.ir_version)
+    front_model = helper.make_model(
+        front, opset_imports=list(model.opset_import) or [helper.make_opsetid("", default_opset)], ir_version=model.ir_version
+    )
     body = onnx.ModelProto()
     body.CopyFrom(model)
     _rename_input(body.graph, image.name, f"{image.name}__float")
@@ -209,18 +222,31 @@ def write_uint8_artifact(source_dir: Path, out_dir: Path, normalisation: Normali
     inputs[image.name] = normalisation.invert(inputs[image.name], image.channels_last)
     model_bytes = converted.SerializeToString()
     lineage = read_json(source_dir / VARIANT_FILE, "variant.json") if (source_dir / VARIANT_FILE).is_file() else {}
-    lineage["input"] = {"name": image.name, "datatype": UINT8_DATATYPE, "layout": "NHWC", "scale": normalisation.scale,
-                        "mean": list(normalisation.mean), "std": list(normalisation.std),
-                        "graph_layout": "NHWC" if image.channels_last else "NCHW"}
+    lineage["input"] = {
+        "name": image.name,
+        "datatype": UINT8_DATATYPE,
+        "layout": "NHWC",
+        "scale": normalisation.scale,
+        "mean": list(normalisation.mean),
+        "std": list(normalisation.std),
+        "graph_layout": "NHWC" if image.channels_last else "NCHW",
+    }
     skip = {MODEL_FILE, SETTINGS_FILE, INPUT_EXAMPLE_FILE, MANIFEST_NAME, VARIANT_FILE}
-    extra_files = {path.relative_to(source_dir).as_posix(): path.read_bytes() for path in sorted(source_dir.rglob("*"))
-                   if path.is_file() and path.relative_to(source_dir).as_posix() not in skip}
+    extra_files = {
+        path.relative_to(source_dir).as_posix(): path.read_bytes()
+        for path in sorted(source_dir.rglob("*"))
+        if path.is_file() and path.relative_to(source_dir).as_posix() not in skip
+    }
     extra_files[VARIANT_FILE] = (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()
     shape = [dim if isinstance(dim, int) else -1 for dim in image.nhwc_shape]
     return write_artifact(
-        out_dir, onnx_bytes=model_bytes, name=settings["name"], example_inputs=inputs,
-        example_outputs=example_outputs(model_bytes, inputs), example_labels=labels if isinstance(labels, np.ndarray) else None,
-        extra_settings=(settings.get("parameters") or {}).get("extra") or {}, extra_files=extra_files,
+        out_dir,
+        onnx_bytes=model_bytes,
+        name=settings["name"],
+        example_inputs=inputs,
+        example_outputs=example_outputs(model_bytes, inputs),
+        example_labels=labels if isinstance(labels, np.ndarray) else None,
+        extra_settings=(settings.get("parameters") or {}).get("extra") or {},
+        extra_files=extra_files,
         inputs=[{"name": image.name, "datatype": UINT8_DATATYPE, "shape": shape}],
     )
-

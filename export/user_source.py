@@ -46,12 +46,18 @@ def demo_rows(model: LoadedModel, model_path: Path) -> Rows:
 
     takes = ", ".join(f"{spec.name!r}: {spec.describe()}" for spec in model.inputs)
     if len(model.inputs) != 1 or model.inputs[0].shape[1:] != IMAGE_SHAPE or model.inputs[0].dtype != np.float32:
-        raise ImportCheckError(f"{model_path} takes {takes}, not the demo's 8x8 digits: pass --data DATA.npz with held-out "
-                               "rows, one array per input named like it (optionally 'labels')")
+        raise ImportCheckError(
+            f"{model_path} takes {takes}, not the demo's 8x8 digits: pass --data DATA.npz with held-out "
+            "rows, one array per input named like it (optionally 'labels')"
+        )
     config, fingerprint = read_train_config(model_path)
     splits = load_digits_splits(seed=config.seed)
-    return Rows({model.inputs[0].name: splits.x_test}, splits.y_test,
-                f"digits held-out test split, {len(splits.y_test)} labelled rows", fingerprint)
+    return Rows(
+        {model.inputs[0].name: splits.x_test},
+        splits.y_test,
+        f"digits held-out test split, {len(splits.y_test)} labelled rows",
+        fingerprint,
+    )
 
 
 HELD_OUT_MIN_ROWS = 50  # from here on, a tenth of the user's training rows is held out to keep the fine-tune's best epoch
@@ -100,8 +106,12 @@ class TrainingRows:
         if self.augment:
             train = make_dataset(one(self.inputs), one(self.targets), batch_size=batch_size, training=True, seed=seed)
         else:
-            train = (tf.data.Dataset.from_tensor_slices((inputs(self.inputs), targets(self.targets)))
-                     .shuffle(self.count, seed=seed, reshuffle_each_iteration=True).batch(batch_size).prefetch(tf.data.AUTOTUNE))
+            train = (
+                tf.data.Dataset.from_tensor_slices((inputs(self.inputs), targets(self.targets)))
+                .shuffle(self.count, seed=seed, reshuffle_each_iteration=True)
+                .batch(batch_size)
+                .prefetch(tf.data.AUTOTUNE)
+            )
         val = None
         if self.val_inputs is not None and self.val_targets is not None:
             val = tf.data.Dataset.from_tensor_slices((inputs(self.val_inputs), targets(self.val_targets))).batch(256)
@@ -110,16 +120,24 @@ class TrainingRows:
 
 def digits_training(splits) -> TrainingRows:
     """The demo's training and validation splits, augmented like `python -m export train` does."""
-    return TrainingRows((splits.x_train,), (splits.y_train,), (splits.x_val,), (splits.y_val,), augment=True,
-                        note=f"digits training split, {len(splits.y_train)} rows")
+    return TrainingRows(
+        (splits.x_train,),
+        (splits.y_train,),
+        (splits.x_val,),
+        (splits.y_val,),
+        augment=True,
+        note=f"digits training split, {len(splits.y_train)} rows",
+    )
 
 
 def training_rows(path: Path, model: LoadedModel, *, loss: str | None) -> TrainingRows:
     """The user's --train rows: inputs named like the model's, targets named like its outputs (`labels`
     for a one-output model), and the loss to fine-tune under (`--loss`, else the model's compiled one)."""
     if model.keras_model is None:
-        raise ImportCheckError(f"{model.path} is a SavedModel: pruned and slim variants fine-tune a Keras model; "
-                               "pass the .keras (or .h5) file, or leave --train out for fp32/int8/fp16")
+        raise ImportCheckError(
+            f"{model.path} is a SavedModel: pruned and slim variants fine-tune a Keras model; "
+            "pass the .keras (or .h5) file, or leave --train out for fp32/int8/fp16"
+        )
     feeds, _ = read_rows(path, model.inputs, what="training")
     with np.load(path, allow_pickle=False) as archive:
         arrays = {key: archive[key] for key in archive.files}
@@ -131,24 +149,40 @@ def training_rows(path: Path, model: LoadedModel, *, loss: str | None) -> Traini
         if target is None and len(model.output_names) == 1:
             target = arrays.get("labels")
         if target is None:
-            raise ImportCheckError(f"training data {path} has no target for output {name!r}: save np.savez(path, <inputs>, {wanted})"
-                                   + (" (or labels=...)" if len(model.output_names) == 1 else ""))
+            raise ImportCheckError(
+                f"training data {path} has no target for output {name!r}: save np.savez(path, <inputs>, {wanted})"
+                + (" (or labels=...)" if len(model.output_names) == 1 else "")
+            )
         if len(target) != rows:
-            raise ImportCheckError(f"training target {name!r} in {path} has {len(target)} rows; the inputs have {rows}: one target per row")
+            raise ImportCheckError(
+                f"training target {name!r} in {path} has {len(target)} rows; the inputs have {rows}: one target per row"
+            )
         targets.append(target)
     chosen = _loss(model, loss)
     inputs = tuple(feeds[spec.name] for spec in model.inputs)
     rate = compiled_learning_rate(model.keras_model)
     rate_note = f", learning rate {rate / 2:.1e} (half the compiled {rate:.1e}) unless given" if rate else ""
     if rows < HELD_OUT_MIN_ROWS:
-        return TrainingRows(inputs, tuple(targets), loss=chosen, learning_rate=rate / 2 if rate else None,
-                            note=f"{path}, {rows} rows, loss {_describe_loss(chosen)}{rate_note}", interface=model.interface)
+        return TrainingRows(
+            inputs,
+            tuple(targets),
+            loss=chosen,
+            learning_rate=rate / 2 if rate else None,
+            note=f"{path}, {rows} rows, loss {_describe_loss(chosen)}{rate_note}",
+            interface=model.interface,
+        )
     held = np.random.default_rng(0).permutation(rows)  # a seeded draw: rows sorted by class still give a fair tenth
-    val, fit = held[: rows // 10], held[rows // 10:]
-    return TrainingRows(tuple(a[fit] for a in inputs), tuple(t[fit] for t in targets), tuple(a[val] for a in inputs),
-                        tuple(t[val] for t in targets), loss=chosen, learning_rate=rate / 2 if rate else None,
-                        note=f"{path}, {len(fit)} rows (+{len(val)} held out to keep the best epoch), "
-                             f"loss {_describe_loss(chosen)}{rate_note}", interface=model.interface)
+    val, fit = held[: rows // 10], held[rows // 10 :]
+    return TrainingRows(
+        tuple(a[fit] for a in inputs),
+        tuple(t[fit] for t in targets),
+        tuple(a[val] for a in inputs),
+        tuple(t[val] for t in targets),
+        loss=chosen,
+        learning_rate=rate / 2 if rate else None,
+        note=f"{path}, {len(fit)} rows (+{len(val)} held out to keep the best epoch), loss {_describe_loss(chosen)}{rate_note}",
+        interface=model.interface,
+    )
 
 
 def compiled_learning_rate(keras_model) -> float | None:
@@ -179,13 +213,17 @@ def _loss(model: LoadedModel, name: str | None):
         try:
             keras.losses.get(name)
         except (ValueError, TypeError) as err:
-            raise ImportCheckError(f"--loss {name!r} is not a Keras loss: use a name such as sparse_categorical_crossentropy, "
-                                   "categorical_crossentropy, binary_crossentropy or mean_squared_error") from err
+            raise ImportCheckError(
+                f"--loss {name!r} is not a Keras loss: use a name such as sparse_categorical_crossentropy, "
+                "categorical_crossentropy, binary_crossentropy or mean_squared_error"
+            ) from err
         return name
     compiled = getattr(model.keras_model, "loss", None)
     if compiled is None:  # never compiled, or compiled with a loss Keras 3 cannot rebuild from a legacy .h5
-        raise ImportCheckError(f"{model.path} was saved without a compiled loss Keras can rebuild: pass --loss "
-                               "(e.g. --loss sparse_categorical_crossentropy) to fine-tune the pruned and slim variants")
+        raise ImportCheckError(
+            f"{model.path} was saved without a compiled loss Keras can rebuild: pass --loss "
+            "(e.g. --loss sparse_categorical_crossentropy) to fine-tune the pruned and slim variants"
+        )
     return compiled
 
 

@@ -47,7 +47,9 @@ def cmd_smoke(args: argparse.Namespace) -> int:
             grpc = check_grpc(server.grpc_target, server.model, args.model_dir)
         except SmokeError as err:
             raise UserError(str(err)) from err
-    write_report("smoke", {"model": server.model, "model_dir": str(args.model_dir), "rest": rest.as_dict(), "grpc": grpc.as_dict()})
+    write_report(
+        "smoke", {"model": server.model, "model_dir": str(args.model_dir), "rest": rest.as_dict(), "grpc": grpc.as_dict()}
+    )
     for result in (rest, grpc):
         console.print(
             f"{result.protocol}: {result.rows} rows answered as exported (max abs diff {result.max_abs_diff:.1e}, "
@@ -63,13 +65,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     from slipway.slo import load_slo
 
     try:
-        slo = load_slo(args.slo, p50_ms=args.p50_ms, p95_ms=args.p95_ms, p99_ms=args.p99_ms,
-                       max_error_rate=args.max_error_rate, min_rps=args.min_rps)
+        slo = load_slo(
+            args.slo,
+            p50_ms=args.p50_ms,
+            p95_ms=args.p95_ms,
+            p99_ms=args.p99_ms,
+            max_error_rate=args.max_error_rate,
+            min_rps=args.min_rps,
+        )
         shape = build_shape(
-            kind=args.shape, users=(1 if args.shape == "step" else None) if args.users is None else args.users,
-            duration_s=args.duration, step_s=args.step_seconds,
-            step_factor=args.step_factor, max_users=args.max_users, spike_users=args.spike_users,
-            spike_s=args.spike_seconds, window_s=args.window_seconds,
+            kind=args.shape,
+            users=(1 if args.shape == "step" else None) if args.users is None else args.users,
+            duration_s=args.duration,
+            step_s=args.step_seconds,
+            step_factor=args.step_factor,
+            max_users=args.max_users,
+            spike_users=args.spike_users,
+            spike_s=args.spike_seconds,
+            window_s=args.window_seconds,
         )
     except ConfigError as err:
         raise UserError(str(err)) from err
@@ -81,7 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--rest-body {args.rest_body} is for --protocol rest; gRPC already carries tensors as raw bytes")
     try:
         if args.host:
-            endpoint = parse_host(args.host, protocol=args.protocol, model=args.model or DEMO_MODEL_NAME, version=args.model_version)
+            endpoint = parse_host(
+                args.host, protocol=args.protocol, model=args.model or DEMO_MODEL_NAME, version=args.model_version
+            )
             return _load(args, endpoint, shape, slo, host=args.host, watch_pid=None, model_dir=args.model_dir)
         model_dir = args.model_dir or DEMO_ARTIFACT_DIR
         with _local_server(model_dir) as server:
@@ -102,8 +117,9 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
     out_dir = args.out_dir or BUILD_DIR / args.name
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out-dir {out_dir} is a file; name a folder for Locust's CSV, HTML and log (or leave it out)")
-    body, payload = build_payload(endpoint, batch_size=args.batch_size, data=args.data, model_dir=model_dir,
-                                  body_format=args.rest_body)
+    body, payload = build_payload(
+        endpoint, batch_size=args.batch_size, data=args.data, model_dir=model_dir, body_format=args.rest_body
+    )
     try:  # only now that the target answered and the payload is built: a refused run leaves no empty folder
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -111,27 +127,46 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
     suffix = ".pb" if endpoint.protocol == "grpc" else ".bin" if args.rest_body == "binary" else ".json"
     payload_file = out_dir / f"request{suffix}"
     atomic.write_bytes(payload_file, body)
-    job = LoadJob(endpoint=endpoint, shape=shape, payload_file=payload_file, request_headers=payload["headers"],
-                  steps_file=out_dir / "steps.json", request_timeout_s=args.request_timeout, watch_pid=watch_pid)
+    job = LoadJob(
+        endpoint=endpoint,
+        shape=shape,
+        payload_file=payload_file,
+        request_headers=payload["headers"],
+        steps_file=out_dir / "steps.json",
+        request_timeout_s=args.request_timeout,
+        watch_pid=watch_pid,
+    )
     body_kind = ", binary tensors" if args.rest_body == "binary" else ""
-    console.print(f"load: {shape.kind} on {endpoint.describe()}{body_kind} "
-                  f"({payload['rows_per_request']} rows/request from {payload['source']})")
+    console.print(
+        f"load: {shape.kind} on {endpoint.describe()}{body_kind} "
+        f"({payload['rows_per_request']} rows/request from {payload['source']})"
+    )
     run = run_locust(job, out_dir, processes=args.processes)
-    verdict = None if slo.is_empty() else judge(
-        slo, shape=shape.kind, steps=[step.as_dict() for step in run.steps], aggregate=run.aggregate.as_dict()
+    verdict = (
+        None
+        if slo.is_empty()
+        else judge(slo, shape=shape.kind, steps=[step.as_dict() for step in run.steps], aggregate=run.aggregate.as_dict())
     )
     context = {
-        "protocol": endpoint.protocol, "rest_body": args.rest_body if endpoint.protocol == "rest" else None,
-        "model": endpoint.model, "version": endpoint.version, "host": host,
-        "endpoint": endpoint.model_dump(), "shape": shape.model_dump(), "payload": payload, "processes": args.processes,
+        "protocol": endpoint.protocol,
+        "rest_body": args.rest_body if endpoint.protocol == "rest" else None,
+        "model": endpoint.model,
+        "version": endpoint.version,
+        "host": host,
+        "endpoint": endpoint.model_dump(),
+        "shape": shape.model_dump(),
+        "payload": payload,
+        "processes": args.processes,
     }
     path = write_loadtest_report(run, name=args.name, context=context, verdict=verdict)
     _print_run(run)
     console.print(f"report: {path} (plot {path.with_suffix('.png')}, Locust HTML {run.files['locust_html']})")
     unanswered = no_answer(run)
     if unanswered:  # not a measurement of the server at all, whatever the SLO says
-        raise UserError(f"{unanswered}; check that {endpoint.describe()} serves V2 inference (--host, --model, --protocol, "
-                        f"--model-version) and read {run.files['locust_log']}")
+        raise UserError(
+            f"{unanswered}; check that {endpoint.describe()} serves V2 inference (--host, --model, --protocol, "
+            f"--model-version) and read {run.files['locust_log']}"
+        )
     if verdict is None:
         return 0
     if verdict.passed:
@@ -151,12 +186,22 @@ def _print_run(run) -> None:
         table.add_column(column, justify="right")
     show = lambda value: "-" if value is None else f"{value:g}"  # noqa: E731
     for step in run.steps:
-        table.add_row(step.name, str(step.users), f"{step.rps:.1f}", show(step.p50_ms), show(step.p95_ms),
-                      show(step.p99_ms), f"{step.failures}/{step.requests}", show(step.server_cpu_cores))
+        table.add_row(
+            step.name,
+            str(step.users),
+            f"{step.rps:.1f}",
+            show(step.p50_ms),
+            show(step.p95_ms),
+            show(step.p99_ms),
+            f"{step.failures}/{step.requests}",
+            show(step.server_cpu_cores),
+        )
     console.print(table)
     if run.saturation:
-        console.print(("saturation at {users} users, {rps:.0f} req/s: " if run.saturation["saturated"] else "") .format(
-            **run.saturation) + run.saturation["reason"])
+        console.print(
+            ("saturation at {users} users, {rps:.0f} req/s: " if run.saturation["saturated"] else "").format(**run.saturation)
+            + run.saturation["reason"]
+        )
     result = run.aggregate
     console.print(
         f"whole run: {result.requests} requests, {result.rps:.1f} req/s, p50 {result.p50_ms:g} ms, "
@@ -171,24 +216,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     smoke.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR)
     smoke.set_defaults(func=cmd_smoke)
     run = commands.add_parser(
-        "run", help="load-test a V2 endpoint with headless Locust (a local MLServer on MODEL_DIR unless --host)",
+        "run",
+        help="load-test a V2 endpoint with headless Locust (a local MLServer on MODEL_DIR unless --host)",
         description="Load-test a V2 endpoint with headless Locust and gate the run on an SLO. Without --host, "
         "MLServer is started on --model-dir for the run and stopped after it. Exit codes: 0 passed, "
         f"{EXIT_SLO_BROKEN} SLO broken, 2 bad input (or a server that answered no request).",
     )
     target = run.add_argument_group("target")
-    target.add_argument("--host", help="endpoint: http(s)://HOST:PORT[/seldon/NAMESPACE/NAME] (REST) or "
-                        "HOST:PORT, grpc(s)://HOST:PORT[/seldon/NAMESPACE/NAME] (gRPC); default: a local server")
+    target.add_argument(
+        "--host",
+        help="endpoint: http(s)://HOST:PORT[/seldon/NAMESPACE/NAME] (REST) or "
+        "HOST:PORT, grpc(s)://HOST:PORT[/seldon/NAMESPACE/NAME] (gRPC); default: a local server",
+    )
     target.add_argument("--protocol", choices=["rest", "grpc"], default="rest")
-    target.add_argument("--model-dir", type=Path, help="artifact to serve locally (default: the demo's) and to take sample rows from")
+    target.add_argument(
+        "--model-dir", type=Path, help="artifact to serve locally (default: the demo's) and to take sample rows from"
+    )
     target.add_argument("--model", help="model name (default: the artifact's, or digits with --host)")
     target.add_argument("--model-version", help="model version to address (/v2/models/NAME/versions/V)")
-    target.add_argument("--data", type=Path, help="sample rows: .npz of input arrays or a V2 .json request body "
-                        "(default: the artifact's input example, else random tensors from the model's metadata)")
+    target.add_argument(
+        "--data",
+        type=Path,
+        help="sample rows: .npz of input arrays or a V2 .json request body "
+        "(default: the artifact's input example, else random tensors from the model's metadata)",
+    )
     target.add_argument("--batch-size", type=int, default=1, help="rows per request")
-    target.add_argument("--rest-body", choices=["json", "binary"], default="json",
-                        help="REST bodies: V2 JSON (any V2 server), or tensors as bytes after a JSON header (Triton's "
-                             "binary extension, tritonclient.http's default; served by Slipway's runtime, not by MLServer's own)")
+    target.add_argument(
+        "--rest-body",
+        choices=["json", "binary"],
+        default="json",
+        help="REST bodies: V2 JSON (any V2 server), or tensors as bytes after a JSON header (Triton's "
+        "binary extension, tritonclient.http's default; served by Slipway's runtime, not by MLServer's own)",
+    )
     target.add_argument("--request-timeout", type=float, default=30, help="seconds before a request counts as failed")
     load = run.add_argument_group("load shape")
     load.add_argument("--shape", choices=["constant", "step", "spike", "soak"], default="constant")
@@ -203,8 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     load.add_argument("--processes", type=int, default=0, help="Locust worker processes (distributed mode on this machine)")
     gate = run.add_argument_group("SLO gate (flags override the file)")
     gate.add_argument("--slo", type=Path, help="YAML with p50_ms, p95_ms, p99_ms, max_error_rate, min_rps")
-    for flag, text in (("--p50-ms", "p50 latency limit"), ("--p95-ms", "p95 latency limit"), ("--p99-ms", "p99 latency limit"),
-                       ("--max-error-rate", "failed fraction allowed (0-1)"), ("--min-rps", "throughput required")):
+    for flag, text in (
+        ("--p50-ms", "p50 latency limit"),
+        ("--p95-ms", "p95 latency limit"),
+        ("--p99-ms", "p99 latency limit"),
+        ("--max-error-rate", "failed fraction allowed (0-1)"),
+        ("--min-rps", "throughput required"),
+    ):
         gate.add_argument(flag, type=float, help=text)
     report = run.add_argument_group("output")
     report.add_argument("--name", default="loadtest", help="report name: reports/NAME.json and .png")

@@ -76,8 +76,10 @@ def parse_host(host: str, *, protocol: Protocol, model: str, version: str | None
     scheme = parts.scheme.lower()
     rest_schemes, grpc_schemes = {"http", "https"}, {"grpc", "grpcs", "http", "https"}
     if protocol == "rest" and scheme not in rest_schemes or protocol == "grpc" and scheme not in grpc_schemes:
-        raise ConfigError(f"host {host!r} has scheme {scheme!r}; for {protocol} send http(s)://HOST:PORT" +
-                          ("" if protocol == "rest" else " or grpc(s)://HOST:PORT"))
+        raise ConfigError(
+            f"host {host!r} has scheme {scheme!r}; for {protocol} send http(s)://HOST:PORT"
+            + ("" if protocol == "rest" else " or grpc(s)://HOST:PORT")
+        )
     if not parts.hostname:
         raise ConfigError(f"host {host!r} names no machine; send e.g. http://127.0.0.1:8080")
     try:

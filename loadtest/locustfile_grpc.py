@@ -46,6 +46,10 @@ class V2GrpcUser(User):
         except grpc.RpcError as err:
             error = RuntimeError(f"{err.code().name}: {err.details()}")
         self.environment.events.request.fire(
-            request_type="grpc", name="infer", response_time=(time.perf_counter() - started) * 1000,
-            response_length=size, exception=error, context={},
+            request_type="grpc",
+            name="infer",
+            response_time=(time.perf_counter() - started) * 1000,
+            response_length=size,
+            exception=error,
+            context={},
         )

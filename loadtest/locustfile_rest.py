@@ -36,8 +36,7 @@ class V2RestUser(FastHttpUser):
 
     @task
     def infer(self):
-        with self.client.post(JOB.endpoint.infer_path, data=BODY, headers=HEADERS, name="infer",
-                              catch_response=True) as response:
+        with self.client.post(JOB.endpoint.infer_path, data=BODY, headers=HEADERS, name="infer", catch_response=True) as response:
             answered = response.request_meta["exception"] is None  # else Locust counts the error itself
             if answered and not answers_v2(response.content, response.headers or {}):
                 response.failure(f"HTTP {response.status_code} answered without V2 outputs")

@@ -79,10 +79,13 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
         except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
             # numpy's ValueError here means "neither zip nor .npy" and suggests unpickling it: not advice to pass on
             reason = "not a zip of arrays" if isinstance(err, ValueError) else first_line(err)
-            raise PayloadError(f"{path} is not a readable .npz archive ({reason}); "
-                               "write one with numpy.savez(path, name=array)") from err
+            raise PayloadError(
+                f"{path} is not a readable .npz archive ({reason}); write one with numpy.savez(path, name=array)"
+            ) from err
         if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise PayloadError(f"{path} is a single .npy array, not an .npz archive; write one with numpy.savez(path, name=array)")
+            raise PayloadError(
+                f"{path} is a single .npy array, not an .npz archive; write one with numpy.savez(path, name=array)"
+            )
         with archive:
             keys = archive.files
             prefixed = [key for key in keys if key.startswith("input:")]
@@ -92,8 +95,9 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
                 try:
                     arrays[key.split(":", 1)[-1]] = archive[key]
                 except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:  # object arrays need pickle: refused
-                    raise PayloadError(f"{path}: array {key!r} cannot be read ({first_line(err)}); "
-                                       "save plain numeric arrays with numpy.savez") from err
+                    raise PayloadError(
+                        f"{path}: array {key!r} cannot be read ({first_line(err)}); save plain numeric arrays with numpy.savez"
+                    ) from err
         if not arrays:
             raise PayloadError(f"{path} holds no input arrays (keys {keys}); name them after the model's inputs")
         return take_rows(arrays, batch_size)
@@ -101,19 +105,23 @@ def arrays_from_file(path: Path, batch_size: int) -> dict[str, np.ndarray]:
         try:
             body = read_json(path)
         except FileProblem as err:
-            raise PayloadError(f"{err}; send a V2 request body ({{\"inputs\": [{{name, datatype, shape, data}}]}})") from err
+            raise PayloadError(f'{err}; send a V2 request body ({{"inputs": [{{name, datatype, shape, data}}]}})') from err
         try:
             return {item["name"]: _array_from_json(item) for item in body["inputs"]}
         except (KeyError, TypeError, ValueError) as err:
-            raise PayloadError(f"{path} is not a V2 request body ({{\"inputs\": [{{name, datatype, shape, data}}]}}): {err}") from err
+            raise PayloadError(
+                f'{path} is not a V2 request body ({{"inputs": [{{name, datatype, shape, data}}]}}): {err}'
+            ) from err
     raise PayloadError(f"sample data file {path} must be .npz or .json, not {path.suffix or 'no suffix'!r}")
 
 
 def _check_values(name: str, shape) -> None:
     count = math.prod(shape)
     if count > MAX_VALUES:
-        raise PayloadError(f"input {name!r} would hold {count:,} values per request (shape {list(shape)}), over the "
-                           f"{MAX_VALUES:,} a load request may carry; lower --batch-size")
+        raise PayloadError(
+            f"input {name!r} would hold {count:,} values per request (shape {list(shape)}), over the "
+            f"{MAX_VALUES:,} a load request may carry; lower --batch-size"
+        )
 
 
 def _array_from_json(item: dict) -> np.ndarray:
@@ -177,15 +185,18 @@ def _rest_metadata(endpoint: Endpoint, timeout_s: float) -> dict:
     try:
         body = _get_within(url, timeout_s, context)
     except urllib.error.HTTPError as err:
-        raise PayloadError(f"GET {url} answered HTTP {err.code}: is model {endpoint.model!r}"
-                           f"{' version ' + endpoint.version if endpoint.version else ''} served there?") from err
+        raise PayloadError(
+            f"GET {url} answered HTTP {err.code}: is model {endpoint.model!r}"
+            f"{' version ' + endpoint.version if endpoint.version else ''} served there?"
+        ) from err
     except (urllib.error.URLError, OSError) as err:
         raise PayloadError(f"cannot reach {url}: {getattr(err, 'reason', err)}") from err
     try:
         return ModelMetadata.model_validate_json(body).model_dump()
     except ValidationError as err:
-        raise PayloadError(f"GET {url} did not answer V2 metadata ({{name, inputs: [{{name, datatype, shape}}]}}): "
-                           f"{one_line(err)}") from err
+        raise PayloadError(
+            f"GET {url} did not answer V2 metadata ({{name, inputs: [{{name, datatype, shape}}]}}): {one_line(err)}"
+        ) from err
 
 
 def _get_within(url: str, timeout_s: float, context) -> bytes:
@@ -225,8 +236,9 @@ def _grpc_metadata(endpoint: Endpoint, timeout_s: float) -> dict:
         request = service_pb2.ModelMetadataRequest(name=endpoint.model, version=endpoint.version or "")
         reply = stub.ModelMetadata(request, metadata=endpoint.grpc_metadata, timeout=timeout_s)
     except grpc.RpcError as err:
-        raise PayloadError(f"gRPC ModelMetadata for {endpoint.model!r} at {endpoint.base_url} failed: "
-                           f"{err.code().name}: {err.details()}") from err
+        raise PayloadError(
+            f"gRPC ModelMetadata for {endpoint.model!r} at {endpoint.base_url} failed: {err.code().name}: {err.details()}"
+        ) from err
     finally:
         channel.close()
     tensors = lambda items: [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in items]  # noqa: E731
@@ -242,8 +254,9 @@ def open_channel(endpoint: Endpoint):
     return grpc.insecure_channel(endpoint.base_url)
 
 
-def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, model_dir: Path | None,
-                  body_format: RestBody = "json") -> tuple[bytes, dict]:
+def build_payload(
+    endpoint: Endpoint, *, batch_size: int, data: Path | None, model_dir: Path | None, body_format: RestBody = "json"
+) -> tuple[bytes, dict]:
     """The request to send again and again, and where its rows came from. Over REST the body is V2 JSON, or
     Triton's binary tensors (`body_format="binary"`, what `tritonclient.http` sends); the returned description's
     `headers` say which, and go with every request."""
@@ -260,8 +273,13 @@ def build_payload(endpoint: Endpoint, *, batch_size: int, data: Path | None, mod
     except TensorError as err:  # an array no V2 datatype carries
         raise PayloadError(f"sample data from {source}: {err}") from err
     rows = len(next(iter(arrays.values())))
-    return body, {"source": source, "rows_per_request": rows, "bytes": len(body), "headers": headers,
-                  "inputs": [{"name": n, "datatype": v2_datatype(a), "shape": list(a.shape)} for n, a in arrays.items()]}
+    return body, {
+        "source": source,
+        "rows_per_request": rows,
+        "bytes": len(body),
+        "headers": headers,
+        "inputs": [{"name": n, "datatype": v2_datatype(a), "shape": list(a.shape)} for n, a in arrays.items()],
+    }
 
 
 def _encode(endpoint: Endpoint, arrays: dict[str, np.ndarray], body_format: RestBody) -> tuple[bytes, dict[str, str]]:

@@ -78,23 +78,31 @@ def draw_load(steps: list[StepFigures], *, title: str, slo: Slo | None = None, s
         by_load.set_xticks(sorted(set(users)), labels=[str(count) for count in sorted(set(users))])  # 8, not 2^3
     latency = by_load.twinx()
     for name in ("p95_ms", "p99_ms"):
-        latency.plot(users, [getattr(step, name) for step in steps], "s--" if name == "p95_ms" else "^:",
-                     color=COLOURS[name], label=f"{name.removesuffix('_ms')} latency (ms)")
+        latency.plot(
+            users,
+            [getattr(step, name) for step in steps],
+            "s--" if name == "p95_ms" else "^:",
+            color=COLOURS[name],
+            label=f"{name.removesuffix('_ms')} latency (ms)",
+        )
     _latency_limits(latency, slo)
     latency.set_ylabel("latency (ms)")
     latency.set_ylim(0, top)
     by_load.set_ylim(bottom=0, top=max([*rps, slo.min_rps if slo and slo.min_rps else 0, 1]) * 1.15)
     if saturation and saturation.get("saturated"):
-        by_load.axvline(saturation["users"], color=COLOURS["users"], linestyle=":",
-                        label=f"saturation: {saturation['users']} users, {saturation['rps']:.0f} req/s")
+        by_load.axvline(
+            saturation["users"],
+            color=COLOURS["users"],
+            linestyle=":",
+            label=f"saturation: {saturation['users']} users, {saturation['rps']:.0f} req/s",
+        )
     by_load.set_title("throughput and latency against load")
     _legend(by_load, latency)
 
     # The load as it was applied: each step's users held from its start to its end.
     edges = [step.started_s for step in steps] + ([steps[-1].started_s + steps[-1].duration_s] if steps else [])
     if steps:  # a run that completed no step (a server that never answered) has no load to draw
-        load_over_time.stairs(users, edges, color=COLOURS["users"], linewidth=2, label="users (the load applied)",
-                              baseline=None)
+        load_over_time.stairs(users, edges, color=COLOURS["users"], linewidth=2, label="users (the load applied)", baseline=None)
     load_over_time.set_xlabel("seconds into the run")
     load_over_time.set_ylabel("concurrent users", color=COLOURS["users"])
     load_over_time.set_ylim(0, max(users, default=1) * 1.2)
@@ -108,8 +116,13 @@ def draw_load(steps: list[StepFigures], *, title: str, slo: Slo | None = None, s
     _legend(load_over_time, served)
 
     for name in ("p95_ms", "p99_ms"):
-        latency_over_time.plot(middles, [getattr(step, name) for step in steps], "s--" if name == "p95_ms" else "^:",
-                               color=COLOURS[name], label=f"{name.removesuffix('_ms')} latency (ms)")
+        latency_over_time.plot(
+            middles,
+            [getattr(step, name) for step in steps],
+            "s--" if name == "p95_ms" else "^:",
+            color=COLOURS[name],
+            label=f"{name.removesuffix('_ms')} latency (ms)",
+        )
     _latency_limits(latency_over_time, slo)
     latency_over_time.set_xlabel("seconds into the run")
     latency_over_time.set_ylabel("latency (ms)")
@@ -120,8 +133,9 @@ def draw_load(steps: list[StepFigures], *, title: str, slo: Slo | None = None, s
     return figure
 
 
-def plot_load(steps: list[StepFigures], path: Path, *, title: str, slo: Slo | None = None,
-              saturation: dict | None = None) -> None:
+def plot_load(
+    steps: list[StepFigures], path: Path, *, title: str, slo: Slo | None = None, saturation: dict | None = None
+) -> None:
     """Draw the load test's figure and write it as a PNG."""
     from slipway.plots import save_png
 

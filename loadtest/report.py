@@ -18,9 +18,13 @@ def write_loadtest_report(
     """Write the JSON report and its plot beside it; returns the JSON's path."""
     reports_dir = Path(reports_dir or REPORTS_DIR)
     plot = reports_dir / f"{name}.png"
-    plot_load(run.steps, plot, title=f"{context.get('model', '')} ({context.get('protocol', '')}, "
-              f"{context.get('shape', {}).get('kind', '')} load)", slo=verdict.slo if verdict else None,
-              saturation=run.saturation)
+    plot_load(
+        run.steps,
+        plot,
+        title=f"{context.get('model', '')} ({context.get('protocol', '')}, {context.get('shape', {}).get('kind', '')} load)",
+        slo=verdict.slo if verdict else None,
+        saturation=run.saturation,
+    )
     payload = {
         **context,
         "result": run.aggregate.as_dict(),

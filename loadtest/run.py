@@ -79,9 +79,25 @@ def run_locust(job: LoadJob, out_dir: Path, *, processes: int = 0, show_progress
     Path(job.steps_file).unlink(missing_ok=True)
     prefix = out_dir / "locust"
     command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILES[job.endpoint.protocol]), "--headless",
-        "--host", job.endpoint.base_url, "--csv", str(prefix), "--html", str(out_dir / "locust.html"),
-        "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0", "--stop-timeout", "5",
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILES[job.endpoint.protocol]),
+        "--headless",
+        "--host",
+        job.endpoint.base_url,
+        "--csv",
+        str(prefix),
+        "--html",
+        str(out_dir / "locust.html"),
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+        "--exit-code-on-error",
+        "0",
+        "--stop-timeout",
+        "5",
     ]
     if processes:
         command += ["--processes", str(processes)]
@@ -106,8 +122,13 @@ def run_locust(job: LoadJob, out_dir: Path, *, processes: int = 0, show_progress
         steps=steps["steps"],
         stopped=steps["stopped"],
         saturation=steps["saturation"],
-        files={"locust_csv": f"{prefix}_stats.csv", "locust_failures": f"{prefix}_failures.csv",
-               "locust_html": str(out_dir / "locust.html"), "locust_log": str(log_path), "job": str(job_file)},
+        files={
+            "locust_csv": f"{prefix}_stats.csv",
+            "locust_failures": f"{prefix}_failures.csv",
+            "locust_html": str(out_dir / "locust.html"),
+            "locust_log": str(log_path),
+            "job": str(job_file),
+        },
     )
 
 
@@ -141,8 +162,9 @@ def _wait(process: subprocess.Popen, job: LoadJob, limit_s: float, show_progress
     planned = job.shape.planned_max_s()
     started = time.monotonic()
     label = f"locust: {job.shape.kind} load, {job.endpoint.protocol}"
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(), transient=True,
-                  disable=not show_progress) as progress:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(), transient=True, disable=not show_progress
+    ) as progress:
         task = progress.add_task(label, total=planned)
         while process.poll() is None:
             elapsed = time.monotonic() - started
@@ -181,8 +203,9 @@ def read_steps(path: Path) -> dict:
         raise LoadTestError(f"the load shape wrote no steps ({path} is missing); see locust.log")
     data = json.loads(path.read_text())
     if "response_times" not in data:
-        raise LoadTestError(f"the load shape recorded no whole-run histogram in {path}: Locust stopped before its quit "
-                            "event; see locust.log")
+        raise LoadTestError(
+            f"the load shape recorded no whole-run histogram in {path}: Locust stopped before its quit event; see locust.log"
+        )
     data["steps"] = [StepFigures.from_dict(step) for step in data["steps"]]
     data["response_times"] = {float(ms): int(count) for ms, count in data["response_times"]}
     return data

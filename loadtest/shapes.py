@@ -85,7 +85,11 @@ class PlannedShape(LoadTestShape):
         if self.opened is None:
             return  # too short to measure: no tick fell inside it
         figures = figures_between(
-            self.opened, self._snapshot(), index=len(self.done), name=self.stage.name, users=self.stage.users,
+            self.opened,
+            self._snapshot(),
+            index=len(self.done),
+            name=self.stage.name,
+            users=self.stage.users,
             origin_s=self.start_time,
         )
         self.done.append(figures)

@@ -64,8 +64,9 @@ def _answering(protocol: str, timeout_s: float):
     try:
         yield
     except (InferenceServerException, OSError, ValueError, KeyError, TypeError) as err:
-        raise SmokeError(f"{protocol}: the server did not answer tritonclient's V2 request: {first_line(err)} "
-                         f"(timeout {timeout_s:g} s)") from err
+        raise SmokeError(
+            f"{protocol}: the server did not answer tritonclient's V2 request: {first_line(err)} (timeout {timeout_s:g} s)"
+        ) from err
 
 
 def check_http(url: str, model: str, model_dir: Path, timeout_s: float = TIMEOUT_S) -> SmokeResult:
@@ -73,8 +74,9 @@ def check_http(url: str, model: str, model_dir: Path, timeout_s: float = TIMEOUT
     import tritonclient.http as httpclient
 
     inputs, expected, _ = load_input_example(model_dir)
-    client = httpclient.InferenceServerClient(url.removeprefix("http://"), connection_timeout=timeout_s,
-                                              network_timeout=timeout_s)
+    client = httpclient.InferenceServerClient(
+        url.removeprefix("http://"), connection_timeout=timeout_s, network_timeout=timeout_s
+    )
     with _answering("rest", timeout_s), contextlib.closing(client):
         metadata = client.get_model_metadata(model)
         described = {"inputs": metadata["inputs"], "outputs": metadata["outputs"]}

@@ -133,10 +133,10 @@ def verify_artifact(folder: Path, expected_digest: str | None = None) -> Manifes
         if not path.is_file():
             raise ArtifactError(f"artifact {folder} is incomplete: {name} is listed in the manifest but missing")
         if path.stat().st_size != entry.bytes or sha256_file(path) != entry.sha256:
-            raise ArtifactError(
-                f"artifact {folder} was modified: {name} does not match its sha256 in {MANIFEST_NAME}"
-            )
-    present = {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file() and path.name not in _NOT_CONTENT}
+            raise ArtifactError(f"artifact {folder} was modified: {name} does not match its sha256 in {MANIFEST_NAME}")
+    present = {
+        path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file() and path.name not in _NOT_CONTENT
+    }
     unlisted = sorted(present - set(manifest.files))
     if unlisted:
         raise ArtifactError(

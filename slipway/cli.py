@@ -36,7 +36,7 @@ def renamed_prog(prog: str | None) -> str | None:
         return prog
     for old in sorted(PROG_RENAMES, key=len, reverse=True):
         if prog == old or prog.startswith(old + " "):
-            return PROG_RENAMES[old] + prog[len(old):]
+            return PROG_RENAMES[old] + prog[len(old) :]
     return prog
 
 
@@ -45,8 +45,13 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if (action.default in (None, False, argparse.SUPPRESS) or action.option_strings == []
-                or "default" in text.lower() or isinstance(action.default, (list, tuple)) and not action.default):
+        if (
+            action.default in (None, False, argparse.SUPPRESS)
+            or action.option_strings == []
+            or "default" in text.lower()
+            or isinstance(action.default, (list, tuple))
+            and not action.default
+        ):
             return action.help
         return f"{text} (default: %(default)s)".lstrip()
 
@@ -59,8 +64,9 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, prog=renamed_prog(prog), formatter_class=formatter_class, **kwargs)  # type: ignore[misc]
 
     def error(self, message: str) -> NoReturn:
-        console.print(f"[bold red]error:[/] {escape(self.prog)}: {escape(message)} (see `{escape(self.prog)} --help`)",
-                      soft_wrap=True)
+        console.print(
+            f"[bold red]error:[/] {escape(self.prog)}: {escape(message)} (see `{escape(self.prog)} --help`)", soft_wrap=True
+        )
         sys.exit(EXIT_USER_ERROR)
 
 

@@ -26,51 +26,55 @@ WORKDIR_ENV = "SLIPWAY_WORKDIR"  # slipway.paths reads it (not imported here: it
 @dataclass(frozen=True)
 class Subcommand:
     name: str
-    module: str                    # the package whose `__main__.main` runs it
-    first: tuple[str, ...]         # arguments put before the user's (that package's subcommand)
+    module: str  # the package whose `__main__.main` runs it
+    first: tuple[str, ...]  # arguments put before the user's (that package's subcommand)
     help: str
 
 
 SUBCOMMANDS = (
-    Subcommand("export", "export", (), "train, convert, variants, import an ONNX model, profile, bench-export "
-               "(python -m export)"),
-    Subcommand("versions", "export", ("versions",), "the model store: publish, list, show, promote, rollback, "
-               "diff, history, gc, verify"),
-    Subcommand("serve", "wrappers", ("serve",), "serve an artifact folder with MLServer in the foreground "
-               "(make serve)"),
+    Subcommand(
+        "export", "export", (), "train, convert, variants, import an ONNX model, profile, bench-export (python -m export)"
+    ),
+    Subcommand(
+        "versions", "export", ("versions",), "the model store: publish, list, show, promote, rollback, diff, history, gc, verify"
+    ),
+    Subcommand("serve", "wrappers", ("serve",), "serve an artifact folder with MLServer in the foreground (make serve)"),
     Subcommand("smoke", "loadtest", ("smoke",), "start MLServer on an artifact, check REST and gRPC answers, stop it"),
-    Subcommand("loadtest", "loadtest", ("run",), "load-test a V2 endpoint with Locust and gate it on an SLO "
-               "(make loadtest)"),
+    Subcommand("loadtest", "loadtest", ("run",), "load-test a V2 endpoint with Locust and gate it on an SLO (make loadtest)"),
     Subcommand("tune", "loadtest", ("tune",), "search serving settings by real step loads (make tune)"),
     Subcommand("tune-check", "loadtest", ("tune-check",), "measure the whole grid and check the tuner against it"),
     Subcommand("recommend", "deployments", ("recommend",), "requests, limits and HPA replicas from usage history"),
     Subcommand("render", "deployments", ("render",), "render and validate the manifests (make manifests)"),
-    Subcommand("deploy", "deployments", ("deploy",), "upload, verify, apply to the current context, wait "
-               "(make deploy)"),
+    Subcommand("deploy", "deployments", ("deploy",), "upload, verify, apply to the current context, wait (make deploy)"),
     Subcommand("upload", "deployments", ("upload",), "upload a version to its modelUri and verify it"),
     Subcommand("secret", "deployments", ("secret",), "write the storage Secret the pods pull with"),
     Subcommand("undeploy", "deployments", ("undeploy",), "delete what deploy applied for one model"),
-    Subcommand("shadow", "deployments", ("shadow",), "run a new version as a shadow beside the serving one "
-               "(make shadow)"),
-    Subcommand("canary", "deployments", ("canary",), "SLO-gated canary: step traffic up, then promote or roll back "
-               "(make canary)"),
-    Subcommand("canary-judge", "deployments", ("canary-judge",), "judge a canary against the stable predictor "
-               "from Prometheus"),
+    Subcommand("shadow", "deployments", ("shadow",), "run a new version as a shadow beside the serving one (make shadow)"),
+    Subcommand(
+        "canary", "deployments", ("canary",), "SLO-gated canary: step traffic up, then promote or roll back (make canary)"
+    ),
+    Subcommand("canary-judge", "deployments", ("canary-judge",), "judge a canary against the stable predictor from Prometheus"),
     Subcommand("alerts", "deployments", ("alerts",), "Prometheus alerts from an SLO file (make alerts)"),
     Subcommand("cluster", "deployments", ("cluster",), "the local control plane: build, up, down, prove-hpa"),
     Subcommand("deployments", "deployments", (), "every deployments command (python -m deployments)"),
-    Subcommand("bench", "benchmarks", ("serving",), "serving benchmark: raw ONNX Runtime vs plain MLServer vs "
-               "Slipway's runtime (make bench)"),
-    Subcommand("bench-peers", "benchmarks", ("peers",), "Slipway's runtime vs KServe vs PyTriton, one client "
-               "(make bench-peers)"),
+    Subcommand(
+        "bench",
+        "benchmarks",
+        ("serving",),
+        "serving benchmark: raw ONNX Runtime vs plain MLServer vs Slipway's runtime (make bench)",
+    ),
+    Subcommand("bench-peers", "benchmarks", ("peers",), "Slipway's runtime vs KServe vs PyTriton, one client (make bench-peers)"),
     Subcommand("bench-gpu", "benchmarks", ("gpu",), "CPU vs CUDA vs TensorRT on this machine's GPU (make bench-gpu)"),
     Subcommand("summary", "slipway", ("summary",), "what each step of the demo produced, from reports/"),
 )
 
 # Read by the commands (where they are read: see docs/); listed in `slipway --help`.
 ENVIRONMENT = (
-    ("SLIPWAY_WORKDIR", "the working folder build/, reports/ and model-store/ go in (what --workdir sets; default: "
-     "the checkout Slipway runs from, else the current directory)"),
+    (
+        "SLIPWAY_WORKDIR",
+        "the working folder build/, reports/ and model-store/ go in (what --workdir sets; default: "
+        "the checkout Slipway runs from, else the current directory)",
+    ),
     ("SLIPWAY_REPORTS_DIR", "where reports go (default: reports/ in the working folder)"),
     ("SLIPWAY_BUILD_DIR", "where build outputs go (default: build/ in the working folder)"),
     ("SLIPWAY_EXPECTED_DIGESTS", "serve: pin versions' digests, NAME:VERSION=sha256:HEX,..."),
@@ -82,12 +86,16 @@ ENVIRONMENT = (
     ("SLIPWAY_CLUSTER_DIR", "cluster: the local cluster's folder (default build/cluster)"),
     ("SLIPWAY_CLUSTER_CACHE", "cluster: its built binaries (default ~/.cache/slipway/cluster)"),
     ("KUBECONFIG", "deploy, undeploy: the cluster (else the local cluster's while it runs, else ~/.kube/config)"),
-    ("AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL",
-     "secret, upload: S3 credentials"),
+    (
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL",
+        "secret, upload: S3 credentials",
+    ),
     ("GOOGLE_APPLICATION_CREDENTIALS", "secret --scheme gs: GCS credentials"),
     ("DOCKER_CONFIG", "deploy --check-image: the registry credentials docker login wrote"),
-    ("PROMETHEUS_URL, PROMETHEUS_TOKEN, PROMETHEUS_USERNAME, PROMETHEUS_PASSWORD",
-     "recommend, canary-judge: the Prometheus to read"),
+    (
+        "PROMETHEUS_URL, PROMETHEUS_TOKEN, PROMETHEUS_USERNAME, PROMETHEUS_PASSWORD",
+        "recommend, canary-judge: the Prometheus to read",
+    ),
 )
 
 
@@ -148,9 +156,11 @@ def use_workdir(workdir: Path) -> None:
     workdir = workdir.absolute()
     loaded = sys.modules.get("slipway.paths")
     if loaded is not None and loaded.WORKDIR != workdir:
-        raise RuntimeError(f"slipway.paths was imported (working folder {loaded.WORKDIR}) before --workdir {workdir} "
-                           f"was read: run `slipway --workdir` as its own process, or set SLIPWAY_WORKDIR before "
-                           f"importing Slipway")
+        raise RuntimeError(
+            f"slipway.paths was imported (working folder {loaded.WORKDIR}) before --workdir {workdir} "
+            f"was read: run `slipway --workdir` as its own process, or set SLIPWAY_WORKDIR before "
+            f"importing Slipway"
+        )
     os.environ[WORKDIR_ENV] = str(workdir)
 
 

@@ -53,7 +53,7 @@ def model_name(model_dir: Path) -> str:
         raise ServerError(f"{err}: re-export the folder or fix the file") from err
     name = settings.get("name") if isinstance(settings, dict) else None
     if not isinstance(name, str) or not name:
-        raise ServerError(f"{path} names no model: it needs a \"name\" (MLServer serves the model under it)")
+        raise ServerError(f'{path} names no model: it needs a "name" (MLServer serves the model under it)')
     return name
 
 
@@ -148,8 +148,11 @@ class LocalServer(LoopbackServer):
         )
         env.update(self.extra_env)
         with open(self.log_path, "wb") as log:
-            command = (launcher_command(self.model_dir, self._workdir / FAILURE_FILE, self._workdir / READY_FILE)
-                       if self.launcher else mlserver_command(self.model_dir))
+            command = (
+                launcher_command(self.model_dir, self._workdir / FAILURE_FILE, self._workdir / READY_FILE)
+                if self.launcher
+                else mlserver_command(self.model_dir)
+            )
             command = on_cpus(command, self.cpus)
             self._process = process = subprocess.Popen(
                 command,
@@ -202,8 +205,10 @@ class LocalServer(LoopbackServer):
         """Stop the server, then remove its working folder (log, metrics) unless it crashed meanwhile."""
         crashed = self._process is not None and self._process.poll() not in (None, 0)
         if crashed:
-            print(f"MLServer had exited with an error before it was stopped: {self.failure_reason()} (log: {self.log_path})",
-                  file=sys.stderr)
+            print(
+                f"MLServer had exited with an error before it was stopped: {self.failure_reason()} (log: {self.log_path})",
+                file=sys.stderr,
+            )
         self._stop_process()
         if not crashed:
             shutil.rmtree(self._workdir, ignore_errors=True)

@@ -35,20 +35,28 @@ MACOS_TARGET = "14.0"
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: PLATFORMS holds each once
 class Platform:
     name: str
-    uv_platform: str               # uv pip compile --python-platform
-    marker: str                    # the PEP 508 marker that selects it
-    environment: dict[str, str]    # marker variables, for evaluating requirements as this platform would
+    uv_platform: str  # uv pip compile --python-platform
+    marker: str  # the PEP 508 marker that selects it
+    environment: dict[str, str]  # marker variables, for evaluating requirements as this platform would
     extras: tuple[str, ...]
 
 
 PLATFORMS = (
-    Platform("linux-x86_64", "x86_64-manylinux_2_28", "sys_platform == 'linux'",
-             {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix"},
-             EXTRAS),
+    Platform(
+        "linux-x86_64",
+        "x86_64-manylinux_2_28",
+        "sys_platform == 'linux'",
+        {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix"},
+        EXTRAS,
+    ),
     # No `gpu` extra: onnxruntime-gpu has no macOS wheels (the GPU image is Linux).
-    Platform("macos-arm64", "aarch64-apple-darwin", "sys_platform == 'darwin'",
-             {"sys_platform": "darwin", "platform_system": "Darwin", "platform_machine": "arm64", "os_name": "posix"},
-             tuple(extra for extra in EXTRAS if extra != "gpu")),
+    Platform(
+        "macos-arm64",
+        "aarch64-apple-darwin",
+        "sys_platform == 'darwin'",
+        {"sys_platform": "darwin", "platform_system": "Darwin", "platform_machine": "arm64", "os_name": "posix"},
+        tuple(extra for extra in EXTRAS if extra != "gpu"),
+    ),
 )
 
 
@@ -92,8 +100,11 @@ def pins_for(text: str, environment: Environment) -> list[str]:
     """The `name==version` lines of a lock that apply in `environment`: uv's preferences for resolving it again."""
     from packaging.markers import Marker
 
-    return [f"{name}=={version}" for name, version, marker in read_pins(text)
-            if marker is None or Marker(marker).evaluate(environment.variables)]
+    return [
+        f"{name}=={version}"
+        for name, version, marker in read_pins(text)
+        if marker is None or Marker(marker).evaluate(environment.variables)
+    ]
 
 
 def resolve(environment: Environment, *, previous: str, upgrade: bool) -> dict[str, str]:
@@ -103,17 +114,39 @@ def resolve(environment: Environment, *, previous: str, upgrade: bool) -> dict[s
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "pins.txt"
         output.write_text("" if upgrade else "\n".join(pins_for(previous, environment)) + "\n")
-        command = [find_uv_bin(), "pip", "compile", str(PROJECT_ROOT / "pyproject.toml"), "--quiet", "--no-header",
-                   "--no-annotate", "--only-binary", ":all:", "--python-platform", environment.platform.uv_platform,
-                   "--python-version", environment.python, "--output-file", str(output),
-                   *(option for extra in environment.platform.extras for option in ("--extra", extra)),
-                   *(["--upgrade"] if upgrade else [])]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False,
-                                env={**os.environ, "MACOSX_DEPLOYMENT_TARGET": MACOS_TARGET})
+        command = [
+            find_uv_bin(),
+            "pip",
+            "compile",
+            str(PROJECT_ROOT / "pyproject.toml"),
+            "--quiet",
+            "--no-header",
+            "--no-annotate",
+            "--only-binary",
+            ":all:",
+            "--python-platform",
+            environment.platform.uv_platform,
+            "--python-version",
+            environment.python,
+            "--output-file",
+            str(output),
+            *(option for extra in environment.platform.extras for option in ("--extra", extra)),
+            *(["--upgrade"] if upgrade else []),
+        ]
+        result = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "MACOSX_DEPLOYMENT_TARGET": MACOS_TARGET},
+        )
         if result.returncode != 0:
-            raise UserError(f"the extras do not resolve with wheels only on {environment.platform.name}, Python "
-                            f"{environment.python}: {result.stderr.strip()[-1500:]} -- loosen or pin the requirement "
-                            f"it names in pyproject.toml, then `make lock` again")
+            raise UserError(
+                f"the extras do not resolve with wheels only on {environment.platform.name}, Python "
+                f"{environment.python}: {result.stderr.strip()[-1500:]} -- loosen or pin the requirement "
+                f"it names in pyproject.toml, then `make lock` again"
+            )
         return {canonical(name): version for name, version, _ in read_pins(output.read_text())}
 
 
@@ -153,15 +186,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=LOCK_FILE, help=f"default {LOCK_FILE.name} in the checkout")
     args = parser.parse_args(argv)
     if not IN_CHECKOUT:
-        raise UserError("the lock is made from a checkout's pyproject.toml: clone Slipway's repository and run "
-                        "`make lock` there")
+        raise UserError("the lock is made from a checkout's pyproject.toml: clone Slipway's repository and run `make lock` there")
     previous = args.output.read_text() if args.output.is_file() else ""
     resolved = {environment: resolve(environment, previous=previous, upgrade=args.upgrade) for environment in ENVIRONMENTS}
-    header = HEADER.format(extras=", ".join(EXTRAS), platforms=", ".join(platform.name for platform in PLATFORMS),
-                           pythons=", ".join(PYTHONS))
+    header = HEADER.format(
+        extras=", ".join(EXTRAS), platforms=", ".join(platform.name for platform in PLATFORMS), pythons=", ".join(PYTHONS)
+    )
     atomic.write_text(args.output, header + "\n".join(merge(resolved)) + "\n")
-    print(f"{args.output}: {len(resolved[ENVIRONMENTS[0]])} packages on {ENVIRONMENTS[0].platform.name}, "
-          f"Python {ENVIRONMENTS[0].python}; {len(ENVIRONMENTS)} platform and Python pairs resolved")
+    print(
+        f"{args.output}: {len(resolved[ENVIRONMENTS[0]])} packages on {ENVIRONMENTS[0].platform.name}, "
+        f"Python {ENVIRONMENTS[0].python}; {len(ENVIRONMENTS)} platform and Python pairs resolved"
+    )
     return 0
 
 

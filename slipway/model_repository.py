@@ -27,13 +27,17 @@ def settings_files(folder: Path) -> list[Path]:
     hidden folders), sorted; a RepositoryError where there is none or `folder` is not a folder."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise RepositoryError(f"{folder} is not a folder: give an artifact folder (with a {SETTINGS_FILE}) or a "
-                              "folder of artifact folders")
-    found = sorted(Path(path) for path in glob.glob(os.path.join(glob.escape(os.path.abspath(folder)), "**",
-                                                                   SETTINGS_FILE), recursive=True))
+        raise RepositoryError(
+            f"{folder} is not a folder: give an artifact folder (with a {SETTINGS_FILE}) or a folder of artifact folders"
+        )
+    found = sorted(
+        Path(path) for path in glob.glob(os.path.join(glob.escape(os.path.abspath(folder)), "**", SETTINGS_FILE), recursive=True)
+    )
     if not found:
-        raise RepositoryError(f"{folder} is neither an artifact folder nor a folder of them: it holds no "
-                              f"{SETTINGS_FILE}, nor do its sub-folders (run `make demo` first)")
+        raise RepositoryError(
+            f"{folder} is neither an artifact folder nor a folder of them: it holds no "
+            f"{SETTINGS_FILE}, nor do its sub-folders (run `make demo` first)"
+        )
     return found
 
 
@@ -45,5 +49,7 @@ def check_unique(models: Iterable[tuple[str, str | None, Path | str]]) -> None:
         first = seen.setdefault((name, version), path)
         if first != path:
             which = f"model {name!r}" + (f" version {version!r}" if version else " (no version)")
-            raise RepositoryError(f"{which} is declared twice, by {first} and {path}: give each model its own name "
-                                  "(or parameters.version) in its model-settings.json, or serve one of them")
+            raise RepositoryError(
+                f"{which} is declared twice, by {first} and {path}: give each model its own name "
+                "(or parameters.version) in its model-settings.json, or serve one of them"
+            )

@@ -43,5 +43,15 @@ EXAMPLE_SLO = PACKAGE_ROOT / "loadtest" / "slo.example.yaml"
 # The SeldonDeployment CRD (with its openAPIV3Schema) from the vendored Seldon Core 1.17.1 operator module,
 # the same file the local cluster installs (deployments/cluster); SLIPWAY_SELDON_CRD points elsewhere. Only a
 # checkout holds third_party/: installed, validation skips the CRD schema unless SLIPWAY_SELDON_CRD names one.
-SELDON_CRD_SCHEMA = Path(os.environ.get("SLIPWAY_SELDON_CRD", PROJECT_ROOT / "third_party" / "seldon-core-operator"
-                                        / "config" / "crd" / "bases" / "machinelearning.seldon.io_seldondeployments.yaml"))
+SELDON_CRD_SCHEMA = Path(
+    os.environ.get(
+        "SLIPWAY_SELDON_CRD",
+        PROJECT_ROOT
+        / "third_party"
+        / "seldon-core-operator"
+        / "config"
+        / "crd"
+        / "bases"
+        / "machinelearning.seldon.io_seldondeployments.yaml",
+    )
+)

@@ -18,8 +18,15 @@ from slipway.artifact import MODEL_FILE, VARIANT_FILE
 
 U8S8 = "U8S8"
 S8S8 = "S8S8"
-_QUANTIZED = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
-              "ConvInteger", "MatMulInteger"}
+_QUANTIZED = {
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "DynamicQuantizeLinear",
+    "QLinearConv",
+    "QLinearMatMul",
+    "ConvInteger",
+    "MatMulInteger",
+}
 
 
 @dataclass(frozen=True)

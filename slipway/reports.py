@@ -30,9 +30,11 @@ def cpu_idle() -> dict[str, str] | None:
     once must be woken before it runs anything, which shows in latencies at low load; a VM's `haltpoll`
     driver polls up to `guest_halt_poll_ns` first (the kernel's default is 200000; 0 turns polling off)."""
     found = {}
-    for key, path in (("driver", "/sys/devices/system/cpu/cpuidle/current_driver"),
-                      ("governor", "/sys/devices/system/cpu/cpuidle/current_governor_ro"),
-                      ("guest_halt_poll_ns", "/sys/module/haltpoll/parameters/guest_halt_poll_ns")):
+    for key, path in (
+        ("driver", "/sys/devices/system/cpu/cpuidle/current_driver"),
+        ("governor", "/sys/devices/system/cpu/cpuidle/current_governor_ro"),
+        ("guest_halt_poll_ns", "/sys/module/haltpoll/parameters/guest_halt_poll_ns"),
+    ):
         try:
             found[key] = Path(path).read_text().strip()
         except OSError:

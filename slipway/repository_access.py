@@ -46,8 +46,10 @@ AUTHORIZATION = "authorization"
 _LOOPBACK = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 DENIED_STATUS = 403  # and gRPC PERMISSION_DENIED
 
-_HOW_TO_OPEN = (f"set {API_ENV}=open (render: --repository-api open --repository-token-secret NAME) to admit "
-                f"loopback callers and callers sending 'Authorization: Bearer <token>' with the token in {TOKEN_ENV}")
+_HOW_TO_OPEN = (
+    f"set {API_ENV}=open (render: --repository-api open --repository-token-secret NAME) to admit "
+    f"loopback callers and callers sending 'Authorization: Bearer <token>' with the token in {TOKEN_ENV}"
+)
 CLOSED = f"the model repository API (index, load, unload) is closed in this server; {_HOW_TO_OPEN}"
 
 
@@ -66,12 +68,16 @@ class RepositoryAccess(BaseModel):
             return None
         value = token.get_secret_value()
         if any(char.isspace() or not char.isprintable() for char in value):
-            raise ValueError(f"{TOKEN_ENV} holds whitespace or control characters (a Secret written from a file "
-                             "often ends in a newline): store the token alone, e.g. kubectl create secret generic "
-                             "NAME --from-literal=token=$(openssl rand -hex 32)")
+            raise ValueError(
+                f"{TOKEN_ENV} holds whitespace or control characters (a Secret written from a file "
+                "often ends in a newline): store the token alone, e.g. kubectl create secret generic "
+                "NAME --from-literal=token=$(openssl rand -hex 32)"
+            )
         if len(value) < MIN_TOKEN_CHARS:
-            raise ValueError(f"{TOKEN_ENV} has {len(value)} characters, fewer than {MIN_TOKEN_CHARS}: use a random "
-                             "token, e.g. $(openssl rand -hex 32)")
+            raise ValueError(
+                f"{TOKEN_ENV} has {len(value)} characters, fewer than {MIN_TOKEN_CHARS}: use a random "
+                "token, e.g. $(openssl rand -hex 32)"
+            )
         return token
 
     @classmethod
@@ -79,12 +85,16 @@ class RepositoryAccess(BaseModel):
         """The setting `env` describes; SettingsError naming the variable and the fix when it is not valid."""
         api = env.get(API_ENV, "closed")
         if api not in MODES:
-            raise SettingsError(f"{API_ENV}={api!r} is not one of {', '.join(MODES)}: set {API_ENV}=closed to refuse "
-                                "the model repository API, or open to admit loopback callers and bearer-token holders")
+            raise SettingsError(
+                f"{API_ENV}={api!r} is not one of {', '.join(MODES)}: set {API_ENV}=closed to refuse "
+                "the model repository API, or open to admit loopback callers and bearer-token holders"
+            )
         token = env.get(TOKEN_ENV)
         if token is not None and api == "closed":
-            raise SettingsError(f"{TOKEN_ENV} is set but {API_ENV} is closed, which admits no caller: set {API_ENV}=open "
-                                f"to admit callers with the token, or unset {TOKEN_ENV}")
+            raise SettingsError(
+                f"{TOKEN_ENV} is set but {API_ENV} is closed, which admits no caller: set {API_ENV}=open "
+                f"to admit callers with the token, or unset {TOKEN_ENV}"
+            )
         try:  # validated from the environment's strings: the model's validators turn them into the typed fields
             return cls.model_validate({"api": api, "token": token})
         except ValidationError as err:
@@ -109,10 +119,14 @@ class RepositoryAccess(BaseModel):
         if is_loopback(peer) and not forwarded:
             return None
         if self.token is None:
-            return (f"the model repository API admits only loopback callers in this server (it has no {TOKEN_ENV}; "
-                    "render with --repository-token-secret NAME to admit callers with that Secret's bearer token)")
-        return ("the model repository API admits only loopback callers and callers sending 'Authorization: Bearer "
-                f"<token>' with the token in {TOKEN_ENV}; this caller is neither")
+            return (
+                f"the model repository API admits only loopback callers in this server (it has no {TOKEN_ENV}; "
+                "render with --repository-token-secret NAME to admit callers with that Secret's bearer token)"
+            )
+        return (
+            "the model repository API admits only loopback callers and callers sending 'Authorization: Bearer "
+            f"<token>' with the token in {TOKEN_ENV}; this caller is neither"
+        )
 
     def _judge(self, authorization: list[str]) -> str | None:
         """A caller that sends credentials is admitted by them alone: the right bearer token, once."""
@@ -122,8 +136,10 @@ class RepositoryAccess(BaseModel):
         if scheme.lower() != "bearer" or not presented.strip():
             return "the Authorization header is not 'Bearer <token>'; send the repository token that way"
         if self.token is None:
-            return (f"this server has no {TOKEN_ENV} to check a bearer token against; call from loopback without "
-                    f"an Authorization header, or give the server a token (render --repository-token-secret NAME)")
+            return (
+                f"this server has no {TOKEN_ENV} to check a bearer token against; call from loopback without "
+                f"an Authorization header, or give the server a token (render --repository-token-secret NAME)"
+            )
         expected = self.token.get_secret_value().encode()
         if not hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), expected):
             return f"the bearer token does not match {TOKEN_ENV} (the Secret named at render by --repository-token-secret)"

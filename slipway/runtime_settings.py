@@ -38,9 +38,7 @@ class TensorrtOptions(_Strict):
 
     device_id: int = Field(default=0, ge=0, description="The GPU to build and run engines on.")
     fp16: bool = Field(default=False, description="Let TensorRT pick FP16 kernels (trt_fp16_enable).")
-    int8: bool = Field(
-        default=False, description="Enable INT8 (trt_int8_enable); a QDQ graph carries its own scales."
-    )
+    int8: bool = Field(default=False, description="Enable INT8 (trt_int8_enable); a QDQ graph carries its own scales.")
     engine_cache_path: str | None = Field(
         default=None, description="Folder for built engines; setting it turns the engine cache on."
     )
@@ -89,7 +87,7 @@ class CudaOptions(_Strict):
     )
     extra_options: dict[str, OptionValue] = Field(
         default_factory=dict,
-        description="Any other CUDA provider option, passed through as is ({\"use_tf32\": 0}: full fp32).",
+        description='Any other CUDA provider option, passed through as is ({"use_tf32": 0}: full fp32).',
     )
 
     def provider_options(self) -> dict[str, str]:
@@ -162,28 +160,35 @@ class PayloadLogging(_Strict):
         pattern=r"^https?://[^/\s]+",
     )
     sample: float = Field(
-        default=1.0, ge=0, le=1,
+        default=1.0,
+        ge=0,
+        le=1,
         description="Share of requests logged, decided per request (a request's response goes with it); 1: all.",
     )
     max_bytes: int = Field(
-        default=256 << 10, ge=1024,
+        default=256 << 10,
+        ge=1024,
         description="Largest event body sent; a request or response over it is sent with its tensors' names, "
         "shapes and datatypes but without their data, and the event says truncated=true.",
     )
     redact: list[str] = Field(
         default_factory=list,
         description="What never leaves the pod: a tensor name (its data), a parameter or header name (at any "
-        "depth), or a path through the body such as \"inputs/image\" or \"parameters/headers/x-user\" "
+        'depth), or a path through the body such as "inputs/image" or "parameters/headers/x-user" '
         "(names compare case-insensitively). Authorization, Cookie, Proxy-Authorization and X-Api-Key headers are "
         "always redacted.",
     )
     queue_size: int = Field(
-        default=1000, ge=1, le=100_000,
+        default=1000,
+        ge=1,
+        le=100_000,
         description="Requests waiting to be sent at most; past it a request's events are dropped (reason "
         "queue_full) instead of holding memory or the request.",
     )
     timeout_s: float = Field(
-        default=2.0, gt=0, le=60,
+        default=2.0,
+        gt=0,
+        le=60,
         description="Per event: connecting and the collector's answer. An event that fails is dropped, never "
         "retried, and the next events are dropped for backoff_s (reason collector_down) so that a collector "
         "that is down costs one timeout, not one per event.",
@@ -214,12 +219,14 @@ class RuntimeSettings(_Strict):
     tensorrt: TensorrtOptions = Field(default_factory=TensorrtOptions, description="TensorRT provider options.")
     cuda: CudaOptions = Field(default_factory=CudaOptions, description="CUDA provider options.")
     intra_op_threads: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="Threads inside one operator. None (unset): chosen at load (see the serving page): 1 where runs "
         "go inline, else the CPU limit's whole CPUs.",
     )
     busy_intra_op_threads: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="Threads inside one operator for a run that starts while another run is in flight (a second "
         "session of the model on the CPU); a lone run keeps intra_op_threads. 0: every run uses intra_op_threads. "
         "None (unset): chosen at load (see the serving page): 1 where runs of several threads go to threads, so a "
@@ -347,9 +354,7 @@ class RuntimeSettings(_Strict):
         "padded to batch_buckets, the buckets instead).",
     )
     warmup_runs: int = Field(default=2, ge=0, description="Runs per warm-up batch size (0: no warm-up).")
-    cpu_workers: int | None = Field(
-        default=None, ge=1, description="Threads for pre/post-processing; None: the CPU limit."
-    )
+    cpu_workers: int | None = Field(default=None, ge=1, description="Threads for pre/post-processing; None: the CPU limit.")
     preprocess: ImagePreprocessing | None = Field(
         default=None, description="Decode encoded images into the graph's input; None: clients send tensors."
     )

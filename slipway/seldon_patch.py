@@ -35,8 +35,9 @@ def memory_quantity(size: float) -> str:
     return f"{max(1, math.ceil(size / 2**20))}Mi"
 
 
-def resources_op(*, cpu_request: float, cpu_limit: float, memory_request: float, memory_limit: float,
-                 gpus: int | None = None) -> dict[str, Any]:
+def resources_op(
+    *, cpu_request: float, cpu_limit: float, memory_request: float, memory_limit: float, gpus: int | None = None
+) -> dict[str, Any]:
     """Replace the model container's resources; `gpus` whole GPUs go into both requests and limits, since the op
     replaces the whole block and a GPU overlay's pod without them would land on no GPU."""
     requests: dict[str, str | int] = {"cpu": cpu_quantity(cpu_request), "memory": memory_quantity(memory_request)}
@@ -60,8 +61,14 @@ def hpa_ops(*, metrics: list[dict] | None = None, min_replicas: int | None = Non
 def container_utilization_metric(resource: str, percent: int, container: str = MODEL_CONTAINER) -> dict:
     """An HPA target on one container's usage over its own request (`ContainerResource`): the model container's,
     which `python -m deployments render` pins per predictor; `--hpa-metric-source pod` turns it into `Resource`."""
-    return {"type": "ContainerResource", "containerResource": {
-        "name": resource, "container": container, "target": {"type": "Utilization", "averageUtilization": int(percent)}}}
+    return {
+        "type": "ContainerResource",
+        "containerResource": {
+            "name": resource,
+            "container": container,
+            "target": {"type": "Utilization", "averageUtilization": int(percent)},
+        },
+    }
 
 
 def cpu_utilization_metric(percent: int, container: str = MODEL_CONTAINER) -> dict:
@@ -70,7 +77,10 @@ def cpu_utilization_metric(percent: int, container: str = MODEL_CONTAINER) -> di
 
 def pods_metric(name: str, average_value: float) -> dict:
     """A per-pod custom metric (served by prometheus-adapter), e.g. requests per second."""
-    return {"type": "Pods", "pods": {"metric": {"name": name}, "target": {"type": "AverageValue", "averageValue": f"{average_value:g}"}}}
+    return {
+        "type": "Pods",
+        "pods": {"metric": {"name": name}, "target": {"type": "AverageValue", "averageValue": f"{average_value:g}"}},
+    }
 
 
 def env_op(env: list[dict] | None, name: str, value: str) -> list[dict]:
@@ -79,7 +89,10 @@ def env_op(env: list[dict] | None, name: str, value: str) -> list[dict]:
     for index, item in enumerate(env or []):
         if item.get("name") == name:
             path = f"{CONTAINER}/env/{index}"
-            return [{"op": "test", "path": f"{path}/name", "value": name}, {"op": "replace", "path": f"{path}/value", "value": value}]
+            return [
+                {"op": "test", "path": f"{path}/name", "value": name},
+                {"op": "replace", "path": f"{path}/value", "value": value},
+            ]
     return [{"op": "add", "path": f"{CONTAINER}/env/-", "value": {"name": name, "value": value}}]
 
 

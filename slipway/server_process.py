@@ -62,8 +62,15 @@ def server_env(
 
 def launcher_command(model_dir: Path, failure_file: Path, ready_file: Path | None = None) -> list[str]:
     """`python -m wrappers.launch MODEL_DIR` with the interpreter running us (so the same venv serves)."""
-    return [sys.executable, "-m", "wrappers.launch", str(Path(model_dir).resolve()), "--failure-file", str(failure_file),
-            *(["--ready-file", str(ready_file)] if ready_file else [])]
+    return [
+        sys.executable,
+        "-m",
+        "wrappers.launch",
+        str(Path(model_dir).resolve()),
+        "--failure-file",
+        str(failure_file),
+        *(["--ready-file", str(ready_file)] if ready_file else []),
+    ]
 
 
 def mlserver_command(model_dir: Path) -> list[str]:

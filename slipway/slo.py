@@ -27,16 +27,27 @@ class CanaryPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    min_requests: int = Field(default=200, ge=1, description="requests each predictor must have served in the "
-                              "window before it is judged; fewer: wait")
-    latency_tolerance: float = Field(default=0.2, ge=0, description="the canary's p50/p95/p99 may exceed the "
-                                     "stable's by this fraction...")
+    min_requests: int = Field(
+        default=200, ge=1, description="requests each predictor must have served in the window before it is judged; fewer: wait"
+    )
+    latency_tolerance: float = Field(
+        default=0.2, ge=0, description="the canary's p50/p95/p99 may exceed the stable's by this fraction..."
+    )
     latency_slack_ms: float = Field(default=1.0, ge=0, description="...or by this many ms, whichever allows more")
-    error_rate_tolerance: float = Field(default=0.001, ge=0, le=1, description="the canary's error rate may exceed "
-                                        "the stable's by this much (0.001 = 0.1 percentage points)")
-    max_output_drift: float = Field(default=0.05, ge=0, le=1, description="where a shadow ran first: how far the "
-                                    "share of rows each class wins may move from the stable's on the same mirrored "
-                                    "requests (total variation distance, 0 = identical, 1 = disjoint)")
+    error_rate_tolerance: float = Field(
+        default=0.001,
+        ge=0,
+        le=1,
+        description="the canary's error rate may exceed the stable's by this much (0.001 = 0.1 percentage points)",
+    )
+    max_output_drift: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="where a shadow ran first: how far the "
+        "share of rows each class wins may move from the stable's on the same mirrored "
+        "requests (total variation distance, 0 = identical, 1 = disjoint)",
+    )
 
 
 class Slo(BaseModel):
@@ -130,7 +141,9 @@ def load_slo(path: Path | None = None, **overrides: float | None) -> Slo:
     try:
         return Slo.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid SLO{f' in {path}' if path else ''}: {one_line(err)} (keys: {', '.join(Slo.model_fields)})") from err
+        raise ConfigError(
+            f"invalid SLO{f' in {path}' if path else ''}: {one_line(err)} (keys: {', '.join(Slo.model_fields)})"
+        ) from err
 
 
 def breaches(slo: Slo, figures: dict[str, Any], *, latency_only: bool = False) -> list[Breach]:

@@ -21,12 +21,16 @@ def summary_table() -> Table:
     table.add_row(
         "train",
         f"test accuracy {train['test_accuracy']:.4f}, {train['parameters']:,} parameters, "
-        f"{train['epochs_run']} epochs ({train['train_seconds']:.0f} s)" if train else "not run",
+        f"{train['epochs_run']} epochs ({train['train_seconds']:.0f} s)"
+        if train
+        else "not run",
     )
     table.add_row(
         "convert",
         f"ONNX opset {export['opset']}, {export['onnx_bytes'] / 1024:.0f} KiB, predictions identical: "
-        f"{export['parity']['identical_predictions']}, max abs diff {export['parity']['max_abs_diff']:.1e}" if export else "not run",
+        f"{export['parity']['identical_predictions']}, max abs diff {export['parity']['max_abs_diff']:.1e}"
+        if export
+        else "not run",
     )
     if variants:
         table.add_row(
@@ -37,7 +41,9 @@ def summary_table() -> Table:
     table.add_row(
         "serve",
         f"REST and gRPC (tritonclient) answer as exported; max abs diff "
-        f"{max(smoke['rest']['max_abs_diff'], smoke['grpc']['max_abs_diff']):.1e}" if smoke else "not run",
+        f"{max(smoke['rest']['max_abs_diff'], smoke['grpc']['max_abs_diff']):.1e}"
+        if smoke
+        else "not run",
     )
     if load:
         result = load["result"]

@@ -45,8 +45,9 @@ def binary_rest_body(arrays: dict[str, np.ndarray]) -> tuple[bytes, int]:
     for name, array in arrays.items():
         datatype = v2_datatype(array)
         raw = to_raw(array, datatype)
-        inputs.append({"name": name, "datatype": datatype, "shape": list(array.shape),
-                       "parameters": {BINARY_DATA_SIZE: len(raw)}})
+        inputs.append(
+            {"name": name, "datatype": datatype, "shape": list(array.shape), "parameters": {BINARY_DATA_SIZE: len(raw)}}
+        )
         parts.append(raw)
     header = json.dumps({"inputs": inputs, "parameters": {BINARY_DATA_OUTPUT: True}}).encode()
     return b"".join([header, *parts]), len(header)

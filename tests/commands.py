@@ -34,10 +34,26 @@ from pathlib import Path
 # The last line: what `python -m deployments` (the local cluster's certificates) and `python -m export` (the model
 # store's file systems, `import`'s graph slimming, which brings sympy) pull in, ~0.05-0.4 s a command each.
 PRELOAD = (
-    "numpy", "yaml", "pydantic", "pydantic_settings", "rich.console", "rich.table", "onnx", "onnx.helper",
-    "onnxruntime", "matplotlib.figure", "matplotlib.backends.backend_agg", "requests",
-    "jsonschema", "filelock", "psutil", "prometheus_client",
-    "cryptography.x509", "cryptography.hazmat.primitives.serialization", "fsspec.core", "onnxslim",
+    "numpy",
+    "yaml",
+    "pydantic",
+    "pydantic_settings",
+    "rich.console",
+    "rich.table",
+    "onnx",
+    "onnx.helper",
+    "onnxruntime",
+    "matplotlib.figure",
+    "matplotlib.backends.backend_agg",
+    "requests",
+    "jsonschema",
+    "filelock",
+    "psutil",
+    "prometheus_client",
+    "cryptography.x509",
+    "cryptography.hazmat.primitives.serialization",
+    "fsspec.core",
+    "onnxslim",
 )
 COLD_ENV = "SLIPWAY_TESTS_COLD"  # set (to 1): every command in a fresh interpreter, as before
 FIRST_PARTY = ("slipway", "export", "deployments", "loadtest", "wrappers", "benchmarks")
@@ -54,8 +70,13 @@ def _context() -> multiprocessing.context.ForkServerContext:
 def _base_path() -> tuple[str, ...]:
     """sys.path[1:] of a plain `python -m` here, without PYTHONPATH (added per call from the call's env)."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    probe = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"], env=env,
-                           capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return tuple(json.loads(probe.stdout))
 
 
@@ -74,8 +95,9 @@ def _exit_status(error: BaseException | None) -> int:
     return 1
 
 
-def _child(module: str, args: list[str], env: dict[str, str], cwd: str, sys_path: list[str],
-           stdout_path: str, stderr_path: str) -> None:
+def _child(
+    module: str, args: list[str], env: dict[str, str], cwd: str, sys_path: list[str], stdout_path: str, stderr_path: str
+) -> None:
     """In the forked child: become `python -m module args` with `env` in `cwd`, run it, exit as Python would."""
     os.environ.clear()
     os.environ.update(env)
@@ -106,8 +128,9 @@ def _child(module: str, args: list[str], env: dict[str, str], cwd: str, sys_path
         os._exit(status)
 
 
-def run_command(module: str, *args: str, env: dict[str, str], cwd: str | Path, timeout: float | None = None,
-                text: bool = True) -> subprocess.CompletedProcess:
+def run_command(
+    module: str, *args: str, env: dict[str, str], cwd: str | Path, timeout: float | None = None, text: bool = True
+) -> subprocess.CompletedProcess:
     """`subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True, text=text,
     timeout=timeout)`, in a child of the warm fork server: the same result (args, returncode, stdout, stderr), and
     subprocess.TimeoutExpired after killing the child when it runs past `timeout`."""
@@ -128,8 +151,11 @@ def run_command(module: str, *args: str, env: dict[str, str], cwd: str | Path, t
         if timed_out:
             child.kill()
             child.join()
-        read = (lambda path: path.read_text(encoding=locale.getpreferredencoding(False), errors="replace")) if text \
+        read = (
+            (lambda path: path.read_text(encoding=locale.getpreferredencoding(False), errors="replace"))
+            if text
             else Path.read_bytes
+        )
         stdout, stderr = read(out), read(err)
     returncode = child.exitcode
     child.close()

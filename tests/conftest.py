@@ -108,16 +108,22 @@ def json_http_server(answer: Callable[[str], object]):
     return http_server(get=lambda handler: send_body(handler, json.dumps(answer(handler.path)).encode()))
 
 
-def run_module(module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600,
-               warm: bool = True):
+def run_module(
+    module: str, *args: str, env: dict[str, str] | None = None, check: bool = True, timeout: float = 600, warm: bool = True
+):
     """Run `python -m module args...` from the project root, as a user would: a process of its own, forked from a
     warm interpreter (tests/commands.py) so it skips the third-party imports; `warm=False`, a fresh interpreter
     (for TensorFlow and PyTorch, which start threads and are not fork-safe)."""
     env, command = {**os.environ, **(env or {})}, [sys.executable, "-m", module, *args]
-    result = run_command(module, *args, env=env, cwd=PROJECT_ROOT, timeout=timeout) if warm else subprocess.run(
-        command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    result = (
+        run_command(module, *args, env=env, cwd=PROJECT_ROOT, timeout=timeout)
+        if warm
+        else subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"python -m {module} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"python -m {module} {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -158,16 +164,26 @@ def made_once(tmp_path_factory, name: str, reports_env: dict[str, str], make: Ca
 @pytest.fixture(scope="session")
 def trained_model(tmp_path_factory, reports_env) -> Path:
     """A digits CNN trained for real (a few epochs fewer than the demo), once per test run."""
-    folder = made_once(tmp_path_factory, "train", reports_env, lambda out, env: run_module(
-        "export", "train", "--out", str(out), "--epochs", TRAIN_EPOCHS, env=env, warm=False))
+    folder = made_once(
+        tmp_path_factory,
+        "train",
+        reports_env,
+        lambda out, env: run_module("export", "train", "--out", str(out), "--epochs", TRAIN_EPOCHS, env=env, warm=False),
+    )
     return folder / "model.keras"
 
 
 @pytest.fixture(scope="session")
 def digits_artifact(tmp_path_factory, trained_model, reports_env) -> Path:
     """The trained model converted to ONNX and written as an artifact folder, once per test run."""
-    folder = made_once(tmp_path_factory, "artifacts", reports_env, lambda out, env: run_module(
-        "export", "convert", "--model", str(trained_model), "--out", str(out / "digits"), env=env, warm=False))
+    folder = made_once(
+        tmp_path_factory,
+        "artifacts",
+        reports_env,
+        lambda out, env: run_module(
+            "export", "convert", "--model", str(trained_model), "--out", str(out / "digits"), env=env, warm=False
+        ),
+    )
     return folder / "digits"
 
 

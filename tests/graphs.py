@@ -24,9 +24,14 @@ def onnx_model(graph: onnx.GraphProto, opset_imports: list | None = None) -> onn
 
 def exp_model() -> onnx.ModelProto:
     """y = exp(x) over [N, 4]: no operator ONNX Runtime can quantize."""
-    return onnx_model(helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "exp",
-                                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]))
+    return onnx_model(
+        helper.make_graph(
+            [helper.make_node("Exp", ["x"], ["y"])],
+            "exp",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        )
+    )
 
 
 def matmul_graph(path: Path, batch: int | str = "batch") -> Path:

@@ -24,7 +24,11 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=PROJECT_ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, capture_output=True, text=True, timeout=300,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
         check=False,
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
@@ -65,10 +69,12 @@ def test_the_settings_reference_names_every_field_of_every_settings_model(site):
             assert re.search(rf"\b{re.escape(name)}\b", page), f"{model.__name__}.{name} is not in the settings reference"
             if field.description:
                 assert " ".join(field.description.split()) in page, f"{model.__name__}.{name}'s description"
-            models += [arg for arg in (field.annotation, *getattr(field.annotation, "__args__", ()))
-                       if isinstance(arg, type) and issubclass(arg, BaseModel)]
-    assert {model.__name__ for model in seen} >= {"TensorrtOptions", "CudaOptions", "ImagePreprocessing",
-                                                  "TopKPostprocessing"}
+            models += [
+                arg
+                for arg in (field.annotation, *getattr(field.annotation, "__args__", ()))
+                if isinstance(arg, type) and issubclass(arg, BaseModel)
+            ]
+    assert {model.__name__ for model in seen} >= {"TensorrtOptions", "CudaOptions", "ImagePreprocessing", "TopKPostprocessing"}
     assert "<!-- generated" not in (site / "serving" / "index.html").read_text()
 
 

@@ -45,7 +45,12 @@ def test_conversion_is_faithful(digits_artifact, reports_env):
     assert report["opset"] >= 17
     assert report["parity"]["identical_predictions"] is True
     assert report["parity"]["max_abs_diff"] < 1e-4
-    assert {p.name for p in digits_artifact.iterdir()} == {"model.onnx", "model-settings.json", "manifest.json", "input-example.npz"}
+    assert {p.name for p in digits_artifact.iterdir()} == {
+        "model.onnx",
+        "model-settings.json",
+        "manifest.json",
+        "input-example.npz",
+    }
 
 
 def test_metadata_comes_from_the_graph(digits_server):
@@ -126,12 +131,25 @@ def test_manifests_render_for_the_artifact(digits_artifact, reports_env, tmp_pat
     run_module("deployments", "render", "--model-dir", str(digits_artifact), "--out", str(tmp_path / "m"), env=reports_env)
     report = _report(reports_env, "manifests")
     assert report["validation"]["ok"]
-    assert sorted(Path(f).name.split("-")[0] for f in report["files"]) == ["networkpolicy", "podmonitor", "seldondeployment", "serviceaccount"]
+    assert sorted(Path(f).name.split("-")[0] for f in report["files"]) == [
+        "networkpolicy",
+        "podmonitor",
+        "seldondeployment",
+        "serviceaccount",
+    ]
 
 
 def test_bad_command_input_is_one_line_and_non_zero(tmp_path, reports_env):
-    result = run_module("export", "convert", "--model", str(tmp_path / "missing.keras"), "--out", str(tmp_path / "a"),
-                        env=reports_env, check=False)
+    result = run_module(
+        "export",
+        "convert",
+        "--model",
+        str(tmp_path / "missing.keras"),
+        "--out",
+        str(tmp_path / "a"),
+        env=reports_env,
+        check=False,
+    )
     assert result.returncode == 2
     assert "no model at" in result.stderr and "pass a .keras file" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "a").exists()

@@ -25,24 +25,39 @@ CONTRACTS = {contract["id"]: contract["name"] for contract in CONFIG["contracts"
 BREAKS = {
     "mlserver-door": [
         ("wrappers/leak_starlette.py", "import starlette.routing\n", "wrappers.leak_starlette -> starlette"),
-        ("loadtest/leak_grpc.py", "def converters():\n    from mlserver.grpc import converters\n",
-         "loadtest.leak_grpc -> mlserver.grpc.converters"),
+        (
+            "loadtest/leak_grpc.py",
+            "def converters():\n    from mlserver.grpc import converters\n",
+            "loadtest.leak_grpc -> mlserver.grpc.converters",
+        ),
     ],
     "package-layers": [
-        ("slipway/leak_layers.py", "def session():\n    from wrappers import session\n",
-         "slipway.leak_layers -> wrappers.session"),
+        (
+            "slipway/leak_layers.py",
+            "def session():\n    from wrappers import session\n",
+            "slipway.leak_layers -> wrappers.session",
+        ),
         # the road read backwards: the renderer reaching up into the load tests
-        ("deployments/leak_road.py", "def shapes():\n    from loadtest import shapes\n",
-         "deployments.leak_road -> loadtest.shapes"),
+        (
+            "deployments/leak_road.py",
+            "def shapes():\n    from loadtest import shapes\n",
+            "deployments.leak_road -> loadtest.shapes",
+        ),
     ],
     "serving-leaf": [
-        ("deployments/leak_leaf.py", "def metrics():\n    from wrappers import metrics\n",
-         "deployments.leak_leaf -> wrappers.metrics"),
+        (
+            "deployments/leak_leaf.py",
+            "def metrics():\n    from wrappers import metrics\n",
+            "deployments.leak_leaf -> wrappers.metrics",
+        ),
     ],
     "no-mlserver-in-protocol": [
         # Through another module: the V2 codec imports MLServer's types.
-        ("slipway/leak_protocol.py", "def codec():\n    from wrappers import v2_codec\n",
-         "slipway.leak_protocol -> wrappers.v2_codec"),
+        (
+            "slipway/leak_protocol.py",
+            "def codec():\n    from wrappers import v2_codec\n",
+            "slipway.leak_protocol -> wrappers.v2_codec",
+        ),
     ],
 }
 
@@ -51,8 +66,15 @@ def _lint_imports(root: Path) -> subprocess.CompletedProcess:
     """`lint-imports` as `make lint` runs it, on the packages under `root` (ahead of the installed checkout)."""
     assert LINT_IMPORTS.is_file(), f"no {LINT_IMPORTS}: `make setup` installs import-linter (the dev extra)"
     env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "1000"}  # one contract a line: no wrapping
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(root / "pyproject.toml")],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(root / "pyproject.toml")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_every_contract_holds_on_this_checkout():
@@ -72,9 +94,15 @@ def broken(tmp_path_factory) -> subprocess.CompletedProcess:
     """`lint-imports` on a copy of the packages' Python sources with every module of BREAKS added."""
     root = tmp_path_factory.mktemp("import-contracts")
     for package in PACKAGES:
-        shutil.copytree(PROJECT_ROOT / package, root / package,
-                        ignore=lambda folder, names: [name for name in names if name == "__pycache__" or
-                                                      (not name.endswith(".py") and not (Path(folder) / name).is_dir())])
+        shutil.copytree(
+            PROJECT_ROOT / package,
+            root / package,
+            ignore=lambda folder, names: [
+                name
+                for name in names
+                if name == "__pycache__" or (not name.endswith(".py") and not (Path(folder) / name).is_dir())
+            ],
+        )
     shutil.copy(PROJECT_ROOT / "pyproject.toml", root / "pyproject.toml")
     for path, source, _ in (item for items in BREAKS.values() for item in items):
         (root / path).write_text(source)
@@ -89,6 +117,6 @@ def test_a_broken_contract_fails_lint_naming_itself_the_import_and_what_to_do(br
     after = broken.stdout.split(f"\n{name}\n", 1)[1]  # the contract's own section, after the summary
     guidance = next(item["broken_contract_guidance"] for item in CONFIG["contracts"] if item["id"] == contract)
     assert guidance in after, "the contract's guidance, saying what to fix, follows its broken imports"
-    section = after[:after.index(guidance)]
+    section = after[: after.index(guidance)]
     for _, _, named in BREAKS[contract]:
         assert named in section, (named, section[:3000])

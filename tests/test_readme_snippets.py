@@ -42,8 +42,22 @@ def test_the_serving_page_shows_the_readme_s_tested_snippets_unchanged():
 def served(digits_artifact, tmp_path_factory):
     """`make serve MODEL_DIR=<artifact> HTTP_PORT=... GRPC_PORT=... METRICS_PORT=...`, stopped by its PID."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    command = [sys.executable, "-m", "wrappers", "serve", "--model-dir", str(digits_artifact), "--host", LOOPBACK,
-               "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)]
+    command = [
+        sys.executable,
+        "-m",
+        "wrappers",
+        "serve",
+        "--model-dir",
+        str(digits_artifact),
+        "--host",
+        LOOPBACK,
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--metrics-port",
+        str(metrics_port),
+    ]
     log = tmp_path_factory.mktemp("serve") / "serve.log"  # a file, not a pipe nobody reads while it fills
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT)
@@ -95,8 +109,9 @@ def test_the_curl_snippet_gets_the_digit_0_back(served):
 def test_the_tritonclient_snippet_prints_what_the_readme_says(served):
     code = _on_ports(snippets()["python"], served)
     assert "127.0.0.1:8081" not in code and served["8081"] in code
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=PROJECT_ROOT, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["REST: [0 1 2 3]", "gRPC: [0 1 2 3]", "labels: [0 1 2 3]"], result.stdout
     assert "It prints `[0 1 2 3]` three times." in README.read_text()

@@ -9,8 +9,9 @@ from slipway.paths import PROJECT_ROOT
 def test_mypy_checks_every_package_and_excuses_only_modules_that_exist():
     config = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     assert set(config["files"]) == {"slipway", "wrappers", "export", "loadtest", "deployments", "benchmarks"}
-    excused = [module for override in config.get("overrides", []) if override.get("ignore_errors")
-               for module in override["module"]]
+    excused = [
+        module for override in config.get("overrides", []) if override.get("ignore_errors") for module in override["module"]
+    ]
     assert excused == sorted(excused) and len(excused) == len(set(excused))
     missing = [module for module in excused if not (PROJECT_ROOT / (module.replace(".", "/") + ".py")).is_file()]
     assert not missing, f"excused modules that no longer exist (remove them from pyproject.toml): {missing}"

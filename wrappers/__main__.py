@@ -48,14 +48,19 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
     metrics_dir, failure_file = workdir / "metrics", workdir / FAILURE_FILE
     metrics_dir.mkdir()
     env = server_env(
-        host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        parallel_workers=0, metrics_dir=metrics_dir,
+        host=host,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        parallel_workers=0,
+        metrics_dir=metrics_dir,
     )
     print(f"serving {model_dir} on http://{host}:{http_port} (gRPC {grpc_port}, metrics {metrics_port})", flush=True)
     # In its own process group, so that a terminal's Ctrl-C reaches only us; we pass it on as SIGTERM,
     # on which MLServer shuts down cleanly (on SIGINT, uvicorn's lifespan task dies with a traceback).
-    server = subprocess.Popen(launcher_command(model_dir, failure_file), env=env, stderr=subprocess.STDOUT,
-                              process_group=0, preexec_fn=stop_with_parent)
+    server = subprocess.Popen(
+        launcher_command(model_dir, failure_file), env=env, stderr=subprocess.STDOUT, process_group=0, preexec_fn=stop_with_parent
+    )
     asked_to_stop: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -81,8 +86,11 @@ def serve_foreground(model_dir: Path, *, host: str, http_port: int, grpc_port: i
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve_foreground(
-            args.model_dir, host=args.host, http_port=args.http_port,
-            grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+            args.model_dir,
+            host=args.host,
+            http_port=args.http_port,
+            grpc_port=args.grpc_port,
+            metrics_port=args.metrics_port,
         )
     except ServerError as err:
         raise UserError(str(err)) from err
@@ -93,8 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m wrappers", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve an artifact folder with MLServer in the foreground")
-    serve.add_argument("--model-dir", type=Path, default=DEMO_ARTIFACT_DIR,
-                       help="artifact folder, or a folder of them (default: the demo's)")
+    serve.add_argument(
+        "--model-dir", type=Path, default=DEMO_ARTIFACT_DIR, help="artifact folder, or a folder of them (default: the demo's)"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     serve.add_argument("--http-port", type=port, default=8080, help="V2 REST (default 8080)")
     serve.add_argument("--grpc-port", type=port, default=8081, help="V2 gRPC (default 8081)")

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 
 DOCS_ENV = "SLIPWAY_API_DOCS"
 _DOCS_PATH = re.compile(r"^/v2(?:/models/[^/]+(?:/versions/[^/]+)?)?/docs(?:/dataplane\.json)?/?$")
-REFUSAL = (f"the API docs (Swagger UI, OpenAPI) are off on this server; set {DOCS_ENV}=1 where it should serve them "
-           "(a development server), and read the V2 protocol's own docs otherwise")
+REFUSAL = (
+    f"the API docs (Swagger UI, OpenAPI) are off on this server; set {DOCS_ENV}=1 where it should serve them "
+    "(a development server), and read the V2 protocol's own docs otherwise"
+)
 
 
 def served(environ: Mapping[str, str] = os.environ) -> bool:
@@ -38,8 +40,13 @@ class ApiDocsGate:
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "http" and not self._served and is_docs_path(_route_path(scope)):
             body = json.dumps({"error": REFUSAL}).encode()
-            await send({"type": "http.response.start", "status": 404,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 404,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
@@ -48,4 +55,4 @@ class ApiDocsGate:
 def _route_path(scope: dict) -> str:
     """The path the router matches: without the root path MLServer may be served under."""
     path, root = scope["path"], scope.get("root_path", "")
-    return path[len(root):] if root and path.startswith(root) else path
+    return path[len(root) :] if root and path.startswith(root) else path

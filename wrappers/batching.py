@@ -226,7 +226,7 @@ class RowBatcher:
             start = 0
             for item in batch:
                 part = item.feeds[name]
-                buffer[start:start + len(part)] = part
+                buffer[start : start + len(part)] = part
                 start += len(part)
             buffer[rows:] = 0
             feeds[name] = buffer

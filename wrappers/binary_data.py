@@ -64,7 +64,7 @@ def request_from_body(body: bytes, header: str) -> InferenceRequest:
                 f"but the body has {len(body)}"
             )
         try:
-            array = from_raw(view[offset:offset + size], tensor.datatype, tensor.shape, tensor.name)
+            array = from_raw(view[offset : offset + size], tensor.datatype, tensor.shape, tensor.name)
         except TensorError as err:
             raise BinaryDataError(str(err).replace("raw contents", "binary data")) from None
         tensor.data = TensorData.model_construct(root=array)

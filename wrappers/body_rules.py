@@ -34,7 +34,8 @@ def over_the_limit(what: str, limit: int = MAX_BODY_BYTES) -> BodyError:
     """The refusal of a body past the limit, sent or inflated, saying what fits."""
     return BodyError(
         f"{what} {limit} bytes ({limit >> 20} MiB), the most this server reads; send fewer rows "
-        "per request, or (from the same host) the tensors in shared memory")
+        "per request, or (from the same host) the tensors in shared memory"
+    )
 
 
 def check_declared_length(headers: dict[str, str]) -> None:
@@ -67,8 +68,9 @@ def inflate(body: bytes, encoding: str, window: int, limit: int = MAX_BODY_BYTES
                 if not inflater.unused_data:
                     return inflated
                 if encoding != "gzip":
-                    raise BodyError(f"the deflate body has {len(inflater.unused_data)} bytes after its end; "
-                                    "send one deflate stream")
+                    raise BodyError(
+                        f"the deflate body has {len(inflater.unused_data)} bytes after its end; send one deflate stream"
+                    )
                 pending, inflater = inflater.unused_data, zlib.decompressobj(window)
             elif not pending and not piece:
                 raise BodyError(f"the {encoding} body is truncated; send all of it")

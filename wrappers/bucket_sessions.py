@@ -67,8 +67,10 @@ class BucketRunner:
         rows = next(iter(feeds.values())).shape[0] if feeds else 0
         runner = self._sessions().get(rows)
         if runner is None:
-            raise BucketError(f"a run of {rows} rows, but sessions were built for {self.buckets} rows only: "
-                              "runs must be padded to batch_buckets first (wrappers.batching.run_in_buckets)")
+            raise BucketError(
+                f"a run of {rows} rows, but sessions were built for {self.buckets} rows only: "
+                "runs must be padded to batch_buckets first (wrappers.batching.run_in_buckets)"
+            )
         return runner.run(output_names, feeds)
 
     def _sessions(self) -> dict[int, SessionRunner]:
@@ -88,8 +90,14 @@ class BucketRunner:
 
 def build(model_path: Path, config: RuntimeSettings, buckets: Sequence[int], copies: int = 1) -> BucketRunner:
     """A session for each bucket, `copies` times (one set per run slot), built as `config` says."""
-    sets = [{rows: SessionRunner(create_session(model_path, config), io_binding=config.io_binding) for rows in buckets}
-            for _ in range(max(1, copies))]
-    logger.info("%s: one session per bucket %s for each of %d run slot(s) (each meets one input shape)", model_path.name,
-                list(buckets), len(sets))
+    sets = [
+        {rows: SessionRunner(create_session(model_path, config), io_binding=config.io_binding) for rows in buckets}
+        for _ in range(max(1, copies))
+    ]
+    logger.info(
+        "%s: one session per bucket %s for each of %d run slot(s) (each meets one input shape)",
+        model_path.name,
+        list(buckets),
+        len(sets),
+    )
     return BucketRunner(sets)

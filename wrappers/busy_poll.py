@@ -83,8 +83,13 @@ class RunPolling:
     """What the event loop does after one model's inline runs: poll for `window_s` (0: never), after every run, or,
     with a `gate`, only while the gate says (`on_change(polling)` hears each change)."""
 
-    def __init__(self, window_s: float, gate: PollGate | None = None,
-                 on_change: Callable[[bool], None] = lambda polling: None, loop_poller: LoopPoller | None = None) -> None:
+    def __init__(
+        self,
+        window_s: float,
+        gate: PollGate | None = None,
+        on_change: Callable[[bool], None] = lambda polling: None,
+        loop_poller: LoopPoller | None = None,
+    ) -> None:
         self.window_s = window_s
         self.poller = loop_poller or poller  # the process's one, unless a test gives its own to read the counts of
         self._gate = gate
@@ -111,20 +116,31 @@ def for_model(config: RuntimeSettings, *, chosen: bool, inline: bool, model: str
     runs are not inline."""
     window_s = config.event_loop_spin_us / 1e6 if inline else 0.0
     if config.event_loop_spin_us and not inline:
-        logger.warning("%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
-                       "itself (under inline_below_ms), and this model's runs go to inference threads", model)
+        logger.warning(
+            "%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
+            "itself (under inline_below_ms), and this model's runs go to inference threads",
+            model,
+        )
     if not window_s:
         return RunPolling(0.0)
     if not chosen:
-        logger.info("%s: the event loop polls for %d us after each inline run; a CPU-utilization HPA counts that "
-                    "polling as load, so autoscale this model on requests/s", model, config.event_loop_spin_us)
+        logger.info(
+            "%s: the event loop polls for %d us after each inline run; a CPU-utilization HPA counts that "
+            "polling as load, so autoscale this model on requests/s",
+            model,
+            config.event_loop_spin_us,
+        )
         return RunPolling(window_s)
 
     def changed(polling: bool) -> None:
         publish_polling(model, version, polling)
-        logger.info("%s: the event loop %s after inline runs: requests %s within %d us of the answer before them",
-                    model, "now polls" if polling else "now sleeps", "come" if polling else "no longer come",
-                    config.event_loop_spin_us)
+        logger.info(
+            "%s: the event loop %s after inline runs: requests %s within %d us of the answer before them",
+            model,
+            "now polls" if polling else "now sleeps",
+            "come" if polling else "no longer come",
+            config.event_loop_spin_us,
+        )
 
     publish_polling(model, version, False)
     return RunPolling(window_s, PollGate(window_s), changed)

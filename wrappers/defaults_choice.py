@@ -49,11 +49,23 @@ INFERENCE_THREADS = "inference_threads"
 MAX_BATCH_ROWS = "max_batch_rows"
 EVENT_LOOP_SPIN_US = "event_loop_spin_us"
 SPIN_WITHIN_RUNS = "spin_within_runs"
-CHOSEN = (INLINE_BELOW_MS, INTRA_OP_THREADS, SPIN_WITHIN_RUNS, BUSY_INTRA_OP_THREADS, INFERENCE_THREADS,
-          MAX_BATCH_ROWS, EVENT_LOOP_SPIN_US)
+CHOSEN = (
+    INLINE_BELOW_MS,
+    INTRA_OP_THREADS,
+    SPIN_WITHIN_RUNS,
+    BUSY_INTRA_OP_THREADS,
+    INFERENCE_THREADS,
+    MAX_BATCH_ROWS,
+    EVENT_LOOP_SPIN_US,
+)
 # What each setting is where nothing was measured: the fields' own defaults (`slipway.runtime_settings`).
-FIXED_DEFAULTS: dict[str, Value] = {INLINE_BELOW_MS: 0.5, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1,
-                                    MAX_BATCH_ROWS: 1, EVENT_LOOP_SPIN_US: 0}
+FIXED_DEFAULTS: dict[str, Value] = {
+    INLINE_BELOW_MS: 0.5,
+    BUSY_INTRA_OP_THREADS: 0,
+    INFERENCE_THREADS: 1,
+    MAX_BATCH_ROWS: 1,
+    EVENT_LOOP_SPIN_US: 0,
+}
 
 # A 1-row run shorter than this many hop round trips goes inline: the hop would be a large share of such a
 # request's latency, and the event loop spends part of a hop's CPU on each thread run anyway. 16 hops of ~30 us
@@ -127,8 +139,7 @@ def choose(
     (`run_planning.gpu_merge_rows`).
     """
     chosen: dict[str, Choice] = {
-        name: Choice(name, value, EXPLICIT, "set in model-settings.json") for name, value in explicit.items()
-        if name in CHOSEN
+        name: Choice(name, value, EXPLICIT, "set in model-settings.json") for name, value in explicit.items() if name in CHOSEN
     }
 
     def pick(name: str, value: Value, reason: str, source: Source = MEASURED) -> None:
@@ -146,11 +157,18 @@ def choose(
     inline = inline_below > 0 and measured is not None and 1000 * measured.seconds_per_row[1] < inline_below
     threads = threads_for_cpu_limit(cpu_limit)
     if inline:
-        pick(INTRA_OP_THREADS, 1, "1-row runs go inline on the event loop: more intra-op threads would only add "
-             "hand-offs between them")
+        pick(
+            INTRA_OP_THREADS,
+            1,
+            "1-row runs go inline on the event loop: more intra-op threads would only add hand-offs between them",
+        )
     else:
-        pick(INTRA_OP_THREADS, threads, f"the CPU limit {cpu_limit:g} gives each run {threads} thread(s), so a lone "
-             "request uses every core", MEASURED if measured is not None else DEFAULT)
+        pick(
+            INTRA_OP_THREADS,
+            threads,
+            f"the CPU limit {cpu_limit:g} gives each run {threads} thread(s), so a lone request uses every core",
+            MEASURED if measured is not None else DEFAULT,
+        )
     lone = int(chosen[INTRA_OP_THREADS].number) or threads  # 0: ONNX Runtime's own count, about every core
     _pick_spinning(lone, on_cpu, pick, MEASURED if measured is not None else DEFAULT)
     if measured is not None:
@@ -158,9 +176,13 @@ def choose(
     per_run = int(chosen[BUSY_INTRA_OP_THREADS].number) or lone
     fit = max(1, threads // per_run)
     slots = fit + 1 if fit > 1 else 1
-    pick(INFERENCE_THREADS, slots, f"{fit} run(s) of {per_run} intra-op thread(s) fit the CPU limit {cpu_limit:g}"
-         + ("; one more keeps the cores busy while a run's answers travel back" if fit > 1 else ""),
-         MEASURED if measured is not None else DEFAULT)
+    pick(
+        INFERENCE_THREADS,
+        slots,
+        f"{fit} run(s) of {per_run} intra-op thread(s) fit the CPU limit {cpu_limit:g}"
+        + ("; one more keeps the cores busy while a run's answers travel back" if fit > 1 else ""),
+        MEASURED if measured is not None else DEFAULT,
+    )
     if not can_merge:
         pick(MAX_BATCH_ROWS, 1, f"requests cannot be merged here ({why_no_merging})", DEFAULT)
     elif measured is not None:
@@ -173,10 +195,13 @@ def choose(
 def _pick_gpu(gpu_merge: tuple[int, str], pick: Callable[..., None]) -> None:
     rows, reason = gpu_merge
     pick(MAX_BATCH_ROWS, rows, reason, DEFAULT)
-    pick(INFERENCE_THREADS, GPU_RUN_SLOTS, f"on a GPU provider {GPU_RUN_SLOTS} run slots: while one run's rows are "
-         "padded and copied, the other's kernels run", DEFAULT)
-    pick(INTRA_OP_THREADS, 1, "on a GPU provider the CPU's share of a run is shape arithmetic: one intra-op thread",
-         DEFAULT)
+    pick(
+        INFERENCE_THREADS,
+        GPU_RUN_SLOTS,
+        f"on a GPU provider {GPU_RUN_SLOTS} run slots: while one run's rows are padded and copied, the other's kernels run",
+        DEFAULT,
+    )
+    pick(INTRA_OP_THREADS, 1, "on a GPU provider the CPU's share of a run is shape arithmetic: one intra-op thread", DEFAULT)
     pick(INLINE_BELOW_MS, 0.0, "on a GPU provider every run goes to a run slot", DEFAULT)
 
 
@@ -196,26 +221,39 @@ def _pick_spinning(lone: int, on_cpu: bool, pick: Callable[..., None], source: S
     if not on_cpu:
         pick(SPIN_WITHIN_RUNS, 0, "the session runs on a GPU provider: its intra-op threads only feed the device", DEFAULT)
     elif lone > 1:
-        pick(SPIN_WITHIN_RUNS, 1, f"a lone run spreads over {lone} intra-op threads: they spin between its operators "
-             "while it is in flight, instead of each being woken at every operator, and stop when it returns", source)
+        pick(
+            SPIN_WITHIN_RUNS,
+            1,
+            f"a lone run spreads over {lone} intra-op threads: they spin between its operators "
+            "while it is in flight, instead of each being woken at every operator, and stop when it returns",
+            source,
+        )
     else:
         pick(SPIN_WITHIN_RUNS, 0, "runs have 1 intra-op thread: no other thread to keep awake", source)
 
 
-def _pick_busy_width(lone: int, inline: bool, model_mib: float, chosen: dict[str, Choice],
-                     pick: Callable[[str, Value, str], None]) -> None:
+def _pick_busy_width(
+    lone: int, inline: bool, model_mib: float, chosen: dict[str, Choice], pick: Callable[[str, Value, str], None]
+) -> None:
     one_run_at_a_time = INFERENCE_THREADS in chosen and chosen[INFERENCE_THREADS].value == 1
     if inline or lone < 2:
         pick(BUSY_INTRA_OP_THREADS, 0, f"each run has {lone} intra-op thread(s) already: one session")
     elif one_run_at_a_time:
         pick(BUSY_INTRA_OP_THREADS, 0, "inference_threads 1: runs never overlap, so one session")
     elif model_mib > BUSY_SESSION_MAX_MIB:
-        pick(BUSY_INTRA_OP_THREADS, 0, f"a second session would hold the model's {model_mib:.0f} MiB again (over "
-             f"{BUSY_SESSION_MAX_MIB} MiB): one session")
+        pick(
+            BUSY_INTRA_OP_THREADS,
+            0,
+            f"a second session would hold the model's {model_mib:.0f} MiB again (over {BUSY_SESSION_MAX_MIB} MiB): one session",
+        )
     else:
-        pick(BUSY_INTRA_OP_THREADS, 1, f"a lone request runs on {lone} threads; a run that starts while another is in "
-             f"flight runs on 1, in a second session ({model_mib:.0f} MiB of model again): runs side by side do more "
-             "rows per CPU second than runs split across threads in turn")
+        pick(
+            BUSY_INTRA_OP_THREADS,
+            1,
+            f"a lone request runs on {lone} threads; a run that starts while another is in "
+            f"flight runs on 1, in a second session ({model_mib:.0f} MiB of model again): runs side by side do more "
+            "rows per CPU second than runs split across threads in turn",
+        )
 
 
 def _pick_merging(measured: Measurements, pick: Callable[[str, Value, str], None]) -> None:
@@ -228,21 +266,37 @@ def _pick_merging(measured: Measurements, pick: Callable[[str, Value, str], None
         return
     best = max(gains.values())
     if best < MERGE_MIN_GAIN:
-        pick(MAX_BATCH_ROWS, 1, f"ms per row by batch size {{{timed}}}: merging saves under "
-             f"{100 * (MERGE_MIN_GAIN - 1):.0f}% per row, so requests run alone")
+        pick(
+            MAX_BATCH_ROWS,
+            1,
+            f"ms per row by batch size {{{timed}}}: merging saves under "
+            f"{100 * (MERGE_MIN_GAIN - 1):.0f}% per row, so requests run alone",
+        )
         return
     rows = min(size for size, gain in gains.items() if gain >= MERGE_NEAR_BEST * best)
-    pick(MAX_BATCH_ROWS, rows, f"ms per row by batch size {{{timed}}}: {gains[rows]:.2f}x cheaper per row at "
-         f"{rows} rows (best {best:.2f}x), so up to {rows} rows that queue behind a run merge")
+    pick(
+        MAX_BATCH_ROWS,
+        rows,
+        f"ms per row by batch size {{{timed}}}: {gains[rows]:.2f}x cheaper per row at "
+        f"{rows} rows (best {best:.2f}x), so up to {rows} rows that queue behind a run merge",
+    )
 
 
 def _pick_polling(inline: bool, cpu_limit: float, pick: Callable[[str, Value, str], None]) -> None:
     if not inline:
         pick(EVENT_LOOP_SPIN_US, 0, "runs go to inference threads: the event loop has no run of its own to poll after")
     elif cpu_limit < 2:
-        pick(EVENT_LOOP_SPIN_US, 0, f"the CPU limit {cpu_limit:g} leaves no CPU beside the event loop's: a polling "
-             "loop would take the one gRPC's threads need")
+        pick(
+            EVENT_LOOP_SPIN_US,
+            0,
+            f"the CPU limit {cpu_limit:g} leaves no CPU beside the event loop's: a polling "
+            "loop would take the one gRPC's threads need",
+        )
     else:
-        pick(EVENT_LOOP_SPIN_US, POLL_WINDOW_US, f"runs go inline and the CPU limit {cpu_limit:g} leaves gRPC's "
-             f"threads a CPU: after a run the loop polls up to {POLL_WINDOW_US} us while requests come back to back "
-             "within it, else it sleeps")
+        pick(
+            EVENT_LOOP_SPIN_US,
+            POLL_WINDOW_US,
+            f"runs go inline and the CPU limit {cpu_limit:g} leaves gRPC's "
+            f"threads a CPU: after a run the loop polls up to {POLL_WINDOW_US} us while requests come back to back "
+            "within it, else it sleeps",
+        )

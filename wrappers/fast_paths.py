@@ -24,9 +24,15 @@ _gauge: list[Gauge] = []
 def enabled_gauge() -> Gauge:
     """1 while the path serves in this process, 0 once it was turned off for want of its extension point."""
     if not _gauge:
-        _gauge.append(Gauge(FAST_PATH_ENABLED, "Whether a fast path that extends MLServer is on (0: this MLServer "
-                            "lacks what it extends; see the log)", labelnames=("path",), registry=REGISTRY,
-                            multiprocess_mode="max"))
+        _gauge.append(
+            Gauge(
+                FAST_PATH_ENABLED,
+                "Whether a fast path that extends MLServer is on (0: this MLServer lacks what it extends; see the log)",
+                labelnames=("path",),
+                registry=REGISTRY,
+                multiprocess_mode="max",
+            )
+        )
     return _gauge[0]
 
 

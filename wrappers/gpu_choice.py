@@ -76,34 +76,53 @@ def _with_cuda(config: RuntimeSettings, **update: object) -> RuntimeSettings:
     return config.model_copy(update={"cuda": config.cuda.model_copy(update=update)})
 
 
-def choose_kernels(config: RuntimeSettings, buckets: Sequence[int], timer: Timer, *,
-                   model: str) -> tuple[RuntimeSettings, dict[str, Choice]]:
+def choose_kernels(
+    config: RuntimeSettings, buckets: Sequence[int], timer: Timer, *, model: str
+) -> tuple[RuntimeSettings, dict[str, Choice]]:
     """The settings with cudnn_conv_algo_search and cuda.enable_cuda_graph chosen where unset, and each choice."""
     choices: dict[str, Choice] = {}
     if CUDNN_SEARCH in config.cuda.model_fields_set:
-        choices[CUDNN_SEARCH] = Choice(CUDNN_SEARCH, config.cuda.cudnn_conv_algo_search, EXPLICIT,
-                                       "set in model-settings.json")
+        choices[CUDNN_SEARCH] = Choice(CUDNN_SEARCH, config.cuda.cudnn_conv_algo_search, EXPLICIT, "set in model-settings.json")
     else:
         largest = max(buckets)
-        timed = _timed({mode: _with_cuda(config, cudnn_conv_algo_search=mode, enable_cuda_graph=False)
-                        for mode in SEARCH_CANDIDATES}, largest, timer, model=model, setting=CUDNN_SEARCH)
+        timed = _timed(
+            {mode: _with_cuda(config, cudnn_conv_algo_search=mode, enable_cuda_graph=False) for mode in SEARCH_CANDIDATES},
+            largest,
+            timer,
+            model=model,
+            setting=CUDNN_SEARCH,
+        )
         best = min(timed, key=lambda mode: timed[mode]) if timed else SEARCH_CANDIDATES[0]
         numbers = ", ".join(f"{mode} {1000 * seconds:.3f} ms" for mode, seconds in timed.items())
-        choices[CUDNN_SEARCH] = Choice(CUDNN_SEARCH, best, MEASURED if timed else DEFAULT,
-                                       f"a run of {largest} rows took {numbers}" if timed else "no candidate ran")
+        choices[CUDNN_SEARCH] = Choice(
+            CUDNN_SEARCH,
+            best,
+            MEASURED if timed else DEFAULT,
+            f"a run of {largest} rows took {numbers}" if timed else "no candidate ran",
+        )
         config = _with_cuda(config, cudnn_conv_algo_search=best)
     if config.cuda.enable_cuda_graph is not None:
-        choices[CUDA_GRAPHS] = Choice(CUDA_GRAPHS, int(config.cuda.enable_cuda_graph), EXPLICIT,
-                                      "cuda.enable_cuda_graph set in model-settings.json")
+        choices[CUDA_GRAPHS] = Choice(
+            CUDA_GRAPHS, int(config.cuda.enable_cuda_graph), EXPLICIT, "cuda.enable_cuda_graph set in model-settings.json"
+        )
         return config, choices
     smallest = min(buckets)
-    timed_graphs = _timed({flag: _with_cuda(config, enable_cuda_graph=bool(flag)) for flag in (1, 0)}, smallest, timer,
-                          model=model, setting=CUDA_GRAPHS)
+    timed_graphs = _timed(
+        {flag: _with_cuda(config, enable_cuda_graph=bool(flag)) for flag in (1, 0)},
+        smallest,
+        timer,
+        model=model,
+        setting=CUDA_GRAPHS,
+    )
     graphs = 1 if timed_graphs and min(timed_graphs, key=lambda flag: timed_graphs[flag]) == 1 else 0
-    numbers = ", ".join(f"{'with' if flag else 'without'} a CUDA graph {1000 * seconds:.3f} ms"
-                        for flag, seconds in timed_graphs.items())
-    reason = (f"a run of {smallest} row(s) took {numbers}" if 1 in timed_graphs
-              else f"no graph could be captured here ({numbers or 'no candidate ran'})")
+    numbers = ", ".join(
+        f"{'with' if flag else 'without'} a CUDA graph {1000 * seconds:.3f} ms" for flag, seconds in timed_graphs.items()
+    )
+    reason = (
+        f"a run of {smallest} row(s) took {numbers}"
+        if 1 in timed_graphs
+        else f"no graph could be captured here ({numbers or 'no candidate ran'})"
+    )
     choices[CUDA_GRAPHS] = Choice(CUDA_GRAPHS, graphs, MEASURED if timed_graphs else DEFAULT, reason)
     return _with_cuda(config, enable_cuda_graph=bool(graphs)), choices
 
@@ -115,28 +134,45 @@ def _timed(candidates: dict, rows: int, timer: Timer, *, model: str, setting: st
         try:
             timed[key] = timer(settings, rows)
         except Exception as err:  # ONNX Runtime raises its own types: a graph it cannot capture, say
-            logger.warning("%s: %s candidate %s could not run (%s): left out", model, setting, key,
-                           " ".join(str(err).split())[:300])
+            logger.warning(
+                "%s: %s candidate %s could not run (%s): left out", model, setting, key, " ".join(str(err).split())[:300]
+            )
     return timed
 
 
-def plan_buckets(model_path: Path, config: RuntimeSettings, buckets: Sequence[int], providers: Sequence[str],
-                 inputs: list[TensorSpec], output_names: list[str], *, model: str, version: str | None,
-                 timer: Timer | None = None) -> BucketPlan | None:
+def plan_buckets(
+    model_path: Path,
+    config: RuntimeSettings,
+    buckets: Sequence[int],
+    providers: Sequence[str],
+    inputs: list[TensorSpec],
+    output_names: list[str],
+    *,
+    model: str,
+    version: str | None,
+    timer: Timer | None = None,
+) -> BucketPlan | None:
     """A session per bucket (`bucket_sessions.per_bucket`; `providers`: the ones the session uses), built with the
     kernels' settings chosen here on CUDA; None where runs keep one session. `timer`: how candidates are timed
     (None: `session_timer` on zeros)."""
     if not per_bucket(config, buckets, providers):
         return None
     on_cuda = bool(providers) and providers[0] == CUDA
-    choices = {SESSION_PER_BUCKET: Choice(
-        SESSION_PER_BUCKET, 1, EXPLICIT if config.session_per_bucket else DEFAULT,
-        "set in model-settings.json" if config.session_per_bucket else
-        f"runs are padded to {list(buckets)} rows on CUDA, whose convolutions re-plan at every change of shape "
-        "between runs: each bucket gets a session that meets one shape")}
+    choices = {
+        SESSION_PER_BUCKET: Choice(
+            SESSION_PER_BUCKET,
+            1,
+            EXPLICIT if config.session_per_bucket else DEFAULT,
+            "set in model-settings.json"
+            if config.session_per_bucket
+            else f"runs are padded to {list(buckets)} rows on CUDA, whose convolutions re-plan at every change of shape "
+            "between runs: each bucket gets a session that meets one shape",
+        )
+    }
     if on_cuda:
         config, kernel_choices = choose_kernels(
-            config, buckets, timer or session_timer(model_path, inputs, output_names), model=model)
+            config, buckets, timer or session_timer(model_path, inputs, output_names), model=model
+        )
         choices.update(kernel_choices)
     runner = build(model_path, config, buckets, copies=config.inference_threads if on_cuda else 1)
     for choice in choices.values():

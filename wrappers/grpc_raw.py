@@ -51,8 +51,11 @@ def _answer_raw(request: pb.ModelInferRequest) -> bool:
 def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
     """Inputs naming a region, for a model that reads regions; any other model gets its raw buffers as sent,
     and the runtime says it does not use shared memory."""
-    return (request.model_name in fast_models and request.model_name in shared_memory_models
-            and any(REGION in tensor.parameters for tensor in request.inputs))
+    return (
+        request.model_name in fast_models
+        and request.model_name in shared_memory_models
+        and any(REGION in tensor.parameters for tensor in request.inputs)
+    )
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
@@ -107,8 +110,12 @@ def _check_every_input_has_contents(request: pb.ModelInferRequest) -> None:
     that the data holds 0 values)."""
     for tensor in request.inputs:
         problem = grpc_rules.missing_data_problem(
-            tensor.name, tensor.datatype, list(tensor.shape), has_contents=bool(tensor.contents.ListFields()),
-            in_shared_memory=REGION in tensor.parameters)
+            tensor.name,
+            tensor.datatype,
+            list(tensor.shape),
+            has_contents=bool(tensor.contents.ListFields()),
+            in_shared_memory=REGION in tensor.parameters,
+        )
         if problem:
             raise InferenceError(problem)
 
@@ -155,9 +162,15 @@ def _text_as_bytes(response: InferenceResponse) -> InferenceResponse:
     if not any(_is_text(output) for output in response.outputs):
         return response
     outputs = [
-        output.model_copy(update={"data": TensorData.model_construct(root=[
-            item.encode() if isinstance(item, str) else item for item in output.data.root
-        ])}) if _is_text(output) else output
+        output.model_copy(
+            update={
+                "data": TensorData.model_construct(
+                    root=[item.encode() if isinstance(item, str) else item for item in output.data.root]
+                )
+            }
+        )
+        if _is_text(output)
+        else output
         for output in response.outputs
     ]
     return response.model_copy(update={"outputs": outputs})

@@ -47,7 +47,10 @@ def loads(body: bytes) -> Any:
     except RecursionError:
         raise json.JSONDecodeError(
             "the JSON is nested too deeply for this server to parse (more than about 1000 levels of [ and {); "
-            "a V2 request needs a few: send each tensor's data as one flat list", "", 0) from None
+            "a V2 request needs a few: send each tensor's data as one flat list",
+            "",
+            0,
+        ) from None
     except UnicodeDecodeError as err:
         raise _not_utf8(body, err) from None
     except ValueError as err:  # what else json.loads raises: an integer too long to convert
@@ -61,7 +64,10 @@ def _not_utf8(body: bytes, err: UnicodeDecodeError) -> json.JSONDecodeError:
         err = utf8
     return json.JSONDecodeError(
         f"the body is not {err.encoding.upper()} at byte {err.start} (0x{err.object[err.start]:02x}): {err.reason}; "
-        "send JSON encoded as UTF-8", "", err.start)
+        "send JSON encoded as UTF-8",
+        "",
+        err.start,
+    )
 
 
 def _too_many_digits(body: bytes, err: ValueError) -> json.JSONDecodeError:
@@ -71,4 +77,7 @@ def _too_many_digits(body: bytes, err: ValueError) -> json.JSONDecodeError:
         return json.JSONDecodeError(str(err), "", 0)
     return json.JSONDecodeError(
         f"a number has more than {limit} digits, more than this server reads and than any V2 datatype holds; "
-        "send numbers that fit the tensor's datatype", "", digits.start())
+        "send numbers that fit the tensor's datatype",
+        "",
+        digits.start(),
+    )

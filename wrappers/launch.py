@@ -36,10 +36,14 @@ class LaunchError(RuntimeError):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m wrappers.launch", description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="an artifact folder, or a folder of artifact folders")
-    parser.add_argument("--failure-file", type=Path,
-                        help="where to write the one-line cause too, should the server fail (for a parent process)")
-    parser.add_argument("--ready-file", type=Path,
-                        help="a file written once every model has loaded, and every front end serves (for a parent process)")
+    parser.add_argument(
+        "--failure-file", type=Path, help="where to write the one-line cause too, should the server fail (for a parent process)"
+    )
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        help="a file written once every model has loaded, and every front end serves (for a parent process)",
+    )
     args = parser.parse_args(argv)
     if frontends.supervises(args.folder):  # `frontends: N` > 1: a session host and N of these (wrappers.frontends)
         return frontends.supervise(args.folder, args.failure_file, args.ready_file)
@@ -64,8 +68,9 @@ def launch(folder: Path, ready_file: Path | None = None) -> None:
         asyncio.run(_serve(folder, expected, ready_file, transport))
     except SystemExit as exited:  # uvicorn exits where it cannot serve (it logs why)
         if exited.code not in (0, None):
-            raise LaunchError(f"MLServer's REST server exited with status {exited.code} as it started (its log above "
-                              "says why)") from None
+            raise LaunchError(
+                f"MLServer's REST server exited with status {exited.code} as it started (its log above says why)"
+            ) from None
 
 
 def _use_the_guard_and_count_models(folder: Path) -> int:
@@ -77,8 +82,10 @@ def _use_the_guard_and_count_models(folder: Path) -> int:
         raise LaunchError(str(err)) from None
     chosen = os.environ.setdefault(HOOK_ENV, HOOK)
     if chosen != HOOK:
-        raise LaunchError(f"{HOOK_ENV}={chosen}: Slipway serves models through {HOOK}, which guards MLServer's "
-                          "repository API (load, unload); unset the variable")
+        raise LaunchError(
+            f"{HOOK_ENV}={chosen}: Slipway serves models through {HOOK}, which guards MLServer's "
+            "repository API (load, unload); unset the variable"
+        )
     return expected
 
 
@@ -90,8 +97,10 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
         repository_api.install()  # before MLServer builds anything; MLServer's repository class calls it too
         settings, models = await servers.load_settings(str(folder))
         if settings.model_repository_implementation is not repository_api.GuardedRepository:
-            raise LaunchError(f"{folder}/settings.json sets model_repository_implementation: Slipway serves models "
-                              f"through {HOOK}, which guards MLServer's repository API; remove the setting")
+            raise LaunchError(
+                f"{folder}/settings.json sets model_repository_implementation: Slipway serves models "
+                f"through {HOOK}, which guards MLServer's repository API; remove the setting"
+            )
         if settings.load_models_at_startup:  # else MLServer lists none, and loads them when asked
             _check_models(folder, models, expected)
         _check_ports(settings)
@@ -148,8 +157,10 @@ def _check_models(folder: Path, models: list[Any], expected: int) -> None:
     from wrappers.mlserver_compat import servers
 
     if len(models) != expected:
-        raise LaunchError(f"MLServer read {len(models)} of the {expected} model-settings.json files under {folder}: "
-                          "its log above names the file it could not read and why; fix or remove it")
+        raise LaunchError(
+            f"MLServer read {len(models)} of the {expected} model-settings.json files under {folder}: "
+            "its log above names the file it could not read and why; fix or remove it"
+        )
     try:
         check_unique(servers.model_identity(model) for model in models)
     except RepositoryError as err:
@@ -174,8 +185,10 @@ def _check_ports(settings: Any) -> None:
             try:
                 probe.bind(address)
             except OSError as err:
-                raise LaunchError(f"cannot serve {what} on {address[:2]}: {(err.strerror or str(err)).lower()}; "
-                                  f"free the port or set {variable} to another") from None
+                raise LaunchError(
+                    f"cannot serve {what} on {address[:2]}: {(err.strerror or str(err)).lower()}; "
+                    f"free the port or set {variable} to another"
+                ) from None
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ HOP_ROUND_TRIPS = 100
 
 
 def seconds_per_row(
-    run: Callable[[int], object], sizes: tuple[int, ...] = BATCH_SIZES, *, runs: int = RUNS_PER_SIZE,
+    run: Callable[[int], object],
+    sizes: tuple[int, ...] = BATCH_SIZES,
+    *,
+    runs: int = RUNS_PER_SIZE,
     budget_s: float = BUDGET_S,
 ) -> dict[int, float]:
     """The fastest of `runs` timed calls of `run(rows)` per size (after one untimed), divided by the rows.

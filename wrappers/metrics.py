@@ -157,8 +157,11 @@ class _ClassTallies:
         self.tallies: dict[tuple[str, str], PredictedClasses] = {}
 
     def collect(self):
-        family = CounterMetricFamily(PREDICTED_CLASS, "Rows whose highest score was this class (arg-max of the scores "
-                                     "output)", labels=(*LABELS, CLASS_LABEL))
+        family = CounterMetricFamily(
+            PREDICTED_CLASS,
+            "Rows whose highest score was this class (arg-max of the scores output)",
+            labels=(*LABELS, CLASS_LABEL),
+        )
         for labels, tally in list(self.tallies.items()):
             for winner, count in tally.snapshot():
                 family.add_metric([*labels, str(winner)], count)
@@ -170,9 +173,13 @@ REGISTRY.register(_CLASS_TALLIES)
 
 
 _SOURCES = ("measured", "explicit", "default")
-_settings_gauge = Gauge(SETTING, "A serving setting's value at load, and where it came from (source: measured at load, "
-                        "explicit in model-settings.json, or the fixed default)",
-                        labelnames=(*LABELS, "setting", "source"), registry=REGISTRY)
+_settings_gauge = Gauge(
+    SETTING,
+    "A serving setting's value at load, and where it came from (source: measured at load, "
+    "explicit in model-settings.json, or the fixed default)",
+    labelnames=(*LABELS, "setting", "source"),
+    registry=REGISTRY,
+)
 
 
 def publish_settings(name: str, version: str | None, values: dict[str, tuple[float, str]]) -> None:
@@ -188,9 +195,13 @@ def publish_settings(name: str, version: str | None, values: dict[str, tuple[flo
         _settings_gauge.labels(name, version or "", setting, source).set(value)
 
 
-_polling_gauge = Gauge(POLLING, "1 while the event loop polls after this model's inline runs because its requests "
-                       "come back to back within the window (event_loop_spin_us chosen at load), else 0",
-                       labelnames=LABELS, registry=REGISTRY)
+_polling_gauge = Gauge(
+    POLLING,
+    "1 while the event loop polls after this model's inline runs because its requests "
+    "come back to back within the window (event_loop_spin_us chosen at load), else 0",
+    labelnames=LABELS,
+    registry=REGISTRY,
+)
 
 
 def publish_polling(name: str, version: str | None, polling: bool) -> None:

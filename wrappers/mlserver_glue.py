@@ -66,7 +66,8 @@ def check_process(name: str, shared_memory: bool) -> None:
             "%s is loaded in an MLServer worker process (parallel_workers > 0): the raw gRPC path, the typed "
             "contents checks, the fast REST route and the request body limit work in the server's own process, "
             "so MLServer's own converters and routes serve this model; set parallel_workers to 0 "
-            "(MLSERVER_PARALLEL_WORKERS=0) to have them", name,
+            "(MLSERVER_PARALLEL_WORKERS=0) to have them",
+            name,
         )
 
 
@@ -86,7 +87,8 @@ def extend_mlserver(model: MLModel, config: RuntimeSettings) -> bool:
         shared_memory_api.enable(model)
         grpc_raw.shared_memory_models.add(model)
     return config.pin_event_loop and fast_paths.turn_on(
-        fast_paths.PIN_EVENT_LOOP, cpu_pinning.check_poller_thread, fallback=fallback)
+        fast_paths.PIN_EVENT_LOOP, cpu_pinning.check_poller_thread, fallback=fallback
+    )
 
 
 def withdraw(model: MLModel) -> None:

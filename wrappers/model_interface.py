@@ -39,8 +39,9 @@ def pick(specs: list[TensorSpec], name: str | None, setting: str, kind: str) -> 
     raise ProcessingConfigError(f"{setting} {name!r} is not a graph {kind}; it has {[s.name for s in specs]}")
 
 
-def configure_stages(config: RuntimeSettings, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec],
-                     folder: Path) -> Stages:
+def configure_stages(
+    config: RuntimeSettings, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec], folder: Path
+) -> Stages:
     preprocessor = topk = image_input = scores_output = None
     if config.preprocess is not None:
         spec = pick(graph_inputs, config.preprocess.input, "preprocess.input", "input")
@@ -61,8 +62,14 @@ def batchable(spec: TensorSpec, fixed_rows: int | None) -> TensorSpec:
     return TensorSpec(spec.name, spec.datatype, (DYNAMIC, *spec.shape[1:]))
 
 
-def advertised(graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec], fixed_rows: int | None,
-               image_input: str | None, scores_output: str | None, top_k: int | None) -> tuple[list[TensorSpec], list[TensorSpec]]:
+def advertised(
+    graph_inputs: list[TensorSpec],
+    graph_outputs: list[TensorSpec],
+    fixed_rows: int | None,
+    image_input: str | None,
+    scores_output: str | None,
+    top_k: int | None,
+) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The inputs and outputs clients see: the graph's, as pre/post-processing (`top_k` labels and scores
     where a top-k stage runs) and padded batching change them."""
     inputs = [batchable(spec, fixed_rows) for spec in graph_inputs if spec.name != image_input]
@@ -91,8 +98,9 @@ class Interface:
     outputs: list[TensorSpec]
 
 
-def interface(config: RuntimeSettings, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec],
-              fixed_rows: int | None, folder: Path) -> Interface:
+def interface(
+    config: RuntimeSettings, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec], fixed_rows: int | None, folder: Path
+) -> Interface:
     """The stages the settings ask for (`configure_stages`) and what clients then see."""
     stages = configure_stages(config, graph_inputs, graph_outputs, folder)
     top_k = config.postprocess.k if stages.topk is not None and config.postprocess is not None else None

@@ -51,8 +51,7 @@ class Origin:
     type_prefix: str
 
     @classmethod
-    def for_model(cls, model: str, version: str | None, settings: PayloadLogging,
-                  env: Mapping[str, str] | None = None) -> Origin:
+    def for_model(cls, model: str, version: str | None, settings: PayloadLogging, env: Mapping[str, str] | None = None) -> Origin:
         """The model's origin, from the pod's environment where Seldon and the manifests describe it."""
         env = os.environ if env is None else env
         namespace = env.get(NAMESPACE_ENV) or UNKNOWN
@@ -94,8 +93,9 @@ class Redaction:
         return out
 
 
-def build(kind: Kind, message: Any, request_id: str, at: float, origin: Origin, redaction: Redaction,
-          max_bytes: int) -> HTTPMessage:
+def build(
+    kind: Kind, message: Any, request_id: str, at: float, origin: Origin, redaction: Redaction, max_bytes: int
+) -> HTTPMessage:
     """The HTTP message (ce-* headers and JSON body) for one request or response; over `max_bytes` the tensors
     go without their data and the event carries truncated=true."""
     tensors_key = "inputs" if kind == "request" else "outputs"

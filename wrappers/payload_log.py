@@ -56,8 +56,7 @@ _counters: dict[str, Counter] = {}
 def _counter(name: str, documentation: str, label: str) -> Counter:
     """The process-wide counter `name`, created on first use (models share it by label)."""
     if name not in _counters:
-        _counters[name] = Counter(name, documentation, labelnames=("model_name", "model_version", label),
-                                  registry=REGISTRY)
+        _counters[name] = Counter(name, documentation, labelnames=("model_name", "model_version", label), registry=REGISTRY)
     return _counters[name]
 
 
@@ -159,8 +158,9 @@ class PayloadLog:
         try:
             event = build(kind, message, request_id, at, self._origin, self._redaction, self._settings.max_bytes)
         except Exception:  # noqa: BLE001 - whatever a body holds, the thread must go on
-            logger.warning("payload log: could not build the %s event of %s request %s", kind, self._origin.model,
-                           request_id, exc_info=True)
+            logger.warning(
+                "payload log: could not build the %s event of %s request %s", kind, self._origin.model, request_id, exc_info=True
+            )
             self._dropped["build_failed"].inc()
             return
         try:
@@ -168,8 +168,12 @@ class PayloadLog:
         except _Failed as failed:
             self._dropped[failed.reason].inc()
             self._paused_until = time.monotonic() + self._settings.backoff_s
-            logger.warning("payload log: the collector at %s did not take an event (%s); events are dropped for "
-                           "%g s", self._settings.url, failed, self._settings.backoff_s)
+            logger.warning(
+                "payload log: the collector at %s did not take an event (%s); events are dropped for %g s",
+                self._settings.url,
+                failed,
+                self._settings.backoff_s,
+            )
             return
         self._sent[kind].inc()
 
@@ -218,6 +222,12 @@ def start(settings: PayloadLogging | None, model: str, version: str | None) -> P
     if settings is None:
         return None
     origin = Origin.for_model(model, version, settings)
-    logger.info("%s: payload log to %s (sample %g, queue %d), ce-source %s", model, settings.url, settings.sample,
-                settings.queue_size, origin.source)
+    logger.info(
+        "%s: payload log to %s (sample %g, queue %d), ce-source %s",
+        model,
+        settings.url,
+        settings.sample,
+        settings.queue_size,
+        origin.source,
+    )
     return PayloadLog(settings, origin)

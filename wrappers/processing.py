@@ -101,8 +101,7 @@ class ImagePreprocessor:
             raise
         except Exception as err:  # Pillow raises many types for broken files (OSError, SyntaxError, ValueError...)
             raise TensorError(
-                f"input {self.name!r}: image {index} could not be decoded ({type(err).__name__}: {err}); "
-                "send PNG or JPEG bytes"
+                f"input {self.name!r}: image {index} could not be decoded ({type(err).__name__}: {err}); send PNG or JPEG bytes"
             ) from err
         return pixels[..., np.newaxis] if pixels.ndim == 2 else pixels
 

@@ -63,23 +63,33 @@ class _StageServer(MLModel):
             model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
             verify_folder(model_path.parent, self.name, self.version, config.verify_manifest)
             graph_inputs, graph_outputs = declared_tensors(model_path)
-            self._setup(config, configure_stages(config, graph_inputs, graph_outputs, model_path.parent),
-                        graph_inputs, graph_outputs)
+            self._setup(
+                config, configure_stages(config, graph_inputs, graph_outputs, model_path.parent), graph_inputs, graph_outputs
+            )
         except (SettingsError, ArtifactError, ProcessingConfigError) as err:
             raise ModelLoadError(f"model {self.name} ({self.role}): {err}") from err
-        self._pool = ThreadPoolExecutor(max_workers=config.cpu_workers or max(1, int(cpu_limit())),
-                                        thread_name_prefix=f"cpu-{self.name}")
+        self._pool = ThreadPoolExecutor(
+            max_workers=config.cpu_workers or max(1, int(cpu_limit())), thread_name_prefix=f"cpu-{self.name}"
+        )
         return True
 
-    def _setup(self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec],
-               graph_outputs: list[TensorSpec]) -> None:
+    def _setup(
+        self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec]
+    ) -> None:
         raise NotImplementedError
 
-    def _decoder(self, config: RuntimeSettings, inputs: list[TensorSpec], outputs: list[TensorSpec],
-                 image_input: str | None) -> RequestDecoder:
-        return RequestDecoder(self.name, inputs, outputs, reject_non_finite=config.reject_non_finite,
-                              row_limit=request_row_limit(config.max_request_rows, self.settings.max_batch_size, False),
-                              image_input=image_input, shared=SharedTensors(self.name, False))
+    def _decoder(
+        self, config: RuntimeSettings, inputs: list[TensorSpec], outputs: list[TensorSpec], image_input: str | None
+    ) -> RequestDecoder:
+        return RequestDecoder(
+            self.name,
+            inputs,
+            outputs,
+            reject_non_finite=config.reject_non_finite,
+            row_limit=request_row_limit(config.max_request_rows, self.settings.max_batch_size, False),
+            image_input=image_input,
+            shared=SharedTensors(self.name, False),
+        )
 
     async def unload(self) -> bool:
         if getattr(self, "_pool", None) is not None:
@@ -106,16 +116,18 @@ class ImageTransformer(_StageServer):
 
     role = "transformer"
 
-    def _setup(self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec],
-               graph_outputs: list[TensorSpec]) -> None:
+    def _setup(
+        self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec]
+    ) -> None:
         if stages.preprocessor is None or stages.image_input is None:
             raise ProcessingConfigError("the transformer decodes images: set parameters.extra.preprocess")
         self._stage, self._image_input = stages.preprocessor, stages.image_input
         pixels = next(spec for spec in graph_inputs if spec.name == stages.image_input)
         self._datatype = pixels.datatype
         inputs = [TensorSpec(self._image_input, BYTES, (DYNAMIC,))]
-        self._codec = self._decoder(config, inputs, [TensorSpec(pixels.name, pixels.datatype, (DYNAMIC, *pixels.shape[1:]))],
-                                    self._image_input)
+        self._codec = self._decoder(
+            config, inputs, [TensorSpec(pixels.name, pixels.datatype, (DYNAMIC, *pixels.shape[1:]))], self._image_input
+        )
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         _check_id(payload)
@@ -132,8 +144,9 @@ class TopKTransformer(_StageServer):
 
     role = "output-transformer"
 
-    def _setup(self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec],
-               graph_outputs: list[TensorSpec]) -> None:
+    def _setup(
+        self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec]
+    ) -> None:
         if stages.topk is None or stages.scores_output is None:
             raise ProcessingConfigError("the output transformer ranks scores: set parameters.extra.postprocess")
         self._stage, self._scores = stages.topk, stages.scores_output

@@ -27,8 +27,13 @@ class RefusalLines(logging.Filter):
     """One WARNING line per refused request (an `error_type` with a `status_code` under 500), `burst` at once and
     `per_second` after that; the rest counted."""
 
-    def __init__(self, error_type: type[Exception], per_second: float = PER_SECOND, burst: int = BURST,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        error_type: type[Exception],
+        per_second: float = PER_SECOND,
+        burst: int = BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         super().__init__()
         self._error_type = error_type
         self._rate, self._burst, self._clock = per_second, burst, clock
@@ -51,8 +56,7 @@ class RefusalLines(logging.Filter):
             held_back, self._held_back = self._held_back, 0
         record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
         record.msg = "refused a request (%s): %s" + (" (%d more refused since, not logged)" if held_back else "")
-        record.args = (type(error).__name__, " ".join(str(error).split())[:_MESSAGE_CHARS],
-                       *((held_back,) if held_back else ()))
+        record.args = (type(error).__name__, " ".join(str(error).split())[:_MESSAGE_CHARS], *((held_back,) if held_back else ()))
         record.exc_info, record.exc_text, record.stack_info = None, None, None
         return True
 

@@ -84,7 +84,8 @@ def install() -> RepositoryAccess:
     if built:
         raise RepositoryApiError(
             f"MLServer built its servers ({', '.join(built)}) before the repository API guard was installed: "
-            f"start it with {HOOK_ENV}={HOOK}, which MLServer imports first")
+            f"start it with {HOOK_ENV}={HOOK}, which MLServer imports first"
+        )
     _guard_grpc_servicers()
     _guard_rest_server()
     _State.access = access
@@ -102,13 +103,14 @@ def check_guarded(in_worker_process: bool) -> None:
         raise RepositoryApiError(
             "this server was started by `mlserver start`, which hands Slipway neither its REST app nor its gRPC server "
             "(nor guards the model repository API): start it with `python -m wrappers.launch FOLDER` (slipway serve, "
-            "the serving images and the rendered manifests do)")
-    unguarded = os.environ.get(HOOK_ENV) != HOOK if in_worker_process else (
-        _State.access is None and running.launched())
+            "the serving images and the rendered manifests do)"
+        )
+    unguarded = os.environ.get(HOOK_ENV) != HOOK if in_worker_process else (_State.access is None and running.launched())
     if unguarded:
         raise RepositoryApiError(
             f"this MLServer answers the model repository API (load, unload) unguarded: start it with "
-            f"{HOOK_ENV}={HOOK} (python -m wrappers serve, the serving images and the rendered manifests set it)")
+            f"{HOOK_ENV}={HOOK} (python -m wrappers serve, the serving images and the rendered manifests set it)"
+        )
 
 
 def _describe(access: RepositoryAccess) -> str:
@@ -139,8 +141,10 @@ def _guard_rest_server() -> None:
 def guard_rest_app(app: FastAPI) -> None:
     """Put the guard in front of `app`, having checked that its repository routes are all under REST_PREFIX."""
     if not isinstance(app, FastAPI):
-        raise RepositoryApiError(f"MLServer's REST server holds a {type(app).__name__}, not a FastAPI app: "
-                                 "wrappers.repository_api knows MLServer 1.7's; check it against this MLServer")
+        raise RepositoryApiError(
+            f"MLServer's REST server holds a {type(app).__name__}, not a FastAPI app: "
+            "wrappers.repository_api knows MLServer 1.7's; check it against this MLServer"
+        )
     try:
         mlserver_repository.check_repository_routes(app)
     except IncompatibleMLServer as err:
@@ -173,7 +177,7 @@ class RepositoryGuard:
 def _route_path(scope: dict) -> str:
     """The path the router matches: without the root path MLServer may be served under."""
     path, root = scope["path"], scope.get("root_path", "")
-    return path[len(root):] if root and path.startswith(root) else path
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 # -- gRPC ------------------------------------------------------------------------------------

@@ -44,9 +44,11 @@ def check_request_id(request_id: str | None) -> None:
     if not request_id or _REQUEST_ID.fullmatch(request_id):
         return
     shown = repr(request_id[:40]) + ("..." if len(request_id) > 40 else "")
-    raise RequestError(f"request id {shown} ({len(request_id)} characters) is not a token the answer can carry: send "
-                       f"1-{REQUEST_ID_MAX} printable ASCII characters without spaces (a UUID, say), or no id and the "
-                       "server makes one")
+    raise RequestError(
+        f"request id {shown} ({len(request_id)} characters) is not a token the answer can carry: send "
+        f"1-{REQUEST_ID_MAX} printable ASCII characters without spaces (a UUID, say), or no id and the "
+        "server makes one"
+    )
 
 
 def rows(arrays: dict[str, np.ndarray]) -> int:
@@ -121,16 +123,16 @@ def check_filled(size: int, shape: tuple[int, ...], name: str) -> None:
     """Data of exactly the shape's element count (merged arrays: each was checked, their sum not yet)."""
     needed = element_count(shape, name)
     if size != needed:
-        raise TensorError(f"input {name!r}: data holds {size} values, which does not fill shape "
-                          f"{list(shape)} exactly ({needed} needed)")
+        raise TensorError(
+            f"input {name!r}: data holds {size} values, which does not fill shape {list(shape)} exactly ({needed} needed)"
+        )
 
 
 def check_finite(flat: np.ndarray, name: str) -> None:
     """Floating-point input without NaN or infinities (for `reject_non_finite`)."""
     if flat.dtype.kind == "f" and not np.isfinite(flat).all():
         raise RequestError(
-            f"input {name!r} holds NaN or infinite values; send finite numbers "
-            "(or set parameters.extra.reject_non_finite=false)"
+            f"input {name!r} holds NaN or infinite values; send finite numbers (or set parameters.extra.reject_non_finite=false)"
         )
 
 

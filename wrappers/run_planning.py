@@ -34,7 +34,9 @@ def fixed_batch_rows(inputs: list, outputs: list) -> int | None:
     """
     for spec in [*inputs, *outputs]:
         if not spec.shape:
-            raise BatchingConfigError(f"{spec.name!r} is a scalar with no batch dimension, so requests cannot be merged: {_TURN_OFF}")
+            raise BatchingConfigError(
+                f"{spec.name!r} is a scalar with no batch dimension, so requests cannot be merged: {_TURN_OFF}"
+            )
     fixed = {spec.shape[0] for spec in [*inputs, *outputs] if spec.shape[0] != DYNAMIC}
     if len(fixed) > 1:
         raise BatchingConfigError(
@@ -64,13 +66,21 @@ def gpu_merge_rows(inputs: list[TensorSpec], outputs: list[TensorSpec], configur
     if fixed:
         return fixed, f"the graph's batch dimension is fixed at {fixed}: runs of up to {fixed} rows"
     largest = max(configured) if configured else GPU_LARGEST_BUCKET  # the largest of `gpu_buckets`; []: no padding
-    return largest, (f"on a GPU provider requests that queue merge up to the largest batch bucket ({largest} rows): "
-                     "a GPU runs them in about the time of one")
+    return largest, (
+        f"on a GPU provider requests that queue merge up to the largest batch bucket ({largest} rows): "
+        "a GPU runs them in about the time of one"
+    )
 
 
 def padding_buckets(
-    *, fixed_rows: int | None, input_shapes: Iterable[Sequence[int]], configured: list[int] | None, on_cpu: bool,
-    max_batch_rows: int, fixed_outputs: bool, session_per_bucket: bool | None,
+    *,
+    fixed_rows: int | None,
+    input_shapes: Iterable[Sequence[int]],
+    configured: list[int] | None,
+    on_cpu: bool,
+    max_batch_rows: int,
+    fixed_outputs: bool,
+    session_per_bucket: bool | None,
 ) -> list[int]:
     """The row counts runs are padded up to, ascending; [] for none.
 
@@ -88,8 +98,9 @@ def padding_buckets(
         buckets = sorted(set(configured))
     if buckets and not dynamic:
         if configured:
-            raise BatchingConfigError("batch_buckets needs graph inputs whose first (batch) dimension is dynamic; "
-                                      "remove batch_buckets for this graph")
+            raise BatchingConfigError(
+                "batch_buckets needs graph inputs whose first (batch) dimension is dynamic; remove batch_buckets for this graph"
+            )
         return []
     per_bucket = session_per_bucket if session_per_bucket is not None else not on_cpu  # CUDA's enable_cuda_graph
     if fixed_outputs and len(buckets) != 1 and not (per_bucket and buckets):
@@ -134,8 +145,9 @@ def runs_inline(seconds_per_row: float | None, on_cpu: bool, rows: int, inline_b
     return 1000 * seconds_per_row * rows < inline_below_ms
 
 
-def wants_tensorrt_profile(buckets: Sequence[int], providers: Sequence[str], tensorrt: str,
-                           extra_options: Mapping[str, object]) -> bool:
+def wants_tensorrt_profile(
+    buckets: Sequence[int], providers: Sequence[str], tensorrt: str, extra_options: Mapping[str, object]
+) -> bool:
     """A TensorRT batch profile is built where TensorRT runs, runs are padded, and the settings name no
     trt_profile_* of their own."""
     return bool(buckets) and tensorrt in providers and not any(key.startswith("trt_profile_") for key in extra_options)
@@ -147,8 +159,9 @@ def request_row_limit(max_request_rows: int, max_batch_size: int, mlserver_batch
     return max_request_rows * (max_batch_size if mlserver_batching else 1)
 
 
-def with_tensorrt_profile(config: RuntimeSettings, inputs: list[TensorSpec], buckets: Sequence[int],
-                          providers: Sequence[str], model: str) -> RuntimeSettings:
+def with_tensorrt_profile(
+    config: RuntimeSettings, inputs: list[TensorSpec], buckets: Sequence[int], providers: Sequence[str], model: str
+) -> RuntimeSettings:
     """The settings with one TensorRT profile over the padded row counts (`tensorrt_batch_profile`), where
     `wants_tensorrt_profile`; the same settings object where not, or where the inputs' shapes allow none
     (logged: TensorRT then builds an engine per new shape)."""
@@ -157,8 +170,11 @@ def with_tensorrt_profile(config: RuntimeSettings, inputs: list[TensorSpec], buc
         return config
     profile = tensorrt_batch_profile(inputs, max(buckets))
     if not profile:
-        logger.warning("%s: TensorRT gets no batch profile (an input has another dynamic dimension, or a name with "
-                       "',' or ':'): it builds an engine per new shape; set tensorrt.extra_options trt_profile_*", model)
+        logger.warning(
+            "%s: TensorRT gets no batch profile (an input has another dynamic dimension, or a name with "
+            "',' or ':'): it builds an engine per new shape; set tensorrt.extra_options trt_profile_*",
+            model,
+        )
         return config
     logger.info("%s: TensorRT profile for 1 to %d rows: %s", model, max(buckets), profile)
     tensorrt = config.tensorrt.model_copy(update={"extra_options": {**options, **profile}})
@@ -175,16 +191,30 @@ class RunPlan:
     settings: RuntimeSettings
 
 
-def plan_runs(config: RuntimeSettings, inputs: list[TensorSpec], outputs: list[TensorSpec], *, merging: bool, on_cpu: bool,
-              fixed_outputs: bool, providers: Sequence[str], model: str) -> RunPlan:
+def plan_runs(
+    config: RuntimeSettings,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    *,
+    merging: bool,
+    on_cpu: bool,
+    fixed_outputs: bool,
+    providers: Sequence[str],
+    model: str,
+) -> RunPlan:
     """The run plan for a session (the runtime's and the session host's alike): `merging` where requests may be merged
     into one run. A plan whose settings are not `config` itself needs the session built again (TensorRT builds its
     engines at a first run, so the session replaced has built none)."""
     fixed_rows = fixed_batch_rows(inputs, outputs) if merging else None
     buckets = padding_buckets(
-        fixed_rows=fixed_rows, input_shapes=[spec.shape for spec in inputs], configured=config.batch_buckets,
-        on_cpu=on_cpu, max_batch_rows=config.max_batch_rows, fixed_outputs=fixed_outputs,
-        session_per_bucket=config.session_per_bucket)
+        fixed_rows=fixed_rows,
+        input_shapes=[spec.shape for spec in inputs],
+        configured=config.batch_buckets,
+        on_cpu=on_cpu,
+        max_batch_rows=config.max_batch_rows,
+        fixed_outputs=fixed_outputs,
+        session_per_bucket=config.session_per_bucket,
+    )
     return RunPlan(fixed_rows, buckets, with_tensorrt_profile(config, inputs, buckets, providers, model))
 
 

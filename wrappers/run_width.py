@@ -51,13 +51,15 @@ def runner(model_path: Path, config: RuntimeSettings, *, wide: SessionRunner | N
     busy = config.busy_intra_op_threads
     if not busy or wide.device != "cpu" or busy >= session_options(config).intra_op_num_threads:
         return wide
-    narrow = SessionRunner(create_session(model_path, config.model_copy(update={"intra_op_threads": busy})),
-                           io_binding=config.io_binding)
+    narrow = SessionRunner(
+        create_session(model_path, config.model_copy(update={"intra_op_threads": busy})), io_binding=config.io_binding
+    )
     return WidthRunner(wide, narrow)
 
 
-def rebuilt(model_path: Path, config: RuntimeSettings, previous: SessionRunner | WidthRunner, *,
-            keep_lone_session: bool) -> SessionRunner | WidthRunner:
+def rebuilt(
+    model_path: Path, config: RuntimeSettings, previous: SessionRunner | WidthRunner, *, keep_lone_session: bool
+) -> SessionRunner | WidthRunner:
     """The session(s) for `config` in place of `previous`, keeping its lone session where that already is what
     `config` builds (`keep_lone_session`, as `wrappers.serving_defaults` says)."""
     return runner(model_path, config, wide=previous.parts()[0] if keep_lone_session else None)

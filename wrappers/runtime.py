@@ -66,8 +66,16 @@ WELLKNOWN_MODEL_FILES = ["model.onnx"]
 # run that fails with either failed on the request's input: HTTP 400, and merged requests are rerun apart.
 INPUT_ERRORS = (InvalidArgument, Fail)
 # What a load can be refused for, each in a message that says what to change; the model's name goes first.
-_REFUSALS = (SettingsError, IncompatibleMLServer, RepositoryApiError, mlserver_glue.ProcessError, ArtifactError,
-             BatchingConfigError, ProcessingConfigError, WarmUpError)
+_REFUSALS = (
+    SettingsError,
+    IncompatibleMLServer,
+    RepositoryApiError,
+    mlserver_glue.ProcessError,
+    ArtifactError,
+    BatchingConfigError,
+    ProcessingConfigError,
+    WarmUpError,
+)
 
 
 class ModelLoadError(MLServerError):
@@ -85,7 +93,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         try:
             check_model_name(self.name)
             self._config: RuntimeSettings = with_pod_frontends(  # $SLIPWAY_FRONTENDS, set by the manifests, wins
-                parse_runtime_settings(self.settings.parameters.extra if self.settings.parameters else None))
+                parse_runtime_settings(self.settings.parameters.extra if self.settings.parameters else None)
+            )
             check_version()
             # MLServer's adaptive batching (max_batch_size/max_batch_time) wraps predict before load().
             self._mlserver_batching = mlserver_model.uses_adaptive_batching(self)
@@ -93,14 +102,19 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._build(Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES)))
         except _REFUSALS as err:
             raise ModelLoadError(f"model {self.name}: {err}") from err
-        logger.info("loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d "
-                    "rows%s%s", self.name, self.version, self._runner.session.get_providers(),
-                    " and IOBinding" if self._runner.uses_io_binding else "",
-                    [(s.name, s.datatype, s.shape) for s in self._input_specs],
-                    [(s.name, s.datatype, s.shape) for s in self._output_specs],
-                    self._config.inference_threads, self._config.max_batch_rows,
-                    f", runs padded to {self._buckets} rows" if self._buckets else "",
-                    " (under MLServer's adaptive batching)" if self._mlserver_batching else "")
+        logger.info(
+            "loaded %s (version %s) with providers %s%s: inputs %s, outputs %s, %d run(s) at a time merging up to %d rows%s%s",
+            self.name,
+            self.version,
+            self._runner.session.get_providers(),
+            " and IOBinding" if self._runner.uses_io_binding else "",
+            [(s.name, s.datatype, s.shape) for s in self._input_specs],
+            [(s.name, s.datatype, s.shape) for s in self._output_specs],
+            self._config.inference_threads,
+            self._config.max_batch_rows,
+            f", runs padded to {self._buckets} rows" if self._buckets else "",
+            " (under MLServer's adaptive batching)" if self._mlserver_batching else "",
+        )
         freeze_loaded_heap()
         return True
 
@@ -110,23 +124,43 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._use(with_content_keyed_cache(self._config, self.name, model_path), model_path)
         self._graph_inputs, graph_outputs = describe(self._runner.session)
         self._graph_output_names = [spec.name for spec in graph_outputs]
-        chosen = hosted.chosen_settings(self._config, self._runner, self._graph_inputs, graph_outputs, model=self.name,
-                                        version=self.version, mlserver_batching=self._mlserver_batching,
-                                        model_path=model_path)
+        chosen = hosted.chosen_settings(
+            self._config,
+            self._runner,
+            self._graph_inputs,
+            graph_outputs,
+            model=self.name,
+            version=self.version,
+            mlserver_batching=self._mlserver_batching,
+            model_path=model_path,
+        )
         self._chosen = chosen.choices  # the unset settings, chosen from the model timed here (`metadata`)
         if chosen.rebuild_session:  # other intra-op threads than the session's, or a second session (run_width)
             self._use(chosen.settings, model_path, keep_lone_session=chosen.keeps_lone_session)
         self._config = chosen.settings
         plan = run_planning.plan_runs(
-            self._config, self._graph_inputs, graph_outputs, merging=self._mlserver_batching or self._config.max_batch_rows > 1,
-            on_cpu=self._runner.device == "cpu", fixed_outputs=self._runner.fixed_outputs,
-            providers=self._runner.session.get_providers(), model=self.name,
+            self._config,
+            self._graph_inputs,
+            graph_outputs,
+            merging=self._mlserver_batching or self._config.max_batch_rows > 1,
+            on_cpu=self._runner.device == "cpu",
+            fixed_outputs=self._runner.fixed_outputs,
+            providers=self._runner.session.get_providers(),
+            model=self.name,
         )
         self._buckets = plan.buckets
         if plan.settings is not self._config:  # TensorRT builds engines at a first run: the session replaced built none
             self._use(plan.settings, model_path)
-        bucketed = gpu_choice.plan_buckets(model_path, self._config, self._buckets, self._runner.session.get_providers(), self._graph_inputs,
-                                           self._graph_output_names, model=self.name, version=self.version)
+        bucketed = gpu_choice.plan_buckets(
+            model_path,
+            self._config,
+            self._buckets,
+            self._runner.session.get_providers(),
+            self._graph_inputs,
+            self._graph_output_names,
+            model=self.name,
+            version=self.version,
+        )
         if bucketed is not None:  # a session per bucket, each meeting one shape, its kernels' settings timed here
             self._config, self._runner = bucketed.settings, bucketed.runner
             self._chosen = {**self._chosen, **bucketed.choices}
@@ -134,15 +168,23 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._preprocessor, self._image_input = served.stages.preprocessor, served.stages.image_input
         self._topk, self._scores_output = served.stages.topk, served.stages.scores_output
         self._input_specs, self._output_specs = served.inputs, served.outputs
-        self.inputs, self.outputs = ([MetadataTensor(name=t.name, datatype=t.datatype, shape=list(t.shape)) for t in specs]
-                                     for specs in (served.inputs, served.outputs))
+        self.inputs, self.outputs = (
+            [MetadataTensor(name=t.name, datatype=t.datatype, shape=list(t.shape)) for t in specs]
+            for specs in (served.inputs, served.outputs)
+        )
         self._datatypes = {spec.name: spec.datatype for spec in self._output_specs}
         self._shared = SharedTensors(self.name, self._config.shared_memory)
         self._decoder = RequestDecoder(
-            self.name, self._input_specs, self._output_specs, reject_non_finite=self._config.reject_non_finite,
-            row_limit=run_planning.request_row_limit(self._config.max_request_rows, self.settings.max_batch_size,
-                                                     self._mlserver_batching),
-            image_input=self._image_input, shared=self._shared)
+            self.name,
+            self._input_specs,
+            self._output_specs,
+            reject_non_finite=self._config.reject_non_finite,
+            row_limit=run_planning.request_row_limit(
+                self._config.max_request_rows, self.settings.max_batch_size, self._mlserver_batching
+            ),
+            image_input=self._image_input,
+            shared=self._shared,
+        )
         self._classes = PredictedClasses.for_outputs(self.name, self.version, graph_outputs, self._scores_output)
         sizes = run_planning.warm_up_sizes(self._buckets, self._config.warmup_batch_sizes, self._config.warmup_runs)
         self._warm = WarmUp(self.name, self._graph_inputs, self._graph_output_names, sizes, self._config.warmup_runs)
@@ -153,13 +195,19 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._payload_log = payload_log.start(self._config.payload_log, self.name, self.version)
         if self._payload_log is not None:  # outermost: it logs each request as its client sent it
             self.predict = self._payload_log.wrap(self.predict)
-        self._polling = busy_poll.for_model(self._config, chosen=self._chosen[EVENT_LOOP_SPIN_US].source == MEASURED,
-                                            inline=self._runs_inline(1), model=self.name, version=self.version)
+        self._polling = busy_poll.for_model(
+            self._config,
+            chosen=self._chosen[EVENT_LOOP_SPIN_US].source == MEASURED,
+            inline=self._runs_inline(1),
+            model=self.name,
+            version=self.version,
+        )
 
     def _use(self, config: RuntimeSettings, model_path: Path, *, keep_lone_session: bool = False) -> None:
         """Serve with a runner for these settings (at load, and again where a plan changed them)."""
-        self._config, self._runner = hosted.runner_for(config, model_path, getattr(self, "_runner", None),
-                                                       keep_lone_session=keep_lone_session)
+        self._config, self._runner = hosted.runner_for(
+            config, model_path, getattr(self, "_runner", None), keep_lone_session=keep_lone_session
+        )
 
     def _start_workers(self) -> None:
         """The inference threads (behind the batcher, each warmed up), the CPU pool for pre/post-processing, the metrics."""
@@ -170,14 +218,20 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._batcher = hosted.start(self._runner, self._metrics)
             return
         self._batcher = RowBatcher(
-            self._run_rows, max_rows=self._config.max_batch_rows, max_runs=self._config.inference_threads,
-            on_run=self._metrics.observe_run, input_errors=INPUT_ERRORS, thread_name=f"ort-{self.name}",
-            warm_up=lambda: self._warm.run(self._runner), buckets=self._buckets,
+            self._run_rows,
+            max_rows=self._config.max_batch_rows,
+            max_runs=self._config.inference_threads,
+            on_run=self._metrics.observe_run,
+            input_errors=INPUT_ERRORS,
+            thread_name=f"ort-{self.name}",
+            warm_up=lambda: self._warm.run(self._runner),
+            buckets=self._buckets,
         )
 
     def _runs_inline(self, rows: int) -> bool:
-        return run_planning.runs_inline(self._warm.seconds_per_row, self._runner.device == "cpu", rows,
-                                        self._config.inline_below_ms)
+        return run_planning.runs_inline(
+            self._warm.seconds_per_row, self._runner.device == "cpu", rows, self._config.inline_below_ms
+        )
 
     async def metadata(self) -> MetadataModelResponse:
         """MLServer's answer, with each setting chosen at load and where it came from (`wrappers.serving_defaults`)."""
@@ -209,7 +263,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         loop = asyncio.get_running_loop()
         if self._preprocessor is not None:
             arrays[self._image_input] = await loop.run_in_executor(
-                self._cpu_pool, self._on_cpu, self._preprocessor, self._metrics.preprocess_seconds, arrays[self._image_input])
+                self._cpu_pool, self._on_cpu, self._preprocessor, self._metrics.preprocess_seconds, arrays[self._image_input]
+            )
         count = rows(arrays)
         graph_outputs = graph_outputs_for(wanted, self._graph_output_names, self._scores_output)
         try:
@@ -220,13 +275,20 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         results = dict(zip(self._graph_output_names, outputs))
         if self._topk is not None and self._scores_output in graph_outputs:
             labels, scores = await loop.run_in_executor(
-                self._cpu_pool, self._on_cpu, self._topk, self._metrics.postprocess_seconds, results[self._scores_output])
+                self._cpu_pool, self._on_cpu, self._topk, self._metrics.postprocess_seconds, results[self._scores_output]
+            )
             results.update({LABELS_OUTPUT: labels, SCORES_OUTPUT: scores})
         as_arrays = not self._mlserver_batching and any(isinstance(item.data.root, np.ndarray) for item in request_inputs)
         return InferenceResponse.model_construct(  # every field built here is already valid
-            model_name=self.name, model_version=self.version, id=payload.id,
-            outputs=[self._shared.write(name, results[name], self._datatypes[name], shared_outputs[name]) if name in shared_outputs
-                     else encode(name, results[name], self._datatypes[name], as_arrays) for name in wanted],
+            model_name=self.name,
+            model_version=self.version,
+            id=payload.id,
+            outputs=[
+                self._shared.write(name, results[name], self._datatypes[name], shared_outputs[name])
+                if name in shared_outputs
+                else encode(name, results[name], self._datatypes[name], as_arrays)
+                for name in wanted
+            ],
         )
 
     def _on_cpu(self, stage: Callable[[np.ndarray], Any], seconds: Histogram, tensor: np.ndarray) -> Any:

@@ -65,8 +65,9 @@ class TimingPlan:
     why_no_merging: str = ""
 
 
-def timing_plan(inputs: list[TensorSpec], outputs: list[TensorSpec], *, on_cpu: bool, warmup_runs: int,
-                mlserver_batching: bool) -> TimingPlan:
+def timing_plan(
+    inputs: list[TensorSpec], outputs: list[TensorSpec], *, on_cpu: bool, warmup_runs: int, mlserver_batching: bool
+) -> TimingPlan:
     """What can be timed at load: runs on the CPU (a GPU's choices are the GPU settings' own), with warm-up on,
     of a graph that takes one row; more rows where every input and output has a dynamic batch dimension and
     MLServer does not merge requests itself."""
@@ -96,8 +97,16 @@ def session_run(runner: SessionRunner | WidthRunner, inputs: list[TensorSpec], o
 
 
 def resolve(
-    settings: RuntimeSettings, *, model: str, version: str | None, run: Callable[[int], list], plan: TimingPlan,
-    cpu_limit: float, session_threads: int, model_mib: float = 0.0, on_cpu: bool = True,
+    settings: RuntimeSettings,
+    *,
+    model: str,
+    version: str | None,
+    run: Callable[[int], list],
+    plan: TimingPlan,
+    cpu_limit: float,
+    session_threads: int,
+    model_mib: float = 0.0,
+    on_cpu: bool = True,
     gpu_merge: tuple[int, str] | None = None,
 ) -> Resolved:
     """Time `run(rows)` as `plan` says (where some setting is unset), choose, log, publish.
@@ -125,25 +134,38 @@ def resolve(
             measured = Measurements(per_row, load_measurement.hop_seconds(), cpu_limit)
         except Exception as err:  # ONNX Runtime raises its own types; what failed is the warm-up's to report
             why_not = f"timing a run failed: {err}"
-            logger.warning("%s: could not time the model at load (%s); unset settings keep their fixed defaults",
-                           model, err)
+            logger.warning("%s: could not time the model at load (%s); unset settings keep their fixed defaults", model, err)
     elif plan.batch_sizes:
         why_not = "every one is set explicitly"
     if not rows_aligned:
         why_no_merging = "the graph's outputs do not have one row per input row"
     can_merge = len(plan.batch_sizes) > 1 and rows_aligned
-    choices = choose(measured, explicit, cpu_limit=cpu_limit, can_merge=can_merge, model_mib=model_mib, on_cpu=on_cpu,
-                     why_not_measured=why_not, why_no_merging=why_no_merging, gpu_merge=gpu_merge)
+    choices = choose(
+        measured,
+        explicit,
+        cpu_limit=cpu_limit,
+        can_merge=can_merge,
+        model_mib=model_mib,
+        on_cpu=on_cpu,
+        why_not_measured=why_not,
+        why_no_merging=why_no_merging,
+        gpu_merge=gpu_merge,
+    )
     for choice in choices.values():
         logger.info("%s: %s %g (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     if measured is not None:
         logger.info("%s: timing the model at load took %.0f ms", model, 1000 * (time.perf_counter() - started))
     publish_settings(model, version, {name: (choice.number, choice.source) for name, choice in choices.items()})
     chosen = settings.model_copy(update={name: choice.value for name, choice in choices.items()})
-    same_session = (choices[INTRA_OP_THREADS].value == session_threads
-                    and bool(choices[SPIN_WITHIN_RUNS].value) == spins_within_runs(settings, session_threads, on_cpu=on_cpu))
-    return Resolved(chosen, choices, rebuild_session=not same_session or bool(choices[BUSY_INTRA_OP_THREADS].value),
-                    keeps_lone_session=same_session)
+    same_session = choices[INTRA_OP_THREADS].value == session_threads and bool(
+        choices[SPIN_WITHIN_RUNS].value
+    ) == spins_within_runs(settings, session_threads, on_cpu=on_cpu)
+    return Resolved(
+        chosen,
+        choices,
+        rebuild_session=not same_session or bool(choices[BUSY_INTRA_OP_THREADS].value),
+        keeps_lone_session=same_session,
+    )
 
 
 def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | bool]:
@@ -158,15 +180,30 @@ def metadata_parameters(choices: dict[str, Choice]) -> dict[str, str | int | boo
     return parameters
 
 
-def resolve_for_session(settings: RuntimeSettings, runner: SessionRunner | WidthRunner, inputs: list[TensorSpec],
-                        outputs: list[TensorSpec], *, model: str, version: str | None, mlserver_batching: bool,
-                        model_path: Path) -> Resolved:
+def resolve_for_session(
+    settings: RuntimeSettings,
+    runner: SessionRunner | WidthRunner,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    *,
+    model: str,
+    version: str | None,
+    mlserver_batching: bool,
+    model_path: Path,
+) -> Resolved:
     """`resolve` for a loading model's fresh session: timed on zeros at the sizes `timing_plan` allows."""
     on_cpu = runner.device == "cpu"
-    plan = timing_plan(inputs, outputs, on_cpu=on_cpu, warmup_runs=settings.warmup_runs,
-                       mlserver_batching=mlserver_batching)
+    plan = timing_plan(inputs, outputs, on_cpu=on_cpu, warmup_runs=settings.warmup_runs, mlserver_batching=mlserver_batching)
     gpu_merge = None if on_cpu or mlserver_batching else gpu_merge_rows(inputs, outputs, settings.batch_buckets)
-    return resolve(settings, model=model, version=version,
-                   run=session_run(runner, inputs, [spec.name for spec in outputs]), plan=plan,
-                   cpu_limit=cpu_limit(), session_threads=session_options(settings).intra_op_num_threads,
-                   model_mib=model_path.stat().st_size / (1 << 20), on_cpu=on_cpu, gpu_merge=gpu_merge)
+    return resolve(
+        settings,
+        model=model,
+        version=version,
+        run=session_run(runner, inputs, [spec.name for spec in outputs]),
+        plan=plan,
+        cpu_limit=cpu_limit(),
+        session_threads=session_options(settings).intra_op_num_threads,
+        model_mib=model_path.stat().st_size / (1 << 20),
+        on_cpu=on_cpu,
+        gpu_merge=gpu_merge,
+    )

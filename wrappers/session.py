@@ -145,8 +145,9 @@ def provider_entries(names: list[str], settings: RuntimeSettings) -> list[tuple[
     return [(name, options.get(name, {})) for name in names]
 
 
-def with_tensorrt_cache(settings: RuntimeSettings, *, model: str, digest: str,
-                        environ: dict[str, str] | os._Environ = os.environ) -> RuntimeSettings:
+def with_tensorrt_cache(
+    settings: RuntimeSettings, *, model: str, digest: str, environ: dict[str, str] | os._Environ = os.environ
+) -> RuntimeSettings:
     """The settings with TensorRT's caches under `$SLIPWAY_TENSORRT_CACHE_DIR`, where the deployment sets it.
 
     The variable wins over the artifact's engine_cache_path and timing_cache_path: where a pod may write
@@ -162,9 +163,12 @@ def with_tensorrt_cache(settings: RuntimeSettings, *, model: str, digest: str,
     if not os.path.isabs(root):
         raise SettingsError(f"{TENSORRT_CACHE_ENV}={root!r} must be an absolute path (the volume's mount path)")
     key = f"{model}-{digest.removeprefix('sha256:')[:16]}-ort{ort.__version__}"
-    tensorrt = settings.tensorrt.model_copy(update={
-        "engine_cache_path": os.path.join(root, "engines", key), "timing_cache_path": os.path.join(root, "timing"),
-    })
+    tensorrt = settings.tensorrt.model_copy(
+        update={
+            "engine_cache_path": os.path.join(root, "engines", key),
+            "timing_cache_path": os.path.join(root, "timing"),
+        }
+    )
     return settings.model_copy(update={"tensorrt": tensorrt})
 
 
@@ -194,9 +198,14 @@ def tensorrt_batch_profile(inputs: list[TensorSpec], max_rows: int) -> dict[str,
     dimension is every input's only dynamic one and the names fit the option's `name:1x2x3,...` format:
     other ranges are the user's to give as `tensorrt.extra_options` trt_profile_*.
     """
+
     def fits(spec: TensorSpec) -> bool:
-        return (bool(spec.shape) and spec.shape[0] == DYNAMIC and DYNAMIC not in spec.shape[1:]
-                and not any(mark in spec.name for mark in ",:"))
+        return (
+            bool(spec.shape)
+            and spec.shape[0] == DYNAMIC
+            and DYNAMIC not in spec.shape[1:]
+            and not any(mark in spec.name for mark in ",:")
+        )
 
     if not inputs or not all(fits(spec) for spec in inputs):
         return {}
@@ -204,8 +213,11 @@ def tensorrt_batch_profile(inputs: list[TensorSpec], max_rows: int) -> dict[str,
     def shapes(rows: int) -> str:
         return ",".join(f"{spec.name}:{'x'.join(str(size) for size in (rows, *spec.shape[1:]))}" for spec in inputs)
 
-    return {"trt_profile_min_shapes": shapes(1), "trt_profile_opt_shapes": shapes(max_rows),
-            "trt_profile_max_shapes": shapes(max_rows)}
+    return {
+        "trt_profile_min_shapes": shapes(1),
+        "trt_profile_opt_shapes": shapes(max_rows),
+        "trt_profile_max_shapes": shapes(max_rows),
+    }
 
 
 def session_options(settings: RuntimeSettings, providers: list[str] | None = None) -> ort.SessionOptions:
@@ -220,8 +232,7 @@ def session_options(settings: RuntimeSettings, providers: list[str] | None = Non
     names = providers or choose_providers(settings.providers, warn=False)  # the session builder warns, once
     on_cpu = not any(name in GPU_PROVIDERS for name in names)
     within_runs = spins_within_runs(settings, options.intra_op_num_threads, on_cpu=on_cpu)
-    options.add_session_config_entry("session.intra_op.allow_spinning",
-                                     "1" if settings.allow_spinning or within_runs else "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.allow_spinning or within_runs else "0")
     if within_runs:  # ONNX Runtime's threads stop spinning the moment the last run in flight returns
         options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
@@ -252,7 +263,8 @@ def create_session(model_path: Path, settings: RuntimeSettings) -> ort.Inference
     while True:
         try:  # enable_fallback=0: ONNX Runtime's own retry would go straight to CPU and drop every option
             session = ort.InferenceSession(
-                str(model_path), sess_options=session_options(settings, names),
+                str(model_path),
+                sess_options=session_options(settings, names),
                 providers=provider_entries(names, settings),
                 enable_fallback=0,
             )
@@ -344,8 +356,9 @@ class SessionRunner:
         with self._graph_lock:
             return self._bound_run(self._graph_bindings, output_names, feeds)
 
-    def _bound_run(self, bindings: dict[tuple, _DeviceBinding], output_names: list[str],
-                   feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def _bound_run(
+        self, bindings: dict[tuple, _DeviceBinding], output_names: list[str], feeds: dict[str, np.ndarray]
+    ) -> list[np.ndarray]:
         key = (tuple(output_names), tuple((name, array.shape, array.dtype.str) for name, array in feeds.items()))
         bound = bindings.get(key)
         if bound is None:
@@ -382,5 +395,3 @@ class _DeviceBinding:
         for name in output_names:
             self.binding.bind_output(name, runner.device, runner.device_id)
         self.outputs_fixed = False
-
-

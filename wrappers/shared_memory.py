@@ -241,4 +241,3 @@ def _open(path: Path, key: str, needed: int, name: str) -> io.FileIO:
     except BaseException:
         file.close()
         raise
-

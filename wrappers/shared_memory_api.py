@@ -114,8 +114,9 @@ def _error(message: str) -> JSONResponse:
 def _serve_grpc_registration() -> None:
     """Add Triton's registration methods to the gRPC server of this process (the launcher's), once."""
     if not add_to_running_grpc_servers(_grpc_handler()):
-        logger.warning("no gRPC server in this process (not started by wrappers.launch): register shared-memory "
-                       "regions over REST")
+        logger.warning(
+            "no gRPC server in this process (not started by wrappers.launch): register shared-memory regions over REST"
+        )
 
 
 @functools.cache  # one handler per process: each model that turns shared memory on asks for it again
@@ -148,14 +149,18 @@ def _grpc_handler() -> grpc.GenericRpcHandler:
             response.regions[region["name"]].CopyFrom(response.RegionStatus(**region))
         return response
 
-    return grpc.method_handlers_generic_handler(_GRPC_SERVICE, {
-        "SystemSharedMemoryRegister": method(
-            "SystemSharedMemoryRegisterRequest", "SystemSharedMemoryRegisterResponse", register),
-        "SystemSharedMemoryUnregister": method(
-            "SystemSharedMemoryUnregisterRequest", "SystemSharedMemoryUnregisterResponse", unregister),
-        "SystemSharedMemoryStatus": method(
-            "SystemSharedMemoryStatusRequest", "SystemSharedMemoryStatusResponse", status),
-    })
+    return grpc.method_handlers_generic_handler(
+        _GRPC_SERVICE,
+        {
+            "SystemSharedMemoryRegister": method(
+                "SystemSharedMemoryRegisterRequest", "SystemSharedMemoryRegisterResponse", register
+            ),
+            "SystemSharedMemoryUnregister": method(
+                "SystemSharedMemoryUnregisterRequest", "SystemSharedMemoryUnregisterResponse", unregister
+            ),
+            "SystemSharedMemoryStatus": method("SystemSharedMemoryStatusRequest", "SystemSharedMemoryStatusResponse", status),
+        },
+    )
 
 
 def _messages() -> dict[str, Any]:
@@ -166,8 +171,7 @@ def _messages() -> dict[str, Any]:
     string, uint64 = descriptor_pb2.FieldDescriptorProto.TYPE_STRING, descriptor_pb2.FieldDescriptorProto.TYPE_UINT64
     optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
     region = [("name", 1, string), ("key", 2, string), ("offset", 3, uint64), ("byte_size", 4, uint64)]
-    proto = descriptor_pb2.FileDescriptorProto(name="slipway_system_shared_memory.proto", package="inference",
-                                               syntax="proto3")
+    proto = descriptor_pb2.FileDescriptorProto(name="slipway_system_shared_memory.proto", package="inference", syntax="proto3")
 
     def message(container, name: str, fields) -> descriptor_pb2.DescriptorProto:
         added = container.add(name=name)
@@ -183,12 +187,21 @@ def _messages() -> dict[str, Any]:
     response = message(proto.message_type, "SystemSharedMemoryStatusResponse", [])
     message(response.nested_type, "RegionStatus", region)
     entry = message(response.nested_type, "RegionsEntry", [("key", 1, string)])
-    entry.field.add(name="value", number=2, label=optional, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                    type_name=".inference.SystemSharedMemoryStatusResponse.RegionStatus")
+    entry.field.add(
+        name="value",
+        number=2,
+        label=optional,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+        type_name=".inference.SystemSharedMemoryStatusResponse.RegionStatus",
+    )
     entry.options.map_entry = True
-    response.field.add(name="regions", number=1, label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-                       type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                       type_name=".inference.SystemSharedMemoryStatusResponse.RegionsEntry")
+    response.field.add(
+        name="regions",
+        number=1,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+        type_name=".inference.SystemSharedMemoryStatusResponse.RegionsEntry",
+    )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return {

@@ -65,6 +65,9 @@ class SharedTensors:
             raise InferenceError(str(err)) from err
         parameters = Parameters(**{REGION: where.region, OFFSET: where.offset, BYTE_SIZE: written})
         return ResponseOutput.model_construct(
-            name=name, shape=list(array.shape), datatype=datatype, parameters=parameters,
+            name=name,
+            shape=list(array.shape),
+            datatype=datatype,
+            parameters=parameters,
             data=TensorData.model_construct(root=[]),
         )

@@ -44,8 +44,10 @@ def role_settings(model_settings: dict[str, Any], role: str, name: str, artifact
     extra = dict(parameters.get("extra") or {})
     for stage in STAGE_SETTINGS:
         if stage in kept and extra.get(stage) is None:
-            raise RoleError(f"{artifact}/{SETTINGS_FILE} sets no parameters.extra.{stage}, which the {role} runs: "
-                            f"export the model with it, or render without --split")
+            raise RoleError(
+                f"{artifact}/{SETTINGS_FILE} sets no parameters.extra.{stage}, which the {role} runs: "
+                f"export the model with it, or render without --split"
+            )
         if stage not in kept:
             extra.pop(stage, None)
     uri = Path(parameters.get("uri") or "model.onnx")
@@ -68,8 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m wrappers.split_roles", description=__doc__.splitlines()[0])
     parser.add_argument("role", choices=list(ROLES))
     parser.add_argument("folder", type=Path, help="the artifact folder")
-    parser.add_argument("--name", required=True, help="the model name to serve under: Seldon's executor calls every "
-                        "node by the name in the client's path")
+    parser.add_argument(
+        "--name",
+        required=True,
+        help="the model name to serve under: Seldon's executor calls every node by the name in the client's path",
+    )
     args = parser.parse_args(argv)
     out = Path(os.environ.get(ROLE_FOLDER_ENV) or tempfile.mkdtemp(prefix="slipway-role-"))
     try:

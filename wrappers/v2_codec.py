@@ -31,8 +31,17 @@ class RequestDecoder:
     `row_limit` is the rows one input may carry; `reject_non_finite` refuses NaN and infinities;
     BYTES inputs become text, but for `image_input` (encoded images stay bytes)."""
 
-    def __init__(self, model: str, inputs: list[TensorSpec], outputs: list[TensorSpec], *, row_limit: int,
-                 reject_non_finite: bool, image_input: str | None, shared: SharedTensors):
+    def __init__(
+        self,
+        model: str,
+        inputs: list[TensorSpec],
+        outputs: list[TensorSpec],
+        *,
+        row_limit: int,
+        reject_non_finite: bool,
+        image_input: str | None,
+        shared: SharedTensors,
+    ):
         self._model = model
         self.inputs_by_name = {spec.name: spec for spec in inputs}
         self._input_names = set(self.inputs_by_name)
@@ -85,8 +94,12 @@ class RequestDecoder:
 
 def encode(name: str, array: np.ndarray, datatype: str, as_array: bool) -> ResponseOutput:
     """A response output: a flat array for the raw gRPC path (packed by `to_raw`), else a list for JSON."""
-    return ResponseOutput.model_construct(name=name, shape=list(array.shape), datatype=datatype,
-                                          data=TensorData.model_construct(root=response_data(array, datatype, as_array)))
+    return ResponseOutput.model_construct(
+        name=name,
+        shape=list(array.shape),
+        datatype=datatype,
+        data=TensorData.model_construct(root=response_data(array, datatype, as_array)),
+    )
 
 
 def rows(arrays: dict[str, np.ndarray]) -> int:

@@ -73,5 +73,11 @@ class WarmUp:
             per_row = min(timings[1:]) / rows  # the largest per-row time decides: inline must stay cheap
             with self._lock:
                 self.seconds_per_row = max(per_row, self.seconds_per_row or 0.0)
-            logger.info("warmed up %s at batch size %d: %.3f ms per run (first %.0f ms, thread %s)", self._model, rows,
-                        1000 * min(timings[1:]), 1000 * timings[0], threading.current_thread().name)
+            logger.info(
+                "warmed up %s at batch size %d: %.3f ms per run (first %.0f ms, thread %s)",
+                self._model,
+                rows,
+                1000 * min(timings[1:]),
+                1000 * timings[0],
+                threading.current_thread().name,
+            )

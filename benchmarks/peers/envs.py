@@ -49,7 +49,8 @@ def ensure_env(peer: str, *, root: Path = PEERS_DIR, on_line: Callable[[str], No
     log_path.parent.mkdir(parents=True, exist_ok=True)
     on_line(f"{peer}: installing {' '.join(requirements(peer))} into {python.parent.parent} (first use: minutes)")
     steps = ([] if python.is_file() else [[sys.executable, "-m", "venv", str(python.parent.parent)]]) + [
-        [str(python), "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *requirements(peer)]]
+        [str(python), "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *requirements(peer)]
+    ]
     with open(log_path, "w") as log:
         for command in steps:
             last = _run_streamed(command, log, lambda line: on_line(f"{peer}: {line}"))

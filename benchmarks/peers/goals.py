@@ -51,28 +51,44 @@ def goals(models: dict) -> list[dict]:
         for (runtime, protocol, concurrency), ours in sorted(points.items()):
             if runtime != SLIPWAY:
                 continue
-            others = {name: point for (name, proto, conc), point in points.items()
-                      if name != SLIPWAY and (proto, conc) == (protocol, concurrency)}
+            others = {
+                name: point
+                for (name, proto, conc), point in points.items()
+                if name != SLIPWAY and (proto, conc) == (protocol, concurrency)
+            }
             if not others:
                 continue
             where = (model, protocol, concurrency)
             if concurrency == THROUGHPUT_AT:
-                found.append(_against_best(where, "rows/s, at least the best other server's", ours, others,
-                                           "rows_per_s", ">=", 1.0))
+                found.append(
+                    _against_best(where, "rows/s, at least the best other server's", ours, others, "rows_per_s", ">=", 1.0)
+                )
             if concurrency == LATENCY_AT:
-                found.append(_against_best(where, "p50 latency, within 10% of the best other server's", ours, others,
-                                           "p50_ms", "<=", LATENCY_SLACK))
-            found.append(_against_best(where, "server CPU per request, at most the best other server's", ours, others,
-                                       "server_cpu_ms_per_request", "<=", 1.0))
+                found.append(
+                    _against_best(
+                        where, "p50 latency, within 10% of the best other server's", ours, others, "p50_ms", "<=", LATENCY_SLACK
+                    )
+                )
+            found.append(
+                _against_best(
+                    where,
+                    "server CPU per request, at most the best other server's",
+                    ours,
+                    others,
+                    "server_cpu_ms_per_request",
+                    "<=",
+                    1.0,
+                )
+            )
             if (model, protocol, concurrency) == (RAW_MODEL, GRPC, THROUGHPUT_AT) and "raw_rounds_rows_per_s" in ours:
-                bound = next((b for b in result.get("cpu_bounds", []) if (b["protocol"], b["concurrency"]) == where[1:]),
-                             None)
+                bound = next((b for b in result.get("cpu_bounds", []) if (b["protocol"], b["concurrency"]) == where[1:]), None)
                 found.append(_against_raw(where, ours, result["raw_limit_rows_per_s"], bound))
     return [asdict(goal) for goal in found]
 
 
-def _against_best(where: tuple[str, str, int], goal: str, ours: dict, others: dict[str, dict], key: str,
-                  comparison: str, target: float) -> Goal:
+def _against_best(
+    where: tuple[str, str, int], goal: str, ours: dict, others: dict[str, dict], key: str, comparison: str, target: float
+) -> Goal:
     higher_is_better = comparison == ">="
     pick = max if higher_is_better else min
     best_name = pick(others, key=lambda name: others[name][key])
@@ -80,9 +96,19 @@ def _against_best(where: tuple[str, str, int], goal: str, ours: dict, others: di
     rounds_key = f"rounds_{key}"
     paired = [mine / theirs for mine, theirs in zip(ours[rounds_key], best[rounds_key], strict=True)]
     value = statistics.median(paired)
-    return Goal(goal, *where, ours=ours[key], theirs=best[key], against=best_name,
-                ratio=round(ours[key] / best[key], 3), paired=round(value, 3), rounds=[round(r, 3) for r in paired],
-                comparison=comparison, target=target, met=value >= target if higher_is_better else value <= target)
+    return Goal(
+        goal,
+        *where,
+        ours=ours[key],
+        theirs=best[key],
+        against=best_name,
+        ratio=round(ours[key] / best[key], 3),
+        paired=round(value, 3),
+        rounds=[round(r, 3) for r in paired],
+        comparison=comparison,
+        target=target,
+        met=value >= target if higher_is_better else value <= target,
+    )
 
 
 def _against_raw(where: tuple[str, str, int], ours: dict, limit: float, bound: dict | None) -> Goal:
@@ -90,10 +116,20 @@ def _against_raw(where: tuple[str, str, int], ours: dict, limit: float, bound: d
     value = statistics.median(paired)
     beside = f"the run's fastest raw sweep: {ours['rows_per_s'] / limit:.2f}x"
     if bound:
-        of_bound = statistics.median(mine / most for mine, most in
-                                     zip(ours["rounds_rows_per_s"], bound["rounds_rows_per_s"], strict=True))
+        of_bound = statistics.median(
+            mine / most for mine, most in zip(ours["rounds_rows_per_s"], bound["rounds_rows_per_s"], strict=True)
+        )
         beside += f"; the point's CPU bound: {bound['x_raw_same_round']:.2f}x raw, Slipway at {of_bound:.2f} of it"
-    return Goal(f"rows/s, at least {RAW_SHARE:g}x raw ONNX Runtime's best batch (in the same round; {beside})",
-                *where, ours=ours["rows_per_s"],
-                theirs=limit, against="raw", ratio=round(ours["rows_per_s"] / limit, 3), paired=round(value, 3),
-                rounds=[round(r, 3) for r in paired], comparison=">=", target=RAW_SHARE, met=value >= RAW_SHARE)
+    return Goal(
+        f"rows/s, at least {RAW_SHARE:g}x raw ONNX Runtime's best batch (in the same round; {beside})",
+        *where,
+        ours=ours["rows_per_s"],
+        theirs=limit,
+        against="raw",
+        ratio=round(ours["rows_per_s"] / limit, 3),
+        paired=round(value, 3),
+        rounds=[round(r, 3) for r in paired],
+        comparison=">=",
+        target=RAW_SHARE,
+        met=value >= RAW_SHARE,
+    )

@@ -120,12 +120,15 @@ def served_answer(server, protocol: str, model: str, inputs: dict[str, np.ndarra
         response = service_pb2.ModelInferResponse.FromString(grpc_answer(server.grpc_target, grpc_request(model, inputs)))
         result = InferResult(response)
         return {output.name: result.as_numpy(output.name) for output in response.outputs}
-    request = urllib.request.Request(f"{server.http_url}/v2/models/{model}/infer", data=rest_body(inputs),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+        f"{server.http_url}/v2/models/{model}/infer",
+        data=rest_body(inputs),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         body = json.loads(response.read())
-    return {output["name"]: np.asarray(output["data"], dtype=np.float32).reshape(output["shape"])
-            for output in body["outputs"]}
+    return {output["name"]: np.asarray(output["data"], dtype=np.float32).reshape(output["shape"]) for output in body["outputs"]}
 
 
 def check_answers(server, model: BenchModel, protocols: tuple[str, ...], expected: dict[str, np.ndarray]) -> str | None:
@@ -173,25 +176,38 @@ def cpu_bound(raw_rounds: list[tuple[float, float]], transport_rounds: list[dict
         per_row_ms = raw_cpu_ms + transport["server_cpu_ms_per_request"] + transport["client_cpu_ms_per_request"]
         rows.append(round(1000 * cpus / per_row_ms, 2))
         ratios.append(rows[-1] / raw_rows)
-    return {"rows_per_s": round(float(np.median(rows)), 2), "x_raw_same_round": round(float(np.median(ratios)), 3),
-            "rounds_rows_per_s": rows, "transport": _median_round(transport_rounds)}
+    return {
+        "rows_per_s": round(float(np.median(rows)), 2),
+        "x_raw_same_round": round(float(np.median(ratios)), 3),
+        "rounds_rows_per_s": rows,
+        "transport": _median_round(transport_rounds),
+    }
 
 
-def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, Path | str],
-                advance: Callable[[], None] = lambda: None, work_dir: Path = BENCH_DIR / "peers") -> dict:
+def bench_model(
+    model: BenchModel,
+    config: PeersConfig,
+    peer_pythons: dict[str, Path | str],
+    advance: Callable[[], None] = lambda: None,
+    work_dir: Path = BENCH_DIR / "peers",
+) -> dict:
     """One model against every server; `peer_pythons` holds each peer's Python, or why it cannot run."""
     import onnxruntime as ort
 
     def raw_sweep() -> list[dict]:
-        return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES,
-                           seconds=config.raw_seconds)
+        return measure_raw(model.onnx_path, model.input_name, model.row, batch_sizes=RAW_BATCH_SIZES, seconds=config.raw_seconds)
 
     session = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
     expected = dict(zip(names, session.run(names, {model.input_name: model.row})))
     raw_before = raw_sweep()
-    raw_now = raw_turn(model.onnx_path, model.input_name, model.row, seconds=config.raw_seconds,
-                       setting=max(raw_before, key=lambda result: result["rows_per_s"]))
+    raw_now = raw_turn(
+        model.onnx_path,
+        model.input_name,
+        model.row,
+        seconds=config.raw_seconds,
+        setting=max(raw_before, key=lambda result: result["rows_per_s"]),
+    )
     advance()
     status: dict[str, str] = {}
     inputs = {model.input_name: model.row}
@@ -238,9 +254,16 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
                             held = transport_rounds.setdefault(concurrency, [])
                             hold_ms = transport_hold_ms(rounds[(SLIPWAY, concurrency, protocol)][-1], held)
                             transport.hold(hold_ms)
-                        result = run_load(protocol=protocol, server=transport if name == TRANSPORT else servers[name],
-                                          model=model.name, inputs=inputs, concurrency=concurrency,
-                                          seconds=config.seconds, warmup_s=config.warmup_s, process_tree=True)
+                        result = run_load(
+                            protocol=protocol,
+                            server=transport if name == TRANSPORT else servers[name],
+                            model=model.name,
+                            inputs=inputs,
+                            concurrency=concurrency,
+                            seconds=config.seconds,
+                            warmup_s=config.warmup_s,
+                            process_tree=True,
+                        )
                         if name == TRANSPORT:
                             held.append({**result.summary(), "hold_ms": hold_ms})
                         else:
@@ -254,8 +277,9 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
         point = {"runtime": name, **_median_round(summaries)}
         point["x_raw_limit"] = round(point["rows_per_s"] / limit, 3)
         same_round = [raw_rows for raw_rows, _ in raw_rounds[(concurrency, protocol)]]
-        point["x_raw_same_round"] = round(float(np.median(
-            [summary["rows_per_s"] / raw for summary, raw in zip(summaries, same_round, strict=True)])), 3)
+        point["x_raw_same_round"] = round(
+            float(np.median([summary["rows_per_s"] / raw for summary, raw in zip(summaries, same_round, strict=True)])), 3
+        )
         point["raw_rounds_rows_per_s"] = same_round
         point["rounds_rows_per_s"] = [summary["rows_per_s"] for summary in summaries]
         point["rounds_p50_ms"] = [summary["p50_ms"] for summary in summaries]
@@ -263,13 +287,24 @@ def bench_model(model: BenchModel, config: PeersConfig, peer_pythons: dict[str, 
         point["rounds_machine_steal_pct"] = [summary["machine_steal_pct"] for summary in summaries]  # the host's noise
         points.append(point)
     cpus = len(os.sched_getaffinity(0))
-    bounds = [{"protocol": GRPC, "concurrency": concurrency,
-               **cpu_bound(raw_rounds[(concurrency, GRPC)], transport_rounds[concurrency], cpus)}
-              for concurrency in sorted(transport_rounds)]
+    bounds = [
+        {
+            "protocol": GRPC,
+            "concurrency": concurrency,
+            **cpu_bound(raw_rounds[(concurrency, GRPC)], transport_rounds[concurrency], cpus),
+        }
+        for concurrency in sorted(transport_rounds)
+    ]
     for bound in bounds:
         bound["x_raw_limit"] = round(bound["rows_per_s"] / limit, 3)
-    return {"source": model.source, "raw": raw, "raw_limit_rows_per_s": limit, "servers": status, "points": points,
-            "cpu_bounds": bounds}
+    return {
+        "source": model.source,
+        "raw": raw,
+        "raw_limit_rows_per_s": limit,
+        "servers": status,
+        "points": points,
+        "cpu_bounds": bounds,
+    }
 
 
 def steps(config: PeersConfig) -> int:
@@ -279,8 +314,14 @@ def steps(config: PeersConfig) -> int:
     return len(config.models) * (3 + loads)
 
 
-def bench_payload(config: PeersConfig, models: dict[str, dict], peers: dict[str, str], started: float,
-                  load_before: tuple[float, ...], wakeup_before) -> dict:
+def bench_payload(
+    config: PeersConfig,
+    models: dict[str, dict],
+    peers: dict[str, str],
+    started: float,
+    load_before: tuple[float, ...],
+    wakeup_before,
+) -> dict:
     """The report: the measurements with what they were measured on and by."""
     return {
         "config": config.model_dump(mode="json"),
@@ -291,7 +332,7 @@ def bench_payload(config: PeersConfig, models: dict[str, dict], peers: dict[str,
         "wakeup_round_trip_us": {"before": wakeup_before, "after": wakeup_round_trip_us()},
         "duration_s": round(time.time() - started, 1),
         "client": "closed loop, one prepared batch-1 request per client (gRPC: raw_input_contents; REST: V2 JSON), "
-                  "same machine; server CPU is the server's whole process tree",
+        "same machine; server CPU is the server's whole process tree",
         "models": models,
         "goals": goals(models),
     }
@@ -299,8 +340,12 @@ def bench_payload(config: PeersConfig, models: dict[str, dict], peers: dict[str,
 
 def wrong_answers(payload: dict) -> list[str]:
     """Each server that answered differently from raw ONNX Runtime, per model: the run fails on these."""
-    return [f"{model}: {name}: {status}" for model, result in payload["models"].items()
-            for name, status in result["servers"].items() if "wrong answer" in status]
+    return [
+        f"{model}: {name}: {status}"
+        for model, result in payload["models"].items()
+        for name, status in result["servers"].items()
+        if "wrong answer" in status
+    ]
 
 
 def peer_pythons(config: PeersConfig, on_line: Callable[[str], None]) -> dict[str, Path | str]:

@@ -49,8 +49,12 @@ def main() -> None:
                 output = InferOutput(name=name, shape=list(result.shape), datatype=from_np_dtype(result.dtype))
                 output.set_data_from_numpy(result, binary_data=payload.use_binary_outputs)
                 answers.append(output)
-            return InferResponse(response_id=payload.id or "", model_name=self.name, infer_outputs=answers,
-                                 use_binary_outputs=payload.use_binary_outputs)
+            return InferResponse(
+                response_id=payload.id or "",
+                model_name=self.name,
+                infer_outputs=answers,
+                use_binary_outputs=payload.use_binary_outputs,
+            )
 
     ModelServer().start([OnnxModel(args.served_name, args.onnx_file)])
 
@@ -65,6 +69,7 @@ def _bind_loopback(uvicorn) -> None:
 
     uvicorn.Config.__init__ = loopback_config
     from grpc.aio._server import Server as server_class  # what grpc.aio.server() returns
+
     add_port = server_class.add_insecure_port
 
     def loopback_port(self, address: str) -> int:

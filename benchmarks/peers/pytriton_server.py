@@ -15,9 +15,16 @@ import sysconfig
 
 LOOPBACK = "127.0.0.1"
 # ONNX Runtime's type names -> numpy's, for the tensors these models have.
-NUMPY_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-               "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8", "tensor(uint8)": "uint8",
-               "tensor(bool)": "bool"}
+NUMPY_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
 
 
 def main() -> None:
@@ -41,20 +48,35 @@ def main() -> None:
     outputs = [output.name for output in session.get_outputs()]
 
     def tensors(graph_tensors) -> list[Tensor]:  # the batch axis is Triton's: each tensor's shape without it
-        return [Tensor(name=tensor.name, dtype=np.dtype(NUMPY_TYPES[tensor.type]),
-                       shape=tuple(size if isinstance(size, int) else -1 for size in tensor.shape[1:]))
-                for tensor in graph_tensors]
+        return [
+            Tensor(
+                name=tensor.name,
+                dtype=np.dtype(NUMPY_TYPES[tensor.type]),
+                shape=tuple(size if isinstance(size, int) else -1 for size in tensor.shape[1:]),
+            )
+            for tensor in graph_tensors
+        ]
 
     @batch
     def infer(**inputs: np.ndarray) -> dict[str, np.ndarray]:
         return dict(zip(outputs, session.run(outputs, inputs)))
 
-    config = TritonConfig(http_address=LOOPBACK, http_port=args.http_port, grpc_address=LOOPBACK,
-                          grpc_port=args.grpc_port, metrics_address=LOOPBACK, metrics_port=args.metrics_port)
+    config = TritonConfig(
+        http_address=LOOPBACK,
+        http_port=args.http_port,
+        grpc_address=LOOPBACK,
+        grpc_port=args.grpc_port,
+        metrics_address=LOOPBACK,
+        metrics_port=args.metrics_port,
+    )
     with Triton(config=config, workspace=args.workspace) as triton:
-        triton.bind(model_name=args.served_name, infer_func=infer, inputs=tensors(session.get_inputs()),
-                    outputs=tensors(session.get_outputs()),
-                    config=ModelConfig(batching=True, batcher=DynamicBatcher(max_queue_delay_microseconds=0)))
+        triton.bind(
+            model_name=args.served_name,
+            infer_func=infer,
+            inputs=tensors(session.get_inputs()),
+            outputs=tensors(session.get_outputs()),
+            config=ModelConfig(batching=True, batcher=DynamicBatcher(max_queue_delay_microseconds=0)),
+        )
         triton.serve()
 
 

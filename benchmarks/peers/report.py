@@ -13,8 +13,12 @@ LABELS = {"plain": "plain MLServer runtime", "slipway": "Slipway's runtime", "ks
 
 
 def server_label(name: str, versions: dict[str, str]) -> str:
-    known = {"kserve": versions.get("kserve"), "pytriton": versions.get("nvidia-pytriton"),
-             "plain": versions.get("mlserver"), "slipway": versions.get("mlserver")}
+    known = {
+        "kserve": versions.get("kserve"),
+        "pytriton": versions.get("nvidia-pytriton"),
+        "plain": versions.get("mlserver"),
+        "slipway": versions.get("mlserver"),
+    }
     pinned = known.get(name)
     suffix = f" (MLServer {pinned})" if name in ("plain", "slipway") and pinned else (f" {pinned}" if pinned else "")
     return LABELS.get(name, name) + suffix
@@ -35,16 +39,19 @@ def markdown(payload: dict) -> str:
     ]
     for name, model in payload["models"].items():
         best = max(model["raw"], key=lambda result: result["rows_per_s"])
-        lines.append(f"| {name} | raw `session.run` in-process (best: batch {best['batch']}) | | | | "
-                     f"{model['raw_limit_rows_per_s']:.1f} | 1.00 | 1.00 | | | {best['cpu_ms_per_row']} per row | |")
+        lines.append(
+            f"| {name} | raw `session.run` in-process (best: batch {best['batch']}) | | | | "
+            f"{model['raw_limit_rows_per_s']:.1f} | 1.00 | 1.00 | | | {best['cpu_ms_per_row']} per row | |"
+        )
         for server in SERVERS:
             status = model["servers"].get(server, "not run: not in this run")
             label = server_label(server, versions)
             if status != MEASURED:
                 lines.append(f"| {name} | {label} | {_cell(status)} | | | | | | | | | |")
                 continue
-            for point in sorted((p for p in model["points"] if p["runtime"] == server),
-                                key=lambda p: (p["protocol"], p["concurrency"])):
+            for point in sorted(
+                (p for p in model["points"] if p["runtime"] == server), key=lambda p: (p["protocol"], p["concurrency"])
+            ):
                 cpu = point.get("server_cpu_ms_per_request")
                 same_round = point.get("x_raw_same_round")  # reports before it was measured lack it
                 lines.append(
@@ -52,13 +59,15 @@ def markdown(payload: dict) -> str:
                     f"{point['rows_per_s']:.1f} | {point['x_raw_limit']:.3f} | {'' if same_round is None else format(same_round, '.3f')} | "
                     f"{point['p50_ms']:.2f} | {point['p99_ms']:.2f} | "
                     f"{'' if cpu is None else format(cpu, '.3g')} | "
-                    f"{' / '.join(f'{rows:.0f}' for rows in point.get('rounds_rows_per_s', []))} |")
+                    f"{' / '.join(f'{rows:.0f}' for rows in point.get('rounds_rows_per_s', []))} |"
+                )
         for point in model.get("cpu_bounds", []):  # reports before it was measured lack it
             lines.append(
                 f"| {name} | {CPU_BOUND} | {point['protocol']} | {point['concurrency']} | | {point['rows_per_s']:.1f} | "
                 f"{point['x_raw_limit']:.3f} | {point['x_raw_same_round']:.3f} | | | "
                 f"{point['transport']['server_cpu_ms_per_request']:.3g} (the transport alone) | "
-                f"{' / '.join(f'{rows:.0f}' for rows in point['rounds_rows_per_s'])} |")
+                f"{' / '.join(f'{rows:.0f}' for rows in point['rounds_rows_per_s'])} |"
+            )
     lines += _goal_lines(payload.get("goals", []), versions)  # reports before they were judged lack them
     peers = payload.get("peers", {})
     missing = [f"{server_label(peer, versions)}: {status}" for peer, status in peers.items() if status != MEASURED]
@@ -70,17 +79,23 @@ def markdown(payload: dict) -> str:
 def _goal_lines(goals: list[dict], versions: dict[str, str]) -> list[str]:
     if not goals:
         return []
-    lines = ["", f"Issue 31's goals for Slipway's defaults in this run: {sum(g['met'] for g in goals)} of {len(goals)} met "
-             "(judged on the ratio paired round by round, its median; `benchmarks/peers/goals.py`):", "",
-             "| model | protocol | concurrency | goal | Slipway | best other | ratio of median rounds "
-             "| paired: median (each round) | target | met |",
-             "|---|---|---:|---|---:|---|---:|---:|---:|:-:|"]
+    lines = [
+        "",
+        f"Issue 31's goals for Slipway's defaults in this run: {sum(g['met'] for g in goals)} of {len(goals)} met "
+        "(judged on the ratio paired round by round, its median; `benchmarks/peers/goals.py`):",
+        "",
+        "| model | protocol | concurrency | goal | Slipway | best other | ratio of median rounds "
+        "| paired: median (each round) | target | met |",
+        "|---|---|---:|---|---:|---|---:|---:|---:|:-:|",
+    ]
     for goal in goals:
         against = "raw `session.run`" if goal["against"] == "raw" else server_label(goal["against"], versions)
         rounds = " / ".join(f"{ratio:.2f}" for ratio in goal["rounds"])
-        lines.append(f"| {goal['model']} | {goal['protocol']} | {goal['concurrency']} | {goal['goal']} | {goal['ours']:.3g} "
-                     f"| {against}: {goal['theirs']:.3g} | {goal['ratio']:.2f} | {goal['paired']:.2f} ({rounds}) "
-                     f"| {goal['comparison']} {goal['target']:g} | {'yes' if goal['met'] else '**no**'} |")
+        lines.append(
+            f"| {goal['model']} | {goal['protocol']} | {goal['concurrency']} | {goal['goal']} | {goal['ours']:.3g} "
+            f"| {against}: {goal['theirs']:.3g} | {goal['ratio']:.2f} | {goal['paired']:.2f} ({rounds}) "
+            f"| {goal['comparison']} {goal['target']:g} | {'yes' if goal['met'] else '**no**'} |"
+        )
     return lines
 
 

@@ -49,16 +49,32 @@ class PeerServer(LoopbackServer):
         self.log_path = self._workdir / "server.log"
 
     def command(self) -> list[str]:
-        command = [str(self.python), str(SCRIPTS[self.peer]), "--onnx-file", str(self.onnx_file), "--served-name",
-                   self.model, "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        command = [
+            str(self.python),
+            str(SCRIPTS[self.peer]),
+            "--onnx-file",
+            str(self.onnx_file),
+            "--served-name",
+            self.model,
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+        ]
         if self.peer == PYTRITON:  # its workspace (a copy of tritonserver, the model store) goes with ours
             command += ["--metrics-port", str(self.metrics_port), "--workspace", str(self._workdir / "workspace")]
         return command
 
     def __enter__(self) -> PeerServer:
         with open(self.log_path, "wb") as log:
-            self._process = subprocess.Popen(self.command(), cwd=self._workdir, stdout=log, stderr=subprocess.STDOUT,
-                                             start_new_session=True, preexec_fn=stop_with_parent)
+            self._process = subprocess.Popen(
+                self.command(),
+                cwd=self._workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=stop_with_parent,
+            )
         try:
             self._wait_ready()
         except BaseException:
@@ -71,13 +87,15 @@ class PeerServer(LoopbackServer):
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise PeerUnavailable(f"{self.peer} exited with code {self._process.returncode}: {self.failure_reason()} "
-                                      f"(log: {self.log_path})")
+                raise PeerUnavailable(
+                    f"{self.peer} exited with code {self._process.returncode}: {self.failure_reason()} (log: {self.log_path})"
+                )
             if self._model_ready() and self._grpc_listening():
                 return
             time.sleep(0.5)
-        raise PeerUnavailable(f"{self.peer} was not ready after {self.ready_timeout_s:.0f} s: {self.failure_reason()} "
-                              f"(log: {self.log_path})")
+        raise PeerUnavailable(
+            f"{self.peer} was not ready after {self.ready_timeout_s:.0f} s: {self.failure_reason()} (log: {self.log_path})"
+        )
 
     def _model_ready(self) -> bool:
         try:
@@ -95,8 +113,11 @@ class PeerServer(LoopbackServer):
 
     def failure_reason(self) -> str:
         """The last error line in the server's log (the first is often a harmless warning), else its last line."""
-        lines = [line.strip() for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()] \
-            if self.log_path.exists() else []
+        lines = (
+            [line.strip() for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
+            if self.log_path.exists()
+            else []
+        )
         errors = [found.group(0) for line in lines if (found := _ERROR_LINE.search(line))]
         reason = errors[-1] if errors else (lines[-1] if lines else "no output")
         return reason[:300]

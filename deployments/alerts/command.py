@@ -16,11 +16,14 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line PromQL as YAML block text, the way people write rule files."""
 
 
-_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+_Dumper.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+)
 
-HEADER = ("# Rendered from the SLO file's lines by `python -m deployments alerts --slo {slo} --namespace {namespace} "
-          "--model {model}`\n# (make alerts): edit the SLO file and render again rather than editing this file.\n")
+HEADER = (
+    "# Rendered from the SLO file's lines by `python -m deployments alerts --slo {slo} --namespace {namespace} "
+    "--model {model}`\n# (make alerts): edit the SLO file and render again rather than editing this file.\n"
+)
 
 
 def add_command(commands) -> None:
@@ -29,19 +32,28 @@ def add_command(commands) -> None:
     from slipway.paths import BUILD_DIR
 
     parser = commands.add_parser(
-        "alerts", help="render Prometheus alerts (a PrometheusRule) from an SLO file's lines",
+        "alerts",
+        help="render Prometheus alerts (a PrometheusRule) from an SLO file's lines",
         description="Render the SLO file's latency (p50_ms, p95_ms, p99_ms), error-rate (max_error_rate: multi-window "
-                    "burn-rate alerts on the error budget) and throughput (min_rps) lines as Prometheus rules for one "
-                    "model, over the series its PodMonitor scrapes.")
+        "burn-rate alerts on the error budget) and throughput (min_rps) lines as Prometheus rules for one "
+        "model, over the series its PodMonitor scrapes.",
+    )
     parser.add_argument("--slo", required=True, type=Path, help="the SLO file `make loadtest SLO=` takes")
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE,
-                        help=f"where the model runs (default {DEFAULT_NAMESPACE})")
-    parser.add_argument("--model", default="digits", help="the model (render names its SeldonDeployment after it; "
-                        "default digits)")
-    parser.add_argument("--latency-histogram", default=DEFAULT_LATENCY_HISTOGRAM,
-                        help=f"the histogram latency lines are read from (default {DEFAULT_LATENCY_HISTOGRAM})")
-    parser.add_argument("--out", type=Path, default=BUILD_DIR / "manifests" / "alerts",
-                        help="the folder the two rule files are written to (default build/manifests/alerts)")
+    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE})")
+    parser.add_argument(
+        "--model", default="digits", help="the model (render names its SeldonDeployment after it; default digits)"
+    )
+    parser.add_argument(
+        "--latency-histogram",
+        default=DEFAULT_LATENCY_HISTOGRAM,
+        help=f"the histogram latency lines are read from (default {DEFAULT_LATENCY_HISTOGRAM})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=BUILD_DIR / "manifests" / "alerts",
+        help="the folder the two rule files are written to (default build/manifests/alerts)",
+    )
     parser.set_defaults(func=cmd_alerts)
 
 
@@ -54,8 +66,9 @@ def cmd_alerts(args) -> int:
     try:
         slo = load_slo(args.slo)
         if slo.is_empty():
-            raise UserError(f"SLO file {args.slo} has none of the lines alerts are made from ({', '.join(LINES)}): "
-                            "add one, e.g. `p95_ms: 50`")
+            raise UserError(
+                f"SLO file {args.slo} has none of the lines alerts are made from ({', '.join(LINES)}): add one, e.g. `p95_ms: 50`"
+            )
         rules = SloRules(slo, namespace=args.namespace, model=args.model, latency_histogram=args.latency_histogram)
     except (ConfigError, RuleError) as err:
         raise UserError(str(err)) from err
@@ -71,7 +84,10 @@ def cmd_alerts(args) -> int:
     every = [r for group in rule["spec"]["groups"] for r in group["rules"]]
     alerts = sum(1 for r in every if "alert" in r)
     lines = [line for line in LINES if getattr(slo, line) is not None]
-    console.print(f"{alerts} alerts and {len(every) - alerts} recording rules for {args.model} in namespace "
-                  f"{args.namespace} from {', '.join(lines)} -> "
-                  f"{', '.join(str(path) for path in files)}", soft_wrap=True)
+    console.print(
+        f"{alerts} alerts and {len(every) - alerts} recording rules for {args.model} in namespace "
+        f"{args.namespace} from {', '.join(lines)} -> "
+        f"{', '.join(str(path) for path in files)}",
+        soft_wrap=True,
+    )
     return 0

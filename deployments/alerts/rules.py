@@ -121,14 +121,18 @@ class SloRules:
         except RenderError as err:
             raise RuleError(str(err)) from err
         if not _MODEL_NAME.match(self.model):
-            raise RuleError(f"model {self.model!r} cannot name a SeldonDeployment: send the model's name as render "
-                            "pins it (at most 40 lower-case letters, digits and '-', e.g. digits)")
+            raise RuleError(
+                f"model {self.model!r} cannot name a SeldonDeployment: send the model's name as render "
+                "pins it (at most 40 lower-case letters, digits and '-', e.g. digits)"
+            )
         if not _METRIC_NAME.match(self.latency_histogram):
-            raise RuleError(f"latency histogram {self.latency_histogram!r} is not a metric name: send one such as "
-                            f"{DEFAULT_LATENCY_HISTOGRAM}")
+            raise RuleError(
+                f"latency histogram {self.latency_histogram!r} is not a metric name: send one such as {DEFAULT_LATENCY_HISTOGRAM}"
+            )
         if self.slo.is_empty():
-            raise RuleError(f"the SLO has none of the lines alerts are made from ({', '.join(LINES)}): "
-                            "add one, e.g. `p95_ms: 50`")
+            raise RuleError(
+                f"the SLO has none of the lines alerts are made from ({', '.join(LINES)}): add one, e.g. `p95_ms: 50`"
+            )
 
     @property
     def selector(self) -> str:
@@ -142,38 +146,44 @@ class SloRules:
         """One group: the error-ratio records (only with max_error_rate), then the alerts. Prometheus evaluates a
         group's rules in order, so each burn-rate alert reads the ratios of this evaluation; from a group of their
         own it would read this or the last one, whichever group the scheduler happened to run first."""
-        rules = [*self.error_ratio_records(), *self.latency_alerts(), *self.burn_rate_alerts(),
-                 *self.throughput_alerts()]
+        rules = [*self.error_ratio_records(), *self.latency_alerts(), *self.burn_rate_alerts(), *self.throughput_alerts()]
         return [{"name": f"slipway-{self.model}-slo", "rules": rules}]
 
     def latency_alerts(self) -> list[dict[str, Any]]:
-        measured = ("time inside ONNX Runtime per run" if self.latency_histogram == INFERENCE_SECONDS
-                    else f"the histogram {self.latency_histogram}")
+        measured = (
+            "time inside ONNX Runtime per run"
+            if self.latency_histogram == INFERENCE_SECONDS
+            else f"the histogram {self.latency_histogram}"
+        )
         rules = []
         for line, quantile in QUANTILES.items():
             limit = getattr(self.slo, line)
             if limit is None:
                 continue
             name = line.removesuffix("_ms")
-            rules.append({
-                "alert": LATENCY_ALERT,
-                "expr": (f"histogram_quantile({quantile:g}, sum by (le, {', '.join(PREDICTOR_LABELS)}) "
-                         f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{LATENCY_WINDOW}]))) * 1000 "
-                         f"> {_number(limit)}"),
-                "for": LATENCY_FOR,
-                "labels": {"severity": "page", "slo": line},
-                "annotations": {
-                    "summary": f"{self.model}/{_PREDICTOR}: {name} latency {{{{ printf \"%.1f\" $value }}}} ms, "
-                               f"above the SLO's {line}: {_number(limit)}",
-                    "description": f"The {name} of {self.latency_histogram} ({measured}) of predictor {_PREDICTOR} "
-                                   f"of {self.model} in namespace {self.namespace}, over {LATENCY_WINDOW}, has been "
-                                   f"above {_number(limit)} ms for {LATENCY_FOR}. SLO line: {line}: {_number(limit)}.",
-                    "runbook": f"Open the Slipway dashboard for {self.model}: queue time rising with CPU at its limit "
-                               "or replicas at the HPA's maximum is too little capacity (raise maxReplicas or the "
-                               "CPU request: make recommend); one new version slower than the last: make rollback "
-                               f"TAG=<tag>. Pods: {self.pods}",
-                },
-            })
+            rules.append(
+                {
+                    "alert": LATENCY_ALERT,
+                    "expr": (
+                        f"histogram_quantile({quantile:g}, sum by (le, {', '.join(PREDICTOR_LABELS)}) "
+                        f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{LATENCY_WINDOW}]))) * 1000 "
+                        f"> {_number(limit)}"
+                    ),
+                    "for": LATENCY_FOR,
+                    "labels": {"severity": "page", "slo": line},
+                    "annotations": {
+                        "summary": f'{self.model}/{_PREDICTOR}: {name} latency {{{{ printf "%.1f" $value }}}} ms, '
+                        f"above the SLO's {line}: {_number(limit)}",
+                        "description": f"The {name} of {self.latency_histogram} ({measured}) of predictor {_PREDICTOR} "
+                        f"of {self.model} in namespace {self.namespace}, over {LATENCY_WINDOW}, has been "
+                        f"above {_number(limit)} ms for {LATENCY_FOR}. SLO line: {line}: {_number(limit)}.",
+                        "runbook": f"Open the Slipway dashboard for {self.model}: queue time rising with CPU at its limit "
+                        "or replicas at the HPA's maximum is too little capacity (raise maxReplicas or the "
+                        "CPU request: make recommend); one new version slower than the last: make rollback "
+                        f"TAG=<tag>. Pods: {self.pods}",
+                    },
+                }
+            )
         return rules
 
     def error_ratio_records(self) -> list[dict[str, Any]]:
@@ -193,27 +203,33 @@ class SloRules:
         for burn in BURN_RATES:
             threshold = f"({_number(burn.factor)} * {_number(budget)})"
             long, short = (f"{error_ratio_record(w)}{{{self.selector}}} > {threshold}" for w in (burn.long, burn.short))
-            rules.append({
-                "alert": BURN_ALERT,
-                "expr": f"{long}\nand\n{short}",
-                "for": burn.hold,
-                "labels": {"severity": burn.severity, "slo": "max_error_rate", "long_window": burn.long,
-                           "short_window": burn.short},
-                "annotations": {
-                    "summary": f"{self.model}/{_PREDICTOR}: {{{{ humanizePercentage $value }}}} of requests failed "
-                               f"over {burn.long}, burning the error budget {_number(burn.factor)}x too fast",
-                    "description": f"Failed requests ({FAILURE_COUNTER} over success + failure) of predictor "
-                                   f"{_PREDICTOR} of {self.model} in namespace {self.namespace} were "
-                                   f"{{{{ humanizePercentage $value }}}} of those answered over {burn.long}, and above "
-                                   f"{_number(burn.factor)} x max_error_rate over {burn.short} too: at this pace "
-                                   f"{burn.budget_spent:.0%} of the {BUDGET_PERIOD} error budget goes in {burn.long}. "
-                                   f"SLO line: max_error_rate: {_number(budget)}.",
-                    "runbook": f"The errors: kubectl -n {self.namespace} logs -l {MODEL_LABEL}={self.model},"
-                               f"{PREDICTOR_LABEL}={_PREDICTOR} -c {self.model} --since={burn.long}. A canary failing: "
-                               "take its traffic away (canary-judge says why); one new version failing: make rollback "
-                               "TAG=<tag>; every version failing: look at what the callers send.",
-                },
-            })
+            rules.append(
+                {
+                    "alert": BURN_ALERT,
+                    "expr": f"{long}\nand\n{short}",
+                    "for": burn.hold,
+                    "labels": {
+                        "severity": burn.severity,
+                        "slo": "max_error_rate",
+                        "long_window": burn.long,
+                        "short_window": burn.short,
+                    },
+                    "annotations": {
+                        "summary": f"{self.model}/{_PREDICTOR}: {{{{ humanizePercentage $value }}}} of requests failed "
+                        f"over {burn.long}, burning the error budget {_number(burn.factor)}x too fast",
+                        "description": f"Failed requests ({FAILURE_COUNTER} over success + failure) of predictor "
+                        f"{_PREDICTOR} of {self.model} in namespace {self.namespace} were "
+                        f"{{{{ humanizePercentage $value }}}} of those answered over {burn.long}, and above "
+                        f"{_number(burn.factor)} x max_error_rate over {burn.short} too: at this pace "
+                        f"{burn.budget_spent:.0%} of the {BUDGET_PERIOD} error budget goes in {burn.long}. "
+                        f"SLO line: max_error_rate: {_number(budget)}.",
+                        "runbook": f"The errors: kubectl -n {self.namespace} logs -l {MODEL_LABEL}={self.model},"
+                        f"{PREDICTOR_LABEL}={_PREDICTOR} -c {self.model} --since={burn.long}. A canary failing: "
+                        "take its traffic away (canary-judge says why); one new version failing: make rollback "
+                        "TAG=<tag>; every version failing: look at what the callers send.",
+                    },
+                }
+            )
         return rules
 
     def throughput_alerts(self) -> list[dict[str, Any]]:
@@ -222,33 +238,42 @@ class SloRules:
             return []
         _, answered = _failures_and_answered(self.selector, THROUGHPUT_WINDOW, MODEL_LABELS)
         # no series of either counter for the model at all (no pod scraped): 0 requests/s, with the model's labels
-        gone = (f"absent_over_time({REQUEST_COUNTER}{{{self.selector}}}[{THROUGHPUT_WINDOW}]) * 0 and "
-                f"absent_over_time({FAILURE_COUNTER}{{{self.selector}}}[{THROUGHPUT_WINDOW}])")
-        return [{
-            "alert": THROUGHPUT_ALERT,
-            "expr": f"(\n  {answered}\nor\n  {gone}\n) < {_number(limit)}",
-            "for": THROUGHPUT_FOR,
-            "labels": {"severity": "ticket", "slo": "min_rps"},
-            "annotations": {
-                "summary": f"{self.model}: {{{{ printf \"%.2f\" $value }}}} requests/s answered, below the SLO's "
-                           f"min_rps: {_number(limit)}",
-                "description": f"Requests answered (success + failure, every predictor) by {self.model} in namespace "
-                               f"{self.namespace} over {THROUGHPUT_WINDOW} have been below {_number(limit)}/s for "
-                               f"{THROUGHPUT_FOR} (0: no pod of it is scraped). SLO line: min_rps: {_number(limit)}.",
-                "runbook": f"kubectl -n {self.namespace} get seldondeployment {self.model}, and its pods: Ready, and "
-                           f"scraped (PodMonitor {self.model}-mlserver)? Then the gateway's route "
-                           f"/seldon/{self.namespace}/{self.model}/ and whether the callers moved elsewhere.",
-            },
-        }]
+        gone = (
+            f"absent_over_time({REQUEST_COUNTER}{{{self.selector}}}[{THROUGHPUT_WINDOW}]) * 0 and "
+            f"absent_over_time({FAILURE_COUNTER}{{{self.selector}}}[{THROUGHPUT_WINDOW}])"
+        )
+        return [
+            {
+                "alert": THROUGHPUT_ALERT,
+                "expr": f"(\n  {answered}\nor\n  {gone}\n) < {_number(limit)}",
+                "for": THROUGHPUT_FOR,
+                "labels": {"severity": "ticket", "slo": "min_rps"},
+                "annotations": {
+                    "summary": f'{self.model}: {{{{ printf "%.2f" $value }}}} requests/s answered, below the SLO\'s '
+                    f"min_rps: {_number(limit)}",
+                    "description": f"Requests answered (success + failure, every predictor) by {self.model} in namespace "
+                    f"{self.namespace} over {THROUGHPUT_WINDOW} have been below {_number(limit)}/s for "
+                    f"{THROUGHPUT_FOR} (0: no pod of it is scraped). SLO line: min_rps: {_number(limit)}.",
+                    "runbook": f"kubectl -n {self.namespace} get seldondeployment {self.model}, and its pods: Ready, and "
+                    f"scraped (PodMonitor {self.model}-mlserver)? Then the gateway's route "
+                    f"/seldon/{self.namespace}/{self.model}/ and whether the callers moved elsewhere.",
+                },
+            }
+        ]
 
 
 def prometheus_rule(rules: SloRules, *, slo_file: str | None = None) -> dict[str, Any]:
     """The monitoring.coreos.com/v1 PrometheusRule holding `rules`, labelled as render labels the model's resources."""
     metadata: dict[str, Any] = {
-        "name": f"{rules.model}-slo", "namespace": rules.namespace,
+        "name": f"{rules.model}-slo",
+        "namespace": rules.namespace,
         "labels": {**COMMON_LABELS, "app.kubernetes.io/name": rules.model, MODEL_LABEL: rules.model},
     }
     if slo_file:
         metadata["annotations"] = {"slipway.io/slo-file": slo_file}
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": metadata,
-            "spec": {"groups": rules.groups()}}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": metadata,
+        "spec": {"groups": rules.groups()},
+    }

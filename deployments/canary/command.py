@@ -19,21 +19,31 @@ def add_command(commands) -> None:
     from deployments.render import CANARY_PREDICTOR
 
     parser = commands.add_parser(
-        "canary-judge", help="judge a canary predictor against its stable one and the SLO, from Prometheus",
+        "canary-judge",
+        help="judge a canary predictor against its stable one and the SLO, from Prometheus",
         description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].strip(),
     )
-    parser.add_argument("--slo", required=True, help="the SLO file `make loadtest SLO=` takes (its `canary:` section "
-                        "sets the tolerances and min_requests)")
-    parser.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
-                        "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)")
+    parser.add_argument(
+        "--slo",
+        required=True,
+        help="the SLO file `make loadtest SLO=` takes (its `canary:` section sets the tolerances and min_requests)",
+    )
+    parser.add_argument(
+        "--prometheus-url",
+        help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
+        "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
+    )
     parser.add_argument("--namespace", default="slipway", help="where the model runs (default slipway)")
     parser.add_argument("--deployment", default="digits", help="the SeldonDeployment (render names it after the model)")
     parser.add_argument("--stable", default="default", help="the stable predictor (default: default)")
     parser.add_argument("--canary", default=CANARY_PREDICTOR, help=f"the canary predictor (default: {CANARY_PREDICTOR})")
     parser.add_argument("--window", default=DEFAULT_WINDOW, help=f"trailing window judged (default {DEFAULT_WINDOW})")
     parser.add_argument("--at", type=float, help="judge the window ending at this Unix time (default now)")
-    parser.add_argument("--latency-histogram", default=DEFAULT_LATENCY_HISTOGRAM,
-                        help=f"the histogram latency is read from (default {DEFAULT_LATENCY_HISTOGRAM})")
+    parser.add_argument(
+        "--latency-histogram",
+        default=DEFAULT_LATENCY_HISTOGRAM,
+        help=f"the histogram latency is read from (default {DEFAULT_LATENCY_HISTOGRAM})",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
     parser.set_defaults(func=cmd_canary_judge)
 
@@ -51,8 +61,17 @@ def cmd_canary_judge(args) -> int:
     try:
         slo = load_slo(Path(args.slo))
         server = Prometheus.from_env(args.prometheus_url)
-        verdict = judge(server, slo, namespace=args.namespace, deployment=args.deployment, stable=args.stable,
-                        canary=args.canary, window=args.window, at=args.at, latency_histogram=args.latency_histogram)
+        verdict = judge(
+            server,
+            slo,
+            namespace=args.namespace,
+            deployment=args.deployment,
+            stable=args.stable,
+            canary=args.canary,
+            window=args.window,
+            at=args.at,
+            latency_histogram=args.latency_histogram,
+        )
     except (ConfigError, PrometheusError, ValueError) as err:
         raise UserError(str(err)) from err
     if args.json:
@@ -103,13 +122,16 @@ def _add_target_arguments(parser) -> None:
 
     parser.add_argument("--ref", help="the new version in the model store: NAME:NUMBER (digits:4) or NAME@TAG")
     parser.add_argument("--store", type=Path, default=MODEL_STORE_DIR, help=f"the model store (default {MODEL_STORE_DIR})")
-    parser.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE,
-                        help="where the SeldonDeployment runs")
+    parser.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the SeldonDeployment runs")
     parser.add_argument("--deployment", help="the SeldonDeployment (default: the version's model name, as render names it)")
-    parser.add_argument("--storage-root", default=DEFAULT_STORAGE_ROOT, help="where a version without a URI of its own "
-                        f"is uploaded and pulled from (default {DEFAULT_STORAGE_ROOT})")
-    parser.add_argument("--wait", type=float, default=300.0, metavar="SECONDS",
-                        help="how long a predictor may take to roll out (default 300)")
+    parser.add_argument(
+        "--storage-root",
+        default=DEFAULT_STORAGE_ROOT,
+        help=f"where a version without a URI of its own is uploaded and pulled from (default {DEFAULT_STORAGE_ROOT})",
+    )
+    parser.add_argument(
+        "--wait", type=float, default=300.0, metavar="SECONDS", help="how long a predictor may take to roll out (default 300)"
+    )
     add_storage_arguments(parser)
 
 
@@ -117,36 +139,60 @@ def add_canary_commands(commands) -> None:
     from deployments.canary.controller import DEFAULT_STEPS
 
     parser = commands.add_parser(
-        "canary", help="SLO-gated canary: step a new version's traffic up, then promote it or roll it back",
+        "canary",
+        help="SLO-gated canary: step a new version's traffic up, then promote it or roll it back",
         description="Add the new version as a canary predictor and step its share of traffic up while it holds the "
-                    "SLO against the stable predictor (from Prometheus); promote it (the store's tag moves) or roll "
-                    "it back at the first broken line. Resumable: its state is on the SeldonDeployment. "
-                    "Exit 0 promoted, 1 rolled back, 2 refused (nothing changed).")
+        "SLO against the stable predictor (from Prometheus); promote it (the store's tag moves) or roll "
+        "it back at the first broken line. Resumable: its state is on the SeldonDeployment. "
+        "Exit 0 promoted, 1 rolled back, 2 refused (nothing changed).",
+    )
     _add_target_arguments(parser)
-    parser.add_argument("--steps", type=_steps, default=DEFAULT_STEPS,
-                        help=f"canary weights in percent, the last 100 (default {','.join(map(str, DEFAULT_STEPS))})")
-    parser.add_argument("--interval", type=duration_s, default=duration_s("5m"),
-                        help="how long each step runs before it is judged (default 5m)")
+    parser.add_argument(
+        "--steps",
+        type=_steps,
+        default=DEFAULT_STEPS,
+        help=f"canary weights in percent, the last 100 (default {','.join(map(str, DEFAULT_STEPS))})",
+    )
+    parser.add_argument(
+        "--interval", type=duration_s, default=duration_s("5m"), help="how long each step runs before it is judged (default 5m)"
+    )
     parser.add_argument("--window", help="the trailing window judged (default: the interval)")
-    parser.add_argument("--slo", type=Path, default=EXAMPLE_SLO,
-                        help="the SLO file (latency and error limits, and its canary: section; default: the example "
-                        "shipped as loadtest/slo.example.yaml)")
-    parser.add_argument("--promote-tag", default="champion", help="the store tag moved to the version when promoted "
-                        "(default champion)")
-    parser.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN or "
-                        "$PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD")
-    parser.add_argument("--max-waits", type=int, default=6, help="judgements in a row with too few samples before the "
-                        "canary is rolled back (default 6)")
-    parser.add_argument("--drain", type=duration_s, default=10.0, help="how long a predictor set to 0%% keeps its pods "
-                        "before it is removed, for requests in flight (default 10s)")
+    parser.add_argument(
+        "--slo",
+        type=Path,
+        default=EXAMPLE_SLO,
+        help="the SLO file (latency and error limits, and its canary: section; default: the example "
+        "shipped as loadtest/slo.example.yaml)",
+    )
+    parser.add_argument(
+        "--promote-tag", default="champion", help="the store tag moved to the version when promoted (default champion)"
+    )
+    parser.add_argument(
+        "--prometheus-url",
+        help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD",
+    )
+    parser.add_argument(
+        "--max-waits",
+        type=int,
+        default=6,
+        help="judgements in a row with too few samples before the canary is rolled back (default 6)",
+    )
+    parser.add_argument(
+        "--drain",
+        type=duration_s,
+        default=10.0,
+        help="how long a predictor set to 0%% keeps its pods before it is removed, for requests in flight (default 10s)",
+    )
     parser.add_argument("--abort", action="store_true", help="roll back the canary in progress now (--ref not needed)")
     parser.set_defaults(func=cmd_canary)
 
     shadow = commands.add_parser(
-        "shadow", help="run a new version as a shadow: a copy of every request, its answers dropped",
+        "shadow",
+        help="run a new version as a shadow: a copy of every request, its answers dropped",
         description="Add the new version as a `shadow: true` predictor beside the stable one. Its answers are "
-                    "dropped; its metrics (labelled predictor=shadow) show its latency and, for a classifier, how "
-                    "its answers differ (`make canary` of the same version judges that before any traffic moves).")
+        "dropped; its metrics (labelled predictor=shadow) show its latency and, for a classifier, how "
+        "its answers differ (`make canary` of the same version judges that before any traffic moves).",
+    )
     _add_target_arguments(shadow)
     shadow.add_argument("--remove", action="store_true", help="remove the shadow (--ref not needed)")
     shadow.set_defaults(func=cmd_shadow)
@@ -183,8 +229,10 @@ def _target(args, *, need_ref: bool):
         raise UserError(str(err)) from err
     serves = (sdep["metadata"].get("labels") or {}).get(MODEL_LABEL)
     if model is not None and serves != model.name:
-        raise UserError(f"{args.ref} is a version of model {model.name!r}, but SeldonDeployment "
-                        f"{live.namespace}/{live.name} serves model {serves!r}: give a version of {serves!r}")
+        raise UserError(
+            f"{args.ref} is a version of model {model.name!r}, but SeldonDeployment "
+            f"{live.namespace}/{live.name} serves model {serves!r}: give a version of {serves!r}"
+        )
     return api, live, sdep, model
 
 
@@ -198,8 +246,9 @@ def _wait(api, live, args):
     from deployments.apply import wait_rolled_out
 
     def wait(digests: dict[str, str], on_poll) -> None:
-        wait_rolled_out(api, namespace=live.namespace, name=live.name, digests=digests, timeout_s=args.wait,
-                        on_state=lambda state: on_poll())
+        wait_rolled_out(
+            api, namespace=live.namespace, name=live.name, digests=digests, timeout_s=args.wait, on_state=lambda state: on_poll()
+        )
 
     return wait
 
@@ -239,19 +288,26 @@ def cmd_canary(args) -> int:
 
     api, live, sdep, model = _target(args, need_ref=not args.abort)
     log = DecisionLog()
-    secret = next((p["graph"].get("envSecretRefName") for p in sdep["spec"]["predictors"]
-                   if p["name"] == STABLE_PREDICTOR), None)
+    secret = next((p["graph"].get("envSecretRefName") for p in sdep["spec"]["predictors"] if p["name"] == STABLE_PREDICTOR), None)
     scope = {"namespace": live.namespace, "deployment": live.name, "stable": STABLE_PREDICTOR, "window": window}
     controller = Controller(
-        live=live, log=log,
-        plan=Plan(version=model, steps=args.steps, interval_s=args.interval, promote_tag=args.promote_tag,
-                  max_waits=args.max_waits, drain_s=args.drain),
+        live=live,
+        log=log,
+        plan=Plan(
+            version=model,
+            steps=args.steps,
+            interval_s=args.interval,
+            promote_tag=args.promote_tag,
+            max_waits=args.max_waits,
+            drain_s=args.drain,
+        ),
         judge=lambda: judge(reader(), slo, canary=CANARY_PREDICTOR, **scope),
         judge_drift=lambda: judge_drift(reader(), slo, shadow=SHADOW_PREDICTOR, **scope),
         place=lambda: place_models(api, [(model, secret)], args),
         wait_rolled_out=_wait(api, live, args),
         move_tag=lambda: move_tag(args.promote_tag, model.name, model.version, args.store),
-        say=console_print)
+        say=console_print,
+    )
     display = Live(console=console, auto_refresh=False)  # shown from the first change: a refusal stays one line
 
     def show() -> None:
@@ -273,17 +329,26 @@ def cmd_canary(args) -> int:
         return 1
     except (CanaryRefused, LiveError, DeployError, StoreRefused, PrometheusError) as err:
         state = controller.current
-        left = (f"; the canary stays at {state.position()} ({state.phase}): run the same command to resume it, or "
-                f"make canary-abort") if state is not None else ""
+        left = (
+            (f"; the canary stays at {state.position()} ({state.phase}): run the same command to resume it, or make canary-abort")
+            if state is not None
+            else ""
+        )
         raise UserError(f"{err}{left}") from err
     except KeyboardInterrupt:
         state = controller.current
         if state is not None:
-            console.print(f"interrupted: the canary stays at {state.position()} ({state.phase}); run the same command "
-                          "to resume it, or make canary-abort", soft_wrap=True, markup=False)
+            console.print(
+                f"interrupted: the canary stays at {state.position()} ({state.phase}); run the same command "
+                "to resume it, or make canary-abort",
+                soft_wrap=True,
+                markup=False,
+            )
         return 130
-    console.print(f"[green]promoted:[/] {live.name} v{model.version} serves alone; "
-                  f"{model.name}@{args.promote_tag} -> v{model.version}", soft_wrap=True)
+    console.print(
+        f"[green]promoted:[/] {live.name} v{model.version} serves alone; {model.name}@{args.promote_tag} -> v{model.version}",
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -308,15 +373,24 @@ def cmd_shadow(args) -> int:
             if index is None:
                 console_print(f"no shadow on {live.namespace}/{live.name}: nothing removed")
                 return 0
-            live.patch([guard, *patches.at_index(sdep, predictors.SHADOW_PREDICTOR),
-                        {"op": "remove", "path": f"/spec/predictors/{index}"},
-                        *([{"op": "remove", "path": patches.annotation_path(SHADOW_ANNOTATION)}]
-                          if SHADOW_ANNOTATION in annotations else [])])
+            live.patch(
+                [
+                    guard,
+                    *patches.at_index(sdep, predictors.SHADOW_PREDICTOR),
+                    {"op": "remove", "path": f"/spec/predictors/{index}"},
+                    *(
+                        [{"op": "remove", "path": patches.annotation_path(SHADOW_ANNOTATION)}]
+                        if SHADOW_ANNOTATION in annotations
+                        else []
+                    ),
+                ]
+            )
             console_print(f"shadow removed from {live.namespace}/{live.name}")
             return 0
         if STATE_ANNOTATION in annotations:
-            raise UserError(f"a canary is in progress on {live.namespace}/{live.name}: a shadow runs before a canary, "
-                            "not beside one")
+            raise UserError(
+                f"a canary is in progress on {live.namespace}/{live.name}: a shadow runs before a canary, not beside one"
+            )
         stable_index = patches.predictor_index(sdep, predictors.STABLE_PREDICTOR)
         if stable_index is None:
             raise UserError(f"{live.namespace}/{live.name} has no predictor {predictors.STABLE_PREDICTOR!r} to shadow")
@@ -329,17 +403,25 @@ def cmd_shadow(args) -> int:
             if running[1] == model.digest:
                 console_print(f"v{model.version} already runs as the shadow of {live.namespace}/{live.name}")
                 return 0
-            raise UserError(f"a shadow of v{running[0]} already runs on {live.namespace}/{live.name}: remove it first "
-                            "(make shadow-off)")
+            raise UserError(
+                f"a shadow of v{running[0]} already runs on {live.namespace}/{live.name}: remove it first (make shadow-off)"
+            )
         place_models(api, [(model, stable["graph"].get("envSecretRefName"))], args)
         since = json.dumps({"version": model.version, "digest": model.digest, "since": time.time()}, separators=(",", ":"))
-        live.patch([guard, {"op": "add", "path": "/spec/predictors/-",
-                            "value": predictors.shadow(stable, model, namespace=live.namespace)},
-                    {"op": "add", "path": patches.annotation_path(SHADOW_ANNOTATION), "value": since}])
-        _wait(api, live, args)({predictors.STABLE_PREDICTOR: stable_digest, predictors.SHADOW_PREDICTOR: model.digest},
-                               lambda: None)
+        live.patch(
+            [
+                guard,
+                {"op": "add", "path": "/spec/predictors/-", "value": predictors.shadow(stable, model, namespace=live.namespace)},
+                {"op": "add", "path": patches.annotation_path(SHADOW_ANNOTATION), "value": since},
+            ]
+        )
+        _wait(api, live, args)(
+            {predictors.STABLE_PREDICTOR: stable_digest, predictors.SHADOW_PREDICTOR: model.digest}, lambda: None
+        )
     except (LiveError, DeployError, predictors.PredictorError) as err:
         raise UserError(str(err)) from err
-    console_print(f"v{model.version} runs as a shadow beside v{stable_version} on {live.namespace}/{live.name}: it gets "
-                  f"a copy of every request, its answers are dropped. Judge it with make canary VERSION={model.version}")
+    console_print(
+        f"v{model.version} runs as a shadow beside v{stable_version} on {live.namespace}/{live.name}: it gets "
+        f"a copy of every request, its answers are dropped. Judge it with make canary VERSION={model.version}"
+    )
     return 0

@@ -57,10 +57,11 @@ class Plan:
 
 def check_steps(steps: list[int]) -> tuple[int, ...]:
     """Weights strictly rising within 1..100, ending at 100 (the promotion, judged at the step before it)."""
-    if (len(steps) < 2 or any(not 1 <= step <= 100 for step in steps) or steps != sorted(set(steps))
-            or steps[-1] != 100):
-        raise ValueError(f"steps {','.join(map(str, steps))} must be canary weights in percent, rising, each 1-100, "
-                         "at least one judged step before the last, 100 (e.g. 5,10,25,50,100)")
+    if len(steps) < 2 or any(not 1 <= step <= 100 for step in steps) or steps != sorted(set(steps)) or steps[-1] != 100:
+        raise ValueError(
+            f"steps {','.join(map(str, steps))} must be canary weights in percent, rising, each 1-100, "
+            "at least one judged step before the last, 100 (e.g. 5,10,25,50,100)"
+        )
     return tuple(steps)
 
 
@@ -129,71 +130,103 @@ class Controller:
         version = self.version
         names = [p["name"] for p in sdep["spec"]["predictors"]]
         if STABLE not in names:
-            raise CanaryRefused(f"{self.where} has no predictor {STABLE!r} to compare a canary with; deploy one version "
-                                f"with make deploy first")
+            raise CanaryRefused(
+                f"{self.where} has no predictor {STABLE!r} to compare a canary with; deploy one version with make deploy first"
+            )
         if CANARY_PREDICTOR in names:
-            raise CanaryRefused(f"{self.where} already has a predictor {CANARY_PREDICTOR!r} but no canary state (was it "
-                                f"rendered with OVERLAY=canary?): deploy a single version, then run the canary")
+            raise CanaryRefused(
+                f"{self.where} already has a predictor {CANARY_PREDICTOR!r} but no canary state (was it "
+                f"rendered with OVERLAY=canary?): deploy a single version, then run the canary"
+            )
         stable = sdep["spec"]["predictors"][names.index(STABLE)]
         stable_version, stable_digest = predictors.served_version(stable)
         if stable_digest == version.digest:
-            raise CanaryRefused(f"{self.where} already serves {version.name} v{version.version} ({version.digest[:19]}...)"
-                                f" on predictor {STABLE!r}: nothing to canary")
+            raise CanaryRefused(
+                f"{self.where} already serves {version.name} v{version.version} ({version.digest[:19]}...)"
+                f" on predictor {STABLE!r}: nothing to canary"
+            )
         shadow_version = self._shadow_version(sdep)
         if shadow_version is not None and shadow_version != version.version:
-            raise CanaryRefused(f"a shadow of v{shadow_version} runs on {self.where}: canary that version, or remove "
-                                f"the shadow first (make shadow-off)")
+            raise CanaryRefused(
+                f"a shadow of v{shadow_version} runs on {self.where}: canary that version, or remove "
+                f"the shadow first (make shadow-off)"
+            )
         self.place()
         now = self.clock()
-        self.current = CanaryState(version=version.version, digest=version.digest, uri=version.uri,
-                                 stable_version=stable_version, stable_digest=stable_digest, steps=list(self.plan.steps),
-                                 step=0, holder=self.me, lease_s=self.plan.lease_s, renewed_at=now, started_at=now,
-                                 step_started_at=now)
+        self.current = CanaryState(
+            version=version.version,
+            digest=version.digest,
+            uri=version.uri,
+            stable_version=stable_version,
+            stable_digest=stable_digest,
+            steps=list(self.plan.steps),
+            step=0,
+            holder=self.me,
+            lease_s=self.plan.lease_s,
+            renewed_at=now,
+            started_at=now,
+            step_started_at=now,
+        )
         self.log.begin(self.state, self.live)
         if shadow_version is not None:
             self._check_drift()
             sdep = self.live.read()
         first = self.state.weight
-        operations = [{"op": "test", "path": "/metadata/resourceVersion", "value": sdep["metadata"]["resourceVersion"]},
-                      *live.at_index(sdep, STABLE), *live.weights(sdep, {STABLE: 100 - first}),
-                      {"op": "add", "path": "/spec/predictors/-",
-                       "value": {**predictors.canary(stable, version, namespace=self.live.namespace), "traffic": first}},
-                      {"op": "add", "path": annotation_path(STATE_ANNOTATION), "value": self.state.encode()}]
+        operations = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": sdep["metadata"]["resourceVersion"]},
+            *live.at_index(sdep, STABLE),
+            *live.weights(sdep, {STABLE: 100 - first}),
+            {
+                "op": "add",
+                "path": "/spec/predictors/-",
+                "value": {**predictors.canary(stable, version, namespace=self.live.namespace), "traffic": first},
+            },
+            {"op": "add", "path": annotation_path(STATE_ANNOTATION), "value": self.state.encode()},
+        ]
         if shadow_version is not None:  # appending the canary left the shadow's index where it was
             index = predictor_index(sdep, SHADOW)
-            operations += [*live.at_index(sdep, SHADOW), {"op": "remove", "path": f"/spec/predictors/{index}"},
-                           {"op": "remove", "path": annotation_path(SHADOW_ANNOTATION)}]
+            operations += [
+                *live.at_index(sdep, SHADOW),
+                {"op": "remove", "path": f"/spec/predictors/{index}"},
+                {"op": "remove", "path": annotation_path(SHADOW_ANNOTATION)},
+            ]
         self.live.patch(operations)
         self._text = self.state.encode()
         self.log.weights(self.state, {STABLE: 100 - first, CANARY_PREDICTOR: first})
-        self.say(f"canary {version.name} v{version.version} added at {first}% beside v{stable_version} "
-                 f"({self.state.position()})")
+        self.say(f"canary {version.name} v{version.version} added at {first}% beside v{stable_version} ({self.state.position()})")
 
     def _resume(self, state: CanaryState, text: str) -> None:
         if (state.version, state.digest) != (self.version.version, self.version.digest):
-            raise CanaryRefused(f"a canary of v{state.version} is in progress on {self.where} ({state.position()}, "
-                                f"{state.phase}): finish it with make canary VERSION={state.version}, or abort it "
-                                f"with make canary-abort, before a canary of v{self.version.version}")
+            raise CanaryRefused(
+                f"a canary of v{state.version} is in progress on {self.where} ({state.position()}, "
+                f"{state.phase}): finish it with make canary VERSION={state.version}, or abort it "
+                f"with make canary-abort, before a canary of v{self.version.version}"
+            )
         held = state.held_elsewhere(self.me, self.clock())
         if held:
-            raise CanaryRefused(f"a canary of v{state.version} is running on {self.where} ({state.position()}), {held}: "
-                                f"wait for it, or stop it and run this again to resume")
+            raise CanaryRefused(
+                f"a canary of v{state.version} is running on {self.where} ({state.position()}), {held}: "
+                f"wait for it, or stop it and run this again to resume"
+            )
         if list(self.plan.steps) != state.steps:
             self.say(f"resuming with the steps it started with, {','.join(map(str, state.steps))}")
         previous = state.holder
         self.current, self._text = state, text
         self._write(holder=self.me)
         self.log.resume(self.state, self.live)
-        self.say(f"resuming the canary of v{state.version} at {state.position()}, {state.phase} "
-                 f"(its controller, {previous.describe()}, stopped)")
+        self.say(
+            f"resuming the canary of v{state.version} at {state.position()}, {state.phase} "
+            f"(its controller, {previous.describe()}, stopped)"
+        )
 
     # ------------------------------------------------------------------ stepping
 
     def _step(self) -> None:
         state = self.state
         self.wait_rolled_out({STABLE: state.stable_digest, CANARY_PREDICTOR: state.digest}, self._renew)
-        self._pause(max(0.0, state.step_started_at + self.plan.interval_s - self.clock()) if state.waits == 0
-                    else self.plan.interval_s)
+        self._pause(
+            max(0.0, state.step_started_at + self.plan.interval_s - self.clock()) if state.waits == 0 else self.plan.interval_s
+        )
         verdict = self.judge()
         self.log.decision(self.state, verdict)
         if verdict.decision == "fail":
@@ -204,13 +237,17 @@ class Controller:
             else:
                 self._write(waits=self.state.waits + 1)
         elif self.state.step + 1 >= len(self.state.steps) - 1:
-            self._set_weights({STABLE: 0, CANARY_PREDICTOR: 100}, phase="promoting", step=len(self.state.steps) - 1,
-                              waits=0, step_started_at=self.clock())
+            self._set_weights(
+                {STABLE: 0, CANARY_PREDICTOR: 100},
+                phase="promoting",
+                step=len(self.state.steps) - 1,
+                waits=0,
+                step_started_at=self.clock(),
+            )
         else:
             step = self.state.step + 1
             weight = self.state.steps[step]
-            self._set_weights({STABLE: 100 - weight, CANARY_PREDICTOR: weight}, step=step, waits=0,
-                              step_started_at=self.clock())
+            self._set_weights({STABLE: 100 - weight, CANARY_PREDICTOR: weight}, step=step, waits=0, step_started_at=self.clock())
             self.say(f"canary holds: {self.state.position()}")
 
     def _check_drift(self) -> None:
@@ -233,9 +270,14 @@ class Controller:
     def _remove_shadow(self) -> None:
         sdep = self.live.read()
         index = predictor_index(sdep, SHADOW)
-        self.live.patch([{"op": "test", "path": "/metadata/resourceVersion", "value": sdep["metadata"]["resourceVersion"]},
-                         *live.at_index(sdep, SHADOW), {"op": "remove", "path": f"/spec/predictors/{index}"},
-                         {"op": "remove", "path": annotation_path(SHADOW_ANNOTATION)}])
+        self.live.patch(
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": sdep["metadata"]["resourceVersion"]},
+                *live.at_index(sdep, SHADOW),
+                {"op": "remove", "path": f"/spec/predictors/{index}"},
+                {"op": "remove", "path": annotation_path(SHADOW_ANNOTATION)},
+            ]
+        )
         self.say(f"shadow removed from {self.where}")
 
     # ------------------------------------------------------------------ endings
@@ -265,8 +307,10 @@ class Controller:
             self.wait_rolled_out({STABLE: self.state.digest, CANARY_PREDICTOR: self.state.digest}, self._renew)
             move = self.move_tag()
             self.log.tag_moved(move)
-            self.say(f"store: {version.name}@{self.plan.promote_tag} -> v{self.state.version}"
-                     f"{'' if move.get('changed', True) else ' (already there)'}")
+            self.say(
+                f"store: {version.name}@{self.plan.promote_tag} -> v{self.state.version}"
+                f"{'' if move.get('changed', True) else ' (already there)'}"
+            )
             self._set_weights({STABLE: 100, CANARY_PREDICTOR: 0})
             self._pause(self.plan.drain_s)
         self._finish("promoted")
@@ -281,10 +325,14 @@ class Controller:
 
         pin_predictor(stable, self.version, namespace=self.live.namespace)
         stable["traffic"] = 0
-        self._patch([*live.at_index(sdep, STABLE), {"op": "replace", "path": f"/spec/predictors/{index}", "value": stable},
-                     {"op": "add", "path": annotation_path(predictors.VERSION_ANNOTATION), "value": self.state.version},
-                     {"op": "add", "path": annotation_path(predictors.DIGEST_ANNOTATION), "value": self.state.digest}],
-                    )
+        self._patch(
+            [
+                *live.at_index(sdep, STABLE),
+                {"op": "replace", "path": f"/spec/predictors/{index}", "value": stable},
+                {"op": "add", "path": annotation_path(predictors.VERSION_ANNOTATION), "value": self.state.version},
+                {"op": "add", "path": annotation_path(predictors.DIGEST_ANNOTATION), "value": self.state.digest},
+            ],
+        )
         self.say(f"predictor {STABLE!r} re-pointed at v{self.state.version}, rolling out at 0%")
 
     def _finish(self, outcome: str) -> None:
@@ -292,20 +340,26 @@ class Controller:
         import json
 
         sdep = self.live.read()
-        last = json.dumps({"version": self.state.version, "outcome": outcome, "reason": self.state.reason,
-                           "at": self.clock()}, separators=(",", ":"))
+        last = json.dumps(
+            {"version": self.state.version, "outcome": outcome, "reason": self.state.reason, "at": self.clock()},
+            separators=(",", ":"),
+        )
         operations = []
         index = predictor_index(sdep, CANARY_PREDICTOR)
         if index is not None:
             operations += [*live.at_index(sdep, CANARY_PREDICTOR), {"op": "remove", "path": f"/spec/predictors/{index}"}]
-            operations += live.weights({"spec": {"predictors": [p for p in sdep["spec"]["predictors"]
-                                                                if p["name"] != CANARY_PREDICTOR]}}, {STABLE: 100})
-        operations += [{"op": "remove", "path": annotation_path(STATE_ANNOTATION)},
-                       {"op": "add", "path": annotation_path(LAST_ANNOTATION), "value": last}]
+            operations += live.weights(
+                {"spec": {"predictors": [p for p in sdep["spec"]["predictors"] if p["name"] != CANARY_PREDICTOR]}}, {STABLE: 100}
+            )
+        operations += [
+            {"op": "remove", "path": annotation_path(STATE_ANNOTATION)},
+            {"op": "add", "path": annotation_path(LAST_ANNOTATION), "value": last},
+        ]
         self._patch(operations, final=True)
         self.log.end(outcome, self.state.reason)
-        self.say(f"{outcome}: {self.where} serves v{self.state.version if outcome == 'promoted' else self.state.stable_version}"
-                 f" alone")
+        self.say(
+            f"{outcome}: {self.where} serves v{self.state.version if outcome == 'promoted' else self.state.stable_version} alone"
+        )
 
     # ------------------------------------------------------------------ writing the state
 
@@ -345,8 +399,10 @@ class Controller:
         try:
             self.live.patch([*guard, *operations, *tail])
         except live.Conflict as err:
-            raise LiveError(f"{err}: another controller (or a person) changed the canary; this run stops, "
-                            f"nothing more is changed. Run it again to resume from what the cluster shows") from err
+            raise LiveError(
+                f"{err}: another controller (or a person) changed the canary; this run stops, "
+                f"nothing more is changed. Run it again to resume from what the cluster shows"
+            ) from err
         self.current, self._text = updated, updated.encode()
 
     def _pause(self, seconds: float) -> None:

@@ -86,13 +86,24 @@ class Verdict:
             return [failure.message() for failure in self.failures]
         if self.decision == "wait":
             return [f"wait: {self.waiting_for}"]
-        return [(f"canary {self.canary.predictor} holds the SLO and stays within the stable's tolerances "
-                 f"over {self.window} ({self.canary.requests:.0f} requests vs {self.stable.requests:.0f})")]
+        return [
+            (
+                f"canary {self.canary.predictor} holds the SLO and stays within the stable's tolerances "
+                f"over {self.window} ({self.canary.requests:.0f} requests vs {self.stable.requests:.0f})"
+            )
+        ]
 
     def as_dict(self) -> dict:
-        return {"decision": self.decision, "window": self.window, "at": self.at, "lines": self.lines(),
-                "canary": self.canary.as_dict(), "stable": self.stable.as_dict(),
-                "failures": [failure.as_dict() for failure in self.failures], "waiting_for": self.waiting_for}
+        return {
+            "decision": self.decision,
+            "window": self.window,
+            "at": self.at,
+            "lines": self.lines(),
+            "canary": self.canary.as_dict(),
+            "stable": self.stable.as_dict(),
+            "failures": [failure.as_dict() for failure in self.failures],
+            "waiting_for": self.waiting_for,
+        }
 
 
 def measure(prometheus: Prometheus, queries: PredictorQueries, *, at: float) -> Figures:
@@ -107,13 +118,24 @@ def measure(prometheus: Prometheus, queries: PredictorQueries, *, at: float) -> 
     return Figures(queries.predictor, successes + failures, failures, observations, latency)
 
 
-def judge(prometheus: Prometheus, slo: Slo, *, namespace: str, deployment: str, stable: str, canary: str,
-          window: str = DEFAULT_WINDOW, at: float | None = None,
-          latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM) -> Verdict:
+def judge(
+    prometheus: Prometheus,
+    slo: Slo,
+    *,
+    namespace: str,
+    deployment: str,
+    stable: str,
+    canary: str,
+    window: str = DEFAULT_WINDOW,
+    at: float | None = None,
+    latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM,
+) -> Verdict:
     """Measure both predictors of `deployment` over `window` ending at `at` (default now) and decide."""
     at = time.time() if at is None else at
-    figures = {name: measure(prometheus, PredictorQueries(namespace, deployment, name, window, latency_histogram), at=at)
-               for name in (stable, canary)}
+    figures = {
+        name: measure(prometheus, PredictorQueries(namespace, deployment, name, window, latency_histogram), at=at)
+        for name in (stable, canary)
+    }
     return decide(slo, stable=figures[stable], canary=figures[canary], window=window, at=at)
 
 
@@ -155,13 +177,19 @@ def _known(value: float | None) -> float:
 
 
 def _too_few(slo: Slo, policy: CanaryPolicy, *, stable: Figures, canary: Figures, window: str) -> str | None:
-    short = [f"{side} {figures.predictor} served {figures.requests:.0f} requests in the last {window}"
-             for side, figures in (("canary", canary), ("stable", stable)) if figures.requests < policy.min_requests]
+    short = [
+        f"{side} {figures.predictor} served {figures.requests:.0f} requests in the last {window}"
+        for side, figures in (("canary", canary), ("stable", stable))
+        if figures.requests < policy.min_requests
+    ]
     if short:
         return f"{'; '.join(short)}; {policy.min_requests} needed per predictor (canary.min_requests)"
     lines = [line for line in QUANTILES if getattr(slo, line) is not None]
-    blind = [f"{side} {figures.predictor}" for side, figures in (("canary", canary), ("stable", stable))
-             if any(figures.latency_ms[line] is None for line in lines)]
+    blind = [
+        f"{side} {figures.predictor}"
+        for side, figures in (("canary", canary), ("stable", stable))
+        if any(figures.latency_ms[line] is None for line in lines)
+    ]
     if blind:
         return f"no latency observations for {' and '.join(blind)} in the last {window} (the SLO limits {', '.join(lines)})"
     return None

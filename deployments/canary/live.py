@@ -42,21 +42,24 @@ def index_of(sdep: dict, name: str) -> int:
     """The index of a predictor that must be there."""
     index = predictor_index(sdep, name)
     if index is None:
-        raise LiveError(f"SeldonDeployment {sdep['metadata'].get('namespace')}/{sdep['metadata']['name']} has no "
-                        f"predictor {name!r} any more: someone changed it; run the command again")
+        raise LiveError(
+            f"SeldonDeployment {sdep['metadata'].get('namespace')}/{sdep['metadata']['name']} has no "
+            f"predictor {name!r} any more: someone changed it; run the command again"
+        )
     return index
 
 
 def at_index(sdep: dict, *names: str) -> list[dict]:
     """Test operations pinning each named predictor to the index it has in `sdep`."""
-    return [{"op": "test", "path": pointer("spec", "predictors", index_of(sdep, name), "name"), "value": name}
-            for name in names]
+    return [{"op": "test", "path": pointer("spec", "predictors", index_of(sdep, name), "name"), "value": name} for name in names]
 
 
 def weights(sdep: dict, split: dict[str, int]) -> list[dict]:
     """Set every named predictor's traffic (`add` also creates the field)."""
-    return [{"op": "add", "path": pointer("spec", "predictors", index_of(sdep, name), "traffic"), "value": weight}
-            for name, weight in split.items()]
+    return [
+        {"op": "add", "path": pointer("spec", "predictors", index_of(sdep, name), "traffic"), "value": weight}
+        for name, weight in split.items()
+    ]
 
 
 @dataclass(frozen=True)
@@ -79,12 +82,16 @@ class LiveDeployment:
         try:
             sdep = self._resource().get(name=self.name, namespace=self.namespace).to_dict()
         except NotFoundError as err:
-            raise LiveError(f"no SeldonDeployment {self.name} in namespace {self.namespace}: deploy the stable version "
-                            f"first (make deploy VERSION=... NAMESPACE={self.namespace})") from err
+            raise LiveError(
+                f"no SeldonDeployment {self.name} in namespace {self.namespace}: deploy the stable version "
+                f"first (make deploy VERSION=... NAMESPACE={self.namespace})"
+            ) from err
         labels = sdep["metadata"].get("labels") or {}
         if labels.get(MANAGED_BY) != COMMON_LABELS[MANAGED_BY]:
-            raise LiveError(f"SeldonDeployment {self.namespace}/{self.name} was not deployed by Slipway (no label "
-                            f"{MANAGED_BY}=slipway): Slipway changes only what it rendered; deploy it with make deploy")
+            raise LiveError(
+                f"SeldonDeployment {self.namespace}/{self.name} was not deployed by Slipway (no label "
+                f"{MANAGED_BY}=slipway): Slipway changes only what it rendered; deploy it with make deploy"
+            )
         return sdep
 
     def patch(self, operations: list[dict]) -> dict:
@@ -94,12 +101,18 @@ class LiveDeployment:
         from deployments.apply import api_message
 
         try:
-            return self._resource().patch(body=operations, name=self.name, namespace=self.namespace,
-                                          content_type=JSON_PATCH).to_dict()
+            return (
+                self._resource()
+                .patch(body=operations, name=self.name, namespace=self.namespace, content_type=JSON_PATCH)
+                .to_dict()
+            )
         except ApiException as err:
             message = api_message(err)
             if err.status == 422 and "test" in message.lower() and "fail" in message.lower():
-                raise Conflict(f"SeldonDeployment {self.namespace}/{self.name} changed while this command ran "
-                               f"({message})") from err
-            raise LiveError(f"SeldonDeployment {self.namespace}/{self.name}: the API server refused the change: "
-                            f"{err.status} {err.reason}: {message}") from err
+                raise Conflict(
+                    f"SeldonDeployment {self.namespace}/{self.name} changed while this command ran ({message})"
+                ) from err
+            raise LiveError(
+                f"SeldonDeployment {self.namespace}/{self.name}: the API server refused the change: "
+                f"{err.status} {err.reason}: {message}"
+            ) from err

@@ -42,8 +42,10 @@ def served_version(predictor: dict) -> tuple[str, str]:
     annotations = predictor.get("annotations") or {}
     version, digest = annotations.get(VERSION_ANNOTATION), annotations.get(DIGEST_ANNOTATION)
     if not version or not digest:
-        raise PredictorError(f"predictor {predictor.get('name')!r} carries no {VERSION_ANNOTATION} and "
-                             f"{DIGEST_ANNOTATION} annotations: it was not rendered by Slipway; redeploy it with make deploy")
+        raise PredictorError(
+            f"predictor {predictor.get('name')!r} carries no {VERSION_ANNOTATION} and "
+            f"{DIGEST_ANNOTATION} annotations: it was not rendered by Slipway; redeploy it with make deploy"
+        )
     return version, digest
 
 

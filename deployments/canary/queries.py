@@ -64,8 +64,10 @@ class PredictorQueries:
 
     @property
     def selector(self) -> str:
-        return (f"namespace={_quoted(self.namespace)},{MODEL_SERIES_LABEL}={_quoted(self.deployment)},"
-                f"{PREDICTOR_SERIES_LABEL}={_quoted(self.predictor)}")
+        return (
+            f"namespace={_quoted(self.namespace)},{MODEL_SERIES_LABEL}={_quoted(self.deployment)},"
+            f"{PREDICTOR_SERIES_LABEL}={_quoted(self.predictor)}"
+        )
 
     def _increase(self, metric: str) -> str:
         return f"sum(increase({metric}{{{self.selector}}}[{self.window}]))"
@@ -84,8 +86,10 @@ class PredictorQueries:
 
     def latency(self, quantile: float) -> str:
         """The quantile in seconds, over every pod's buckets added up."""
-        return (f"histogram_quantile({quantile:g}, sum by (le) "
-                f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{self.window}])))")
+        return (
+            f"histogram_quantile({quantile:g}, sum by (le) "
+            f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{self.window}])))"
+        )
 
     @property
     def predicted_classes(self) -> str:

@@ -33,17 +33,26 @@ class DecisionLog:
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def begin(self, state: CanaryState, live) -> None:
-        self.head = dict(zip(_HEAD, (live.namespace, live.name, state.version, state.stable_version, state.steps,
-                                     state.started_at, None, None)))
+        self.head = dict(
+            zip(
+                _HEAD, (live.namespace, live.name, state.version, state.stable_version, state.steps, state.started_at, None, None)
+            )
+        )
         self.events = [*self.events, {"at": state.started_at, "kind": "begin", "weights": {"default": 100, "canary": 0}}]
         self._changed()
 
     def resume(self, state: CanaryState, live) -> None:
         """Carry on the report of the run this one resumes, where it is that run's."""
         previous = read_report(REPORT, self.reports_dir) or {}
-        same = all(previous.get(key) == value for key, value in
-                   (("namespace", live.namespace), ("deployment", live.name), ("version", state.version),
-                    ("started_at", state.started_at)))
+        same = all(
+            previous.get(key) == value
+            for key, value in (
+                ("namespace", live.namespace),
+                ("deployment", live.name),
+                ("version", state.version),
+                ("started_at", state.started_at),
+            )
+        )
         if same:
             self.head = {key: previous.get(key) for key in _HEAD}
             self.events = list(previous.get("events", []))
@@ -57,13 +66,15 @@ class DecisionLog:
         self._changed()
 
     def decision(self, state: CanaryState, verdict: Verdict) -> None:
-        self.events.append({"at": verdict.at, "kind": "decision", "step": state.step, "weight": state.weight,
-                            **verdict.as_dict()})
+        self.events.append(
+            {"at": verdict.at, "kind": "decision", "step": state.step, "weight": state.weight, **verdict.as_dict()}
+        )
         self._changed()
 
     def weights(self, state: CanaryState, split: dict[str, int]) -> None:
-        self.events.append({"at": self.clock(), "kind": "weights", "phase": state.phase, "step": state.step,
-                            "weights": dict(split)})
+        self.events.append(
+            {"at": self.clock(), "kind": "weights", "phase": state.phase, "step": state.step, "weights": dict(split)}
+        )
         self._changed()
 
     def tag_moved(self, move: dict) -> None:
@@ -94,16 +105,33 @@ class DecisionLog:
             if event["kind"] == "decision":
                 canary, stable = event["canary"], event["stable"]
                 colour = _COLOURS[event["decision"]]
-                table.add_row(stamp, str(event["step"] + 1), weights, _ms(canary["latency_ms"].get("p95_ms")),
-                              _ms(stable["latency_ms"].get("p95_ms")), _rate(canary.get("error_rate")),
-                              f"[{colour}]{event['decision']}[/]", "; ".join(event["lines"]))
+                table.add_row(
+                    stamp,
+                    str(event["step"] + 1),
+                    weights,
+                    _ms(canary["latency_ms"].get("p95_ms")),
+                    _ms(stable["latency_ms"].get("p95_ms")),
+                    _rate(canary.get("error_rate")),
+                    f"[{colour}]{event['decision']}[/]",
+                    "; ".join(event["lines"]),
+                )
             elif event["kind"] == "drift":
-                table.add_row(stamp, "shadow", "-", "", "", "", f"[{_COLOURS.get(event['decision'], 'red')}]drift "
-                              f"{event['decision']}[/]", event["line"])
+                table.add_row(
+                    stamp,
+                    "shadow",
+                    "-",
+                    "",
+                    "",
+                    "",
+                    f"[{_COLOURS.get(event['decision'], 'red')}]drift {event['decision']}[/]",
+                    event["line"],
+                )
             elif event["kind"] in ("tag", "end", "resume"):
-                what = {"tag": lambda: f"{event['model']}@{event['tag']} -> v{event['version']}",
-                        "end": lambda: f"{event['outcome']}{': ' + event['reason'] if event['reason'] else ''}",
-                        "resume": lambda: f"resumed ({event['phase']})"}[event["kind"]]()
+                what = {
+                    "tag": lambda: f"{event['model']}@{event['tag']} -> v{event['version']}",
+                    "end": lambda: f"{event['outcome']}{': ' + event['reason'] if event['reason'] else ''}",
+                    "resume": lambda: f"resumed ({event['phase']})",
+                }[event["kind"]]()
                 table.add_row(stamp, "", weights, "", "", "", event["kind"], what)
         return table
 
@@ -123,8 +151,9 @@ class DecisionLog:
                 times.append((event["at"] - start) / 60)
                 weights.append(event["weights"]["canary"])
         if times:
-            weight_axis.step(times + [(self.events[-1]["at"] - start) / 60], weights + weights[-1:], where="post",
-                             label="canary weight")
+            weight_axis.step(
+                times + [(self.events[-1]["at"] - start) / 60], weights + weights[-1:], where="post", label="canary weight"
+            )
         weight_axis.set_ylabel("canary traffic (%)")
         weight_axis.set_ylim(-5, 105)
         decisions = [event for event in self.events if event["kind"] == "decision"]
@@ -134,8 +163,9 @@ class DecisionLog:
             if points:
                 latency_axis.plot(*zip(*points), style, label=f"{side} p95")
         for event in decisions:
-            latency_axis.axvline((event["at"] - start) / 60, color=_COLOURS[event["decision"]].replace("yellow", "orange"),
-                                 alpha=0.3)
+            latency_axis.axvline(
+                (event["at"] - start) / 60, color=_COLOURS[event["decision"]].replace("yellow", "orange"), alpha=0.3
+            )
         latency_axis.set_ylabel("p95 latency (ms)")
         latency_axis.set_xlabel("minutes since the canary started")
         for axis in (weight_axis, latency_axis):

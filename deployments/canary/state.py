@@ -91,9 +91,11 @@ class CanaryState(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as err:
-            raise StateError(f"annotation {STATE_ANNOTATION} on {where} is not a canary state this version of Slipway "
-                             f"reads ({err.error_count()} problems): remove it with `kubectl annotate sdep ... "
-                             f"{STATE_ANNOTATION}-` once no canary predictor is left") from err
+            raise StateError(
+                f"annotation {STATE_ANNOTATION} on {where} is not a canary state this version of Slipway "
+                f"reads ({err.error_count()} problems): remove it with `kubectl annotate sdep ... "
+                f"{STATE_ANNOTATION}-` once no canary predictor is left"
+            ) from err
 
     def held_elsewhere(self, me: Holder, now: float | None = None) -> str | None:
         """Why another controller still holds this canary (None: it is ours, or free to take over)."""
@@ -105,8 +107,9 @@ class CanaryState(BaseModel):
         age = now - self.renewed_at
         if age >= self.lease_s:
             return None
-        return (f"driven by {self.holder.describe()}, renewed {age:.0f} s ago (its lease lasts {self.lease_s:.0f} s "
-                f"without renewal)")
+        return (
+            f"driven by {self.holder.describe()}, renewed {age:.0f} s ago (its lease lasts {self.lease_s:.0f} s without renewal)"
+        )
 
     def position(self) -> str:
         return f"step {self.step + 1}/{len(self.steps)} at {self.weight}%"

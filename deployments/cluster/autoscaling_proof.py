@@ -25,8 +25,8 @@ SAMPLE_EVERY_S = 2.0
 @dataclass(frozen=True)
 class Sample:
     seconds: float
-    phase: str            # "high" or "low": the simulated usage per pod
-    replicas: int         # the Deployment's spec.replicas, as the HPA set it
+    phase: str  # "high" or "low": the simulated usage per pod
+    replicas: int  # the Deployment's spec.replicas, as the HPA set it
     ready: int
     utilization: int | None  # the HPA's current average CPU utilization, percent of the request (container's or pod's)
 
@@ -41,23 +41,42 @@ def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> 
 
     from deployments.cluster.objects import apply
 
-    pods = [pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-            if pod.metadata.deletion_timestamp is None]
+    pods = [
+        pod.metadata.name
+        for pod in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
+        if pod.metadata.deletion_timestamp is None
+    ]
     for pod in pods:
-        apply(api, {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ResourceUsage",
-                    "metadata": {"name": pod, "namespace": namespace},
-                    "spec": {"usages": [{"containers": [container],
-                                         "usage": {"cpu": {"value": cpu}, "memory": {"value": "300Mi"}}}]}})
+        apply(
+            api,
+            {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "ResourceUsage",
+                "metadata": {"name": pod, "namespace": namespace},
+                "spec": {"usages": [{"containers": [container], "usage": {"cpu": {"value": cpu}, "memory": {"value": "300Mi"}}}]},
+            },
+        )
 
 
 def _sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
     from kubernetes import client
 
     deployment = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
-    utilization = next((source.current.average_utilization for metric in (hpa.status.current_metrics or [])
-                        if (source := _resource_status(metric)) and source.name == "cpu"), None)
-    return Sample(round(time.monotonic() - began, 1), phase, deployment.spec.replicas or 0,
-                  deployment.status.ready_replicas or 0, utilization)
+    utilization = next(
+        (
+            source.current.average_utilization
+            for metric in (hpa.status.current_metrics or [])
+            if (source := _resource_status(metric)) and source.name == "cpu"
+        ),
+        None,
+    )
+    return Sample(
+        round(time.monotonic() - began, 1),
+        phase,
+        deployment.spec.replicas or 0,
+        deployment.status.ready_replicas or 0,
+        utilization,
+    )
 
 
 def _resource_status(metric):
@@ -67,13 +86,25 @@ def _resource_status(metric):
 
 def _model_container(hpa, target) -> str:
     """The container whose usage rises: the one the HPA's CPU metric reads, else the pod's first."""
-    named = [metric.container_resource.container for metric in hpa.spec.metrics or []
-             if metric.type == "ContainerResource" and metric.container_resource.name == "cpu"]
+    named = [
+        metric.container_resource.container
+        for metric in hpa.spec.metrics or []
+        if metric.type == "ContainerResource" and metric.container_resource.name == "cpu"
+    ]
     return named[0] if named else target.spec.template.spec.containers[0].name
 
 
-def prove(api, *, namespace: str, hpa_name: str, container: str | None = None, high: str = "900m", low: str = "50m",
-          timeout_s: float = 240.0, on_sample: Callable[[Sample], None] = lambda sample: None) -> dict[str, Any]:
+def prove(
+    api,
+    *,
+    namespace: str,
+    hpa_name: str,
+    container: str | None = None,
+    high: str = "900m",
+    low: str = "50m",
+    timeout_s: float = 240.0,
+    on_sample: Callable[[Sample], None] = lambda sample: None,
+) -> dict[str, Any]:
     """Drive usage to `high` until the HPA reaches its maximum, then to `low` until it is back at its minimum.
     The usage is the `container`'s (default: the one the HPA's CPU metric names)."""
     from kubernetes import client
@@ -102,19 +133,29 @@ def prove(api, *, namespace: str, hpa_name: str, container: str | None = None, h
                 if sample.replicas == goal and sample.ready == goal:
                     break
                 if time.monotonic() > deadline:
-                    raise ProofFailed(f"with every pod at {cpu} CPU the HPA {namespace}/{hpa_name} did not reach {goal} "
-                                      f"replicas within {timeout_s:.0f}s (at {sample.replicas}, utilization "
-                                      f"{sample.utilization}%)")
+                    raise ProofFailed(
+                        f"with every pod at {cpu} CPU the HPA {namespace}/{hpa_name} did not reach {goal} "
+                        f"replicas within {timeout_s:.0f}s (at {sample.replicas}, utilization "
+                        f"{sample.utilization}%)"
+                    )
                 time.sleep(SAMPLE_EVERY_S)
     finally:
         usages = dynamic_client(api).resources.get(api_version="kwok.x-k8s.io/v1alpha1", kind="ResourceUsage")
         for usage in usages.get(namespace=namespace).items:
             usages.delete(name=usage.metadata.name, namespace=namespace)
     behavior = hpa.spec.behavior.to_dict() if hpa.spec.behavior else None
-    return {"namespace": namespace, "hpa": hpa_name, "container": container, "usage_per_pod": {"high": high, "low": low},
-            "metrics": [metric.to_dict() for metric in hpa.spec.metrics or []],
-            "min_replicas": hpa.spec.min_replicas, "max_replicas": hpa.spec.max_replicas, "behavior": behavior,
-            "phase_started_s": phases, "samples": [asdict(sample) for sample in samples]}
+    return {
+        "namespace": namespace,
+        "hpa": hpa_name,
+        "container": container,
+        "usage_per_pod": {"high": high, "low": low},
+        "metrics": [metric.to_dict() for metric in hpa.spec.metrics or []],
+        "min_replicas": hpa.spec.min_replicas,
+        "max_replicas": hpa.spec.max_replicas,
+        "behavior": behavior,
+        "phase_started_s": phases,
+        "samples": [asdict(sample) for sample in samples],
+    }
 
 
 def write(result: dict[str, Any], reports_dir: Path | None = None) -> Path:
@@ -132,13 +173,15 @@ def write(result: dict[str, Any], reports_dir: Path | None = None) -> Path:
     replicas_axis.set_ylabel("replicas")
     replicas_axis.set_ylim(0, result["max_replicas"] + 1)
     utilization_axis = replicas_axis.twinx()
-    utilization_axis.plot(seconds, [sample["utilization"] for sample in samples], color="tab:red", alpha=0.6,
-                          label="CPU utilization (% of request)")
+    utilization_axis.plot(
+        seconds, [sample["utilization"] for sample in samples], color="tab:red", alpha=0.6, label="CPU utilization (% of request)"
+    )
     utilization_axis.set_ylabel("CPU utilization, %")
     for phase, started in result["phase_started_s"].items():
         replicas_axis.axvline(started, color="grey", linewidth=0.8)
-        replicas_axis.annotate(f"usage {result['usage_per_pod'][phase]}/pod", (started, result["max_replicas"] + 0.5),
-                               fontsize=8, color="grey")
+        replicas_axis.annotate(
+            f"usage {result['usage_per_pod'][phase]}/pod", (started, result["max_replicas"] + 0.5), fontsize=8, color="grey"
+        )
     lines = replicas_axis.get_legend_handles_labels()
     more = utilization_axis.get_legend_handles_labels()
     replicas_axis.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)

@@ -42,8 +42,10 @@ def go_binary() -> str:
     """The `go` command, or a BuildError saying how to get one."""
     found = shutil.which("go")
     if found is None:
-        raise BuildError("`go` is not on PATH: the local cluster is built from Go modules; install Go 1.25 or newer "
-                         "(https://go.dev/dl, or `apt-get install golang`) and run `make cluster` again")
+        raise BuildError(
+            "`go` is not on PATH: the local cluster is built from Go modules; install Go 1.25 or newer "
+            "(https://go.dev/dl, or `apt-get install golang`) and run `make cluster` again"
+        )
     return found
 
 
@@ -67,14 +69,18 @@ def is_built(component: Component, key: str) -> bool:
         record = json.loads((folder / BUILD_RECORD).read_text())
     except (OSError, ValueError):
         return False
-    return (record.get("key") == key and all((folder / "bin" / binary.name).is_file() for binary in component.binaries)
-            and all((folder / "share" / name).is_file() for name in component.files.values()))
+    return (
+        record.get("key") == key
+        and all((folder / "bin" / binary.name).is_file() for binary in component.binaries)
+        and all((folder / "share" / name).is_file() for name in component.files.values())
+    )
 
 
 def _module_dir(component: Component, module: str, go: str, log) -> Path:
     """Where the Go module cache holds `module` at the version `component`'s go.mod pins (downloading it)."""
-    result = subprocess.run([go, "mod", "download", "-json", module], cwd=component.module_dir, env=_go_env(),
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [go, "mod", "download", "-json", module], cwd=component.module_dir, env=_go_env(), capture_output=True, text=True
+    )
     log.write(result.stdout + result.stderr)
     try:
         return Path(json.loads(result.stdout)["Dir"])
@@ -87,8 +93,15 @@ def _build_into(component: Component, staging: Path, go: str, log) -> None:
     (staging / "bin").mkdir()
     (staging / "share").mkdir()
     for binary in component.binaries:
-        command = [go, "build", "-ldflags", " ".join(("-s", "-w", *binary.ldflags)),
-                   "-o", str(staging / "bin" / binary.name), binary.package]
+        command = [
+            go,
+            "build",
+            "-ldflags",
+            " ".join(("-s", "-w", *binary.ldflags)),
+            "-o",
+            str(staging / "bin" / binary.name),
+            binary.package,
+        ]
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         result = subprocess.run(command, cwd=component.module_dir, env=_go_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -110,8 +123,9 @@ def build_component(component: Component, go: str) -> Path:
     try:
         with open(log_path, "w") as log:
             _build_into(component, staging, go, log)
-        (staging / BUILD_RECORD).write_text(json.dumps({"key": key, "component": component.name,
-                                                        "version": component.version}, indent=2))
+        (staging / BUILD_RECORD).write_text(
+            json.dumps({"key": key, "component": component.name, "version": component.version}, indent=2)
+        )
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
@@ -126,16 +140,22 @@ def build_all(components: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]
 
     absent = [component.name for component in components if not (component.module_dir / "go.mod").is_file()]
     if absent:  # an installed Slipway: the wheel ships neither the Go modules nor third_party/
-        raise BuildError(f"no Go module for {', '.join(absent)} (looked in {components[0].module_dir.parent}): the local "
-                         f"cluster is built from a checkout; clone Slipway's repository and run `make cluster` there")
+        raise BuildError(
+            f"no Go module for {', '.join(absent)} (looked in {components[0].module_dir.parent}): the local "
+            f"cluster is built from a checkout; clone Slipway's repository and run `make cluster` there"
+        )
     go = go_binary()
     keys = {component.name: _build_key(component, go) for component in components}
     todo = [component for component in components if not is_built(component, keys[component.name])]
     if todo:
-        console.print(f"building {', '.join(f'{c.name} {c.version}' for c in todo)} from Go modules into "
-                      f"{cache_root()} (once: about 20 minutes on 2 cores with the module downloads, 35 with the tests' tools; later starts take seconds)", soft_wrap=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  disable=not todo) as progress:
+        console.print(
+            f"building {', '.join(f'{c.name} {c.version}' for c in todo)} from Go modules into "
+            f"{cache_root()} (once: about 20 minutes on 2 cores with the module downloads, 35 with the tests' tools; later starts take seconds)",
+            soft_wrap=True,
+        )
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, disable=not todo
+    ) as progress:
         for component in todo:
             task = progress.add_task(f"go build {component.name} {component.version}", total=1)
             began = time.monotonic()

@@ -28,13 +28,18 @@ def cmd_up(args: argparse.Namespace) -> int:
             state = up(_folder(args), api_port=args.port, on_step=lambda step: status.update(step))
     except (ClusterError, BuildError) as err:
         raise UserError(str(err)) from err
-    console.print(f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
-                  f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
-                  f"webhooks, metrics-server, an S3 store (versitygw) at {state.object_store['endpoint']}; "
-                  f"{len(state.processes)} processes, logs in {state.folder / 'logs'}", soft_wrap=True)
-    console.print(f"namespace {MODEL_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
-                  f"the model there and deploys it while the cluster runs; kubectl: export KUBECONFIG={state.kubeconfig}",
-                  soft_wrap=True)
+    console.print(
+        f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
+        f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
+        f"webhooks, metrics-server, an S3 store (versitygw) at {state.object_store['endpoint']}; "
+        f"{len(state.processes)} processes, logs in {state.folder / 'logs'}",
+        soft_wrap=True,
+    )
+    console.print(
+        f"namespace {MODEL_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
+        f"the model there and deploys it while the cluster runs; kubectl: export KUBECONFIG={state.kubeconfig}",
+        soft_wrap=True,
+    )
     print(state.kubeconfig)
     return 0
 
@@ -47,8 +52,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         folders = build_all()
     except BuildError as err:
         raise UserError(str(err)) from err
-    console.print(f"{len(folders)} components built or cached in {time.monotonic() - began:.0f}s: "
-                  f"{', '.join(str(folder) for folder in folders.values())}", soft_wrap=True)
+    console.print(
+        f"{len(folders)} components built or cached in {time.monotonic() - began:.0f}s: "
+        f"{', '.join(str(folder) for folder in folders.values())}",
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -74,22 +82,36 @@ def cmd_prove_hpa(args: argparse.Namespace) -> int:
 
     state = running_cluster(_folder(args))
     if state is None:
-        raise UserError(f"no local cluster runs from {_folder(args)}: its simulated usage is what this drives; "
-                        "start one with `make cluster` and deploy a model (make deploy AUTOSCALING=behavior)")
+        raise UserError(
+            f"no local cluster runs from {_folder(args)}: its simulated usage is what this drives; "
+            "start one with `make cluster` and deploy a model (make deploy AUTOSCALING=behavior)"
+        )
     api = api_client(state.kubeconfig)
-    names = [hpa.metadata.name for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(args.namespace).items]
+    names = [
+        hpa.metadata.name for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(args.namespace).items
+    ]
     hpa = args.hpa or (names[0] if len(names) == 1 else None)
     if hpa not in names:
         raise UserError(f"namespace {args.namespace} has HPAs {names or 'none'}: name one with --hpa (deploy a model first)")
     try:
-        result = prove(api, namespace=args.namespace, hpa_name=hpa, container=args.container, timeout_s=args.timeout,
-                       on_sample=lambda s: console.print(f"{s.seconds:6.1f}s usage {s.phase:4} replicas {s.replicas} "
-                                                         f"ready {s.ready} utilization {s.utilization}%"))
+        result = prove(
+            api,
+            namespace=args.namespace,
+            hpa_name=hpa,
+            container=args.container,
+            timeout_s=args.timeout,
+            on_sample=lambda s: console.print(
+                f"{s.seconds:6.1f}s usage {s.phase:4} replicas {s.replicas} ready {s.ready} utilization {s.utilization}%"
+            ),
+        )
     except ProofFailed as err:
         raise UserError(str(err)) from err
     path = write(result)
-    console.print(f"[green]HPA {args.namespace}/{hpa} scaled {result['min_replicas']} -> {result['max_replicas']} -> "
-                  f"{result['min_replicas']}[/]; {path} and {path.with_suffix('.png')}", soft_wrap=True)
+    console.print(
+        f"[green]HPA {args.namespace}/{hpa} scaled {result['min_replicas']} -> {result['max_replicas']} -> "
+        f"{result['min_replicas']}[/]; {path} and {path.with_suffix('.png')}",
+        soft_wrap=True,
+    )
     return 0
 
 
@@ -112,29 +134,44 @@ def cmd_status(args: argparse.Namespace) -> int:
 def add_command(commands) -> None:
     from deployments.cluster.control_plane import DEFAULT_API_PORT
 
-    command = commands.add_parser("cluster", help="a local control plane (kube-apiserver, kwok, the Seldon operator)",
-                                  description="Start, stop or inspect the local Kubernetes control plane that "
-                                              "`deploy` is tested on: real components on loopback, no containers.")
+    command = commands.add_parser(
+        "cluster",
+        help="a local control plane (kube-apiserver, kwok, the Seldon operator)",
+        description="Start, stop or inspect the local Kubernetes control plane that "
+        "`deploy` is tested on: real components on loopback, no containers.",
+    )
     actions = command.add_subparsers(dest="action", required=True)
-    for name, func, text in (("build", cmd_build, "build the binaries from Go modules into the cache (once)"),
-                             ("up", cmd_up, "build what is missing, start everything, write the kubeconfig"),
-                             ("down", cmd_down, "stop every process by its PID and remove the cluster's folder"),
-                             ("status", cmd_status, "which processes run (exit 1 when any is missing)")):
+    for name, func, text in (
+        ("build", cmd_build, "build the binaries from Go modules into the cache (once)"),
+        ("up", cmd_up, "build what is missing, start everything, write the kubeconfig"),
+        ("down", cmd_down, "stop every process by its PID and remove the cluster's folder"),
+        ("status", cmd_status, "which processes run (exit 1 when any is missing)"),
+    ):
         action = actions.add_parser(name, help=text, description=text)
         if name != "build":  # the binaries' cache is one per machine (SLIPWAY_CLUSTER_CACHE)
             action.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
         action.set_defaults(func=func)
         if name == "up":
-            action.add_argument("--port", type=int, default=DEFAULT_API_PORT,
-                                help=f"the API server's port on 127.0.0.1 (default {DEFAULT_API_PORT})")
-    prove_hpa = actions.add_parser("prove-hpa", help="drive a deployed model's simulated CPU usage up and down and record "
-                                   "its HPA's replicas (reports/cluster-hpa.json + PNG)",
-                                   description="Simulated CPU usage (kwok) high until the HPA reaches its maximum, then "
-                                               "low until it is back at its minimum, within the HPA's own behaviour.")
+            action.add_argument(
+                "--port",
+                type=int,
+                default=DEFAULT_API_PORT,
+                help=f"the API server's port on 127.0.0.1 (default {DEFAULT_API_PORT})",
+            )
+    prove_hpa = actions.add_parser(
+        "prove-hpa",
+        help="drive a deployed model's simulated CPU usage up and down and record "
+        "its HPA's replicas (reports/cluster-hpa.json + PNG)",
+        description="Simulated CPU usage (kwok) high until the HPA reaches its maximum, then "
+        "low until it is back at its minimum, within the HPA's own behaviour.",
+    )
     prove_hpa.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
     prove_hpa.add_argument("--namespace", default="slipway")
     prove_hpa.add_argument("--hpa", help="the HPA (default: the namespace's only one)")
-    prove_hpa.add_argument("--container", help="the container whose usage rises (default: the one the HPA's CPU "
-                           "ContainerResource metric reads, else the pod's first)")
+    prove_hpa.add_argument(
+        "--container",
+        help="the container whose usage rises (default: the one the HPA's CPU "
+        "ContainerResource metric reads, else the pod's first)",
+    )
     prove_hpa.add_argument("--timeout", type=float, default=240.0, help="seconds each phase may take (default 240)")
     prove_hpa.set_defaults(func=cmd_prove_hpa)

@@ -46,8 +46,15 @@ class Component:
 def _kubernetes_ldflags() -> tuple[str, ...]:
     """What Kubernetes' own build stamps into its binaries: /version and `--version` report it."""
     major, minor = KUBERNETES_VERSION.removeprefix("v").split(".")[:2]
-    return tuple(f"-X k8s.io/component-base/version.{key}={value}" for key, value in (
-        ("gitVersion", KUBERNETES_VERSION), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")))
+    return tuple(
+        f"-X k8s.io/component-base/version.{key}={value}"
+        for key, value in (
+            ("gitVersion", KUBERNETES_VERSION),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+        )
+    )
 
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -55,50 +62,101 @@ PROMETHEUS_VERSION = "v3.16.0"  # module github.com/prometheus/prometheus v0.316
 
 COMPONENTS: tuple[Component, ...] = (
     Component("etcd", "v3.6.8", GO_DIR / "etcd", (GoBinary("etcd", "go.etcd.io/etcd/server/v3"),)),
-    Component("kubernetes", KUBERNETES_VERSION, GO_DIR / "kubernetes", tuple(
-        GoBinary(name, f"k8s.io/kubernetes/cmd/{name}", _kubernetes_ldflags())
-        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"))),
-    Component("kwok", "v0.7.0", GO_DIR / "kwok", (GoBinary("kwok", "sigs.k8s.io/kwok/cmd/kwok"),), files={
-        (KWOK_MODULE, "kustomize/stage/node/fast/node-initialize.yaml"): "kwok-node-initialize.yaml",
-        (KWOK_MODULE, "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"): "kwok-node-heartbeat.yaml",
-        (KWOK_MODULE, "kustomize/stage/pod/fast/pod-ready.yaml"): "kwok-pod-ready.yaml",
-        (KWOK_MODULE, "kustomize/stage/pod/fast/pod-complete.yaml"): "kwok-pod-complete.yaml",
-        (KWOK_MODULE, "kustomize/stage/pod/fast/pod-delete.yaml"): "kwok-pod-delete.yaml",
-        (KWOK_MODULE, "kustomize/metrics/resource/metrics-resource.yaml"): "kwok-metrics-resource.yaml",
-        (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_clusterresourceusages.yaml"): "crd-kwok-clusterresourceusages.yaml",
-        (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_metrics.yaml"): "crd-kwok-metrics.yaml",
-        (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_resourceusages.yaml"): "crd-kwok-resourceusages.yaml",
-        (KWOK_MODULE, "kustomize/metrics/usage/usage-from-annotation.yaml"): "kwok-usage-from-annotation.yaml",
-    }),
-    Component("metrics-server", "v0.8.0", GO_DIR / "metrics-server",
-              (GoBinary("metrics-server", "sigs.k8s.io/metrics-server/cmd/metrics-server"),)),
-    Component("seldon-operator", SELDON_OPERATOR_VERSION, SELDON_OPERATOR_DIR,
-              (GoBinary("seldon-operator", "github.com/seldonio/seldon-core/operator"),)),
+    Component(
+        "kubernetes",
+        KUBERNETES_VERSION,
+        GO_DIR / "kubernetes",
+        tuple(
+            GoBinary(name, f"k8s.io/kubernetes/cmd/{name}", _kubernetes_ldflags())
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+        ),
+    ),
+    Component(
+        "kwok",
+        "v0.7.0",
+        GO_DIR / "kwok",
+        (GoBinary("kwok", "sigs.k8s.io/kwok/cmd/kwok"),),
+        files={
+            (KWOK_MODULE, "kustomize/stage/node/fast/node-initialize.yaml"): "kwok-node-initialize.yaml",
+            (KWOK_MODULE, "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"): "kwok-node-heartbeat.yaml",
+            (KWOK_MODULE, "kustomize/stage/pod/fast/pod-ready.yaml"): "kwok-pod-ready.yaml",
+            (KWOK_MODULE, "kustomize/stage/pod/fast/pod-complete.yaml"): "kwok-pod-complete.yaml",
+            (KWOK_MODULE, "kustomize/stage/pod/fast/pod-delete.yaml"): "kwok-pod-delete.yaml",
+            (KWOK_MODULE, "kustomize/metrics/resource/metrics-resource.yaml"): "kwok-metrics-resource.yaml",
+            (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_clusterresourceusages.yaml"): "crd-kwok-clusterresourceusages.yaml",
+            (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_metrics.yaml"): "crd-kwok-metrics.yaml",
+            (KWOK_MODULE, "kustomize/crd/bases/kwok.x-k8s.io_resourceusages.yaml"): "crd-kwok-resourceusages.yaml",
+            (KWOK_MODULE, "kustomize/metrics/usage/usage-from-annotation.yaml"): "kwok-usage-from-annotation.yaml",
+        },
+    ),
+    Component(
+        "metrics-server",
+        "v0.8.0",
+        GO_DIR / "metrics-server",
+        (GoBinary("metrics-server", "sigs.k8s.io/metrics-server/cmd/metrics-server"),),
+    ),
+    Component(
+        "seldon-operator",
+        SELDON_OPERATOR_VERSION,
+        SELDON_OPERATOR_DIR,
+        (GoBinary("seldon-operator", "github.com/seldonio/seldon-core/operator"),),
+    ),
     # The object store `deploy` uploads to and the pods pull from: an S3 API over a folder.
-    Component("object-store", "versitygw-v1.8.0", GO_DIR / "object-store",
-              (GoBinary("versitygw", "github.com/versity/versitygw/cmd/versitygw"),)),
+    Component(
+        "object-store",
+        "versitygw-v1.8.0",
+        GO_DIR / "object-store",
+        (GoBinary("versitygw", "github.com/versity/versitygw/cmd/versitygw"),),
+    ),
     # rclone as Seldon's storage initializer runs it: the tests pull what deploy uploaded with the Secret's settings.
-    Component("rclone", "v1.76.0", GO_DIR / "rclone", (GoBinary("rclone", "slipway.local/cluster/rclone"),),
-              test_tool=True),
+    Component("rclone", "v1.76.0", GO_DIR / "rclone", (GoBinary("rclone", "slipway.local/cluster/rclone"),), test_tool=True),
     # An OCI registry (CNCF Distribution) and crane, which pushes images to it without Docker: the tests of
     # `deploy --check-image` resolve real pushed references (deployments/image_check.py).
-    Component("registry", "v3.1.2", GO_DIR / "registry",
-              (GoBinary("registry", "github.com/distribution/distribution/v3/cmd/registry"),), test_tool=True),
-    Component("crane", "v0.22.1", GO_DIR / "crane",
-              (GoBinary("crane", "github.com/google/go-containerregistry/cmd/crane"),), test_tool=True),
+    Component(
+        "registry",
+        "v3.1.2",
+        GO_DIR / "registry",
+        (GoBinary("registry", "github.com/distribution/distribution/v3/cmd/registry"),),
+        test_tool=True,
+    ),
+    Component(
+        "crane",
+        "v0.22.1",
+        GO_DIR / "crane",
+        (GoBinary("crane", "github.com/google/go-containerregistry/cmd/crane"),),
+        test_tool=True,
+    ),
     # Prometheus 3.16.0 (its Go module numbers 3.x releases v0.3xx.y) and promtool: the canary judge's tests backfill
     # recorded series into a TSDB and query them over the real HTTP API. Built without the `builtinassets` tag: the
     # API is whole, the web UI is not embedded.
-    Component("prometheus", PROMETHEUS_VERSION, GO_DIR / "prometheus", tuple(
-        GoBinary(name, f"github.com/prometheus/prometheus/cmd/{name}",
-                 (f"-X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION.removeprefix('v')}",))
-        for name in ("prometheus", "promtool")), test_tool=True),
+    Component(
+        "prometheus",
+        PROMETHEUS_VERSION,
+        GO_DIR / "prometheus",
+        tuple(
+            GoBinary(
+                name,
+                f"github.com/prometheus/prometheus/cmd/{name}",
+                (f"-X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION.removeprefix('v')}",),
+            )
+            for name in ("prometheus", "promtool")
+        ),
+        test_tool=True,
+    ),
     # CRDs only, nothing built: the kinds Slipway's overlays render beyond Seldon's.
-    Component("crds", "prometheus-operator-v0.85.0_keda-v2.21.0", GO_DIR / "crds", (), files={
-        ("github.com/prometheus-operator/prometheus-operator",
-         "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml"): "crd-podmonitors.yaml",
-        ("github.com/kedacore/keda/v2", "config/crd/bases/keda.sh_scaledobjects.yaml"): "crd-scaledobjects.yaml",
-    }),
+    Component(
+        "crds",
+        "prometheus-operator-v0.85.0_keda-v2.21.0",
+        GO_DIR / "crds",
+        (),
+        files={
+            (
+                "github.com/prometheus-operator/prometheus-operator",
+                "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
+            ): "crd-podmonitors.yaml",
+            ("github.com/kedacore/keda/v2", "config/crd/bases/keda.sh_scaledobjects.yaml"): "crd-scaledobjects.yaml",
+        },
+    ),
 )
 
 CLUSTER_COMPONENTS = tuple(component for component in COMPONENTS if not component.test_tool)

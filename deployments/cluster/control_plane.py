@@ -34,7 +34,7 @@ from slipway.ports import free_port, port_in_use
 DEFAULT_API_PORT = 16443
 STATE_FILE = "state.json"
 MODEL_NAMESPACE = "slipway"  # `make deploy`'s default NAMESPACE: made at start, with the store's Secret
-BUCKET = "slipway-models"    # the bucket of `deploy`'s default storage root, s3://slipway-models
+BUCKET = "slipway-models"  # the bucket of `deploy`'s default storage root, s3://slipway-models
 SERVICE_CIDR = "10.96.0.0/16"
 READY_TIMEOUT_S = 90.0
 # How often the HPA controller acts (kube-controller-manager's default: 15 s). A Deployment Seldon creates starts at
@@ -70,9 +70,15 @@ class ClusterState:
         return f"https://127.0.0.1:{self.api_port}"
 
     def save(self) -> None:
-        atomic.write_json(self.folder / STATE_FILE, {"api_port": self.api_port, "kubernetes": KUBERNETES_VERSION,
-                                                     "processes": [process.as_dict() for process in self.processes],
-                                                     "object_store": self.object_store})
+        atomic.write_json(
+            self.folder / STATE_FILE,
+            {
+                "api_port": self.api_port,
+                "kubernetes": KUBERNETES_VERSION,
+                "processes": [process.as_dict() for process in self.processes],
+                "object_store": self.object_store,
+            },
+        )
 
     @classmethod
     def load(cls, folder: Path) -> ClusterState | None:
@@ -80,14 +86,20 @@ class ClusterState:
             record = json.loads((folder / STATE_FILE).read_text())
         except (OSError, ValueError):
             return None
-        return cls(folder, int(record["api_port"]), [Process(**process) for process in record["processes"]],
-                   record.get("object_store") or {})
+        return cls(
+            folder,
+            int(record["api_port"]),
+            [Process(**process) for process in record["processes"]],
+            record.get("object_store") or {},
+        )
 
     def storage_environment(self) -> dict[str, str]:
         """The object store's address and keys as the AWS variables `make secret` (and any S3 tool) reads."""
-        return {"AWS_ACCESS_KEY_ID": self.object_store["access_key"],
-                "AWS_SECRET_ACCESS_KEY": self.object_store["secret_key"],
-                "AWS_ENDPOINT_URL": self.object_store["endpoint"]}
+        return {
+            "AWS_ACCESS_KEY_ID": self.object_store["access_key"],
+            "AWS_SECRET_ACCESS_KEY": self.object_store["secret_key"],
+            "AWS_ENDPOINT_URL": self.object_store["endpoint"],
+        }
 
     def alive(self) -> list[Process]:
         return [process for process in self.processes if running(process)]
@@ -124,8 +136,9 @@ def _wait(process: Process, ready: Callable[[], bool], what: str, timeout_s: flo
         except (OSError, ssl.SSLError, urllib.error.URLError):
             pass
         time.sleep(0.2)
-    raise ClusterError(f"{process.name} did not become {what} within {timeout_s:.0f}s: {last_lines(process)} "
-                       f"(log: {process.log})")
+    raise ClusterError(
+        f"{process.name} did not become {what} within {timeout_s:.0f}s: {last_lines(process)} (log: {process.log})"
+    )
 
 
 def _unverified() -> ssl.SSLContext:
@@ -150,7 +163,9 @@ def write_kubeconfig(path: Path, server: str, pki: ClusterPKI) -> None:
     """An admin kubeconfig for the local cluster, with its context current."""
     admin = pki.pair("admin")
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "slipway-local",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "slipway-local",
         "clusters": [{"name": "slipway-local", "cluster": {"server": server, "certificate-authority": str(pki.ca.cert)}}],
         "users": [{"name": "slipway-admin", "user": {"client-certificate": str(admin.cert), "client-key": str(admin.key)}}],
         "contexts": [{"name": "slipway-local", "context": {"cluster": "slipway-local", "user": "slipway-admin"}}],
@@ -165,8 +180,7 @@ def write_kubeconfig(path: Path, server: str, pki: ClusterPKI) -> None:
 class _Starter:
     """Starts processes into a ClusterState, saving it after each so that `down` finds them all."""
 
-    def __init__(self, state: ClusterState, bins: dict[str, Path], pki: ClusterPKI, on_step: Callable[[str], None],
-                 tied: bool):
+    def __init__(self, state: ClusterState, bins: dict[str, Path], pki: ClusterPKI, on_step: Callable[[str], None], tied: bool):
         self.state, self.bins, self.pki, self.on_step, self.tied = state, bins, pki, on_step, tied
         self.logs = state.folder / "logs"
 
@@ -180,23 +194,37 @@ class _Starter:
     def kube_args(self, port: int) -> list[str]:
         """What kube-controller-manager, kube-scheduler and metrics-server share: who they are and where they serve."""
         kubeconfig = str(self.state.kubeconfig)
-        return [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", f"--secure-port={port}"]
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+        ]
 
 
-def up(folder: Path | None = None, *, api_port: int = DEFAULT_API_PORT, tied: bool = False,
-       on_step: Callable[[str], None] = lambda step: None) -> ClusterState:
+def up(
+    folder: Path | None = None,
+    *,
+    api_port: int = DEFAULT_API_PORT,
+    tied: bool = False,
+    on_step: Callable[[str], None] = lambda step: None,
+) -> ClusterState:
     """Build what is missing, then start the whole control plane; return its state. `tied`: every process
     stops when this one dies (tests); otherwise the cluster outlives the command until `down`."""
     folder = folder or default_state_dir()
     previous = ClusterState.load(folder)
     if previous is not None and previous.alive():
         names = ", ".join(f"{process.name} (pid {process.pid})" for process in previous.alive())
-        raise ClusterError(f"a local cluster from {folder} is still running ({names}): use it with "
-                           f"KUBECONFIG={previous.kubeconfig}, or stop it first with `make cluster-down`")
+        raise ClusterError(
+            f"a local cluster from {folder} is still running ({names}): use it with "
+            f"KUBECONFIG={previous.kubeconfig}, or stop it first with `make cluster-down`"
+        )
     if port_in_use(api_port):
-        raise ClusterError(f"port {api_port} on 127.0.0.1 is in use: stop what listens there or choose another "
-                           f"port (make cluster CLUSTER_PORT=...)")
+        raise ClusterError(
+            f"port {api_port} on 127.0.0.1 is in use: stop what listens there or choose another "
+            f"port (make cluster CLUSTER_PORT=...)"
+        )
     bins = build_all(CLUSTER_COMPONENTS)
     if folder.exists():
         shutil.rmtree(folder)  # a stopped cluster's leftovers: nothing of it runs (checked above)
@@ -209,8 +237,9 @@ def up(folder: Path | None = None, *, api_port: int = DEFAULT_API_PORT, tied: bo
         state.processes.clear()
         state.save()
         if isinstance(err, (ClusterError, OSError)) or type(err).__module__.startswith("kubernetes"):
-            raise ClusterError(f"{first_line(err)}; stopped what had started ({', '.join(stopped) or 'nothing'}), "
-                               f"logs in {folder / 'logs'}") from err
+            raise ClusterError(
+                f"{first_line(err)}; stopped what had started ({', '.join(stopped) or 'nothing'}), logs in {folder / 'logs'}"
+            ) from err
         raise
     return state
 
@@ -221,42 +250,69 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     starter = _Starter(state, bins, pki, on_step, tied)
 
     etcd_port, etcd_peer = free_port(), free_port()
-    etcd = starter.start("etcd", "etcd", [
-        "--name=slipway", f"--data-dir={state.folder / 'etcd'}",
-        f"--listen-client-urls=http://127.0.0.1:{etcd_port}", f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
-        f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-        f"--initial-cluster=slipway=http://127.0.0.1:{etcd_peer}", "--log-level=warn",
-        "--unsafe-no-fsync",  # a throwaway cluster: losing it on a power cut is fine, waiting on the disk is not
-    ])
+    etcd = starter.start(
+        "etcd",
+        "etcd",
+        [
+            "--name=slipway",
+            f"--data-dir={state.folder / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-cluster=slipway=http://127.0.0.1:{etcd_peer}",
+            "--log-level=warn",
+            "--unsafe-no-fsync",  # a throwaway cluster: losing it on a power cut is fine, waiting on the disk is not
+        ],
+    )
     _wait(etcd, lambda: '"health":"true"' in _get(f"http://127.0.0.1:{etcd_port}/health")[1], "healthy")
 
     apiserver_pair, front_proxy = pki.pair("apiserver"), pki.pair("front-proxy-client")
-    apiserver = starter.start("kube-apiserver", "kubernetes", [
-        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={state.api_port}",
-        f"--tls-cert-file={apiserver_pair.cert}", f"--tls-private-key-file={apiserver_pair.key}",
-        f"--client-ca-file={pki.ca.cert}", "--authorization-mode=Node,RBAC",
-        f"--service-account-key-file={pki.service_account_public_key}",
-        f"--service-account-signing-key-file={pki.service_account_key}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        # the aggregation layer, for metrics-server's metrics.k8s.io
-        f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
-        "--requestheader-allowed-names=front-proxy-client", "--requestheader-username-headers=X-Remote-User",
-        "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        f"--proxy-client-cert-file={front_proxy.cert}", f"--proxy-client-key-file={front_proxy.key}",
-        "--profiling=false", "--enable-priority-and-fairness=false",
-    ])
+    apiserver = starter.start(
+        "kube-apiserver",
+        "kubernetes",
+        [
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={state.api_port}",
+            f"--tls-cert-file={apiserver_pair.cert}",
+            f"--tls-private-key-file={apiserver_pair.key}",
+            f"--client-ca-file={pki.ca.cert}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-key-file={pki.service_account_public_key}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # the aggregation layer, for metrics-server's metrics.k8s.io
+            f"--requestheader-client-ca-file={pki.front_proxy_ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front_proxy.cert}",
+            f"--proxy-client-key-file={front_proxy.key}",
+            "--profiling=false",
+            "--enable-priority-and-fairness=false",
+        ],
+    )
     admin = _admin_context(pki)
     _wait(apiserver, lambda: _get(f"{state.server}/readyz", context=admin)[0] == 200, "ready")
     write_kubeconfig(state.kubeconfig, state.server, pki)
 
     controller_manager_port, scheduler_port = free_port(), free_port()
-    controller_manager = starter.start("kube-controller-manager", "kubernetes", [
-        *starter.kube_args(controller_manager_port), "--leader-elect=false",
-        f"--service-account-private-key-file={pki.service_account_key}", f"--root-ca-file={pki.ca.cert}",
-        "--use-service-account-credentials=false", f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_S}s",
-    ])
+    controller_manager = starter.start(
+        "kube-controller-manager",
+        "kubernetes",
+        [
+            *starter.kube_args(controller_manager_port),
+            "--leader-elect=false",
+            f"--service-account-private-key-file={pki.service_account_key}",
+            f"--root-ca-file={pki.ca.cert}",
+            "--use-service-account-credentials=false",
+            f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_S}s",
+        ],
+    )
     scheduler = starter.start("kube-scheduler", "kubernetes", [*starter.kube_args(scheduler_port), "--leader-elect=false"])
     for process, port in ((controller_manager, controller_manager_port), (scheduler, scheduler_port)):
         _wait(process, lambda port=port: _get(f"https://127.0.0.1:{port}/healthz", context=_unverified())[0] == 200, "healthy")
@@ -268,35 +324,58 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     kwok_port = free_port()
     kwok_pair = pki.pair("kwok")
     kwok_config = objects.write_kwok_config(state.folder / "kwok.yaml", bins)
-    kwok = starter.start("kwok", "kwok", [
-        f"--kubeconfig={state.kubeconfig}", f"--config={kwok_config}", "--manage-all-nodes=true",
-        "--node-ip=127.0.0.1", f"--node-port={kwok_port}", f"--server-address=127.0.0.1:{kwok_port}",
-        f"--tls-cert-file={kwok_pair.cert}", f"--tls-private-key-file={kwok_pair.key}",
-        f"--enable-crds={','.join(objects.KWOK_CRDS)}",
-        "--node-lease-duration-seconds=40",  # kwok renews each node's Lease: the heartbeat the node controller reads
-    ])
+    kwok = starter.start(
+        "kwok",
+        "kwok",
+        [
+            f"--kubeconfig={state.kubeconfig}",
+            f"--config={kwok_config}",
+            "--manage-all-nodes=true",
+            "--node-ip=127.0.0.1",
+            f"--node-port={kwok_port}",
+            f"--server-address=127.0.0.1:{kwok_port}",
+            f"--tls-cert-file={kwok_pair.cert}",
+            f"--tls-private-key-file={kwok_pair.key}",
+            f"--enable-crds={','.join(objects.KWOK_CRDS)}",
+            "--node-lease-duration-seconds=40",  # kwok renews each node's Lease: the heartbeat the node controller reads
+        ],
+    )
     _wait(kwok, lambda: _get(f"https://127.0.0.1:{kwok_port}/healthz", context=_unverified())[0] == 200, "healthy")
     objects.create_nodes(api, bins)
     _wait(kwok, lambda: objects.nodes_ready(api), "Ready on every node")
 
     metrics_port = free_port()
     metrics_pair = pki.pair("metrics-server")
-    metrics_server = starter.start("metrics-server", "metrics-server", [
-        *starter.kube_args(metrics_port), f"--tls-cert-file={metrics_pair.cert}",
-        f"--tls-private-key-file={metrics_pair.key}", f"--kubelet-certificate-authority={pki.ca.cert}",
-        "--kubelet-use-node-status-port", "--kubelet-preferred-address-types=InternalIP", f"--metric-resolution={METRIC_RESOLUTION_S}s",
-        f"--kubelet-request-timeout={METRIC_RESOLUTION_S // 2}s",
-    ])
+    metrics_server = starter.start(
+        "metrics-server",
+        "metrics-server",
+        [
+            *starter.kube_args(metrics_port),
+            f"--tls-cert-file={metrics_pair.cert}",
+            f"--tls-private-key-file={metrics_pair.key}",
+            f"--kubelet-certificate-authority={pki.ca.cert}",
+            "--kubelet-use-node-status-port",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--metric-resolution={METRIC_RESOLUTION_S}s",
+            f"--kubelet-request-timeout={METRIC_RESOLUTION_S // 2}s",
+        ],
+    )
     objects.register_metrics_api(api, metrics_port, pki.ca.cert)
     _wait(metrics_server, lambda: objects.api_service_available(api, objects.METRICS_API_SERVICE), "Available")
 
     webhook_port = free_port()
     operator_tmp = objects.write_webhook_certs(state.folder / "seldon-operator", pki)
     objects.install_seldon_config(api, webhook_port, pki.ca.cert)
-    operator = starter.start("seldon-operator", "seldon-operator", [
-        f"--webhook-port={webhook_port}", f"--metrics-addr=127.0.0.1:{free_port()}",
-        f"--operator-namespace={objects.SELDON_NAMESPACE}",
-    ], env={**objects.seldon_operator_env(), "KUBECONFIG": str(state.kubeconfig), "TMPDIR": str(operator_tmp)})
+    operator = starter.start(
+        "seldon-operator",
+        "seldon-operator",
+        [
+            f"--webhook-port={webhook_port}",
+            f"--metrics-addr=127.0.0.1:{free_port()}",
+            f"--operator-namespace={objects.SELDON_NAMESPACE}",
+        ],
+        env={**objects.seldon_operator_env(), "KUBECONFIG": str(state.kubeconfig), "TMPDIR": str(operator_tmp)},
+    )
     _wait(operator, lambda: objects.webhook_answers(webhook_port, pki.ca.cert), "serving its webhooks")
     objects.register_operator(api)
 
@@ -309,13 +388,23 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
 def _start_object_store(state: ClusterState, starter: _Starter) -> None:
     """versitygw serving S3 over a folder of the state, with fresh keys (in its environment, not its arguments)."""
     port = free_port()
-    state.object_store = {"endpoint": f"http://127.0.0.1:{port}", "access_key": f"slipway{secrets.token_hex(6)}",
-                          "secret_key": secrets.token_urlsafe(30)}
+    state.object_store = {
+        "endpoint": f"http://127.0.0.1:{port}",
+        "access_key": f"slipway{secrets.token_hex(6)}",
+        "secret_key": secrets.token_urlsafe(30),
+    }
     (state.folder / "objects").mkdir(mode=0o700)
-    store = starter.start("versitygw", "object-store", [
-        f"--port=127.0.0.1:{port}", "--quiet", "posix", str(state.folder / "objects"),
-    ], env={"ROOT_ACCESS_KEY_ID": state.object_store["access_key"],
-            "ROOT_SECRET_ACCESS_KEY": state.object_store["secret_key"]})
+    store = starter.start(
+        "versitygw",
+        "object-store",
+        [
+            f"--port=127.0.0.1:{port}",
+            "--quiet",
+            "posix",
+            str(state.folder / "objects"),
+        ],
+        env={"ROOT_ACCESS_KEY_ID": state.object_store["access_key"], "ROOT_SECRET_ACCESS_KEY": state.object_store["secret_key"]},
+    )
     # an anonymous GET of the service is refused (403): the S3 API answers
     _wait(store, lambda: _get(state.object_store["endpoint"])[0] == 403, "answering S3 requests")
 

@@ -29,20 +29,38 @@ SELDON_WEBHOOKS = "seldon-validating-webhook-configuration"
 METRICS_API_SERVICE = "v1beta1.metrics.k8s.io"
 KWOK_CRDS = ("Metric", "ClusterResourceUsage", "ResourceUsage")
 # (component, file in its cache folder's share/)
-CRD_FILES = (("crds", "crd-podmonitors.yaml"), ("crds", "crd-scaledobjects.yaml"),
-             ("kwok", "crd-kwok-clusterresourceusages.yaml"), ("kwok", "crd-kwok-resourceusages.yaml"),
-             ("kwok", "crd-kwok-metrics.yaml"))
-KWOK_STAGES = ("kwok-node-initialize.yaml", "kwok-node-heartbeat.yaml", "kwok-pod-ready.yaml", "kwok-pod-complete.yaml",
-               "kwok-pod-delete.yaml")
+CRD_FILES = (
+    ("crds", "crd-podmonitors.yaml"),
+    ("crds", "crd-scaledobjects.yaml"),
+    ("kwok", "crd-kwok-clusterresourceusages.yaml"),
+    ("kwok", "crd-kwok-resourceusages.yaml"),
+    ("kwok", "crd-kwok-metrics.yaml"),
+)
+KWOK_STAGES = (
+    "kwok-node-initialize.yaml",
+    "kwok-node-heartbeat.yaml",
+    "kwok-pod-ready.yaml",
+    "kwok-pod-complete.yaml",
+    "kwok-pod-delete.yaml",
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 # name, CPU cores, memory, GPUs: three CPU nodes (replicas spread across them) and one GPU node
-NODES = (("slipway-cpu-1", "8", "32Gi", 0), ("slipway-cpu-2", "8", "32Gi", 0), ("slipway-cpu-3", "8", "32Gi", 0),
-         ("slipway-gpu-1", "16", "64Gi", 2))
+NODES = (
+    ("slipway-cpu-1", "8", "32Gi", 0),
+    ("slipway-cpu-2", "8", "32Gi", 0),
+    ("slipway-cpu-3", "8", "32Gi", 0),
+    ("slipway-gpu-1", "16", "64Gi", 2),
+)
 # The operator's own settings that the local cluster changes from its kustomize defaults
 # (config/manager/manager.yaml): no ingress runs, so the traffic split shows in Ambassador v1's
 # Service annotations (no CRDs needed); KEDA's ScaledObject CRD is installed, so kedaSpec works.
-OPERATOR_ENV = {"AMBASSADOR_ENABLED": "true", "AMBASSADOR_VERSION": "v1", "ISTIO_ENABLED": "false",
-                "KEDA_ENABLED": "true", "POD_NAMESPACE": SELDON_NAMESPACE}
+OPERATOR_ENV = {
+    "AMBASSADOR_ENABLED": "true",
+    "AMBASSADOR_VERSION": "v1",
+    "ISTIO_ENABLED": "false",
+    "KEDA_ENABLED": "true",
+    "POD_NAMESPACE": SELDON_NAMESPACE,
+}
 
 
 def client(kubeconfig: Path):
@@ -57,8 +75,9 @@ def apply(api, doc: dict[str, Any]) -> None:
 
     resource = dynamic_client(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
     kwargs = {"namespace": doc["metadata"].get("namespace")} if resource.namespaced else {}
-    resource.server_side_apply(body=doc, name=doc["metadata"]["name"], field_manager=FIELD_MANAGER,
-                               force_conflicts=True, **kwargs)
+    resource.server_side_apply(
+        body=doc, name=doc["metadata"]["name"], field_manager=FIELD_MANAGER, force_conflicts=True, **kwargs
+    )
 
 
 def _documents(path: Path) -> list[dict]:
@@ -71,8 +90,10 @@ def install_crds(api, bins: dict[str, Path]) -> None:
 
     from deployments.kustomize import build_with_kubectl
 
-    docs = [*build_with_kubectl(SELDON_FILES["crd"]),
-            *(doc for component, name in CRD_FILES for doc in _documents(bins[component] / "share" / name))]
+    docs = [
+        *build_with_kubectl(SELDON_FILES["crd"]),
+        *(doc for component, name in CRD_FILES for doc in _documents(bins[component] / "share" / name)),
+    ]
     names = []
     for doc in docs:
         apply(api, doc)
@@ -80,8 +101,10 @@ def install_crds(api, bins: dict[str, Path]) -> None:
     extensions = k8s.ApiextensionsV1Api(api)
     deadline = time.monotonic() + 60
     for name in names:
-        while not any(condition.type == "Established" and condition.status == "True"
-                      for condition in (extensions.read_custom_resource_definition(name).status.conditions or [])):
+        while not any(
+            condition.type == "Established" and condition.status == "True"
+            for condition in (extensions.read_custom_resource_definition(name).status.conditions or [])
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {name} is not Established after 60s")
             time.sleep(0.2)
@@ -102,19 +125,34 @@ def create_nodes(api, bins: dict[str, Path]) -> None:
             apply(api, doc)
     for name, cpu, memory, gpus in NODES:
         capacity = {"cpu": cpu, "memory": memory, "pods": "110", **({GPU_RESOURCE: str(gpus)} if gpus else {})}
-        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                  "type": "kwok", "topology.kubernetes.io/zone": "local"}
+        labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            "topology.kubernetes.io/zone": "local",
+        }
         if gpus:
             labels["nvidia.com/gpu.present"] = "true"  # GPU feature discovery's label
             labels["cloud.google.com/gke-accelerator"] = "nvidia-l4"  # GKE's: what --gpu-node-selector is tested on
-        apply(api, {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": labels, "annotations": {
-                "kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0",
-                "metrics.k8s.io/resource-metrics-path": f"/metrics/nodes/{name}/metrics/resource"}},
-            "spec": {"taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}] if gpus else []},
-            "status": {"capacity": capacity, "allocatable": capacity},
-        })
+        apply(
+            api,
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "annotations": {
+                        "kwok.x-k8s.io/node": "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                        "metrics.k8s.io/resource-metrics-path": f"/metrics/nodes/{name}/metrics/resource",
+                    },
+                },
+                "spec": {"taints": [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}] if gpus else []},
+                "status": {"capacity": capacity, "allocatable": capacity},
+            },
+        )
 
 
 def nodes_ready(api) -> bool:
@@ -122,17 +160,37 @@ def nodes_ready(api) -> bool:
 
     nodes = k8s.CoreV1Api(api).list_node().items
     return len(nodes) == len(NODES) and all(
-        any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])) for node in nodes)
+        any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])) for node in nodes
+    )
 
 
 def register_metrics_api(api, port: int, ca: Path) -> None:
     """metrics.k8s.io served by the metrics-server process: an APIService behind an ExternalName Service."""
-    apply(api, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "metrics-server", "namespace": "kube-system"},
-                "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": port}]}})
-    apply(api, {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": METRICS_API_SERVICE},
-                "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
-                         "versionPriority": 100, "caBundle": base64.b64encode(ca.read_bytes()).decode(),
-                         "service": {"name": "metrics-server", "namespace": "kube-system", "port": port}}})
+    apply(
+        api,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "metrics-server", "namespace": "kube-system"},
+            "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": port}]},
+        },
+    )
+    apply(
+        api,
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": METRICS_API_SERVICE},
+            "spec": {
+                "group": "metrics.k8s.io",
+                "version": "v1beta1",
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "caBundle": base64.b64encode(ca.read_bytes()).decode(),
+                "service": {"name": "metrics-server", "namespace": "kube-system", "port": port},
+            },
+        },
+    )
 
 
 def api_service_available(api, name: str) -> bool:
@@ -187,8 +245,11 @@ def register_operator(api) -> None:
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
     container["image"] = f"seldonio/seldon-core-operator:{SELDON_OPERATOR_VERSION}"
     container["env"] = [{"name": name, "value": value} for name, value in seldon_operator_env().items()]
-    deployment["metadata"].update(name=OPERATOR_DEPLOYMENT, namespace=SELDON_NAMESPACE, annotations={
-        "slipway.io/local-cluster": "the operator runs as a process on this machine (build/cluster/logs)"})
+    deployment["metadata"].update(
+        name=OPERATOR_DEPLOYMENT,
+        namespace=SELDON_NAMESPACE,
+        annotations={"slipway.io/local-cluster": "the operator runs as a process on this machine (build/cluster/logs)"},
+    )
     deployment["spec"]["replicas"] = 0
     apply(api, deployment)
 
@@ -215,6 +276,5 @@ def create_namespace(api, name: str, storage_env: dict[str, str]) -> None:
 def webhook_answers(port: int, ca: Path) -> bool:
     """Whether the operator's webhook server completes a TLS handshake with the certificate we gave it."""
     context = ssl.create_default_context(cafile=str(ca))
-    with socket.create_connection(("127.0.0.1", port), timeout=1) as raw, \
-            context.wrap_socket(raw, server_hostname="127.0.0.1"):
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1"):
         return True

@@ -22,8 +22,14 @@ from slipway import atomic
 VALID_FOR = datetime.timedelta(days=365)
 LOOPBACK = ("127.0.0.1", "localhost")
 SERVICE_IP = "10.96.0.1"  # the first address of the service range: the `kubernetes` Service
-API_SERVER_NAMES = (*LOOPBACK, SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                    "kubernetes.default.svc.cluster.local")
+API_SERVER_NAMES = (
+    *LOOPBACK,
+    SERVICE_IP,
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 ADMIN_USER, ADMIN_GROUP = "slipway-admin", "system:masters"
 FRONT_PROXY_USER = "front-proxy-client"
 
@@ -42,28 +48,54 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    atomic.write_bytes(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+    atomic.write_bytes(
+        path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
 
 
-def _sign(folder: Path, name: str, subject: x509.Name, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
-          *, ca: bool = False, server_names: tuple[str, ...] = (), client: bool = False) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def _sign(
+    folder: Path,
+    name: str,
+    subject: x509.Name,
+    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    *,
+    ca: bool = False,
+    server_names: tuple[str, ...] = (),
+    client: bool = False,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     issuer_cert, issuer_key = issuer if issuer else (None, key)
-    builder = (x509.CertificateBuilder().subject_name(subject)
-               .issuer_name(issuer_cert.subject if issuer_cert else subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALID_FOR)
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_cert.subject if issuer_cert else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALID_FOR)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if ca:
-        builder = builder.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                                      content_commitment=False, key_encipherment=False,
-                                                      data_encipherment=False, key_agreement=False,
-                                                      encipher_only=False, decipher_only=False), critical=True)
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     else:
-        usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []) + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+        usages = ([ExtendedKeyUsageOID.SERVER_AUTH] if server_names else []) + (
+            [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+        )
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server_names:
         builder = builder.add_extension(x509.SubjectAlternativeName([_san(entry) for entry in server_names]), critical=False)
@@ -116,10 +148,13 @@ class ClusterPKI:
         _sign(folder, "front-proxy-client", _name(FRONT_PROXY_USER), front_proxy_ca, client=True)
         _sign(folder, "seldon-webhook", _name("seldon-webhook-service"), ca, server_names=LOOPBACK)
         _sign(folder, "kwok", _name("kwok"), ca, server_names=LOOPBACK)
-        _sign(folder, "metrics-server", _name("metrics-server"), ca,
-              server_names=(*LOOPBACK, "metrics-server.kube-system.svc"))
+        _sign(folder, "metrics-server", _name("metrics-server"), ca, server_names=(*LOOPBACK, "metrics-server.kube-system.svc"))
         service_account = ec.generate_private_key(ec.SECP256R1())
         _write_key(folder / "service-account.key", service_account)
-        atomic.write_bytes(folder / "service-account.pub", service_account.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        atomic.write_bytes(
+            folder / "service-account.pub",
+            service_account.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
         return cls(folder)

@@ -32,16 +32,24 @@ class Process:
         return asdict(self)
 
 
-def start(name: str, binary: Path, args: list[str], *, log_dir: Path, env: dict[str, str] | None = None,
-          tied: bool = False) -> Process:
+def start(
+    name: str, binary: Path, args: list[str], *, log_dir: Path, env: dict[str, str] | None = None, tied: bool = False
+) -> Process:
     """Start `binary args` in its own session with its output in `log_dir/<name>.log`; `tied`: it is killed
     when this process dies (for tests: a killed test run leaves no cluster behind)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with open(log_path, "ab") as log:
-        child = subprocess.Popen([str(binary), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, env={**os.environ, **(env or {})}, cwd=log_dir,
-                                 preexec_fn=partial(stop_with_parent, signal.SIGKILL) if tied else None)
+        child = subprocess.Popen(
+            [str(binary), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+            cwd=log_dir,
+            preexec_fn=partial(stop_with_parent, signal.SIGKILL) if tied else None,
+        )
     return Process(name, child.pid, str(binary), str(log_path))
 
 

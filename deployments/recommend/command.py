@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_QUERIES = {
     "cpu": 'sum by (pod) (rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="{model}"}}[5m]))',
     "memory": 'sum by (pod) (container_memory_working_set_bytes{{namespace="{namespace}",container="{model}"}})',
-    "rps": 'sum by (pod) (rate(' + REQUEST_COUNTER + '{{namespace="{namespace}",model_name="{model}"}}[5m]))',
+    "rps": "sum by (pod) (rate(" + REQUEST_COUNTER + '{{namespace="{namespace}",model_name="{model}"}}[5m]))',
 }
 # NVIDIA's DCGM exporter in its Kubernetes mode labels each card with the pod, namespace and container it serves;
 # the bare selectors keep each series' card labels and metric name, which the GPU reader checks.
@@ -41,8 +41,10 @@ def capacity_from_tune(reports_dir: Path | None = None) -> float | None:
     capacity = deployment.get("per_replica_capacity_rps") if isinstance(deployment, dict) else deployment
     if capacity is not None and not is_capacity(capacity):  # a hand-edited or foreign report: not a number to size on
         report_path = Path(reports_dir or REPORTS_DIR) / "tune.json"
-        raise RecommendError(f"{report_path} gives deployment.per_replica_capacity_rps {capacity!r}, not a number of "
-                             "requests/s above 0: run `make tune` again, or pass --capacity-rps N")
+        raise RecommendError(
+            f"{report_path} gives deployment.per_replica_capacity_rps {capacity!r}, not a number of "
+            "requests/s above 0: run `make tune` again, or pass --capacity-rps N"
+        )
     return capacity
 
 
@@ -51,7 +53,8 @@ def add_command(commands) -> None:
     from slipway.paths import BUILD_DIR
 
     parser = commands.add_parser(
-        "recommend", help="recommend requests, limits and HPA replicas from usage history",
+        "recommend",
+        help="recommend requests, limits and HPA replicas from usage history",
         description="Recommend CPU/memory requests and limits and HPA replicas from usage history, and KEDA cron "
         "triggers that add replicas ahead of the request rate's daily pattern. Give the three histories as Prometheus "
         "query_range JSON files, or set PROMETHEUS_URL to query them.",
@@ -60,8 +63,11 @@ def add_command(commands) -> None:
     history.add_argument("--cpu", type=Path, help="query_range JSON: CPU cores per pod")
     history.add_argument("--memory", type=Path, help="query_range JSON: memory bytes per pod (working set)")
     history.add_argument("--rps", type=Path, help="query_range JSON: requests/s, per pod or in total")
-    history.add_argument("--prometheus-url", help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
-                         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)")
+    history.add_argument(
+        "--prometheus-url",
+        help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
+        "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
+    )
     history.add_argument("--namespace", default="slipway", help="where the model runs (default slipway, as make deploy)")
     history.add_argument("--model", default="digits", help="the SeldonDeployment / container / model name")
     history.add_argument("--range", default="7d", help="how far back to query (e.g. 24h, 7d)")
@@ -70,29 +76,52 @@ def add_command(commands) -> None:
         history.add_argument(f"--{kind}-query", help=f"PromQL for {kind} (default: {default})")
     gpu = parser.add_argument_group("GPU history (NVIDIA DCGM exporter; files, or PROMETHEUS_URL where its series exist)")
     gpu.add_argument("--gpu-util", type=Path, help="query_range JSON: DCGM_FI_DEV_GPU_UTIL (0-100) per GPU")
-    gpu.add_argument("--gpu-memory", type=Path, help="query_range JSON: DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE "
-                     "(MiB) per GPU, both in one answer")
+    gpu.add_argument(
+        "--gpu-memory",
+        type=Path,
+        help="query_range JSON: DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE (MiB) per GPU, both in one answer",
+    )
     for kind, default in GPU_QUERIES.items():
-        gpu.add_argument(f"--{kind}-query", help=f"PromQL for {kind} (default: {default.format(namespace='NS', model='MODEL')}; "
-                         "scraped without honor_labels, select on exported_namespace and exported_container)")
+        gpu.add_argument(
+            f"--{kind}-query",
+            help=f"PromQL for {kind} (default: {default.format(namespace='NS', model='MODEL')}; "
+            "scraped without honor_labels, select on exported_namespace and exported_container)",
+        )
     gpu.add_argument("--gpu-target", type=float, default=0.70, help="each replica's GPU this busy at the peak (default 0.7)")
-    gpu.add_argument("--gpu-memory-warning", type=float, default=0.90, help="warn where a GPU's used memory reaches this "
-                     "share of the card (default 0.9)")
+    gpu.add_argument(
+        "--gpu-memory-warning",
+        type=float,
+        default=0.90,
+        help="warn where a GPU's used memory reaches this share of the card (default 0.9)",
+    )
     knobs = parser.add_argument_group("recommendation")
     knobs.add_argument("--capacity-rps", type=float, help="per-replica capacity at the SLO (default: reports/tune.json)")
     knobs.add_argument("--hpa-metric", choices=["cpu", "rps"], default="cpu", help="what the HPA scales on")
-    knobs.add_argument("--rps-metric", default=RPS_METRIC, help=f"with --hpa-metric rps: the per-pod metric (default {RPS_METRIC}, "
-                       "the prometheus-adapter rule `make manifests AUTOSCALING=rps` renders)")
+    knobs.add_argument(
+        "--rps-metric",
+        default=RPS_METRIC,
+        help=f"with --hpa-metric rps: the per-pod metric (default {RPS_METRIC}, "
+        "the prometheus-adapter rule `make manifests AUTOSCALING=rps` renders)",
+    )
     knobs.add_argument("--half-life", default="24h", help="CPU histogram: a sample's weight halves every this long")
     knobs.add_argument("--margin", type=float, default=SAFETY_MARGIN, help="safety margin on top (0.15 = 15%%)")
     knobs.add_argument("--min-replicas-floor", type=int, default=1, help="never recommend fewer replicas (2 for HA)")
     ahead = parser.add_argument_group("pre-scaling from the daily (weekly) pattern of the request rate")
-    ahead.add_argument("--prescale-lead", default="15m", help="raise the replica floor this long before the load rises "
-                       "(whole minutes; default 15m)")
-    ahead.add_argument("--prescale-slot", default="1h", help="scheduling slot: the pattern's resolution and the windows' "
-                       "unit (5m..6h, splitting a day evenly; default 1h)")
-    ahead.add_argument("--prescale-timezone", default="UTC", help="IANA time zone whose hours and weekdays the traffic "
-                       "follows, and the cron triggers' (default UTC)")
+    ahead.add_argument(
+        "--prescale-lead",
+        default="15m",
+        help="raise the replica floor this long before the load rises (whole minutes; default 15m)",
+    )
+    ahead.add_argument(
+        "--prescale-slot",
+        default="1h",
+        help="scheduling slot: the pattern's resolution and the windows' unit (5m..6h, splitting a day evenly; default 1h)",
+    )
+    ahead.add_argument(
+        "--prescale-timezone",
+        default="UTC",
+        help="IANA time zone whose hours and weekdays the traffic follows, and the cron triggers' (default UTC)",
+    )
     ahead.add_argument("--prescale-min-days", type=int, default=3, help="whole days of history a pattern needs (default 3)")
     parser.add_argument("--json", action="store_true", help="print the recommendation as JSON on stdout")
     parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "recommend", help="the kustomize overlay goes here")
@@ -128,12 +157,19 @@ def prescale_settings(args) -> PrescaleSettings:
             raise UsageError(f"{flag}: {err}") from None
 
     try:
-        return PrescaleSettings(lead_s=duration("--prescale-lead", args.prescale_lead),
-                                slot_s=duration("--prescale-slot", args.prescale_slot), timezone=args.prescale_timezone,
-                                min_days=args.prescale_min_days)
+        return PrescaleSettings(
+            lead_s=duration("--prescale-lead", args.prescale_lead),
+            slot_s=duration("--prescale-slot", args.prescale_slot),
+            timezone=args.prescale_timezone,
+            min_days=args.prescale_min_days,
+        )
     except ValidationError as err:
-        raise UsageError("; ".join(f"{FLAGS.get(str(issue['loc'][0]), issue['loc'][0])}: "
-                                   f"{issue['msg'].removeprefix('Value error, ')}" for issue in err.errors())) from None
+        raise UsageError(
+            "; ".join(
+                f"{FLAGS.get(str(issue['loc'][0]), issue['loc'][0])}: {issue['msg'].removeprefix('Value error, ')}"
+                for issue in err.errors()
+            )
+        ) from None
 
 
 def gpu_settings(args) -> GpuSettings:
@@ -145,9 +181,13 @@ def gpu_settings(args) -> GpuSettings:
     try:
         return GpuSettings(target_utilization=args.gpu_target, memory_warning=args.gpu_memory_warning)
     except ValidationError as err:
-        raise UsageError("; ".join(f"{FLAGS.get(str(issue['loc'][0]), issue['loc'][0])}: "
-                                   f"{issue['msg'].removeprefix('Value error, ')} (got {issue['input']!r})"
-                                   for issue in err.errors())) from None
+        raise UsageError(
+            "; ".join(
+                f"{FLAGS.get(str(issue['loc'][0]), issue['loc'][0])}: "
+                f"{issue['msg'].removeprefix('Value error, ')} (got {issue['input']!r})"
+                for issue in err.errors()
+            )
+        ) from None
 
 
 def gpu_histories(args, url: str | None, window: tuple[float, float, float] | None) -> tuple[GpuUtil, GpuMemory] | None:
@@ -159,22 +199,27 @@ def gpu_histories(args, url: str | None, window: tuple[float, float, float] | No
     if any(files.values()):
         if not all(files.values()):
             missing = next(f"--{kind}" for kind, path in files.items() if not path)
-            raise UsageError(f"give both GPU histories: {missing} missing (utilisation sizes the replicas, memory says "
-                             "whether a card can take more batch)")
+            raise UsageError(
+                f"give both GPU histories: {missing} missing (utilisation sizes the replicas, memory says "
+                "whether a card can take more batch)"
+            )
         return load_gpu(args.gpu_util, "gpu-util"), load_gpu(args.gpu_memory, "gpu-memory")
     if window is None or url is None:
         return None
     start, end, step = window
-    queries = {kind: getattr(args, f"{kind.replace('-', '_')}_query") or default.format(namespace=args.namespace, model=args.model)
-               for kind, default in GPU_QUERIES.items()}
+    queries = {
+        kind: getattr(args, f"{kind.replace('-', '_')}_query") or default.format(namespace=args.namespace, model=args.model)
+        for kind, default in GPU_QUERIES.items()
+    }
     util = fetch_gpu(url, queries["gpu-util"], kind="gpu-util", start=start, end=end, step_s=step)
     memory = fetch_gpu(url, queries["gpu-memory"], kind="gpu-memory", start=start, end=end, step_s=step)
     if util is None and memory is None:
         return None
     if util is None or memory is None:
         empty = "gpu-util" if util is None else "gpu-memory"
-        raise UsageError(f"the {empty} query matched no series while the other found GPUs: fix --{empty}-query "
-                         f"(it was {queries[empty]})")
+        raise UsageError(
+            f"the {empty} query matched no series while the other found GPUs: fix --{empty}-query (it was {queries[empty]})"
+        )
     return util, memory
 
 
@@ -214,7 +259,9 @@ def cmd_recommend(args) -> int:
                 query = getattr(args, f"{kind}_query") or default.format(namespace=args.namespace, model=args.model)
                 usage[kind] = fetch_usage(url, query, kind=kind, start=start, end=end, step_s=step)
         else:
-            raise UsageError("no usage history: give --cpu F --memory F --rps F (Prometheus query_range JSON) or set PROMETHEUS_URL")
+            raise UsageError(
+                "no usage history: give --cpu F --memory F --rps F (Prometheus query_range JSON) or set PROMETHEUS_URL"
+            )
         if not 0 <= args.margin <= 2 or args.min_replicas_floor < 1:
             raise UsageError("--margin must be within 0..2 and --min-replicas-floor at least 1")
         gpu = gpu_histories(args, url, window)
@@ -223,24 +270,50 @@ def cmd_recommend(args) -> int:
         capacity, source = args.capacity_rps, "--capacity-rps"
         if capacity is None:
             capacity, source = capacity_from_tune(), "reports/tune.json (make tune)"
-        rec = recommend(usage["cpu"], usage["memory"], usage["rps"], capacity_rps=capacity, capacity_source=source,
-                        hpa_metric=args.hpa_metric, rps_metric=args.rps_metric, half_life_s=parse_duration(args.half_life),
-                        margin=args.margin, min_floor=args.min_replicas_floor)
+        rec = recommend(
+            usage["cpu"],
+            usage["memory"],
+            usage["rps"],
+            capacity_rps=capacity,
+            capacity_source=source,
+            hpa_metric=args.hpa_metric,
+            rps_metric=args.rps_metric,
+            half_life_s=parse_duration(args.half_life),
+            margin=args.margin,
+            min_floor=args.min_replicas_floor,
+        )
         if gpu is not None:
             rec = with_gpu(rec, recommend_gpu(*gpu, settings=gpu_knobs, margin=args.margin, min_floor=args.min_replicas_floor))
         times, total = usage["rps"].total()
-        plan = plan_prescale(times, total, step_s=usage["rps"].step_s, min_replicas=rec.min_replicas,
-                             max_replicas=rec.max_replicas, target_rps=rec.capacity_rps * TARGET_UTILIZATION,
-                             margin=args.margin, settings=settings)
+        plan = plan_prescale(
+            times,
+            total,
+            step_s=usage["rps"].step_s,
+            min_replicas=rec.min_replicas,
+            max_replicas=rec.max_replicas,
+            target_rps=rec.capacity_rps * TARGET_UTILIZATION,
+            margin=args.margin,
+            settings=settings,
+        )
     except (UsageError, RecommendError) as err:
         raise UserError(str(err)) from err
     try:
-        path = write_outputs(rec, usage["cpu"], usage["memory"], usage["rps"], model=args.model, out_dir=args.out_dir,
-                             prescale=plan, namespace=args.namespace, gpu_util=gpu[0] if gpu else None,
-                             gpu_memory=gpu[1] if gpu else None)
+        path = write_outputs(
+            rec,
+            usage["cpu"],
+            usage["memory"],
+            usage["rps"],
+            model=args.model,
+            out_dir=args.out_dir,
+            prescale=plan,
+            namespace=args.namespace,
+            gpu_util=gpu[0] if gpu else None,
+            gpu_memory=gpu[1] if gpu else None,
+        )
     except OSError as err:  # a folder we may not write to: the user's to fix, not a bug
-        raise UserError(f"cannot write the recommendation: {err.strerror or err} ({err.filename}); "
-                        "pass an --out-dir you can write to") from err
+        raise UserError(
+            f"cannot write the recommendation: {err.strerror or err} ({err.filename}); pass an --out-dir you can write to"
+        ) from err
     if args.json:
         sys.stdout.write(json.dumps({**rec.as_dict(), "prescale": plan.as_dict()}, indent=2) + "\n")
     for line in rec.reasoning + plan.reasoning:
@@ -254,6 +327,8 @@ def cmd_recommend(args) -> int:
         + f"; report {path}, overlay {args.out_dir / 'overlay'}"
     )
     if plan.windows:
-        console.print(f"pre-scaling: KEDA overlay {args.out_dir / 'prescale'} (make manifests OVERLAY=...); without KEDA "
-                      "see prescale.without_keda in the report")
+        console.print(
+            f"pre-scaling: KEDA overlay {args.out_dir / 'prescale'} (make manifests OVERLAY=...); without KEDA "
+            "see prescale.without_keda in the report"
+        )
     return 0

@@ -33,8 +33,10 @@ MAX_CARD_MIB = 2.0**20  # 1 TiB: no card comes near; larger "MiB" are bytes
 MIN_CARD_MIB = 256.0
 HINTS = {
     "gpu-util": f'{UTIL_METRIC} per GPU, e.g. {UTIL_METRIC}{{namespace="NS",container="MODEL"}}',
-    "gpu-memory": (f'{USED_METRIC} and {FREE_METRIC} per GPU in one answer, e.g. '
-                   f'{{__name__=~"{USED_METRIC}|{FREE_METRIC}",namespace="NS",container="MODEL"}}'),
+    "gpu-memory": (
+        f"{USED_METRIC} and {FREE_METRIC} per GPU in one answer, e.g. "
+        f'{{__name__=~"{USED_METRIC}|{FREE_METRIC}",namespace="NS",container="MODEL"}}'
+    ),
 }
 
 
@@ -109,8 +111,10 @@ def _named(raw: list[dict], *, kind: GpuKind, source: str) -> list[tuple[str, st
         labels = item.get("metric", {})
         found = gpu_name(labels)
         if found is None:
-            raise UsageError(f"{source}: a series without the exporter's gpu or UUID label ({_labels(labels)}): the query "
-                             f"aggregated the cards away; send one series per GPU: {HINTS[kind]}")
+            raise UsageError(
+                f"{source}: a series without the exporter's gpu or UUID label ({_labels(labels)}): the query "
+                f"aggregated the cards away; send one series per GPU: {HINTS[kind]}"
+            )
         key = (found[0], str(labels.get("__name__", "")))
         if key in seen:
             raise UsageError(f"{source}: {found[0]} has more than one series; keep one per GPU (max by (pod, gpu, UUID) (...))")
@@ -131,8 +135,10 @@ def parse_gpu_util(data: object, *, source: str) -> GpuUtil:
     for one in series:
         low, high = float(one.values.min()), float(one.values.max())
         if low < 0 or high > 100:
-            raise UsageError(f"{source}: {one.pod} ranges {low:g} to {high:g}, outside 0-100: GPU utilisation is a percent "
-                             f"per card; send {HINTS['gpu-util']}, not a sum over cards or a counter")
+            raise UsageError(
+                f"{source}: {one.pod} ranges {low:g} to {high:g}, outside 0-100: GPU utilisation is a percent "
+                f"per card; send {HINTS['gpu-util']}, not a sum over cards or a counter"
+            )
     return GpuUtil(source=source, series=series, step_s=step, pods={gpu: pod for gpu, pod, _ in named})
 
 
@@ -143,15 +149,19 @@ def parse_gpu_memory(data: object, *, source: str) -> GpuMemory:
     for gpu, pod, item in _named(raw, kind="gpu-memory", source=source):
         name = str(item.get("metric", {}).get("__name__", ""))
         if name not in by_metric:
-            raise UsageError(f"{source} holds {name or 'a series without __name__'}, not {USED_METRIC} and {FREE_METRIC}: "
-                             f"query the two metrics themselves (no arithmetic, so each keeps its name): {HINTS['gpu-memory']}")
+            raise UsageError(
+                f"{source} holds {name or 'a series without __name__'}, not {USED_METRIC} and {FREE_METRIC}: "
+                f"query the two metrics themselves (no arithmetic, so each keeps its name): {HINTS['gpu-memory']}"
+            )
         by_metric[name][gpu] = (pod, item)
     used, free = by_metric[USED_METRIC], by_metric[FREE_METRIC]
     for have, lack in ((USED_METRIC, FREE_METRIC), (FREE_METRIC, USED_METRIC)):
         missing = sorted(set(by_metric[have]) - set(by_metric[lack]))
         if missing:
-            raise UsageError(f"{source}: {missing[0]} has {have} but no {lack} ({len(missing)} GPU(s) so): the card's "
-                             f"memory is used + free; send {HINTS['gpu-memory']}")
+            raise UsageError(
+                f"{source}: {missing[0]} has {have} but no {lack} ({len(missing)} GPU(s) so): the card's "
+                f"memory is used + free; send {HINTS['gpu-memory']}"
+            )
     names = sorted(used)
     used_series, _ = checked_series([(gpu, used[gpu][1]["values"]) for gpu in names], source=source)
     free_series, _ = checked_series([(gpu, free[gpu][1]["values"]) for gpu in names], source=source)
@@ -159,18 +169,24 @@ def parse_gpu_memory(data: object, *, source: str) -> GpuMemory:
     for one, other in zip(used_series, free_series):
         times, mine, theirs = np.intersect1d(one.times, other.times, return_indices=True)
         if times.size < 2:
-            raise UsageError(f"{source}: {one.pod}'s {USED_METRIC} and {FREE_METRIC} share fewer than two timestamps; "
-                             "query both over the same range and step")
+            raise UsageError(
+                f"{source}: {one.pod}'s {USED_METRIC} and {FREE_METRIC} share fewer than two timestamps; "
+                "query both over the same range and step"
+            )
         used_mib, card_mib = one.values[mine], one.values[mine] + other.values[theirs]
         if used_mib.min() < 0 or other.values.min() < 0:
             raise UsageError(f"{source}: {one.pod} has negative framebuffer MiB; send {HINTS['gpu-memory']}")
         peak = float(card_mib.max())
         if peak > MAX_CARD_MIB:
-            raise UsageError(f"{source}: {one.pod}'s card holds {peak:g} 'MiB' (over 1 TiB): the values look like bytes; "
-                             "DCGM reports MiB, send its metrics as they are")
+            raise UsageError(
+                f"{source}: {one.pod}'s card holds {peak:g} 'MiB' (over 1 TiB): the values look like bytes; "
+                "DCGM reports MiB, send its metrics as they are"
+            )
         if float(card_mib.min()) < MIN_CARD_MIB:
-            raise UsageError(f"{source}: {one.pod}'s used + free is {float(card_mib.min()):g} MiB at some sample, under "
-                             f"{MIN_CARD_MIB:g} MiB: the values look like GiB or a share; DCGM reports MiB, send its metrics as they are")
+            raise UsageError(
+                f"{source}: {one.pod}'s used + free is {float(card_mib.min()):g} MiB at some sample, under "
+                f"{MIN_CARD_MIB:g} MiB: the values look like GiB or a share; DCGM reports MiB, send its metrics as they are"
+            )
         paired_used.append(Series(one.pod, times, used_mib))
         paired_card.append(Series(one.pod, times, card_mib))
     return GpuMemory(source=source, used=paired_used, card=paired_card, pods={gpu: used[gpu][0] for gpu in names})
@@ -190,13 +206,16 @@ def load_gpu(path: Path, kind: GpuKind) -> GpuUtil | GpuMemory:
 
 
 @overload
-def fetch_gpu(server: str | Prometheus, query: str, *, kind: Literal["gpu-util"], start: float, end: float,
-              step_s: float) -> GpuUtil | None: ...
+def fetch_gpu(
+    server: str | Prometheus, query: str, *, kind: Literal["gpu-util"], start: float, end: float, step_s: float
+) -> GpuUtil | None: ...
 @overload
-def fetch_gpu(server: str | Prometheus, query: str, *, kind: Literal["gpu-memory"], start: float, end: float,
-              step_s: float) -> GpuMemory | None: ...
-def fetch_gpu(server: str | Prometheus, query: str, *, kind: GpuKind, start: float, end: float,
-              step_s: float) -> GpuUtil | GpuMemory | None:
+def fetch_gpu(
+    server: str | Prometheus, query: str, *, kind: Literal["gpu-memory"], start: float, end: float, step_s: float
+) -> GpuMemory | None: ...
+def fetch_gpu(
+    server: str | Prometheus, query: str, *, kind: GpuKind, start: float, end: float, step_s: float
+) -> GpuUtil | GpuMemory | None:
     """Run one query_range for `kind`; None when it matched no series (a model not served on GPUs)."""
     try:
         prometheus = server if isinstance(server, Prometheus) else Prometheus.from_env(server)
@@ -213,13 +232,17 @@ def check_gpu_histories(util: GpuUtil, memory: GpuMemory, cpu_pods: set[str]) ->
     """The two GPU histories must describe the same cards, and the cards the pods whose CPU and memory were read."""
     if util.gpus != memory.gpus:
         only_util, only_memory = sorted(util.gpus - memory.gpus)[:3], sorted(memory.gpus - util.gpus)[:3]
-        raise UsageError(f"GPU utilisation and GPU memory describe different GPUs (only in utilisation {only_util}, only in "
-                         f"memory {only_memory}); query both with the same selector and range")
+        raise UsageError(
+            f"GPU utilisation and GPU memory describe different GPUs (only in utilisation {only_util}, only in "
+            f"memory {only_memory}); query both with the same selector and range"
+        )
     pods = {pod for pod in util.pods.values() if pod}
     if pods and cpu_pods and not pods & cpu_pods:
-        raise UsageError(f"the GPU series name pods {sorted(pods)[:3]} and the CPU history {sorted(cpu_pods)[:3]}: query "
-                         "the same workload (scraped without honor_labels, the exporter's labels are exported_pod, "
-                         "exported_namespace and exported_container: select on those)")
+        raise UsageError(
+            f"the GPU series name pods {sorted(pods)[:3]} and the CPU history {sorted(cpu_pods)[:3]}: query "
+            "the same workload (scraped without honor_labels, the exporter's labels are exported_pod, "
+            "exported_namespace and exported_container: select on those)"
+        )
 
 
 def _labels(labels: dict) -> str:

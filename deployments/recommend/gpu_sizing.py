@@ -32,14 +32,18 @@ class GpuSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target_utilization: float = Field(default=0.70, gt=0.05, le=1.0,
-                                      description="each replica's card should be this busy at the peak")
-    memory_warning: float = Field(default=0.90, gt=0.5, lt=1.0,
-                                  description="warn where a card's used memory reaches this share of it")
-    peak_percentile: float = Field(default=0.99, ge=0.5, le=1.0,
-                                   description="the peak is this percentile of the busy GPUs over the history")
-    idle_share: float = Field(default=0.10, ge=0.0, lt=1.0,
-                              description="a card whose peak stays under this share of the target is called idle")
+    target_utilization: float = Field(
+        default=0.70, gt=0.05, le=1.0, description="each replica's card should be this busy at the peak"
+    )
+    memory_warning: float = Field(
+        default=0.90, gt=0.5, lt=1.0, description="warn where a card's used memory reaches this share of it"
+    )
+    peak_percentile: float = Field(
+        default=0.99, ge=0.5, le=1.0, description="the peak is this percentile of the busy GPUs over the history"
+    )
+    idle_share: float = Field(
+        default=0.10, ge=0.0, lt=1.0, description="a card whose peak stays under this share of the target is called idle"
+    )
 
 
 @dataclass
@@ -79,8 +83,9 @@ class GpuRecommendation:
         }
 
 
-def recommend_gpu(util: GpuUtil, memory: GpuMemory, *, settings: GpuSettings | None = None, margin: float = 0.15,
-                  min_floor: int = 1) -> GpuRecommendation:
+def recommend_gpu(
+    util: GpuUtil, memory: GpuMemory, *, settings: GpuSettings | None = None, margin: float = 0.15, min_floor: int = 1
+) -> GpuRecommendation:
     """Replicas so that each card runs at the target at the peak (the `peak_percentile` of the busy-GPU sum, plus
     `margin`) and at the trough; and a warning where a card's memory came near full."""
     settings = settings or GpuSettings()
@@ -93,41 +98,69 @@ def recommend_gpu(util: GpuUtil, memory: GpuMemory, *, settings: GpuSettings | N
     min_replicas = min(max_replicas, max(min_floor, math.ceil(round(trough / target, 9))))
     hours = (times[-1] - times[0]) / 3600
     why = [
-        (f"GPUs per replica: {GPUS_PER_REPLICA} (nvidia.com/gpu comes in whole cards, request = limit; a fraction needs "
-         "MIG slices or time-slicing set up in the cluster's device plugin)"),
-        (f"GPU: {len(util.series)} card(s) over {hours:.1f} h, up to {int(cards.max())} at once; busy GPUs (the sum of "
-         f"utilisation / 100 over the cards) p{settings.peak_percentile * 100:g} {peak:.2f}, lowest {trough:.2f}"),
-        (f"GPU replicas: each card at {target:.0%} at the peak: max = ceil({peak:.2f} x {1 + margin:.2f} / {target:.2f}) "
-         f"= {max_replicas}, min = ceil({trough:.2f} / {target:.2f}) = {min_replicas}"
-         + (f" (floor {min_floor})" if min_floor > 1 else "")),
+        (
+            f"GPUs per replica: {GPUS_PER_REPLICA} (nvidia.com/gpu comes in whole cards, request = limit; a fraction needs "
+            "MIG slices or time-slicing set up in the cluster's device plugin)"
+        ),
+        (
+            f"GPU: {len(util.series)} card(s) over {hours:.1f} h, up to {int(cards.max())} at once; busy GPUs (the sum of "
+            f"utilisation / 100 over the cards) p{settings.peak_percentile * 100:g} {peak:.2f}, lowest {trough:.2f}"
+        ),
+        (
+            f"GPU replicas: each card at {target:.0%} at the peak: max = ceil({peak:.2f} x {1 + margin:.2f} / {target:.2f}) "
+            f"= {max_replicas}, min = ceil({trough:.2f} / {target:.2f}) = {min_replicas}"
+            + (f" (floor {min_floor})" if min_floor > 1 else "")
+        ),
     ]
     warnings = []
     if peak < settings.idle_share * target:
         warnings.append(
             f"the GPUs were nearly idle (p{settings.peak_percentile * 100:g} {peak:.2f} busy GPUs over {len(util.series)} "
             f"card(s)): {min_replicas} whole card(s) sit mostly unused; serve from the cpu overlay if the latency "
-            "allows, or share cards through MIG or time-slicing")
+            "allows, or share cards through MIG or time-slicing"
+        )
     share, card_mib, memory_why, memory_warnings = _memory(memory, settings)
     inputs = {
-        "gpu_util": {"source": util.source, "gpus": sorted(util.gpus), "pods": sorted({p for p in util.pods.values() if p}),
-                     "step_s": util.step_s, "start": util.start, "end": util.end},
+        "gpu_util": {
+            "source": util.source,
+            "gpus": sorted(util.gpus),
+            "pods": sorted({p for p in util.pods.values() if p}),
+            "step_s": util.step_s,
+            "start": util.start,
+            "end": util.end,
+        },
         "gpu_memory": {"source": memory.source, "gpus": sorted(memory.gpus)},
     }
     return GpuRecommendation(
-        gpus_per_replica=GPUS_PER_REPLICA, min_replicas=min_replicas, max_replicas=max_replicas, peak_busy_gpus=peak,
-        trough_busy_gpus=trough, cards_seen=len(util.series), memory_peak_share=share, memory_card_mib=card_mib,
-        settings=settings, reasoning=why + memory_why, warnings=warnings + memory_warnings, inputs=inputs,
+        gpus_per_replica=GPUS_PER_REPLICA,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        peak_busy_gpus=peak,
+        trough_busy_gpus=trough,
+        cards_seen=len(util.series),
+        memory_peak_share=share,
+        memory_card_mib=card_mib,
+        settings=settings,
+        reasoning=why + memory_why,
+        warnings=warnings + memory_warnings,
+        inputs=inputs,
     )
 
 
 def _memory(memory: GpuMemory, settings: GpuSettings) -> tuple[float, float, list[str], list[str]]:
     """(highest share of a card used, that card's MiB, reasoning, warnings): memory is sized from its peak, as a
     pod's memory limit is, since an allocation that does not fit fails the request rather than slowing it."""
-    peaks = [(float(share.values.max()), share.pod, float(card.values[int(np.argmax(share.values))]))
-             for share, card in zip(memory.shares(), memory.card)]
+    peaks = [
+        (float(share.values.max()), share.pod, float(card.values[int(np.argmax(share.values))]))
+        for share, card in zip(memory.shares(), memory.card)
+    ]
     share, gpu, card_mib = max(peaks)
-    why = [(f"GPU memory: the fullest card peaked at {share:.0%} of {card_mib / 1024:.1f} GiB ({gpu}); warning from "
-            f"{settings.memory_warning:.0%}")]
+    why = [
+        (
+            f"GPU memory: the fullest card peaked at {share:.0%} of {card_mib / 1024:.1f} GiB ({gpu}); warning from "
+            f"{settings.memory_warning:.0%}"
+        )
+    ]
     warnings = []
     if share >= settings.memory_warning:
         full = sum(1 for peak, _, _ in peaks if peak >= settings.memory_warning)
@@ -137,7 +170,8 @@ def _memory(memory: GpuMemory, settings: GpuSettings) -> tuple[float, float, lis
             "not give a card more memory; lower parameters.extra.max_batch_rows (and MLServer's max_batch_size) in "
             "model-settings.json, cap ONNX Runtime's CUDA arena with parameters.extra.cuda.gpu_mem_limit_bytes (the "
             "arena keeps what it once took, so the share may be the arena's), serve the fp16 variant (`python -m "
-            "export variants --target gpu`), or place the pods on larger cards (--gpu-node-selector)")
+            "export variants --target gpu`), or place the pods on larger cards (--gpu-node-selector)"
+        )
     return share, card_mib, why, warnings
 
 
@@ -146,11 +180,20 @@ def with_gpu(rec: Recommendation, gpu: GpuRecommendation) -> Recommendation:
     replica must carry its share of requests and keep its card at the target), the HPA's range with it."""
     min_replicas = max(rec.min_replicas, gpu.min_replicas)
     max_replicas = max(rec.max_replicas, gpu.max_replicas, min_replicas)
-    sets = [name for name, bound in (("the request rate", rec.max_replicas), ("the GPUs", gpu.max_replicas))
-            if bound == max_replicas]
-    line = (f"gpu overlay: {GPUS_PER_REPLICA} nvidia.com/gpu per replica, replicas {min_replicas}-{max_replicas} (requests "
-            f"{rec.min_replicas}-{rec.max_replicas}, GPUs {gpu.min_replicas}-{gpu.max_replicas}: the max set by "
-            f"{' and '.join(sets)})")
-    return replace(rec, min_replicas=min_replicas, max_replicas=max_replicas, gpu=gpu,
-                   hpa={**rec.hpa, "minReplicas": min_replicas, "maxReplicas": max_replicas},
-                   reasoning=[*rec.reasoning, *gpu.reasoning, line], warnings=[*rec.warnings, *gpu.warnings])
+    sets = [
+        name for name, bound in (("the request rate", rec.max_replicas), ("the GPUs", gpu.max_replicas)) if bound == max_replicas
+    ]
+    line = (
+        f"gpu overlay: {GPUS_PER_REPLICA} nvidia.com/gpu per replica, replicas {min_replicas}-{max_replicas} (requests "
+        f"{rec.min_replicas}-{rec.max_replicas}, GPUs {gpu.min_replicas}-{gpu.max_replicas}: the max set by "
+        f"{' and '.join(sets)})"
+    )
+    return replace(
+        rec,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        gpu=gpu,
+        hpa={**rec.hpa, "minReplicas": min_replicas, "maxReplicas": max_replicas},
+        reasoning=[*rec.reasoning, *gpu.reasoning, line],
+        warnings=[*rec.warnings, *gpu.warnings],
+    )

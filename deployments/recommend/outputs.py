@@ -33,9 +33,20 @@ PRESCALE_DIR = "prescale"  # beside `overlay` in --out-dir
 REACTIVE_TRIGGER = "prometheus"  # the request-rate trigger of deployments/components/autoscaling-keda
 
 
-def write_outputs(rec: Recommendation, cpu: Usage, memory: Usage, rps: Usage, *, model: str, out_dir: Path,
-                  reports_dir: Path | None = None, prescale: PrescalePlan | None = None, namespace: str = "slipway",
-                  gpu_util: GpuUtil | None = None, gpu_memory: GpuMemory | None = None) -> Path:
+def write_outputs(
+    rec: Recommendation,
+    cpu: Usage,
+    memory: Usage,
+    rps: Usage,
+    *,
+    model: str,
+    out_dir: Path,
+    reports_dir: Path | None = None,
+    prescale: PrescalePlan | None = None,
+    namespace: str = "slipway",
+    gpu_util: GpuUtil | None = None,
+    gpu_memory: GpuMemory | None = None,
+) -> Path:
     """reports/recommend.json + .png and a kustomize overlay (build/recommend/overlay) applying it; with `prescale`,
     its section of the report, its plot, and the KEDA overlay (build/recommend/prescale) where it planned windows.
 
@@ -50,8 +61,13 @@ def write_outputs(rec: Recommendation, cpu: Usage, memory: Usage, rps: Usage, *,
     reports_dir = Path(reports_dir or REPORTS_DIR)
     gpus = rec.gpu.gpus_per_replica if rec.gpu is not None else None
     ops = [
-        seldon_patch.resources_op(cpu_request=rec.cpu_request, cpu_limit=rec.cpu_limit,
-                                  memory_request=rec.memory_request, memory_limit=rec.memory_limit, gpus=gpus),
+        seldon_patch.resources_op(
+            cpu_request=rec.cpu_request,
+            cpu_limit=rec.cpu_limit,
+            memory_request=rec.memory_request,
+            memory_limit=rec.memory_limit,
+            gpus=gpus,
+        ),
         *seldon_patch.hpa_ops(min_replicas=rec.min_replicas, max_replicas=rec.max_replicas, metrics=rec.hpa["metricsv2"]),
     ]
     comment = "Written by `make recommend` from usage history.\n" + "\n".join(rec.reasoning + rec.warnings)
@@ -59,22 +75,34 @@ def write_outputs(rec: Recommendation, cpu: Usage, memory: Usage, rps: Usage, *,
     patch, kustomization = seldon_patch.write_overlay(Path(out_dir) / "overlay", ops, base=OVERLAYS_DIR / base, comment=comment)
     plot = reports_dir / "recommend.png"
     plot_recommendation(rec, cpu, memory, rps, plot, gpu_util=gpu_util, gpu_memory=gpu_memory)
-    report = {**rec.as_dict(), "model": model, "kustomize_patch": str(patch), "kustomization": str(kustomization),
-              "overlay_base": base, "plot": str(plot)}
+    report = {
+        **rec.as_dict(),
+        "model": model,
+        "kustomize_patch": str(patch),
+        "kustomization": str(kustomization),
+        "overlay_base": base,
+        "plot": str(plot),
+    }
     if prescale is not None:
         prescale_plot = reports_dir / "recommend-prescale.png"
         plot_prescale(prescale, rps, prescale_plot)
-        report["prescale"] = {**prescale_section(prescale, model=model, namespace=namespace), "plot": str(prescale_plot),
-                              **write_prescale_overlay(prescale, Path(out_dir))}
+        report["prescale"] = {
+            **prescale_section(prescale, model=model, namespace=namespace),
+            "plot": str(prescale_plot),
+            **write_prescale_overlay(prescale, Path(out_dir)),
+        }
     return write_report("recommend", report, reports_dir)
 
 
 def cron_triggers(plan: PrescalePlan) -> list[dict[str, Any]]:
     """KEDA `cron` triggers, one per window (two where a window starts the evening before: cut at midnight)."""
     return [
-        {"type": "cron", "metadata": {"timezone": plan.settings.timezone, "start": start, "end": end,
-                                      "desiredReplicas": str(window.replicas)}}
-        for window in plan.windows for start, end in cron_schedules(window)
+        {
+            "type": "cron",
+            "metadata": {"timezone": plan.settings.timezone, "start": start, "end": end, "desiredReplicas": str(window.replicas)},
+        }
+        for window in plan.windows
+        for start, end in cron_schedules(window)
     ]
 
 
@@ -84,8 +112,11 @@ def cron_schedules(window: Window) -> list[tuple[str, str]]:
     for weekdays, start, end in window.pieces():
         if start == end:
             continue
-        ends = f"0 0 * * {cron_weekdays(shift_weekdays(weekdays, 1))}" if end == DAY_MIN else \
-            f"{end % 60} {end // 60} * * {cron_weekdays(weekdays)}"
+        ends = (
+            f"0 0 * * {cron_weekdays(shift_weekdays(weekdays, 1))}"
+            if end == DAY_MIN
+            else f"{end % 60} {end // 60} * * {cron_weekdays(weekdays)}"
+        )
         schedules.append((f"{start % 60} {start // 60} * * {cron_weekdays(weekdays)}", ends))
     return schedules
 
@@ -128,14 +159,18 @@ def without_keda(plan: PrescalePlan, *, model: str, namespace: str) -> dict[str,
     for moment in np.flatnonzero(floor != np.roll(floor, 1)):
         day, minute = divmod(int(moment), DAY_MIN)
         changes.setdefault((minute, int(floor[moment])), []).append(day)
-    schedule = [{"cron": f"{minute % 60} {minute // 60} * * {cron_weekdays(tuple(days))}", "min_replicas": replicas}
-                for (minute, replicas), days in sorted(changes.items())]
+    schedule = [
+        {"cron": f"{minute % 60} {minute // 60} * * {cron_weekdays(tuple(days))}", "min_replicas": replicas}
+        for (minute, replicas), days in sorted(changes.items())
+    ]
     patch = f'[{{"op":"replace","path":"{COMPONENT}/hpaSpec/minReplicas","value":N}}]'
     return {
-        "note": (f"without KEDA: at each cron time ({plan.settings.timezone}) set the SeldonDeployment's hpaSpec.minReplicas "
-                 f"to the number given, e.g. from a CronJob running `kubectl -n {namespace} patch seldondeployment {model} "
-                 f"--type json -p '{patch}'` (the Seldon operator passes it on to the HPA; patch the SeldonDeployment, not "
-                 "the HPA, which the operator would set back). The next `make deploy` sets it back to the overlay's"),
+        "note": (
+            f"without KEDA: at each cron time ({plan.settings.timezone}) set the SeldonDeployment's hpaSpec.minReplicas "
+            f"to the number given, e.g. from a CronJob running `kubectl -n {namespace} patch seldondeployment {model} "
+            f"--type json -p '{patch}'` (the Seldon operator passes it on to the HPA; patch the SeldonDeployment, not "
+            "the HPA, which the operator would set back). The next `make deploy` sets it back to the overlay's"
+        ),
         "schedule": schedule,
     }
 
@@ -145,9 +180,11 @@ def prescale_section(plan: PrescalePlan, *, model: str, namespace: str) -> dict[
     section = plan.as_dict()
     if plan.windows:
         section["keda_triggers"] = cron_triggers(plan)
-        section["keda_note"] = (f"the KEDA overlay scales reactively on requests/s ({REACTIVE_TRIGGER} trigger, "
-                                f"{round(plan.target_rps, 1):g} req/s per replica, as AUTOSCALING=keda renders it) and "
-                                "holds the cron floors beside it; KEDA follows whichever asks for more replicas")
+        section["keda_note"] = (
+            f"the KEDA overlay scales reactively on requests/s ({REACTIVE_TRIGGER} trigger, "
+            f"{round(plan.target_rps, 1):g} req/s per replica, as AUTOSCALING=keda renders it) and "
+            "holds the cron floors beside it; KEDA follows whichever asks for more replicas"
+        )
         section["without_keda"] = without_keda(plan, model=model, namespace=namespace)
     return section
 
@@ -168,8 +205,10 @@ def write_prescale_overlay(plan: PrescalePlan, out_dir: Path) -> dict[str, str]:
         return {}
     ops = prescale_ops(plan)
     windows = ", ".join(f"{w.label} {clock(w.start_min)}-{clock(w.end_min)} -> {w.replicas}" for w in plan.windows)
-    header = (f"# Written by `make recommend`: pre-scaling ahead of the {plan.pattern} pattern ({plan.settings.timezone}): "
-              f"{windows}.\n# The cron triggers raise KEDA's floor; the {REACTIVE_TRIGGER} trigger keeps following the load.\n")
+    header = (
+        f"# Written by `make recommend`: pre-scaling ahead of the {plan.pattern} pattern ({plan.settings.timezone}): "
+        f"{windows}.\n# The cron triggers raise KEDA's floor; the {REACTIVE_TRIGGER} trigger keeps following the load.\n"
+    )
     with atomic.staged_dir(folder) as staging:
         (staging / "patch.yaml").write_text(header + yaml.safe_dump(ops, sort_keys=False))
         kustomization = {
@@ -181,9 +220,11 @@ def write_prescale_overlay(plan: PrescalePlan, out_dir: Path) -> dict[str, str]:
         }
         (staging / "kustomization.yaml").write_text(
             f"# Render it for a model version: make manifests OVERLAY={folder} (it brings KEDA itself: leave AUTOSCALING "
-            "at cpu)\n" + yaml.safe_dump(kustomization, sort_keys=False))
+            "at cpu)\n" + yaml.safe_dump(kustomization, sort_keys=False)
+        )
         (staging / "triggers.yaml").write_text(
             "# Not a resource: cron triggers to add to the spec.triggers of a ScaledObject of your own, beside its "
             "reactive trigger (KEDA follows whichever asks for more replicas).\n"
-            + yaml.safe_dump(cron_triggers(plan), sort_keys=False))
+            + yaml.safe_dump(cron_triggers(plan), sort_keys=False)
+        )
     return {"keda_overlay": str(folder / "kustomization.yaml"), "triggers_file": str(folder / "triggers.yaml")}

@@ -78,8 +78,13 @@ class Profile:
     p90: np.ndarray
 
     def as_dict(self) -> dict[str, Any]:
-        return {"days": self.label, "whole_days": self.days, "median_rps": _rounded(self.median), "p90_rps": _rounded(self.p90),
-                "p90_peak_rps": _rounded(self.high)}
+        return {
+            "days": self.label,
+            "whole_days": self.days,
+            "median_rps": _rounded(self.median),
+            "p90_rps": _rounded(self.p90),
+            "p90_peak_rps": _rounded(self.high),
+        }
 
 
 @dataclass
@@ -110,8 +115,15 @@ def cut_cells(times: np.ndarray, values: np.ndarray, *, step_s: float, settings:
     np.maximum.at(peaks, (row, column), values)
     enough = counts >= CELL_COVERAGE * settings.slot_s / step_s
     level = np.where(enough, sums / np.maximum(counts, 1), np.nan)
-    return Cells(days=days, level=level, peak=np.where(enough, peaks, np.nan), slots=settings.slots, row=row, column=column,
-                 values=np.asarray(values, dtype=float))
+    return Cells(
+        days=days,
+        level=level,
+        peak=np.where(enough, peaks, np.nan),
+        slots=settings.slots,
+        row=row,
+        column=column,
+        values=np.asarray(values, dtype=float),
+    )
 
 
 def explained(level: np.ndarray, groups: np.ndarray) -> float:
@@ -157,23 +169,30 @@ def find_pattern(times: np.ndarray, rps: np.ndarray, *, step_s: float, settings:
     """The request rate's daily or weekly pattern, with a profile per kind of day, or why there is none."""
     found = Finding()
     if step_s > settings.slot_s:
-        found.verdict = (f"no daily pattern: not looked for, the history's step ({step_s / 60:g} min) is coarser than a "
-                         f"scheduling slot ({settings.slot_min} min); query a finer --step or pass a longer --prescale-slot")
+        found.verdict = (
+            f"no daily pattern: not looked for, the history's step ({step_s / 60:g} min) is coarser than a "
+            f"scheduling slot ({settings.slot_min} min); query a finer --step or pass a longer --prescale-slot"
+        )
         found.reasoning.append(found.verdict)
         return found
     cells = cut_cells(times, rps, step_s=step_s, settings=settings)
     full, missing = cells.full, cells.missing()
     whole = int(full.sum())
-    found.statistics = {"whole_days": whole, "partial_days": int(len(cells.days) - whole - len(missing)),
-                        "missing_days": [str(day) for day in missing]}
+    found.statistics = {
+        "whole_days": whole,
+        "partial_days": int(len(cells.days) - whole - len(missing)),
+        "missing_days": [str(day) for day in missing],
+    }
     found.reasoning.append(
         f"pattern: {whole} whole day(s) of history in {settings.timezone} ({found.statistics['partial_days']} partial, "
         f"their observed slots used), cut into {settings.slot_min}-min slots"
         + (f"; {len(missing)} day(s) missing ({', '.join(map(str, missing[:5]))}), left out" if missing else "")
     )
     if whole < settings.min_days:
-        found.verdict = (f"no daily pattern: {whole} whole day(s) of history, at least {settings.min_days} needed to tell a "
-                         f"pattern from day-to-day noise; query a longer --range")
+        found.verdict = (
+            f"no daily pattern: {whole} whole day(s) of history, at least {settings.min_days} needed to tell a "
+            f"pattern from day-to-day noise; query a longer --range"
+        )
         found.reasoning.append(found.verdict)
         return found
     rng = np.random.default_rng(0)  # the same history always gets the same verdict
@@ -195,7 +214,7 @@ def find_pattern(times: np.ndarray, rps: np.ndarray, *, step_s: float, settings:
         gain = split - daily
         weekly_hits = shuffled_day_types(cells, weekend, gain, rng, settings.shuffles)
         weekly_p = (weekly_hits + 1) / (settings.shuffles + 1)
-        weekly_found = (split >= settings.min_explained and gain >= MIN_WEEKLY_GAIN and weekly_p <= settings.max_p)
+        weekly_found = split >= settings.min_explained and gain >= MIN_WEEKLY_GAIN and weekly_p <= settings.max_p
         found.statistics.update(weekly_explained=round(split, 4), weekly_gain=round(gain, 4), weekly_p=round(weekly_p, 4))
         found.reasoning.append(
             f"weekly: separate weekday and weekend profiles explain {split:.0%} ({gain:+.0%}, at least "
@@ -203,8 +222,10 @@ def find_pattern(times: np.ndarray, rps: np.ndarray, *, step_s: float, settings:
             f"gained as much (p = {weekly_p:.3f})"
         )
     else:
-        found.reasoning.append(f"weekly: not looked for ({whole_weekdays} whole weekdays and {whole_weekend} whole weekend "
-                               f"days; {WEEKLY_MIN_WEEKDAYS} and {WEEKLY_MIN_WEEKEND_DAYS} needed, about two weeks)")
+        found.reasoning.append(
+            f"weekly: not looked for ({whole_weekdays} whole weekdays and {whole_weekend} whole weekend "
+            f"days; {WEEKLY_MIN_WEEKDAYS} and {WEEKLY_MIN_WEEKEND_DAYS} needed, about two weeks)"
+        )
     if weekly_found:
         found.pattern = "weekly"
         kinds = [("weekdays", WEEKDAYS, weekend == 0), ("weekends", WEEKEND, weekend == 1)]
@@ -212,10 +233,17 @@ def find_pattern(times: np.ndarray, rps: np.ndarray, *, step_s: float, settings:
         found.pattern = "daily"
         kinds = [("every day", tuple(range(7)), np.ones(len(cells.days), dtype=bool))]
     else:
-        found.verdict = ("no daily pattern: " + ("the request rate is flat" if daily == 0 else
-                         f"the hour-of-day profile explains {daily:.0%} of the variance (p = {daily_p:.3f}); the load does "
-                         "not rise at the same hours day after day") + ", so nothing is scheduled and the reactive "
-                         "autoscaler alone follows it")
+        found.verdict = (
+            "no daily pattern: "
+            + (
+                "the request rate is flat"
+                if daily == 0
+                else f"the hour-of-day profile explains {daily:.0%} of the variance (p = {daily_p:.3f}); the load does "
+                "not rise at the same hours day after day"
+            )
+            + ", so nothing is scheduled and the reactive "
+            "autoscaler alone follows it"
+        )
         found.reasoning.append(found.verdict)
         return found
     found.profiles = [_profile(cells, label, weekdays, chosen & full, chosen) for label, weekdays, chosen in kinds]

@@ -20,8 +20,16 @@ if TYPE_CHECKING:
     from deployments.recommend.gpu_sizing import GpuRecommendation
 
 
-def plot_recommendation(rec: Recommendation, cpu: Usage, memory: Usage, rps: Usage, path: Path, *,
-                        gpu_util: GpuUtil | None = None, gpu_memory: GpuMemory | None = None) -> None:
+def plot_recommendation(
+    rec: Recommendation,
+    cpu: Usage,
+    memory: Usage,
+    rps: Usage,
+    path: Path,
+    *,
+    gpu_util: GpuUtil | None = None,
+    gpu_memory: GpuMemory | None = None,
+) -> None:
     """Usage per pod against the recommended requests and limits, and traffic against replica capacity; with GPU
     histories, a fourth panel: each card's utilisation and memory share against the target and the warning line."""
     from slipway.plots import pyplot, save_png
@@ -70,10 +78,18 @@ def _gpu_panel(axis, gpu: GpuRecommendation, util: GpuUtil, memory: GpuMemory, h
         colors[series.pod] = line.get_color()
     for share in memory.shares():
         axis.plot(hours(share.times), 100 * share.values, lw=0.8, ls=":", color=colors.get(share.pod))
-    axis.axhline(100 * gpu.settings.target_utilization, color="tab:green", ls="--",
-                 label=f"target {gpu.settings.target_utilization:.0%} per card ({gpu.min_replicas}-{gpu.max_replicas} cards)")
-    axis.axhline(100 * gpu.settings.memory_warning, color="tab:red", ls=":",
-                 label=f"memory warning {gpu.settings.memory_warning:.0%} (dotted: memory used per card)")
+    axis.axhline(
+        100 * gpu.settings.target_utilization,
+        color="tab:green",
+        ls="--",
+        label=f"target {gpu.settings.target_utilization:.0%} per card ({gpu.min_replicas}-{gpu.max_replicas} cards)",
+    )
+    axis.axhline(
+        100 * gpu.settings.memory_warning,
+        color="tab:red",
+        ls=":",
+        label=f"memory warning {gpu.settings.memory_warning:.0%} (dotted: memory used per card)",
+    )
     axis.set_ylim(0, 105)
     axis.set_ylabel("GPU utilisation, memory (%)")
 
@@ -92,8 +108,9 @@ def plot_prescale(plan: PrescalePlan, rps: Usage, path: Path) -> None:
     history.plot(days, total, color="tab:blue", lw=0.7, label="total requests/s")
     history.axhline(plan.min_capacity_rps, color="tab:green", ls="--", label=f"min {plan.min_replicas} replica(s) carry")
     if plan.windows:
-        history.step(days, floor_at(plan, times) * plan.target_rps, where="post", color="tab:orange",
-                     label="planned floor carries")
+        history.step(
+            days, floor_at(plan, times) * plan.target_rps, where="post", color="tab:orange", label="planned floor carries"
+        )
     history.set_xlabel("days since the first sample")
     history.set_ylabel("requests/s")
     slot_hours = plan.settings.slot_min / 60
@@ -112,20 +129,46 @@ def plot_prescale(plan: PrescalePlan, rps: Usage, path: Path) -> None:
         daily.step(hours, steps(profile.high), where="post", color=color, ls=":", label=f"{profile.label}: p90 peak")
         day_floor = floor[profile.weekdays[0]]
         if plan.windows:
-            daily.step(minutes, steps(day_floor) * plan.target_rps, where="post", color="tab:orange",
-                       label=None if profile is not plan.profiles[0] else "planned floor carries")
+            daily.step(
+                minutes,
+                steps(day_floor) * plan.target_rps,
+                where="post",
+                color="tab:orange",
+                label=None if profile is not plan.profiles[0] else "planned floor carries",
+            )
         spent = hours_by_days.get(profile.label, {})
-        replicas.step(minutes, steps(day_floor), where="post", color="tab:orange" if color == "tab:blue" else color,
-                      lw=2, label=f"{profile.label}: the plan ({spent.get('plan', 0):g} replica-hours a day)")
-        replicas.step(hours, steps(profile_replicas(profile, plan.target_rps)), where="post", color=color, ls=":",
-                      label=f"{profile.label}: ceil(p90 / {plan.target_rps:.1f}) ({spent.get('profile', 0):g})")
+        replicas.step(
+            minutes,
+            steps(day_floor),
+            where="post",
+            color="tab:orange" if color == "tab:blue" else color,
+            lw=2,
+            label=f"{profile.label}: the plan ({spent.get('plan', 0):g} replica-hours a day)",
+        )
+        replicas.step(
+            hours,
+            steps(profile_replicas(profile, plan.target_rps)),
+            where="post",
+            color=color,
+            ls=":",
+            label=f"{profile.label}: ceil(p90 / {plan.target_rps:.1f}) ({spent.get('profile', 0):g})",
+        )
     if plan.replica_hours:
-        replicas.axhline(plan.replica_hours["static_peak_replicas"], color="tab:red", ls="--",
-                         label=f"static peak {plan.replica_hours['static_peak_replicas']} ({plan.replica_hours['static_peak']:g})")
+        replicas.axhline(
+            plan.replica_hours["static_peak_replicas"],
+            color="tab:red",
+            ls="--",
+            label=f"static peak {plan.replica_hours['static_peak_replicas']} ({plan.replica_hours['static_peak']:g})",
+        )
     for slot in plan.under_p90:
         start, end = (int(part[:2]) * 60 + int(part[3:]) for part in slot["slot"].split("-"))
-        replicas.axvspan(start / 60, end / 60, color="tab:red", alpha=0.15,
-                         label=None if slot is not plan.under_p90[0] else "plan under the p90")
+        replicas.axvspan(
+            start / 60,
+            end / 60,
+            color="tab:red",
+            alpha=0.15,
+            label=None if slot is not plan.under_p90[0] else "plan under the p90",
+        )
     daily.axhline(plan.min_capacity_rps, color="tab:green", ls="--", label=f"min {plan.min_replicas} replica(s) carry")
     for axis in (daily, replicas):
         axis.set_xlim(0, 24)

@@ -24,8 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from deployments.recommend.pattern import DAY_S, Pattern, Profile, find_pattern
 
 DAY_MIN = 1440
-FLAGS = {"lead_s": "--prescale-lead", "slot_s": "--prescale-slot", "timezone": "--prescale-timezone",
-         "min_days": "--prescale-min-days"}
+FLAGS = {
+    "lead_s": "--prescale-lead",
+    "slot_s": "--prescale-slot",
+    "timezone": "--prescale-timezone",
+    "min_days": "--prescale-min-days",
+}
 
 
 class PrescaleSettings(BaseModel):
@@ -109,9 +113,16 @@ class Window:
         return [(self.weekdays, self.start_min, DAY_MIN), (self.weekdays, 0, self.end_min)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"days": self.label, "start": clock(self.start_min), "peak_start": clock(self.peak_start_min),
-                "end": clock(self.end_min), "replicas": self.replicas, "typical_rps": round(self.typical_rps, 2),
-                "p90_rps": round(self.high_rps, 2), "days_above_min_capacity": f"{self.days_above} of {self.days_seen}"}
+        return {
+            "days": self.label,
+            "start": clock(self.start_min),
+            "peak_start": clock(self.peak_start_min),
+            "end": clock(self.end_min),
+            "replicas": self.replicas,
+            "typical_rps": round(self.typical_rps, 2),
+            "p90_rps": round(self.high_rps, 2),
+            "days_above_min_capacity": f"{self.days_above} of {self.days_seen}",
+        }
 
 
 @dataclass
@@ -137,25 +148,47 @@ class PrescalePlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "pattern": self.pattern, "verdict": self.verdict, "timezone": self.settings.timezone,
-            "lead_minutes": self.settings.lead_min, "slot_minutes": self.settings.slot_min,
-            "min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-            "target_rps_per_replica": round(self.target_rps, 2), "min_capacity_rps": round(self.min_capacity_rps, 2),
-            "statistics": self.statistics, "profiles": [profile.as_dict() for profile in self.profiles],
-            "windows": [window.as_dict() for window in self.windows], "replica_hours_per_day": self.replica_hours,
-            "slots_under_p90": self.under_p90, "reasoning": self.reasoning,
+            "pattern": self.pattern,
+            "verdict": self.verdict,
+            "timezone": self.settings.timezone,
+            "lead_minutes": self.settings.lead_min,
+            "slot_minutes": self.settings.slot_min,
+            "min_replicas": self.min_replicas,
+            "max_replicas": self.max_replicas,
+            "target_rps_per_replica": round(self.target_rps, 2),
+            "min_capacity_rps": round(self.min_capacity_rps, 2),
+            "statistics": self.statistics,
+            "profiles": [profile.as_dict() for profile in self.profiles],
+            "windows": [window.as_dict() for window in self.windows],
+            "replica_hours_per_day": self.replica_hours,
+            "slots_under_p90": self.under_p90,
+            "reasoning": self.reasoning,
         }
 
 
-def plan_prescale(times: np.ndarray, rps: np.ndarray, *, step_s: float, min_replicas: int, max_replicas: int,
-                  target_rps: float, margin: float, settings: PrescaleSettings | None = None) -> PrescalePlan:
+def plan_prescale(
+    times: np.ndarray,
+    rps: np.ndarray,
+    *,
+    step_s: float,
+    min_replicas: int,
+    max_replicas: int,
+    target_rps: float,
+    margin: float,
+    settings: PrescaleSettings | None = None,
+) -> PrescalePlan:
     """Find the request rate's daily or weekly pattern and plan a stepped replica floor ahead of it (see the module)."""
     settings = settings or PrescaleSettings()
-    plan = PrescalePlan(pattern="none", verdict="", settings=settings, min_replicas=min_replicas, max_replicas=max_replicas,
-                        target_rps=target_rps)
+    plan = PrescalePlan(
+        pattern="none", verdict="", settings=settings, min_replicas=min_replicas, max_replicas=max_replicas, target_rps=target_rps
+    )
     found = find_pattern(times, rps, step_s=step_s, settings=settings)
-    plan.pattern, plan.reasoning, plan.statistics, plan.profiles = (found.pattern, found.reasoning, found.statistics,
-                                                                    found.profiles)
+    plan.pattern, plan.reasoning, plan.statistics, plan.profiles = (
+        found.pattern,
+        found.reasoning,
+        found.statistics,
+        found.profiles,
+    )
     if found.pattern == "none":
         plan.verdict = found.verdict
         return plan
@@ -164,17 +197,23 @@ def plan_prescale(times: np.ndarray, rps: np.ndarray, *, step_s: float, min_repl
     plan.replica_hours, plan.under_p90 = replica_hours(plan), under_p90(plan)
     if plan.windows:
         levels = sorted({window.replicas for window in plan.windows})
-        plan.verdict = (f"{plan.pattern} pattern: a replica floor in {len(plan.windows)} step(s) of "
-                        f"{', '.join(map(str, levels))} replicas where the p90 load passes the "
-                        f"{plan.min_capacity_rps:.1f} req/s that {min_replicas} replica(s) carry")
+        plan.verdict = (
+            f"{plan.pattern} pattern: a replica floor in {len(plan.windows)} step(s) of "
+            f"{', '.join(map(str, levels))} replicas where the p90 load passes the "
+            f"{plan.min_capacity_rps:.1f} req/s that {min_replicas} replica(s) carry"
+        )
     else:
         peak = max(float(np.nanmax(profile.p90)) for profile in plan.profiles)
         if peak * (1 + margin) <= plan.min_capacity_rps + 1e-9:
-            plan.verdict = (f"{plan.pattern} pattern, but its p90 ({peak:.1f} req/s, plus the margin) stays within the "
-                            f"{plan.min_capacity_rps:.1f} req/s that min replicas carry: nothing to schedule")
+            plan.verdict = (
+                f"{plan.pattern} pattern, but its p90 ({peak:.1f} req/s, plus the margin) stays within the "
+                f"{plan.min_capacity_rps:.1f} req/s that min replicas carry: nothing to schedule"
+            )
         else:
-            plan.verdict = (f"{plan.pattern} pattern, but its p90 needs the same replicas all day: nothing to schedule "
-                            "(raise --min-replicas-floor instead)")
+            plan.verdict = (
+                f"{plan.pattern} pattern, but its p90 needs the same replicas all day: nothing to schedule "
+                "(raise --min-replicas-floor instead)"
+            )
     plan.reasoning.append(plan.verdict)
     hours = plan.replica_hours
     if hours is not None:
@@ -184,8 +223,10 @@ def plan_prescale(times: np.ndarray, rps: np.ndarray, *, step_s: float, min_repl
             f"replica), {hours['profile']:g} for the p90 profile itself (ceil(p90 / {plan.target_rps:.1f}) per slot)"
         )
     if plan.under_p90:
-        plan.reasoning.append(f"the plan carries less than the p90 in {len(plan.under_p90)} slot(s): "
-                              + "; ".join(f"{slot['days']} {slot['slot']} ({slot['why']})" for slot in plan.under_p90))
+        plan.reasoning.append(
+            f"the plan carries less than the p90 in {len(plan.under_p90)} slot(s): "
+            + "; ".join(f"{slot['days']} {slot['slot']} ({slot['why']})" for slot in plan.under_p90)
+        )
     return plan
 
 
@@ -211,12 +252,16 @@ def _steps(profile: Profile, plan: PrescalePlan, margin: float) -> list[Window]:
     if (levels == plan.min_replicas).all():
         return []
     if (levels == levels[0]).all():
-        plan.reasoning.append(f"{profile.label}: the p90 load needs {levels[0]} replicas all day: raise the min replicas "
-                              f"(--min-replicas-floor {levels[0]}) rather than schedule them")
+        plan.reasoning.append(
+            f"{profile.label}: the p90 load needs {levels[0]} replicas all day: raise the min replicas "
+            f"(--min-replicas-floor {levels[0]}) rather than schedule them"
+        )
         return []
     if levels.min() > plan.min_replicas:
-        plan.reasoning.append(f"{profile.label}: the p90 load never needs fewer than {levels.min()} replicas: "
-                              f"--min-replicas-floor {levels.min()} would hold that without a schedule")
+        plan.reasoning.append(
+            f"{profile.label}: the p90 load never needs fewer than {levels.min()} replicas: "
+            f"--min-replicas-floor {levels.min()} would hold that without a schedule"
+        )
     start = int(np.flatnonzero(levels != np.roll(levels, 1))[0])  # a step begins here: no run is cut at midnight
     runs = []  # (first slot, length), a run may wrap past the last slot
     index = 0
@@ -234,8 +279,10 @@ def _steps(profile: Profile, plan: PrescalePlan, margin: float) -> list[Window]:
             continue
         lead = settings.lead_min if levels[(first - 1) % slots] < replicas else 0
         if length * settings.slot_min + lead >= DAY_MIN:
-            plan.reasoning.append(f"{profile.label}: with its {lead}-min lead the {replicas}-replica floor would last all "
-                                  "day: raise the min replicas (--min-replicas-floor) rather than schedule them")
+            plan.reasoning.append(
+                f"{profile.label}: with its {lead}-min lead the {replicas}-replica floor would last all "
+                "day: raise the min replicas (--min-replicas-floor) rather than schedule them"
+            )
             continue
         covered = [(first + offset) % slots for offset in range(length)]
         high = float(np.nanmax(profile.p90[covered]))
@@ -246,9 +293,18 @@ def _steps(profile: Profile, plan: PrescalePlan, margin: float) -> list[Window]:
         peak_start = first * settings.slot_min
         end = peak_start + length * settings.slot_min
         end -= DAY_MIN if end > DAY_MIN else 0  # past midnight: the end comes before the start
-        window = Window(label=profile.label, weekdays=profile.weekdays, peak_start_min=peak_start, end_min=end,
-                        lead_min=lead, replicas=replicas, typical_rps=typical, high_rps=high,
-                        days_above=int((above & seen).sum()), days_seen=int(seen.sum()))
+        window = Window(
+            label=profile.label,
+            weekdays=profile.weekdays,
+            peak_start_min=peak_start,
+            end_min=end,
+            lead_min=lead,
+            replicas=replicas,
+            typical_rps=typical,
+            high_rps=high,
+            days_above=int((above & seen).sum()),
+            days_seen=int(seen.sum()),
+        )
         windows.append(window)
         need = math.ceil(high * (1 + margin) / plan.target_rps - 1e-9)
         plan.reasoning.append(
@@ -270,14 +326,23 @@ def replica_hours(plan: PrescalePlan) -> dict[str, Any] | None:
     static = max(plan.min_replicas, *(int(profile_replicas(profile, plan.target_rps).max()) for profile in plan.profiles))
     days: list[dict[str, Any]] = []
     for profile in plan.profiles:
-        days.append({"days": profile.label, "static_peak": round(static * 24.0, 2),
-                     "plan": round(float(floor[list(profile.weekdays)].sum(axis=1).mean()) / 60, 2),
-                     "profile": round(float(profile_replicas(profile, plan.target_rps).sum()) * slot_h, 2)})
+        days.append(
+            {
+                "days": profile.label,
+                "static_peak": round(static * 24.0, 2),
+                "plan": round(float(floor[list(profile.weekdays)].sum(axis=1).mean()) / 60, 2),
+                "profile": round(float(profile_replicas(profile, plan.target_rps).sum()) * slot_h, 2),
+            }
+        )
     weights = [len(profile.weekdays) / 7 for profile in plan.profiles]  # a week's average day
-    return {"static_peak_replicas": static,
-            **{key: round(sum(weight * day[key] for weight, day in zip(weights, days)), 2)
-               for key in ("static_peak", "plan", "profile")},
-            "by_days": days}
+    return {
+        "static_peak_replicas": static,
+        **{
+            key: round(sum(weight * day[key] for weight, day in zip(weights, days)), 2)
+            for key in ("static_peak", "plan", "profile")
+        },
+        "by_days": days,
+    }
 
 
 def under_p90(plan: PrescalePlan) -> list[dict[str, Any]]:
@@ -287,13 +352,23 @@ def under_p90(plan: PrescalePlan) -> list[dict[str, Any]]:
         for slot, high in enumerate(profile.p90):
             if not np.isfinite(high):
                 continue
-            replicas = int(floor[list(profile.weekdays), slot * slot_min:(slot + 1) * slot_min].min())
+            replicas = int(floor[list(profile.weekdays), slot * slot_min : (slot + 1) * slot_min].min())
             if replicas * plan.target_rps < high - 1e-9:
-                why = (f"capped at max {plan.max_replicas} replicas" if replicas >= plan.max_replicas else
-                       f"{replicas} replica(s) scheduled")
-                short.append({"days": profile.label, "slot": f"{clock(slot * slot_min)}-{clock((slot + 1) * slot_min)}",
-                              "p90_rps": round(float(high), 2), "replicas": replicas,
-                              "carries_rps": round(replicas * plan.target_rps, 2), "why": why})
+                why = (
+                    f"capped at max {plan.max_replicas} replicas"
+                    if replicas >= plan.max_replicas
+                    else f"{replicas} replica(s) scheduled"
+                )
+                short.append(
+                    {
+                        "days": profile.label,
+                        "slot": f"{clock(slot * slot_min)}-{clock((slot + 1) * slot_min)}",
+                        "p90_rps": round(float(high), 2),
+                        "replicas": replicas,
+                        "carries_rps": round(replicas * plan.target_rps, 2),
+                        "why": why,
+                    }
+                )
     return short
 
 

@@ -51,8 +51,9 @@ class DecayingHistogram:
     def percentile(self, times: np.ndarray, values: np.ndarray, fraction: float, *, reference: float) -> float:
         """The upper bound of the bucket where the weighted cumulative share reaches `fraction`."""
         weights = np.exp2((times - reference) / self.half_life_s)
-        index = np.where(values <= self.first, 0, np.ceil(np.log(np.maximum(values, self.first) / self.first)
-                                                           / math.log(self.growth)) - 1).astype(int)
+        index = np.where(
+            values <= self.first, 0, np.ceil(np.log(np.maximum(values, self.first) / self.first) / math.log(self.growth)) - 1
+        ).astype(int)
         index = np.maximum(index, 0)
         totals = np.bincount(index, weights=weights)
         cumulative = np.cumsum(totals) / totals.sum()
@@ -95,7 +96,9 @@ class Recommendation:
         }
 
 
-def recommend_cpu(cpu: Usage, *, half_life_s: float = HALF_LIFE_S, margin: float = SAFETY_MARGIN) -> tuple[float, float, list[str]]:
+def recommend_cpu(
+    cpu: Usage, *, half_life_s: float = HALF_LIFE_S, margin: float = SAFETY_MARGIN
+) -> tuple[float, float, list[str]]:
     """(request, limit, reasoning) in cores, from a decaying histogram of every pod's samples."""
     times, values = cpu.samples()
     histogram = DecayingHistogram(half_life_s=half_life_s)
@@ -104,17 +107,22 @@ def recommend_cpu(cpu: Usage, *, half_life_s: float = HALF_LIFE_S, margin: float
     request = max(MIN_CPU_CORES, request_base * (1 + margin))
     limit = max(request, limit_base * (1 + margin))
     why = [
-        (f"CPU: {values.size} samples from {len(cpu.series)} pod(s) in a histogram with {BUCKET_GROWTH - 1:.0%}-wide buckets, "
-         f"weights halving every {half_life_s / 3600:g} h; p{CPU_REQUEST_PERCENTILE * 100:g} = {request_base:.3f} cores, "
-         f"+{margin:.0%} margin -> request {request:.3f} cores"),
-        (f"CPU limit: p{CPU_LIMIT_PERCENTILE * 100:g} = {limit_base:.3f} cores, +{margin:.0%} -> {limit:.3f} cores "
-         f"(the highest sample was {values.max():.3f})"),
+        (
+            f"CPU: {values.size} samples from {len(cpu.series)} pod(s) in a histogram with {BUCKET_GROWTH - 1:.0%}-wide buckets, "
+            f"weights halving every {half_life_s / 3600:g} h; p{CPU_REQUEST_PERCENTILE * 100:g} = {request_base:.3f} cores, "
+            f"+{margin:.0%} margin -> request {request:.3f} cores"
+        ),
+        (
+            f"CPU limit: p{CPU_LIMIT_PERCENTILE * 100:g} = {limit_base:.3f} cores, +{margin:.0%} -> {limit:.3f} cores "
+            f"(the highest sample was {values.max():.3f})"
+        ),
     ]
     return request, limit, why
 
 
-def recommend_memory(memory: Usage, *, window_s: float = MEMORY_WINDOW_S, half_life_s: float = HALF_LIFE_S,
-                     margin: float = SAFETY_MARGIN) -> tuple[float, float, list[str]]:
+def recommend_memory(
+    memory: Usage, *, window_s: float = MEMORY_WINDOW_S, half_life_s: float = HALF_LIFE_S, margin: float = SAFETY_MARGIN
+) -> tuple[float, float, list[str]]:
     """(request, limit, reasoning) in bytes, from per-pod peaks per window."""
     peak_times, peaks = [], []
     for series in memory.series:
@@ -131,15 +139,18 @@ def recommend_memory(memory: Usage, *, window_s: float = MEMORY_WINDOW_S, half_l
     request = request_base * (1 + margin)
     limit = max(request, float(values.max()) * (1 + margin))
     why = [
-        (f"memory: {len(peaks)} peaks (max per pod per {window_s / 3600:g} h window); weighted p{MEMORY_REQUEST_PERCENTILE * 100:g} "
-         f"of peaks = {mib(request_base)}, +{margin:.0%} -> request {mib(request)}"),
+        (
+            f"memory: {len(peaks)} peaks (max per pod per {window_s / 3600:g} h window); weighted p{MEMORY_REQUEST_PERCENTILE * 100:g} "
+            f"of peaks = {mib(request_base)}, +{margin:.0%} -> request {mib(request)}"
+        ),
         f"memory limit: the highest peak {mib(values.max())} +{margin:.0%} -> {mib(limit)} (a pod over its limit is killed)",
     ]
     return request, limit, why
 
 
-def recommend_replicas(rps: Usage, capacity_rps: float, *, utilization: float = TARGET_UTILIZATION,
-                       margin: float = SAFETY_MARGIN, min_floor: int = 1) -> tuple[int, int, list[str]]:
+def recommend_replicas(
+    rps: Usage, capacity_rps: float, *, utilization: float = TARGET_UTILIZATION, margin: float = SAFETY_MARGIN, min_floor: int = 1
+) -> tuple[int, int, list[str]]:
     """(min, max, reasoning) replicas so each runs at `utilization` of its capacity at the trough and at the peak."""
     times, total = rps.total()
     target = capacity_rps * utilization
@@ -148,13 +159,17 @@ def recommend_replicas(rps: Usage, capacity_rps: float, *, utilization: float = 
     min_replicas = min(max_replicas, max(min_floor, math.ceil(trough / target)))
     why = [
         f"traffic: peak {peak:.1f} req/s, trough {trough:.1f} req/s over {(times[-1] - times[0]) / 3600:.1f} h",
-        (f"replicas: {capacity_rps:g} req/s per replica at the SLO x {utilization:.0%} target = {target:.1f} req/s each; "
-         f"max = ceil(peak x {1 + margin:.2f} / {target:.1f}) = {max_replicas}, min = ceil(trough / {target:.1f}) = {min_replicas}"),
+        (
+            f"replicas: {capacity_rps:g} req/s per replica at the SLO x {utilization:.0%} target = {target:.1f} req/s each; "
+            f"max = ceil(peak x {1 + margin:.2f} / {target:.1f}) = {max_replicas}, min = ceil(trough / {target:.1f}) = {min_replicas}"
+        ),
     ]
     half = len(total) // 2
     if half >= 2 and total[:half].mean() > 0 and total[half:].max() > 1.5 * total[:half].max():
-        why.append(f"traffic grew: the second half peaked at {total[half:].max() / total[:half].max():.1f}x the first; "
-                   "revisit max replicas as it keeps growing")
+        why.append(
+            f"traffic grew: the second half peaked at {total[half:].max() / total[:half].max():.1f}x the first; "
+            "revisit max replicas as it keeps growing"
+        )
     return min_replicas, max_replicas, why
 
 
@@ -163,9 +178,19 @@ def is_capacity(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | None, capacity_source: str = "--capacity-rps",
-              hpa_metric: str = "cpu", rps_metric: str = RPS_METRIC, half_life_s: float = HALF_LIFE_S,
-              margin: float = SAFETY_MARGIN, min_floor: int = 1) -> Recommendation:
+def recommend(
+    cpu: Usage,
+    memory: Usage,
+    rps: Usage,
+    *,
+    capacity_rps: float | None,
+    capacity_source: str = "--capacity-rps",
+    hpa_metric: str = "cpu",
+    rps_metric: str = RPS_METRIC,
+    half_life_s: float = HALF_LIFE_S,
+    margin: float = SAFETY_MARGIN,
+    min_floor: int = 1,
+) -> Recommendation:
     """The whole recommendation, with its reasoning and warnings."""
     from deployments.usage import check_same_pods
     from slipway import seldon_patch
@@ -174,8 +199,10 @@ def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | No
     if capacity_rps is None:
         raise RecommendError("no per-replica capacity: run `make tune` (it writes reports/tune.json) or pass --capacity-rps N")
     if not is_capacity(capacity_rps):
-        raise RecommendError(f"{capacity_source} gives a per-replica capacity of {capacity_rps!r}: it must be a finite number "
-                             "of requests/s above 0, e.g. --capacity-rps 40")
+        raise RecommendError(
+            f"{capacity_source} gives a per-replica capacity of {capacity_rps!r}: it must be a finite number "
+            "of requests/s above 0, e.g. --capacity-rps 40"
+        )
     cpu_request, cpu_limit, cpu_why = recommend_cpu(cpu, half_life_s=half_life_s, margin=margin)
     memory_request, memory_limit, memory_why = recommend_memory(memory, half_life_s=half_life_s, margin=margin)
     min_replicas, max_replicas, replica_why = recommend_replicas(rps, capacity_rps, margin=margin, min_floor=min_floor)
@@ -206,17 +233,34 @@ def recommend(cpu: Usage, memory: Usage, rps: Usage, *, capacity_rps: float | No
                 "the pods in the history ran below that load; expect usage (and the next recommendation) to rise"
             )
     if cpu_limit > 0 and cpu_request / cpu_limit < 0.25:
-        warnings.append(f"CPU limit is {cpu_limit / cpu_request:.1f}x the request: usage is spiky; expect throttling at the limit")
+        warnings.append(
+            f"CPU limit is {cpu_limit / cpu_request:.1f}x the request: usage is spiky; expect throttling at the limit"
+        )
     hpa = {"minReplicas": min_replicas, "maxReplicas": max_replicas, "metricsv2": [metric]}
     inputs = {
-        kind: {"source": usage.source, "pods": sorted(usage.pods), "samples": int(sum(s.values.size for s in usage.series)),
-               "step_s": usage.step_s, "start": usage.start, "end": usage.end}
+        kind: {
+            "source": usage.source,
+            "pods": sorted(usage.pods),
+            "samples": int(sum(s.values.size for s in usage.series)),
+            "step_s": usage.step_s,
+            "start": usage.start,
+            "end": usage.end,
+        }
         for kind, usage in (("cpu", cpu), ("memory", memory), ("rps", rps))
     }
     return Recommendation(
-        cpu_request=cpu_request, cpu_limit=cpu_limit, memory_request=memory_request, memory_limit=memory_limit,
-        min_replicas=min_replicas, max_replicas=max_replicas, capacity_rps=capacity_rps, capacity_source=capacity_source,
-        hpa=hpa, reasoning=cpu_why + memory_why + replica_why + hpa_why, warnings=warnings, inputs=inputs,
+        cpu_request=cpu_request,
+        cpu_limit=cpu_limit,
+        memory_request=memory_request,
+        memory_limit=memory_limit,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        capacity_rps=capacity_rps,
+        capacity_source=capacity_source,
+        hpa=hpa,
+        reasoning=cpu_why + memory_why + replica_why + hpa_why,
+        warnings=warnings,
+        inputs=inputs,
     )
 
 
@@ -232,4 +276,3 @@ def _cores_per_request(cpu: Usage, rps: Usage) -> float | None:
 def mib(size: float) -> str:
     """Bytes as whole MiB, for reasoning lines and plot labels."""
     return f"{size / 2**20:.0f} MiB"
-

@@ -103,7 +103,9 @@ class ArtifactRoot:
                 if on_bytes is not None:
                     on_bytes(len(chunk))
         if digest.hexdigest() != expected.sha256 or size != expected.bytes:
-            raise StoreError(f"{source} changed while it was being published (its sha256 no longer matches the manifest); nothing was published")
+            raise StoreError(
+                f"{source} changed while it was being published (its sha256 no longer matches the manifest); nothing was published"
+            )
         return FileEntry(sha256=expected.sha256, bytes=size)
 
     def read_manifest(self, relative: str) -> Manifest:
@@ -152,4 +154,3 @@ def _fsync_tree(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-

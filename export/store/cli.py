@@ -72,14 +72,25 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise UserError(f"cannot publish: {err}") from err
     check_publish(args.artifact_dir, args.model, args.tag)  # before a new store is created for nothing
     lineage = gather(args.artifact_dir, source_digest, reports_dir=args.reports, variant=args.variant, extra_metrics=metrics)
-    with _open(args, create=True) as store, Progress(
-        TextColumn("[bold]publish[/]"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        console=console, transient=True, disable=not console.is_terminal,
-    ) as progress:
+    with (
+        _open(args, create=True) as store,
+        Progress(
+            TextColumn("[bold]publish[/]"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        ) as progress,
+    ):
         total = sum(path.stat().st_size for path in Path(args.artifact_dir).rglob("*") if path.is_file())
         task = progress.add_task("copy", total=total)
         record, created = store.publish(
-            args.artifact_dir, args.model, lineage=lineage, tag=args.tag,
+            args.artifact_dir,
+            args.model,
+            lineage=lineage,
+            tag=args.tag,
             on_bytes=lambda n: progress.advance(task, n),
         )
     notes = lineage.notes if created else []  # an existing version keeps the lineage it was published with
@@ -89,9 +100,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     def human() -> None:
         tags = f", tags: {', '.join(record.tags)}" if record.tags else ""
         if created:
-            out.print(f"published [bold]{record.ref}[/] (sha256 {record.digest[:12]}, {_size(record.size_bytes)}{tags}) -> {record.uri}")
+            out.print(
+                f"published [bold]{record.ref}[/] (sha256 {record.digest[:12]}, {_size(record.size_bytes)}{tags}) -> {record.uri}"
+            )
         else:
-            out.print(f"[bold]{record.ref}[/] already holds this content (sha256 {record.source_digest[:12]}); nothing new was stored{tags}")
+            out.print(
+                f"[bold]{record.ref}[/] already holds this content (sha256 {record.source_digest[:12]}); nothing new was stored{tags}"
+            )
 
     _emit(args, {**record.model_dump(), "created": created, "notes": notes}, human)
     return 0
@@ -111,9 +126,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         for record in records:
             accuracy = next((record.metrics[k] for k in ACCURACY_KEYS if k in record.metrics), None)
             table.add_row(
-                record.ref, ", ".join(record.tags), record.created_at, record.created_by,
-                str(record.lineage.get("variant") or "-"), "-" if accuracy is None else f"{accuracy:.4f}",
-                _size(record.size_bytes), record.digest[:12],
+                record.ref,
+                ", ".join(record.tags),
+                record.created_at,
+                record.created_by,
+                str(record.lineage.get("variant") or "-"),
+                "-" if accuracy is None else f"{accuracy:.4f}",
+                _size(record.size_bytes),
+                record.digest[:12],
             )
         out.print(table)
 
@@ -140,8 +160,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     with _open(args) as store:
         record = store.verify(parse_ref(args.ref))
-    _emit(args, {**record.model_dump(), "verified": True},
-          lambda: out.print(f"{record.ref}: every file matches its sha256 and the digest recorded at publish ({record.digest[:12]})"))
+    _emit(
+        args,
+        {**record.model_dump(), "verified": True},
+        lambda: out.print(
+            f"{record.ref}: every file matches its sha256 and the digest recorded at publish ({record.digest[:12]})"
+        ),
+    )
     return 0
 
 
@@ -250,9 +275,9 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 def add_versions_parser(commands: argparse._SubParsersAction) -> None:
     """Add `versions` and its commands to `python -m export`."""
     versions = commands.add_parser(
-        "versions", help="the model store: publish, list, show, promote, rollback, diff, gc",
-        description="Immutable, numbered, tagged model versions with lineage. "
-        "REF is NAME:NUMBER, NAME:latest or NAME@TAG.",
+        "versions",
+        help="the model store: publish, list, show, promote, rollback, diff, gc",
+        description="Immutable, numbered, tagged model versions with lineage. REF is NAME:NUMBER, NAME:latest or NAME@TAG.",
     )
     sub = versions.add_subparsers(dest="versions_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -269,9 +294,13 @@ def add_versions_parser(commands: argparse._SubParsersAction) -> None:
     publish.add_argument("--model", help="model name (default: the name in the folder's model-settings.json)")
     publish.add_argument("--tag", help="point this tag at the version (e.g. v1.0, champion)")
     publish.add_argument("--variant", help="export variant to record (default: from reports/export.json)")
-    publish.add_argument("--metric", action="append", default=[], metavar="NAME=NUMBER", help="an extra metric to record (repeatable)")
+    publish.add_argument(
+        "--metric", action="append", default=[], metavar="NAME=NUMBER", help="an extra metric to record (repeatable)"
+    )
     publish.add_argument("--reports", type=Path, help="reports folder to read lineage from (default: reports/)")
-    publish.add_argument("--artifact-root", help="fsspec URL for the artifacts (s3://..., gs://...), chosen when the store is created")
+    publish.add_argument(
+        "--artifact-root", help="fsspec URL for the artifacts (s3://..., gs://...), chosen when the store is created"
+    )
 
     listing = command("list", cmd_list, "list published versions, newest first")
     listing.add_argument("--model", help="only this model")

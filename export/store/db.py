@@ -104,9 +104,7 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
         raise StoreError(f"cannot create the model store at {path.parent}: {err.strerror}") from err
     mode = "rwc" if create else "rw"
     try:
-        conn = sqlite3.connect(
-            f"file:{path}?mode={mode}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None
-        )
+        conn = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA journal_mode = WAL")

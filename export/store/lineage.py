@@ -79,16 +79,22 @@ def _training(export: dict, reports_dir: Path | None) -> tuple[dict[str, Any] | 
         config_path = Path(source_model).parent / TRAIN_CONFIG_FILE
         stored = _json_object(config_path) if config_path.is_file() else None
         if stored is not None:
-            training = {"model_path": source_model, "config": stored.get("config"),
-                        "data_fingerprint": stored.get("data_fingerprint")}
+            training = {
+                "model_path": source_model,
+                "config": stored.get("config"),
+                "data_fingerprint": stored.get("data_fingerprint"),
+            }
     metrics: dict[str, float] = {}
     train = read_report("train", reports_dir)
     if train is not None and source_model is not None and _same_folder(train.get("model_path"), Path(source_model)):
         metrics = numeric_leaves({k: train[k] for k in TRAIN_METRIC_KEYS if k in train}, "train.")
         if training is None:
             data = train.get("data")
-            training = {"model_path": source_model, "config": train.get("config"),
-                        "data_fingerprint": data.get("fingerprint") if isinstance(data, dict) else None}
+            training = {
+                "model_path": source_model,
+                "config": train.get("config"),
+                "data_fingerprint": data.get("fingerprint") if isinstance(data, dict) else None,
+            }
     return training, metrics
 
 
@@ -108,8 +114,9 @@ def git_commit(cwd: Path | None = None) -> dict[str, Any] | None:
             commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
             if commit.returncode != 0:
                 continue
-            status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
-                                    capture_output=True, text=True, timeout=10)
+            status = subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder, capture_output=True, text=True, timeout=10
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}

@@ -64,8 +64,15 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def diff_records(a: VersionRecord, b: VersionRecord) -> list[dict[str, Any]]:
     """Metrics and lineage side by side: one row per field, with the change for numbers."""
     sides = [
-        {"digest": r.digest, "created_at": r.created_at, "created_by": r.created_by, "size_bytes": r.size_bytes,
-         "tags": ", ".join(r.tags), **flatten(r.metrics, "metrics."), **flatten(r.lineage, "lineage.")}
+        {
+            "digest": r.digest,
+            "created_at": r.created_at,
+            "created_by": r.created_by,
+            "size_bytes": r.size_bytes,
+            "tags": ", ".join(r.tags),
+            **flatten(r.metrics, "metrics."),
+            **flatten(r.lineage, "lineage."),
+        }
         for r in (a, b)
     ]
     rows = []

@@ -231,9 +231,12 @@ class ModelStore:
         pause_point("reserved")
         try:
             stored_manifest = self.artifacts.write_version(
-                Path(artifact_dir), relative, source_manifest,
+                Path(artifact_dir),
+                relative,
+                source_manifest,
                 {SETTINGS_FILE: stored_settings(settings, model, number)},
-                on_bytes=on_bytes, after_first_file=lambda: pause_point("copying"),
+                on_bytes=on_bytes,
+                after_first_file=lambda: pause_point("copying"),
             )
             pause_point("copied")
             existing = self._commit(version_id, model, stored_manifest, lineage, tag)
@@ -268,8 +271,10 @@ class ModelStore:
             if twin is None:
                 return reservation
             if time.monotonic() > deadline:
-                raise StoreError(f"another process has been publishing the same content as {model} for over "
-                                 f"{WAIT_FOR_TWIN_S:.0f} s; try again later")
+                raise StoreError(
+                    f"another process has been publishing the same content as {model} for over "
+                    f"{WAIT_FOR_TWIN_S:.0f} s; try again later"
+                )
             time.sleep(POLL_S)  # another live publisher is storing the very same content: wait for its version
 
     def _insert_pending(self, conn: sqlite3.Connection, model: str, source_digest: str) -> tuple[int, int, str]:
@@ -293,19 +298,28 @@ class ModelStore:
     def _commit(self, version_id: int, model: str, manifest: Manifest, lineage: Lineage, tag: str | None) -> VersionRecord | None:
         """Make the pending version visible, with its tag, in one transaction; or return an equal version that won."""
         with self._write() as conn:
-            row = conn.execute("SELECT number, source_digest FROM versions WHERE id = ? AND state = 'pending'",
-                               (version_id,)).fetchone()
+            row = conn.execute(
+                "SELECT number, source_digest FROM versions WHERE id = ? AND state = 'pending'", (version_id,)
+            ).fetchone()
             if row is None:
                 raise StoreError("this publish took so long that its reservation was reclaimed as abandoned; publish again")
-            twin = conn.execute("SELECT number FROM versions WHERE model = ? AND source_digest = ? AND state = 'ready'",
-                                (model, row["source_digest"])).fetchone()
+            twin = conn.execute(
+                "SELECT number FROM versions WHERE model = ? AND source_digest = ? AND state = 'ready'",
+                (model, row["source_digest"]),
+            ).fetchone()
             if twin is None:
                 size = sum(entry.bytes for entry in manifest.files.values())
                 conn.execute(
                     "UPDATE versions SET state = 'ready', digest = ?, size_bytes = ?, lineage = ?, metrics = ?,"
                     " created_at = ? WHERE id = ?",
-                    (manifest.digest, size, json.dumps(lineage.lineage, sort_keys=True),
-                     json.dumps(lineage.metrics, sort_keys=True), now(), version_id),
+                    (
+                        manifest.digest,
+                        size,
+                        json.dumps(lineage.lineage, sort_keys=True),
+                        json.dumps(lineage.metrics, sort_keys=True),
+                        now(),
+                        version_id,
+                    ),
                 )
                 if tag is not None:
                     self._move_tag(conn, model, tag, row["number"], "promote")
@@ -331,7 +345,9 @@ class ModelStore:
     def _reclaim_abandoned(self, conn: sqlite3.Connection) -> list[str]:
         """Retire pending versions whose publisher died; return their folders (removed after the commit)."""
         rows = conn.execute("SELECT id, path, owner_host, owner_pid, created_at FROM versions WHERE state = 'pending'").fetchall()
-        return self._retire(conn, [row for row in rows if not _owner_alive(row["owner_host"], row["owner_pid"], row["created_at"])])
+        return self._retire(
+            conn, [row for row in rows if not _owner_alive(row["owner_host"], row["owner_pid"], row["created_at"])]
+        )
 
     @staticmethod
     def _retire(conn: sqlite3.Connection, rows: list[sqlite3.Row]) -> list[str]:
@@ -355,10 +371,18 @@ class ModelStore:
     def _record(self, conn: sqlite3.Connection, row: sqlite3.Row) -> VersionRecord:
         tags = [t["tag"] for t in conn.execute("SELECT tag FROM tags WHERE version_id = ? ORDER BY tag", (row["id"],))]
         return VersionRecord(
-            name=row["model"], version=str(row["number"]), ref=f"{row['model']}:{row['number']}",
-            uri=self.artifacts.uri(row["path"]), digest=row["digest"], source_digest=row["source_digest"], tags=tags,
-            size_bytes=row["size_bytes"], created_at=row["created_at"], created_by=row["created_by"],
-            metrics=json.loads(row["metrics"]), lineage=json.loads(row["lineage"]),
+            name=row["model"],
+            version=str(row["number"]),
+            ref=f"{row['model']}:{row['number']}",
+            uri=self.artifacts.uri(row["path"]),
+            digest=row["digest"],
+            source_digest=row["source_digest"],
+            tags=tags,
+            size_bytes=row["size_bytes"],
+            created_at=row["created_at"],
+            created_by=row["created_by"],
+            metrics=json.loads(row["metrics"]),
+            lineage=json.loads(row["lineage"]),
         )
 
     def _find(self, conn: sqlite3.Connection, ref: Ref) -> sqlite3.Row:
@@ -368,17 +392,22 @@ class ModelStore:
                 (ref.model, ref.tag),
             ).fetchone()
         elif ref.number is not None:
-            row = conn.execute("SELECT * FROM versions WHERE model = ? AND number = ? AND state = 'ready'",
-                               (ref.model, ref.number)).fetchone()
+            row = conn.execute(
+                "SELECT * FROM versions WHERE model = ? AND number = ? AND state = 'ready'", (ref.model, ref.number)
+            ).fetchone()
         else:
-            row = conn.execute("SELECT * FROM versions WHERE model = ? AND state = 'ready' ORDER BY number DESC LIMIT 1",
-                               (ref.model,)).fetchone()
+            row = conn.execute(
+                "SELECT * FROM versions WHERE model = ? AND state = 'ready' ORDER BY number DESC LIMIT 1", (ref.model,)
+            ).fetchone()
         if row is None:
             raise StoreError(self._not_found(conn, ref))
         return row
 
     def _not_found(self, conn: sqlite3.Connection, ref: Ref) -> str:
-        numbers = [r[0] for r in conn.execute("SELECT number FROM versions WHERE model = ? AND state = 'ready' ORDER BY number", (ref.model,))]
+        numbers = [
+            r[0]
+            for r in conn.execute("SELECT number FROM versions WHERE model = ? AND state = 'ready' ORDER BY number", (ref.model,))
+        ]
         if not numbers:
             models = [r[0] for r in conn.execute("SELECT DISTINCT model FROM versions WHERE state = 'ready' ORDER BY model")]
             return f"no model {ref.model!r} in the store (models: {', '.join(models) or 'none yet'})"
@@ -429,10 +458,12 @@ class ModelStore:
         previous = current["number"] if current else None
         stamp, by = now(), who()
         if previous == number:
-            return TagMove(model=model, tag=tag, action=action, version=str(number), previous=str(previous),
-                           at=stamp, by=by, changed=False)
-        version_id = conn.execute("SELECT id FROM versions WHERE model = ? AND number = ? AND state = 'ready'",
-                                  (model, number)).fetchone()["id"]
+            return TagMove(
+                model=model, tag=tag, action=action, version=str(number), previous=str(previous), at=stamp, by=by, changed=False
+            )
+        version_id = conn.execute(
+            "SELECT id FROM versions WHERE model = ? AND number = ? AND state = 'ready'", (model, number)
+        ).fetchone()["id"]
         conn.execute(
             "INSERT INTO tags (model, tag, version_id, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (model, tag) DO UPDATE SET version_id = excluded.version_id, updated_at = excluded.updated_at",
@@ -442,8 +473,15 @@ class ModelStore:
             "INSERT INTO tag_events (model, tag, action, number, previous, at, by) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (model, tag, action, number, previous, stamp, by),
         )
-        return TagMove(model=model, tag=tag, action=action, version=str(number),
-                       previous=None if previous is None else str(previous), at=stamp, by=by)
+        return TagMove(
+            model=model,
+            tag=tag,
+            action=action,
+            version=str(number),
+            previous=None if previous is None else str(previous),
+            at=stamp,
+            by=by,
+        )
 
     def promote(self, tag: str, ref: Ref) -> TagMove:
         """Point `tag` at the version `ref` names, recording the move."""
@@ -500,15 +538,17 @@ class ModelStore:
         result = GcResult(dry_run=dry_run)
         folders = self.artifacts.version_folders()
         with self._read() if dry_run else self._write() as conn:
-            models = [r[0] for r in conn.execute("SELECT name FROM models WHERE ? IS NULL OR name = ? ORDER BY name",
-                                                 (model, model))]
+            models = [
+                r[0] for r in conn.execute("SELECT name FROM models WHERE ? IS NULL OR name = ? ORDER BY name", (model, model))
+            ]
             if model is not None and not models:
                 raise StoreError(self._not_found(conn, Ref(model)))
             doomed: list[sqlite3.Row] = []
             for name in models:
                 needed = self._needed_by_tags(conn, name)
-                rows = conn.execute("SELECT * FROM versions WHERE model = ? AND state = 'ready' ORDER BY number DESC",
-                                    (name,)).fetchall()
+                rows = conn.execute(
+                    "SELECT * FROM versions WHERE model = ? AND state = 'ready' ORDER BY number DESC", (name,)
+                ).fetchall()
                 for row in rows[keep:]:
                     if row["number"] in needed:
                         result.kept_for_tags[f"{name}:{row['number']}"] = needed[row["number"]]
@@ -570,5 +610,12 @@ class ModelStore:
 
 
 def _move(row: sqlite3.Row) -> TagMove:
-    return TagMove(model=row["model"], tag=row["tag"], action=row["action"], version=str(row["number"]),
-                   previous=None if row["previous"] is None else str(row["previous"]), at=row["at"], by=row["by"])
+    return TagMove(
+        model=row["model"],
+        tag=row["tag"],
+        action=row["action"],
+        version=str(row["number"]),
+        previous=None if row["previous"] is None else str(row["previous"]),
+        at=row["at"],
+        by=row["by"],
+    )

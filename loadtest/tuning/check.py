@@ -82,8 +82,16 @@ def check_grid_size(space: SearchSpace) -> int:
 
 
 def run_check(
-    space: SearchSpace, measurer: Measurer, *, budget_fraction: float = 0.25, target: float = 0.95, patience: int = 4,
-    seed: int = 0, sampler: str = "tpe", robustness_seeds: int = 10, on_grid_measurement=None,
+    space: SearchSpace,
+    measurer: Measurer,
+    *,
+    budget_fraction: float = 0.25,
+    target: float = 0.95,
+    patience: int = 4,
+    seed: int = 0,
+    sampler: str = "tpe",
+    robustness_seeds: int = 10,
+    on_grid_measurement=None,
 ) -> CheckResult:
     """Measure every config with `measurer`, then run the tuner on those measurements."""
     grid = []
@@ -95,10 +103,16 @@ def run_check(
     table = TableMeasurer(grid)
     main = search(space, table, budget=budget, patience=patience, seed=seed, sampler=sampler)
     best = max((m.objective for m in grid if m.feasible), default=0.0)
-    robustness: dict[str, Any] = {"seeds": robustness_seeds, "note": "runs reaching the target with other sampler seeds, "
-                                  "on the same measurements and budget: the tuner, TPE without the known-good start, random search"}
-    for label, options in (("tuner", {"sampler": sampler}), ("tpe_without_known_good", {"start_from_known": False}),
-                           ("random_search", {"start_from_known": False, "sampler": "random"})):
+    robustness: dict[str, Any] = {
+        "seeds": robustness_seeds,
+        "note": "runs reaching the target with other sampler seeds, "
+        "on the same measurements and budget: the tuner, TPE without the known-good start, random search",
+    }
+    for label, options in (
+        ("tuner", {"sampler": sampler}),
+        ("tpe_without_known_good", {"start_from_known": False}),
+        ("random_search", {"start_from_known": False, "sampler": "random"}),
+    ):
         reached = 0
         for other in range(seed + 1, seed + 1 + robustness_seeds):
             run = search(space, TableMeasurer(grid), budget=budget, patience=patience, seed=other, **options)
@@ -109,22 +123,32 @@ def run_check(
 
 def check_markdown(result: CheckResult, *, cpu_count: int | None, load_before: float, minutes: float, day: str) -> str:
     """The check in a few lines, for reports/tune-check.md and docs/benchmarks.md."""
-    lines = [f"Measured by `make tune-check` on {cpu_count} CPU cores (load average {load_before:.2f} at the start), "
-             f"{day}: {len(result.grid)} configs in {minutes:.0f} min.", ""]
+    lines = [
+        f"Measured by `make tune-check` on {cpu_count} CPU cores (load average {load_before:.2f} at the start), "
+        f"{day}: {len(result.grid)} configs in {minutes:.0f} min.",
+        "",
+    ]
     lines += ["| | config | req/s per core | req/s at capacity | p95 ms | cores | trials |", "|---|---|--:|--:|--:|--:|--:|"]
-    for label, best, trials in (("grid (every config)", result.grid_best, len(result.grid)),
-                                ("tuner", result.tuner_best, f"{len(result.tuner)} of {result.budget} allowed")):
+    for label, best, trials in (
+        ("grid (every config)", result.grid_best, len(result.grid)),
+        ("tuner", result.tuner_best, f"{len(result.tuner)} of {result.budget} allowed"),
+    ):
         if best is None:
             lines.append(f"| {label} | none feasible | | | | | {trials} |")
         else:
-            lines.append(f"| {label} | `{best.config.key}` | {best.objective:.0f} | {best.capacity_rps:.0f} | "
-                         f"{best.p95_ms:g} | {best.cpu_cores:.2f} | {trials} |")
+            lines.append(
+                f"| {label} | `{best.config.key}` | {best.objective:.0f} | {best.capacity_rps:.0f} | "
+                f"{best.p95_ms:g} | {best.cpu_cores:.2f} | {trials} |"
+            )
     robust = result.robustness
-    lines += ["", f"The tuner reached **{result.ratio:.1%}** of the grid's best (target {result.target:.0%}) with "
-              f"{len(result.tuner)} trials: check {'passed' if result.passed else '**failed**'}. On the same measurements "
-              f"with {robust['seeds']} other sampler seeds, the target was reached by the tuner {robust['tuner']} times, "
-              f"by TPE without the known-good start {robust['tpe_without_known_good']} times, "
-              f"by random search {robust['random_search']} times."]
+    lines += [
+        "",
+        f"The tuner reached **{result.ratio:.1%}** of the grid's best (target {result.target:.0%}) with "
+        f"{len(result.tuner)} trials: check {'passed' if result.passed else '**failed**'}. On the same measurements "
+        f"with {robust['seeds']} other sampler seeds, the target was reached by the tuner {robust['tuner']} times, "
+        f"by TPE without the known-good start {robust['tpe_without_known_good']} times, "
+        f"by random search {robust['random_search']} times.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -141,10 +165,15 @@ def plot_check(result: CheckResult, path: Path) -> None:
     axis.bar(range(len(ordered)), [m.objective for m in ordered], color=colours)
     axis.set_xticks(range(len(ordered)), [m.config.key for m in ordered], rotation=90, fontsize=6)
     if result.grid_best:
-        axis.axhline(result.target * result.grid_best.objective, color="tab:red", linestyle="--",
-                     label=f"{result.target:.0%} of the grid's best")
+        axis.axhline(
+            result.target * result.grid_best.objective,
+            color="tab:red",
+            linestyle="--",
+            label=f"{result.target:.0%} of the grid's best",
+        )
     axis.set_ylabel("req/s per server CPU core (0: infeasible)")
-    axis.set_title(f"grid ({len(result.grid)} configs) vs tuner ({len(result.tuner)} measured, orange): "
-                   f"{result.ratio:.1%} of the best")
+    axis.set_title(
+        f"grid ({len(result.grid)} configs) vs tuner ({len(result.tuner)} measured, orange): {result.ratio:.1%} of the best"
+    )
     axis.legend(fontsize=8)
     save_png(figure, path, dpi=110)

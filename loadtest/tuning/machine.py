@@ -24,8 +24,9 @@ def gpu_name() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        result = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                text=True, timeout=30, check=False)
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else None
@@ -44,8 +45,10 @@ def missing_for(provider: str, available: list[str], gpu: str | None) -> str | N
     if gpu is None:
         return "a CUDA GPU (nvidia-smi finds none)"
     if ORT_PROVIDERS[provider] not in available:
-        return (f"{ORT_PROVIDERS[provider]} in this onnxruntime (it has {', '.join(available)}): install the GPU "
-                "build (make setup GPU=1)")
+        return (
+            f"{ORT_PROVIDERS[provider]} in this onnxruntime (it has {', '.join(available)}): install the GPU "
+            "build (make setup GPU=1)"
+        )
     return None
 
 
@@ -54,13 +57,18 @@ def resolve_providers(requested: list[str], available: list[str], gpu: str | Non
     GPU provider this machine cannot run is refused."""
     if requested == [AUTO]:
         kept = [p for p in GPU_PROVIDERS if missing_for(p, available, gpu) is None]
-        notes = [f"providers auto: {p} skipped, this machine lacks {missing_for(p, available, gpu)}"
-                 for p in GPU_PROVIDERS if p not in kept]
+        notes = [
+            f"providers auto: {p} skipped, this machine lacks {missing_for(p, available, gpu)}"
+            for p in GPU_PROVIDERS
+            if p not in kept
+        ]
         return (kept or ["cpu"]), notes + ([] if kept else ["providers auto: tuning on the CPU only"])
     if AUTO in requested:
         raise MachineError("--providers auto stands alone: give auto, or a list from cpu, cuda, tensorrt")
     for provider in requested:
         if missing := missing_for(provider, available, gpu):
-            raise MachineError(f"--providers {provider}: this machine lacks {missing}; tune it on a GPU machine, "
-                               "or give --providers auto to tune what is here")
+            raise MachineError(
+                f"--providers {provider}: this machine lacks {missing}; tune it on a GPU machine, "
+                "or give --providers auto to tune what is here"
+            )
     return list(requested), []

@@ -87,17 +87,33 @@ def judge_steps(config: ServingConfig, steps: list[dict], slo: Slo, memory_bytes
         reason = f"even {measured[0]['users']} user(s) break the SLO: " + ("; ".join(b.message() for b in broken) or "errors")
         return Measurement(config, False, reason, violation=round(violation, 4), steps=steps, memory_bytes=memory_bytes)
     return Measurement(
-        config, True, f"capacity at {best['users']} users",
-        capacity_rps=best["rps"], p95_ms=best["p95_ms"], p99_ms=best["p99_ms"], cpu_cores=best["server_cpu_cores"],
-        users=best["users"], memory_bytes=memory_bytes, steps=steps,
+        config,
+        True,
+        f"capacity at {best['users']} users",
+        capacity_rps=best["rps"],
+        p95_ms=best["p95_ms"],
+        p99_ms=best["p99_ms"],
+        cpu_cores=best["server_cpu_cores"],
+        users=best["users"],
+        memory_bytes=memory_bytes,
+        steps=steps,
     )
 
 
 class LiveMeasurer:
     """Serves each config with a real MLServer on loopback and drives a real step load at it."""
 
-    def __init__(self, space: SearchSpace, slo: Slo, *, step_s: float = 3, max_users: int = 16, protocol: str = "rest",
-                 workdir: Path | None = None, show_progress: bool = True):
+    def __init__(
+        self,
+        space: SearchSpace,
+        slo: Slo,
+        *,
+        step_s: float = 3,
+        max_users: int = 16,
+        protocol: str = "rest",
+        workdir: Path | None = None,
+        show_progress: bool = True,
+    ):
         self.space, self.slo, self.protocol = space, slo, protocol
         self.shape = ShapeSpec(kind="step", users=1, step_s=step_s, max_users=max_users, stop_slo=slo)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="slipway-tune-"))
@@ -124,8 +140,14 @@ class LiveMeasurer:
                 body, described = build_payload(endpoint, batch_size=ROWS_PER_REQUEST, data=None, model_dir=folder)
                 payload = trial_dir / "request.bin"
                 atomic.write_bytes(payload, body)
-                job = LoadJob(endpoint=endpoint, shape=self.shape, payload_file=payload, request_headers=described["headers"],
-                              steps_file=trial_dir / "steps.json", watch_pid=server.pid)
+                job = LoadJob(
+                    endpoint=endpoint,
+                    shape=self.shape,
+                    payload_file=payload,
+                    request_headers=described["headers"],
+                    steps_file=trial_dir / "steps.json",
+                    watch_pid=server.pid,
+                )
                 run = run_locust(job, trial_dir / "locust", show_progress=self.show_progress)
                 memory = _tree_rss(server.pid)
         except (ServerError, LoadTestError) as err:

@@ -30,10 +30,16 @@ def pareto_front(measurements: list[Measurement]) -> list[Measurement]:
     """Feasible configs no other beats on both throughput (higher) and p95 (lower)."""
     feasible = [m for m in measurements if m.feasible and m.p95_ms is not None]
     return sorted(
-        (m for m in feasible if not any(
-            o.capacity_rps >= m.capacity_rps and o.p95_ms <= m.p95_ms and (o.capacity_rps > m.capacity_rps or o.p95_ms < m.p95_ms)
-            for o in feasible
-        )),
+        (
+            m
+            for m in feasible
+            if not any(
+                o.capacity_rps >= m.capacity_rps
+                and o.p95_ms <= m.p95_ms
+                and (o.capacity_rps > m.capacity_rps or o.p95_ms < m.p95_ms)
+                for o in feasible
+            )
+        ),
         key=lambda m: m.p95_ms,
     )
 
@@ -45,15 +51,22 @@ def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu", busy_waitin
     memory = best.memory_bytes or DEFAULT_MEMORY
     cores = best.cpu_cores or 1.0
     target_rps = round(best.capacity_rps * HPA_UTILIZATION / 100, 1)
-    why = (f"one replica served {best.capacity_rps:.0f} req/s within the SLO using {cores:.2f} CPU cores: the CPU "
-           f"request is that, so {HPA_UTILIZATION}% CPU utilization means {HPA_UTILIZATION}% of the measured capacity "
-           f"({target_rps:g} req/s per replica)")
+    why = (
+        f"one replica served {best.capacity_rps:.0f} req/s within the SLO using {cores:.2f} CPU cores: the CPU "
+        f"request is that, so {HPA_UTILIZATION}% CPU utilization means {HPA_UTILIZATION}% of the measured capacity "
+        f"({target_rps:g} req/s per replica)"
+    )
     if busy_waiting:
         hpa_metric = "rps"
-        why += (f"; the HPA scales on requests/s, since the model's settings keep a CPU busy between requests "
-                f"({'; '.join(busy_waiting)})")
-    metric = (seldon_patch.pods_metric(RPS_METRIC, target_rps) if hpa_metric == "rps"
-              else seldon_patch.cpu_utilization_metric(HPA_UTILIZATION))
+        why += (
+            f"; the HPA scales on requests/s, since the model's settings keep a CPU busy between requests "
+            f"({'; '.join(busy_waiting)})"
+        )
+    metric = (
+        seldon_patch.pods_metric(RPS_METRIC, target_rps)
+        if hpa_metric == "rps"
+        else seldon_patch.cpu_utilization_metric(HPA_UTILIZATION)
+    )
     return {
         "per_replica_capacity_rps": best.capacity_rps,
         "cpu_request_cores": cores,
@@ -67,8 +80,16 @@ def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu", busy_waitin
 
 
 def write_tune_outputs(
-    result: SearchResult, space: SearchSpace, slo: Slo, *, out_dir: Path, name: str = "tune",
-    settings: dict[str, Any], hpa_metric: str = "cpu", reports_dir: Path | None = None, notes: list[str] | None = None,
+    result: SearchResult,
+    space: SearchSpace,
+    slo: Slo,
+    *,
+    out_dir: Path,
+    name: str = "tune",
+    settings: dict[str, Any],
+    hpa_metric: str = "cpu",
+    reports_dir: Path | None = None,
+    notes: list[str] | None = None,
 ) -> Path:
     """reports/<name>.json + .png, and (when a config held the SLO) build/tune/best and build/tune/overlay.
     `notes`: what the search left out and why (GPU providers this machine lacks, under `--providers auto`)."""
@@ -98,10 +119,16 @@ def write_tune_outputs(
         best_settings = model_settings_for(best.config, base_settings)
         advice = deployment_advice(best, hpa_metric=hpa_metric, busy_waiting=busy_waiting_settings(best_settings))
         atomic.write_json(best_dir / "model-settings.json", best_settings)
-        patch, kustomization = write_patch(best, advice, out_dir=out_dir / "overlay", settings_path=best_dir / "model-settings.json")
+        patch, kustomization = write_patch(
+            best, advice, out_dir=out_dir / "overlay", settings_path=best_dir / "model-settings.json"
+        )
         payload["deployment"] = {
-            **advice, "model_settings": str(best_dir / "model-settings.json"), "variant_dir": str(space.variants[best.config.variant]),
-            "parallel_workers": best.config.parallel_workers, "kustomize_patch": str(patch), "kustomization": str(kustomization),
+            **advice,
+            "model_settings": str(best_dir / "model-settings.json"),
+            "variant_dir": str(space.variants[best.config.variant]),
+            "parallel_workers": best.config.parallel_workers,
+            "kustomize_patch": str(patch),
+            "kustomization": str(kustomization),
         }
     return write_report(name, payload, reports_dir)
 
@@ -109,17 +136,24 @@ def write_tune_outputs(
 def write_patch(best: Measurement, advice: dict[str, Any], *, out_dir: Path, settings_path: Path) -> tuple[Path, Path]:
     ops = [
         seldon_patch.resources_op(
-            cpu_request=advice["cpu_request_cores"], cpu_limit=advice["cpu_limit_cores"],
-            memory_request=advice["memory_request_bytes"], memory_limit=advice["memory_limit_bytes"],
+            cpu_request=advice["cpu_request_cores"],
+            cpu_limit=advice["cpu_limit_cores"],
+            memory_request=advice["memory_request_bytes"],
+            memory_limit=advice["memory_limit_bytes"],
         ),
-        *seldon_patch.env_op(seldon_patch.base_container_env(BASE_DIR), "MLSERVER_PARALLEL_WORKERS", str(best.config.parallel_workers)),
+        *seldon_patch.env_op(
+            seldon_patch.base_container_env(BASE_DIR), "MLSERVER_PARALLEL_WORKERS", str(best.config.parallel_workers)
+        ),
         *seldon_patch.hpa_ops(metrics=[advice["hpa_metric"]]),
     ]
-    memory_note = ("" if advice["hpa_metric"].get("type") != "ContainerResource" else
-                   f"The HPA reads the model container's CPU alone, without the cpu overlay's memory target: the memory "
-                   f"request is {MEMORY_REQUEST_FACTOR:g}x the use measured at capacity, which thus sits at "
-                   f"{100 / MEMORY_REQUEST_FACTOR:.0f}% of it;\na memory target there would hold up "
-                   "replicas the CPU no longer asks for (the HPA follows whichever metric asks for more).\n")
+    memory_note = (
+        ""
+        if advice["hpa_metric"].get("type") != "ContainerResource"
+        else f"The HPA reads the model container's CPU alone, without the cpu overlay's memory target: the memory "
+        f"request is {MEMORY_REQUEST_FACTOR:g}x the use measured at capacity, which thus sits at "
+        f"{100 / MEMORY_REQUEST_FACTOR:.0f}% of it;\na memory target there would hold up "
+        "replicas the CPU no longer asks for (the HPA follows whichever metric asks for more).\n"
+    )
     comment = (
         f"Written by `make tune`: the best serving spec found ({best.config.key}).\n"
         f"{advice['why']}.\n{memory_note}"
@@ -128,7 +162,9 @@ def write_patch(best: Measurement, advice: dict[str, Any], *, out_dir: Path, set
     return seldon_patch.write_overlay(out_dir, ops, base=OVERLAY_DIR, comment=comment)
 
 
-def plot_pareto(measurements: list[Measurement], front: list[Measurement], best: Measurement | None, path: Path, slo: Slo) -> None:
+def plot_pareto(
+    measurements: list[Measurement], front: list[Measurement], best: Measurement | None, path: Path, slo: Slo
+) -> None:
     """Throughput against p95 for every trial: the Pareto front joined, the best per core starred."""
     from slipway.plots import pyplot, save_png
 
@@ -144,19 +180,34 @@ def plot_pareto(measurements: list[Measurement], front: list[Measurement], best:
         if points:
             axis.scatter(*zip(*points), marker="x", c="tab:gray", label="infeasible (lightest step)")
     if front:
-        axis.plot([m.p95_ms for m in front], [m.capacity_rps for m in front], "D--", c="tab:orange", mfc="none",
-                  markersize=11, label="Pareto front")
+        axis.plot(
+            [m.p95_ms for m in front],
+            [m.capacity_rps for m in front],
+            "D--",
+            c="tab:orange",
+            mfc="none",
+            markersize=11,
+            label="Pareto front",
+        )
     for m in feasible:
         axis.annotate(m.config.key, (m.p95_ms, m.capacity_rps), fontsize=6, xytext=(4, 4), textcoords="offset points")
     if best is not None:
-        axis.scatter([best.p95_ms], [best.capacity_rps], marker="*", s=250, c="tab:red", zorder=5,
-                     label=f"best per core: {best.config.key} ({best.objective:.0f} req/s/core)")
+        axis.scatter(
+            [best.p95_ms],
+            [best.capacity_rps],
+            marker="*",
+            s=250,
+            c="tab:red",
+            zorder=5,
+            label=f"best per core: {best.config.key} ({best.objective:.0f} req/s/core)",
+        )
     from loadtest.plot import limit_label
 
     for limit, style in (("p95_ms", "-"), ("p99_ms", ":")):
         if getattr(slo, limit):
-            axis.axvline(getattr(slo, limit), color="tab:red", linestyle=style, alpha=0.5,
-                         label=limit_label(limit, getattr(slo, limit)))
+            axis.axvline(
+                getattr(slo, limit), color="tab:red", linestyle=style, alpha=0.5, label=limit_label(limit, getattr(slo, limit))
+            )
     if slo.min_rps is not None:
         axis.axhline(slo.min_rps, color="tab:blue", linestyle="--", alpha=0.5, label=limit_label("min_rps", slo.min_rps))
     axis.set_xlabel("p95 latency at capacity (ms)")

@@ -35,6 +35,7 @@ def suggest_config(trial, space: SearchSpace) -> ServingConfig:
     """Optuna's define-by-run choice of one config (the batching window only when batching is on; a CUDA graph only
     on the cuda provider with buckets). GPU dimensions with one choice are not asked, so a CPU space's trials
     are the same as before they existed."""
+
     def pick(name: str, choices: list):
         return choices[0] if len(choices) == 1 else trial.suggest_categorical(name, choices)
 
@@ -44,7 +45,10 @@ def suggest_config(trial, space: SearchSpace) -> ServingConfig:
     buckets = parse_buckets(pick("batch_buckets", [buckets_text(b) for b in space.batch_buckets]))
     graph = pick("cuda_graph", space.cuda_graphs) if provider == "cuda" and buckets else False
     return ServingConfig(
-        provider=provider, batch_buckets=buckets, cuda_graph=graph, frontends=pick("frontends", space.frontends),
+        provider=provider,
+        batch_buckets=buckets,
+        cuda_graph=graph,
+        frontends=pick("frontends", space.frontends),
         variant=trial.suggest_categorical("variant", list(space.variants)),
         parallel_workers=trial.suggest_categorical("parallel_workers", space.parallel_workers),
         max_batch_size=size,
@@ -76,8 +80,11 @@ def search(
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
     # Independent TPE: on these few categorical dimensions it beat the multivariate variant
     # (and random search) on synthetic landscapes with a known optimum.
-    chosen = (optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials) if sampler == "tpe"
-              else optuna.samplers.RandomSampler(seed=seed))
+    chosen = (
+        optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials)
+        if sampler == "tpe"
+        else optuna.samplers.RandomSampler(seed=seed)
+    )
     study = optuna.create_study(direction="maximize", sampler=chosen)
     if start_from_known:
         for config in space.known_good():

@@ -27,8 +27,14 @@ from slipway.reports import read_report
 KNOWN_GOOD = [
     {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1},
     {"parallel_workers": 0, "max_batch_size": 8, "max_batch_time_ms": 1, "intra_op_threads": 1, "inter_op_threads": 1},
-    {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1, "inference_threads": 2,
-     "max_batch_rows": 4},
+    {
+        "parallel_workers": 0,
+        "max_batch_size": 1,
+        "intra_op_threads": 1,
+        "inter_op_threads": 1,
+        "inference_threads": 2,
+        "max_batch_rows": 4,
+    },
 ]
 TUNABLE_VARIANTS = ("fp32", "int8")
 GPU_VARIANTS = ("fp32", "fp16", "int8")  # the precisions a GPU space searches (export --target gpu makes S8S8 int8)
@@ -36,8 +42,14 @@ Provider = Literal["cpu", "cuda", "tensorrt"]
 PROVIDER_LISTS = {"cuda": ["CUDAExecutionProvider"], "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider"]}
 # The smallest value each dimension's choices may take, and whether it must be strictly above it.
 CHOICE_FLOORS = {
-    "parallel_workers": (0, False), "max_batch_size": (1, False), "max_batch_time_ms": (0, True), "intra_op_threads": (1, False),
-    "inter_op_threads": (1, False), "inference_threads": (1, False), "max_batch_rows": (1, False), "frontends": (1, False),
+    "parallel_workers": (0, False),
+    "max_batch_size": (1, False),
+    "max_batch_time_ms": (0, True),
+    "intra_op_threads": (1, False),
+    "inter_op_threads": (1, False),
+    "inference_threads": (1, False),
+    "max_batch_rows": (1, False),
+    "frontends": (1, False),
 }
 
 
@@ -93,9 +105,17 @@ class ServingConfig(BaseModel):
     @property
     def key(self) -> str:
         batching = f"b{self.max_batch_size}@{self.max_batch_time_ms:g}ms" if self.max_batch_size > 1 else "b1"
-        runs = f"-s{self.inference_threads}r{self.max_batch_rows}" if (self.inference_threads, self.max_batch_rows) != (1, 1) else ""
-        gpu = "".join((f"-{self.provider}" if self.on_gpu else "", f"-k{buckets_text(self.batch_buckets)}" if self.batch_buckets else "",
-                       "-graph" if self.cuda_graph else "", f"-f{self.frontends}" if self.frontends > 1 else ""))
+        runs = (
+            f"-s{self.inference_threads}r{self.max_batch_rows}" if (self.inference_threads, self.max_batch_rows) != (1, 1) else ""
+        )
+        gpu = "".join(
+            (
+                f"-{self.provider}" if self.on_gpu else "",
+                f"-k{buckets_text(self.batch_buckets)}" if self.batch_buckets else "",
+                "-graph" if self.cuda_graph else "",
+                f"-f{self.frontends}" if self.frontends > 1 else "",
+            )
+        )
         return f"{self.variant}-w{self.parallel_workers}-{batching}-t{self.intra_op_threads}x{self.inter_op_threads}{runs}{gpu}"
 
     def params(self) -> dict[str, Any]:
@@ -145,8 +165,14 @@ class SearchSpace(BaseModel):
         for name, folder in self.variants.items():
             if not (Path(folder) / "model-settings.json").is_file():
                 raise ValueError(f"variant {name}: {folder} is not an artifact folder (no model-settings.json)")
-        for field in ("parallel_workers", "max_batch_size", "intra_op_threads", "inter_op_threads", "inference_threads",
-                      "max_batch_rows"):
+        for field in (
+            "parallel_workers",
+            "max_batch_size",
+            "intra_op_threads",
+            "inter_op_threads",
+            "inference_threads",
+            "max_batch_rows",
+        ):
             if not getattr(self, field):
                 raise ValueError(f"{field}: give at least one value")
         for field in CHOICE_FLOORS:  # each choice becomes a ServingConfig: refuse it here, named
@@ -165,8 +191,10 @@ class SearchSpace(BaseModel):
             if not getattr(self, field):
                 raise ValueError(f"{field}: give at least one value")
         if "cpu" in self.providers and len(self.providers) > 1:
-            raise ValueError("providers: cpu and GPU providers are judged per core and per GPU, which do not compare: "
-                             "tune them in separate runs")
+            raise ValueError(
+                "providers: cpu and GPU providers are judged per core and per GPU, which do not compare: "
+                "tune them in separate runs"
+            )
         if True in self.cuda_graphs and "cuda" not in self.providers:
             raise ValueError("cuda_graphs: CUDA graphs run on the cuda provider; add cuda to providers or leave them off")
         if True in self.cuda_graphs and not any(self.batch_buckets):
@@ -183,15 +211,35 @@ class SearchSpace(BaseModel):
         """Every configuration of the space, each once."""
         configs = []
         for variant, workers, size, intra, inter, slots, rows, provider, buckets, graph, frontends in itertools.product(
-            self.variants, self.parallel_workers, self.max_batch_size, self.intra_op_threads, self.inter_op_threads,
-            self.inference_threads, self.max_batch_rows, self.providers, self.batch_buckets, self.cuda_graphs, self.frontends,
+            self.variants,
+            self.parallel_workers,
+            self.max_batch_size,
+            self.intra_op_threads,
+            self.inter_op_threads,
+            self.inference_threads,
+            self.max_batch_rows,
+            self.providers,
+            self.batch_buckets,
+            self.cuda_graphs,
+            self.frontends,
         ):
             graph = graph and provider == "cuda" and bool(buckets)  # a CUDA graph: the cuda provider, fixed shapes
             windows = self.max_batch_time_ms if size > 1 else [0]
             configs.extend(
-                ServingConfig(variant=variant, parallel_workers=workers, max_batch_size=size, max_batch_time_ms=window,
-                              intra_op_threads=intra, inter_op_threads=inter, inference_threads=slots, max_batch_rows=rows,
-                              provider=provider, batch_buckets=buckets, cuda_graph=graph, frontends=frontends)
+                ServingConfig(
+                    variant=variant,
+                    parallel_workers=workers,
+                    max_batch_size=size,
+                    max_batch_time_ms=window,
+                    intra_op_threads=intra,
+                    inter_op_threads=inter,
+                    inference_threads=slots,
+                    max_batch_rows=rows,
+                    provider=provider,
+                    batch_buckets=buckets,
+                    cuda_graph=graph,
+                    frontends=frontends,
+                )
                 for window in windows
             )
         return list(dict.fromkeys(configs))  # a CUDA graph choice that does not apply leaves a config twice
@@ -208,13 +256,18 @@ class SearchSpace(BaseModel):
         return found
 
 
-def discover_variants(fallback: Path, export_report: str = "export", names: tuple[str, ...] = TUNABLE_VARIANTS) -> dict[str, Path]:
+def discover_variants(
+    fallback: Path, export_report: str = "export", names: tuple[str, ...] = TUNABLE_VARIANTS
+) -> dict[str, Path]:
     """The `names` artifact folders from the export report's `variants` (those not rejected), else `fallback` as fp32."""
     report = read_report(export_report) or {}
     found = {
         row["name"]: Path(row["path"])
         for row in report.get("variants", [])
-        if isinstance(row, dict) and row.get("name") in names and row.get("path") and row.get("status") != "rejected"
+        if isinstance(row, dict)
+        and row.get("name") in names
+        and row.get("path")
+        and row.get("status") != "rejected"
         and (Path(row["path"]) / "model-settings.json").is_file()
     }
     return found or {"fp32": Path(fallback)}
@@ -231,8 +284,14 @@ def model_settings_for(config: ServingConfig, base: dict[str, Any]) -> dict[str,
         settings.pop("max_batch_time", None)
     parameters = settings.setdefault("parameters", {})
     extra = parameters.setdefault("extra", {}) or {}
-    extra.update({"intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
-                  "inference_threads": config.inference_threads, "max_batch_rows": config.max_batch_rows})
+    extra.update(
+        {
+            "intra_op_threads": config.intra_op_threads,
+            "inter_op_threads": config.inter_op_threads,
+            "inference_threads": config.inference_threads,
+            "max_batch_rows": config.max_batch_rows,
+        }
+    )
     if config.on_gpu:  # the CPU's configs keep the artifact's own provider settings, as before
         extra["providers"] = PROVIDER_LISTS[config.provider]
         extra["cuda"] = {**(extra.get("cuda") or {}), "enable_cuda_graph": config.cuda_graph}

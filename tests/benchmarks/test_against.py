@@ -24,8 +24,17 @@ def test_this_tree_against_its_own_commit_serves_the_same_answers_and_pairs_ever
     row = load_input_example(digits_artifact)[0]["image"][:1]
     model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
     steps = []
-    result = compare(model, commit, tree, protocols=["grpc", "rest"], concurrency=[2], seconds=0.3, rounds=2,
-                     work_dir=tmp_path / "servers", on_step=lambda: steps.append(1))
+    result = compare(
+        model,
+        commit,
+        tree,
+        protocols=["grpc", "rest"],
+        concurrency=[2],
+        seconds=0.3,
+        rounds=2,
+        work_dir=tmp_path / "servers",
+        on_step=lambda: steps.append(1),
+    )
     assert len(steps) == 2 * 2 * 2
     assert [(p["protocol"], p["concurrency"]) for p in result["points"]] == [("grpc", 2), ("rest", 2)]
     for point in result["points"]:
@@ -34,7 +43,8 @@ def test_this_tree_against_its_own_commit_serves_the_same_answers_and_pairs_ever
             assert point[side]["rows_per_s"] > 0 and point[side]["server_cpu_ms_per_request"] > 0
         this_rounds, base_rounds = point[THIS]["rounds"], point[BASE]["rounds"]
         assert point["rows_per_s_ratio_rounds"] == [
-            round(a["rows_per_s"] / b["rows_per_s"], 3) for a, b in zip(this_rounds, base_rounds)]
+            round(a["rows_per_s"] / b["rows_per_s"], 3) for a, b in zip(this_rounds, base_rounds)
+        ]
         assert min(point["rows_per_s_ratio_rounds"]) <= point["rows_per_s_ratio"] <= max(point["rows_per_s_ratio_rounds"])
     with served_by(tree, tmp_path / "servers" / "digits-against") as served:  # REV's code serves, not ours
         environ = dict(item.split(b"=", 1) for item in open(f"/proc/{served.pid}/environ", "rb").read().split(b"\0") if item)

@@ -26,8 +26,15 @@ pytestmark = pytest.mark.slow
 def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, tmp_path):
     row = load_input_example(digits_artifact)[0]["image"][:1]
     model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
-    config = BenchConfig(models=["digits"], protocols=["grpc", "rest", "grpc-shm", "rest-binary"], concurrency=[2], seconds=0.4,
-                         rounds=1, warmup_s=0.2, raw_seconds=0.1)
+    config = BenchConfig(
+        models=["digits"],
+        protocols=["grpc", "rest", "grpc-shm", "rest-binary"],
+        concurrency=[2],
+        seconds=0.4,
+        rounds=1,
+        warmup_s=0.2,
+        raw_seconds=0.1,
+    )
     steps, shared_before = [], set(Path("/dev/shm").glob("psm_*"))
     result = bench_model(model, config, lambda: steps.append(1), work_dir=tmp_path / "servers")
     # raw sweeps before and after, side by side, servers started, then the loads: gRPC 4 (digits also with its
@@ -38,8 +45,8 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
         assert raw["rows_per_s"] == pytest.approx(sum(raw["rows_per_s_before_after"]) / 2, abs=0.01)
     runtimes = ("plain", "slipway", SLIPWAY_LATENCY)
     assert {(p["runtime"], p["protocol"]) for p in result["points"]} == {
-        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")} | {
-        ("slipway", "grpc-shm"), ("slipway", "rest-binary"), (TRANSPORT, "grpc")}
+        (runtime, protocol) for runtime in runtimes for protocol in ("grpc", "rest")
+    } | {("slipway", "grpc-shm"), ("slipway", "rest-binary"), (TRANSPORT, "grpc")}
     (transport,) = [point for point in result["points"] if point["runtime"] == TRANSPORT]
     assert "x_raw_limit" not in transport and transport["hold_ms"] >= 0  # it serves nothing, held to the served rate
     for point in result["points"]:
@@ -51,8 +58,13 @@ def test_a_tiny_bench_measures_both_runtimes_and_reports_them(digits_artifact, t
         assert 0 <= point["machine_steal_pct"] <= 100 - point["machine_idle_pct"]  # stolen time is busy time
         if point is not transport:
             assert point["x_raw_limit"] == pytest.approx(point["rows_per_s"] / result["raw_limit_rows_per_s"], abs=1e-3)
-    payload = {"models": {"digits": result}, "cpu_count": 2, "load_average": {"before": [1.0]}, "created_at": "today",
-               "wakeup_round_trip_us": {"before": {"same_cpu": 3.8, "across_cpus": 64.5}}}
+    payload = {
+        "models": {"digits": result},
+        "cpu_count": 2,
+        "load_average": {"before": [1.0]},
+        "created_at": "today",
+        "wakeup_round_trip_us": {"before": {"same_cpu": 3.8, "across_cpus": 64.5}},
+    }
     payload["figures"] = figures(payload["models"])
     assert payload["figures"] == []  # the figures compare concurrency 1 and 8, not measured here
     table = markdown(payload, "Serving throughput")
@@ -76,25 +88,40 @@ def test_the_baseline_is_plain_mlserver_start_serving_what_onnx_runtime_answers(
     assert command[1:4] == [b"-m", b"mlserver.cli.main", b"start"], command
     response = service_pb2.ModelInferResponse.FromString(answer)
     expected = ort.InferenceSession(str(model.onnx_path)).run(None, {"image": row})[0]
-    np.testing.assert_allclose(np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, 10), expected,
-                               atol=1e-6)
+    np.testing.assert_allclose(np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, 10), expected, atol=1e-6)
 
 
 def test_figures_compare_against_the_raw_limit_and_the_plain_runtime_round_by_round():
     def point(runtime, protocol, concurrency, rps, p50, x, rounds_rps, rounds_p50):
-        return {"runtime": runtime, "protocol": protocol, "concurrency": concurrency, "requests_per_s": rps,
-                "p50_ms": p50, "x_raw_limit": x, "rounds_rows_per_s": rounds_rps, "rounds_p50_ms": rounds_p50,
-                "rounds_x_raw_limit": [round(r / 100, 3) for r in rounds_rps]}
+        return {
+            "runtime": runtime,
+            "protocol": protocol,
+            "concurrency": concurrency,
+            "requests_per_s": rps,
+            "p50_ms": p50,
+            "x_raw_limit": x,
+            "rounds_rows_per_s": rounds_rps,
+            "rounds_p50_ms": rounds_p50,
+            "rounds_x_raw_limit": [round(r / 100, 3) for r in rounds_rps],
+        }
 
     models = {
-        "mobilenetv2": {"points": [point("slipway", "grpc", 8, 92, 80, 0.92, [88, 92, 95], [80] * 3),
-                                   point("slipway", "rest", 8, 25, 300, 0.25, [25] * 3, [300] * 3)]},
-        "digits": {"points": [point("plain", "grpc", 8, 1000, 5, 0, [1000, 900, 1100], [5] * 3),
-                              point("slipway", "grpc", 8, 1400, 4, 0, [1400, 1350, 1320], [4] * 3),
-                              point("plain", "grpc", 1, 500, 1.0, 0, [500] * 3, [1.0, 0.8, 1.2]),
-                              point("slipway", "grpc", 1, 600, 1.1, 0, [600] * 3, [1.1, 1.0, 1.2]),
-                              point(SLIPWAY_LATENCY, "grpc", 1, 700, 0.9, 0, [700] * 3, [0.9, 0.8, 1.0]),
-                              point(SLIPWAY_LATENCY, "grpc", 8, 1200, 4, 0, [1200, 1350, 1100], [4] * 3)]},
+        "mobilenetv2": {
+            "points": [
+                point("slipway", "grpc", 8, 92, 80, 0.92, [88, 92, 95], [80] * 3),
+                point("slipway", "rest", 8, 25, 300, 0.25, [25] * 3, [300] * 3),
+            ]
+        },
+        "digits": {
+            "points": [
+                point("plain", "grpc", 8, 1000, 5, 0, [1000, 900, 1100], [5] * 3),
+                point("slipway", "grpc", 8, 1400, 4, 0, [1400, 1350, 1320], [4] * 3),
+                point("plain", "grpc", 1, 500, 1.0, 0, [500] * 3, [1.0, 0.8, 1.2]),
+                point("slipway", "grpc", 1, 600, 1.1, 0, [600] * 3, [1.1, 1.0, 1.2]),
+                point(SLIPWAY_LATENCY, "grpc", 1, 700, 0.9, 0, [700] * 3, [0.9, 0.8, 1.0]),
+                point(SLIPWAY_LATENCY, "grpc", 8, 1200, 4, 0, [1200, 1350, 1100], [4] * 3),
+            ]
+        },
     }
     got = {f["figure"]: (f["value"], f["met"], f["rounds"]) for f in figures(models)}
     assert got == {
@@ -110,8 +137,9 @@ def test_figures_compare_against_the_raw_limit_and_the_plain_runtime_round_by_ro
     table = markdown({"cpu_count": 2, "load_average": {"before": [0.1]}, "models": {}, "figures": figures(models)}, "t")
     assert "| digits grpc c8: requests/s / plain runtime's | 1.40 | 1.40 / 1.50 / 1.20 | >= 1.3 | yes |" in table
     # each figure's own direction, whatever its name says: a throughput figure of the latency settings is ">="
-    assert ("| digits grpc c8: requests/s / plain runtime's (latency settings) | 1.20 | 1.20 / 1.50 / 1.00 "
-            "| >= 1.3 | **no** |") in table
+    assert (
+        "| digits grpc c8: requests/s / plain runtime's (latency settings) | 1.20 | 1.20 / 1.50 / 1.00 | >= 1.3 | **no** |"
+    ) in table
     assert "| digits grpc c1: p50 latency / plain runtime's | 1.10 | 1.10 / 1.25 / 1.00 | <= 1.0 | **no** |" in table
 
 
@@ -125,8 +153,20 @@ def test_the_progress_bar_counts_every_load_of_every_runtime():
 
 def test_the_gpu_bench_runs_its_cpu_rows_and_says_why_the_others_are_missing(digits_artifact, reports_env, tmp_path):
     env = {**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports"), "SLIPWAY_BUILD_DIR": str(tmp_path / "build")}
-    run_module("benchmarks", "gpu", "--model", str(digits_artifact / MODEL_FILE), "--seconds", "0.1",
-               "--batch-sizes", "1", "2", "--no-docs", "--allow-no-gpu", env=env)
+    run_module(
+        "benchmarks",
+        "gpu",
+        "--model",
+        str(digits_artifact / MODEL_FILE),
+        "--seconds",
+        "0.1",
+        "--batch-sizes",
+        "1",
+        "2",
+        "--no-docs",
+        "--allow-no-gpu",
+        env=env,
+    )
     name = "gpu" if shutil.which("nvidia-smi") else "gpu-cpu-only"  # a GPU machine's record is not overwritten here
     report = json.loads((tmp_path / "reports" / f"{name}.json").read_text())
     rows = {(r["provider"], r["precision"], r.get("io_binding"), r.get("batch")): r for r in report["rows"]}

@@ -47,11 +47,14 @@ def test_the_raw_limit_is_measured_on_the_cpu_unless_a_provider_is_named(monkeyp
 
     monkeypatch.setattr(raw, "create_session", recording)
     row = np.zeros((1, 4), np.float32)
-    for call in (lambda: raw.measure_raw(tmp_path / "m.onnx", "x", row, batch_sizes=[1], seconds=0.1),
-                 lambda: raw.measure_side_by_side(tmp_path / "m.onnx", "x", row, batch=1, callers=1, seconds=0.1),
-                 lambda: raw.raw_turn(tmp_path / "m.onnx", "x", row, setting={"spinning": "never"}, seconds=0.1),
-                 lambda: raw.measure_raw(tmp_path / "m.onnx", "x", row, batch_sizes=[1], seconds=0.1,
-                                         providers=("CUDAExecutionProvider",))):
+    for call in (
+        lambda: raw.measure_raw(tmp_path / "m.onnx", "x", row, batch_sizes=[1], seconds=0.1),
+        lambda: raw.measure_side_by_side(tmp_path / "m.onnx", "x", row, batch=1, callers=1, seconds=0.1),
+        lambda: raw.raw_turn(tmp_path / "m.onnx", "x", row, setting={"spinning": "never"}, seconds=0.1),
+        lambda: raw.measure_raw(
+            tmp_path / "m.onnx", "x", row, batch_sizes=[1], seconds=0.1, providers=("CUDAExecutionProvider",)
+        ),
+    ):
         with pytest.raises(RuntimeError, match="not built"):
             call()
     assert built == [[CPU], [CPU], [CPU], ["CUDAExecutionProvider"]]
@@ -73,7 +76,15 @@ def test_a_server_started_on_some_cpus_stays_there_with_every_thread_and_the_cli
         threads = os.listdir(f"/proc/{server.pid}/task")
         assert len(threads) > 1 and all(os.sched_getaffinity(int(task)) == {server_cpu} for task in threads)
         before = os.sched_getaffinity(0)
-        result = run_load(protocol=GRPC, server=server, model=server.model, inputs={"image": row}, concurrency=1,
-                          seconds=0.3, warmup_s=0.1, client_cpus=[client_cpu])
+        result = run_load(
+            protocol=GRPC,
+            server=server,
+            model=server.model,
+            inputs={"image": row},
+            concurrency=1,
+            seconds=0.3,
+            warmup_s=0.1,
+            client_cpus=[client_cpu],
+        )
         assert result.requests > 0 and result.errors == 0
         assert os.sched_getaffinity(0) == before  # the client's pin is undone after the load

@@ -11,13 +11,22 @@ from wrappers.session import CPU, CUDA, TENSORRT
 
 
 def _measured(provider: str, precision: str, batch: int, rows_per_s: float, **more) -> dict:
-    return {"provider": provider, "precision": precision, "batch": batch, "io_binding": "off", "cuda_graph": False,
-            "status": "measured", "rows_per_s": rows_per_s, **more}
+    return {
+        "provider": provider,
+        "precision": precision,
+        "batch": batch,
+        "io_binding": "off",
+        "cuda_graph": False,
+        "status": "measured",
+        "rows_per_s": rows_per_s,
+        **more,
+    }
 
 
 def _payload(*extra: dict) -> dict:
-    rows = [_measured(provider, "fp32", batch, rate * batch)
-            for provider, rate in ((CPU, 300.0), (CUDA, 1000.0)) for batch in (1, 32)]
+    rows = [
+        _measured(provider, "fp32", batch, rate * batch) for provider, rate in ((CPU, 300.0), (CUDA, 1000.0)) for batch in (1, 32)
+    ]
     return {"gpu": "test GPU", "rows": [*rows, *extra]}
 
 
@@ -51,8 +60,17 @@ def test_rows_per_second_on_a_linear_axis_one_labelled_bar_per_configuration(clo
 
 
 def test_a_tensorrt_that_fell_back_is_a_marked_slot_in_every_batch(close):
-    fell_back = [{"provider": TENSORRT, "precision": precision, "cuda_graph": False, "status": "fell back",
-                  "reason": "TensorRT libraries not found", "providers_used": [CPU]} for precision in ("fp32", "int8")]
+    fell_back = [
+        {
+            "provider": TENSORRT,
+            "precision": precision,
+            "cuda_graph": False,
+            "status": "fell back",
+            "reason": "TensorRT libraries not found",
+            "providers_used": [CPU],
+        }
+        for precision in ("fp32", "int8")
+    ]
     figure = draw(_payload(*fell_back))
     close(figure)
     for axis in figure.axes:

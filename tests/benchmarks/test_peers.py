@@ -34,11 +34,17 @@ from benchmarks.peers.report import markdown
 from slipway.cli import run
 
 
-@pytest.mark.parametrize("settings, wrong", [
-    ({"rounds": 1}, "rounds"), ({"seconds": 0}, "seconds"), ({"skip": ["triton"]}, "cannot skip ['triton']"),
-    ({"protocols": ["grpc-shm"]}, "protocols ['grpc-shm']"), ({"concurrency": [0]}, "concurrency"),
-    ({"threads": 4}, "threads"),
-])
+@pytest.mark.parametrize(
+    "settings, wrong",
+    [
+        ({"rounds": 1}, "rounds"),
+        ({"seconds": 0}, "seconds"),
+        ({"skip": ["triton"]}, "cannot skip ['triton']"),
+        ({"protocols": ["grpc-shm"]}, "protocols ['grpc-shm']"),
+        ({"concurrency": [0]}, "concurrency"),
+        ({"threads": 4}, "threads"),
+    ],
+)
 def test_settings_refuse_what_cannot_be_measured(settings, wrong):
     with pytest.raises(ValidationError, match=wrong.replace("[", r"\[").replace("]", r"\]")):
         PeersConfig(**settings)
@@ -63,12 +69,15 @@ def test_the_raw_limit_keeps_each_setting_s_faster_sweep():
     after = [{"batch": 1, "rows_per_s": 25.0, "cpu_ms_per_row": 30.0}, {"batch": 8, "rows_per_s": 60.0, "cpu_ms_per_row": 8.0}]
     assert best_of_sweeps(before, after) == [
         {"batch": 1, "rows_per_s": 70.0, "cpu_ms_per_row": 13.0, "rows_per_s_before_after": [70.0, 25.0]},
-        {"batch": 8, "rows_per_s": 60.0, "cpu_ms_per_row": 8.0, "rows_per_s_before_after": [20.0, 60.0]}]
+        {"batch": 8, "rows_per_s": 60.0, "cpu_ms_per_row": 8.0, "rows_per_s_before_after": [20.0, 60.0]},
+    ]
 
 
 def test_the_cpu_bound_is_the_cpus_over_what_a_row_costs_raw_gRPC_alone_and_the_client_in_each_round():
-    transport = [{"rows_per_s": 900.0, "server_cpu_ms_per_request": 0.5, "client_cpu_ms_per_request": 0.5},
-                 {"rows_per_s": 1000.0, "server_cpu_ms_per_request": 1.0, "client_cpu_ms_per_request": 1.0}]
+    transport = [
+        {"rows_per_s": 900.0, "server_cpu_ms_per_request": 0.5, "client_cpu_ms_per_request": 0.5},
+        {"rows_per_s": 1000.0, "server_cpu_ms_per_request": 1.0, "client_cpu_ms_per_request": 1.0},
+    ]
     raw = [(200.0, 10.0), (100.0, 18.0)]  # each round's raw rows/s and CPU ms per row
     result = cpu_bound(raw, transport, cpus=2)
     assert result["rounds_rows_per_s"] == [181.82, 100.0]  # 2000 / (10 + 0.5 + 0.5), 2000 / (18 + 1 + 1)
@@ -118,29 +127,62 @@ def test_a_peer_env_is_reused_while_its_requirements_stay(tmp_path):
 
 
 def _payload(statuses: dict[str, str]) -> dict:
-    point = {"protocol": "grpc", "concurrency": 1, "requests_per_s": 500.0, "rows_per_s": 500.0, "x_raw_limit": 0.05,
-             "x_raw_same_round": 0.045, "p50_ms": 1.9, "p99_ms": 4.2, "server_cpu_ms_per_request": 1.25, "rounds_rows_per_s": [480.0, 500.0]}
-    bound = {"protocol": "grpc", "concurrency": 1, "rows_per_s": 1600.0, "x_raw_limit": 0.16, "x_raw_same_round": 0.15,
-             "rounds_rows_per_s": [1500.0, 1700.0], "transport": {"server_cpu_ms_per_request": 0.7}}
-    model = {"raw": [{"batch": 32, "rows_per_s": 10000.0, "cpu_ms_per_row": 0.03}], "raw_limit_rows_per_s": 10000.0,
-             "servers": statuses, "points": [{**point, "runtime": name} for name, status in statuses.items()
-                                             if status == MEASURED], "cpu_bounds": [bound]}
-    return {"config": PeersConfig().model_dump(mode="json"), "versions": {"kserve": "0.21.0", "nvidia-pytriton": "0.7.0"},
-            "peers": {peer: statuses[peer] for peer in PEERS}, "load_average": {"before": [1.5]}, "cpu_count": 2,
-            "created_at": "today", "models": {"digits": model}}
+    point = {
+        "protocol": "grpc",
+        "concurrency": 1,
+        "requests_per_s": 500.0,
+        "rows_per_s": 500.0,
+        "x_raw_limit": 0.05,
+        "x_raw_same_round": 0.045,
+        "p50_ms": 1.9,
+        "p99_ms": 4.2,
+        "server_cpu_ms_per_request": 1.25,
+        "rounds_rows_per_s": [480.0, 500.0],
+    }
+    bound = {
+        "protocol": "grpc",
+        "concurrency": 1,
+        "rows_per_s": 1600.0,
+        "x_raw_limit": 0.16,
+        "x_raw_same_round": 0.15,
+        "rounds_rows_per_s": [1500.0, 1700.0],
+        "transport": {"server_cpu_ms_per_request": 0.7},
+    }
+    model = {
+        "raw": [{"batch": 32, "rows_per_s": 10000.0, "cpu_ms_per_row": 0.03}],
+        "raw_limit_rows_per_s": 10000.0,
+        "servers": statuses,
+        "points": [{**point, "runtime": name} for name, status in statuses.items() if status == MEASURED],
+        "cpu_bounds": [bound],
+    }
+    return {
+        "config": PeersConfig().model_dump(mode="json"),
+        "versions": {"kserve": "0.21.0", "nvidia-pytriton": "0.7.0"},
+        "peers": {peer: statuses[peer] for peer in PEERS},
+        "load_average": {"before": [1.5]},
+        "cpu_count": 2,
+        "created_at": "today",
+        "models": {"digits": model},
+    }
 
 
 def test_the_table_has_every_server_measured_or_not_run_with_its_reason():
-    statuses = {"plain": MEASURED, "slipway": MEASURED, "kserve": not_run("could not start: exited | code 1"),
-                "pytriton": not_run("wrong answer, not timed: grpc: output 'x' differs")}
+    statuses = {
+        "plain": MEASURED,
+        "slipway": MEASURED,
+        "kserve": not_run("could not start: exited | code 1"),
+        "pytriton": not_run("wrong answer, not timed: grpc: output 'x' differs"),
+    }
     payload = _payload(statuses)
     table = markdown(payload)
     assert "load average 1.5 at the start" in table.splitlines()[0]
     assert "| digits | Slipway's runtime | grpc | 1 | 500.0 | 500.0 | 0.050 | 0.045 | 1.90 | 4.20 | 1.25 | 480 / 500 |" in table
     assert "| digits | KServe 0.21.0 | not run: could not start: exited \\| code 1 |" in table
     assert "| digits | PyTriton 0.7.0 | not run: wrong answer" in table
-    assert ("| digits | CPU bound: raw CPU per row + gRPC transport alone at Slipway's rate + client, per request | grpc | 1 | "
-            "| 1600.0 | 0.160 | 0.150 | | | 0.7 (the transport alone) | 1500 / 1700 |") in table
+    assert (
+        "| digits | CPU bound: raw CPU per row + gRPC transport alone at Slipway's rate + client, per request | grpc | 1 | "
+        "| 1600.0 | 0.160 | 0.150 | | | 0.7 (the transport alone) | 1500 / 1700 |"
+    ) in table
     assert "Not run in this run: KServe 0.21.0: not run: could not start" in table
     assert wrong_answers(payload) == ["digits: pytriton: not run: wrong answer, not timed: grpc: output 'x' differs"]
 
@@ -154,17 +196,21 @@ def test_a_tiny_run_measures_the_runtimes_and_reports_the_skipped_peers(digits_a
 
     row = load_input_example(digits_artifact)[0]["image"][:1]
     model = BenchModel("digits", digits_artifact / MODEL_FILE, "image", row, "test artifact")
-    config = PeersConfig(models=("digits",), concurrency=(1,), seconds=1.0, rounds=2, warmup_s=0.2, raw_seconds=0.1,
-                         skip=PEERS)
+    config = PeersConfig(models=("digits",), concurrency=(1,), seconds=1.0, rounds=2, warmup_s=0.2, raw_seconds=0.1, skip=PEERS)
     pythons = peer_pythons(config, on_line=lambda line: pytest.fail(f"nothing may be installed: {line}"))
     result = bench_model(model, config, pythons, work_dir=tmp_path / "servers")
-    payload = bench_payload(config, {"digits": result}, {peer: not_run(str(pythons[peer])) for peer in PEERS},
-                            time.time(), (0.5,), None)
+    payload = bench_payload(
+        config, {"digits": result}, {peer: not_run(str(pythons[peer])) for peer in PEERS}, time.time(), (0.5,), None
+    )
     path = write_report("bench-peers", payload, reports_dir=tmp_path)
     written = json.loads(path.read_text())
     statuses = written["models"]["digits"]["servers"]
-    assert statuses == {"plain": MEASURED, "slipway": MEASURED, "kserve": "not run: skipped (--skip kserve)",
-                        "pytriton": "not run: skipped (--skip pytriton)"}
+    assert statuses == {
+        "plain": MEASURED,
+        "slipway": MEASURED,
+        "kserve": "not run: skipped (--skip kserve)",
+        "pytriton": "not run: skipped (--skip pytriton)",
+    }
     assert written["peers"] == {peer: f"not run: skipped (--skip {peer})" for peer in PEERS}
     points = written["models"]["digits"]["points"]
     assert {(p["runtime"], p["protocol"]) for p in points} == {(r, p) for r in ("plain", "slipway") for p in ("grpc", "rest")}

@@ -11,8 +11,15 @@ from deployments.records import ModelVersion
 
 def record(version: str, digest_byte: str = "ab", **extra) -> dict:
     """A version record shaped like `python -m export versions show REF --json`."""
-    return {"name": "digits", "version": version, "uri": f"s3://slipway-models/digits/{version}",
-            "digest": digest_byte * 32, "tags": [], "created_at": "2026-01-01T00:00:00Z", **extra}
+    return {
+        "name": "digits",
+        "version": version,
+        "uri": f"s3://slipway-models/digits/{version}",
+        "digest": digest_byte * 32,
+        "tags": [],
+        "created_at": "2026-01-01T00:00:00Z",
+        **extra,
+    }
 
 
 @pytest.fixture(scope="session")
@@ -35,4 +42,3 @@ def record_files(tmp_path):
         return path
 
     return write
-

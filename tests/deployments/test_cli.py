@@ -22,7 +22,9 @@ def unreachable_kubeconfig(tmp_path) -> dict[str, str]:
     """A kubeconfig whose cluster is a loopback port nothing listens on: the API server is down."""
     port = free_port()
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "down",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "down",
         "clusters": [{"name": "down", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
         "contexts": [{"name": "down", "context": {"cluster": "down", "user": "u", "namespace": "slipway"}}],
@@ -42,8 +44,17 @@ def _one_line_error(result) -> str:
 
 def test_deploy_without_a_cluster_is_one_line_and_applies_nothing(record_files, reports_env, unreachable_kubeconfig, tmp_path):
     out = tmp_path / "manifests"
-    result = run_module("deployments", "deploy", "--version-record", str(record_files("3")), "--out", str(out),
-                        env={**reports_env, **unreachable_kubeconfig}, check=False, timeout=120)
+    result = run_module(
+        "deployments",
+        "deploy",
+        "--version-record",
+        str(record_files("3")),
+        "--out",
+        str(out),
+        env={**reports_env, **unreachable_kubeconfig},
+        check=False,
+        timeout=120,
+    )
     line = _one_line_error(result)
     assert f"no Kubernetes cluster answers at https://127.0.0.1:{unreachable_kubeconfig['SLIPWAY_TEST_API_PORT']}" in line
     assert "nothing was applied" in line and "make manifests" in line
@@ -51,8 +62,9 @@ def test_deploy_without_a_cluster_is_one_line_and_applies_nothing(record_files, 
 
 
 def test_undeploy_without_a_cluster_is_one_line(reports_env, unreachable_kubeconfig):
-    result = run_module("deployments", "undeploy", "--name", "digits", env={**reports_env, **unreachable_kubeconfig},
-                        check=False, timeout=120)
+    result = run_module(
+        "deployments", "undeploy", "--name", "digits", env={**reports_env, **unreachable_kubeconfig}, check=False, timeout=120
+    )
     line = _one_line_error(result)
     assert "no Kubernetes cluster answers" in line and "nothing was deleted" in line
     assert "where digits runs in namespace slipway" in line
@@ -76,9 +88,23 @@ def test_deploy_with_no_kubeconfig_at_all_is_one_line(record_files, reports_env,
 
 def test_client_dry_run_renders_and_validates_without_a_cluster(record_files, reports_env, unreachable_kubeconfig, tmp_path):
     out = tmp_path / "canary"
-    result = run_module("deployments", "deploy", "--overlay", "canary", "--version-record", str(record_files("3")),
-                        "--canary-record", str(record_files("4", "cd")), "--canary-percent", "20", "--dry-run", "client",
-                        "--out", str(out), env={**reports_env, **unreachable_kubeconfig})
+    result = run_module(
+        "deployments",
+        "deploy",
+        "--overlay",
+        "canary",
+        "--version-record",
+        str(record_files("3")),
+        "--canary-record",
+        str(record_files("4", "cd")),
+        "--canary-percent",
+        "20",
+        "--dry-run",
+        "client",
+        "--out",
+        str(out),
+        env={**reports_env, **unreachable_kubeconfig},
+    )
     assert "client dry run, nothing sent" in result.stderr and "SeldonDeployment/digits" in result.stderr
     sdep = yaml.safe_load((out / "seldondeployment-digits.yaml").read_text())
     assert [p["traffic"] for p in sdep["spec"]["predictors"]] == [80, 20]
@@ -89,8 +115,9 @@ def test_client_dry_run_renders_and_validates_without_a_cluster(record_files, re
 def test_render_refuses_a_bad_record_in_one_line(tmp_path, reports_env):
     bad = tmp_path / "record.json"
     bad.write_text('{"name": "digits", "version": 1, "uri": "file:///store/digits/1", "digest": "' + "0" * 64 + '"}')
-    result = run_module("deployments", "render", "--version-record", str(bad), "--out", str(tmp_path / "out"),
-                        env=reports_env, check=False)
+    result = run_module(
+        "deployments", "render", "--version-record", str(bad), "--out", str(tmp_path / "out"), env=reports_env, check=False
+    )
     assert "storage initializer cannot reach it" in _one_line_error(result)
     assert not (tmp_path / "out").exists()
 
@@ -105,28 +132,47 @@ def test_render_warns_when_cpu_autoscaling_would_count_a_polling_event_loop(digi
     write_manifest(model_dir)
     report_path = PROJECT_ROOT / reports_env["SLIPWAY_REPORTS_DIR"] / "manifests.json"
 
-    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--out", str(tmp_path / "cpu"),
-                        env=reports_env)
+    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--out", str(tmp_path / "cpu"), env=reports_env)
     assert "warning: predictor default autoscales on CPU utilization" in " ".join(result.stderr.split())
     assert (tmp_path / "cpu" / "all.yaml").is_file()  # a warning, not a refusal
     assert "event_loop_spin_us: 1000" in json.loads(report_path.read_text())["warnings"][0]
 
-    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--autoscaling", "rps",
-                        "--out", str(tmp_path / "rps"), env=reports_env)
+    result = run_module(
+        "deployments",
+        "render",
+        "--model-dir",
+        str(model_dir),
+        "--autoscaling",
+        "rps",
+        "--out",
+        str(tmp_path / "rps"),
+        env=reports_env,
+    )
     assert "warning" not in result.stderr and json.loads(report_path.read_text())["warnings"] == []
 
     settings["parameters"]["extra"]["event_loop_spin_us"] = "often"
     (model_dir / "model-settings.json").write_text(json.dumps(settings))
     write_manifest(model_dir)
-    result = run_module("deployments", "render", "--model-dir", str(model_dir), "--out", str(tmp_path / "bad"),
-                        env=reports_env, check=False)
+    result = run_module(
+        "deployments", "render", "--model-dir", str(model_dir), "--out", str(tmp_path / "bad"), env=reports_env, check=False
+    )
     assert "event_loop_spin_us" in _one_line_error(result) and not (tmp_path / "bad").exists()
 
     (model_dir / "model-settings.json").write_text("{broken")  # read through a local store record this time
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"name": "digits", "version": "1", "uri": f"file://{model_dir}", "digest": "0" * 64}))
-    result = run_module("deployments", "render", "--version-record", str(record), "--model-uri", "s3://models/digits/1",
-                        "--out", str(tmp_path / "broken"), env=reports_env, check=False)
+    result = run_module(
+        "deployments",
+        "render",
+        "--version-record",
+        str(record),
+        "--model-uri",
+        "s3://models/digits/1",
+        "--out",
+        str(tmp_path / "broken"),
+        env=reports_env,
+        check=False,
+    )
     assert "model-settings.json is not JSON (Expecting property name" in _one_line_error(result)
     assert not (tmp_path / "broken").exists()
 
@@ -160,22 +206,41 @@ def test_every_command_has_help(command):
 
 
 def _make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        ["make", "--no-print-directory", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_make_pins_versions_through_the_model_store_cli():
     """The glue, as make would run it: the store writes each record whole, render pins to both."""
-    result = _make("-n", "manifests", "OVERLAY=canary", "TAG=champion", "CANARY_VERSION=4", "CANARY_PERCENT=20",
-                   "AUTOSCALING=rps", "NAMESPACE=ml")
+    result = _make(
+        "-n",
+        "manifests",
+        "OVERLAY=canary",
+        "TAG=champion",
+        "CANARY_VERSION=4",
+        "CANARY_PERCENT=20",
+        "AUTOSCALING=rps",
+        "NAMESPACE=ml",
+    )
     assert result.returncode == 0, result.stderr
     commands = result.stdout
     assert "slipway versions show digits@champion --store model-store --json > build/model-version.json.tmp" in commands
     assert "slipway versions show digits:4 --store model-store --json > build/model-version-canary.json.tmp" in commands
     render_line = next(line for line in commands.splitlines() if "slipway render" in line)
-    for expected in ("--overlay canary", "--version-record build/model-version.json",
-                     "--canary-record build/model-version-canary.json", "--canary-percent 20", "--autoscaling rps",
-                     "--namespace ml"):
+    for expected in (
+        "--overlay canary",
+        "--version-record build/model-version.json",
+        "--canary-record build/model-version-canary.json",
+        "--canary-percent 20",
+        "--autoscaling rps",
+        "--namespace ml",
+    ):
         assert expected in render_line, render_line
     unpinned = _make("-n", "deploy", "DRY_RUN=server")
     assert "--model-dir build/artifacts/digits" in unpinned.stdout and "--dry-run server --wait 300" in unpinned.stdout
@@ -188,8 +253,10 @@ def test_make_image_and_push_without_a_docker_engine_say_so_in_one_line(target):
     result = _make(*target)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if not re.match(r"make(\[\d+\])?: \*\*\*", line)]  # make's own
-    assert lines == [f"make {target[0]} needs a running Docker engine and none answers here (docker info failed): run it "
-                     "where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE="]
+    assert lines == [
+        f"make {target[0]} needs a running Docker engine and none answers here (docker info failed): run it "
+        "where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE="
+    ]
 
 
 def test_make_push_without_a_registry_says_how_to_name_one():

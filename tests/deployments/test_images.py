@@ -16,7 +16,7 @@ IMAGES = {"cpu": DEPLOYMENTS_DIR / "images" / "cpu.Dockerfile", "gpu": DEPLOYMEN
 
 
 def _final_stage(text: str) -> str:
-    return text[text.rindex("\nFROM "):]
+    return text[text.rindex("\nFROM ") :]
 
 
 def _manifest_user() -> int:
@@ -76,8 +76,10 @@ def _closure(requirements: list[Requirement], extras: set[str]) -> set[str]:
             continue
         for text in distribution.requires or []:
             child = Requirement(text)
-            if child.marker is None or child.marker.evaluate({"extra": ""}) or any(
-                child.marker.evaluate({"extra": e}) for e in requirement.extras
+            if (
+                child.marker is None
+                or child.marker.evaluate({"extra": ""})
+                or any(child.marker.evaluate({"extra": e}) for e in requirement.extras)
             ):
                 pending.append(child)
     return seen

@@ -35,26 +35,34 @@ def test_every_overlay_turns_json_logs_on_from_a_file_the_images_hold(overlay, m
     path = _model_env(render(overlay, model=main_version))[LOGGING_ENV]
     for image in ("cpu", "gpu"):
         dockerfile = (DEPLOYMENTS_DIR / "images" / f"{image}.Dockerfile").read_text()
-        final_stage = dockerfile[dockerfile.rindex("\nFROM "):]
+        final_stage = dockerfile[dockerfile.rindex("\nFROM ") :]
         assert re.search(rf"^COPY --from=build /src/wrappers/logging\.json {re.escape(path)}$", final_stage, re.MULTILINE)
     assert json.loads(LOCAL_CONFIG.read_text())["formatters"]["json"]["()"] == "wrappers.json_logs.JsonFormatter"
 
 
 @pytest.mark.slow
 def test_a_server_with_the_pods_logging_setting_writes_json_lines_naming_model_version_and_request(
-        tmp_path, digits_artifact, main_version):
+    tmp_path, digits_artifact, main_version
+):
     assert _model_env(render("cpu", model=main_version))[LOGGING_ENV]  # the setting this server takes, locally
     folder = model_folder(tmp_path, "digits", digits_artifact / "model.onnx", version=VERSION)
     inputs, _, _ = load_input_example(digits_artifact)
     name, array = next(iter(inputs.items()))
-    env = {LOGGING_ENV: str(LOCAL_CONFIG),
-           "MLSERVER_DEBUG": "true",  # MLServer's default where the manifests leave it unset: access lines too
-           "MLSERVER_MODEL_NAME": "digits"}  # as Seldon sets it on the model container
+    env = {
+        LOGGING_ENV: str(LOCAL_CONFIG),
+        "MLSERVER_DEBUG": "true",  # MLServer's default where the manifests leave it unset: access lines too
+        "MLSERVER_MODEL_NAME": "digits",
+    }  # as Seldon sets it on the model container
     with LocalServer(folder, extra_env=env) as server:
-        body = {"id": "json-rest-1", "inputs": [{"name": name, "datatype": "FP32", "shape": [1, *array.shape[1:]],
-                                                 "data": array[:1].ravel().tolist()}]}
-        request = urllib.request.Request(f"{server.http_url}/v2/models/digits/infer", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        body = {
+            "id": "json-rest-1",
+            "inputs": [{"name": name, "datatype": "FP32", "shape": [1, *array.shape[1:]], "data": array[:1].ravel().tolist()}],
+        }
+        request = urllib.request.Request(
+            f"{server.http_url}/v2/models/digits/infer",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=30) as answer:
             assert answer.status == 200
         client = GrpcClient(server.grpc_target)

@@ -138,8 +138,14 @@ def test_builtin_renderer_matches_kubectl_on_every_supported_feature(tmp_path):
     assert widget["spec"]["keep"] == {"a": 1, "c": 3} and widget["spec"]["copied"] == {"a": 1, "b": 2, "c": 3}
     assert widget["spec"]["fromComponent"] is True
     assert widget["spec"]["nested"][0]["spec"]["initContainers"][0]["image"].startswith("registry.local:5000/server@sha256:")
-    assert [doc["kind"] for doc in ours] == ["ServiceAccount", "ConfigMap", "Service", "Deployment", "Widget",
-                                             "ValidatingWebhookConfiguration"]
+    assert [doc["kind"] for doc in ours] == [
+        "ServiceAccount",
+        "ConfigMap",
+        "Service",
+        "Deployment",
+        "Widget",
+        "ValidatingWebhookConfiguration",
+    ]
     assert {doc["metadata"].get("namespace") for doc in ours} == {"prod", None}  # webhooks are cluster-scoped
     assert "namespace" not in ours[-1]["metadata"]
 
@@ -151,17 +157,24 @@ def test_builtin_renderer_matches_kubectl_on_every_supported_feature(tmp_path):
         ("configMapGenerator: [{name: x}]", "fields ['configMapGenerator'] are not supported"),
         ("resources: [r.yaml]\npatches: [{target: {kind: Nothing}, patch: '[]'}]", "matches no resource"),
         ("resources: [r.yaml]\npatches: [{patch: '[{op: add, path: /x, value: 1}]'}]", "needs a `target`"),
-        ("resources: [r.yaml]\npatches: [{target: {kind: Widget}, patch: '[{op: test, path: /spec/a, value: 2}]'}]",
-         "patch on Widget/w failed"),
+        (
+            "resources: [r.yaml]\npatches: [{target: {kind: Widget}, patch: '[{op: test, path: /spec/a, value: 2}]'}]",
+            "patch on Widget/w failed",
+        ),
         ("resources: [d.yaml]\npatches: [{path: p.yaml}]", "use a JSON 6902 patch or kubectl"),
         ("resources: [r.yaml]\nlabels: [{pairs: {a: b}, includeSelectors: true}]", "labels options ['includeSelectors']"),
     ],
 )
 def test_builtin_renderer_refuses_what_it_does_not_do(tmp_path, kustomization, message):
-    _write(tmp_path, {"kustomization.yaml": kustomization,
-                      "r.yaml": "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {a: 1}\n",
-                      "d.yaml": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
-                      "p.yaml": "kind: Deployment\nmetadata: {name: d}\nspec: {x: [1]}\n"})
+    _write(
+        tmp_path,
+        {
+            "kustomization.yaml": kustomization,
+            "r.yaml": "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {a: 1}\n",
+            "d.yaml": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
+            "p.yaml": "kind: Deployment\nmetadata: {name: d}\nspec: {x: [1]}\n",
+        },
+    )
     with pytest.raises(kustomize.KustomizeError, match=message.replace("[", r"\[").replace("]", r"\]").replace("`", "`")):
         kustomize.build_builtin(tmp_path)
 
@@ -187,18 +200,38 @@ def test_build_without_a_kustomization_says_so(tmp_path):
 @pytest.mark.parametrize(
     "files, message",
     [
-        ({"kustomization.yaml": "resources: [\n"},
-         "kustomization.yaml is not valid YAML: expected the node content, but found '<stream end>' at line 2, column 1"),
-        ({"kustomization.yaml": b"\xff\xfe"}, "kustomization.yaml is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)"),
+        (
+            {"kustomization.yaml": "resources: [\n"},
+            "kustomization.yaml is not valid YAML: expected the node content, but found '<stream end>' at line 2, column 1",
+        ),
+        (
+            {"kustomization.yaml": b"\xff\xfe"},
+            "kustomization.yaml is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)",
+        ),
         ({"kustomization.yaml": "- resources\n"}, "a kustomization is one YAML mapping"),
-        ({"kustomization.yaml": "resources: [r.yaml]\n", "r.yaml": "kind: Widget\n  name: w\n"},
-         "r.yaml is not valid YAML: mapping values are not allowed here at line 2, column 7"),
-        ({"kustomization.yaml": "resources: [r.yaml]\npatches: [{path: p.yaml}]\n", "r.yaml": "kind: Widget\n",
-          "p.yaml": b"kind: \xc3(\n"}, "p.yaml is not UTF-8 text (byte 0xc3 at line 1, column 7: invalid continuation byte)"),
-        ({"kustomization.yaml": "resources: [r.yaml]\npatches: [{path: gone.yaml}]\n", "r.yaml": "kind: Widget\n"},
-         "patch file 'gone.yaml' does not exist"),
-        ({"kustomization.yaml": "resources: [r.yaml]\npatches: [{patch: 'a: [', target: {kind: Widget}}]\n",
-          "r.yaml": "kind: Widget\n"}, "the inline patch is not valid YAML"),
+        (
+            {"kustomization.yaml": "resources: [r.yaml]\n", "r.yaml": "kind: Widget\n  name: w\n"},
+            "r.yaml is not valid YAML: mapping values are not allowed here at line 2, column 7",
+        ),
+        (
+            {
+                "kustomization.yaml": "resources: [r.yaml]\npatches: [{path: p.yaml}]\n",
+                "r.yaml": "kind: Widget\n",
+                "p.yaml": b"kind: \xc3(\n",
+            },
+            "p.yaml is not UTF-8 text (byte 0xc3 at line 1, column 7: invalid continuation byte)",
+        ),
+        (
+            {"kustomization.yaml": "resources: [r.yaml]\npatches: [{path: gone.yaml}]\n", "r.yaml": "kind: Widget\n"},
+            "patch file 'gone.yaml' does not exist",
+        ),
+        (
+            {
+                "kustomization.yaml": "resources: [r.yaml]\npatches: [{patch: 'a: [', target: {kind: Widget}}]\n",
+                "r.yaml": "kind: Widget\n",
+            },
+            "the inline patch is not valid YAML",
+        ),
     ],
 )
 def test_a_user_overlay_that_is_not_yaml_is_one_line_saying_where(tmp_path, files, message):

@@ -8,8 +8,18 @@ from deployments.preflight import MINIMUM_OPERATOR, parse_version, storage_secre
 from deployments.render import render
 
 
-@pytest.mark.parametrize("text, version", [("1.17.1", (1, 17, 1)), ("v1.16.0", (1, 16, 0)), ("1.18", (1, 18, 0)),
-                                           ("1.17.1-rc1", (1, 17, 1)), ("latest", None), ("", None), ("1.x", None)])
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        ("1.17.1", (1, 17, 1)),
+        ("v1.16.0", (1, 16, 0)),
+        ("1.18", (1, 18, 0)),
+        ("1.17.1-rc1", (1, 17, 1)),
+        ("latest", None),
+        ("", None),
+        ("1.x", None),
+    ],
+)
 def test_versions_are_read_from_tags_and_labels(text, version):
     assert parse_version(text) == version
 
@@ -19,8 +29,9 @@ def test_1_17_1_is_the_minimum_and_1_17_0_is_below_it():
 
 
 def test_each_secret_is_needed_for_the_schemes_of_the_models_that_name_it(main_version, canary_version):
-    rendered = render("canary", model=main_version, canary=canary_version.model_copy(update={"uri": "gs://models/4"}),
-                      engine="builtin")
+    rendered = render(
+        "canary", model=main_version, canary=canary_version.model_copy(update={"uri": "gs://models/4"}), engine="builtin"
+    )
     assert storage_secrets(rendered.docs) == {"slipway-model-storage": {"s3", "gs"}}
     claim = render("cpu", model=main_version.model_copy(update={"uri": "pvc://models/digits/3"}), engine="builtin")
     assert storage_secrets(claim.docs) == {}  # Seldon mounts a claim; no credentials to read

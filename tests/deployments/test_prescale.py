@@ -50,8 +50,16 @@ def plan(stamps, values, **settings):
     """The plan with recommend's replica bounds: min for the trough, max for the peak, at TARGET each."""
     max_replicas = math.ceil(float(values.max()) * (1 + MARGIN) / TARGET)
     min_replicas = min(max_replicas, max(1, math.ceil(float(values.min()) / TARGET)))
-    return plan_prescale(stamps, values, step_s=300.0, min_replicas=min_replicas, max_replicas=max_replicas,
-                         target_rps=TARGET, margin=MARGIN, settings=PrescaleSettings(**settings))
+    return plan_prescale(
+        stamps,
+        values,
+        step_s=300.0,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        target_rps=TARGET,
+        margin=MARGIN,
+        settings=PrescaleSettings(**settings),
+    )
 
 
 def test_a_daily_peak_gets_a_cron_trigger_a_lead_time_ahead_with_enough_replicas():
@@ -60,8 +68,12 @@ def test_a_daily_peak_gets_a_cron_trigger_a_lead_time_ahead_with_enough_replicas
     result = plan(stamps, values)
     assert result.pattern == "daily", result.reasoning
     needed = math.ceil(PEAK * (1 + MARGIN) / TARGET)
-    assert cron_triggers(result) == [{"type": "cron", "metadata": {
-        "timezone": "UTC", "start": "45 8 * * *", "end": "0 11 * * *", "desiredReplicas": str(needed)}}]
+    assert cron_triggers(result) == [
+        {
+            "type": "cron",
+            "metadata": {"timezone": "UTC", "start": "45 8 * * *", "end": "0 11 * * *", "desiredReplicas": str(needed)},
+        }
+    ]
     assert needed * TARGET >= PEAK > result.min_capacity_rps
     # the floor is up from 08:45 to 11:00 every day, at min replicas otherwise, and carries every sample of the peak
     floor = floor_at(result, stamps)
@@ -101,8 +113,7 @@ def test_a_missed_day_is_left_out_and_named_and_the_pattern_still_found():
     assert any("1 day(s) missing (2023-11-17)" in line for line in result.reasoning)
     assert [(t["metadata"]["start"], t["metadata"]["end"]) for t in cron_triggers(result)] == [("45 8 * * *", "0 11 * * *")]
     # too few whole days once days are missing: it says so and plans nothing
-    short, short_values = without_day(*without_day(times(4), daily_peak(times(4), BASE, PEAK, 9, 11), "2023-11-16"),
-                                      "2023-11-17")
+    short, short_values = without_day(*without_day(times(4), daily_peak(times(4), BASE, PEAK, 9, 11), "2023-11-16"), "2023-11-17")
     sparse = plan(short, short_values)
     assert sparse.pattern == "none" and not sparse.windows
     assert "2 whole day(s) of history, at least 3 needed" in sparse.verdict
@@ -117,8 +128,12 @@ def test_the_pattern_follows_local_hours_across_a_daylight_saving_change():
     local = np.array([dt.datetime.fromtimestamp(stamp, berlin).hour for stamp in stamps])
     values = np.where((local >= 9) & (local < 11), PEAK, BASE)
     result = plan(stamps, values, timezone="Europe/Berlin")
-    assert cron_triggers(result) == [{"type": "cron", "metadata": {
-        "timezone": "Europe/Berlin", "start": "45 8 * * *", "end": "0 11 * * *", "desiredReplicas": "4"}}]
+    assert cron_triggers(result) == [
+        {
+            "type": "cron",
+            "metadata": {"timezone": "Europe/Berlin", "start": "45 8 * * *", "end": "0 11 * * *", "desiredReplicas": "4"},
+        }
+    ]
     assert np.all(floor_at(result, stamps) * TARGET >= values)
     # read in UTC the peak moves an hour earlier on the 26th: 07:00-09:00 UTC on most days, 08:00-10:00 UTC on the three
     # days before the change, which puts 09:00 UTC's p90 at the peak too: one window from 07:00 to 10:00 UTC
@@ -129,9 +144,11 @@ def test_the_pattern_follows_local_hours_across_a_daylight_saving_change():
 @pytest.mark.parametrize("history", ["flat noise", "random bursts", "one day"])
 def test_no_pattern_renders_no_trigger_and_says_why(history):
     stamps = times(1 if history == "one day" else 7)
-    values = {"flat noise": noisy(np.full(stamps.shape, 60.0), 0.3),
-              "random bursts": bursts(stamps, BASE, 6.0),
-              "one day": daily_peak(stamps, BASE, PEAK, 9, 11)}[history]
+    values = {
+        "flat noise": noisy(np.full(stamps.shape, 60.0), 0.3),
+        "random bursts": bursts(stamps, BASE, 6.0),
+        "one day": daily_peak(stamps, BASE, PEAK, 9, 11),
+    }[history]
     result = plan(stamps, values)
     assert result.pattern == "none" and not result.windows and cron_triggers(result) == []
     assert result.verdict.startswith("no daily pattern: ")
@@ -217,12 +234,21 @@ def test_a_business_hours_plateau_is_two_levels_with_exact_replica_hours():
     assert set(_hourly_floor(result)) == {result.min_replicas, needed} == {1, 5}
     # static: 5 all day = 120; the plan: 5 for 8 h 15 min, 1 for the rest = 57; the profile: 5 for 8 h, 1 for 16 h = 56
     assert {key: result.replica_hours[key] for key in ("static_peak", "plan", "profile")} == {
-        "static_peak": 120.0, "plan": 57.0, "profile": 56.0}
+        "static_peak": 120.0,
+        "plan": 57.0,
+        "profile": 56.0,
+    }
     # max replicas below what the plateau needs: those slots are listed, and why
     capped = plan_prescale(stamps, values, step_s=300.0, min_replicas=1, max_replicas=3, target_rps=TARGET, margin=MARGIN)
     assert [slot["slot"] for slot in capped.under_p90] == [f"{hour:02d}:00-{hour + 1:02d}:00" for hour in range(9, 17)]
-    assert capped.under_p90[0] == {"days": "every day", "slot": "09:00-10:00", "p90_rps": 150.0, "replicas": 3,
-                                   "carries_rps": 105.0, "why": "capped at max 3 replicas"}
+    assert capped.under_p90[0] == {
+        "days": "every day",
+        "slot": "09:00-10:00",
+        "p90_rps": 150.0,
+        "replicas": 3,
+        "carries_rps": 105.0,
+        "why": "capped at max 3 replicas",
+    }
     assert any("carries less than the p90 in 8 slot(s)" in line for line in capped.reasoning)
 
 
@@ -230,8 +256,12 @@ def test_a_weekly_pattern_gets_weekday_and_weekend_steps_and_replica_hours_per_k
     """The code tells weekdays from weekends from two weeks on (pattern.py): each kind of day gets its own steps."""
     stamps = times(15)
     weekdays = (0, 1, 2, 3, 4)
-    values = noisy(np.where(np.isin(weekday(stamps), weekdays), daily_peak(stamps, BASE, 140.0, 9, 17),
-                            daily_peak(stamps, BASE, 70.0, 10, 14)), 0.05)
+    values = noisy(
+        np.where(
+            np.isin(weekday(stamps), weekdays), daily_peak(stamps, BASE, 140.0, 9, 17), daily_peak(stamps, BASE, 70.0, 10, 14)
+        ),
+        0.05,
+    )
     result = plan(stamps, values)
     assert result.pattern == "weekly", result.reasoning
     schedules = {(t["metadata"]["start"], t["metadata"]["end"], t["metadata"]["desiredReplicas"]) for t in cron_triggers(result)}
@@ -258,8 +288,18 @@ def test_a_weekly_pattern_in_one_week_is_planned_as_a_daily_one_and_says_so():
 
 def test_a_window_across_midnight_is_cut_there_so_each_schedule_keeps_its_weekdays():
     def window(start, end):
-        return Window(label="weekdays", weekdays=(0, 1, 2, 3, 4), peak_start_min=start, end_min=end, lead_min=15,
-                      replicas=3, typical_rps=90, high_rps=95, days_above=10, days_seen=10)
+        return Window(
+            label="weekdays",
+            weekdays=(0, 1, 2, 3, 4),
+            peak_start_min=start,
+            end_min=end,
+            lead_min=15,
+            replicas=3,
+            typical_rps=90,
+            high_rps=95,
+            days_above=10,
+            days_seen=10,
+        )
 
     # a peak from midnight: its lead falls on Sunday to Thursday evenings, the peak on Monday to Friday
     assert cron_schedules(window(0, 120)) == [("45 23 * * 0-4", "0 0 * * 1-5"), ("0 0 * * 1-5", "0 2 * * 1-5")]
@@ -269,14 +309,25 @@ def test_a_window_across_midnight_is_cut_there_so_each_schedule_keeps_its_weekda
     stamps = times(7)
     result = plan(stamps, daily_peak(stamps, BASE, PEAK, 0, 2))  # every day 00:00-02:00, 15 min ahead
     assert [(t["metadata"]["start"], t["metadata"]["end"]) for t in cron_triggers(result)] == [
-        ("45 23 * * *", "0 0 * * *"), ("0 0 * * *", "0 2 * * *")]
+        ("45 23 * * *", "0 0 * * *"),
+        ("0 0 * * *", "0 2 * * *"),
+    ]
     # without KEDA the two halves are one raise and one drop of min replicas, never both at midnight
     assert [entry["cron"] for entry in without_keda(result, model="digits", namespace="slipway")["schedule"]] == [
-        "0 2 * * *", "45 23 * * *"]
+        "0 2 * * *",
+        "45 23 * * *",
+    ]
 
 
 def test_settings_are_strict():
-    for bad in ({"lead_s": 90}, {"lead_s": -60}, {"slot_s": 7 * 60}, {"timezone": "Mars/Olympus"}, {"min_days": 1}, {"leed_s": 60}):
+    for bad in (
+        {"lead_s": 90},
+        {"lead_s": -60},
+        {"slot_s": 7 * 60},
+        {"timezone": "Mars/Olympus"},
+        {"min_days": 1},
+        {"leed_s": 60},
+    ):
         with pytest.raises(ValueError):
             PrescaleSettings(**bad)
 
@@ -284,16 +335,19 @@ def test_settings_are_strict():
 def _cli(tmp_path, reports_env, *args):
     env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_URL"}
     env.update({**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports"), "COLUMNS": "250"})
-    return run_command("deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env,
-                       timeout=120)
+    return run_command(
+        "deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env, timeout=120
+    )
 
 
 def _histories(tmp_path, rps, days=7):
     stamps = times(days)
     pods = ("digits-a", "digits-b")
-    bodies = {"cpu": {pod: (stamps, np.full(stamps.shape, 0.3)) for pod in pods},
-              "memory": {pod: (stamps, np.full(stamps.shape, 200.0 * MIB)) for pod in pods},
-              "rps": {pod: (stamps, rps(stamps) / 2) for pod in pods}}
+    bodies = {
+        "cpu": {pod: (stamps, np.full(stamps.shape, 0.3)) for pod in pods},
+        "memory": {pod: (stamps, np.full(stamps.shape, 200.0 * MIB)) for pod in pods},
+        "rps": {pod: (stamps, rps(stamps) / 2) for pod in pods},
+    }
     return [arg for kind, body in bodies.items() for arg in (f"--{kind}", str(write(tmp_path, kind, matrix(body))))]
 
 
@@ -308,13 +362,24 @@ def test_the_command_writes_the_plan_a_keda_overlay_that_validates_and_a_plot(tm
     report = json.loads((tmp_path / "reports" / "recommend.json").read_text())
     prescale = report["prescale"]
     assert prescale["pattern"] == "daily" and prescale["lead_minutes"] == 20
-    assert prescale["windows"] == [{"days": "every day", "start": "08:40", "peak_start": "09:00", "end": "11:00",
-                                    "replicas": 4, "typical_rps": 100.0, "p90_rps": 100.0,
-                                    "days_above_min_capacity": "7 of 7"}]
+    assert prescale["windows"] == [
+        {
+            "days": "every day",
+            "start": "08:40",
+            "peak_start": "09:00",
+            "end": "11:00",
+            "replicas": 4,
+            "typical_rps": 100.0,
+            "p90_rps": 100.0,
+            "days_above_min_capacity": "7 of 7",
+        }
+    ]
     assert prescale["keda_triggers"][0]["metadata"]["start"] == "40 8 * * *"
     assert "hpaSpec/minReplicas" in prescale["without_keda"]["note"]
-    assert prescale["without_keda"]["schedule"] == [{"cron": "40 8 * * *", "min_replicas": 4},
-                                                    {"cron": "0 11 * * *", "min_replicas": 1}]
+    assert prescale["without_keda"]["schedule"] == [
+        {"cron": "40 8 * * *", "min_replicas": 4},
+        {"cron": "0 11 * * *", "min_replicas": 1},
+    ]
     assert (tmp_path / "reports" / "recommend-prescale.png").read_bytes().startswith(b"\x89PNG")
     assert yaml.safe_load((tmp_path / "out" / "prescale" / "triggers.yaml").read_text()) == prescale["keda_triggers"]
     # the KEDA overlay over the sizing overlay renders for a model version and passes every validation layer
@@ -327,12 +392,16 @@ def test_the_command_writes_the_plan_a_keda_overlay_that_validates_and_a_plot(tm
     keda = component["kedaSpec"]
     assert (keda["minReplicaCount"], keda["maxReplicaCount"]) == (report["min_replicas"], report["max_replicas"])
     assert [trigger["type"] for trigger in keda["triggers"]] == ["prometheus", "cron"]
-    assert keda["triggers"][0]["metadata"]["threshold"] == "35" and 'slipway_io_model="digits"' in keda["triggers"][0]["metadata"]["query"]
+    assert (
+        keda["triggers"][0]["metadata"]["threshold"] == "35"
+        and 'slipway_io_model="digits"' in keda["triggers"][0]["metadata"]["query"]
+    )
     assert keda["triggers"][1] == prescale["keda_triggers"][0]
     assert component["spec"]["containers"][0]["resources"]["requests"]["cpu"]  # the sizing overlay's resources stay
     # a later history without a pattern: no stale overlay left to apply, and the report says why
-    result = _cli(tmp_path, reports_env, *_histories(tmp_path, lambda t: noisy(np.full(t.shape, 60.0), 0.3)),
-                  "--capacity-rps", "50")
+    result = _cli(
+        tmp_path, reports_env, *_histories(tmp_path, lambda t: noisy(np.full(t.shape, 60.0), 0.3)), "--capacity-rps", "50"
+    )
     assert result.returncode == 0, result.stderr
     prescale = json.loads((tmp_path / "reports" / "recommend.json").read_text())["prescale"]
     assert prescale["pattern"] == "none" and prescale["windows"] == [] and "keda_triggers" not in prescale
@@ -385,8 +454,12 @@ def test_a_day_without_samples_between_two_generations_of_pods_is_named_in_the_r
 
     def bodies(value):
         return {"digits-a": (before, value(before)), "digits-b": (after, value(after))}
-    files = {"cpu": bodies(lambda t: np.full(t.shape, 0.3)), "memory": bodies(lambda t: np.full(t.shape, 200.0 * MIB)),
-             "rps": bodies(lambda t: daily_peak(t, BASE, PEAK, 9, 11))}
+
+    files = {
+        "cpu": bodies(lambda t: np.full(t.shape, 0.3)),
+        "memory": bodies(lambda t: np.full(t.shape, 200.0 * MIB)),
+        "rps": bodies(lambda t: daily_peak(t, BASE, PEAK, 9, 11)),
+    }
     args = [arg for kind, body in files.items() for arg in (f"--{kind}", str(write(tmp_path, kind, matrix(body))))]
     result = _cli(tmp_path, reports_env, *args, "--capacity-rps", "50")
     assert result.returncode == 0, result.stderr
@@ -395,16 +468,20 @@ def test_a_day_without_samples_between_two_generations_of_pods_is_named_in_the_r
     assert [trigger["metadata"]["start"] for trigger in prescale["keda_triggers"]] == ["45 8 * * *"]
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--prescale-lead", "90s", "--prescale-lead: 90 s is not whole minutes from 0 to 6 h"),
-    ("--prescale-lead", "7h", "--prescale-lead: 25200 s is not whole minutes from 0 to 6 h"),
-    ("--prescale-slot", "7m", "--prescale-slot: 420 s does not split a day"),
-    ("--prescale-timezone", "Mars/Olympus", "--prescale-timezone: 'Mars/Olympus' is not an IANA time zone"),
-    ("--prescale-lead", "soon", "--prescale-lead: 'soon' is not a duration"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--prescale-lead", "90s", "--prescale-lead: 90 s is not whole minutes from 0 to 6 h"),
+        ("--prescale-lead", "7h", "--prescale-lead: 25200 s is not whole minutes from 0 to 6 h"),
+        ("--prescale-slot", "7m", "--prescale-slot: 420 s does not split a day"),
+        ("--prescale-timezone", "Mars/Olympus", "--prescale-timezone: 'Mars/Olympus' is not an IANA time zone"),
+        ("--prescale-lead", "soon", "--prescale-lead: 'soon' is not a duration"),
+    ],
+)
 def test_a_bad_prescale_flag_is_one_line_naming_it(tmp_path, reports_env, flag, value, message):
-    result = _cli(tmp_path, reports_env, *_histories(tmp_path, lambda t: np.full(t.shape, 20.0)), "--capacity-rps", "50",
-                  flag, value)
+    result = _cli(
+        tmp_path, reports_env, *_histories(tmp_path, lambda t: np.full(t.shape, 20.0)), "--capacity-rps", "50", flag, value
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "reports" / "recommend.json").exists()

@@ -19,8 +19,9 @@ class _Answers(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self.seen.append(self.headers.get("Authorization"))
-        body = json.dumps({"status": "success", "data": {"resultType": "vector",
-                                                         "result": [{"metric": {}, "value": [0, "2.5"]}]}}).encode()
+        body = json.dumps(
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [0, "2.5"]}]}}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -61,8 +62,9 @@ def test_a_constructed_reader_refuses_at_the_first_query_before_sending():
         server.scalar("up", at=0)
 
 
-@pytest.mark.parametrize("url", ["https://prometheus.example.com", "http://localhost:9090", "http://127.0.0.9:9090",
-                                 "http://[::1]:9090"])
+@pytest.mark.parametrize(
+    "url", ["https://prometheus.example.com", "http://localhost:9090", "http://127.0.0.9:9090", "http://[::1]:9090"]
+)
 def test_https_and_loopback_need_no_permission(url):
     assert Prometheus.from_env(env={"PROMETHEUS_URL": url}).url == url
 

@@ -53,8 +53,10 @@ def math_ceil(value):
 
 
 def test_diurnal_usage_sizes_cpu_at_the_daily_high_percentile_and_replicas_from_trough_and_peak():
-    rec = recommend(*history(lambda t: diurnal(t, 0.1, 0.5), lambda t: diurnal(t, 200 * MIB, 400 * MIB),
-                             lambda t: diurnal(t, 10, 50)), capacity_rps=50)
+    rec = recommend(
+        *history(lambda t: diurnal(t, 0.1, 0.5), lambda t: diurnal(t, 200 * MIB, 400 * MIB), lambda t: diurnal(t, 10, 50)),
+        capacity_rps=50,
+    )
     # p90 of a sine between 0.1 and 0.5 is 0.1 + 0.4 * (0.5 + 0.5 * sin(0.4 pi)) = 0.490.
     p90 = 0.1 + 0.4 * (0.5 + 0.5 * np.sin(0.4 * np.pi))
     assert p90 * 1.15 <= rec.cpu_request <= p90 * 1.15 * 1.06
@@ -82,7 +84,7 @@ def test_spikes_do_not_set_the_cpu_request_but_memory_peaks_set_its_limit():
 
 def test_growing_usage_weighs_recent_samples_more():
     days = 7.0
-    grow = lambda low, high: (lambda t: low + (high - low) * (t - START) / (days * DAY_S))  # noqa: E731
+    grow = lambda low, high: lambda t: low + (high - low) * (t - START) / (days * DAY_S)  # noqa: E731
     cpu, memory, rps = history(grow(0.1, 1.0), grow(100 * MIB, 200 * MIB), grow(5, 50), days=days)
     rec = recommend(cpu, memory, rps, capacity_rps=50)
     unweighted_p90 = float(np.quantile(cpu.samples()[1], 0.9))
@@ -118,8 +120,14 @@ def test_recommend_command_writes_report_overlay_and_plot(tmp_path, reports_env)
         "memory": write(tmp_path, "memory", matrix({pod: (stamps, np.full(stamps.shape, 200.0 * MIB)) for pod in PODS})),
         "rps": write(tmp_path, "rps", matrix({"": (stamps, diurnal(stamps, 20, 120))})),  # one total series
     }
-    result = _recommend_cli(tmp_path, reports_env, *[arg for kind, path in files.items() for arg in (f"--{kind}", str(path))],
-                            "--capacity-rps", "40", "--json")
+    result = _recommend_cli(
+        tmp_path,
+        reports_env,
+        *[arg for kind, path in files.items() for arg in (f"--{kind}", str(path))],
+        "--capacity-rps",
+        "40",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
     report = json.loads((tmp_path / "reports" / "recommend.json").read_text())
@@ -134,8 +142,9 @@ def test_recommend_command_writes_report_overlay_and_plot(tmp_path, reports_env)
 def _recommend_cli(tmp_path, reports_env, *args):
     env = {key: value for key, value in __import__("os").environ.items() if key != "PROMETHEUS_URL"}
     env.update({**reports_env, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports")})
-    return run_command("deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env,
-                       timeout=120)
+    return run_command(
+        "deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env, timeout=120
+    )
 
 
 def _good(stamps):
@@ -152,16 +161,37 @@ def _with_gap(data):
 
 
 BAD = {
-    "empty series": ("cpu", lambda d: {"status": "success", "data": {"resultType": "matrix", "result": []}},
-                     "has no samples: the query matched no series"),
+    "empty series": (
+        "cpu",
+        lambda d: {"status": "success", "data": {"resultType": "matrix", "result": []}},
+        "has no samples: the query matched no series",
+    ),
     "gap": ("memory", _with_gap, "has a gap of 1.8 h"),
     "millicores": ("cpu", lambda d: json.loads(json.dumps(d).replace('"0.3"', '"300"')), "look like millicores"),
     "MiB for bytes": ("memory", lambda d: json.loads(json.dumps(d).replace(f'"{100 * MIB:.6g}"', '"100"')), "must be in bytes"),
-    "raw counter": ("cpu", lambda d: {**d, "data": {**d["data"], "result": [{**r, "metric": {**r["metric"], "__name__": "container_cpu_usage_seconds_total"}} for r in d["data"]["result"]]}},
-                    "is a raw counter"),
-    "instant query": ("rps", lambda d: {"status": "success", "data": {"resultType": "vector", "result": []}}, "not an instant query"),
-    "mismatched pods": ("memory", lambda d: json.loads(json.dumps(d).replace("digits-b", "digits-c")),
-                        "cpu and memory describe different pods"),
+    "raw counter": (
+        "cpu",
+        lambda d: {
+            **d,
+            "data": {
+                **d["data"],
+                "result": [
+                    {**r, "metric": {**r["metric"], "__name__": "container_cpu_usage_seconds_total"}} for r in d["data"]["result"]
+                ],
+            },
+        },
+        "is a raw counter",
+    ),
+    "instant query": (
+        "rps",
+        lambda d: {"status": "success", "data": {"resultType": "vector", "result": []}},
+        "not an instant query",
+    ),
+    "mismatched pods": (
+        "memory",
+        lambda d: json.loads(json.dumps(d).replace("digits-b", "digits-c")),
+        "cpu and memory describe different pods",
+    ),
 }
 
 
@@ -214,8 +244,20 @@ def test_histories_are_fetched_from_prometheus_url(tmp_path, reports_env):
         return next((data for name, data in answers.items() if name in params["query"][0]), nothing)
 
     with json_http_server(prometheus) as env_url:
-        result = _recommend_cli(tmp_path, {**reports_env, "PROMETHEUS_URL": env_url}, "--capacity-rps", "40",
-                                "--namespace", "prod", "--model", "digits", "--range", "1d", "--step", "5m")
+        result = _recommend_cli(
+            tmp_path,
+            {**reports_env, "PROMETHEUS_URL": env_url},
+            "--capacity-rps",
+            "40",
+            "--namespace",
+            "prod",
+            "--model",
+            "digits",
+            "--range",
+            "1d",
+            "--step",
+            "5m",
+        )
     assert result.returncode == 0, result.stderr
     assert [path for path, _ in asked] == ["/api/v1/query_range"] * 5  # cpu, memory, rps, GPU utilisation, GPU memory
     assert all('namespace="prod"' in params["query"][0] and params["step"] == ["300"] for _, params in asked)

@@ -67,8 +67,10 @@ def test_a_busy_gpu_asks_for_more_replicas_and_sets_the_gpu_overlays_range():
     assert wave.peak_busy_gpus == pytest.approx(peak, rel=1e-3)
     assert (wave.min_replicas, wave.max_replicas) == (1, math.ceil(peak * (1 + MARGIN) / TARGET)) == (1, 3)
     # the request rate asks for 1-2 replicas at 50 req/s each; the GPUs ask for more: the gpu overlay takes the larger
-    history = {kind: parse_query_range(matrix({pod: (stamps, level(stamps)) for pod in PODS}), kind=kind, source=kind)
-               for kind, level in (("cpu", flat(0.5)), ("memory", flat(300 * MIB)), ("rps", flat(20)))}
+    history = {
+        kind: parse_query_range(matrix({pod: (stamps, level(stamps)) for pod in PODS}), kind=kind, source=kind)
+        for kind, level in (("cpu", flat(0.5)), ("memory", flat(300 * MIB)), ("rps", flat(20)))
+    }
     rec = recommend(history["cpu"], history["memory"], history["rps"], capacity_rps=50)
     assert (rec.min_replicas, rec.max_replicas) == (2, 2)
     combined = with_gpu(rec, busy)
@@ -93,11 +95,13 @@ def test_memory_near_the_cards_size_warns_and_names_what_frees_memory():
     for fix in ("cannot take a larger batch", "max_batch_rows", "gpu_mem_limit_bytes", "fp16", "--gpu-node-selector"):
         assert fix in warning
     assert "2 of 2 card(s)" in warning
+
     # one short spike to 92% counts (memory is sized from its peak); 60% of the card does not warn
     def spike(stamps):
         values = np.full(stamps.shape, 0.6 * CARD_MIB)
         values[40] = 0.92 * CARD_MIB
         return values
+
     assert any("GPU memory reached 92%" in line for line in sized(flat(60), used_level=spike).warnings)
     assert not [line for line in sized(flat(60), used_level=flat(0.6 * CARD_MIB)).warnings if "GPU memory" in line]
     assert not sized(flat(60), used_level=spike, settings=GpuSettings(memory_warning=0.95)).warnings
@@ -106,9 +110,12 @@ def test_memory_near_the_cards_size_warns_and_names_what_frees_memory():
 def test_several_cards_and_pods_are_summed_per_timestamp():
     stamps = times(1)
     half = stamps.size // 2
-    cards = {("digits-a", 0): (stamps, np.full(stamps.shape, 60.0)), ("digits-a", 1): (stamps, np.full(stamps.shape, 30.0)),
-             ("digits-b", 0): (stamps, np.full(stamps.shape, 50.0)),
-             ("digits-c", 0): (stamps[half:], np.full(stamps.size - half, 40.0))}  # a third pod, for the second half
+    cards = {
+        ("digits-a", 0): (stamps, np.full(stamps.shape, 60.0)),
+        ("digits-a", 1): (stamps, np.full(stamps.shape, 30.0)),
+        ("digits-b", 0): (stamps, np.full(stamps.shape, 50.0)),
+        ("digits-c", 0): (stamps[half:], np.full(stamps.size - half, 40.0)),
+    }  # a third pod, for the second half
     util = parse_gpu_util(dcgm_answer(dcgm(UTIL_METRIC, cards, pod_label="exported_pod")), source="util")
     # relabelled by a scrape without honor_labels: the workload's pod is exported_pod, not the exporter's pod
     assert set(util.pods.values()) == {"digits-a", "digits-b", "digits-c"} and len(util.gpus) == 4
@@ -117,8 +124,10 @@ def test_several_cards_and_pods_are_summed_per_timestamp():
     assert list(util.cards()[1][[0, -1]]) == [3, 4]
     used = {card: (t, np.full(t.shape, 8000.0)) for card, (t, _) in cards.items()}
     free = {card: (t, CARD_MIB - v) for card, (t, v) in used.items()}
-    memory = parse_gpu_memory(dcgm_answer(dcgm(USED_METRIC, used, pod_label="exported_pod"),
-                                          dcgm(FREE_METRIC, free, pod_label="exported_pod")), source="memory")
+    memory = parse_gpu_memory(
+        dcgm_answer(dcgm(USED_METRIC, used, pod_label="exported_pod"), dcgm(FREE_METRIC, free, pod_label="exported_pod")),
+        source="memory",
+    )
     rec = recommend_gpu(util, memory, margin=MARGIN)
     assert rec.peak_busy_gpus == pytest.approx(1.8) and rec.trough_busy_gpus == pytest.approx(1.4)
     assert (rec.min_replicas, rec.max_replicas) == (math.ceil(1.4 / TARGET), math.ceil(1.8 * 1.15 / TARGET)) == (2, 3)
@@ -128,16 +137,19 @@ def test_several_cards_and_pods_are_summed_per_timestamp():
 def _cli(tmp_path, env_extra, *args):
     env = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_URL"}
     env.update({**env_extra, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports")})
-    return run_command("deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env,
-                       timeout=120)
+    return run_command(
+        "deployments", "recommend", *args, "--out-dir", str(tmp_path / "out"), cwd=PROJECT_ROOT, env=env, timeout=120
+    )
 
 
 def _histories(tmp_path, util_level=flat(90), used_level=flat(6000)):
     """CPU, memory and requests/s files of two pods, and their GPU files: the command line that reads them."""
     stamps = times(1)
-    bodies = {"cpu": {pod: (stamps, np.full(stamps.shape, 0.4)) for pod in PODS},
-              "memory": {pod: (stamps, np.full(stamps.shape, 900.0 * MIB)) for pod in PODS},
-              "rps": {pod: (stamps, np.full(stamps.shape, 20.0)) for pod in PODS}}
+    bodies = {
+        "cpu": {pod: (stamps, np.full(stamps.shape, 0.4)) for pod in PODS},
+        "memory": {pod: (stamps, np.full(stamps.shape, 900.0 * MIB)) for pod in PODS},
+        "rps": {pod: (stamps, np.full(stamps.shape, 20.0)) for pod in PODS},
+    }
     args = [arg for kind, body in bodies.items() for arg in (f"--{kind}", str(write(tmp_path, kind, matrix(body))))]
     files = {"gpu-util": gpu_util(one_card_each(util_level)), "gpu-memory": gpu_memory(one_card_each(used_level))}
     return args + [arg for kind, body in files.items() for arg in (f"--{kind}", str(write(tmp_path, kind, body)))]
@@ -148,8 +160,9 @@ def test_the_command_writes_a_gpu_overlay_that_renders_and_validates(tmp_path, r
     from deployments.render import render
     from deployments.validate import validate_documents
 
-    result = _cli(tmp_path, reports_env, *_histories(tmp_path, used_level=flat(0.93 * CARD_MIB)), "--capacity-rps", "50",
-                  "--json")
+    result = _cli(
+        tmp_path, reports_env, *_histories(tmp_path, used_level=flat(0.93 * CARD_MIB)), "--capacity-rps", "50", "--json"
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "reports" / "recommend.json").read_text())
     assert json.loads(result.stdout)["gpu"] == report["gpu"]
@@ -185,6 +198,7 @@ def _spoil_util(name):
         for item in data["data"]["result"]:
             item["metric"]["__name__"] = name
         return data
+
     return spoil
 
 
@@ -208,16 +222,25 @@ def _aggregated(data):
 BAD = {
     "memory metric as utilisation": ("gpu-util", _spoil_util(USED_METRIC), f"holds {USED_METRIC}, not {UTIL_METRIC}"),
     "cpu metric as utilisation": ("gpu-util", _spoil_util("container_cpu_usage_seconds_total"), "not DCGM_FI_DEV_GPU_UTIL"),
-    "empty utilisation": ("gpu-util", lambda d: {"status": "success", "data": {"resultType": "matrix", "result": []}},
-                          "has no samples: the query matched no series"),
-    "empty memory": ("gpu-memory", lambda d: {"status": "success", "data": {"resultType": "matrix", "result": []}},
-                     "has no samples: the query matched no series"),
+    "empty utilisation": (
+        "gpu-util",
+        lambda d: {"status": "success", "data": {"resultType": "matrix", "result": []}},
+        "has no samples: the query matched no series",
+    ),
+    "empty memory": (
+        "gpu-memory",
+        lambda d: {"status": "success", "data": {"resultType": "matrix", "result": []}},
+        "has no samples: the query matched no series",
+    ),
     "utilisation over 100": ("gpu-util", lambda d: json.loads(json.dumps(d).replace('"90"', '"180"')), "outside 0-100"),
     "cards aggregated away": ("gpu-util", _aggregated, "aggregated the cards away"),
     "used without free": ("gpu-memory", _drop_free, f"has {USED_METRIC} but no {FREE_METRIC}"),
     "bytes for MiB": ("gpu-memory", _in_bytes, "look like bytes"),
-    "not a query_range": ("gpu-memory", lambda d: {"status": "success", "data": {"resultType": "vector", "result": []}},
-                          "not an instant query"),
+    "not a query_range": (
+        "gpu-memory",
+        lambda d: {"status": "success", "data": {"resultType": "vector", "result": []}},
+        "not an instant query",
+    ),
 }
 
 
@@ -237,11 +260,14 @@ def test_a_gpu_history_it_cannot_trust_is_one_line_and_exit_2(tmp_path, reports_
     assert not (tmp_path / "reports" / "recommend.json").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    ("drop memory", "give both GPU histories: --gpu-memory missing"),
-    ("--gpu-target=70", "--gpu-target: Input should be less than or equal to 1 (got 70.0)"),
-    ("--gpu-memory-warning=1.5", "--gpu-memory-warning: Input should be less than 1"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("drop memory", "give both GPU histories: --gpu-memory missing"),
+        ("--gpu-target=70", "--gpu-target: Input should be less than or equal to 1 (got 70.0)"),
+        ("--gpu-memory-warning=1.5", "--gpu-memory-warning: Input should be less than 1"),
+    ],
+)
 def test_a_missing_gpu_file_or_a_bad_gpu_flag_names_it(tmp_path, reports_env, extra, message):
     args = _histories(tmp_path)
     args = args[:-2] if extra == "drop memory" else [*args, extra]
@@ -264,11 +290,17 @@ def test_gpu_and_cpu_histories_of_different_pods_are_refused():
 
 def test_gpu_series_are_queried_from_prometheus_where_they_exist(tmp_path, reports_env):
     stamps = times(1)
-    plain = {kind: matrix({pod: (stamps, np.full(stamps.shape, value)) for pod in PODS})
-             for kind, value in (("cpu", 0.3), ("memory", 100.0 * MIB), ("rps", 10.0))}
-    answers = {"container_cpu_usage_seconds_total": plain["cpu"], "container_memory_working_set_bytes": plain["memory"],
-               "model_infer_request_success_total": plain["rps"], UTIL_METRIC: gpu_util(one_card_each(flat(90))),
-               USED_METRIC: gpu_memory(one_card_each(flat(6000)))}
+    plain = {
+        kind: matrix({pod: (stamps, np.full(stamps.shape, value)) for pod in PODS})
+        for kind, value in (("cpu", 0.3), ("memory", 100.0 * MIB), ("rps", 10.0))
+    }
+    answers = {
+        "container_cpu_usage_seconds_total": plain["cpu"],
+        "container_memory_working_set_bytes": plain["memory"],
+        "model_infer_request_success_total": plain["rps"],
+        UTIL_METRIC: gpu_util(one_card_each(flat(90))),
+        USED_METRIC: gpu_memory(one_card_each(flat(6000))),
+    }
     nothing = {"status": "success", "data": {"resultType": "matrix", "result": []}}
     asked: list[str] = []
 
@@ -276,8 +308,8 @@ def test_gpu_series_are_queried_from_prometheus_where_they_exist(tmp_path, repor
         def answer(path):
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0]
             asked.append(query)
-            return next((data for name, data in answers.items() if name in query and (with_gpus or "DCGM" not in name)),
-                        nothing)
+            return next((data for name, data in answers.items() if name in query and (with_gpus or "DCGM" not in name)), nothing)
+
         return answer
 
     for with_gpus in (True, False):

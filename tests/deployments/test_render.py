@@ -78,11 +78,15 @@ def test_the_network_policy_admits_the_gateway_the_namespace_and_prometheus_only
     def namespace(name: str) -> dict:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
 
-    assert sources(render("cpu", model=main_version)) == {(9000, 9500): [namespace("istio-system"), {"podSelector": {}}],
-                                                         (6000,): [namespace("monitoring")]}
+    assert sources(render("cpu", model=main_version)) == {
+        (9000, 9500): [namespace("istio-system"), {"podSelector": {}}],
+        (6000,): [namespace("monitoring")],
+    }
     chosen = render("gpu", model=main_version, ingress_namespace="ambassador", monitoring_namespace="observability")
-    assert sources(chosen) == {(9000, 9500): [namespace("ambassador"), {"podSelector": {}}],
-                               (6000,): [namespace("observability")]}
+    assert sources(chosen) == {
+        (9000, 9500): [namespace("ambassador"), {"podSelector": {}}],
+        (6000,): [namespace("observability")],
+    }
     with pytest.raises(RenderError, match="namespace 'Istio System' is not a DNS-1123 label"):
         render("cpu", model=main_version, ingress_namespace="Istio System")
 
@@ -116,8 +120,7 @@ def test_canary_default_split_comes_from_the_overlay(main_version, canary_versio
     ],
 )
 def test_render_refuses_what_cannot_work(main_version, canary_version, overlay, canary, percent, message):
-    versions = {None: None, "other-version": canary_version,
-                "other-model": canary_version.model_copy(update={"name": "other"})}
+    versions = {None: None, "other-version": canary_version, "other-model": canary_version.model_copy(update={"name": "other"})}
     with pytest.raises(RenderError, match=message):
         render(overlay, model=main_version, canary=versions[canary], canary_percent=percent)
 
@@ -164,16 +167,21 @@ def test_behavior_autoscaling_scales_the_deployment_seldon_creates(main_version)
 
 def _hpa_metrics(rendered):
     """(predictor, metrics) of every autoscaler: each hpaSpec, and each standalone HPA by its predictor label."""
-    found = [(p["name"], p["componentSpecs"][0]["hpaSpec"]["metricsv2"]) for p in _sdep(rendered)["spec"]["predictors"]
-             if "hpaSpec" in p["componentSpecs"][0]]
-    return found + [(doc["metadata"]["labels"]["slipway.io/predictor"], doc["spec"]["metrics"])
-                    for doc in rendered.docs if doc["kind"] == "HorizontalPodAutoscaler"]
+    found = [
+        (p["name"], p["componentSpecs"][0]["hpaSpec"]["metricsv2"])
+        for p in _sdep(rendered)["spec"]["predictors"]
+        if "hpaSpec" in p["componentSpecs"][0]
+    ]
+    return found + [
+        (doc["metadata"]["labels"]["slipway.io/predictor"], doc["spec"]["metrics"])
+        for doc in rendered.docs
+        if doc["kind"] == "HorizontalPodAutoscaler"
+    ]
 
 
 @pytest.mark.parametrize("overlay, mode", [("cpu", "cpu"), ("canary", "cpu"), ("canary", "behavior"), ("gpu", "cpu")])
 def test_the_hpa_reads_each_predictors_model_container(main_version, canary_version, overlay, mode):
-    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
-                      autoscaling_mode=mode)
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None, autoscaling_mode=mode)
     predictors = {p["name"]: p for p in _sdep(rendered)["spec"]["predictors"]}
     found = _hpa_metrics(rendered)
     assert sorted(name for name, _ in found) == sorted(predictors)  # every predictor autoscales (behavior: standalone)
@@ -192,10 +200,19 @@ def test_a_renamed_model_pins_the_hpa_to_its_container_wherever_the_overlay_name
     overlay = tmp_path / "mine"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(
-        f"resources: [{OVERLAYS_DIR / 'cpu'}]\npatches:\n  - path: hpa.yaml\n    target: {{kind: SeldonDeployment}}\n")
-    (overlay / "hpa.yaml").write_text(yaml.safe_dump([{
-        "op": "replace", "path": "/spec/predictors/0/componentSpecs/0/hpaSpec/metricsv2/1/containerResource/container",
-        "value": "digits"}]))
+        f"resources: [{OVERLAYS_DIR / 'cpu'}]\npatches:\n  - path: hpa.yaml\n    target: {{kind: SeldonDeployment}}\n"
+    )
+    (overlay / "hpa.yaml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "op": "replace",
+                    "path": "/spec/predictors/0/componentSpecs/0/hpaSpec/metricsv2/1/containerResource/container",
+                    "value": "digits",
+                }
+            ]
+        )
+    )
     other = main_version.model_copy(update={"name": "fraud-scorer", "uri": "s3://models/fraud-scorer/3"})
     for folder in ("cpu", overlay):
         ((_, metrics),) = _hpa_metrics(render(folder, model=other))
@@ -210,9 +227,10 @@ def test_hpa_metric_source_pod_falls_back_to_the_pods_resource_metric(main_versi
     pod = _hpa_metrics(rendered)
     assert len(pod) == len(container) == (2 if overlay == "canary" else 1)
     for (_, by_container), (_, by_pod) in zip(container, pod, strict=True):
-        assert by_pod == [{"type": "Resource", "resource": {"name": m["containerResource"]["name"],
-                                                            "target": m["containerResource"]["target"]}}
-                          for m in by_container]
+        assert by_pod == [
+            {"type": "Resource", "resource": {"name": m["containerResource"]["name"], "target": m["containerResource"]["target"]}}
+            for m in by_container
+        ]
     assert rendered.summary()["hpa_metric_source"] == "pod"
 
 
@@ -225,8 +243,9 @@ def test_unknown_hpa_metric_source_is_refused(main_version):
 def test_both_metric_sources_count_as_cpu_autoscaling(main_version, source):
     docs = render("cpu", model=main_version, hpa_metric_source=source).docs
     assert autoscaling.scales_on_cpu(docs, "default")
-    assert not autoscaling.scales_on_cpu(render("cpu", model=main_version, autoscaling_mode="rps",
-                                                hpa_metric_source=source).docs, "default")
+    assert not autoscaling.scales_on_cpu(
+        render("cpu", model=main_version, autoscaling_mode="rps", hpa_metric_source=source).docs, "default"
+    )
 
 
 def test_seldon_deployment_names_follow_the_operator():
@@ -236,14 +255,20 @@ def test_seldon_deployment_names_follow_the_operator():
     assert seldon.deployment_name("m", named, 0) == "m-p-0-srv"
     long_name = "a" * 40
     long = {"name": "default", "componentSpecs": [{"spec": {"containers": [{"name": long_name}]}}]}
-    assert seldon.deployment_name(long_name, long, 0).startswith("seldon-") and len(seldon.deployment_name(long_name, long, 0)) == 39
+    assert (
+        seldon.deployment_name(long_name, long, 0).startswith("seldon-") and len(seldon.deployment_name(long_name, long, 0)) == 39
+    )
 
 
 def test_write_manifests_writes_one_file_per_resource(main_version, tmp_path):
     rendered = render("cpu", model=main_version)
     paths = write_manifests(rendered, tmp_path / "out")
-    assert sorted(p.name for p in paths) == ["networkpolicy-digits-ingress.yaml", "podmonitor-digits-mlserver.yaml",
-                                             "seldondeployment-digits.yaml", "serviceaccount-slipway-digits.yaml"]
+    assert sorted(p.name for p in paths) == [
+        "networkpolicy-digits-ingress.yaml",
+        "podmonitor-digits-mlserver.yaml",
+        "seldondeployment-digits.yaml",
+        "serviceaccount-slipway-digits.yaml",
+    ]
     assert list(yaml.safe_load_all((tmp_path / "out" / "all.yaml").read_text())) == rendered.docs
     assert json.loads((tmp_path / "out" / "rendering.json").read_text())["predictors"]["default"]["version"] == "3"
 
@@ -284,7 +309,10 @@ def test_version_records_are_read_and_checked_at_the_edge(record_files, tmp_path
     for content, message in [
         ("not json", "is not JSON"),
         ("[1]", "must be a JSON object"),
-        ('{"name": "Digits_V2", "version": 1, "uri": "s3://b/x", "digest": "' + "a" * 64 + '"}', "cannot name Kubernetes objects"),
+        (
+            '{"name": "Digits_V2", "version": 1, "uri": "s3://b/x", "digest": "' + "a" * 64 + '"}',
+            "cannot name Kubernetes objects",
+        ),
         ('{"name": "digits", "version": 1, "uri": "file:///store/digits/1", "digest": "' + "a" * 64 + '"}', "pass --model-uri"),
         ('{"name": "digits", "version": 1, "uri": "s3://b/x", "digest": "md5:00"}', "is not a sha256 digest"),
         ('{"name": "digits", "uri": "s3://b/x", "digest": "' + "a" * 64 + '"}', "version: Field required"),
@@ -314,18 +342,20 @@ def _settings_folder(folder, extra, implementation=RUNTIME_IMPLEMENTATION):
     return folder
 
 
-@pytest.mark.parametrize("mode, overlay, predictor, warned", [
-    ("cpu", "cpu", "default", True),  # the base's hpaSpec on CPU utilization
-    ("behavior", "cpu", "default", True),  # a standalone HPA, on CPU too
-    ("rps", "cpu", "default", False),
-    ("keda", "canary", "default", False),  # KEDA on the request rate
-    ("keda", "canary", "canary", True),  # the canary keeps its hpaSpec on CPU
-])
+@pytest.mark.parametrize(
+    "mode, overlay, predictor, warned",
+    [
+        ("cpu", "cpu", "default", True),  # the base's hpaSpec on CPU utilization
+        ("behavior", "cpu", "default", True),  # a standalone HPA, on CPU too
+        ("rps", "cpu", "default", False),
+        ("keda", "canary", "default", False),  # KEDA on the request rate
+        ("keda", "canary", "canary", True),  # the canary keeps its hpaSpec on CPU
+    ],
+)
 def test_settings_that_keep_a_cpu_busy_are_warned_of_under_cpu_autoscaling(
     main_version, canary_version, tmp_path, mode, overlay, predictor, warned
 ):
-    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
-                      autoscaling_mode=mode)
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None, autoscaling_mode=mode)
     spinning = _settings_folder(tmp_path / "spin", {"event_loop_spin_us": 1000})
     warning = autoscaling.busy_cpu_warning(rendered.docs, predictor, spinning)
     assert (warning is not None) == warned
@@ -349,8 +379,7 @@ def test_only_settings_that_spin_are_warned_of(main_version, tmp_path):
 
 @pytest.mark.parametrize("overlay", ["cpu", "canary"])
 def test_shared_memory_mounts_one_memory_backed_dev_shm_in_every_container(main_version, canary_version, overlay):
-    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
-                      shared_memory="1Gi")
+    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None, shared_memory="1Gi")
     assert render("cpu", model=main_version, shared_memory="1.5Gi").shared_memory == "1.5Gi"
     specs = [component["spec"] for _, _, component in seldon.pod_specs(_sdep(rendered))]
     assert len(specs) == (2 if overlay == "canary" else 1)  # the canary's pods too
@@ -361,8 +390,9 @@ def test_shared_memory_mounts_one_memory_backed_dev_shm_in_every_container(main_
             assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
             assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # the others stay
     assert rendered.summary()["shared_memory"] == "1Gi"
-    assert "dshm" not in json.dumps(render(overlay, model=main_version,
-                                           canary=canary_version if overlay == "canary" else None).docs)
+    assert "dshm" not in json.dumps(
+        render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None).docs
+    )
 
 
 @pytest.mark.parametrize("size", ["1 GiB", "0", "0.0Gi", "-1Gi", "lots", "1Gb"])
@@ -374,7 +404,10 @@ def test_shared_memory_sizes_that_are_not_quantities_are_refused(main_version, s
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (b'{name: "digits"}', "model-settings.json is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+        (
+            b'{name: "digits"}',
+            "model-settings.json is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)",
+        ),
         (b'\xff{"name": "digits"}', "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)"),
         (b'{"implementation": "x", "parameters": [1]}', 'model-settings.json names no model (a JSON object with a "name" string'),
         (b'["digits"]', "model-settings.json names no model"),
@@ -395,7 +428,9 @@ def test_a_version_record_that_is_a_folder_or_not_utf8_is_one_line(tmp_path):
         ModelVersion.from_record_file(tmp_path / "record.json")
 
 
-@pytest.mark.parametrize("namespace, suggestion", [("Bad_NS", "bad-ns"), ("-models", "models"), ("a" * 64, "a" * 63), ("", "slipway")])
+@pytest.mark.parametrize(
+    "namespace, suggestion", [("Bad_NS", "bad-ns"), ("-models", "models"), ("a" * 64, "a" * 63), ("", "slipway")]
+)
 def test_a_namespace_kubernetes_refuses_is_refused_before_rendering(main_version, namespace, suggestion):
     with pytest.raises(RenderError, match="is not a DNS-1123 label") as caught:
         render("cpu", model=main_version, namespace=namespace)

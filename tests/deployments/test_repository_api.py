@@ -21,8 +21,12 @@ GUARD = {"name": HOOK_ENV, "value": HOOK}
 
 def _model_containers(rendered) -> list[dict]:
     sdep = rendered.seldon_deployment
-    return [container for predictor, _, component in seldon.pod_specs(sdep)
-            for container in component["spec"]["containers"] if container["name"] == predictor["graph"]["name"]]
+    return [
+        container
+        for predictor, _, component in seldon.pod_specs(sdep)
+        for container in component["spec"]["containers"]
+        if container["name"] == predictor["graph"]["name"]
+    ]
 
 
 def _ours(container: dict) -> list[dict]:
@@ -47,11 +51,17 @@ def test_every_model_container_is_rendered_closed_by_default(main_version, canar
 
 @pytest.mark.parametrize("overlay", ["cpu", "canary"])
 def test_open_reads_the_token_from_the_secret_in_every_model_container(main_version, canary_version, overlay):
-    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
-                      repository_api="open", repository_token_secret="model-repository-token")
+    rendered = render(
+        overlay,
+        model=main_version,
+        canary=canary_version if overlay == "canary" else None,
+        repository_api="open",
+        repository_token_secret="model-repository-token",
+    )
     for container in _model_containers(rendered):
         assert _ours(container) == [
-            GUARD, {"name": API_ENV, "value": "open"},
+            GUARD,
+            {"name": API_ENV, "value": "open"},
             {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": "model-repository-token", "key": "token"}}},
         ]
     text = yaml.safe_dump_all(rendered.docs)
@@ -60,13 +70,16 @@ def test_open_reads_the_token_from_the_secret_in_every_model_container(main_vers
     assert report.ok, report.errors
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"repository_api": "open"}, "--repository-api open needs --repository-token-secret NAME (REPOSITORY_TOKEN_SECRET=NAME)"),
-    ({"repository_api": "closed", "repository_token_secret": "t"}, "with the repository API closed admits no caller"),
-    ({"repository_token_secret": "t"}, "add --repository-api open (REPOSITORY_API=open)"),
-    ({"repository_api": "Open"}, "unknown repository API setting 'Open'; choose one of closed, open"),
-    ({"repository_api": "open", "repository_token_secret": "Bad_Name"}, "'Bad_Name' is not a Secret name"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"repository_api": "open"}, "--repository-api open needs --repository-token-secret NAME (REPOSITORY_TOKEN_SECRET=NAME)"),
+        ({"repository_api": "closed", "repository_token_secret": "t"}, "with the repository API closed admits no caller"),
+        ({"repository_token_secret": "t"}, "add --repository-api open (REPOSITORY_API=open)"),
+        ({"repository_api": "Open"}, "unknown repository API setting 'Open'; choose one of closed, open"),
+        ({"repository_api": "open", "repository_token_secret": "Bad_Name"}, "'Bad_Name' is not a Secret name"),
+    ],
+)
 def test_what_cannot_work_is_refused_in_one_line(main_version, options, message):
     with pytest.raises(RenderError, match="^[^\n]*$") as caught:
         render("cpu", model=main_version, **options)
@@ -82,14 +95,36 @@ def test_a_literal_token_an_overlay_writes_is_refused_by_validation(main_version
 
 def test_the_render_command_takes_the_options(record_files, reports_env, tmp_path):
     out = tmp_path / "open"
-    run_module("deployments", "render", "--version-record", str(record_files("3")), "--out", str(out),
-               "--repository-api", "open", "--repository-token-secret", "repo-token", "--kustomize", "builtin",
-               env=reports_env)
+    run_module(
+        "deployments",
+        "render",
+        "--version-record",
+        str(record_files("3")),
+        "--out",
+        str(out),
+        "--repository-api",
+        "open",
+        "--repository-token-secret",
+        "repo-token",
+        "--kustomize",
+        "builtin",
+        env=reports_env,
+    )
     sdep = yaml.safe_load(next(out.glob("*seldondeployment*")).read_text())
     env = sdep["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0]["env"]
     assert {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": "repo-token", "key": "token"}}} in env
-    refused = run_module("deployments", "render", "--version-record", str(record_files("3")), "--out",
-                         str(tmp_path / "refused"), "--repository-api", "open", env=reports_env, check=False)
+    refused = run_module(
+        "deployments",
+        "render",
+        "--version-record",
+        str(record_files("3")),
+        "--out",
+        str(tmp_path / "refused"),
+        "--repository-api",
+        "open",
+        env=reports_env,
+        check=False,
+    )
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "--repository-api open needs --repository-token-secret NAME" in refused.stderr
     assert not (tmp_path / "refused").exists()

@@ -28,8 +28,9 @@ render = functools.partial(_render, engine="builtin")
 
 def _scan_inputs(root, main_version, canary_version):
     for overlay, mode in RENDERINGS:
-        rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
-                          autoscaling_mode=mode)
+        rendered = render(
+            overlay, model=main_version, canary=canary_version if overlay == "canary" else None, autoscaling_mode=mode
+        )
         out = root / "good" / f"{overlay}-{mode}"
         write_manifests(rendered, out)
         (out / "all.yaml").unlink()  # the same resources again
@@ -51,9 +52,10 @@ def checkov_results(tmp_path_factory, main_version, canary_version):
     root = tmp_path_factory.mktemp("checkov")
     _scan_inputs(root, main_version, canary_version)
     result = subprocess.run(
-        [str(CHECKOV), "-d", str(root), "--framework", "kubernetes", "dockerfile", "--skip-download",
-         "-o", "json"],
-        capture_output=True, text=True, timeout=240,
+        [str(CHECKOV), "-d", str(root), "--framework", "kubernetes", "dockerfile", "--skip-download", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     reports = json.loads(result.stdout)
     return {report["check_type"]: report for report in (reports if isinstance(reports, list) else [reports])}
@@ -63,8 +65,9 @@ def test_checkov_passes_every_rendering_and_both_dockerfiles(checkov_results):
     assert set(checkov_results) == {"kubernetes", "dockerfile"}
     for check_type, report in checkov_results.items():
         assert report["summary"]["parsing_errors"] == 0, check_type
-        failed = [(c["check_id"], c["file_path"]) for c in report["results"]["failed_checks"]
-                  if not c["file_path"].startswith("/bad/")]
+        failed = [
+            (c["check_id"], c["file_path"]) for c in report["results"]["failed_checks"] if not c["file_path"].startswith("/bad/")
+        ]
         assert failed == [], failed
         assert report["summary"]["passed"] > 50
     docker_files = {c["file_path"] for c in checkov_results["dockerfile"]["results"]["passed_checks"]}

@@ -38,13 +38,15 @@ def pod_server(digits_artifact, tmp_path_factory):
     env = {item["name"]: item["value"] for item in container["env"]}
     env["MLSERVER_LOGGING_SETTINGS"] = str(PROJECT_ROOT / "wrappers" / "logging.json")  # the images' copy of it
     env["MLSERVER_METRICS_DIR"] = str(tmp_path_factory.mktemp("metrics"))  # the pod's emptyDir
-    env.update({  # what the operator adds to the container (deployments/seldon.py)
-        "MLSERVER_MODEL_NAME": container["name"],
-        "MLSERVER_MODEL_URI": str(digits_artifact),  # the storage initializer's mount, here the artifact itself
-        "MLSERVER_METRICS_ENDPOINT": seldon.METRICS_PATH,
-        "PREDICTOR_ID": "default",
-        "SELDON_DEPLOYMENT_ID": rendered.name,
-    })
+    env.update(
+        {  # what the operator adds to the container (deployments/seldon.py)
+            "MLSERVER_MODEL_NAME": container["name"],
+            "MLSERVER_MODEL_URI": str(digits_artifact),  # the storage initializer's mount, here the artifact itself
+            "MLSERVER_METRICS_ENDPOINT": seldon.METRICS_PATH,
+            "PREDICTOR_ID": "default",
+            "SELDON_DEPLOYMENT_ID": rendered.name,
+        }
+    )
     with LocalServer(digits_artifact, extra_env=env) as server:
         yield server, rendered
 
@@ -69,14 +71,19 @@ def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, di
     server, rendered = pod_server
     body = json.dumps(json_request(example_batch(digits_artifact, batch_size=2))).encode()
     for _ in range(REQUESTS):
-        request = urllib.request.Request(f"{server.http_url}/v2/models/{rendered.name}/infer", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{server.http_url}/v2/models/{rendered.name}/infer", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
     status, text = _get(f"http://127.0.0.1:{server.metrics_port}{seldon.METRICS_PATH}")
     assert status == 200
-    samples = [s for family in text_string_to_metric_families(text) for s in family.samples
-               if s.name == autoscaling.REQUEST_COUNTER and s.labels.get("model") == rendered.name]
+    samples = [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == autoscaling.REQUEST_COUNTER and s.labels.get("model") == rendered.name
+    ]
     assert [s.value for s in samples] == [REQUESTS]
     rule = rendered.adapter_rules["rules"]["custom"][0]
     assert re.match(rule["name"]["matches"], samples[0].name)
@@ -89,8 +96,7 @@ def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, di
 def test_the_pod_refuses_the_model_repository_api_and_keeps_serving(pod_server):
     """The rendered env closes MLServer's repository API: one anonymous request no longer unloads the model."""
     server, rendered = pod_server
-    request = urllib.request.Request(f"{server.http_url}/v2/repository/models/{rendered.name}/unload", data=b"",
-                                     method="POST")
+    request = urllib.request.Request(f"{server.http_url}/v2/repository/models/{rendered.name}/unload", data=b"", method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 403

@@ -19,8 +19,9 @@ render = functools.partial(_render, engine="builtin", split_mode="cpu-gpu")
 
 def _components(rendered) -> dict[str, dict]:
     """componentSpec by its container's name."""
-    return {component["spec"]["containers"][0]["name"]: component
-            for _, _, component in seldon.pod_specs(rendered.seldon_deployment)}
+    return {
+        component["spec"]["containers"][0]["name"]: component for _, _, component in seldon.pod_specs(rendered.seldon_deployment)
+    }
 
 
 def _limits(component) -> dict:
@@ -34,7 +35,10 @@ def test_the_gpu_overlay_splits_into_three_nodes_with_the_gpu_and_its_placement_
     pre = post["children"][0]
     model = pre["children"][0]
     assert [(n["name"], n["type"]) for n in (post, pre, model)] == [
-        ("digits-post", "OUTPUT_TRANSFORMER"), ("digits-pre", "TRANSFORMER"), ("digits", "MODEL")]
+        ("digits-post", "OUTPUT_TRANSFORMER"),
+        ("digits-pre", "TRANSFORMER"),
+        ("digits", "MODEL"),
+    ]
     assert {n["modelUri"] for n in (post, pre, model)} == {"s3://slipway-models/digits/3"} and not model["children"]
     assert "seldon.io/no-engine" not in predictor.get("annotations", {})  # the executor runs the graph
     components = _components(rendered)

@@ -26,17 +26,27 @@ KEYS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnF
 
 
 def test_s3_keys_and_a_custom_endpoint_become_rclone_settings_and_back():
-    settings, used = settings_from_environment("s3", {**KEYS, "AWS_ENDPOINT_URL": "http://minio:9000",
-                                                      "AWS_REGION": "eu-west-1", "UNRELATED": "x"})
-    assert settings == {"RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Other",
-                        "RCLONE_CONFIG_S3_ENV_AUTH": "false", "RCLONE_CONFIG_S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
-                        "RCLONE_CONFIG_S3_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
-                        "RCLONE_CONFIG_S3_ENDPOINT": "http://minio:9000", "RCLONE_CONFIG_S3_REGION": "eu-west-1"}
+    settings, used = settings_from_environment(
+        "s3", {**KEYS, "AWS_ENDPOINT_URL": "http://minio:9000", "AWS_REGION": "eu-west-1", "UNRELATED": "x"}
+    )
+    assert settings == {
+        "RCLONE_CONFIG_S3_TYPE": "s3",
+        "RCLONE_CONFIG_S3_PROVIDER": "Other",
+        "RCLONE_CONFIG_S3_ENV_AUTH": "false",
+        "RCLONE_CONFIG_S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "RCLONE_CONFIG_S3_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "RCLONE_CONFIG_S3_ENDPOINT": "http://minio:9000",
+        "RCLONE_CONFIG_S3_REGION": "eu-west-1",
+    }
     assert used == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"]
     assert missing_keys("s3", settings) == []
     assert fsspec_options("s3", settings) == {
-        "key": "AKIDEXAMPLE", "secret": "wJalrXUtnFEMI/K7MDENG", "endpoint_url": "http://minio:9000",
-        "client_kwargs": {"region_name": "eu-west-1"}, "config_kwargs": {"s3": {"addressing_style": "path"}}}
+        "key": "AKIDEXAMPLE",
+        "secret": "wJalrXUtnFEMI/K7MDENG",
+        "endpoint_url": "http://minio:9000",
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "config_kwargs": {"s3": {"addressing_style": "path"}},
+    }
     # the pods' address is not this machine's: --storage-endpoint wins for the upload only
     assert fsspec_options("s3", settings, endpoint="http://127.0.0.1:9000")["endpoint_url"] == "http://127.0.0.1:9000"
 
@@ -48,10 +58,13 @@ def test_without_keys_the_pods_authenticate_as_their_service_account():
     assert fsspec_options("s3", settings) == {"client_kwargs": {"region_name": "us-east-2"}}  # boto's own chain
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"AWS_ACCESS_KEY_ID": "AKID"}, "AWS_SECRET_ACCESS_KEY is not set while its pair is"),
-    ({"AWS_SECRET_ACCESS_KEY": "s"}, "AWS_ACCESS_KEY_ID is not set while its pair is"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"AWS_ACCESS_KEY_ID": "AKID"}, "AWS_SECRET_ACCESS_KEY is not set while its pair is"),
+        ({"AWS_SECRET_ACCESS_KEY": "s"}, "AWS_ACCESS_KEY_ID is not set while its pair is"),
+    ],
+)
 def test_half_a_key_pair_is_refused(env, message):
     with pytest.raises(SecretError, match=message):
         settings_from_environment("s3", env)
@@ -101,8 +114,9 @@ def test_an_upload_lands_whole_verifies_and_is_found_again(digits_artifact, tmp_
     version = _version(digits_artifact, "pvc://models/digits/1", tmp_path)
     seen = []
     placed = place(version, Destination(version.uri, {}, pvc_mount=mount), on_bytes=seen.append)
-    assert placed.uploaded and placed.bytes == sum(p.stat().st_size for p in version.local_dir.iterdir()
-                                                   if p.name != "manifest.json")
+    assert placed.uploaded and placed.bytes == sum(
+        p.stat().st_size for p in version.local_dir.iterdir() if p.name != "manifest.json"
+    )
     assert sum(seen) == 2 * placed.bytes  # written, then read back
     assert verify_artifact(mount / "digits" / "1", version.digest.removeprefix("sha256:"))
     again = place(version, Destination(version.uri, {}, pvc_mount=mount))
@@ -143,10 +157,13 @@ def test_a_record_without_a_local_folder_needs_the_bytes_already_there(tmp_path)
         place(version, Destination(version.uri, {}, pvc_mount=tmp_path))
 
 
-@pytest.mark.parametrize("uri, kwargs, message", [
-    ("pvc://models/digits/1", {}, "mount the claim on this machine and pass --pvc-mount DIR"),
-    ("s3://bucket-only", {}, "names no folder inside a bucket"),
-])
+@pytest.mark.parametrize(
+    "uri, kwargs, message",
+    [
+        ("pvc://models/digits/1", {}, "mount the claim on this machine and pass --pvc-mount DIR"),
+        ("s3://bucket-only", {}, "names no folder inside a bucket"),
+    ],
+)
 def test_a_destination_that_cannot_be_written_says_what_to_pass(uri, kwargs, message):
     with pytest.raises(UploadError, match=message):
         Destination(uri, {}, **kwargs)

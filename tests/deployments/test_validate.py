@@ -83,14 +83,19 @@ SELDON_RULES = [
     (lambda s: _predictor(s).__setitem__("traffic", 90), "a single predictor's traffic must be 100"),
     (lambda s: _predictor(s, 1).__setitem__("traffic", 20), "traffic must add up to 100"),
     (lambda s: _predictor(s, 1).__setitem__("name", "default"), "predictor names must be unique"),
-    (lambda s: _component(s, 1).__setitem__("pdbSpec", {"maxUnavailable": 1}), "Kubernetes refuses to evict a pod covered by two"),
+    (
+        lambda s: _component(s, 1).__setitem__("pdbSpec", {"maxUnavailable": 1}),
+        "Kubernetes refuses to evict a pod covered by two",
+    ),
     (lambda s: _model_container(s)["env"].append({"name": "MLSERVER_HTTP_PORT", "value": "9000"}), "set by the Seldon operator"),
     (lambda s: _model_container(s)["ports"].pop(), "must declare ports"),
     (lambda s: _model_container(s)["env"].append({"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}), "holds a literal value"),
     (lambda s: _component(s).__setitem__("kedaSpec", {"triggers": []}), "hpaSpec and kedaSpec both set"),
     (lambda s: _predictor(s)["graph"].__setitem__("children", [{"name": "x"}]), "only valid for a one-node graph"),
-    (lambda s: _component(s, 1)["hpaSpec"]["metricsv2"][0]["containerResource"].__setitem__("container", "istio-proxy"),
-     "reads container 'istio-proxy', which the pod does not have"),
+    (
+        lambda s: _component(s, 1)["hpaSpec"]["metricsv2"][0]["containerResource"].__setitem__("container", "istio-proxy"),
+        "reads container 'istio-proxy', which the pod does not have",
+    ),
 ]
 
 
@@ -117,13 +122,17 @@ def test_gpu_rules(main_version):
 
 
 POD_SECURITY = [
-    (lambda p: [p["securityContext"].pop("runAsNonRoot"), p["containers"][0]["securityContext"].pop("runAsNonRoot")],
-     "runAsNonRoot must be true"),
+    (
+        lambda p: [p["securityContext"].pop("runAsNonRoot"), p["containers"][0]["securityContext"].pop("runAsNonRoot")],
+        "runAsNonRoot must be true",
+    ),
     (lambda p: p["containers"][0]["securityContext"].__setitem__("allowPrivilegeEscalation", True), "allowPrivilegeEscalation"),
     (lambda p: p["containers"][0]["securityContext"]["capabilities"].__setitem__("drop", []), "must drop ALL"),
     (lambda p: p["containers"][0]["securityContext"]["capabilities"].__setitem__("add", ["SYS_ADMIN"]), "only NET_BIND_SERVICE"),
-    (lambda p: [p["securityContext"].pop("seccompProfile"), p["containers"][0]["securityContext"].pop("seccompProfile")],
-     "seccompProfile must be RuntimeDefault"),
+    (
+        lambda p: [p["securityContext"].pop("seccompProfile"), p["containers"][0]["securityContext"].pop("seccompProfile")],
+        "seccompProfile must be RuntimeDefault",
+    ),
     (lambda p: p["containers"][0]["securityContext"].__setitem__("readOnlyRootFilesystem", False), "readOnlyRootFilesystem"),
     (lambda p: p["containers"][0]["securityContext"].__setitem__("privileged", True), "privileged is not allowed"),
     (lambda p: p.__setitem__("hostNetwork", True), "hostNetwork is not allowed"),
@@ -148,20 +157,35 @@ def _doc(docs, kind):
 
 
 CROSS_RESOURCE = [
-    (lambda d: _doc(d, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"].update({"slipway.io/model": "x"}), "matches no predictor pod"),
+    (
+        lambda d: _doc(d, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"].update({"slipway.io/model": "x"}),
+        "matches no predictor pod",
+    ),
     (lambda d: _doc(d, "NetworkPolicy")["spec"]["ingress"][0]["ports"].append({"port": 22}), "must admit exactly"),
     (lambda d: _doc(d, "NetworkPolicy")["spec"]["ingress"][1].pop("from"), "admits every source on ports [6000]"),
     (lambda d: _doc(d, "PodMonitor")["spec"]["selector"]["matchLabels"].update({"slipway.io/model": "x"}), "selector matches no"),
     (lambda d: _doc(d, "PodMonitor")["spec"]["podMetricsEndpoints"][0].__setitem__("path", "/metrics"), "at /prometheus"),
-    (lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"].__setitem__(
-        "scaleTargetRef", {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "name": "digits"}),
-     "scale subresource has no label selector"),
-    (lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"].__setitem__("name", "digits"), "is not a Deployment Seldon creates"),
+    (
+        lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"].__setitem__(
+            "scaleTargetRef", {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "name": "digits"}
+        ),
+        "scale subresource has no label selector",
+    ),
+    (
+        lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"].__setitem__("name", "digits"),
+        "is not a Deployment Seldon creates",
+    ),
     (lambda d: _doc(d, "SeldonDeployment")["spec"]["predictors"][0].__setitem__("replicas", 2), "Seldon re-applies"),
-    (lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"]["metrics"][1]["containerResource"].__setitem__("container", "x"),
-     "memory metric reads container 'x'"),
-    (lambda d: _doc(d, "SeldonDeployment")["spec"]["predictors"][0]["componentSpecs"][0].__setitem__(
-        "hpaSpec", {"maxReplicas": 2}), "two autoscalers on one Deployment"),
+    (
+        lambda d: _doc(d, "HorizontalPodAutoscaler")["spec"]["metrics"][1]["containerResource"].__setitem__("container", "x"),
+        "memory metric reads container 'x'",
+    ),
+    (
+        lambda d: _doc(d, "SeldonDeployment")["spec"]["predictors"][0]["componentSpecs"][0].__setitem__(
+            "hpaSpec", {"maxReplicas": 2}
+        ),
+        "two autoscalers on one Deployment",
+    ),
 ]
 
 

@@ -55,8 +55,9 @@ def weekday(stamps: np.ndarray) -> np.ndarray:
     return ((stamps // DAY_S).astype(int) + 3) % 7
 
 
-def daily_peak(stamps: np.ndarray, base: float, peak: float, start_hour: float, end_hour: float,
-               weekdays: tuple[int, ...] = tuple(range(7))) -> np.ndarray:
+def daily_peak(
+    stamps: np.ndarray, base: float, peak: float, start_hour: float, end_hour: float, weekdays: tuple[int, ...] = tuple(range(7))
+) -> np.ndarray:
     """`base` requests/s, `peak` from start_hour to end_hour UTC on `weekdays` (Monday 0)."""
     hours = hour_of_day(stamps)
     busy = (hours >= start_hour) & (hours < end_hour) & np.isin(weekday(stamps), weekdays)
@@ -88,16 +89,31 @@ def without_day(stamps: np.ndarray, values: np.ndarray, date: str) -> tuple[np.n
     return stamps[keep], values[keep]
 
 
-def dcgm(metric: str, cards: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]], *, namespace: str = "slipway",
-         container: str = "digits", host: str = "node-1", pod_label: str = "pod") -> list[dict]:
+def dcgm(
+    metric: str,
+    cards: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]],
+    *,
+    namespace: str = "slipway",
+    container: str = "digits",
+    host: str = "node-1",
+    pod_label: str = "pod",
+) -> list[dict]:
     """DCGM exporter series as query_range `result` items, one per (pod, gpu index), labelled as the exporter labels
     them in its Kubernetes mode (`pod_label` "exported_pod": as Prometheus relabels them without honor_labels)."""
     prefix = "exported_" if pod_label == "exported_pod" else ""
     result = []
     for (pod, index), (stamps, values) in cards.items():
-        metric_labels = {"__name__": metric, "gpu": str(index), "UUID": f"GPU-{zlib.crc32(f'{pod}/{index}'.encode()):08x}",
-                         "Hostname": host, "modelName": "NVIDIA L4", "device": f"nvidia{index}",
-                         f"{prefix}pod": pod, f"{prefix}namespace": namespace, f"{prefix}container": container}
+        metric_labels = {
+            "__name__": metric,
+            "gpu": str(index),
+            "UUID": f"GPU-{zlib.crc32(f'{pod}/{index}'.encode()):08x}",
+            "Hostname": host,
+            "modelName": "NVIDIA L4",
+            "device": f"nvidia{index}",
+            f"{prefix}pod": pod,
+            f"{prefix}namespace": namespace,
+            f"{prefix}container": container,
+        }
         if prefix:
             metric_labels.update(pod="dcgm-exporter-x1", namespace="gpu-operator", container="nvidia-dcgm-exporter")
         result.append({"metric": metric_labels, "values": [[float(t), f"{v:.6g}"] for t, v in zip(stamps, values)]})

@@ -42,8 +42,14 @@ def sequential_mlp(seed: int = 0):
     import keras
 
     rng = _rng(seed)
-    model = keras.Sequential([keras.Input((6,), name="row"), keras.layers.Dense(8, activation="relu", name="hidden"),
-                              keras.layers.Dense(3, activation="softmax", name="answer")], name="mlp")
+    model = keras.Sequential(
+        [
+            keras.Input((6,), name="row"),
+            keras.layers.Dense(8, activation="relu", name="hidden"),
+            keras.layers.Dense(3, activation="softmax", name="answer"),
+        ],
+        name="mlp",
+    )
     return model, {"row": rng.normal(0, 1, (ROWS, 6)).astype(np.float32)}
 
 
@@ -54,9 +60,15 @@ def functional_list_io(seed: int = 0):
     rng = _rng(seed)
     a, b = keras.Input((4,), name="features"), keras.Input((3,), name="extra")
     hidden = keras.layers.Dense(8, activation="relu", name="hidden")(keras.layers.Concatenate(name="join")([a, b]))
-    model = keras.Model([a, b], [keras.layers.Dense(3, activation="softmax", name="cls")(hidden),
-                                 keras.layers.Dense(1, name="score")(hidden)], name="list_io")
-    return model, {"features": rng.normal(0, 1, (ROWS, 4)).astype(np.float32), "extra": rng.normal(0, 1, (ROWS, 3)).astype(np.float32)}
+    model = keras.Model(
+        [a, b],
+        [keras.layers.Dense(3, activation="softmax", name="cls")(hidden), keras.layers.Dense(1, name="score")(hidden)],
+        name="list_io",
+    )
+    return model, {
+        "features": rng.normal(0, 1, (ROWS, 4)).astype(np.float32),
+        "extra": rng.normal(0, 1, (ROWS, 3)).astype(np.float32),
+    }
 
 
 def functional_dict_io(seed: int = 0):
@@ -73,11 +85,15 @@ def functional_dict_io(seed: int = 0):
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     branch = keras.layers.Dense(6, activation="relu", name="branch")(measurements)
     joined = keras.layers.Concatenate(name="join")([x, branch])
-    outputs = {"label": keras.layers.Dense(4, activation="softmax", name="label_head")(joined),
-               "value": keras.layers.Dense(1, name="value_head")(joined)}
+    outputs = {
+        "label": keras.layers.Dense(4, activation="softmax", name="label_head")(joined),
+        "value": keras.layers.Dense(1, name="value_head")(joined),
+    }
     model = keras.Model({"pixels": pixels, "measurements": measurements}, outputs, name="dict_io")
-    return model, {"pixels": rng.normal(0, 1, (ROWS, 8, 8, 2)).astype(np.float32),
-                   "measurements": rng.normal(0, 1, (ROWS, 5)).astype(np.float32)}
+    return model, {
+        "pixels": rng.normal(0, 1, (ROWS, 8, 8, 2)).astype(np.float32),
+        "measurements": rng.normal(0, 1, (ROWS, 5)).astype(np.float32),
+    }
 
 
 def nested_model(seed: int = 0):
@@ -157,7 +173,9 @@ def transformer_block(seed: int = 0):
     x = keras.layers.LayerNormalization(name="norm")(keras.layers.Add(name="residual")([sequence, attended]))
     x = keras.layers.Dense(8, activation="gelu", name="feed_forward")(x)
     pooled = keras.ops.sum(x * keras.ops.expand_dims(keras.ops.cast(keep, "float32"), -1), axis=1)
-    model = keras.Model({"sequence": sequence, "keep": keep}, {"score": keras.layers.Dense(1, name="head")(pooled)}, name="encoder")
+    model = keras.Model(
+        {"sequence": sequence, "keep": keep}, {"score": keras.layers.Dense(1, name="head")(pooled)}, name="encoder"
+    )
     return model, {"sequence": rng.normal(0, 1, (ROWS, 6, 8)).astype(np.float32), "keep": rng.random((ROWS, 6)) > 0.3}
 
 

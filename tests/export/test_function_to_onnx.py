@@ -26,8 +26,11 @@ def test_captured_tensors_become_constants_not_graph_inputs():
 
     small = tf.constant(np.arange(3, dtype=np.float32))  # an adapted Normalization's mean: an eager tensor, not a variable
     large = tf.constant(np.linspace(1, 2, 300, dtype=np.float32).reshape(100, 3))  # over TensorFlow's 128-element const limit
-    graph = function_to_onnx(lambda t: {"shifted": t - small, "scaled": tf.matmul(large, t, transpose_b=True)},
-                             [tf.TensorSpec((None, 3), tf.float32, name="t")], output_order=["shifted", "scaled"])
+    graph = function_to_onnx(
+        lambda t: {"shifted": t - small, "scaled": tf.matmul(large, t, transpose_b=True)},
+        [tf.TensorSpec((None, 3), tf.float32, name="t")],
+        output_order=["shifted", "scaled"],
+    )
     assert [i.name for i in graph.graph.input] == ["t"] and [o.name for o in graph.graph.output] == ["shifted", "scaled"]
     rows = np.random.default_rng(0).normal(0, 1, (5, 3)).astype(np.float32)
     shifted, scaled = _run(graph, {"t": rows})
@@ -62,11 +65,14 @@ def test_exact_gelu_converts_through_erf():
     import keras
     import tensorflow as tf
 
-    graph = function_to_onnx(lambda t: {"y": keras.activations.gelu(t, approximate=False)},
-                             [tf.TensorSpec((None, 4), tf.float32, name="t")])
+    graph = function_to_onnx(
+        lambda t: {"y": keras.activations.gelu(t, approximate=False)}, [tf.TensorSpec((None, 4), tf.float32, name="t")]
+    )
     assert "Erfc" not in {node.op_type for node in graph.graph.node}
     rows = np.linspace(-4, 4, 20, dtype=np.float32).reshape(5, 4)
-    np.testing.assert_allclose(_run(graph, {"t": rows})[0], np.asarray(keras.activations.gelu(rows, approximate=False)), atol=1e-6)
+    np.testing.assert_allclose(
+        _run(graph, {"t": rows})[0], np.asarray(keras.activations.gelu(rows, approximate=False)), atol=1e-6
+    )
 
 
 def test_a_grouped_convolution_compiled_with_xla_is_inlined_and_converts():

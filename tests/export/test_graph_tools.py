@@ -16,15 +16,25 @@ from tests.graphs import IR_VERSION, exp_model, onnx_model
 def dense_model(with_junk: bool = False) -> onnx.ModelProto:
     """y = softmax(x @ W + b) with a dynamic batch; optionally an unused initializer and doc strings."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "W"),
-             numpy_helper.from_array(np.zeros(3, np.float32), "b")]
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.zeros(3, np.float32), "b"),
+    ]
     if with_junk:
         inits.append(numpy_helper.from_array(np.ones((100, 100), np.float32), "unused"))
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"], doc_string="matmul here"),
-             helper.make_node("Add", ["xw", "b"], ["logits"]),
-             helper.make_node("Softmax", ["logits"], ["y"], axis=-1)]
-    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits, doc_string="a graph")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["xw"], doc_string="matmul here"),
+        helper.make_node("Add", ["xw", "b"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        inits,
+        doc_string="a graph",
+    )
     return onnx_model(graph)
 
 
@@ -54,15 +64,30 @@ def test_strip_removes_declared_but_unused_opsets():
 def test_strip_keeps_the_initializers_a_loop_body_reads():
     """A recurrent layer converts to a Loop whose body reads main-graph constants by name: they are in use."""
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "step"], ["v_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [3])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3])])
-    inits = [numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "step"),
-             numpy_helper.from_array(np.array(3, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go")]
-    graph = helper.make_graph([helper.make_node("Loop", ["trips", "go", "x"], ["y"], body=body)], "loop",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], inits)
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "step"], ["v_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [3]),
+        ],
+    )
+    inits = [
+        numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "step"),
+        numpy_helper.from_array(np.array(3, np.int64), "trips"),
+        numpy_helper.from_array(np.array(True), "go"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go", "x"], ["y"], body=body)],
+        "loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        inits,
+    )
     model = onnx_model(graph)
     strip(model)
     assert {init.name for init in model.graph.initializer} == {"step", "trips", "go"}
@@ -76,13 +101,24 @@ def test_fp16_keeps_float32_outputs_that_other_nodes_also_read():
     """`probabilities` is an output and is read again (here by a Reciprocal): the float16 copy must still load."""
     from export.float16 import to_float16
 
-    nodes = [helper.make_node("Softmax", ["x"], ["probabilities"], axis=-1), helper.make_node("Reciprocal", ["probabilities"], ["inverse"])]
-    graph = helper.make_graph(nodes, "read_output", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-                              [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 3]),
-                               helper.make_tensor_value_info("inverse", TensorProto.FLOAT, ["N", 3])])
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["probabilities"], axis=-1),
+        helper.make_node("Reciprocal", ["probabilities"], ["inverse"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "read_output",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [
+            helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("inverse", TensorProto.FLOAT, ["N", 3]),
+        ],
+    )
     x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     half = to_float16(onnx_model(graph))
-    probabilities, inverse = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    probabilities, inverse = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
     assert [o.name for o in half.graph.output] == ["probabilities", "inverse"]
     assert probabilities.dtype == inverse.dtype == np.float32
     expected = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
@@ -94,12 +130,21 @@ def test_fp16_casts_a_mask_to_float16_where_it_meets_float16_values():
     """A bool mask cast to float32 (an attention mask, a token count) must become float16 with the values it multiplies."""
     from export.float16 import to_float16
 
-    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["h", "mask"], ["y"])]
-    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3]),
-                                              helper.make_tensor_value_info("keep", TensorProto.BOOL, ["N", 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-                              value_info=[helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", 3])])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"]),
+        helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["h", "mask"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mask",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("keep", TensorProto.BOOL, ["N", 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        value_info=[helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", 3])],
+    )
     x = np.array([[-1.0, 0.5, 2.0], [3.0, -0.25, 1.0]], np.float32)
     keep = np.array([[True, True, False], [True, True, True]])
     half = to_float16(onnx_model(graph))
@@ -141,7 +186,9 @@ def test_operator_times_sum_kernel_time_per_type_after_warm_up():
         {"cat": "Session", "name": "model_run", "ts": 0, "dur": 100},
         node("Conv", 1, 500),  # warm-up run: left out
         {"cat": "Session", "name": "model_run", "ts": 100, "dur": 100},
-        node("Conv", 101, 30), node("Gemm", 120, 10), node("Conv", 130, 20),
+        node("Conv", 101, 30),
+        node("Gemm", 120, 10),
+        node("Conv", 130, 20),
         {"cat": "Node", "name": "Conv_fence_before", "ts": 140, "dur": 999, "args": {"op_name": "Conv"}},
     ]
     times = operator_times(trace, skip_runs=1)
@@ -151,8 +198,11 @@ def test_operator_times_sum_kernel_time_per_type_after_warm_up():
 
 def _zero_points(model: onnx.ModelProto) -> list[np.ndarray]:
     inits = {init.name: init for init in model.graph.initializer}
-    return [numpy_helper.to_array(inits[node.input[2]]) for node in model.graph.node
-            if node.op_type == "QuantizeLinear" and len(node.input) > 2 and node.input[2] in inits]
+    return [
+        numpy_helper.to_array(inits[node.input[2]])
+        for node in model.graph.node
+        if node.op_type == "QuantizeLinear" and len(node.input) > 2 and node.input[2] in inits
+    ]
 
 
 def test_tensorrt_target_makes_symmetric_int8_activations():

@@ -37,8 +37,13 @@ def conv_model(*, batch: int | str = "N", opset: int = 17, extra_nodes=(), domai
     if domain_op:
         nodes[1] = helper.make_node("FancyRelu", ["c"], ["r"], domain="com.example")
         opsets.append(helper.make_opsetid("com.example", 1))
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 1, 8, 8])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 1, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
+        inits,
+    )
     return onnx_model(graph, opsets)
 
 
@@ -60,8 +65,21 @@ def test_a_fixed_batch_model_is_timed_and_served_at_its_own_batch(tmp_path, repo
     model = save(conv_model(batch=1), tmp_path / "fixed.onnx")
     np.savez(tmp_path / "cal.npz", anything=images(40))  # one input, one array: the key does not matter
     out = tmp_path / "out"
-    run_module("export", "import", str(model), "--name", "fixed", "--calibration", str(tmp_path / "cal.npz"),
-               "--out", str(out), "--report", "export-fixed", *QUICK, env=reports_env)
+    run_module(
+        "export",
+        "import",
+        str(model),
+        "--name",
+        "fixed",
+        "--calibration",
+        str(tmp_path / "cal.npz"),
+        "--out",
+        str(out),
+        "--report",
+        "export-fixed",
+        *QUICK,
+        env=reports_env,
+    )
     report = json.loads((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "export-fixed.json").read_text())
     assert {(row["latency_batch"], row["throughput_batch"]) for row in report["variants"]} == {(1, 1)}
     assert report["evaluation"]["note"].startswith("last 8 rows")  # held out of the 40 calibration rows
@@ -80,23 +98,35 @@ def _refused(tmp_path: Path, env: dict, args: list[str], expected: str) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize("make, expected", [
-    (text_file, "is not an ONNX file"),
-    (lambda p: save(conv_model(extra_nodes=[helper.make_node("Add", ["logits", "nowhere"], ["z"])]), p), "fails the ONNX checker"),
-    (lambda p: save(conv_model(opset=11), p), "uses opset 11; Slipway needs opset >= 13"),
-    (lambda p: save(conv_model(domain_op=True), p), "outside standard ONNX (com.example::FancyRelu)"),
-    (lambda p: p, "no ONNX file at"),
-])
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (text_file, "is not an ONNX file"),
+        (
+            lambda p: save(conv_model(extra_nodes=[helper.make_node("Add", ["logits", "nowhere"], ["z"])]), p),
+            "fails the ONNX checker",
+        ),
+        (lambda p: save(conv_model(opset=11), p), "uses opset 11; Slipway needs opset >= 13"),
+        (lambda p: save(conv_model(domain_op=True), p), "outside standard ONNX (com.example::FancyRelu)"),
+        (lambda p: p, "no ONNX file at"),
+    ],
+)
 def test_bad_model_files_are_refused(make, expected, tmp_path, reports_env):
     path = make(tmp_path / "model.onnx")
     _refused(tmp_path, reports_env, [str(path), "--name", "m"], expected)
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"image": images(20, shape=(8, 8))}, "is float32 [20, 8, 8]; the model's input 'image' takes float32 [N, 1, 8, 8]"),
-    ({"image": images(20, dtype=np.float64)}, "is float64 [20, 1, 8, 8]; the model's input 'image' takes float32 [N, 1, 8, 8] (at least one row): convert with .astype(np.float32)"),
-    ({"pixels": images(20), "other": images(20)}, "missing ['image']"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"image": images(20, shape=(8, 8))}, "is float32 [20, 8, 8]; the model's input 'image' takes float32 [N, 1, 8, 8]"),
+        (
+            {"image": images(20, dtype=np.float64)},
+            "is float64 [20, 1, 8, 8]; the model's input 'image' takes float32 [N, 1, 8, 8] (at least one row): convert with .astype(np.float32)",
+        ),
+        ({"pixels": images(20), "other": images(20)}, "missing ['image']"),
+    ],
+)
 def test_calibration_data_that_does_not_fit_is_refused(data, expected, tmp_path, reports_env):
     model = save(conv_model(), tmp_path / "model.onnx")
     np.savez(tmp_path / "cal.npz", **data)
@@ -106,12 +136,24 @@ def test_calibration_data_that_does_not_fit_is_refused(data, expected, tmp_path,
 def test_other_bad_requests_are_refused(tmp_path, reports_env):
     model = save(conv_model(), tmp_path / "model.onnx")
     np.savez(tmp_path / "unlabelled.npz", image=images(10))
-    _refused(tmp_path, reports_env, [str(model), "--name", "m", "--labels", str(tmp_path / "unlabelled.npz")], "has no 'labels' array")
+    _refused(
+        tmp_path, reports_env, [str(model), "--name", "m", "--labels", str(tmp_path / "unlabelled.npz")], "has no 'labels' array"
+    )
     (tmp_path / "text.npz").write_text("not numpy")
-    _refused(tmp_path, reports_env, [str(model), "--name", "m", "--calibration", str(tmp_path / "text.npz")], "cannot read calibration data")
+    _refused(
+        tmp_path,
+        reports_env,
+        [str(model), "--name", "m", "--calibration", str(tmp_path / "text.npz")],
+        "cannot read calibration data",
+    )
     _refused(tmp_path, reports_env, [str(model), "--name", "no spaces!"], "cannot be used in /v2/models/<name>")
     _refused(tmp_path, reports_env, [str(model), "--name", "m", "--variants", "fp32,slim"], "slim need(s) a Keras model")
-    _refused(tmp_path, reports_env, [str(save(exp_model(), tmp_path / "exp.onnx")), "--name", "e"], "no operator ONNX Runtime can quantize")
+    _refused(
+        tmp_path,
+        reports_env,
+        [str(save(exp_model(), tmp_path / "exp.onnx")), "--name", "e"],
+        "no operator ONNX Runtime can quantize",
+    )
 
 
 def test_labels_must_be_one_class_index_per_row(tmp_path):

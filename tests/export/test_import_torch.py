@@ -21,17 +21,38 @@ pytestmark = pytest.mark.slow
 def torch_export(tmp_path_factory) -> Path:
     pytest.importorskip("torch", reason="PyTorch (the dev extra's torch==2.13.0) is not installed")
     out = tmp_path_factory.mktemp("torch")
-    subprocess.run([sys.executable, str(PROJECT_ROOT / "tests/export/torch_digits.py"), str(out)], cwd=PROJECT_ROOT,
-                   check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "tests/export/torch_digits.py"), str(out)],
+        cwd=PROJECT_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def imported(torch_export, module_reports_env, tmp_path_factory):
     out = tmp_path_factory.mktemp("imported") / "torch-digits"
-    run_module("export", "import", str(torch_export / "model.onnx"), "--name", "torch-digits",
-               "--calibration", str(torch_export / "calibration.npz"), "--labels", str(torch_export / "labelled.npz"),
-               "--out", str(out), "--measure-rounds", "1", "--measure-seconds", "0.02", env=module_reports_env)
+    run_module(
+        "export",
+        "import",
+        str(torch_export / "model.onnx"),
+        "--name",
+        "torch-digits",
+        "--calibration",
+        str(torch_export / "calibration.npz"),
+        "--labels",
+        str(torch_export / "labelled.npz"),
+        "--out",
+        str(out),
+        "--measure-rounds",
+        "1",
+        "--measure-seconds",
+        "0.02",
+        env=module_reports_env,
+    )
     report = json.loads((Path(module_reports_env["SLIPWAY_REPORTS_DIR"]) / "export.json").read_text())
     return out, ExportReport.model_validate(report)
 
@@ -82,7 +103,9 @@ def test_served_int8_model_agrees_with_pytorch_over_rest_and_grpc(imported, torc
         x, torch_answers = labelled["image"][:64], torch_out["logits"][:64].argmax(1)
     with LocalServer(out / "int8") as server:
         http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
-        assert http.get_model_metadata("torch-digits")["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 1, 8, 8]}]
+        assert http.get_model_metadata("torch-digits")["inputs"] == [
+            {"name": "image", "datatype": "FP32", "shape": [-1, 1, 8, 8]}
+        ]
         tensor = httpclient.InferInput("image", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x, binary_data=False)  # MLServer's REST has no binary extension
         rest = http.infer("torch-digits", [tensor]).as_numpy("logits")
@@ -100,8 +123,9 @@ def test_served_int8_model_agrees_with_pytorch_over_rest_and_grpc(imported, torc
 def test_imported_variants_publish_to_the_store_like_keras_ones(imported, module_reports_env, tmp_path):
     out, report = imported
     int8 = next(row for row in report.variants if row.name == "int8")
-    result = run_module("export", "versions", "publish", str(out / "int8"), "--store", str(tmp_path / "store"), "--json",
-                        env=module_reports_env)
+    result = run_module(
+        "export", "versions", "publish", str(out / "int8"), "--store", str(tmp_path / "store"), "--json", env=module_reports_env
+    )
     record = json.loads(result.stdout)
     assert record["name"] == "torch-digits" and record["lineage"]["source"]["digest"] == int8.digest
     assert record["lineage"]["variant"] == "int8" and record["metrics"]["accuracy"] == pytest.approx(int8.accuracy)
@@ -109,8 +133,22 @@ def test_imported_variants_publish_to_the_store_like_keras_ones(imported, module
 
 def test_import_without_data_warns_that_accuracy_is_unknown(torch_export, reports_env, tmp_path):
     out = tmp_path / "nodata"
-    result = run_module("export", "import", str(torch_export / "model.onnx"), "--name", "nodata", "--out", str(out),
-                        "--report", "export-nodata", "--measure-rounds", "1", "--measure-seconds", "0.02", env=reports_env)
+    result = run_module(
+        "export",
+        "import",
+        str(torch_export / "model.onnx"),
+        "--name",
+        "nodata",
+        "--out",
+        str(out),
+        "--report",
+        "export-nodata",
+        "--measure-rounds",
+        "1",
+        "--measure-seconds",
+        "0.02",
+        env=reports_env,
+    )
     assert "synthetic" in result.stderr and "accuracy is unknown" in result.stderr
     report = ExportReport.model_validate_json((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "export-nodata.json").read_text())
     assert report.calibration["synthetic"] and report.budget["basis"] == "top-1 disagreement"

@@ -29,7 +29,11 @@ pytestmark = pytest.mark.slow
 CALLS = {
     "mlp": (lambda rows: rows["row"], ["row"], ["answer"]),
     "list-io": (lambda rows: [rows["features"], rows["extra"]], ["features", "extra"], ["cls", "score"]),
-    "dict-io": (lambda rows: {"pixels": rows["pixels"], "measurements": rows["measurements"]}, ["measurements", "pixels"], ["label", "value"]),
+    "dict-io": (
+        lambda rows: {"pixels": rows["pixels"], "measurements": rows["measurements"]},
+        ["measurements", "pixels"],
+        ["label", "value"],
+    ),
     "nested": (lambda rows: rows["reading"], ["reading"], ["kind"]),
     "subclassed": (lambda rows: rows["measurements"], ["measurements"], ["output_0"]),
     "image": (lambda rows: rows["image"], ["image"], ["digit"]),
@@ -65,8 +69,21 @@ def corpus(tmp_path_factory):
             models[name], rows[name] = build()
             models[name].save(root / f"{name}.keras")
             np.savez(root / f"{name}.npz", **rows[name])
-            assert main(["convert", str(root / f"{name}.keras"), "--data", str(root / f"{name}.npz"), "--name", name,
-                         "--out", str(repository / name)]) == 0, name
+            assert (
+                main(
+                    [
+                        "convert",
+                        str(root / f"{name}.keras"),
+                        "--data",
+                        str(root / f"{name}.npz"),
+                        "--name",
+                        name,
+                        "--out",
+                        str(repository / name),
+                    ]
+                )
+                == 0
+            ), name
             reports[name] = json.loads((reports_dir / "convert.json").read_text())
     finally:
         slipway.reports.REPORTS_DIR = before
@@ -109,8 +126,12 @@ def test_each_converted_model_has_a_float16_copy_that_loads_and_answers_closely(
     graph = optimize_graph(onnx.load(corpus["repository"] / name / "model.onnx"))
     half = to_float16(graph)
     feeds = corpus["rows"][name]
-    full = dict(zip([o.name for o in graph.graph.output],
-                    ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)))
+    full = dict(
+        zip(
+            [o.name for o in graph.graph.output],
+            ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds),
+        )
+    )
     session = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"])
     for output, answer in zip([o.name for o in session.get_outputs()], session.run(None, feeds)):
         assert answer.dtype == full[output].dtype, (name, output)  # float32 stays float32 at the edges
@@ -161,8 +182,11 @@ def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_p
     for name in SERVED:
         shutil.copytree(corpus["repository"] / name, served / name)
     with np.load(served / "dict-io" / "input-example.npz") as example:
-        expected = keras_answers("dict-io", corpus["models"]["dict-io"],
-                                 {"pixels": example["input:pixels"], "measurements": example["input:measurements"]})
+        expected = keras_answers(
+            "dict-io",
+            corpus["models"]["dict-io"],
+            {"pixels": example["input:pixels"], "measurements": example["input:measurements"]},
+        )
         for output in ("label", "value"):
             np.testing.assert_allclose(example[f"output:{output}"], expected[output], atol=1e-5)
     with LocalServer(served, ready_timeout_s=120) as server:
@@ -171,11 +195,16 @@ def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_p
                 assert result.predictions_match and result.rows == EXAMPLE_ROWS, (name, result)
         metadata = check_http(server.http_url, "dict-io", served / "dict-io").metadata
         assert {(t["name"], t["datatype"], tuple(t["shape"])) for t in metadata["inputs"]} == {
-            ("pixels", "FP32", (-1, 8, 8, 2)), ("measurements", "FP32", (-1, 5))}
+            ("pixels", "FP32", (-1, 8, 8, 2)),
+            ("measurements", "FP32", (-1, 5)),
+        }
         assert {(t["name"], t["datatype"]) for t in metadata["outputs"]} == {("label", "FP32"), ("value", "FP32")}
         mixed = check_http(server.http_url, "mixed", served / "mixed").metadata
         assert {(t["name"], t["datatype"]) for t in mixed["outputs"]} == {
-            ("probabilities", "FP32"), ("label", "INT64"), ("confident", "BOOL")}
+            ("probabilities", "FP32"),
+            ("label", "INT64"),
+            ("confident", "BOOL"),
+        }
         tokens = check_http(server.http_url, "tokens", served / "tokens").metadata
         assert [(t["name"], t["datatype"]) for t in tokens["inputs"]] == [("tokens", "INT64")]
         encoder = check_http(server.http_url, "transformer", served / "transformer").metadata
@@ -195,8 +224,18 @@ def _refused(result, expected: str) -> str:
 def test_a_string_lookup_model_is_refused_naming_the_layer_and_the_fix(tmp_path, reports_env):
     keras_corpus.string_lookup_model().save(tmp_path / "words.keras")
     np.savez(tmp_path / "words.npz", word=np.array([["red"], ["blue"]]))
-    result = run_module("export", "convert", str(tmp_path / "words.keras"), "--data", str(tmp_path / "words.npz"),
-                        "--out", str(tmp_path / "out"), env=reports_env, check=False, warm=False)
+    result = run_module(
+        "export",
+        "convert",
+        str(tmp_path / "words.keras"),
+        "--data",
+        str(tmp_path / "words.npz"),
+        "--out",
+        str(tmp_path / "out"),
+        env=reports_env,
+        check=False,
+        warm=False,
+    )
     line = _refused(result, "StringLookup layer 'vocabulary' works on strings, which an ONNX graph cannot")
     assert "pre-processing stage" in line and "integer tokens" in line
     assert not (tmp_path / "out").exists()
@@ -216,9 +255,20 @@ def test_a_py_function_model_is_refused_naming_the_layer_and_the_fix(tmp_path, r
     finally:
         sys.modules.pop("python_layers")
     np.savez(tmp_path / "rows.npz", x=np.ones((4, 4), np.float32))
-    result = run_module("export", "convert", str(tmp_path / "python.keras"), "--data", str(tmp_path / "rows.npz"),
-                        "--custom-objects", f"{source}:CUSTOM_OBJECTS", "--out", str(tmp_path / "out"),
-                        env=reports_env, check=False, warm=False)
+    result = run_module(
+        "export",
+        "convert",
+        str(tmp_path / "python.keras"),
+        "--data",
+        str(tmp_path / "rows.npz"),
+        "--custom-objects",
+        f"{source}:CUSTOM_OBJECTS",
+        "--out",
+        str(tmp_path / "out"),
+        env=reports_env,
+        check=False,
+        warm=False,
+    )
     line = _refused(result, "layer 'python_step' runs Python (tf.py_function")
     assert "pre-processing stage" in line
     assert not (tmp_path / "out").exists()
@@ -231,15 +281,27 @@ def test_a_parity_failure_names_the_output_the_row_and_the_difference(corpus, tm
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
     root = corpus["root"]
     with pytest.raises(UserError) as caught:  # float32 rounding (~1e-7) is over a tolerance no conversion meets
-        main(["convert", str(root / "list-io.keras"), "--data", str(root / "list-io.npz"), "--parity-tolerance", "1e-12",
-              "--out", str(tmp_path / "out")])
+        main(
+            [
+                "convert",
+                str(root / "list-io.keras"),
+                "--data",
+                str(root / "list-io.npz"),
+                "--parity-tolerance",
+                "1e-12",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     message = str(caught.value)
-    found = re.search(r"beyond --parity-tolerance, worst at output '(cls|score)', row (\d+): abs diff ([0-9.e+-]+) "
-                      r"\(allowed [0-9.e+-]+\); nothing was written", message)
+    found = re.search(
+        r"beyond --parity-tolerance, worst at output '(cls|score)', row (\d+): abs diff ([0-9.e+-]+) "
+        r"\(allowed [0-9.e+-]+\); nothing was written",
+        message,
+    )
     assert found and "\n" not in message, message
     assert 0 <= int(found.group(2)) < keras_corpus.ROWS and 0 < float(found.group(3)) < 1e-5  # float32 rounding, nothing more
     assert not (tmp_path / "out").exists()
-
 
 
 def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants(corpus, tmp_path, monkeypatch):
@@ -255,12 +317,39 @@ def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants
     model.save(tmp_path / "dict-io.keras")
     labels = np.random.default_rng(2).integers(0, 4, keras_corpus.ROWS)
     np.savez(tmp_path / "train.npz", **rows, label=labels, value=rows["measurements"][:, :1])
-    assert main(["variants", str(tmp_path / "dict-io.keras"), "--data", str(corpus["root"] / "dict-io.npz"), "--train",
-                 str(tmp_path / "train.npz"), "--variants", "fp32,pruned,slim", "--fine-tune-epochs", "1", "--accuracy-budget", "100",
-                 "--out", str(tmp_path / "variants"), "--measure-rounds", "1", "--measure-seconds", "0.02"]) == 0
+    assert (
+        main(
+            [
+                "variants",
+                str(tmp_path / "dict-io.keras"),
+                "--data",
+                str(corpus["root"] / "dict-io.npz"),
+                "--train",
+                str(tmp_path / "train.npz"),
+                "--variants",
+                "fp32,pruned,slim",
+                "--fine-tune-epochs",
+                "1",
+                "--accuracy-budget",
+                "100",
+                "--out",
+                str(tmp_path / "variants"),
+                "--measure-rounds",
+                "1",
+                "--measure-seconds",
+                "0.02",
+            ]
+        )
+        == 0
+    )
     report = ExportReport.model_validate_json((tmp_path / "reports" / "export.json").read_text())
     assert [row.name for row in report.variants] == ["fp32", "pruned", "slim"]
-    assert "loss {label: sparse_categorical_crossentropy, value: mean_squared_error}" in report.variants[1].details["fine_tuned_on"]
+    assert (
+        "loss {label: sparse_categorical_crossentropy, value: mean_squared_error}" in report.variants[1].details["fine_tuned_on"]
+    )
     for variant in ("pruned", "slim"):
         graph = onnx.load(tmp_path / "variants" / variant / "model.onnx").graph
-        assert [i.name for i in graph.input] == ["measurements", "pixels"] and {o.name for o in graph.output} == {"label", "value"}
+        assert [i.name for i in graph.input] == ["measurements", "pixels"] and {o.name for o in graph.output} == {
+            "label",
+            "value",
+        }

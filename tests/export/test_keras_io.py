@@ -17,8 +17,10 @@ def test_a_dict_model_is_named_by_its_keys_and_called_with_a_dict():
 
     a, b = keras.Input((2,), name="alpha"), keras.Input((3,), name="beta")
     joined = keras.layers.Concatenate()([a, b])
-    model = keras.Model({"beta": b, "alpha": a}, {"total": keras.layers.Dense(1, name="sum_layer")(joined),
-                                                  "copy": keras.layers.Identity(name="copy_layer")(a)})
+    model = keras.Model(
+        {"beta": b, "alpha": a},
+        {"total": keras.layers.Dense(1, name="sum_layer")(joined), "copy": keras.layers.Identity(name="copy_layer")(a)},
+    )
     interface = read_interface(model)
     assert [(spec.name, spec.shape) for spec in interface.inputs] == [("alpha", (None, 2)), ("beta", (None, 3))]
     assert interface.output_names == ["copy", "total"]  # the keys clients use, not the layers' names
@@ -66,10 +68,16 @@ def test_a_subclassed_model_with_one_input_takes_the_name_of_call_s_argument():
     assert interface.output_names == ["output_0"]
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({"ragged": True, "dtype": "int64"}, "input 'ids' is ragged, which an ONNX graph cannot take: pad the rows to one length"),
-    ({"sparse": True}, "input 'ids' is sparse, which an ONNX graph cannot take: pass it dense"),
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            {"ragged": True, "dtype": "int64"},
+            "input 'ids' is ragged, which an ONNX graph cannot take: pad the rows to one length",
+        ),
+        ({"sparse": True}, "input 'ids' is sparse, which an ONNX graph cannot take: pass it dense"),
+    ],
+)
 def test_ragged_and_sparse_inputs_are_refused_with_the_fix(options, expected):
     import keras
 
@@ -89,8 +97,10 @@ def test_a_text_layer_is_refused_by_name_even_inside_a_nested_model():
     model = keras.Model(outer_in, keras.layers.Embedding(3, 2)(inner(outer_in)))
     with pytest.raises(KerasInterfaceError) as caught:
         read_interface(model)
-    assert str(caught.value).startswith("StringLookup layer 'lookup' works on strings, which an ONNX graph cannot: move it "
-                                        "into a pre-processing stage before the model")
+    assert str(caught.value).startswith(
+        "StringLookup layer 'lookup' works on strings, which an ONNX graph cannot: move it "
+        "into a pre-processing stage before the model"
+    )
 
 
 def test_an_op_is_traced_back_to_its_innermost_layer():
@@ -98,4 +108,3 @@ def test_an_op_is_traced_back_to_its_innermost_layer():
     assert layer_of("functional_1/encoder_1/dense_2/MatMul", names) == "dense"
     assert layer_of("functional_1/python_step_1/EagerPyFunc", names) == "python_step"
     assert layer_of("StatefulPartitionedCall/Lgamma", names) is None
-

@@ -23,8 +23,11 @@ def test_import_refuses_the_users_folder_and_a_file_and_replaces_its_own(tmp_pat
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    _refused([*args, "--out", str(mine)], reports_env, "this command did not write, and replacing it would delete its files: "
-             "choose another output folder (--out) or remove it")
+    _refused(
+        [*args, "--out", str(mine)],
+        reports_env,
+        "this command did not write, and replacing it would delete its files: choose another output folder (--out) or remove it",
+    )
     assert [p.name for p in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
     a_file = tmp_path / "a-file"
     a_file.write_text("keep me too")
@@ -54,14 +57,23 @@ def test_profile_refuses_a_trace_path_it_cannot_write(tmp_path, reports_env):
     folder = make_artifact(tmp_path / "artifact", 1.0)
     (tmp_path / "traces").mkdir()
     (tmp_path / "a-file").write_text("x")
-    _refused(["profile", str(folder), "--runs", "1", "--trace", str(tmp_path / "traces")], reports_env,
-             f"--trace {tmp_path / 'traces'} is a folder: name the trace file")
-    _refused(["profile", str(folder), "--runs", "1", "--trace", str(tmp_path / "a-file" / "t.json")], reports_env,
-             f"{tmp_path / 'a-file'} is a file, not a folder; choose another --trace")
+    _refused(
+        ["profile", str(folder), "--runs", "1", "--trace", str(tmp_path / "traces")],
+        reports_env,
+        f"--trace {tmp_path / 'traces'} is a folder: name the trace file",
+    )
+    _refused(
+        ["profile", str(folder), "--runs", "1", "--trace", str(tmp_path / "a-file" / "t.json")],
+        reports_env,
+        f"{tmp_path / 'a-file'} is a file, not a folder; choose another --trace",
+    )
 
 
 @pytest.mark.parametrize("command", ["convert", "variants"])
 def test_an_opset_the_keras_conversion_cannot_write_is_refused_before_any_work(tmp_path, reports_env, command):
-    _refused([command, "--opset", "13", "--out", str(tmp_path / "out")], reports_env,
-             "argument --opset: opset 13 is too old for the Keras conversion: use 17 or newer")
+    _refused(
+        [command, "--opset", "13", "--out", str(tmp_path / "out")],
+        reports_env,
+        "argument --opset: opset 13 is too old for the Keras conversion: use 17 or newer",
+    )
     assert not (tmp_path / "out").exists()

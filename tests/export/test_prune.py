@@ -102,7 +102,9 @@ def test_prune_filters_shrinks_channel_groups_across_additions_concatenations_an
     assert narrow.get_layer("out").get_weights()[0].shape == (6, 3)  # 4 + 2 channels joined; every class kept
     kept = [1, 3, 4, 6]
     np.testing.assert_array_equal(narrow.get_layer("a").get_weights()[0], model.get_layer("a").get_weights()[0][..., kept])
-    np.testing.assert_array_equal(narrow.get_layer("b").get_weights()[0], model.get_layer("b").get_weights()[0][np.ix_([0], [0], kept, kept)])
+    np.testing.assert_array_equal(
+        narrow.get_layer("b").get_weights()[0], model.get_layer("b").get_weights()[0][np.ix_([0], [0], kept, kept)]
+    )
     np.testing.assert_array_equal(narrow.get_layer("dw").get_weights()[0], model.get_layer("dw").get_weights()[0][:, :, kept])
     x = np.random.default_rng(0).random((5, 6, 6, 2)).astype(np.float32)
     assert narrow.predict(x, verbose=0).shape == (5, 3) and np.isfinite(narrow.predict(x, verbose=0)).all()

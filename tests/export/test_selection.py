@@ -7,8 +7,14 @@ from export.selection import Budget, Candidate, NoVariantWithinBudget, choose, j
 
 
 def quality(*, accuracy=0.98, reference_accuracy=0.99, agreement=0.99, max_abs_diff=0.0, scale=1.0) -> Quality:
-    return Quality(rows=100, top1_agreement=agreement, accuracy=accuracy, reference_accuracy=reference_accuracy,
-                   max_abs_diff=max_abs_diff, reference_scale=scale)
+    return Quality(
+        rows=100,
+        top1_agreement=agreement,
+        accuracy=accuracy,
+        reference_accuracy=reference_accuracy,
+        max_abs_diff=max_abs_diff,
+        reference_scale=scale,
+    )
 
 
 def test_accuracy_drop_within_and_over_budget():

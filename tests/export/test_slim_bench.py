@@ -25,7 +25,9 @@ def tiny_residual_cnn():
 
     keras.utils.set_random_seed(0)
     inputs = keras.Input((16, 16, 3), name="pixels")
-    x = keras.layers.ReLU(name="stem_relu")(keras.layers.BatchNormalization(name="stem_bn")(keras.layers.Conv2D(8, 3, padding="same", name="stem")(inputs)))
+    x = keras.layers.ReLU(name="stem_relu")(
+        keras.layers.BatchNormalization(name="stem_bn")(keras.layers.Conv2D(8, 3, padding="same", name="stem")(inputs))
+    )
     y = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(x)
     y = keras.layers.Conv2D(8, 1, name="project")(y)
     x = keras.layers.Add(name="residual")([x, y])
@@ -57,7 +59,9 @@ def test_a_model_and_its_half_width_copy_are_checked_timed_and_written(bench_sli
     assert report["met"] == (report["throughput_ratio"] >= 1.6)
     assert (tmp_path / "reports" / "bench-slim.png").read_bytes().startswith(b"\x89PNG")
     text = page.read_text()
-    assert text.startswith("# Benchmarks\n<!-- bench-slim:start -->\nMeasured by `make bench-slim`") and text.endswith("<!-- bench-slim:end -->\nafter\n")
+    assert text.startswith("# Benchmarks\n<!-- bench-slim:start -->\nMeasured by `make bench-slim`") and text.endswith(
+        "<!-- bench-slim:end -->\nafter\n"
+    )
     assert "| convolution channels | 24 | 12 | 0.50 |" in text
 
 
@@ -72,8 +76,10 @@ def test_requests_that_cannot_work_are_refused_in_one_line(bench_slim, tmp_path)
         ((tmp_path / "rows.keras", "--no-docs"), "is not a one-input Keras image model"),
         ((tmp_path / "tiny.keras", "--fraction", "1", "--no-docs"), "--fraction must be between 0 and 1"),
         ((tmp_path / "tiny.keras", "--rounds", "1", "--no-docs"), "--rounds at least 2"),
-        ((tmp_path / "tiny.keras", "--batch-size", "2", "--rounds", "2", "--calls", "1", "--page", tmp_path / "plain.md"),
-         "has no <!-- bench-slim:start --> / <!-- bench-slim:end --> markers"),
+        (
+            (tmp_path / "tiny.keras", "--batch-size", "2", "--rounds", "2", "--calls", "1", "--page", tmp_path / "plain.md"),
+            "has no <!-- bench-slim:start --> / <!-- bench-slim:end --> markers",
+        ),
     ]:
         with pytest.raises(UserError) as caught:
             bench_slim(*args)

@@ -30,9 +30,13 @@ def image_graph(shape: list, elem_type: int = TensorProto.FLOAT) -> onnx.ModelPr
     if elem_type != TensorProto.FLOAT:
         nodes.append(helper.make_node("Cast", ["flat"], ["flat32"], to=TensorProto.FLOAT))
     nodes.append(helper.make_node("MatMul", [nodes[-1].output[0], "W"], ["scores"]))
-    graph = helper.make_graph(nodes, "image", [helper.make_tensor_value_info("x", elem_type, shape)],
-                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [shape[0], 5])],
-                              [numpy_helper.from_array(weight, "W")])
+    graph = helper.make_graph(
+        nodes,
+        "image",
+        [helper.make_tensor_value_info("x", elem_type, shape)],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [shape[0], 5])],
+        [numpy_helper.from_array(weight, "W")],
+    )
     return onnx_model(graph)
 
 
@@ -62,12 +66,15 @@ def test_pixels_survive_the_round_trip_through_the_float_input():
     assert np.array_equal(IMAGENET.invert(IMAGENET.apply(PIXELS, False), False), PIXELS)
 
 
-@pytest.mark.parametrize(("model", "normalisation", "message"), [
-    (image_graph(["N", 6, 5, 3]), Normalisation(1 / 255, (0.1, 0.2), (1.0,)), "--mean has 2 values; input 'x' has 3"),
-    (image_graph(["N", 6, 5, 3]), Normalisation(1 / 255, (0.0,), (1.0, 0.0, 1.0)), "--std must not contain 0"),
-    (image_graph(["N", 4, 5, 6]), Normalisation(1 / 255, (0.0,), (1.0,)), "need an image input"),
-    (image_graph(["N", 30], TensorProto.INT64), Normalisation(1 / 255, (0.0,), (1.0,)), "is INT64, not a float image"),
-])
+@pytest.mark.parametrize(
+    ("model", "normalisation", "message"),
+    [
+        (image_graph(["N", 6, 5, 3]), Normalisation(1 / 255, (0.1, 0.2), (1.0,)), "--mean has 2 values; input 'x' has 3"),
+        (image_graph(["N", 6, 5, 3]), Normalisation(1 / 255, (0.0,), (1.0, 0.0, 1.0)), "--std must not contain 0"),
+        (image_graph(["N", 4, 5, 6]), Normalisation(1 / 255, (0.0,), (1.0,)), "need an image input"),
+        (image_graph(["N", 30], TensorProto.INT64), Normalisation(1 / 255, (0.0,), (1.0,)), "is INT64, not a float image"),
+    ],
+)
 def test_what_cannot_take_uint8_pixels_is_refused_by_name(model, normalisation, message):
     with pytest.raises(Uint8InputError, match=message):
         with_uint8_input(model, normalisation)
@@ -77,8 +84,14 @@ def write_float_artifact(folder, extra=None):
     """A float NCHW artifact folder as `export` writes it, with ImageNet-normalised example rows."""
     model = image_graph(["N", 3, 6, 5])
     inputs = {"x": IMAGENET.apply(PIXELS, False)}
-    write_artifact(folder, onnx_bytes=model.SerializeToString(), name="pixels", example_inputs=inputs,
-                   example_outputs={"scores": run(model, inputs["x"])}, extra_settings=extra)
+    write_artifact(
+        folder,
+        onnx_bytes=model.SerializeToString(),
+        name="pixels",
+        example_inputs=inputs,
+        example_outputs={"scores": run(model, inputs["x"])},
+        extra_settings=extra,
+    )
     return folder
 
 
@@ -137,10 +150,22 @@ def test_uint8_artifact_serves_uint8_over_grpc_raw_and_rest(uint8_artifact):
             client.close()
         np.testing.assert_allclose(raw_output(response), expected, rtol=1e-5, atol=1e-4)
         url = f"{server.http_url}/v2/models/pixels/infer"
-        status, body = post(url, {"inputs": [{"name": "x", "datatype": "UINT8", "shape": list(pixels.shape),
-                                              "data": pixels.ravel().tolist()}]})
+        status, body = post(
+            url, {"inputs": [{"name": "x", "datatype": "UINT8", "shape": list(pixels.shape), "data": pixels.ravel().tolist()}]}
+        )
         assert status == 200
         np.testing.assert_allclose(np.asarray(body["outputs"][0]["data"]).reshape(expected.shape), expected, rtol=1e-5, atol=1e-4)
-        status, body = post(url, {"inputs": [{"name": "x", "datatype": "FP32", "shape": list(pixels.shape),
-                                              "data": pixels.astype(np.float32).ravel().tolist()}]})
+        status, body = post(
+            url,
+            {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "datatype": "FP32",
+                        "shape": list(pixels.shape),
+                        "data": pixels.astype(np.float32).ravel().tolist(),
+                    }
+                ]
+            },
+        )
         assert status == 400 and "UINT8" in json.dumps(body), body

@@ -35,9 +35,11 @@ def workspace(tmp_path_factory):
     np.savez(root / "residual-train.npz", pixels=splits.x_train, labels=splits.y_train.astype(np.int64))
     custom, custom_data = user_models.custom_layer_model(layers)
     np.savez(root / "custom.npz", **custom_data)
-    paths = {"two": user_models.save_all(two, root / "saved", "two"),
-             "residual": user_models.save_all(residual, root / "saved", "residual"),
-             "custom": user_models.save_all(custom, root / "saved", "custom")}
+    paths = {
+        "two": user_models.save_all(two, root / "saved", "two"),
+        "residual": user_models.save_all(residual, root / "saved", "residual"),
+        "custom": user_models.save_all(custom, root / "saved", "custom"),
+    }
     sys.modules.pop(user_models.CUSTOM_MODULE)  # as in the user's shell: the layers' module is not importable from here
     return {
         "root": root,
@@ -85,7 +87,10 @@ def served(workspace, tmp_path_factory):
     slipway.reports.REPORTS_DIR = reports_dir
     try:
         for name, (model, data, extra) in jobs.items():
-            assert main(["convert", str(model), "--data", str(root / data), "--name", name, "--out", str(repository / name), *extra]) == 0
+            assert (
+                main(["convert", str(model), "--data", str(root / data), "--name", name, "--out", str(repository / name), *extra])
+                == 0
+            )
             reports[name] = json.loads((reports_dir / "convert.json").read_text())
     finally:
         slipway.reports.REPORTS_DIR = before
@@ -108,7 +113,12 @@ def test_each_format_converts_with_its_names_dynamic_batch_and_parity(served, wo
         assert all(not i.type.tensor_type.shape.dim[0].HasField("dim_value") for i in graph.input), name  # dynamic batch
         session = ort.InferenceSession(str(repository / name / "model.onnx"), providers=["CPUExecutionProvider"])
         for rows in (1, 7):
-            answers = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"features": features[:rows], "extra": extra[:rows]})))
+            answers = dict(
+                zip(
+                    [o.name for o in session.get_outputs()],
+                    session.run(None, {"features": features[:rows], "extra": extra[:rows]}),
+                )
+            )
             cls_name, score_name = ("cls", "score") if name != "two-savedmodel" else ("output_0", "output_1")
             np.testing.assert_allclose(answers[cls_name], expected_cls[:rows], atol=1e-5)
             np.testing.assert_allclose(answers[score_name], expected_score[:rows], atol=1e-5)
@@ -116,7 +126,9 @@ def test_each_format_converts_with_its_names_dynamic_batch_and_parity(served, wo
         assert report["parity"]["identical_predictions"] and report["parity"]["samples"] == 64
         assert report["source_format"] == name.split("-")[1] and report["onnx_test_accuracy"] > 0.8
     residual = reports["residual-keras"]
-    assert residual["inputs"] == [{"name": "pixels", "dtype": "float32", "shape": ["N", 8, 8, 1]}] and residual["outputs"] == ["digit"]
+    assert residual["inputs"] == [{"name": "pixels", "dtype": "float32", "shape": ["N", 8, 8, 1]}] and residual["outputs"] == [
+        "digit"
+    ]
     assert residual["onnx_test_accuracy"] > 0.7  # trained: chance is 0.1
 
 
@@ -130,11 +142,17 @@ def test_converted_models_serve_over_rest_and_grpc(served, workspace):
         np.testing.assert_allclose(example["output:probabilities"], custom.predict(example["input:x"], verbose=0), atol=1e-5)
     with LocalServer(repository, ready_timeout_s=120) as server:
         for name in sorted(path.name for path in repository.iterdir()):
-            for result in (check_http(server.http_url, name, repository / name), check_grpc(server.grpc_target, name, repository / name)):
+            for result in (
+                check_http(server.http_url, name, repository / name),
+                check_grpc(server.grpc_target, name, repository / name),
+            ):
                 assert result.predictions_match and result.rows == 32, (name, result)
         rest = check_http(server.http_url, "two-keras", repository / "two-keras")
         assert {tensor["name"] for tensor in rest.metadata["outputs"]} == {"cls", "score"}
-        assert {(tensor["name"], tuple(tensor["shape"])) for tensor in rest.metadata["inputs"]} == {("features", (-1, 4)), ("extra", (-1, 3))}
+        assert {(tensor["name"], tuple(tensor["shape"])) for tensor in rest.metadata["inputs"]} == {
+            ("features", (-1, 4)),
+            ("extra", (-1, 3)),
+        }
 
 
 # --- bad input: one line naming what was expected, exit 2, nothing written ---------------------------------
@@ -153,8 +171,17 @@ def test_a_file_that_is_not_a_model_exits_2_with_one_line(tmp_path, reports_env)
     (tmp_path / "notes.keras").write_text("not a model\n")
     np.savez(tmp_path / "data.npz", x=np.zeros((2, 4), np.float32))
     out = tmp_path / "out"
-    result = run_module("export", "convert", str(tmp_path / "notes.keras"), "--data", str(tmp_path / "data.npz"), "--out", str(out),
-                        env=reports_env, check=False)
+    result = run_module(
+        "export",
+        "convert",
+        str(tmp_path / "notes.keras"),
+        "--data",
+        str(tmp_path / "data.npz"),
+        "--out",
+        str(out),
+        env=reports_env,
+        check=False,
+    )
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert len(errors) == 1 and "is not a model: expected a .keras file" in errors[0], result.stderr
@@ -164,23 +191,54 @@ def test_a_file_that_is_not_a_model_exits_2_with_one_line(tmp_path, reports_env)
 def test_custom_layers_are_named_until_their_classes_are_given(workspace, convert, tmp_path):
     paths = workspace["paths"]["custom"]
     for fmt in ("keras", "h5"):
-        _refused(convert, tmp_path, paths[fmt], "--data", workspace["root"] / "custom.npz",
-                 expected="uses custom layers Keras cannot rebuild without their classes (Scale): pass --custom-objects module:attr")
-    report = convert(paths["keras"], "--data", workspace["root"] / "custom.npz", "--out", tmp_path / "custom",
-                     "--custom-objects", f"{workspace['layers_file']}:CUSTOM_OBJECTS")
+        _refused(
+            convert,
+            tmp_path,
+            paths[fmt],
+            "--data",
+            workspace["root"] / "custom.npz",
+            expected="uses custom layers Keras cannot rebuild without their classes (Scale): pass --custom-objects module:attr",
+        )
+    report = convert(
+        paths["keras"],
+        "--data",
+        workspace["root"] / "custom.npz",
+        "--out",
+        tmp_path / "custom",
+        "--custom-objects",
+        f"{workspace['layers_file']}:CUSTOM_OBJECTS",
+    )
     assert report["parity"]["identical_predictions"] and report["model_name"] == "custom"
-    _refused(convert, tmp_path, paths["keras"], "--data", workspace["root"] / "custom.npz", "--custom-objects",
-             f"{workspace['layers_file']}:Scale", expected="must be a dict {name: class} or a function returning one")
+    _refused(
+        convert,
+        tmp_path,
+        paths["keras"],
+        "--data",
+        workspace["root"] / "custom.npz",
+        "--custom-objects",
+        f"{workspace['layers_file']}:Scale",
+        expected="must be a dict {name: class} or a function returning one",
+    )
 
 
-@pytest.mark.parametrize("arrays, expected", [
-    ({"features": np.zeros((5, 4), np.float32)}, "the model takes 'features': float32 [N, 4], 'extra': float32 [N, 3]: missing ['extra']"),
-    ({"features": np.zeros((5, 5), np.float32), "extra": np.zeros((5, 3), np.float32)},
-     "held-out array 'features' is float32 [5, 5]; the model's input 'features' takes float32 [N, 4]"),
-    ({"features": np.zeros((5, 4)), "extra": np.zeros((5, 3), np.float32)}, "convert with .astype(np.float32)"),
-    ({"features": np.zeros((5, 4), np.float32), "extra": np.zeros((5, 3), np.float32), "labels": np.zeros(4, np.int64)},
-     "'labels' must be a 1-D integer array with one class index per row (5 rows), got int64 [4]"),
-])
+@pytest.mark.parametrize(
+    "arrays, expected",
+    [
+        (
+            {"features": np.zeros((5, 4), np.float32)},
+            "the model takes 'features': float32 [N, 4], 'extra': float32 [N, 3]: missing ['extra']",
+        ),
+        (
+            {"features": np.zeros((5, 5), np.float32), "extra": np.zeros((5, 3), np.float32)},
+            "held-out array 'features' is float32 [5, 5]; the model's input 'features' takes float32 [N, 4]",
+        ),
+        ({"features": np.zeros((5, 4)), "extra": np.zeros((5, 3), np.float32)}, "convert with .astype(np.float32)"),
+        (
+            {"features": np.zeros((5, 4), np.float32), "extra": np.zeros((5, 3), np.float32), "labels": np.zeros(4, np.int64)},
+            "'labels' must be a 1-D integer array with one class index per row (5 rows), got int64 [4]",
+        ),
+    ],
+)
 def test_data_that_does_not_fit_the_model_is_refused(arrays, expected, workspace, convert, tmp_path):
     np.savez(tmp_path / "bad.npz", **arrays)
     _refused(convert, tmp_path, workspace["paths"]["two"]["keras"], "--data", tmp_path / "bad.npz", expected=expected)
@@ -190,8 +248,14 @@ def test_ops_the_converter_cannot_take_are_named(workspace, convert, tmp_path):
     model = user_models.unconvertible_model(workspace["layers"])
     model.export(tmp_path / "lgamma", verbose=False)
     np.savez(tmp_path / "data.npz", x=np.ones((4, 4), np.float32))
-    _refused(convert, tmp_path, tmp_path / "lgamma", "--data", tmp_path / "data.npz",
-             expected="uses TensorFlow ops tf2onnx cannot convert to ONNX (Lgamma)")
+    _refused(
+        convert,
+        tmp_path,
+        tmp_path / "lgamma",
+        "--data",
+        tmp_path / "data.npz",
+        expected="uses TensorFlow ops tf2onnx cannot convert to ONNX (Lgamma)",
+    )
 
 
 def test_other_bad_models_are_refused(convert, tmp_path):
@@ -213,15 +277,44 @@ def user_variants(workspace, tmp_path_factory):
     root = workspace["root"]
     rng = np.random.default_rng(1)
     features, extra = rng.normal(0, 1, (256, 4)).astype(np.float32), rng.normal(0, 1, (256, 3)).astype(np.float32)
-    np.savez(root / "two-train.npz", features=features, extra=extra,
-             cls=(features[:, 0] > 0).astype(np.int64) + (extra[:, 0] > 0.5), score=extra.sum(axis=1, keepdims=True))
+    np.savez(
+        root / "two-train.npz",
+        features=features,
+        extra=extra,
+        cls=(features[:, 0] > 0).astype(np.int64) + (extra[:, 0] > 0.5),
+        score=extra.sum(axis=1, keepdims=True),
+    )
     out = tmp_path_factory.mktemp("variants") / "two"
     reports_dir = tmp_path_factory.mktemp("reports")
     before, slipway.reports.REPORTS_DIR = slipway.reports.REPORTS_DIR, reports_dir
     try:
-        assert main(["variants", str(workspace["paths"]["two"]["keras"]), "--data", str(root / "two.npz"), "--train", str(root / "two-train.npz"),
-                     "--name", "two", "--out", str(out), "--sparsity", "0.3", "--fine-tune-epochs", "2", "--accuracy-budget", "10",
-                     "--measure-rounds", "1", "--measure-seconds", "0.02"]) == 0
+        assert (
+            main(
+                [
+                    "variants",
+                    str(workspace["paths"]["two"]["keras"]),
+                    "--data",
+                    str(root / "two.npz"),
+                    "--train",
+                    str(root / "two-train.npz"),
+                    "--name",
+                    "two",
+                    "--out",
+                    str(out),
+                    "--sparsity",
+                    "0.3",
+                    "--fine-tune-epochs",
+                    "2",
+                    "--accuracy-budget",
+                    "10",
+                    "--measure-rounds",
+                    "1",
+                    "--measure-seconds",
+                    "0.02",
+                ]
+            )
+            == 0
+        )
     finally:
         slipway.reports.REPORTS_DIR = before
     return out, json.loads((reports_dir / "export.json").read_text())
@@ -270,11 +363,20 @@ def test_variants_requests_that_cannot_work_are_refused(workspace, variants, tmp
     np.savez(tmp_path / "no-targets.npz", features=np.zeros((4, 4), np.float32), extra=np.zeros((4, 3), np.float32))
     for args, expected in [
         ((two["keras"],), "pass --data HELD-OUT.npz"),
-        ((two["savedmodel"], "--data", root / "two.npz", "--train", root / "two.npz"), "is a SavedModel: pruned and slim variants fine-tune a Keras model"),
+        (
+            (two["savedmodel"], "--data", root / "two.npz", "--train", root / "two.npz"),
+            "is a SavedModel: pruned and slim variants fine-tune a Keras model",
+        ),
         ((two["keras"], "--data", root / "two.npz", "--train", tmp_path / "no-targets.npz"), "has no target for output 'cls'"),
-        ((two["keras"], "--data", root / "two.npz", "--train", root / "two-train.npz", "--loss", "no_such_loss"), "is not a Keras loss"),
+        (
+            (two["keras"], "--data", root / "two.npz", "--train", root / "two-train.npz", "--loss", "no_such_loss"),
+            "is not a Keras loss",
+        ),
         ((two["keras"], "--data", root / "two.npz", "--loss", "mse"), "pass --train TRAIN.npz with it"),
-        ((two["savedmodel"], "--data", root / "two.npz", "--variants", "fp32,pruned"), "pruned need(s) a Keras model with training data"),
+        (
+            (two["savedmodel"], "--data", root / "two.npz", "--variants", "fp32,pruned"),
+            "pruned need(s) a Keras model with training data",
+        ),
     ]:
         out = tmp_path / "out"
         with pytest.raises(UserError) as caught:
@@ -290,9 +392,29 @@ def test_a_residual_cnn_slims_across_its_addition_and_stays_within_budget_after_
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
     root, out = workspace["root"], tmp_path / "residual"
     # the default accuracy budget and learning rate (half the 1e-2 the model was compiled with); 60 short epochs (~10 s)
-    assert main(["variants", str(workspace["paths"]["residual"]["keras"]), "--data", str(root / "residual.npz"), "--train",
-                 str(root / "residual-train.npz"), "--variants", "fp32,slim", "--fine-tune-epochs", "60",
-                 "--out", str(out), "--measure-rounds", "1", "--measure-seconds", "0.02"]) == 0
+    assert (
+        main(
+            [
+                "variants",
+                str(workspace["paths"]["residual"]["keras"]),
+                "--data",
+                str(root / "residual.npz"),
+                "--train",
+                str(root / "residual-train.npz"),
+                "--variants",
+                "fp32,slim",
+                "--fine-tune-epochs",
+                "60",
+                "--out",
+                str(out),
+                "--measure-rounds",
+                "1",
+                "--measure-seconds",
+                "0.02",
+            ]
+        )
+        == 0
+    )
     report = ExportReport.model_validate_json((tmp_path / "reports" / "export.json").read_text())
     slim = next(row for row in report.variants if row.name == "slim")
     assert report.budget["accuracy_points"] == 0.5 and report.baseline.accuracy > 0.9  # a trained original, the default budget
@@ -307,8 +429,13 @@ def test_a_sequential_model_converts_with_its_input_s_name_and_its_last_layer_s(
     import keras
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((5,), name="row"), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.Dense(2, activation="softmax", name="answer")])
+    model = keras.Sequential(
+        [
+            keras.Input((5,), name="row"),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(2, activation="softmax", name="answer"),
+        ]
+    )
     model.save(tmp_path / "seq.keras")
     np.savez(tmp_path / "rows.npz", row=np.random.default_rng(0).random((12, 5)).astype(np.float32), labels=np.arange(12) % 2)
     report = convert(tmp_path / "seq.keras", "--data", tmp_path / "rows.npz", "--out", tmp_path / "seq")
@@ -339,12 +466,26 @@ def test_a_savedmodel_with_several_signatures_converts_the_one_named(convert, tm
     tf.saved_model.save(module, str(tmp_path / "two-ways"), signatures={"scale": module.scale, "shift": module.shift})
     rows = np.arange(12, dtype=np.float32).reshape(6, 2)
     np.savez(tmp_path / "rows.npz", x=rows)
-    _refused(convert, tmp_path, tmp_path / "two-ways", "--data", tmp_path / "rows.npz",
-             expected="has no 'serving_default' signature: pass --signature with one of scale, shift")
+    _refused(
+        convert,
+        tmp_path,
+        tmp_path / "two-ways",
+        "--data",
+        tmp_path / "rows.npz",
+        expected="has no 'serving_default' signature: pass --signature with one of scale, shift",
+    )
     report = convert(tmp_path / "two-ways", "--data", tmp_path / "rows.npz", "--signature", "scale", "--out", tmp_path / "scale")
     assert report["outputs"] == ["scaled"] and report["parity"]["max_abs_diff"] == 0.0
     with np.load(tmp_path / "scale" / "input-example.npz") as example:
         np.testing.assert_allclose(example["output:scaled"], rows @ np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
     keras.Sequential([keras.Input((2,), name="x"), keras.layers.Dense(1)]).save(tmp_path / "plain.keras")
-    _refused(convert, tmp_path, tmp_path / "plain.keras", "--data", tmp_path / "rows.npz", "--signature", "scale",
-             expected="--signature scale chooses among a SavedModel's signatures; ")
+    _refused(
+        convert,
+        tmp_path,
+        tmp_path / "plain.keras",
+        "--data",
+        tmp_path / "rows.npz",
+        "--signature",
+        "scale",
+        expected="--signature scale chooses among a SavedModel's signatures; ",
+    )

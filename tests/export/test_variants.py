@@ -24,8 +24,19 @@ QUICK = ["--measure-rounds", "1", "--measure-seconds", "0.02"]
 def variants_run(tmp_path_factory, trained_model, module_reports_env):
     """One full export run (short fine-tunes, short timing): the artifacts folder and the report."""
     out = tmp_path_factory.mktemp("variants") / "digits"
-    result = run_module("export", "variants", "digits", "--keras-model", str(trained_model), "--out", str(out),
-                        "--fine-tune-epochs", "4", *QUICK, env=module_reports_env)
+    result = run_module(
+        "export",
+        "variants",
+        "digits",
+        "--keras-model",
+        str(trained_model),
+        "--out",
+        str(out),
+        "--fine-tune-epochs",
+        "4",
+        *QUICK,
+        env=module_reports_env,
+    )
     report = json.loads((Path(module_reports_env["SLIPWAY_REPORTS_DIR"]) / "export.json").read_text())
     return out, report, result
 
@@ -114,14 +125,19 @@ def test_an_int8_variant_serves_over_rest_and_grpc(variants_run):
 
     out, _, _ = variants_run
     with LocalServer(out / "int8") as server:
-        for result in (check_http(server.http_url, "digits", out / "int8"), check_grpc(server.grpc_target, "digits", out / "int8")):
+        for result in (
+            check_http(server.http_url, "digits", out / "int8"),
+            check_grpc(server.grpc_target, "digits", out / "int8"),
+        ):
             assert result.predictions_match and result.rows == 32
 
 
 def test_profile_lists_operators_and_keeps_a_perfetto_trace(variants_run, module_reports_env, tmp_path):
     out, _, _ = variants_run
     trace = tmp_path / "trace.json"
-    result = run_module("export", "profile", str(out / "int8"), "--runs", "20", "--batch-size", "4", "--trace", str(trace), env=module_reports_env)
+    result = run_module(
+        "export", "profile", str(out / "int8"), "--runs", "20", "--batch-size", "4", "--trace", str(trace), env=module_reports_env
+    )
     events = json.loads(trace.read_text())
     assert any(event.get("cat") == "Node" for event in events)
     report = json.loads((Path(module_reports_env["SLIPWAY_REPORTS_DIR"]) / "profile.json").read_text())
@@ -148,7 +164,12 @@ def _fails(args: list[str], env: dict, out: Path, expected: str):
 
 
 def test_missing_and_corrupt_models_are_refused(tmp_path, module_reports_env):
-    _fails(["variants", "digits", "--keras-model", str(tmp_path / "none.keras")], module_reports_env, tmp_path / "o1", "no trained model at")
+    _fails(
+        ["variants", "digits", "--keras-model", str(tmp_path / "none.keras")],
+        module_reports_env,
+        tmp_path / "o1",
+        "no trained model at",
+    )
     corrupt = tmp_path / "corrupt.keras"
     corrupt.write_bytes(np.random.default_rng(0).bytes(4096))
     _fails(["variants", "digits", "--keras-model", str(corrupt)], module_reports_env, tmp_path / "o2", "is not one")
@@ -159,11 +180,14 @@ def test_missing_and_corrupt_models_are_refused(tmp_path, module_reports_env):
     assert not any((tmp_path / name).exists() for name in ("o1", "o2", "o3"))
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--variants", "fp32,int4"], "unknown variant(s) ['int4']"),
-    (["--accuracy-budget", "-1"], "invalid export options: budget.accuracy_points"),
-    (["--sparsity", "1.5"], "invalid export options: sparsity"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--variants", "fp32,int4"], "unknown variant(s) ['int4']"),
+        (["--accuracy-budget", "-1"], "invalid export options: budget.accuracy_points"),
+        (["--sparsity", "1.5"], "invalid export options: sparsity"),
+    ],
+)
 def test_bad_options_are_refused_before_any_work(args, expected, trained_model, tmp_path, module_reports_env):
     _fails(["variants", "digits", "--keras-model", str(trained_model), *args], module_reports_env, tmp_path / "out", expected)
     assert not (tmp_path / "out").exists()
@@ -176,8 +200,12 @@ def test_a_budget_no_variant_meets_writes_nothing(trained_model, tmp_path, modul
     reports = Path(module_reports_env["SLIPWAY_REPORTS_DIR"])
     before = (reports / "export.json").read_bytes() if (reports / "export.json").exists() else None
     # fp16 can never reproduce fp32 probabilities exactly: a zero tolerance rejects it for sure
-    result = _fails(["variants", "digits", "--keras-model", str(trained_model), "--variants", "fp16", "--fp16-tolerance", "0", *QUICK],
-                    module_reports_env, out, "no variant of digits is within budget")
+    result = _fails(
+        ["variants", "digits", "--keras-model", str(trained_model), "--variants", "fp16", "--fp16-tolerance", "0", *QUICK],
+        module_reports_env,
+        out,
+        "no variant of digits is within budget",
+    )
     assert "fp16: max abs diff" in result.stderr
     assert [p.name for p in out.iterdir()] == ["fp32"] and (out / "fp32" / "manifest.json").read_text() == "{}"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
@@ -187,7 +215,9 @@ def test_a_budget_no_variant_meets_writes_nothing(trained_model, tmp_path, modul
 def test_the_chosen_variant_publishes_with_its_lineage(variants_run, module_reports_env, tmp_path):
     _, report, _ = variants_run
     chosen = next(row for row in report["variants"] if row["name"] == report["chosen"]["name"])
-    result = run_module("export", "versions", "publish", chosen["path"], "--store", str(tmp_path / "store"), "--json", env=module_reports_env)
+    result = run_module(
+        "export", "versions", "publish", chosen["path"], "--store", str(tmp_path / "store"), "--json", env=module_reports_env
+    )
     record = json.loads(result.stdout)
     assert record["lineage"]["source"]["digest"] == chosen["digest"] and record["name"] == "digits"
     assert record["lineage"]["variant"] == chosen["name"]

@@ -21,9 +21,15 @@ EPOCHS = 10
 
 def build() -> torch.nn.Module:
     return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(32 * 4 * 4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10),
+        torch.nn.Conv2d(1, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 4 * 4, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 10),
     )
 
 
@@ -48,9 +54,14 @@ def main(out: Path) -> None:
         logits = net(torch.from_numpy(x_test)).numpy()
     out.mkdir(parents=True, exist_ok=True)
     torch.onnx.export(
-        net, (torch.from_numpy(x_test[:2]),), str(out / "model.onnx"),
-        input_names=["image"], output_names=["logits"], dynamic_shapes=({0: torch.export.Dim("batch", min=1)},),
-        opset_version=18, dynamo=True,
+        net,
+        (torch.from_numpy(x_test[:2]),),
+        str(out / "model.onnx"),
+        input_names=["image"],
+        output_names=["logits"],
+        dynamic_shapes=({0: torch.export.Dim("batch", min=1)},),
+        opset_version=18,
+        dynamo=True,
     )
     np.savez(out / "calibration.npz", image=to_nchw(splits.x_train))
     np.savez(out / "labelled.npz", image=x_test, labels=splits.y_test)

@@ -8,8 +8,12 @@ from loadtest.__main__ import main
 from slipway.cli import EXIT_USER_ERROR, run
 from tests.conftest import json_http_server, run_module
 
-METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
-            "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
+METADATA = {
+    "name": "mm",
+    "platform": "",
+    "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+    "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}],
+}
 
 
 @pytest.fixture
@@ -40,8 +44,9 @@ def test_a_refused_run_leaves_no_out_dir_and_an_out_dir_that_is_a_file_is_named(
     out_dir = tmp_path / "locust"
     err = _refused(capsys, "run", "--host", "http://127.0.0.1:9", "--model", "mm", "--out-dir", str(out_dir))
     assert "cannot reach" in err and not out_dir.exists()
-    err = _refused(capsys, "run", "--host", failing_server, "--model", "mm", "--data", str(tmp_path / "none.npz"),
-                   "--out-dir", str(out_dir))
+    err = _refused(
+        capsys, "run", "--host", failing_server, "--model", "mm", "--data", str(tmp_path / "none.npz"), "--out-dir", str(out_dir)
+    )
     assert "does not exist" in err and not out_dir.exists()
     afile = tmp_path / "afile"
     afile.write_text("")
@@ -108,8 +113,22 @@ def test_search_space_refuses_a_choice_no_config_can_take(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_whose_every_request_fails_exits_non_zero_saying_so(failing_server, reports_env, tmp_path):
-    result = run_module("loadtest", "run", "--host", failing_server, "--model", "mm", "--duration", "2",
-                        "--name", "all-failed", "--out-dir", str(tmp_path / "locust"), env=reports_env, check=False)
+    result = run_module(
+        "loadtest",
+        "run",
+        "--host",
+        failing_server,
+        "--model",
+        "mm",
+        "--duration",
+        "2",
+        "--name",
+        "all-failed",
+        "--out-dir",
+        str(tmp_path / "locust"),
+        env=reports_env,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "Traceback" not in result.stderr
@@ -122,17 +141,24 @@ def test_no_answer_tells_a_silent_or_failing_server_from_a_measured_one(tmp_path
     from loadtest.run import LoadResult, LoadRun, no_answer
 
     def finished(requests: int, failures: int) -> LoadRun:
-        result = LoadResult(users=4, duration_s=2, requests=requests, failures=failures, rps=requests / 2, p50_ms=1,
-                            p95_ms=2, p99_ms=3, avg_ms=1)
-        return LoadRun(aggregate=result, steps=[], stopped="", saturation=None,
-                       files={"locust_failures": str(tmp_path / "locust_failures.csv")})
+        result = LoadResult(
+            users=4, duration_s=2, requests=requests, failures=failures, rps=requests / 2, p50_ms=1, p95_ms=2, p99_ms=3, avg_ms=1
+        )
+        return LoadRun(
+            aggregate=result,
+            steps=[],
+            stopped="",
+            saturation=None,
+            files={"locust_failures": str(tmp_path / "locust_failures.csv")},
+        )
 
     (tmp_path / "locust_failures.csv").write_text(
         "Method,Name,Error,Occurrences,First Seen,Last Seen\n"
         "POST,infer,LocustBadStatusCode(code=404),3,a,b\nPOST,infer,LocustBadStatusCode(code=501),40,a,b\n"
     )
-    assert no_answer(finished(43, 43)) == ("the server answered none of the 43 requests "
-                                           "(most failed with POST infer: LocustBadStatusCode(code=501))")
+    assert no_answer(finished(43, 43)) == (
+        "the server answered none of the 43 requests (most failed with POST infer: LocustBadStatusCode(code=501))"
+    )
     assert "completed no request" in no_answer(finished(0, 0))
     assert no_answer(finished(43, 42)) is None
     (tmp_path / "locust_failures.csv").unlink()

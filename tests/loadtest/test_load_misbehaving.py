@@ -30,8 +30,12 @@ from slipway.cli import EXIT_USER_ERROR, run
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import http_server, json_http_server, run_module, send_body
 
-METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
-            "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
+METADATA = {
+    "name": "mm",
+    "platform": "",
+    "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+    "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}],
+}
 V2_ANSWER = {"model_name": "mm", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3], "data": [0, 0, 1]}]}
 
 
@@ -54,8 +58,10 @@ def grpc_server(infer: Callable[[grpc.ServicerContext], service_pb2.ModelInferRe
         def ModelMetadata(self, request, context):  # noqa: N802 (gRPC's naming)
             tensor = service_pb2.ModelMetadataResponse.TensorMetadata
             return service_pb2.ModelMetadataResponse(
-                name="mm", inputs=[tensor(name="x", datatype="FP32", shape=[-1, 4])],
-                outputs=[tensor(name="y", datatype="FP32", shape=[-1, 3])])
+                name="mm",
+                inputs=[tensor(name="x", datatype="FP32", shape=[-1, 4])],
+                outputs=[tensor(name="y", datatype="FP32", shape=[-1, 3])],
+            )
 
         def ModelInfer(self, request, context):  # noqa: N802
             return infer(context)
@@ -126,8 +132,22 @@ def _load(host: str, tmp_path: Path, env: dict, *args: str, timeout: float = 60)
     """Run `loadtest run` for 2 s; its one error line and how long it took, after checking nothing is left running."""
     out_dir = str(tmp_path / "locust")
     started = time.monotonic()
-    result = run_module("loadtest", "run", "--host", host, "--model", "mm", "--duration", "2", "--out-dir", out_dir,
-                        *args, env=env, check=False, timeout=timeout)
+    result = run_module(
+        "loadtest",
+        "run",
+        "--host",
+        host,
+        "--model",
+        "mm",
+        "--duration",
+        "2",
+        "--out-dir",
+        out_dir,
+        *args,
+        env=env,
+        check=False,
+        timeout=timeout,
+    )
     took = time.monotonic() - started
     assert locust_pids(out_dir) == []
     return _one_error(result), took
@@ -136,7 +156,8 @@ def _load(host: str, tmp_path: Path, env: dict, *args: str, timeout: float = 60)
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_a_server_that_never_answers_is_named_and_its_locust_workers_are_gone_when_the_run_ends(
-        protocol, never, reports_env, tmp_path):
+    protocol, never, reports_env, tmp_path
+):
     def hang(*_):
         never.wait(60)
         return service_pb2.ModelInferResponse()
@@ -162,8 +183,23 @@ def test_answers_that_are_not_v2_inference_count_as_failures(protocol, reports_e
 @pytest.mark.slow
 def test_v2_answers_still_pass(reports_env, tmp_path):
     with rest_server(lambda handler: send_body(handler, json.dumps(V2_ANSWER).encode())) as host:
-        result = run_module("loadtest", "run", "--host", host, "--model", "mm", "--duration", "2", "--max-error-rate", "0",
-                            "--out-dir", str(tmp_path / "locust"), env=reports_env, check=False, timeout=60)
+        result = run_module(
+            "loadtest",
+            "run",
+            "--host",
+            host,
+            "--model",
+            "mm",
+            "--duration",
+            "2",
+            "--max-error-rate",
+            "0",
+            "--out-dir",
+            str(tmp_path / "locust"),
+            env=reports_env,
+            check=False,
+            timeout=60,
+        )
     assert result.returncode == 0, result.stderr
 
 
@@ -215,10 +251,28 @@ def test_a_terminated_run_stops_its_locust(never, reports_env, tmp_path):
     """SIGTERM (a cancelled CI job, `timeout`) must stop Locust by PID as Ctrl-C does, not orphan it."""
     out_dir = str(tmp_path / "locust")
     with rest_server(lambda handler: send_body(handler, json.dumps(V2_ANSWER).encode())) as host:
-        command = [sys.executable, "-m", "loadtest", "run", "--host", host, "--model", "mm", "--duration", "30",
-                   "--out-dir", out_dir]
-        process = subprocess.Popen(command, cwd=PROJECT_ROOT, env={**os.environ, **reports_env},
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        command = [
+            sys.executable,
+            "-m",
+            "loadtest",
+            "run",
+            "--host",
+            host,
+            "--model",
+            "mm",
+            "--duration",
+            "30",
+            "--out-dir",
+            out_dir,
+        ]
+        process = subprocess.Popen(
+            command,
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **reports_env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 15
             while not locust_pids(out_dir) and time.monotonic() < deadline:
@@ -238,8 +292,9 @@ def test_a_terminated_run_stops_its_locust(never, reports_env, tmp_path):
 
 @pytest.fixture
 def example_dir(tmp_path) -> Path:
-    np.savez(tmp_path / "input-example.npz", **{"input:x": np.zeros((2, 4), np.float32),
-                                                 "output:y": np.zeros((2, 3), np.float32)})
+    np.savez(
+        tmp_path / "input-example.npz", **{"input:x": np.zeros((2, 4), np.float32), "output:y": np.zeros((2, 3), np.float32)}
+    )
     return tmp_path
 
 

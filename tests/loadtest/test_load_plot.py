@@ -11,9 +11,20 @@ from slipway.slo import Slo
 
 
 def _step(index: int, users: int, rps: float, p95: float, p99: float) -> StepFigures:
-    return StepFigures(index=index, name=f"step {index + 1}", users=users, started_s=5.0 * index, duration_s=5.0,
-                       requests=int(rps * 5), failures=0, rps=rps, p50_ms=p95 / 2, p90_ms=p95 * 0.9, p95_ms=p95,
-                       p99_ms=p99)
+    return StepFigures(
+        index=index,
+        name=f"step {index + 1}",
+        users=users,
+        started_s=5.0 * index,
+        duration_s=5.0,
+        requests=int(rps * 5),
+        failures=0,
+        rps=rps,
+        p50_ms=p95 / 2,
+        p90_ms=p95 * 0.9,
+        p95_ms=p95,
+        p99_ms=p99,
+    )
 
 
 STEPS = [_step(0, 1, 180, 6, 9), _step(1, 2, 340, 7, 11), _step(2, 4, 610, 9, 15), _step(3, 8, 640, 19, 30)]
@@ -43,8 +54,7 @@ def figure():
 
 def test_each_limit_is_a_horizontal_line_at_its_value_on_the_axis_it_bounds(figure):
     lines = _lines_by_label(figure)
-    for limit, value, unit in (("p95_ms", 50, "latency (ms)"), ("p99_ms", 100, "latency (ms)"),
-                               ("min_rps", 100, "requests/s")):
+    for limit, value, unit in (("p95_ms", 50, "latency (ms)"), ("p99_ms", 100, "latency (ms)"), ("min_rps", 100, "requests/s")):
         drawn = lines[limit_label(limit, value)]
         assert drawn, limit
         for axis, line in drawn:
@@ -59,8 +69,15 @@ def test_every_panel_has_a_legend_naming_its_series_and_limits(figure):
     legends = _legend_texts(figure)
     assert len(legends) == 3
     by_load, over_time, latency = legends
-    assert {"throughput (req/s)", "p95 latency (ms)", "p99 latency (ms)", "SLO p95 <= 50 ms", "SLO p99 <= 100 ms",
-            "SLO min_rps >= 100 req/s", "saturation: 8 users, 640 req/s"} <= by_load
+    assert {
+        "throughput (req/s)",
+        "p95 latency (ms)",
+        "p99 latency (ms)",
+        "SLO p95 <= 50 ms",
+        "SLO p99 <= 100 ms",
+        "SLO min_rps >= 100 req/s",
+        "saturation: 8 users, 640 req/s",
+    } <= by_load
     assert {"users (the load applied)", "throughput (req/s)", "SLO min_rps >= 100 req/s"} <= over_time
     assert {"p95 latency (ms)", "p99 latency (ms)", "SLO p95 <= 50 ms", "SLO p99 <= 100 ms"} <= latency
 
@@ -84,7 +101,9 @@ def test_without_an_slo_nothing_claims_to_be_a_limit_and_a_limit_above_every_mea
         plt.close(bare)
     loose = draw_load(STEPS, title="loose", slo=Slo(p99_ms=400, min_rps=2000))
     try:
-        for axis, line in _lines_by_label(loose)[limit_label("p99_ms", 400)] + _lines_by_label(loose)[limit_label("min_rps", 2000)]:
+        for axis, line in (
+            _lines_by_label(loose)[limit_label("p99_ms", 400)] + _lines_by_label(loose)[limit_label("min_rps", 2000)]
+        ):
             assert line.get_ydata()[0] < axis.get_ylim()[1]
     finally:
         plt.close(loose)

@@ -20,10 +20,15 @@ from loadtest.steps import Snapshot, bucket_ms, figures_between, percentile, per
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module, send_body, serving
 
-METADATA = {"name": "mm", "platform": "", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
-            "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]}
-V2_ANSWER = json.dumps({"model_name": "mm", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3],
-                                                         "data": [0, 0, 1]}]}).encode()
+METADATA = {
+    "name": "mm",
+    "platform": "",
+    "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+    "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}],
+}
+V2_ANSWER = json.dumps(
+    {"model_name": "mm", "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 3], "data": [0, 0, 1]}]}
+).encode()
 
 
 def _whole_ms(response_time: float) -> float:
@@ -31,11 +36,20 @@ def _whole_ms(response_time: float) -> float:
     return 1000 + response_time
 
 
-@pytest.mark.parametrize("response_time, key", [
-    (0.4371, 0.44), (0.435, 0.43), (0.0528, 0.053), (0.000123456, 0.00012), (0.1, 0.1), (0.99, 0.99),
-    (0.996, 1.0),  # rounds up into Locust's first whole-ms bucket, the same dict key as its 1
-    (0.0, 0.0), (-0.001, 0.0),
-])
+@pytest.mark.parametrize(
+    "response_time, key",
+    [
+        (0.4371, 0.44),
+        (0.435, 0.43),
+        (0.0528, 0.053),
+        (0.000123456, 0.00012),
+        (0.1, 0.1),
+        (0.99, 0.99),
+        (0.996, 1.0),  # rounds up into Locust's first whole-ms bucket, the same dict key as its 1
+        (0.0, 0.0),
+        (-0.001, 0.0),
+    ],
+)
 def test_below_one_ms_a_response_time_keeps_two_significant_digits(response_time, key):
     assert bucket_ms(response_time, _whole_ms) == key
 
@@ -48,17 +62,27 @@ def test_from_one_ms_up_the_key_is_locusts_own(response_time):
 @pytest.mark.parametrize("locustfile", ["locustfile_rest", "locustfile_grpc"])
 def test_the_locustfiles_install_the_bucketing_in_locust_and_keep_its_rounding_from_one_ms_up(locustfile, tmp_path):
     (tmp_path / "request.bin").write_bytes(b"")  # what each locustfile reads at import: an empty body, an empty request
-    job = LoadJob(endpoint=parse_host("127.0.0.1:9", protocol="rest", model="mm"), payload_file=tmp_path / "request.bin",
-                  shape=ShapeSpec(kind="constant", users=1, duration_s=2), steps_file=tmp_path / "steps.json")
+    job = LoadJob(
+        endpoint=parse_host("127.0.0.1:9", protocol="rest", model="mm"),
+        payload_file=tmp_path / "request.bin",
+        shape=ShapeSpec(kind="constant", users=1, duration_s=2),
+        steps_file=tmp_path / "steps.json",
+    )
     (tmp_path / "job.json").write_text(job.model_dump_json())
     # In a process of its own, as Locust loads it: importing locust monkey-patches the standard library for gevent.
-    code = (f"import json, locust.stats, loadtest.{locustfile}; "
-            "print(json.dumps([locust.stats.bucket_response_time(t) for t in "
-            "(0.4371, 0.0528, 0.996, 1.4, 1.6, 99.4, 147, 3432, 58760)]))")
-    env = {**os.environ, JOB_ENV: str(tmp_path / "job.json"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
-                            timeout=120, check=False)
+    code = (
+        f"import json, locust.stats, loadtest.{locustfile}; "
+        "print(json.dumps([locust.stats.bucket_response_time(t) for t in "
+        "(0.4371, 0.0528, 0.996, 1.4, 1.6, 99.4, 147, 3432, 58760)]))"
+    )
+    env = {
+        **os.environ,
+        JOB_ENV: str(tmp_path / "job.json"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == [0.44, 0.053, 1.0, 1, 2, 99, 150, 3400, 59000]
 
@@ -76,9 +100,11 @@ def test_a_steps_figures_keep_sub_millisecond_keys():
     assert figures.requests == 100 and (figures.p50_ms, figures.p90_ms, figures.p99_ms) == (0.52, 0.87, 1.0)
 
 
-CSV_HEADER = ("Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,Min Response Time,"
-              "Max Response Time,Average Content Size,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,"
-              "99.99%,100%\n")
+CSV_HEADER = (
+    "Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,Min Response Time,"
+    "Max Response Time,Average Content Size,Requests/s,Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,"
+    "99.99%,100%\n"
+)
 
 
 def test_the_whole_runs_percentiles_come_from_its_histogram_not_the_csvs_whole_milliseconds(tmp_path):
@@ -98,8 +124,11 @@ def test_a_run_without_requests_has_no_percentiles(tmp_path):
 
 def test_steps_read_back_with_the_whole_runs_histogram_and_without_it_say_where_to_look(tmp_path):
     steps = tmp_path / "steps.json"
-    steps.write_text(json.dumps({"final": True, "stopped": "all stages ran", "steps": [], "saturation": None,
-                                 "response_times": [[0.23, 5], [1, 2]]}))
+    steps.write_text(
+        json.dumps(
+            {"final": True, "stopped": "all stages ran", "steps": [], "saturation": None, "response_times": [[0.23, 5], [1, 2]]}
+        )
+    )
     assert read_steps(steps)["response_times"] == {0.23: 5, 1.0: 2}
     steps.write_text(json.dumps({"final": True, "stopped": "all stages ran", "steps": [], "saturation": None}))
     with pytest.raises(LoadTestError, match=r"no whole-run histogram in .*steps.json: .* see locust.log"):
@@ -132,9 +161,27 @@ def _sub_ms_server():
 def test_a_sub_millisecond_server_reads_between_0_and_1_ms(reports_env, tmp_path):
     # One user on a kept-alive loopback connection: about 0.3 ms a request, which Locust's CSV writes as 0.
     with _sub_ms_server() as host:
-        result = run_module("loadtest", "run", "--host", host, "--model", "mm", "--users", "1", "--duration", "3",
-                            "--max-error-rate", "0", "--name", "sub-ms", "--out-dir", str(tmp_path / "locust"),
-                            env=reports_env, check=False, timeout=60)
+        result = run_module(
+            "loadtest",
+            "run",
+            "--host",
+            host,
+            "--model",
+            "mm",
+            "--users",
+            "1",
+            "--duration",
+            "3",
+            "--max-error-rate",
+            "0",
+            "--name",
+            "sub-ms",
+            "--out-dir",
+            str(tmp_path / "locust"),
+            env=reports_env,
+            check=False,
+            timeout=60,
+        )
     assert result.returncode == 0, result.stderr
     report = json.loads((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "sub-ms.json").read_text())
     whole, (step,) = report["result"], report["steps"]

@@ -40,8 +40,24 @@ def test_step_load_over_rest_rises_measures_each_step_and_passes_a_slo_that_hold
     slo = tmp_path / "slo.yaml"
     slo.write_text("p95_ms: 5000\nmax_error_rate: 0.01\nmin_rps: 1\n")
     result = run_module(
-        "loadtest", "run", "--host", digits_server.http_url, "--model", "digits", "--shape", "step",
-        "--step-seconds", "2", "--max-users", "8", "--slo", str(slo), "--name", "step-rest", env=reports_env, check=False,
+        "loadtest",
+        "run",
+        "--host",
+        digits_server.http_url,
+        "--model",
+        "digits",
+        "--shape",
+        "step",
+        "--step-seconds",
+        "2",
+        "--max-users",
+        "8",
+        "--slo",
+        str(slo),
+        "--name",
+        "step-rest",
+        env=reports_env,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report = _report(reports_env, "step-rest")
@@ -59,9 +75,30 @@ def test_step_load_over_rest_rises_measures_each_step_and_passes_a_slo_that_hold
 
 def test_soak_over_grpc_fails_the_gate_naming_the_limit_and_by_how_much(digits_server, reports_env):
     result = run_module(
-        "loadtest", "run", "--host", digits_server.grpc_target, "--protocol", "grpc", "--model", "digits",
-        "--shape", "soak", "--users", "2", "--duration", "4", "--window-seconds", "2", "--min-rps", "10000000",
-        "--max-error-rate", "0", "--name", "soak-grpc", env=reports_env, check=False,
+        "loadtest",
+        "run",
+        "--host",
+        digits_server.grpc_target,
+        "--protocol",
+        "grpc",
+        "--model",
+        "digits",
+        "--shape",
+        "soak",
+        "--users",
+        "2",
+        "--duration",
+        "4",
+        "--window-seconds",
+        "2",
+        "--min-rps",
+        "10000000",
+        "--max-error-rate",
+        "0",
+        "--name",
+        "soak-grpc",
+        env=reports_env,
+        check=False,
     )
     assert result.returncode == 1, result.stderr
     assert "SLO broken on the whole run" in result.stderr and "< min_rps 1e+07 (short by" in result.stderr
@@ -76,9 +113,28 @@ def test_soak_over_grpc_fails_the_gate_naming_the_limit_and_by_how_much(digits_s
 def test_constant_load_over_rest_with_binary_tensors_is_answered(digits_server, reports_env, tmp_path):
     out_dir = tmp_path / "locust"
     result = run_module(
-        "loadtest", "run", "--host", digits_server.http_url, "--model", "digits", "--rest-body", "binary",
-        "--shape", "constant", "--users", "2", "--duration", "3", "--max-error-rate", "0", "--name", "binary-rest",
-        "--out-dir", str(out_dir), env=reports_env, check=False,
+        "loadtest",
+        "run",
+        "--host",
+        digits_server.http_url,
+        "--model",
+        "digits",
+        "--rest-body",
+        "binary",
+        "--shape",
+        "constant",
+        "--users",
+        "2",
+        "--duration",
+        "3",
+        "--max-error-rate",
+        "0",
+        "--name",
+        "binary-rest",
+        "--out-dir",
+        str(out_dir),
+        env=reports_env,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report = _report(reports_env, "binary-rest")
@@ -90,8 +146,9 @@ def test_constant_load_over_rest_with_binary_tensors_is_answered(digits_server, 
     header = json.loads(body[:header_length])
     assert header["inputs"][0]["parameters"]["binary_data_size"] == len(body) - header_length == 64 * 4
     # The same body without its header is not a V2 JSON request: the run's zero failures were the binary route's answers.
-    refused = urllib.request.Request(f"{digits_server.http_url}/v2/models/digits/infer", data=body,
-                                     headers={"Content-Type": "application/json"})
+    refused = urllib.request.Request(
+        f"{digits_server.http_url}/v2/models/digits/infer", data=body, headers={"Content-Type": "application/json"}
+    )
     with pytest.raises(urllib.error.HTTPError) as answer:
         urllib.request.urlopen(refused, timeout=10)
     assert 400 <= answer.value.code < 500
@@ -114,8 +171,12 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         if not self.path.startswith(server.prefix + "/"):
             return self._answer(404, b'{"error": "no route"}')
         body = self.rfile.read(int(self.headers.get("Content-Length", 0))) if method == "POST" else None
-        request = urllib.request.Request(server.upstream + self.path[len(server.prefix):], data=body, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            server.upstream + self.path[len(server.prefix) :],
+            data=body,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 self._answer(response.status, response.read())
@@ -146,9 +207,28 @@ def test_spike_through_the_seldon_ingress_prefix(digits_server, reports_env):
     try:
         host = f"http://127.0.0.1:{proxy.server_address[1]}/seldon/models/digits"
         result = run_module(
-            "loadtest", "run", "--host", host, "--model", "digits", "--shape", "spike", "--users", "1",
-            "--spike-users", "3", "--duration", "6", "--spike-seconds", "2", "--batch-size", "2", "--name", "spike-seldon",
-            env=reports_env, check=False,
+            "loadtest",
+            "run",
+            "--host",
+            host,
+            "--model",
+            "digits",
+            "--shape",
+            "spike",
+            "--users",
+            "1",
+            "--spike-users",
+            "3",
+            "--duration",
+            "6",
+            "--spike-seconds",
+            "2",
+            "--batch-size",
+            "2",
+            "--name",
+            "spike-seldon",
+            env=reports_env,
+            check=False,
         )
     finally:
         proxy.shutdown()

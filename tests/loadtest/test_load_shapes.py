@@ -9,8 +9,20 @@ from slipway.slo import Slo
 
 
 def step(index, users, rps, p95=10.0, requests=1000, failures=0):
-    return StepFigures(index=index, name=f"step {index + 1}", users=users, started_s=index * 5.0, duration_s=4.0,
-                       requests=requests, failures=failures, rps=rps, p50_ms=p95 / 2, p90_ms=p95, p95_ms=p95, p99_ms=p95 * 2)
+    return StepFigures(
+        index=index,
+        name=f"step {index + 1}",
+        users=users,
+        started_s=index * 5.0,
+        duration_s=4.0,
+        requests=requests,
+        failures=failures,
+        rps=rps,
+        p50_ms=p95 / 2,
+        p90_ms=p95,
+        p95_ms=p95,
+        p99_ms=p95 * 2,
+    )
 
 
 def test_figures_between_two_snapshots_are_that_step_alone():

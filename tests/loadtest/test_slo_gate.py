@@ -6,8 +6,17 @@ from slipway.slo import ConfigError, Slo, breaches, capacity_step, judge, load_s
 
 
 def figures(users, rps, p95, error_rate=0.0, index=0):
-    return {"index": index, "users": users, "rps": rps, "p50_ms": p95 / 3, "p95_ms": p95, "p99_ms": p95 * 1.5,
-            "error_rate": error_rate, "requests": 1000, "failures": int(error_rate * 1000)}
+    return {
+        "index": index,
+        "users": users,
+        "rps": rps,
+        "p50_ms": p95 / 3,
+        "p95_ms": p95,
+        "p99_ms": p95 * 1.5,
+        "error_rate": error_rate,
+        "requests": 1000,
+        "failures": int(error_rate * 1000),
+    }
 
 
 def test_slo_from_yaml_with_flags_winning(tmp_path):

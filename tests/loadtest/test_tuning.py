@@ -32,8 +32,14 @@ def two_variants(tmp_path, digits_artifact) -> dict[str, Path]:
     quantized = tmp_path / "int8.onnx"
     quantize_dynamic(str(digits_artifact / "model.onnx"), str(quantized))
     inputs, outputs, labels = load_input_example(digits_artifact)
-    write_artifact(tmp_path / "int8", onnx_bytes=onnx.load(str(quantized)).SerializeToString(), name="digits",
-                   example_inputs=inputs, example_outputs=outputs, example_labels=labels)
+    write_artifact(
+        tmp_path / "int8",
+        onnx_bytes=onnx.load(str(quantized)).SerializeToString(),
+        name="digits",
+        example_inputs=inputs,
+        example_outputs=outputs,
+        example_labels=labels,
+    )
     return {"fp32": digits_artifact, "int8": tmp_path / "int8"}
 
 
@@ -68,8 +74,12 @@ def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, dig
     folder = apply_config(config, digits_artifact, tmp_path / "trial")
     settings = json.loads((folder / "model-settings.json").read_text())
     assert (settings["max_batch_size"], settings["max_batch_time"]) == (8, 0.002)
-    assert settings["parameters"]["extra"] == {"intra_op_threads": 2, "inter_op_threads": 1, "inference_threads": 1,
-                                               "max_batch_rows": 1}
+    assert settings["parameters"]["extra"] == {
+        "intra_op_threads": 2,
+        "inter_op_threads": 1,
+        "inference_threads": 1,
+        "max_batch_rows": 1,
+    }
     verify_artifact(folder)  # the manifest was re-hashed: the runtime will accept it
 
 
@@ -77,13 +87,27 @@ def test_apply_config_writes_a_verified_artifact_with_the_settings(tmp_path, dig
 def test_the_runtimes_run_slots_and_merged_rows_are_searched_when_asked(tmp_path, digits_artifact):
     from slipway.runtime_settings import parse_runtime_settings
 
-    space = _space(tmp_path, variants=("fp32",), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1],
-                   inference_threads=[1, 4], max_batch_rows=[1, 4])
+    space = _space(
+        tmp_path,
+        variants=("fp32",),
+        parallel_workers=[0],
+        max_batch_size=[1],
+        intra_op_threads=[1],
+        inference_threads=[1, 4],
+        max_batch_rows=[1, 4],
+    )
     keys = sorted(c.key for c in space.grid())
     assert keys == ["fp32-w0-b1-t1x1", "fp32-w0-b1-t1x1-s1r4", "fp32-w0-b1-t1x1-s4r1", "fp32-w0-b1-t1x1-s4r4"]
     assert space.known_good() == [ServingConfig(variant="fp32", parallel_workers=0, max_batch_size=1, intra_op_threads=1)]
-    with_slots = _space(tmp_path, variants=("fp32",), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1],
-                        inference_threads=[1, 2], max_batch_rows=[1, 4])
+    with_slots = _space(
+        tmp_path,
+        variants=("fp32",),
+        parallel_workers=[0],
+        max_batch_size=[1],
+        intra_op_threads=[1],
+        inference_threads=[1, 2],
+        max_batch_rows=[1, 4],
+    )
     assert [c.key for c in with_slots.known_good()] == ["fp32-w0-b1-t1x1", "fp32-w0-b1-t1x1-s2r4"]  # both starts lie in it
     config = next(c for c in space.grid() if c.key.endswith("-s4r4"))
     extra = json.loads((apply_config(config, digits_artifact, tmp_path / "trial") / "model-settings.json").read_text())
@@ -138,8 +162,18 @@ def test_search_stops_after_patience_without_improvement(tmp_path):
 
 def test_a_config_with_no_step_within_the_slo_is_infeasible():
     config = ServingConfig(variant="fp32", parallel_workers=0, max_batch_size=1, intra_op_threads=1)
-    steps = [{"users": 1, "rps": 300, "requests": 600, "p50_ms": 30, "p95_ms": 80, "p99_ms": 90, "error_rate": 0,
-              "server_cpu_cores": 0.5}]
+    steps = [
+        {
+            "users": 1,
+            "rps": 300,
+            "requests": 600,
+            "p50_ms": 30,
+            "p95_ms": 80,
+            "p99_ms": 90,
+            "error_rate": 0,
+            "server_cpu_cores": 0.5,
+        }
+    ]
     measurement = judge_steps(config, steps, Slo(p95_ms=40))
     assert not measurement.feasible and measurement.objective == 0 and measurement.violation == 1.0
     assert "even 1 user(s) break the SLO" in measurement.reason and "p95 latency 80.0 ms > p95_ms 40" in measurement.reason
@@ -151,9 +185,30 @@ def test_a_config_with_no_step_within_the_slo_is_infeasible():
 def test_short_real_tuning_run_measures_both_variants_and_writes_a_deployable_spec(two_variants, reports_env, tmp_path):
     out = tmp_path / "tune"
     result = run_module(
-        "loadtest", "tune", "--variant", f"fp32={two_variants['fp32']}", "--variant", f"int8={two_variants['int8']}",
-        "--workers", "0", "--batch-sizes", "1", "--intra", "1", "--trials", "2", "--step-seconds", "2", "--max-users", "4",
-        "--p95-ms", "5000", "--out-dir", str(out), env=reports_env, check=False,
+        "loadtest",
+        "tune",
+        "--variant",
+        f"fp32={two_variants['fp32']}",
+        "--variant",
+        f"int8={two_variants['int8']}",
+        "--workers",
+        "0",
+        "--batch-sizes",
+        "1",
+        "--intra",
+        "1",
+        "--trials",
+        "2",
+        "--step-seconds",
+        "2",
+        "--max-users",
+        "4",
+        "--p95-ms",
+        "5000",
+        "--out-dir",
+        str(out),
+        env=reports_env,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "tune.json").read_text())
@@ -185,8 +240,15 @@ def test_a_tuned_spec_whose_settings_keep_a_cpu_busy_autoscales_on_requests(tmp_
     (folder / "model-settings.json").write_text(json.dumps(settings))
     space = SearchSpace(variants={"fp32": folder}, parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1])
     best = Measurement(space.grid()[0], True, "", capacity_rps=400.0, p95_ms=4.0, cpu_cores=0.8, memory_bytes=2**28)
-    write_tune_outputs(SearchResult(measurements=[best]), space, Slo(p95_ms=50), out_dir=tmp_path / "tune",
-                       settings={}, hpa_metric="cpu", reports_dir=tmp_path / "reports")
+    write_tune_outputs(
+        SearchResult(measurements=[best]),
+        space,
+        Slo(p95_ms=50),
+        out_dir=tmp_path / "tune",
+        settings={},
+        hpa_metric="cpu",
+        reports_dir=tmp_path / "reports",
+    )
     deployment = json.loads((tmp_path / "reports" / "tune.json").read_text())["deployment"]
     metric = _render_overlay(tmp_path / "tune" / "overlay")["spec"]["predictors"][0]["componentSpecs"][0]["hpaSpec"]["metricsv2"]
     assert len(metric) == 1 and metric[0]["type"] == deployment["hpa_metric"]["type"] == scales_on
@@ -207,7 +269,9 @@ def _render_overlay(overlay: Path) -> dict:
     from deployments.validate import load_crd_schema, validate_documents
     from slipway.paths import SELDON_CRD_SCHEMA
 
-    rendered = render(overlay, model=ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32))
+    rendered = render(
+        overlay, model=ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32)
+    )
     report = validate_documents(rendered.docs, crd_schema=load_crd_schema(SELDON_CRD_SCHEMA) or {})
     assert report.ok, report.errors
     return rendered.seldon_deployment
@@ -215,8 +279,18 @@ def _render_overlay(overlay: Path) -> dict:
 
 @pytest.mark.slow  # needs the trained digits model (digits_artifact)
 def test_tune_check_refuses_a_grid_outside_24_to_48(tmp_path, digits_artifact, reports_env):
-    result = run_module("loadtest", "tune-check", "--model-dir", str(digits_artifact), "--workers", "0", "--intra", "1",
-                        env=reports_env, check=False)
+    result = run_module(
+        "loadtest",
+        "tune-check",
+        "--model-dir",
+        str(digits_artifact),
+        "--workers",
+        "0",
+        "--intra",
+        "1",
+        env=reports_env,
+        check=False,
+    )
     assert result.returncode == 2 and "the space has 5 configurations; the check wants 24-48" in result.stderr
 
 
@@ -227,8 +301,10 @@ def test_recommend_overlay_renders_and_validates(tmp_path):
     from tests.deployments.traces import MIB, matrix, times
 
     stamps = times(1)
-    usage = {kind: parse_query_range(matrix({"p": (stamps, np.full(stamps.shape, value))}), kind=kind, source=kind)
-             for kind, value in (("cpu", 0.3), ("memory", 200.0 * MIB), ("rps", 30.0))}
+    usage = {
+        kind: parse_query_range(matrix({"p": (stamps, np.full(stamps.shape, value))}), kind=kind, source=kind)
+        for kind, value in (("cpu", 0.3), ("memory", 200.0 * MIB), ("rps", 30.0))
+    }
     rec = recommend(usage["cpu"], usage["memory"], usage["rps"], capacity_rps=20)
     write_outputs(rec, usage["cpu"], usage["memory"], usage["rps"], model="digits", out_dir=tmp_path, reports_dir=tmp_path)
     component = _render_overlay(tmp_path / "overlay")["spec"]["predictors"][0]["componentSpecs"][0]

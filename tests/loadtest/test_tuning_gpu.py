@@ -18,7 +18,9 @@ GPU_DIMS = {"providers": ["cuda"], "batch_buckets": [(), (8,), (1, 8, 32)], "cud
 
 
 def test_gpu_grid_puts_cuda_graphs_only_where_shapes_are_fixed(tmp_path):
-    space = _space(tmp_path, variants=("fp32", "fp16"), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1], **GPU_DIMS)
+    space = _space(
+        tmp_path, variants=("fp32", "fp16"), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1], **GPU_DIMS
+    )
     grid = space.grid()
     assert len(grid) == 2 * (1 + 2 * 2) == len({c.key for c in grid})  # no buckets: no graph; each bucket set: off, on
     assert all(c.provider == "cuda" and (c.batch_buckets or not c.cuda_graph) for c in grid)
@@ -27,8 +29,9 @@ def test_gpu_grid_puts_cuda_graphs_only_where_shapes_are_fixed(tmp_path):
 
 
 def test_gpu_config_writes_the_runtime_settings_it_names():
-    config = ServingConfig(variant="int8", parallel_workers=0, max_batch_size=1, intra_op_threads=1, provider="tensorrt",
-                           batch_buckets=(8, 32))
+    config = ServingConfig(
+        variant="int8", parallel_workers=0, max_batch_size=1, intra_op_threads=1, provider="tensorrt", batch_buckets=(8, 32)
+    )
     extra = model_settings_for(config, {"parameters": {"extra": {"cuda": {"device_id": 1}}}})["parameters"]["extra"]
     settings = parse_runtime_settings(extra)  # what the runtime reads, strictly
     assert settings.providers == ["TensorrtExecutionProvider", "CUDAExecutionProvider"] and settings.tensorrt.int8
@@ -39,12 +42,15 @@ def test_gpu_config_writes_the_runtime_settings_it_names():
     assert "providers" not in model_settings_for(cpu, {})["parameters"]["extra"]  # the CPU's trials are as before
 
 
-@pytest.mark.parametrize(("dims", "message"), [
-    ({"providers": ["cpu", "cuda"]}, "judged per core and per GPU"),
-    ({"cuda_graphs": [True], "batch_buckets": [(8,)]}, "CUDA graphs run on the cuda provider"),
-    ({"providers": ["cuda"], "cuda_graphs": [True]}, "needs fixed shapes"),
-    ({"providers": ["cuda"], "batch_buckets": [(0, 8)]}, "positive row count"),
-])
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        ({"providers": ["cpu", "cuda"]}, "judged per core and per GPU"),
+        ({"cuda_graphs": [True], "batch_buckets": [(8,)]}, "CUDA graphs run on the cuda provider"),
+        ({"providers": ["cuda"], "cuda_graphs": [True]}, "needs fixed shapes"),
+        ({"providers": ["cuda"], "batch_buckets": [(0, 8)]}, "positive row count"),
+    ],
+)
 def test_gpu_dimensions_that_cannot_run_are_refused_by_name(tmp_path, dims, message):
     with pytest.raises(ValueError, match=message):
         _space(tmp_path, **dims)
@@ -66,11 +72,30 @@ def test_a_gpu_config_is_judged_in_rows_per_gpu_not_per_core():
 
 
 def test_search_of_a_gpu_space_finds_the_best_rows_per_gpu(tmp_path):
-    space = _space(tmp_path, variants=("fp32", "fp16"), parallel_workers=[0], max_batch_size=[1], intra_op_threads=[1],
-                   inference_threads=[1, 2], **GPU_DIMS)
-    table = [Measurement(c, True, "", capacity_rps=100.0 * (1 + len(c.batch_buckets)) * (2 if c.cuda_graph else 1)
-                         * (1.5 if c.variant == "fp16" else 1) * (1.1 if c.inference_threads == 2 else 1), cpu_cores=1.0,
-                         p95_ms=5.0) for c in space.grid()]
+    space = _space(
+        tmp_path,
+        variants=("fp32", "fp16"),
+        parallel_workers=[0],
+        max_batch_size=[1],
+        intra_op_threads=[1],
+        inference_threads=[1, 2],
+        **GPU_DIMS,
+    )
+    table = [
+        Measurement(
+            c,
+            True,
+            "",
+            capacity_rps=100.0
+            * (1 + len(c.batch_buckets))
+            * (2 if c.cuda_graph else 1)
+            * (1.5 if c.variant == "fp16" else 1)
+            * (1.1 if c.inference_threads == 2 else 1),
+            cpu_cores=1.0,
+            p95_ms=5.0,
+        )
+        for c in space.grid()
+    ]
     result = search(space, TableMeasurer(table), budget=len(table), patience=len(table), seed=0)
     assert result.best.config.key == max(table, key=lambda m: m.objective).config.key
     assert result.best.config.cuda_graph and result.best.config.variant == "fp16"
@@ -91,7 +116,8 @@ def test_machine_without_what_a_provider_needs_is_named():
     providers, notes = resolve_providers(["auto"], [*cpu_only, "CUDAExecutionProvider"], "NVIDIA H200")
     assert providers == ["cuda"] and notes == [
         "providers auto: tensorrt skipped, this machine lacks TensorrtExecutionProvider in this onnxruntime (it has "
-        "CPUExecutionProvider, CUDAExecutionProvider): install the GPU build (make setup GPU=1)"]
+        "CPUExecutionProvider, CUDAExecutionProvider): install the GPU build (make setup GPU=1)"
+    ]
     providers, notes = resolve_providers(["auto"], cpu_only, None)
     assert providers == ["cpu"] and notes[-1] == "providers auto: tuning on the CPU only"
 

@@ -55,7 +55,10 @@ def test_missing_file_is_named(artifact):
 
 def test_missing_or_corrupt_manifest(artifact):
     (artifact / "manifest.json").write_text("{not json")
-    with pytest.raises(ArtifactError, match=r"manifest.json is not JSON \(Expecting property name .* at line 1, column 2\): write the artifact again"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"manifest.json is not JSON \(Expecting property name .* at line 1, column 2\): write the artifact again",
+    ):
         verify_artifact(artifact)
     (artifact / "manifest.json").unlink()
     with pytest.raises(ArtifactError, match="manifest.json is missing"):
@@ -112,7 +115,8 @@ print(sorted(name for name in sys.modules if name.partition(".")[0] in BLOCKED))
 
 
 def test_the_artifact_contract_needs_only_the_core_dependencies():
-    result = subprocess.run([sys.executable, "-c", _CORE_ONLY], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _CORE_ONLY], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"

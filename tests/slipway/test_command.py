@@ -51,8 +51,9 @@ def test_serve_help_is_the_serve_command_s_under_its_new_name_with_its_defaults(
 def test_a_subcommand_s_mistake_names_the_subcommand_as_typed():
     result = slipway("serve", "--http-port", "0")
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip() == ("error: slipway serve: argument --http-port: 0 is not a port number: give 1-65535 "
-                                     "(see `slipway serve --help`)")
+    assert result.stderr.strip() == (
+        "error: slipway serve: argument --http-port: 0 is not a port number: give 1-65535 (see `slipway serve --help`)"
+    )
 
 
 def test_an_unknown_subcommand_is_one_line_naming_the_known_ones():
@@ -61,9 +62,14 @@ def test_an_unknown_subcommand_is_one_line_naming_the_known_ones():
     assert len(result.stderr.strip().splitlines()) == 1 and "'srve'" in result.stderr and "serve" in result.stderr
 
 
-@pytest.mark.parametrize(("args", "prog"), [(("versions", "list"), "usage: slipway versions list"),
-                                            (("loadtest",), "usage: slipway loadtest"),
-                                            (("export", "import"), "usage: slipway export import")])
+@pytest.mark.parametrize(
+    ("args", "prog"),
+    [
+        (("versions", "list"), "usage: slipway versions list"),
+        (("loadtest",), "usage: slipway loadtest"),
+        (("export", "import"), "usage: slipway export import"),
+    ],
+)
 def test_delegated_commands_show_their_usage_under_slipway(args, prog):
     result = slipway(*args, "--help")
     assert result.returncode == 0, result.stderr
@@ -71,6 +77,12 @@ def test_delegated_commands_show_their_usage_under_slipway(args, prog):
 
 
 def test_python_dash_m_still_works_under_its_own_name():
-    result = subprocess.run([sys.executable, "-m", "wrappers", "serve", "--help"], cwd=PROJECT_ROOT, check=False,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "wrappers", "serve", "--help"],
+        cwd=PROJECT_ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stdout.startswith("usage: python -m wrappers serve ")

@@ -7,7 +7,10 @@ from slipway.files import FileProblem, parse_yaml, read_json, read_yaml
     "content, message",
     [
         (None, "record.json does not exist"),
-        (b'{"name": "digits",\n "version": \xe9}', "record.json is not UTF-8 text (byte 0xe9 at line 2, column 13: invalid continuation byte)"),
+        (
+            b'{"name": "digits",\n "version": \xe9}',
+            "record.json is not UTF-8 text (byte 0xe9 at line 2, column 13: invalid continuation byte)",
+        ),
         (b'{"name": digits}', "record.json is not JSON (Expecting value at line 1, column 10)"),
         (b"[" * 100_000 + b"]" * 100_000, "record.json is not JSON this reader takes (nested too deeply)"),
     ],

@@ -25,8 +25,7 @@ FIX = "regenerate the lock with `make lock`, then `make setup`"
 
 def _extras() -> dict[str, list[Requirement]]:
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
-    return {name: [Requirement(text) for text in requirements]
-            for name, requirements in project["optional-dependencies"].items()}
+    return {name: [Requirement(text) for text in requirements] for name, requirements in project["optional-dependencies"].items()}
 
 
 def _pins() -> list[tuple[str, str, str | None]]:
@@ -69,10 +68,14 @@ def test_every_package_the_extras_ask_for_is_pinned_once_at_a_version_they_accep
 
 def test_merged_pins_carry_markers_only_where_environments_differ():
     linux_311, linux_312, mac_311, mac_312 = ENVIRONMENTS
-    lines = merge({linux_311: {"numpy": "2.4.6", "gevent": "26.9.0", "onnxruntime-gpu": "1.31.1"},
-                   linux_312: {"numpy": "2.4.6", "gevent": "26.9.0", "onnxruntime-gpu": "1.31.1"},
-                   mac_311: {"numpy": "2.4.6", "gevent": "25.5.1"},
-                   mac_312: {"numpy": "2.4.6", "gevent": "26.9.0"}})
+    lines = merge(
+        {
+            linux_311: {"numpy": "2.4.6", "gevent": "26.9.0", "onnxruntime-gpu": "1.31.1"},
+            linux_312: {"numpy": "2.4.6", "gevent": "26.9.0", "onnxruntime-gpu": "1.31.1"},
+            mac_311: {"numpy": "2.4.6", "gevent": "25.5.1"},
+            mac_312: {"numpy": "2.4.6", "gevent": "26.9.0"},
+        }
+    )
     assert lines == [
         "gevent==25.5.1 ; sys_platform == 'darwin' and python_version == '3.11'",
         "gevent==26.9.0 ; (sys_platform == 'linux') or (sys_platform == 'darwin' and python_version == '3.12')",
@@ -84,15 +87,25 @@ def test_merged_pins_carry_markers_only_where_environments_differ():
 def test_this_venv_holds_the_pinned_versions():
     installed = {canonical(dist.metadata["Name"]): dist.version for dist in metadata.distributions()}
     here = _pinned_in({})  # markers evaluated for this interpreter and machine
-    differ = [f"{name} {installed[name]} (pinned {versions[0]})" for name, versions in sorted(here.items())
-              if name in installed and installed[name] != versions[0]]
-    assert not differ, (f".venv has drifted from {LOCK_FILE.name}: {', '.join(differ)}; `make setup` installs the pins "
-                        f"(or, when the newer versions are wanted, `make lock` first)")
+    differ = [
+        f"{name} {installed[name]} (pinned {versions[0]})"
+        for name, versions in sorted(here.items())
+        if name in installed and installed[name] != versions[0]
+    ]
+    assert not differ, (
+        f".venv has drifted from {LOCK_FILE.name}: {', '.join(differ)}; `make setup` installs the pins "
+        f"(or, when the newer versions are wanted, `make lock` first)"
+    )
     setup_extras = {"serve", "export", "loadtest", "deploy", "dev"}  # the Makefile's EXTRAS
-    missing = sorted({requirement.name for extra in setup_extras for requirement in _extras()[extra]
-                      if (requirement.marker is None or requirement.marker.evaluate())
-                      and canonical(requirement.name) not in installed}
-                     - {"onnxruntime"})  # GPU=1 installs onnxruntime-gpu in its place
+    missing = sorted(
+        {
+            requirement.name
+            for extra in setup_extras
+            for requirement in _extras()[extra]
+            if (requirement.marker is None or requirement.marker.evaluate()) and canonical(requirement.name) not in installed
+        }
+        - {"onnxruntime"}
+    )  # GPU=1 installs onnxruntime-gpu in its place
     assert not missing, f".venv lacks {missing}: `make setup`"
 
 
@@ -102,16 +115,38 @@ def test_serve_and_deploy_install_on_macos_arm64_from_the_lock(tmp_path):
 
     pip's --platform picks wheels for the Mac but evaluates markers for this machine, so the lock's lines are
     chosen here, as a Mac would choose them, into a constraints file without markers."""
-    [mac] = [environment for environment in ENVIRONMENTS
-             if environment.platform.name == "macos-arm64" and environment.python == "3.11"]
+    [mac] = [
+        environment for environment in ENVIRONMENTS if environment.platform.name == "macos-arm64" and environment.python == "3.11"
+    ]
     as_on_a_mac = tmp_path / "constraints-macos.txt"
     as_on_a_mac.write_text("".join(f"{name}=={versions[0]}\n" for name, versions in _pinned_in(mac.variables).items()))
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--only-binary=:all:",
-         "--platform", f"macosx_{MACOS_TARGET.replace('.', '_')}_arm64", "--python-version", "3.11",
-         "--target", str(tmp_path / "target"), "--report", str(tmp_path / "report.json"),
-         "-c", str(as_on_a_mac), f"{PROJECT_ROOT}[serve,deploy]"],
-        capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--only-binary=:all:",
+            "--platform",
+            f"macosx_{MACOS_TARGET.replace('.', '_')}_arm64",
+            "--python-version",
+            "3.11",
+            "--target",
+            str(tmp_path / "target"),
+            "--report",
+            str(tmp_path / "report.json"),
+            "-c",
+            str(as_on_a_mac),
+            f"{PROJECT_ROOT}[serve,deploy]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, f"serve,deploy do not install on macOS arm64 from {LOCK_FILE.name}: {result.stderr[-3000:]}"
     import json
 
@@ -130,8 +165,14 @@ def test_both_images_install_from_the_lock(image):
 
 
 def test_make_setup_installs_from_the_lock_and_reinstalls_when_it_changes():
-    plan = subprocess.run(["make", "-n", "-B", "setup", "setup-torch", "VENV=.venv-plan-only"], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=60, check=True).stdout
+    plan = subprocess.run(
+        ["make", "-n", "-B", "setup", "setup-torch", "VENV=.venv-plan-only"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line and " -e " in line]
     assert len(installs) == 2 and all("-c constraints.txt" in line for line in installs), installs
     makefile = (PROJECT_ROOT / "Makefile").read_text()

@@ -27,17 +27,30 @@ PACKAGES = {"export", "wrappers", "deployments", "loadtest", "slipway", "benchma
 def wheel_file(tmp_path_factory) -> Path:
     """Build from a copy of what git would commit (tracked and new, not ignored), so nothing built here leaks in."""
     source = tmp_path_factory.mktemp("checkout")
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, listed):
         if (PROJECT_ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT_ROOT / name, source / name)
     out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
-                            cwd=source, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, (f"building the wheel failed (the dev extra installs `build` and setuptools>=77: "
-                                    f"`make setup`):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"building the wheel failed (the dev extra installs `build` and setuptools>=77: "
+        f"`make setup`):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
     [built] = out.glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     return built
 
@@ -96,8 +109,9 @@ def test_training_asks_for_the_tensorflow_build_the_platform_has_and_nothing_els
     environment, expected = PLATFORMS[platform]
     requirements = [Requirement(text) for text in _metadata(wheel).get_all("Requires-Dist")]
     for extra in ("serve", "gpu", "deploy", "loadtest", "export", "dev", "cloud"):
-        asked = {req.name for req in requirements
-                 if req.marker is not None and req.marker.evaluate({**environment, "extra": extra})}
+        asked = {
+            req.name for req in requirements if req.marker is not None and req.marker.evaluate({**environment, "extra": extra})
+        }
         tensorflow = {name for name in asked if name.startswith("tensorflow")}
         assert tensorflow == (expected if extra == "export" else set()), (extra, tensorflow)
     torch_asked = [req for req in requirements if req.name == "torch"]
@@ -121,8 +135,11 @@ print(json.dumps({"module": paths.__file__, "in_checkout": paths.IN_CHECKOUT, "w
 
 def _clean_environment(**more: str) -> dict[str, str]:
     """This process's environment without Slipway's path variables (the test sets the ones it means)."""
-    kept = {key: value for key, value in os.environ.items()
-            if key not in ("SLIPWAY_WORKDIR", "SLIPWAY_BUILD_DIR", "SLIPWAY_REPORTS_DIR", "PYTHONPATH")}
+    kept = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SLIPWAY_WORKDIR", "SLIPWAY_BUILD_DIR", "SLIPWAY_REPORTS_DIR", "PYTHONPATH")
+    }
     return {**kept, **more}
 
 
@@ -130,15 +147,36 @@ def _clean_environment(**more: str) -> dict[str, str]:
 def installed(wheel_file, tmp_path_factory) -> Path:
     """The wheel installed as pip installs it, without its dependencies (this venv has them), into a folder."""
     target = tmp_path_factory.mktemp("site-packages")
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                             "--target", str(target), str(wheel_file)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-compile",
+            "--target",
+            str(target),
+            str(wheel_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return target
 
 
 def _run_installed(installed: Path, cwd: Path, *args: str, **environment: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env=_clean_environment(PYTHONPATH=str(installed), **environment))
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_clean_environment(PYTHONPATH=str(installed), **environment),
+    )
 
 
 def test_installed_slipway_writes_under_the_current_directory_and_finds_what_it_ships(installed, tmp_path):
@@ -147,8 +185,11 @@ def test_installed_slipway_writes_under_the_current_directory_and_finds_what_it_
     found = json.loads(result.stdout)
     assert Path(found["module"]).is_relative_to(installed.resolve()), "the checkout's copy was imported, not the installed one"
     assert found["in_checkout"] is False and found["missing"] == []
-    assert (found["workdir"], found["build"], found["reports"]) == (str(tmp_path), str(tmp_path / "build"),
-                                                                    str(tmp_path / "reports"))
+    assert (found["workdir"], found["build"], found["reports"]) == (
+        str(tmp_path),
+        str(tmp_path / "build"),
+        str(tmp_path / "reports"),
+    )
     assert (tmp_path / found["store"]).resolve() == (tmp_path / "model-store").resolve()
 
     elsewhere = tmp_path / "work"
@@ -156,7 +197,10 @@ def test_installed_slipway_writes_under_the_current_directory_and_finds_what_it_
     result = _run_installed(installed, tmp_path, "-c", _REPORT_PATHS, SLIPWAY_WORKDIR=str(elsewhere))
     found = json.loads(result.stdout)
     assert (found["build"], found["reports"], found["store"]) == (
-        str(elsewhere / "build"), str(elsewhere / "reports"), str(elsewhere / "model-store"))
+        str(elsewhere / "build"),
+        str(elsewhere / "reports"),
+        str(elsewhere / "model-store"),
+    )
     assert not [path for path in installed.rglob("*") if path.name in ("build", "reports", "model-store")]
 
 
@@ -174,18 +218,29 @@ def test_installed_slipway_s_workdir_option_moves_the_model_store_and_names_a_mi
 
 
 def test_from_the_checkout_outputs_stay_in_the_checkout_whatever_the_current_directory(tmp_path):
-    result = subprocess.run([sys.executable, "-c", _REPORT_PATHS], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, env=_clean_environment(PYTHONPATH=str(PROJECT_ROOT)))
+    result = subprocess.run(
+        [sys.executable, "-c", _REPORT_PATHS],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_clean_environment(PYTHONPATH=str(PROJECT_ROOT)),
+    )
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     assert found["in_checkout"] is True and found["missing"] == []
     assert (found["build"], found["reports"], found["store"]) == (
-        str(PROJECT_ROOT / "build"), str(PROJECT_ROOT / "reports"), "model-store")
+        str(PROJECT_ROOT / "build"),
+        str(PROJECT_ROOT / "reports"),
+        "model-store",
+    )
 
 
 def test_installed_slipway_says_the_local_cluster_is_built_from_a_checkout(installed, tmp_path):
-    code = ("from deployments.cluster.build import BuildError, build_all\n"
-            "try:\n    build_all()\nexcept BuildError as err:\n    print(err)")
+    code = (
+        "from deployments.cluster.build import BuildError, build_all\n"
+        "try:\n    build_all()\nexcept BuildError as err:\n    print(err)"
+    )
     result = _run_installed(installed, tmp_path, "-c", code)
     assert result.returncode == 0, result.stderr
     assert "the local cluster is built from a checkout; clone Slipway's repository and run `make cluster` there" in result.stdout

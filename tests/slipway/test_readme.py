@@ -71,6 +71,7 @@ def test_the_make_target_table_is_generated_from_the_makefile_with_every_describ
     table = hooks.make_targets()
     listed = {key.split()[1] for key in _table_keys(table + "\n\n", "| target | what it does |")}
     assert listed == documented and len(table.splitlines()) == len(documented) + 2
-    make_help = subprocess.run(["make", "--no-print-directory", "help"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                               timeout=60, check=True).stdout
+    make_help = subprocess.run(
+        ["make", "--no-print-directory", "help"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert {line.split()[1] for line in make_help.splitlines() if line.strip().startswith("make ")} - {"help"} == documented

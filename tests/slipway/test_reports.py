@@ -34,13 +34,17 @@ def test_the_wakeup_round_trip_pins_only_its_own_threads():
     measured = wakeup_round_trip_us(round_trips=200)
     assert set(measured) == {"same_cpu", "across_cpus"} and all(us > 0 for us in measured.values())
     assert os.sched_getaffinity(0) == before  # the caller (a bench about to load servers) keeps every CPU
-    one_cpu = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-              "from slipway.reports import wakeup_round_trip_us; print(wakeup_round_trip_us())"
+    one_cpu = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from slipway.reports import wakeup_round_trip_us; print(wakeup_round_trip_us())"
+    )
     assert subprocess.run([sys.executable, "-c", one_cpu], capture_output=True, text=True, check=True).stdout.strip() == "None"
 
 
-@pytest.mark.parametrize("content, why", [(b'{"variants": [', "Expecting value"), (b"[1, 2]", "a JSON list, not an object"),
-                                          (b"\xff{}", "can't decode")])
+@pytest.mark.parametrize(
+    "content, why",
+    [(b'{"variants": [', "Expecting value"), (b"[1, 2]", "a JSON list, not an object"), (b"\xff{}", "can't decode")],
+)
 def test_a_damaged_report_is_a_user_error_naming_it(content, why, tmp_path):
     from slipway.cli import UserError
 

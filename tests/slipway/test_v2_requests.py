@@ -24,8 +24,11 @@ def test_inputs_in_shared_memory_go_as_their_location_and_the_others_as_raw_cont
         grpc_request("m", {"image": image, "mask": mask}, shared={"image": Location("slot0", 64, 16)})
     )
     where = request.inputs[0].parameters
-    assert (where["shared_memory_region"].string_param, where["shared_memory_offset"].int64_param,
-            where["shared_memory_byte_size"].int64_param) == ("slot0", 64, 16)
+    assert (
+        where["shared_memory_region"].string_param,
+        where["shared_memory_offset"].int64_param,
+        where["shared_memory_byte_size"].int64_param,
+    ) == ("slot0", 64, 16)
     assert not request.inputs[1].parameters and list(request.raw_input_contents) == [mask.tobytes()]
 
 

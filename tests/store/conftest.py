@@ -35,16 +35,19 @@ def make_artifact(folder: Path, offset: float = 1.0, name: str = "tiny") -> Path
     from export.package import write_artifact
 
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
-    write_artifact(folder, onnx_bytes=tiny_onnx(offset), name=name,
-                   example_inputs={"x": x}, example_outputs={"y": x + np.float32(offset)})
+    write_artifact(
+        folder, onnx_bytes=tiny_onnx(offset), name=name, example_inputs={"x": x}, example_outputs={"y": x + np.float32(offset)}
+    )
     return folder
 
 
 @pytest.fixture
 def artifact_factory(tmp_path):
     """make(offset) -> a fresh artifact folder under tmp_path."""
+
     def make(offset: float = 1.0, name: str = "tiny") -> Path:
         return make_artifact(tmp_path / "artifacts" / f"{name}-{offset}", offset, name)
+
     return make
 
 

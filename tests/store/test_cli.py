@@ -14,8 +14,18 @@ COMMANDS = ["publish", "list", "show", "promote", "rollback", "history", "diff",
 def test_every_command_works_end_to_end_with_json(store_dir, artifact_factory, tmp_path):
     store = ["--store", str(store_dir)]
     reports = ["--reports", str(tmp_path / "no-reports")]
-    first = versions_json("publish", str(artifact_factory(1.0)), "--model", "tiny", "--tag", "champion",
-                          "--metric", "accuracy=0.91", *reports, *store)
+    first = versions_json(
+        "publish",
+        str(artifact_factory(1.0)),
+        "--model",
+        "tiny",
+        "--tag",
+        "champion",
+        "--metric",
+        "accuracy=0.91",
+        *reports,
+        *store,
+    )
     assert first["created"] and first["ref"] == "tiny:1" and first["tags"] == ["champion"]
     assert first["metrics"] == {"accuracy": 0.91} and first["notes"]  # no reports: the lineage says so
     again = versions_json("publish", str(artifact_factory(1.0)), *reports, *store)  # model name from the settings
@@ -121,8 +131,14 @@ def test_a_refused_publish_creates_no_store(store_dir, artifact_factory, tmp_pat
         (["publish", str(artifact_factory(1.0)), "--tag", "bad tag"], "tag 'bad tag' is not valid"),
         (["publish", str(artifact_factory(1.0)), "--model", "bad name"], "model name 'bad name' is not valid"),
         (["publish", _with_settings(artifact_factory(2.0), b'{"implementation": "x"}')], "names no model: pass --model NAME"),
-        (["publish", _with_settings(artifact_factory(3.0), b"{not json"), "--model", "a"], "model-settings.json is not JSON (Expecting property name"),
-        (["publish", _with_settings(artifact_factory(4.0), b"\xff\xfe"), "--model", "a"], "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1"),
+        (
+            ["publish", _with_settings(artifact_factory(3.0), b"{not json"), "--model", "a"],
+            "model-settings.json is not JSON (Expecting property name",
+        ),
+        (
+            ["publish", _with_settings(artifact_factory(4.0), b"\xff\xfe"), "--model", "a"],
+            "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1",
+        ),
         (["publish", str(listed)], "manifest.json is not a valid manifest: manifest: Input should be a valid dictionary"),
     ]:
         _one_line(*in_process(capsys, *args, *store), message)
@@ -148,8 +164,10 @@ def test_a_stored_manifest_that_is_not_an_object_fails_verify_in_one_line(store_
     store = ["--store", str(store_dir)]
     in_process(capsys, "publish", str(artifact_factory(1.0)), *store)
     (store_dir / "artifacts" / "tiny" / "1" / "manifest.json").write_text("[]")
-    _one_line(*in_process(capsys, "verify", "tiny:1", *store),
-              "has no readable manifest.json (manifest: Input should be a valid dictionary")
+    _one_line(
+        *in_process(capsys, "verify", "tiny:1", *store),
+        "has no readable manifest.json (manifest: Input should be a valid dictionary",
+    )
 
 
 def test_a_store_in_the_cloud_is_refused_with_what_to_do(capsys):
@@ -186,8 +204,13 @@ def test_make_rollback_moves_the_tag_then_redeploys_it():
 
     from slipway.paths import PROJECT_ROOT
 
-    result = subprocess.run(["make", "-n", "rollback", "TAG=champion", "STORE=/srv/store"], cwd=PROJECT_ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["make", "-n", "rollback", "TAG=champion", "STORE=/srv/store"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     rollback = next(i for i, line in enumerate(lines) if "slipway versions rollback digits@champion --store /srv/store" in line)

@@ -21,8 +21,14 @@ PAUSE_TIMEOUT_S = 60
 
 def start(*args: str, pause_at: str | None = None) -> subprocess.Popen:
     env = {**os.environ, **({PAUSE_ENV: pause_at} if pause_at else {})}
-    return subprocess.Popen([sys.executable, "-m", "export", "versions", *args], cwd=PROJECT_ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "export", "versions", *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def kill_when_paused(process: subprocess.Popen, stage: str) -> None:
@@ -69,8 +75,10 @@ def test_a_publish_killed_midway_leaves_no_half_version(champion_store, artifact
 
 
 def test_a_publish_killed_after_commit_is_whole(champion_store, artifact_factory):
-    kill_when_paused(start("publish", str(artifact_factory(2.0)), "--tag", "champion", "--store", str(champion_store),
-                           pause_at="committed"), "committed")
+    kill_when_paused(
+        start("publish", str(artifact_factory(2.0)), "--tag", "champion", "--store", str(champion_store), pause_at="committed"),
+        "committed",
+    )
     with ModelStore.open(champion_store) as store:
         assert store.verify(Ref("tiny", tag="champion")).version == "2"
 
@@ -81,8 +89,9 @@ def test_a_gc_killed_between_records_and_files_finishes_next_time(champion_store
         store.promote("champion", Ref("tiny", number=2))
         store.publish(artifact_factory(3.0), "tiny")
         store.publish(artifact_factory(4.0), "tiny")
-    kill_when_paused(start("gc", "--keep", "1", "--store", str(champion_store), pause_at="gc-records-deleted"),
-                     "gc-records-deleted")
+    kill_when_paused(
+        start("gc", "--keep", "1", "--store", str(champion_store), pause_at="gc-records-deleted"), "gc-records-deleted"
+    )
     folder = champion_store / "artifacts" / "tiny" / "3"
     assert folder.exists()  # records went first; the files are left for the next gc
     assert [r["ref"] for r in versions_json("list", "--store", str(champion_store))] == ["tiny:4", "tiny:2", "tiny:1"]

@@ -18,8 +18,19 @@ def test_a_tagged_version_renders_pinned_to_its_digest(artifact_factory, tmp_pat
     shown = run_module("export", "versions", "show", "tiny@champion", "--json", *store, env=env)
     record_file.write_text(shown.stdout)
     out = tmp_path / "manifests"
-    run_module("deployments", "render", "--version-record", str(record_file), "--model-uri", "s3://models/tiny/1",
-               "--out", str(out), "--kustomize", "builtin", env=env)
+    run_module(
+        "deployments",
+        "render",
+        "--version-record",
+        str(record_file),
+        "--model-uri",
+        "s3://models/tiny/1",
+        "--out",
+        str(out),
+        "--kustomize",
+        "builtin",
+        env=env,
+    )
     docs = list(yaml.safe_load_all((out / "all.yaml").read_text()))
     sdep = next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
     predictor = sdep["spec"]["predictors"][0]

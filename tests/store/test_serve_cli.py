@@ -9,6 +9,7 @@ from wrappers.__main__ import main
 @pytest.fixture(autouse=True)
 def no_server(monkeypatch):
     """A check that let a mistake through must fail here, not start MLServer."""
+
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("serve went on to start MLServer")
 
@@ -20,12 +21,15 @@ def serve(capsys, *args: str) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("settings, message", [
-    (b'{"implementation": "wrappers.runtime.OnnxRuntime"}', 'names no model: it needs a "name"'),
-    (b'["a list"]', 'names no model: it needs a "name"'),
-    (b'{"name": ', "model-settings.json is not JSON (Expecting value at line 1, column 10)"),
-    (b"\xff\xfe{}", "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (b'{"implementation": "wrappers.runtime.OnnxRuntime"}', 'names no model: it needs a "name"'),
+        (b'["a list"]', 'names no model: it needs a "name"'),
+        (b'{"name": ', "model-settings.json is not JSON (Expecting value at line 1, column 10)"),
+        (b"\xff\xfe{}", "model-settings.json is not UTF-8 text (byte 0xff at line 1, column 1: invalid start byte)"),
+    ],
+)
 def test_settings_that_name_no_model_are_one_line(settings, message, artifact_factory, capsys):
     folder = artifact_factory(1.0)
     (folder / "model-settings.json").write_bytes(settings)
@@ -33,8 +37,9 @@ def test_settings_that_name_no_model_are_one_line(settings, message, artifact_fa
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1 and message in err, err
 
 
-@pytest.mark.parametrize("flag, value", [("--http-port", "70000"), ("--grpc-port", "0"), ("--metrics-port", "-1"),
-                                         ("--http-port", "http")])
+@pytest.mark.parametrize(
+    "flag, value", [("--http-port", "70000"), ("--grpc-port", "0"), ("--metrics-port", "-1"), ("--http-port", "http")]
+)
 def test_a_port_outside_1_to_65535_is_refused(flag, value, artifact_factory, capsys):
     # 70000 would be bound as 70000 % 65536 while the banner said 70000
     with pytest.raises(SystemExit) as exited:

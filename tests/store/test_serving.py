@@ -34,8 +34,12 @@ def test_a_stored_version_answers_on_its_versioned_endpoints(digits_artifact, tm
         http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
         tensor = httpclient.InferInput("image", list(image.shape), "FP32")
         tensor.set_data_from_numpy(image, binary_data=False)
-        answer = http.infer("digits", [tensor], model_version=record["version"],
-                            outputs=[httpclient.InferRequestedOutput("probabilities", binary_data=False)])
+        answer = http.infer(
+            "digits",
+            [tensor],
+            model_version=record["version"],
+            outputs=[httpclient.InferRequestedOutput("probabilities", binary_data=False)],
+        )
         assert answer.get_response()["model_version"] == "1"
         np.testing.assert_allclose(answer.as_numpy("probabilities"), expected, atol=1e-5)
 
@@ -50,14 +54,17 @@ def test_a_stored_version_answers_on_its_versioned_endpoints(digits_artifact, tm
         assert "NOT_FOUND" in str(caught.value.status())
         grpc.close()
 
-        body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 8, 8, 1],
-                                       "data": image[0].ravel().tolist()}]}).encode()
-        request = urllib.request.Request(f"{server.http_url}/v2/models/digits/versions/1/infer", data=body,
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": image[0].ravel().tolist()}]}
+        ).encode()
+        request = urllib.request.Request(
+            f"{server.http_url}/v2/models/digits/versions/1/infer", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert json.loads(response.read())["model_version"] == "1"
-        missing = urllib.request.Request(f"{server.http_url}/v2/models/digits/versions/7/infer", data=body,
-                                         headers={"Content-Type": "application/json"})
+        missing = urllib.request.Request(
+            f"{server.http_url}/v2/models/digits/versions/7/infer", data=body, headers={"Content-Type": "application/json"}
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(missing, timeout=10)
         assert refused.value.code == 404
@@ -75,5 +82,6 @@ def test_the_server_refuses_an_added_file_and_a_replaced_version(artifact_factor
 
     # The deployment pins version 1's digest; version 2's files (manifest and all) sit in its place.
     pin = {EXPECTED_DIGESTS_ENV: f"tiny=sha256:{first['digest']}"}
-    refused_at_load(local_folder(second), r"is not the pinned version: its manifest digest is " + second["digest"][:12],
-                    extra_env=pin)
+    refused_at_load(
+        local_folder(second), r"is not the pinned version: its manifest digest is " + second["digest"][:12], extra_env=pin
+    )

@@ -78,8 +78,11 @@ def test_rollback_walks_back_through_the_tag_history(store, artifact_factory):
         store.rollback("tiny", "champion")
     history = store.tag_history("tiny", "champion")
     assert [(m.action, m.version, m.previous) for m in history] == [
-        ("promote", "1", None), ("promote", "2", "1"), ("promote", "3", "2"),
-        ("rollback", "2", "3"), ("rollback", "1", "2"),
+        ("promote", "1", None),
+        ("promote", "2", "1"),
+        ("promote", "3", "2"),
+        ("rollback", "2", "3"),
+        ("rollback", "1", "2"),
     ]
     # A promote after rollbacks starts a new branch: rolling back returns to where it was promoted from.
     store.promote("champion", Ref("tiny", number=3))

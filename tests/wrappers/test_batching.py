@@ -111,8 +111,13 @@ def test_run_threads_carry_their_name_in_the_os(session):
 def test_every_run_thread_warms_up_before_the_batcher_is_returned(session):
     """On a GPU first runs are slow per thread: each run slot warms up on its own thread, before serving."""
     warmed = []
-    batcher = RowBatcher(lambda feeds, rows: session.run(None, feeds), max_rows=4, max_runs=3, thread_name="ort-w",
-                         warm_up=lambda: warmed.append(threading.current_thread().name))
+    batcher = RowBatcher(
+        lambda feeds, rows: session.run(None, feeds),
+        max_rows=4,
+        max_runs=3,
+        thread_name="ort-w",
+        warm_up=lambda: warmed.append(threading.current_thread().name),
+    )
     try:
         assert sorted(warmed) == ["ort-w_0", "ort-w_1", "ort-w_2"]
         (y,) = asyncio.run(batcher.submit({"x": np.ones((1, 4), np.float32)}, 1))
@@ -273,7 +278,7 @@ def test_merged_runs_are_padded_to_a_bucket_in_one_copy_into_a_buffer_the_run_th
 
     def run(feeds, rows):
         x = feeds["x"]
-        seen.append((rows, x.shape[0], x.__array_interface__["data"][0], x[rows - 1:].copy()))
+        seen.append((rows, x.shape[0], x.__array_interface__["data"][0], x[rows - 1 :].copy()))
         return session.run(None, feeds)
 
     runs = GatedRuns(session, gated=1)

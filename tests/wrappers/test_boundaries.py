@@ -53,10 +53,14 @@ def test_the_serving_images_copy_the_core_and_the_serving_package_only():
 def _gc_calls(path) -> set[str]:
     """The `gc` functions a file names: `gc.NAME` or `from gc import NAME`."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    names = {node.attr for node in ast.walk(tree)
-             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "gc"}
-    return names | {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "gc"
-                    for alias in node.names}
+    names = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "gc"
+    }
+    return names | {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "gc" for alias in node.names
+    }
 
 
 def test_the_serving_package_never_walks_the_heap_and_thaws_it_only_at_unload():
@@ -78,8 +82,9 @@ def _wrappers_modules(package: str) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.update([f"{node.module}.{alias.name}" for alias in node.names] if node.module == "wrappers"
-                             else [node.module])
+                names.update(
+                    [f"{node.module}.{alias.name}" for alias in node.names] if node.module == "wrappers" else [node.module]
+                )
         found[path.relative_to(PROJECT_ROOT).as_posix()] = {name for name in names if name.startswith("wrappers.")}
     return found
 
@@ -89,26 +94,53 @@ def _wrappers_modules(package: str) -> dict[str, set[str]]:
 # `slipway.v2_requests`, servers started with the core's `slipway.local_server`.
 LOADTEST_MAY_USE = {"slipway.runtime_settings"}
 # The serving side of the V2 wire format: no client builds its requests from these.
-SERVING_WIRE = {"wrappers.request_bodies", "wrappers.tensors", "wrappers.shared_memory", "wrappers.binary_data",
-                "wrappers.body_rules", "wrappers.rest_bodies", "wrappers.v2_codec", "wrappers.grpc_raw"}
+SERVING_WIRE = {
+    "wrappers.request_bodies",
+    "wrappers.tensors",
+    "wrappers.shared_memory",
+    "wrappers.binary_data",
+    "wrappers.body_rules",
+    "wrappers.rest_bodies",
+    "wrappers.v2_codec",
+    "wrappers.grpc_raw",
+}
 
 
 def test_load_generators_build_requests_from_the_core_not_the_serving_package():
-    loadtest = {path: sorted(names - LOADTEST_MAY_USE) for path, names in _wrappers_modules("loadtest").items()
-                if names - LOADTEST_MAY_USE}
+    loadtest = {
+        path: sorted(names - LOADTEST_MAY_USE)
+        for path, names in _wrappers_modules("loadtest").items()
+        if names - LOADTEST_MAY_USE
+    }
     assert not loadtest, f"loadtest/ may import only {sorted(LOADTEST_MAY_USE)} of wrappers/: {loadtest}"
-    benchmarks = {path: sorted(names & SERVING_WIRE) for path, names in _wrappers_modules("benchmarks").items()
-                  if names & SERVING_WIRE}
+    benchmarks = {
+        path: sorted(names & SERVING_WIRE) for path, names in _wrappers_modules("benchmarks").items() if names & SERVING_WIRE
+    }
     assert not benchmarks, f"benchmarks/ builds V2 requests with slipway.v2_requests, not {benchmarks}"
 
 
 # The serving package's side of starting a server (the launcher, the command serving in the foreground, the modules
 # they read settings with): a client that starts a server from outside needs none of them (issue 29).
-SERVER_SIDE = {"wrappers.server", "wrappers.launch", "wrappers.__main__", "wrappers.model_repository",
-               "slipway.repository_access"}
+SERVER_SIDE = {
+    "wrappers.server",
+    "wrappers.launch",
+    "wrappers.__main__",
+    "wrappers.model_repository",
+    "slipway.repository_access",
+}
 # What starting a server from outside takes, defined once in the core (`slipway.local_server`, `slipway.server_process`).
-LAUNCHING = {"LocalServer", "ServerError", "model_names", "server_env", "launcher_command", "mlserver_command",
-             "failure_reason", "stop_process_group", "HOOK", "HOOK_ENV"}
+LAUNCHING = {
+    "LocalServer",
+    "ServerError",
+    "model_names",
+    "server_env",
+    "launcher_command",
+    "mlserver_command",
+    "failure_reason",
+    "stop_process_group",
+    "HOOK",
+    "HOOK_ENV",
+}
 
 
 def test_load_generators_and_benchmarks_start_servers_with_the_core_alone():
@@ -116,12 +148,21 @@ def test_load_generators_and_benchmarks_start_servers_with_the_core_alone():
     process group) live in the core: loadtest/ and benchmarks/ import none of the serving side's modules to start
     one, and nothing outside the core defines those names again."""
     for package in ("loadtest", "benchmarks"):
-        crossing = {path: sorted(names & SERVER_SIDE) for path, names in _wrappers_modules(package).items()
-                    if names & SERVER_SIDE}
+        crossing = {
+            path: sorted(names & SERVER_SIDE) for path, names in _wrappers_modules(package).items() if names & SERVER_SIDE
+        }
         assert not crossing, f"{package}/ starts servers with slipway.local_server, not {crossing}"
-    core = {name for module in ("local_server", "server_process") for name in _top_level_names(PROJECT_ROOT / "slipway" / f"{module}.py")}
+    core = {
+        name
+        for module in ("local_server", "server_process")
+        for name in _top_level_names(PROJECT_ROOT / "slipway" / f"{module}.py")
+    }
     assert LAUNCHING <= core, sorted(LAUNCHING - core)
-    files = [path for package in ("wrappers", "loadtest", "benchmarks", "deployments") for path in (PROJECT_ROOT / package).rglob("*.py")]
+    files = [
+        path
+        for package in ("wrappers", "loadtest", "benchmarks", "deployments")
+        for path in (PROJECT_ROOT / package).rglob("*.py")
+    ]
     again = {path.relative_to(PROJECT_ROOT).as_posix(): sorted(_top_level_names(path) & LAUNCHING) for path in files}
     again = {path: names for path, names in again.items() if names}
     assert not again, f"defined again outside slipway/local_server.py and slipway/server_process.py: {again}"

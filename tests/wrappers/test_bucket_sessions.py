@@ -103,8 +103,14 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 
 def drive(tmp_path, extra: dict, requests: int = 240, concurrency: int = 16) -> dict:
     folder = model_folder(tmp_path, "m", matmul_graph(tmp_path / "m.onnx"), extra={"io_binding": "off", **extra})
-    done = subprocess.run([sys.executable, "-c", DRIVE, str(folder / SETTINGS_FILE), str(requests), str(concurrency)],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVE, str(folder / SETTINGS_FILE), str(requests), str(concurrency)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -207,11 +213,18 @@ def test_each_run_slot_claims_a_set_of_its_own_and_threads_beyond_the_sets_share
 CUDA, TRT, CPU = "CUDAExecutionProvider", "TensorrtExecutionProvider", "CPUExecutionProvider"
 
 
-@pytest.mark.parametrize(("setting", "buckets", "providers", "expected"), [
-    (None, [1, 2, 4], [CUDA, CPU], True), (None, [1, 2, 4], [CPU], False), (None, [8], [CUDA, CPU], False),
-    (None, [1, 2, 4], [TRT, CUDA, CPU], False),  # TensorRT: one engine over every bucket from its profile
-    (True, [1, 2], [CPU], True), (False, [1, 2], [CUDA, CPU], False), (True, [], [CUDA, CPU], False),
-])
+@pytest.mark.parametrize(
+    ("setting", "buckets", "providers", "expected"),
+    [
+        (None, [1, 2, 4], [CUDA, CPU], True),
+        (None, [1, 2, 4], [CPU], False),
+        (None, [8], [CUDA, CPU], False),
+        (None, [1, 2, 4], [TRT, CUDA, CPU], False),  # TensorRT: one engine over every bucket from its profile
+        (True, [1, 2], [CPU], True),
+        (False, [1, 2], [CUDA, CPU], False),
+        (True, [], [CUDA, CPU], False),
+    ],
+)
 def test_sessions_per_bucket_where_several_buckets_run_on_cuda_unless_set(setting, buckets, providers, expected):
     assert bucket_sessions.per_bucket(RuntimeSettings(session_per_bucket=setting), buckets, providers) is expected
 
@@ -226,6 +239,7 @@ def test_kernel_settings_are_chosen_by_their_timings_and_explicit_ones_win():
             if times.get(key) is None:
                 raise RuntimeError("cannot capture")
             return times[key]
+
         return time_runs, calls
 
     time_runs, calls = timer({("EXHAUSTIVE", False): 2.0, ("HEURISTIC", False): 1.0, ("HEURISTIC", True): 0.5})

@@ -33,9 +33,14 @@ def test_the_timing_sensitive_tests_pass_with_every_core_busy():
     cores = len(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(cores)]
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                               *TIMING_SENSITIVE], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", *TIMING_SENSITIVE],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
         busy = [hog.poll() is None for hog in hogs]
     finally:
         for hog in hogs:
@@ -43,6 +48,7 @@ def test_the_timing_sensitive_tests_pass_with_every_core_busy():
                 hog.kill()  # by its PID
             hog.wait(timeout=30)
     assert all(busy), f"a CPU hog ended before the tests did ({busy}): the cores were not busy all along"
-    assert done.returncode == 0, (f"with {cores} core(s) busy, {' '.join(TIMING_SENSITIVE)} failed:\n"
-                                  f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    assert done.returncode == 0, (
+        f"with {cores} core(s) busy, {' '.join(TIMING_SENSITIVE)} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+    )
     assert " passed" in done.stdout and " deselected" in done.stdout, done.stdout[-1000:]

@@ -55,7 +55,8 @@ def test_the_loop_polls_until_the_latest_deadline_then_sleeps(loop_kind):
         started, passes = runner.run(scenario())
     assert poller.stretches == 1 and passes >= MIN_PASSES, f"the loop slept instead of polling: {passes} passes"
     assert poller.stopped_at is not None and poller.stopped_at - started >= 0.2, (
-        f"the loop stopped polling {poller.stopped_at - started:.3f} s in, before the latest deadline (0.2 s)")
+        f"the loop stopped polling {poller.stopped_at - started:.3f} s in, before the latest deadline (0.2 s)"
+    )
     assert poller.passes == passes and not poller.polling, "the loop kept polling past its deadline"
 
 
@@ -77,11 +78,16 @@ def test_a_poller_left_on_a_closed_loop_polls_on_the_next_one():
     assert polling, "the deadline left from the closed loop (30 s) still holds on the new one"
 
 
-@pytest.mark.parametrize("polling, polls", [(lambda poller: RunPolling(0.2, loop_poller=poller), True),
-                                            # nothing came back to back yet
-                                            (lambda poller: RunPolling(0.2, PollGate(0.2), loop_poller=poller), False),
-                                            (lambda poller: RunPolling(0.0, loop_poller=poller), False)],
-                         ids=["set", "chosen", "off"])
+@pytest.mark.parametrize(
+    "polling, polls",
+    [
+        (lambda poller: RunPolling(0.2, loop_poller=poller), True),
+        # nothing came back to back yet
+        (lambda poller: RunPolling(0.2, PollGate(0.2), loop_poller=poller), False),
+        (lambda poller: RunPolling(0.0, loop_poller=poller), False),
+    ],
+    ids=["set", "chosen", "off"],
+)
 def test_after_a_run_the_loop_polls_as_the_models_polling_says(polling, polls):
     poller = LoopPoller()
 
@@ -97,7 +103,8 @@ def test_after_a_run_the_loop_polls_as_the_models_polling_says(polling, polls):
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         ended = runner.run(scenario())
     assert (poller.stretches, poller.passes >= MIN_PASSES) == ((1, True) if polls else (0, False)), (
-        f"{poller.stretches} stretch(es) of polling, {poller.passes} passes after one run")
+        f"{poller.stretches} stretch(es) of polling, {poller.passes} passes after one run"
+    )
     if polls:
         assert poller.stopped_at is not None and poller.stopped_at - ended >= 0.2, "polled for less than the window"
 
@@ -147,13 +154,23 @@ def _loop_runnable_over(pid: int, seconds: float) -> float:
 @pytest.mark.slow
 def test_a_real_server_polls_after_inline_runs_only(tmp_path, digits_artifact):
     inputs, _, _ = load_input_example(digits_artifact)
-    body = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *inputs["image"].shape[1:]],
-                                   "data": inputs["image"][:1].ravel().tolist()}]}).encode()
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "image",
+                    "datatype": "FP32",
+                    "shape": [1, *inputs["image"].shape[1:]],
+                    "data": inputs["image"][:1].ravel().tolist(),
+                }
+            ]
+        }
+    ).encode()
     # inline_below_ms well above a digits run even on a loaded machine: warm-up's timing cannot send it to threads
-    model_folder(tmp_path, "inline", digits_artifact / "model.onnx",
-                 extra={"event_loop_spin_us": 100_000, "inline_below_ms": 50})
-    model_folder(tmp_path, "threads", digits_artifact / "model.onnx",
-                 extra={"event_loop_spin_us": 100_000, "inline_below_ms": 0})  # every run on an inference thread
+    model_folder(tmp_path, "inline", digits_artifact / "model.onnx", extra={"event_loop_spin_us": 100_000, "inline_below_ms": 50})
+    model_folder(
+        tmp_path, "threads", digits_artifact / "model.onnx", extra={"event_loop_spin_us": 100_000, "inline_below_ms": 0}
+    )  # every run on an inference thread
     with LocalServer(tmp_path) as server:
         log = server.log_path.read_text()
         assert "threads: event_loop_spin_us has no effect" in log and "inline: event_loop_spin_us has no" not in log

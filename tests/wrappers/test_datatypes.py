@@ -23,28 +23,59 @@ from tests.wrappers.v2 import error_text, post, raw_request
 
 pytestmark = pytest.mark.slow
 ONNX_TYPES = {
-    "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16, "UINT32": TensorProto.UINT32,
-    "UINT64": TensorProto.UINT64, "INT8": TensorProto.INT8, "INT16": TensorProto.INT16, "INT32": TensorProto.INT32,
-    "INT64": TensorProto.INT64, "FP16": TensorProto.FLOAT16, "FP32": TensorProto.FLOAT, "FP64": TensorProto.DOUBLE,
+    "BOOL": TensorProto.BOOL,
+    "UINT8": TensorProto.UINT8,
+    "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32,
+    "UINT64": TensorProto.UINT64,
+    "INT8": TensorProto.INT8,
+    "INT16": TensorProto.INT16,
+    "INT32": TensorProto.INT32,
+    "INT64": TensorProto.INT64,
+    "FP16": TensorProto.FLOAT16,
+    "FP32": TensorProto.FLOAT,
+    "FP64": TensorProto.DOUBLE,
     "BYTES": TensorProto.STRING,
 }
 # The typed contents field of each datatype, as Triton has them; FP16 has none (raw only).
 FIELDS = {
-    "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "FP16": None, "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP16": None,
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 TYPED = [datatype for datatype, field in FIELDS.items() if field]
 # A value each field takes, to put in a field the datatype does not travel in; in the protobuf's field order.
 # What each typed field can carry, as the protobuf lets a client put it there.
 FIELD_VALUES = {
-    "bool_contents": st.booleans(), "int_contents": st.integers(-(2**31), 2**31 - 1),
-    "int64_contents": st.integers(-(2**63), 2**63 - 1), "uint_contents": st.integers(0, 2**32 - 1),
-    "uint64_contents": st.integers(0, 2**64 - 1), "fp32_contents": st.floats(width=32), "fp64_contents": st.floats(),
+    "bool_contents": st.booleans(),
+    "int_contents": st.integers(-(2**31), 2**31 - 1),
+    "int64_contents": st.integers(-(2**63), 2**63 - 1),
+    "uint_contents": st.integers(0, 2**32 - 1),
+    "uint64_contents": st.integers(0, 2**64 - 1),
+    "fp32_contents": st.floats(width=32),
+    "fp64_contents": st.floats(),
     "bytes_contents": st.binary(max_size=6),
 }
-SAMPLES = {"bool_contents": True, "int_contents": 1, "int64_contents": 1, "uint_contents": 1, "uint64_contents": 1,
-           "fp32_contents": 1.5, "fp64_contents": 1.5, "bytes_contents": b"1"}
+SAMPLES = {
+    "bool_contents": True,
+    "int_contents": 1,
+    "int64_contents": 1,
+    "uint_contents": 1,
+    "uint64_contents": 1,
+    "fp32_contents": 1.5,
+    "fp64_contents": 1.5,
+    "bytes_contents": b"1",
+}
 
 
 def values(datatype: str) -> np.ndarray:
@@ -122,8 +153,10 @@ def test_raw_contents_come_back_exact_and_raw(client, datatype):
 def test_rest_json_comes_back_exact(server, datatype):
     sent = values(datatype)
     data = [item.decode() for item in sent] if datatype == "BYTES" else sent.tolist()
-    status, body = post(f"{server.http_url}/v2/models/{datatype.lower()}/infer",
-                        {"inputs": [{"name": "x", "datatype": datatype, "shape": [sent.size], "data": data}]})
+    status, body = post(
+        f"{server.http_url}/v2/models/{datatype.lower()}/infer",
+        {"inputs": [{"name": "x", "datatype": datatype, "shape": [sent.size], "data": data}]},
+    )
     assert status == 200, body
     (output,) = body["outputs"]
     assert output["datatype"] == datatype and output["shape"] == [sent.size]
@@ -162,11 +195,15 @@ def test_typed_contents_in_another_field_are_invalid_argument_saying_where_they_
     for field in sorted(set(SAMPLES) - {expected}):
         details = refused(client, typed_request(datatype, field, [SAMPLES[field]] * 2))
         if expected is None:
-            assert details == (f"input 'x': FP16 has no typed contents in the V2 protocol, got {field}; send FP16 data "
-                               "in raw_input_contents (2 bytes per element, little-endian), as tritonclient does")
+            assert details == (
+                f"input 'x': FP16 has no typed contents in the V2 protocol, got {field}; send FP16 data "
+                "in raw_input_contents (2 bytes per element, little-endian), as tritonclient does"
+            )
         else:
-            assert details == (f"input 'x': {datatype} data goes in contents.{expected}, got {field}; "
-                               f"send it in {expected} alone (or in raw_input_contents)")
+            assert details == (
+                f"input 'x': {datatype} data goes in contents.{expected}, got {field}; "
+                f"send it in {expected} alone (or in raw_input_contents)"
+            )
     if expected is not None:  # the right field beside a wrong one: MLServer read only the first
         request = typed_request(datatype, expected, [SAMPLES[expected]] * 2)
         other = "fp64_contents" if expected != "fp64_contents" else "int64_contents"
@@ -178,20 +215,26 @@ def test_typed_contents_in_another_field_are_invalid_argument_saying_where_they_
 def test_an_input_without_contents_is_invalid_argument_saying_where_its_data_goes(client, datatype):
     request = service_pb2.ModelInferRequest(model_name=datatype.lower())
     request.inputs.add(name="x", datatype=datatype, shape=[3])
-    where = "raw_input_contents (FP16 has no typed contents)" if FIELDS[datatype] is None else (
-        f"contents.{FIELDS[datatype]} or raw_input_contents")
+    where = (
+        "raw_input_contents (FP16 has no typed contents)"
+        if FIELDS[datatype] is None
+        else (f"contents.{FIELDS[datatype]} or raw_input_contents")
+    )
     assert refused(client, request) == f"input 'x' ({datatype}, shape [3]) carries no data; send it in {where}"
 
 
-@pytest.mark.parametrize("datatype, field, data, expected", [
-    ("UINT8", "uint_contents", [1, 300], "values must fit UINT8 (0..255)"),
-    ("UINT16", "uint_contents", [70000], "values must fit UINT16 (0..65535)"),
-    ("INT8", "int_contents", [-129], "values must fit INT8 (-128..127)"),
-    ("INT16", "int_contents", [40000], "values must fit INT16 (-32768..32767)"),
-    ("UINT32", "int_contents", [-1], "UINT32 data goes in contents.uint_contents"),  # uint_contents cannot hold -1
-    ("UINT64", "int64_contents", [-1], "UINT64 data goes in contents.uint64_contents"),
-    ("INT64", "uint64_contents", [2**63], "INT64 data goes in contents.int64_contents"),
-])
+@pytest.mark.parametrize(
+    "datatype, field, data, expected",
+    [
+        ("UINT8", "uint_contents", [1, 300], "values must fit UINT8 (0..255)"),
+        ("UINT16", "uint_contents", [70000], "values must fit UINT16 (0..65535)"),
+        ("INT8", "int_contents", [-129], "values must fit INT8 (-128..127)"),
+        ("INT16", "int_contents", [40000], "values must fit INT16 (-32768..32767)"),
+        ("UINT32", "int_contents", [-1], "UINT32 data goes in contents.uint_contents"),  # uint_contents cannot hold -1
+        ("UINT64", "int64_contents", [-1], "UINT64 data goes in contents.uint64_contents"),
+        ("INT64", "uint64_contents", [2**63], "INT64 data goes in contents.int64_contents"),
+    ],
+)
 def test_typed_values_out_of_range_are_invalid_argument_not_wrapped(client, datatype, field, data, expected):
     assert f"input 'x': {expected}" in refused(client, typed_request(datatype, field, data))
     sent = values(datatype)  # and the server keeps serving
@@ -199,19 +242,22 @@ def test_typed_values_out_of_range_are_invalid_argument_not_wrapped(client, data
     assert list(getattr(response.outputs[0].contents, FIELDS[datatype])) == sent.tolist()
 
 
-@pytest.mark.parametrize("datatype, data, expected", [
-    ("UINT8", [300], "values must fit UINT8 (0..255)"),
-    ("UINT32", [-1], "values must fit UINT32 (0..4294967295)"),
-    ("UINT64", [-1], "values must fit UINT64 (0..18446744073709551615)"),
-    ("UINT64", [2**64], "values must fit UINT64 (0..18446744073709551615)"),
-    ("INT64", [2**63], "values must fit INT64 (-9223372036854775808..9223372036854775807)"),
-    ("INT8", [1.5], "INT8 data must be integers, got float"),
-    ("FP16", [70000.0], "values must fit FP16 (magnitudes up to 6.55e+04)"),
-    ("FP32", [1e39], "values must fit FP32 (magnitudes up to 3.403e+38)"),
-    ("FP64", ["1"], "FP64 data must be numbers, got str"),
-    ("BOOL", [1], "BOOL data must be true/false values"),
-    ("BYTES", [1], "BYTES data must be strings"),
-])
+@pytest.mark.parametrize(
+    "datatype, data, expected",
+    [
+        ("UINT8", [300], "values must fit UINT8 (0..255)"),
+        ("UINT32", [-1], "values must fit UINT32 (0..4294967295)"),
+        ("UINT64", [-1], "values must fit UINT64 (0..18446744073709551615)"),
+        ("UINT64", [2**64], "values must fit UINT64 (0..18446744073709551615)"),
+        ("INT64", [2**63], "values must fit INT64 (-9223372036854775808..9223372036854775807)"),
+        ("INT8", [1.5], "INT8 data must be integers, got float"),
+        ("FP16", [70000.0], "values must fit FP16 (magnitudes up to 6.55e+04)"),
+        ("FP32", [1e39], "values must fit FP32 (magnitudes up to 3.403e+38)"),
+        ("FP64", ["1"], "FP64 data must be numbers, got str"),
+        ("BOOL", [1], "BOOL data must be true/false values"),
+        ("BYTES", [1], "BYTES data must be strings"),
+    ],
+)
 def test_rest_json_out_of_range_or_of_another_type_is_400(server, datatype, data, expected):
     url = f"{server.http_url}/v2/models/{datatype.lower()}/infer"
     status, body = post(url, {"inputs": [{"name": "x", "datatype": datatype, "shape": [1], "data": data}]})
@@ -220,7 +266,6 @@ def test_rest_json_out_of_range_or_of_another_type_is_400(server, datatype, data
     good = [item.decode() for item in sent] if datatype == "BYTES" else sent.tolist()
     status, body = post(url, {"inputs": [{"name": "x", "datatype": datatype, "shape": [1], "data": good}]})
     assert status == 200 and body["outputs"][0]["data"] == good, body
-
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

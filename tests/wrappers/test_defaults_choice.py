@@ -49,8 +49,15 @@ def measurements(draw, sizes=(1, 2, 4, 8)) -> Measurements:
 
 def _choose(measured: Measurements | None, explicit=None, can_merge=True, cpu_limit=None, model_mib=14.0):
     limit = cpu_limit if cpu_limit is not None else (measured.cpu_limit if measured else 2.0)
-    return choose(measured, explicit or {}, cpu_limit=limit, can_merge=can_merge, model_mib=model_mib,
-                  why_not_measured="warm-up is off", why_no_merging="fixed batch size")
+    return choose(
+        measured,
+        explicit or {},
+        cpu_limit=limit,
+        can_merge=can_merge,
+        model_mib=model_mib,
+        why_not_measured="warm-up is off",
+        why_no_merging="fixed batch size",
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -78,10 +85,22 @@ def test_every_setting_is_chosen_sanely(measured, can_merge):
 
 
 @settings(max_examples=200, deadline=None)
-@given(measurements(), st.fixed_dictionaries({}, optional={
-    INTRA_OP_THREADS: st.integers(0, 8), INFERENCE_THREADS: st.integers(1, 8), MAX_BATCH_ROWS: st.integers(1, 64),
-    INLINE_BELOW_MS: st.floats(0, 5), BUSY_INTRA_OP_THREADS: st.integers(0, 4),
-    EVENT_LOOP_SPIN_US: st.integers(0, 100_000), SPIN_WITHIN_RUNS: st.booleans()}), st.booleans())
+@given(
+    measurements(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            INTRA_OP_THREADS: st.integers(0, 8),
+            INFERENCE_THREADS: st.integers(1, 8),
+            MAX_BATCH_ROWS: st.integers(1, 64),
+            INLINE_BELOW_MS: st.floats(0, 5),
+            BUSY_INTRA_OP_THREADS: st.integers(0, 4),
+            EVENT_LOOP_SPIN_US: st.integers(0, 100_000),
+            SPIN_WITHIN_RUNS: st.booleans(),
+        },
+    ),
+    st.booleans(),
+)
 def test_an_explicit_setting_always_wins(measured, explicit, can_merge):
     chosen = _choose(measured, explicit, can_merge=can_merge)
     for name, value in explicit.items():
@@ -116,8 +135,10 @@ def test_more_cpus_never_mean_fewer_threads(measured, more):
     fewer = _choose(measured, cpu_limit=measured.cpu_limit)
     bigger = _choose(measured, cpu_limit=measured.cpu_limit + more)
     assert bigger[INTRA_OP_THREADS].value >= fewer[INTRA_OP_THREADS].value
-    assert (bigger[INTRA_OP_THREADS].value * bigger[INFERENCE_THREADS].value
-            >= fewer[INTRA_OP_THREADS].value * fewer[INFERENCE_THREADS].value)
+    assert (
+        bigger[INTRA_OP_THREADS].value * bigger[INFERENCE_THREADS].value
+        >= fewer[INTRA_OP_THREADS].value * fewer[INFERENCE_THREADS].value
+    )
 
 
 def test_a_tiny_model_runs_inline_on_one_thread_and_a_large_one_on_every_core():
@@ -167,8 +188,7 @@ def test_the_spinning_chosen_is_what_a_session_built_with_it_unset_does():
     for limit in (1.0, 2.0, 8.0):
         for explicit in ({}, {INTRA_OP_THREADS: 1}, {INTRA_OP_THREADS: 3}):
             for on_cpu in (True, False):
-                chosen = choose(Measurements({1: 10e-3}, 30e-6, limit), explicit, cpu_limit=limit, can_merge=False,
-                                on_cpu=on_cpu)
+                chosen = choose(Measurements({1: 10e-3}, 30e-6, limit), explicit, cpu_limit=limit, can_merge=False, on_cpu=on_cpu)
                 threads = int(chosen[INTRA_OP_THREADS].value)
                 assert bool(chosen[SPIN_WITHIN_RUNS].value) == spins_within_runs(RuntimeSettings(), threads, on_cpu=on_cpu)
     assert not spins_within_runs(RuntimeSettings(allow_spinning=True), 2, on_cpu=True)  # spins between runs too
@@ -188,8 +208,14 @@ def test_explicit_single_threaded_runs_get_one_slot_more_than_the_cores():
 def test_unmeasured_or_unmergeable_models_keep_the_fixed_defaults():
     chosen = _choose(None)
     assert {name: choice.value for name, choice in chosen.items()} == {
-        INLINE_BELOW_MS: 0.5, INTRA_OP_THREADS: 2, SPIN_WITHIN_RUNS: 1, BUSY_INTRA_OP_THREADS: 0, INFERENCE_THREADS: 1,
-        MAX_BATCH_ROWS: 1, EVENT_LOOP_SPIN_US: 0}
+        INLINE_BELOW_MS: 0.5,
+        INTRA_OP_THREADS: 2,
+        SPIN_WITHIN_RUNS: 1,
+        BUSY_INTRA_OP_THREADS: 0,
+        INFERENCE_THREADS: 1,
+        MAX_BATCH_ROWS: 1,
+        EVENT_LOOP_SPIN_US: 0,
+    }
     assert {choice.source for choice in chosen.values()} == {DEFAULT}
     assert "warm-up is off" in chosen[MAX_BATCH_ROWS].reason
     fixed = _choose(Measurements({1: 10e-3, 8: 5e-3}, 30e-6, 2.0), can_merge=False)[MAX_BATCH_ROWS]
@@ -227,8 +253,9 @@ def test_a_real_session_is_timed_and_the_choice_published_with_explicit_settings
     plan = timing_plan(inputs, outputs, on_cpu=True, warmup_runs=2, mlserver_batching=False)
     assert plan.batch_sizes == (1, 2, 4, 8)
     settings = parse_runtime_settings({"max_batch_rows": 4})
-    resolved = resolve(settings, model="tiny", version="7", run=session_run(runner, inputs, ["y"]), plan=plan,
-                       cpu_limit=2.0, session_threads=2)
+    resolved = resolve(
+        settings, model="tiny", version="7", run=session_run(runner, inputs, ["y"]), plan=plan, cpu_limit=2.0, session_threads=2
+    )
     choices = resolved.choices
     assert (choices[MAX_BATCH_ROWS].value, choices[MAX_BATCH_ROWS].source) == (4, EXPLICIT)
     assert choices[INLINE_BELOW_MS].value > 0 and choices[INTRA_OP_THREADS].value == 1  # a MatMul of 4x3: inline
@@ -242,8 +269,15 @@ def test_a_real_session_is_timed_and_the_choice_published_with_explicit_settings
     assert parameters[MAX_BATCH_ROWS] == 4 and parameters[f"{MAX_BATCH_ROWS}_source"] == EXPLICIT
     assert isinstance(parameters[INLINE_BELOW_MS], str) and float(parameters[INLINE_BELOW_MS]) > 0
     # Loaded again with every setting unset: the explicit series is dropped, not left beside the measured one.
-    resolve(RuntimeSettings(), model="tiny", version="7", run=session_run(runner, inputs, ["y"]), plan=plan,
-            cpu_limit=2.0, session_threads=1)
+    resolve(
+        RuntimeSettings(),
+        model="tiny",
+        version="7",
+        run=session_run(runner, inputs, ["y"]),
+        plan=plan,
+        cpu_limit=2.0,
+        session_threads=1,
+    )
     assert REGISTRY.get_sample_value(SETTING, {**labels, "source": EXPLICIT}) is None
     assert REGISTRY.get_sample_value(SETTING, {**labels, "source": MEASURED}) is not None
 
@@ -253,8 +287,9 @@ def test_a_second_session_of_the_busy_width_keeps_the_lone_one_built_already():
         time.sleep(0.02 * rows)  # (2 ms went inline in a CI run whose hop to a thread took over 125 us: 16 hops)
         return [np.zeros((rows, 1), np.float32)]
 
-    resolved = resolve(RuntimeSettings(), model="slow", version=None, run=slow, plan=TimingPlan((1, 2)),
-                       cpu_limit=2.0, session_threads=2)
+    resolved = resolve(
+        RuntimeSettings(), model="slow", version=None, run=slow, plan=TimingPlan((1, 2)), cpu_limit=2.0, session_threads=2
+    )
     assert (resolved.settings.intra_op_threads, resolved.settings.busy_intra_op_threads) == (2, 1)
     assert resolved.rebuild_session and resolved.keeps_lone_session
 
@@ -278,6 +313,7 @@ def test_outputs_without_a_row_per_input_row_rule_merging_out(tmp_path):
         return [runner.run(["y"], {"x": np.zeros((rows, 4), np.float32)})[0].sum(axis=0, keepdims=True)]
 
     plan = TimingPlan((1, 2, 4, 8))
-    chosen = resolve(RuntimeSettings(), model="summed", version=None, run=summed, plan=plan, cpu_limit=2.0,
-                     session_threads=1).choices[MAX_BATCH_ROWS]
+    chosen = resolve(
+        RuntimeSettings(), model="summed", version=None, run=summed, plan=plan, cpu_limit=2.0, session_threads=1
+    ).choices[MAX_BATCH_ROWS]
     assert chosen.value == 1 and "one row per input row" in chosen.reason

@@ -39,39 +39,59 @@ TABLE = np.arange(30, dtype=np.float32).reshape(10, 3)
 
 def _graph(path, nodes, inputs, outputs, initializers=()):
     """A one-purpose graph; inputs and outputs as (name, TensorProto type, shape)."""
-    graph = helper.make_graph(nodes, path.stem, [helper.make_tensor_value_info(*spec) for spec in inputs],
-                              [helper.make_tensor_value_info(*spec) for spec in outputs], list(initializers))
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info(*spec) for spec in inputs],
+        [helper.make_tensor_value_info(*spec) for spec in outputs],
+        list(initializers),
+    )
     onnx.save(onnx_model(graph), path)
     return path
 
 
 def strings_graph(path):
     """so = s (strings), bo = b (booleans): what the graph was fed, sent back."""
-    return _graph(path, [helper.make_node("Identity", ["s"], ["so"]), helper.make_node("Identity", ["b"], ["bo"])],
-                  [("s", TensorProto.STRING, ["N", 2]), ("b", TensorProto.BOOL, ["N", 2])],
-                  [("so", TensorProto.STRING, ["N", 2]), ("bo", TensorProto.BOOL, ["N", 2])])
+    return _graph(
+        path,
+        [helper.make_node("Identity", ["s"], ["so"]), helper.make_node("Identity", ["b"], ["bo"])],
+        [("s", TensorProto.STRING, ["N", 2]), ("b", TensorProto.BOOL, ["N", 2])],
+        [("so", TensorProto.STRING, ["N", 2]), ("bo", TensorProto.BOOL, ["N", 2])],
+    )
 
 
 def reshape_graph(path):
     """x [N, M] reshaped to [-1, 4]: the metadata takes any M, the graph only N * M divisible by 4."""
     shape = helper.make_tensor("S", TensorProto.INT64, [2], [-1, 4])
-    return _graph(path, [helper.make_node("Reshape", ["x", "S"], ["y"])], [("x", TensorProto.FLOAT, ["N", "M"])],
-                  [("y", TensorProto.FLOAT, ["K", 4])], [shape])
+    return _graph(
+        path,
+        [helper.make_node("Reshape", ["x", "S"], ["y"])],
+        [("x", TensorProto.FLOAT, ["N", "M"])],
+        [("y", TensorProto.FLOAT, ["K", 4])],
+        [shape],
+    )
 
 
 def half_graph(path):
     """h = x cast to FP16, y = x: an FP16 output beside an FP32 one."""
-    return _graph(path, [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
-                         helper.make_node("Identity", ["x"], ["y"])],
-                  [("x", TensorProto.FLOAT, ["N", 2])],
-                  [("h", TensorProto.FLOAT16, ["N", 2]), ("y", TensorProto.FLOAT, ["N", 2])])
+    return _graph(
+        path,
+        [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16), helper.make_node("Identity", ["x"], ["y"])],
+        [("x", TensorProto.FLOAT, ["N", 2])],
+        [("h", TensorProto.FLOAT16, ["N", 2]), ("y", TensorProto.FLOAT, ["N", 2])],
+    )
 
 
 def gather_graph(path):
     """Rows of TABLE by index: an index out of [-10, 9] fails the run (ONNX Runtime's InvalidArgument)."""
     table = helper.make_tensor("T", TensorProto.FLOAT, list(TABLE.shape), TABLE.ravel().tolist())
-    return _graph(path, [helper.make_node("Gather", ["T", "idx"], ["y"], axis=0)], [("idx", TensorProto.INT64, ["N"])],
-                  [("y", TensorProto.FLOAT, ["N", 3])], [table])
+    return _graph(
+        path,
+        [helper.make_node("Gather", ["T", "idx"], ["y"], axis=0)],
+        [("idx", TensorProto.INT64, ["N"])],
+        [("y", TensorProto.FLOAT, ["N", 3])],
+        [table],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +99,31 @@ def repository(tmp_path_factory, digits_artifact):
     root = tmp_path_factory.mktemp("repository")
     digits = digits_artifact / "model.onnx"
     model_folder(root, "digits-v", digits, version="2", batching={"max_batch_size": 4, "max_batch_time": 0.05})
-    model_folder(root, "digits-merge", digits, extra={
-        "max_batch_rows": 16, "inline_below_ms": 0, "io_binding": "on", "providers": GPU_FIRST, "batch_buckets": [1, 4, 16],
-    })
-    model_folder(root, "digits-images", digits, files={"labels.txt": "\n".join(LABELS)},
-                 extra={"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}})
+    model_folder(
+        root,
+        "digits-merge",
+        digits,
+        extra={
+            "max_batch_rows": 16,
+            "inline_below_ms": 0,
+            "io_binding": "on",
+            "providers": GPU_FIRST,
+            "batch_buckets": [1, 4, 16],
+        },
+    )
+    model_folder(
+        root,
+        "digits-images",
+        digits,
+        files={"labels.txt": "\n".join(LABELS)},
+        extra={"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}},
+    )
     model_folder(root, "fixed", matmul_graph(root / "fixed.onnx", batch=2), extra={"max_batch_rows": 4})
     (root / "fixed.onnx").unlink()
     graphs = tmp_path_factory.mktemp("graphs")
     model_folder(root, "strings", strings_graph(graphs / "strings.onnx"))
     model_folder(root, "reshape", reshape_graph(graphs / "reshape.onnx"), extra={"warmup_batch_sizes": [4]})
-    model_folder(root, "gather-merge", gather_graph(graphs / "gather.onnx"),
-                 extra={"max_batch_rows": 64, "inline_below_ms": 0})
+    model_folder(root, "gather-merge", gather_graph(graphs / "gather.onnx"), extra={"max_batch_rows": 64, "inline_below_ms": 0})
     model_folder(root, "cast_fp16.v1", half_graph(graphs / "half.onnx"))
     return root
 
@@ -207,8 +240,10 @@ def test_encoded_images_in_top_k_labels_out_over_grpc_and_rest(server, client, e
 
     metadata = httpclient.InferenceServerClient(server.http_url.removeprefix("http://")).get_model_metadata("digits-images")
     assert metadata["inputs"] == [{"name": "image", "datatype": "BYTES", "shape": [-1]}]
-    assert metadata["outputs"] == [{"name": "labels", "datatype": "BYTES", "shape": [-1, 3]},
-                                   {"name": "scores", "datatype": "FP32", "shape": [-1, 3]}]
+    assert metadata["outputs"] == [
+        {"name": "labels", "datatype": "BYTES", "shape": [-1, 3]},
+        {"name": "scores", "datatype": "FP32", "shape": [-1, 3]},
+    ]
 
     response = client.infer(raw_request("digits-images", {"image": ("BYTES", [4], pack_bytes(pngs))}))
     names = [output.name for output in response.outputs]
@@ -220,14 +255,19 @@ def test_encoded_images_in_top_k_labels_out_over_grpc_and_rest(server, client, e
     triton = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
     sent = httpclient.InferInput("image", [4], "BYTES")
     sent.set_data_from_numpy(np.array(pngs, dtype=object))
-    result = triton.infer("digits-images", [sent], outputs=[
-        httpclient.InferRequestedOutput("labels"), httpclient.InferRequestedOutput("scores", binary_data=False)])
+    result = triton.infer(
+        "digits-images",
+        [sent],
+        outputs=[httpclient.InferRequestedOutput("labels"), httpclient.InferRequestedOutput("scores", binary_data=False)],
+    )
     assert "data" not in result.get_output("labels") and "data" in result.get_output("scores")
     assert result.as_numpy("labels").tolist() == [[LABELS[i].encode() for i in row] for row in best]
     np.testing.assert_allclose(result.as_numpy("scores"), np.take_along_axis(scores, best, 1), atol=1e-6)
     triton.close()
 
-    body = {"inputs": [{"name": "image", "datatype": "BYTES", "shape": [2], "data": [base64.b64encode(p).decode() for p in pngs[:2]]}]}
+    body = {
+        "inputs": [{"name": "image", "datatype": "BYTES", "shape": [2], "data": [base64.b64encode(p).decode() for p in pngs[:2]]}]
+    }
     status, answer = post(f"{server.http_url}/v2/models/digits-images/infer", body)
     assert status == 200, answer
     outputs = {output["name"]: output for output in answer["outputs"]}
@@ -276,18 +316,29 @@ def test_strings_reach_the_graph_as_sent_over_every_protocol(server, client):
     outputs = {output.name: output for output in client.infer(typed).outputs}
     assert list(outputs["so"].contents.bytes_contents) == encoded.ravel().tolist()
 
-    body = {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [2, 2], "data": texts},
-                       {"name": "b", "datatype": "BOOL", "shape": [2, 2], "data": flags.tolist()}]}
+    body = {
+        "inputs": [
+            {"name": "s", "datatype": "BYTES", "shape": [2, 2], "data": texts},
+            {"name": "b", "datatype": "BOOL", "shape": [2, 2], "data": flags.tolist()},
+        ]
+    }
     status, answer = post(f"{server.http_url}/v2/models/strings/infer", body)
     assert status == 200 and answer["outputs"][0]["data"] == ["abc", "é", "", "x y"], answer
 
 
-@pytest.mark.parametrize("inputs, expected", [
-    ({"s": ("BYTES", [1, 2], pack_bytes([b"ok", b"\xff"])), "b": ("BOOL", [1, 2], b"\0\1")},
-     "input 's': element 1 is not UTF-8 text (invalid start byte at byte 0), and the graph takes strings"),
-    ({"s": ("BYTES", [1, 2], pack_bytes([b"a", b"b"])), "b": ("BOOL", [1, 2], b"\1\7")},
-     "input 'b': BOOL raw contents must be bytes 0 (false) or 1 (true); element 1 is 7"),
-])
+@pytest.mark.parametrize(
+    "inputs, expected",
+    [
+        (
+            {"s": ("BYTES", [1, 2], pack_bytes([b"ok", b"\xff"])), "b": ("BOOL", [1, 2], b"\0\1")},
+            "input 's': element 1 is not UTF-8 text (invalid start byte at byte 0), and the graph takes strings",
+        ),
+        (
+            {"s": ("BYTES", [1, 2], pack_bytes([b"a", b"b"])), "b": ("BOOL", [1, 2], b"\1\7")},
+            "input 'b': BOOL raw contents must be bytes 0 (false) or 1 (true); element 1 is 7",
+        ),
+    ],
+)
 def test_strings_that_are_not_text_and_booleans_that_are_not_0_or_1_are_invalid_argument(client, inputs, expected):
     with pytest.raises(grpc.RpcError) as caught:
         client.infer(raw_request("strings", inputs))
@@ -302,9 +353,11 @@ def test_typed_contents_beside_raw_contents_are_invalid_argument(client):
     with pytest.raises(grpc.RpcError) as caught:
         client.infer(request)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert caught.value.details() == ("input 'b' has typed contents but the request also carries raw_input_contents; "
-                                      "send every input's data in raw_input_contents (one buffer per input, in input "
-                                      "order), or none there")
+    assert caught.value.details() == (
+        "input 'b' has typed contents but the request also carries raw_input_contents; "
+        "send every input's data in raw_input_contents (one buffer per input, in input "
+        "order), or none there"
+    )
 
 
 def test_typed_grpc_contents_get_top_k_labels_back_as_bytes_contents(client, example):
@@ -345,15 +398,20 @@ def test_fp16_outputs_come_back_raw_to_typed_grpc_requests_with_every_other_outp
     assert not response.raw_output_contents and list(response.outputs[0].contents.fp32_contents) == x.ravel().tolist()
 
 
-@pytest.mark.parametrize("model, name, datatype, shape", [
-    ("fixed", "x", "FP32", [0, 4]),  # run in padded chunks: there would be none
-    ("digits-images", "image", "BYTES", [0]),  # no image to decode
-    ("digits-merge", "image", "FP32", [0, *IMAGE]),  # a dynamic batch: refused the same way
-])
+@pytest.mark.parametrize(
+    "model, name, datatype, shape",
+    [
+        ("fixed", "x", "FP32", [0, 4]),  # run in padded chunks: there would be none
+        ("digits-images", "image", "BYTES", [0]),  # no image to decode
+        ("digits-merge", "image", "FP32", [0, *IMAGE]),  # a dynamic batch: refused the same way
+    ],
+)
 def test_zero_rows_are_refused_alike_by_every_model(server, client, model, name, datatype, shape):
     expected = f"input {name!r} has 0 rows (shape {shape}); send at least one row"
-    status, body = post(f"{server.http_url}/v2/models/{model}/infer",
-                        {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": []}]})
+    status, body = post(
+        f"{server.http_url}/v2/models/{model}/infer",
+        {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": []}]},
+    )
     assert status == 400 and expected in error_text(body), body
     with pytest.raises(grpc.RpcError) as caught:
         client.infer(raw_request(model, {name: (datatype, shape, b"")}))
@@ -418,7 +476,6 @@ def test_loaded_heap_is_frozen_out_of_full_collections(server):
     assert counts and min(counts) > 10_000  # MLServer, ONNX Runtime and NumPy alone leave more than that
 
 
-
 # Run in its own process, as MLServer runs the runtime: importing it here would register MLServer's
 # V2 protobufs beside tritonclient's, which share their names.
 UNLOAD_CHECK = """
@@ -447,8 +504,13 @@ def test_an_unloaded_model_and_its_session_are_freed_though_the_heap_was_frozen(
     # Frozen objects are never collected, and a model lives on in its own reference cycles: unloading
     # must thaw the heap, and freeze it again once the model is gone.
     folder = model_folder(tmp_path, "m", matmul_graph(tmp_path / "m.onnx"))
-    done = subprocess.run([sys.executable, "-c", UNLOAD_CHECK, str(folder / SETTINGS_FILE)], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", UNLOAD_CHECK, str(folder / SETTINGS_FILE)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["frozen_at_load"] > 10_000 and result["freed"] and result["frozen_after"] > 10_000
@@ -457,24 +519,27 @@ def test_an_unloaded_model_and_its_session_are_freed_though_the_heap_was_frozen(
 def test_unset_settings_are_chosen_at_load_and_shown_and_explicit_ones_win(server):
     """The tiny cast graph leaves everything unset: timed at load, it runs inline on one thread. gather-merge sets
     max_batch_rows and inline_below_ms: those stay, the rest is chosen around them. MLServer merges digits-v."""
+
     def chosen(model: str) -> dict:
         with urllib.request.urlopen(f"{server.http_url}/v2/models/{model}", timeout=30) as response:
             return json.loads(response.read())["parameters"]
 
     tiny = chosen("cast_fp16.v1")
-    assert {tiny[f"{name}_source"] for name in ("inline_below_ms", "intra_op_threads", "inference_threads",
-                                                "max_batch_rows")} == {"measured"}, tiny
+    assert {
+        tiny[f"{name}_source"] for name in ("inline_below_ms", "intra_op_threads", "inference_threads", "max_batch_rows")
+    } == {"measured"}, tiny
     assert float(tiny["inline_below_ms"]) > 0 and tiny["intra_op_threads"] == 1, tiny
     # inline: the loop may poll after its runs where a CPU is left for gRPC's threads, while requests come back to back (`poll_gate`)
-    assert (tiny["event_loop_spin_us"], tiny["event_loop_spin_us_source"]) == (
-        2000 if cpu_limit() >= 2 else 0, "measured"), tiny
+    assert (tiny["event_loop_spin_us"], tiny["event_loop_spin_us_source"]) == (2000 if cpu_limit() >= 2 else 0, "measured"), tiny
     gather = chosen("gather-merge")
     assert (gather["max_batch_rows"], gather["max_batch_rows_source"]) == (64, "explicit"), gather
     assert (gather["inline_below_ms"], gather["inline_below_ms_source"]) == ("0", "explicit"), gather
     assert gather["intra_op_threads_source"] == "measured" and gather["intra_op_threads"] >= 1, gather
     # runs on threads of several intra-op threads each: those that start beside another go to a 1-thread session
     assert (gather["busy_intra_op_threads"], gather["busy_intra_op_threads_source"]) == (
-        1 if gather["intra_op_threads"] >= 2 else 0, "measured"), gather
+        1 if gather["intra_op_threads"] >= 2 else 0,
+        "measured",
+    ), gather
     assert gather["event_loop_spin_us"] == 0, gather  # its runs go to threads: nothing to poll after
     assert (chosen("digits-v")["max_batch_rows"], chosen("digits-v")["max_batch_rows_source"]) == (1, "default")
     samples = scrape(server.metrics_url)

@@ -19,10 +19,14 @@ from wrappers.frontends.client import HostClient, HostUnavailable, host_socket
 from wrappers.frontends.host import SessionHost
 from wrappers.frontends.ring import ALIGN, MIN_SLOT_BYTES, SlotMap, SlotRing, layout, new_slot_file
 
-DTYPES = {"a": (np.float32, (3,)), "b": (np.float16, (2, 2)), "c": (np.int64, ()), "d": (np.uint8, (5,)),
-          "e": (np.bool_, ())}
-ONNX_TYPES = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int64: TensorProto.INT64,
-              np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL}
+DTYPES = {"a": (np.float32, (3,)), "b": (np.float16, (2, 2)), "c": (np.int64, ()), "d": (np.uint8, (5,)), "e": (np.bool_, ())}
+ONNX_TYPES = {
+    np.float32: TensorProto.FLOAT,
+    np.float16: TensorProto.FLOAT16,
+    np.int64: TensorProto.INT64,
+    np.uint8: TensorProto.UINT8,
+    np.bool_: TensorProto.BOOL,
+}
 
 
 def _arrays(rows: int, seed: int) -> dict[str, np.ndarray]:
@@ -37,10 +41,10 @@ def _expected(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 @pytest.fixture(scope="module")
 def several_dtypes_model(tmp_path_factory) -> Path:
     """A graph of five inputs of five dtypes and shapes: `a` plus one, the others passed through."""
-    inputs = [helper.make_tensor_value_info(name, ONNX_TYPES[dtype], ["N", *shape])
-              for name, (dtype, shape) in DTYPES.items()]
-    outputs = [helper.make_tensor_value_info(f"{name}_out", ONNX_TYPES[dtype], ["N", *shape])
-               for name, (dtype, shape) in DTYPES.items()]
+    inputs = [helper.make_tensor_value_info(name, ONNX_TYPES[dtype], ["N", *shape]) for name, (dtype, shape) in DTYPES.items()]
+    outputs = [
+        helper.make_tensor_value_info(f"{name}_out", ONNX_TYPES[dtype], ["N", *shape]) for name, (dtype, shape) in DTYPES.items()
+    ]
     nodes = [helper.make_node("Add", ["a", "one"], ["a_out"])]
     nodes += [helper.make_node("Identity", [name], [f"{name}_out"]) for name in "bcde"]
     one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
@@ -49,9 +53,12 @@ def several_dtypes_model(tmp_path_factory) -> Path:
     model.ir_version = 8
     root = tmp_path_factory.mktemp("frontends")
     onnx.save(model, root / "graph.onnx")
-    return model_folder(root / "models", "dtypes", root / "graph.onnx",
-                        extra={"max_batch_rows": 16, "frontends": 2, "warmup_runs": 1, "inline_below_ms": 0,
-                               "inference_threads": 1})  # one run slot: requests queue behind a run
+    return model_folder(
+        root / "models",
+        "dtypes",
+        root / "graph.onnx",
+        extra={"max_batch_rows": 16, "frontends": 2, "warmup_runs": 1, "inline_below_ms": 0, "inference_threads": 1},
+    )  # one run slot: requests queue behind a run
 
 
 class RunningHost:
@@ -129,7 +136,13 @@ def test_frames_round_trip_even_when_they_arrive_in_pieces():
     assert protocol.parse_request(frames[0]) == (3, 1 << 20, arrays)
     answer = protocol.parse_reply(frames[1])
     assert (answer.slot, answer.size, answer.arrays, answer.run_seconds, answer.batch_rows, answer.queue_seconds) == (
-        3, 1 << 21, arrays, 0.5, 7, 0.25)
+        3,
+        1 << 21,
+        arrays,
+        0.5,
+        7,
+        0.25,
+    )
     failed = protocol.parse_reply(frames[2])
     assert (failed.status, failed.message) == (protocol.INPUT_ERROR, "bad rank")
 
@@ -233,8 +246,9 @@ def test_a_host_that_cannot_start_fails_the_supervisor_in_one_line_naming_it(sev
     assert len(supervisor.children) == 1  # no front end was started for a host that never listened
 
 
-def test_the_launcher_supervises_a_folder_of_several_front_ends_but_not_from_a_front_end(several_dtypes_model, tmp_path,
-                                                                                          monkeypatch):
+def test_the_launcher_supervises_a_folder_of_several_front_ends_but_not_from_a_front_end(
+    several_dtypes_model, tmp_path, monkeypatch
+):
     from wrappers import frontends
 
     monkeypatch.delenv(frontends.HOST_SOCKET_ENV, raising=False)
@@ -278,8 +292,7 @@ def test_rows_from_two_front_ends_merge_into_one_run(running_host):
     runs: list[int] = []
 
     async def scenario():
-        clients = [HostClient(running_host.socket_path, slots=4, observe=lambda *seen: runs.append(seen[3]))
-                   for _ in range(2)]
+        clients = [HostClient(running_host.socket_path, slots=4, observe=lambda *seen: runs.append(seen[3])) for _ in range(2)]
         for client in clients:
             await client.start()
         blocker = asyncio.ensure_future(clients[0].submit(_arrays(1, seed=0), 1))
@@ -386,8 +399,9 @@ def test_two_front_ends_answer_like_one_and_a_dead_host_stops_them_all(digits_ar
             finally:
                 for channel in channels:
                     channel.close()
-            answers[label + "-rest"] = [np.array(post(f"{target.http_url}/v2/models/{name}/infer", body)[1]["outputs"][0]["data"])
-                                        for _ in range(4)]
+            answers[label + "-rest"] = [
+                np.array(post(f"{target.http_url}/v2/models/{name}/infer", body)[1]["outputs"][0]["data"]) for _ in range(4)
+            ]
         for got in answers["two"]:
             np.testing.assert_allclose(got, answers["one"][0], rtol=1e-6, atol=1e-7)
         for got in answers["two-rest"]:

@@ -89,4 +89,5 @@ def test_served_grpc_requests_leave_event_engine_s_threads_asleep(digits_artifac
     assert poller_reads < 1 or poller_reads < event_engine / 4, (
         f"gRPC core reads requests on EventEngine's threads again ({poller_reads} wake-ups per request in the quietest "
         f"batch of {batches[0]}, against {batches[1]} with gRPC's defaults): does this grpcio still have {POLLER_READS}? The launcher "
-        f"said: {said}")
+        f"said: {said}"
+    )

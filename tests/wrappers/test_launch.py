@@ -77,8 +77,12 @@ def test_another_model_repository_class_is_refused_before_anything_starts(tmp_pa
     code = run(launch.main, [str(model_folder(tmp_path, "scalar", graph))])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert f"{HOOK_ENV}=mlserver.repository.repository.SchemalessModelRepository: Slipway serves models through " \
-           "wrappers.repository_api.GuardedRepository" in err and "unset the variable" in err, err
+    assert (
+        f"{HOOK_ENV}=mlserver.repository.repository.SchemalessModelRepository: Slipway serves models through "
+        "wrappers.repository_api.GuardedRepository"
+        in err
+        and "unset the variable" in err
+    ), err
 
 
 def test_a_port_taken_or_given_twice_is_named_with_its_variable():
@@ -89,8 +93,9 @@ def test_a_port_taken_or_given_twice_is_named_with_its_variable():
         settings = SimpleNamespace(host=LOOPBACK, http_port=port, grpc_port=0, metrics_endpoint=None, metrics_port=0)
         with pytest.raises(launch.LaunchError) as caught:
             launch._check_ports(settings)
-    assert str(caught.value) == (f"cannot serve HTTP on ('{LOOPBACK}', {port}): address already in use; free the port "
-                                 "or set MLSERVER_HTTP_PORT to another")
+    assert str(caught.value) == (
+        f"cannot serve HTTP on ('{LOOPBACK}', {port}): address already in use; free the port or set MLSERVER_HTTP_PORT to another"
+    )
     twice = SimpleNamespace(host=LOOPBACK, http_port=1, grpc_port=2, metrics_endpoint="/metrics", metrics_port=1)
     with pytest.raises(launch.LaunchError, match="MLSERVER_HTTP_PORT is 1, as another of MLServer's ports"):
         launch._check_ports(twice)
@@ -111,9 +116,15 @@ def test_the_launcher_refuses_two_models_mlserver_would_name_alike(tmp_path, gra
     model_folder(tmp_path / "repo", "scalar", graph)
     unnamed = model_folder(tmp_path / "repo" / "more", "scalar", graph)
     (unnamed / SETTINGS_FILE).write_text(json.dumps({"implementation": "wrappers.runtime.OnnxRuntime"}))
-    done = subprocess.run([sys.executable, "-m", "wrappers.launch", str(tmp_path / "repo")], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "wrappers.launch", str(tmp_path / "repo")],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     err = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and err and err[-1].startswith("error: model 'scalar' (no version) is declared twice"), \
+    assert done.returncode == 2 and err and err[-1].startswith("error: model 'scalar' (no version) is declared twice"), (
         done.stderr[-2000:]
+    )
     assert "HTTP server running" not in done.stdout  # refused before any server was built

@@ -59,11 +59,22 @@ for job, (script, args) in json.loads(sys.stdin.read()).items():
 def _run_each(jobs: dict[str, tuple[str, list[str]]], out: Path) -> dict[str, dict]:
     """Run each job's script (with its arguments) in its own fork of one MLServer-importing Python (FORK_EACH); by
     job, its exit status, stdout and stderr. A script that failed fails only its own test (`_last_json`)."""
-    done = subprocess.run([sys.executable, "-c", FORK_EACH, str(out)], input=json.dumps(jobs), cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_EACH, str(out)],
+        input=json.dumps(jobs),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    return {job: {"status": int((out / f"{job}.status").read_text()),
-                  **{stream: (out / f"{job}.{stream}").read_text() for stream in ("stdout", "stderr")}} for job in jobs}
+    return {
+        job: {
+            "status": int((out / f"{job}.status").read_text()),
+            **{stream: (out / f"{job}.{stream}").read_text() for stream in ("stdout", "stderr")},
+        }
+        for job in jobs
+    }
 
 
 def _last_json(found: dict) -> dict:
@@ -83,12 +94,21 @@ def checks(tmp_path_factory) -> dict[str, dict]:
 
     root = tmp_path_factory.mktemp("mlserver-compat")
     graph = matmul_graph(root / "m.onnx")
-    loads = {f"load-{fallback}": (LOAD, [str(model_folder(root / str(fallback), "m", graph,
-                                                           extra={"fast_path_fallback": fallback}) / SETTINGS_FILE)])
-             for fallback in (False, True)}
-    jobs = {"check-all": (CHECK_ALL, []), "command": (COMMAND, []),
-            **{f"missing-{target}": (MISSING, [target]) for target in TARGETS}, "fallback": (FALLBACK, []),
-            "json-twice": (JSON_TWICE, []), **loads}
+    loads = {
+        f"load-{fallback}": (
+            LOAD,
+            [str(model_folder(root / str(fallback), "m", graph, extra={"fast_path_fallback": fallback}) / SETTINGS_FILE)],
+        )
+        for fallback in (False, True)
+    }
+    jobs = {
+        "check-all": (CHECK_ALL, []),
+        "command": (COMMAND, []),
+        **{f"missing-{target}": (MISSING, [target]) for target in TARGETS},
+        "fallback": (FALLBACK, []),
+        "json-twice": (JSON_TWICE, []),
+        **loads,
+    }
     out = root / "out"
     out.mkdir()
     return _run_each(jobs, out)
@@ -118,7 +138,6 @@ def test_the_supported_release_is_the_one_pyproject_pins():
     assert SUPPORTED_TEXT == ".".join(map(str, SUPPORTED_MLSERVER)) + ".x"
 
 
-
 @pytest.fixture(scope="module")
 def release_wheels() -> Path:
     """Each supported MLServer release unpacked (without its dependencies, which the venv has) under build/."""
@@ -142,12 +161,31 @@ def test_every_extension_point_is_where_slipway_expects_it_in_each_supported_rel
         if not (target / "mlserver").is_dir():
             staging = release_wheels / f".{release}.partial"
             shutil.rmtree(staging, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
-                            f"mlserver=={release}"], check=True, timeout=300)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--target",
+                    str(staging),
+                    f"mlserver=={release}",
+                ],
+                check=True,
+                timeout=300,
+            )
             staging.rename(target)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(PROJECT_ROOT)])}
-        done = subprocess.run([sys.executable, "-m", "wrappers.mlserver_compat"], cwd=PROJECT_ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "wrappers.mlserver_compat"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
     assert stdout.startswith(f"MLServer {release}: "), stdout + stderr[-2000:]
     assert returncode == 0, stdout
@@ -157,6 +195,7 @@ def test_every_extension_point_is_where_slipway_expects_it_in_each_supported_rel
 def test_the_supported_releases_are_every_release_of_the_pinned_range():
     assert all(release.startswith(SUPPORTED_TEXT.removesuffix("x")) for release in SUPPORTED_RELEASES)
     assert SUPPORTED_RELEASES[-1] == mlserver_version(), "the venv should hold the newest supported release"
+
 
 # Each target taken away as a release that moved it would: the patch must fail in one line naming the symbol
 # and the MLServer version, before anything is patched, never pass silently; and `check_all` (what

@@ -34,8 +34,8 @@ from tests.wrappers.v2 import GrpcClient, raw_output, raw_request, scrape
 pytestmark = pytest.mark.slow
 
 ENV = {"SLIPWAY_NAMESPACE": "ml", "SELDON_DEPLOYMENT_ID": "digits-prod", "PREDICTOR_ID": "default"}
-SLOW_ANSWER_S = 0.5       # the slow collector's delay per event: within its model's timeout, so the queue fills
-ROUNDS = 120              # latency rounds, each one request per model in turn
+SLOW_ANSWER_S = 0.5  # the slow collector's delay per event: within its model's timeout, so the queue fills
+ROUNDS = 120  # latency rounds, each one request per model in turn
 LATENCY_RATIO_LIMIT = 1.5  # median latency of a logging model over the silent one's, measured alternately
 WAIT_S = 20.0
 FLAKY_TIMEOUT_S = 0.2
@@ -77,16 +77,19 @@ class Collector:
         """The events once `predicate(events)` holds; fails after `timeout_s`."""
         with self.arrived:
             assert self.arrived.wait_for(lambda: predicate(self.events), timeout=timeout_s), (
-                f"the collector got {len(self.events)} events: {[e.headers.get('ce-id') for e in self.events]}")
+                f"the collector got {len(self.events)} events: {[e.headers.get('ce-id') for e in self.events]}"
+            )
             return list(self.events)
 
 
 @contextlib.contextmanager
 def collector(behaviour: str) -> Iterator[tuple[str, Collector]]:
     state = Collector(behaviour)
-    handler = type("Handler", (http.server.BaseHTTPRequestHandler,), {
-        "do_POST": lambda self: state.handle(self), "log_message": lambda *args: None,
-        "protocol_version": "HTTP/1.1"})
+    handler = type(
+        "Handler",
+        (http.server.BaseHTTPRequestHandler,),
+        {"do_POST": lambda self: state.handle(self), "log_message": lambda *args: None, "protocol_version": "HTTP/1.1"},
+    )
     server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -111,9 +114,13 @@ def served(tmp_path_factory, digits_artifact):
     """The server and its collectors; each model's settings name its collector."""
     root = tmp_path_factory.mktemp("payload-log")
     onnx = digits_artifact / "model.onnx"
-    with collector("take") as (take_url, taken), collector("take") as (capped_url, capped), \
-            collector("take") as (sampled_url, sampled), collector("slow") as (slow_url, slow), \
-            collector("flaky") as (flaky_url, flaky):
+    with (
+        collector("take") as (take_url, taken),
+        collector("take") as (capped_url, capped),
+        collector("take") as (sampled_url, sampled),
+        collector("slow") as (slow_url, slow),
+        collector("flaky") as (flaky_url, flaky),
+    ):
         logs = {
             "silent": None,
             "logged": {"url": take_url, "redact": ["x-user", "parameters/headers/x-trace"], "queue_size": 100},
@@ -131,25 +138,44 @@ def served(tmp_path_factory, digits_artifact):
                 log["redact"] = [input_name.upper()]  # names compare case-insensitively
             model_folder(root, name, onnx, version="7", extra={"payload_log": log} if log else {})
         # under MLServer's adaptive batching, which merges requests before the runtime sees them
-        model_folder(root, "batched", onnx, version="7", extra={"payload_log": {"url": take_url}},
-                     batching={"max_batch_size": 4, "max_batch_time": 0.05})
+        model_folder(
+            root,
+            "batched",
+            onnx,
+            version="7",
+            extra={"payload_log": {"url": take_url}},
+            batching={"max_batch_size": 4, "max_batch_time": 0.05},
+        )
         with LocalServer(root, extra_env=ENV) as server:
-            yield server, {"logged": taken, "secret": taken, "batched": taken, "capped": capped, "sampled": sampled, "slow": slow,
-                           "flaky": flaky}, inputs
+            yield (
+                server,
+                {
+                    "logged": taken,
+                    "secret": taken,
+                    "batched": taken,
+                    "capped": capped,
+                    "sampled": sampled,
+                    "slow": slow,
+                    "flaky": flaky,
+                },
+                inputs,
+            )
 
 
 def _body(inputs: dict[str, np.ndarray], request_id: str | None = None, rows: int = 1) -> bytes:
     name, array = next(iter(inputs.items()))
-    body = {"inputs": [{"name": name, "datatype": "FP32", "shape": [rows, *array.shape[1:]],
-                        "data": array[:rows].ravel().tolist()}]}
+    body = {
+        "inputs": [{"name": name, "datatype": "FP32", "shape": [rows, *array.shape[1:]], "data": array[:rows].ravel().tolist()}]
+    }
     if request_id:
         body["id"] = request_id
     return json.dumps(body).encode()
 
 
 def _infer(connection: http.client.HTTPConnection, model: str, body: bytes, headers: dict | None = None) -> dict:
-    connection.request("POST", f"/v2/models/{model}/infer", body=body,
-                       headers={"Content-Type": "application/json", **(headers or {})})
+    connection.request(
+        "POST", f"/v2/models/{model}/infer", body=body, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     answer = connection.getresponse()
     text = answer.read()
     assert answer.status == 200, text
@@ -171,8 +197,12 @@ def _data(event) -> dict:
 def test_request_and_response_arrive_as_cloudevents_with_credentials_and_redacted_fields_removed(served):
     server, collectors, inputs = served
     connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
-    answer = _infer(connection, "logged", _body(inputs, "req-1"),
-                    {"Authorization": "Bearer s3cret", "X-User": "bob", "X-Trace": "t-1", "X-Keep": "kept"})
+    answer = _infer(
+        connection,
+        "logged",
+        _body(inputs, "req-1"),
+        {"Authorization": "Bearer s3cret", "X-User": "bob", "X-Trace": "t-1", "X-Keep": "kept"},
+    )
     connection.close()
     events = _of(collectors["logged"].wait_for(lambda got: len(_of(got, "req-1")) == 2), "req-1")
     request, response = events["request"], events["response"]
@@ -303,10 +333,13 @@ def test_a_flaky_collector_gets_what_it_takes_and_the_rest_is_counted(served):
     deadline = time.monotonic() + WAIT_S
     while True:  # every event offered once (backoff_s 0, no retries), then counted: 24 in all
         metrics = scrape(server.metrics_url)
-        sent = sum(metrics.get(f'slipway_payload_events_sent_total{{{labels},type="{kind}"}}', 0)
-                   for kind in ("request", "response"))
-        dropped = {reason: metrics.get(f'slipway_payload_events_dropped_total{{{labels},reason="{reason}"}}', 0)
-                   for reason in ("rejected", "timeout")}
+        sent = sum(
+            metrics.get(f'slipway_payload_events_sent_total{{{labels},type="{kind}"}}', 0) for kind in ("request", "response")
+        )
+        dropped = {
+            reason: metrics.get(f'slipway_payload_events_dropped_total{{{labels},reason="{reason}"}}', 0)
+            for reason in ("rejected", "timeout")
+        }
         if sent + sum(dropped.values()) >= 24 or time.monotonic() > deadline:
             break
         time.sleep(0.2)

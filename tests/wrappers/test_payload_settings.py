@@ -14,14 +14,17 @@ def test_payload_logging_is_off_unless_asked_and_strict_when_asked():
     assert (logged.sample, logged.queue_size, logged.event_types) == (1.0, 1000, "seldon")
 
 
-@pytest.mark.parametrize("payload_log, message", [
-    ({"url": "ftp://collector"}, "payload_log.url"),
-    ({"url": "http://c", "sample": 1.5}, "payload_log.sample"),
-    ({"url": "http://c", "max_bytes": 10}, "payload_log.max_bytes"),
-    ({"url": "http://c", "queue": 5}, "payload_log.queue"),
-    ({"url": "http://c", "event_types": "knative"}, "payload_log.event_types"),
-    ({"sample": 0.5}, "payload_log.url"),
-])
+@pytest.mark.parametrize(
+    "payload_log, message",
+    [
+        ({"url": "ftp://collector"}, "payload_log.url"),
+        ({"url": "http://c", "sample": 1.5}, "payload_log.sample"),
+        ({"url": "http://c", "max_bytes": 10}, "payload_log.max_bytes"),
+        ({"url": "http://c", "queue": 5}, "payload_log.queue"),
+        ({"url": "http://c", "event_types": "knative"}, "payload_log.event_types"),
+        ({"sample": 0.5}, "payload_log.url"),
+    ],
+)
 def test_a_wrong_payload_log_setting_is_refused_in_one_line_naming_it(payload_log, message):
     with pytest.raises(SettingsError) as refused:
         parse_runtime_settings({"payload_log": payload_log})
@@ -34,11 +37,16 @@ def test_redaction_matches_names_anywhere_and_paths_exactly_ignoring_case():
     assert redaction.hides(("parameters", "headers", "X-User"))
     assert not redaction.hides(("parameters", "x-user"))  # a path matches only where it points
     assert redaction.hides(("parameters", "headers", "Authorization"))  # credentials always
-    parameters = {"headers": {"authorization": "Bearer t", "x-user": "bob", "cookie": "c", "accept": "*/*"},
-                  "image": {"nested": 1}, "x-user": "kept"}
+    parameters = {
+        "headers": {"authorization": "Bearer t", "x-user": "bob", "cookie": "c", "accept": "*/*"},
+        "image": {"nested": 1},
+        "x-user": "kept",
+    }
     assert redaction.mapping(parameters, ("parameters",)) == {
         "headers": {"authorization": REDACTED, "x-user": REDACTED, "cookie": REDACTED, "accept": "*/*"},
-        "image": REDACTED, "x-user": "kept"}
+        "image": REDACTED,
+        "x-user": "kept",
+    }
 
 
 def test_the_event_source_names_the_pod_seldon_describes():
@@ -47,4 +55,6 @@ def test_the_event_source_names_the_pod_seldon_describes():
     origin = Origin.for_model("digits", "4", settings, env)
     assert origin.source == "/namespaces/ml/seldondeployments/digits/predictors/canary"
     assert origin.event_type("response") == "org.kubeflow.serving.inference.response"
-    assert Origin.for_model("digits", None, settings, {}).source == "/namespaces/unknown/seldondeployments/digits/predictors/unknown"
+    assert (
+        Origin.for_model("digits", None, settings, {}).source == "/namespaces/unknown/seldondeployments/digits/predictors/unknown"
+    )

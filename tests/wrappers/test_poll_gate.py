@@ -37,8 +37,8 @@ class Traffic:
 def test_requests_back_to_back_start_polling_after_a_few_probes():
     traffic = Traffic()
     polled = traffic.serve([SOON] * (PROBE_EVERY * (REARM + 1)))
-    assert traffic.gate.polling and all(polled[PROBE_EVERY * REARM:])
-    assert sum(polled[:PROBE_EVERY * REARM - 1]) == REARM - 1  # before that, only the probes polled
+    assert traffic.gate.polling and all(polled[PROBE_EVERY * REARM :])
+    assert sum(polled[: PROBE_EVERY * REARM - 1]) == REARM - 1  # before that, only the probes polled
 
 
 def test_requests_further_apart_than_the_window_cost_one_window_in_a_probe():

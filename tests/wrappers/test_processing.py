@@ -97,6 +97,9 @@ def test_top_k_refuses_labels_that_do_not_match_the_classes(tmp_path):
     with pytest.raises(ProcessingConfigError, match="not a file inside the model folder"):
         TopK(TopKPostprocessing(labels_file="../outside.txt"), TensorSpec("p", "FP32", (-1, 4)), tmp_path)
     (tmp_path / "labels.txt").write_bytes("chat\nchien\nsouris\n".encode("latin-1") + b"\xe9l\xe9phant\n")
-    with pytest.raises(ProcessingConfigError, match=r"^postprocess.labels_file is not UTF-8 text \(byte 0xe9 at line 4, "
-                                                    r"column 1: invalid continuation byte\): write one label per line"):
+    with pytest.raises(
+        ProcessingConfigError,
+        match=r"^postprocess.labels_file is not UTF-8 text \(byte 0xe9 at line 4, "
+        r"column 1: invalid continuation byte\): write one label per line",
+    ):
         TopK(TopKPostprocessing(labels_file="labels.txt"), TensorSpec("p", "FP32", (-1, 4)), tmp_path)

@@ -34,6 +34,7 @@ dims = st.one_of(st.just(DYNAMIC), st.integers(0, 5))
 
 # -- run planning -------------------------------------------------------------------------------
 
+
 @FAST
 @given(st.integers(0, 300), buckets_st)
 def test_chunks_cover_every_row_once_each_in_the_smallest_bucket_that_holds_it(rows, buckets):
@@ -57,13 +58,26 @@ def test_gpu_buckets_are_powers_of_two_up_to_the_largest_and_the_largest(max_bat
 
 
 @FAST
-@given(st.one_of(st.none(), st.lists(st.integers(1, 64), max_size=5)), st.booleans(), st.booleans(),
-       st.integers(1, 64), st.lists(st.lists(dims, min_size=1, max_size=3), min_size=1, max_size=3),
-       st.sampled_from([None, True, False]))
-def test_padding_buckets_are_sorted_unique_and_refused_only_with_a_setting_named(configured, on_cpu, fixed_outputs,
-                                                                                  max_rows, shapes, per_bucket):
-    plan = dict(fixed_rows=None, input_shapes=shapes, configured=configured, on_cpu=on_cpu,
-                max_batch_rows=max_rows, fixed_outputs=fixed_outputs, session_per_bucket=per_bucket)
+@given(
+    st.one_of(st.none(), st.lists(st.integers(1, 64), max_size=5)),
+    st.booleans(),
+    st.booleans(),
+    st.integers(1, 64),
+    st.lists(st.lists(dims, min_size=1, max_size=3), min_size=1, max_size=3),
+    st.sampled_from([None, True, False]),
+)
+def test_padding_buckets_are_sorted_unique_and_refused_only_with_a_setting_named(
+    configured, on_cpu, fixed_outputs, max_rows, shapes, per_bucket
+):
+    plan = dict(
+        fixed_rows=None,
+        input_shapes=shapes,
+        configured=configured,
+        on_cpu=on_cpu,
+        max_batch_rows=max_rows,
+        fixed_outputs=fixed_outputs,
+        session_per_bucket=per_bucket,
+    )
     try:
         buckets = run_planning.padding_buckets(**plan)
     except run_planning.BatchingConfigError as err:
@@ -142,9 +156,15 @@ def test_tensorrt_gets_a_profile_only_where_it_runs_on_padded_sizes_and_the_sett
 
 # -- a request's checks ------------------------------------------------------------------------
 
+
 @FAST
-@given(st.lists(dims, max_size=4), st.lists(st.integers(0, 6), max_size=4), st.integers(1, 10),
-       st.sampled_from(["FP32", "INT64", "BYTES"]), st.sampled_from(["FP32", "INT64", "BYTES"]))
+@given(
+    st.lists(dims, max_size=4),
+    st.lists(st.integers(0, 6), max_size=4),
+    st.integers(1, 10),
+    st.sampled_from(["FP32", "INT64", "BYTES"]),
+    st.sampled_from(["FP32", "INT64", "BYTES"]),
+)
 def test_the_header_check_accepts_exactly_the_advertised_datatype_shape_and_rows(spec_shape, shape, limit, want, sent):
     spec = TensorSpec("x", want, tuple(spec_shape))
     fits = len(shape) == len(spec_shape) and all(d in (DYNAMIC, s) for d, s in zip(spec_shape, shape))
@@ -246,8 +266,11 @@ NUMERIC = sorted(name for name in V2_TO_NUMPY if name not in (BYTES, "FP16"))
 
 
 @FAST
-@given(st.sampled_from(NUMERIC).flatmap(
-    lambda name: st.tuples(st.just(name), hnp.arrays(V2_TO_NUMPY[name], hnp.array_shapes(max_dims=3, max_side=4)))))
+@given(
+    st.sampled_from(NUMERIC).flatmap(
+        lambda name: st.tuples(st.just(name), hnp.arrays(V2_TO_NUMPY[name], hnp.array_shapes(max_dims=3, max_side=4)))
+    )
+)
 def test_response_data_reads_back_as_the_same_array_as_json_and_as_raw(case):
     datatype, array = case
     as_json = response_data(array, datatype, as_array=False)
@@ -269,9 +292,14 @@ def test_text_outputs_go_back_as_str_in_json_and_as_bytes_raw(items):
 
 # -- the interface clients see ------------------------------------------------------------------
 
+
 @FAST
-@given(st.lists(st.text("abcxyz", min_size=1, max_size=3), min_size=1, max_size=4, unique=True),
-       st.one_of(st.none(), st.integers(1, 16)), st.booleans(), st.one_of(st.none(), st.integers(1, 5)))
+@given(
+    st.lists(st.text("abcxyz", min_size=1, max_size=3), min_size=1, max_size=4, unique=True),
+    st.one_of(st.none(), st.integers(1, 16)),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(1, 5)),
+)
 def test_advertised_tensors_replace_what_the_stages_take_the_place_of(names, fixed_rows, image, top_k):
     inputs = [TensorSpec(name, "FP32", (fixed_rows or DYNAMIC, 3)) for name in names]
     outputs = [TensorSpec(name + "_out", "FP32", (fixed_rows or DYNAMIC, 10)) for name in names]
@@ -372,8 +400,11 @@ FIELDS = sorted({field for field in grpc_rules.TYPED_FIELDS.values() if field})
 
 
 @FAST
-@given(st.sampled_from(sorted(grpc_rules.TYPED_FIELDS) + ["NOPE"]), st.lists(st.sampled_from(FIELDS), max_size=2, unique=True),
-       st.booleans())
+@given(
+    st.sampled_from(sorted(grpc_rules.TYPED_FIELDS) + ["NOPE"]),
+    st.lists(st.sampled_from(FIELDS), max_size=2, unique=True),
+    st.booleans(),
+)
 def test_typed_contents_pass_only_in_their_datatypes_field_and_never_beside_raw(datatype, sent, raw):
     problem = grpc_rules.typed_contents_problem("x", datatype, sent, raw=raw)
     expected = grpc_rules.TYPED_FIELDS.get(datatype, "")
@@ -391,8 +422,7 @@ def test_one_raw_buffer_per_input_without_contents(buffers, names):
 
 
 @FAST
-@given(st.sampled_from(sorted(grpc_rules.TYPED_FIELDS)), st.lists(st.integers(-1, 3), max_size=3), st.booleans(),
-       st.booleans())
+@given(st.sampled_from(sorted(grpc_rules.TYPED_FIELDS)), st.lists(st.integers(-1, 3), max_size=3), st.booleans(), st.booleans())
 def test_an_input_without_data_is_named_with_where_its_data_goes(datatype, shape, has_contents, in_region):
     problem = grpc_rules.missing_data_problem("x", datatype, shape, has_contents=has_contents, in_shared_memory=in_region)
     carries_nothing = not has_contents and not in_region and min(shape, default=1) >= 0 and math.prod(shape) > 0

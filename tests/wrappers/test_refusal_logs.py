@@ -52,7 +52,10 @@ def test_a_client_error_is_one_warning_line_and_a_burst_beyond_the_rate_is_count
     assert len(passed) == 3  # the burst, then nothing until time passes
     first = passed[0]
     assert first.levelno == logging.WARNING and first.exc_info is None and first.exc_text is None
-    assert first.getMessage() == "refused a request (InferenceError): model digits: input 'image' must have datatype FP32, got FP64 (0)"
+    assert (
+        first.getMessage()
+        == "refused a request (InferenceError): model digits: input 'image' must have datatype FP32, got FP64 (0)"
+    )
     clock.now = 1.0  # two more tokens at 2 per second
     later = [record for record in (_record(InferenceError("again")) for _ in range(3)) if lines.filter(record)]
     assert len(later) == 2 and later[0].getMessage().endswith("(7 more refused since, not logged)")

@@ -56,15 +56,18 @@ def test_unset_the_api_is_closed_and_open_reads_the_token():
     assert RepositoryAccess.from_env({API_ENV: "open"}).token is None
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({API_ENV: "Open"}, f"{API_ENV}='Open' is not one of closed, open: set {API_ENV}=closed"),
-    ({API_ENV: ""}, "is not one of closed, open"),
-    ({API_ENV: "yes"}, "is not one of closed, open"),
-    ({TOKEN_ENV: TOKEN}, f"{TOKEN_ENV} is set but {API_ENV} is closed, which admits no caller: set {API_ENV}=open"),
-    ({API_ENV: "open", TOKEN_ENV: ""}, "has 0 characters, fewer than 16"),
-    ({API_ENV: "open", TOKEN_ENV: "short"}, "has 5 characters, fewer than 16"),
-    ({API_ENV: "open", TOKEN_ENV: TOKEN + "\n"}, "whitespace or control characters (a Secret written from a file"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({API_ENV: "Open"}, f"{API_ENV}='Open' is not one of closed, open: set {API_ENV}=closed"),
+        ({API_ENV: ""}, "is not one of closed, open"),
+        ({API_ENV: "yes"}, "is not one of closed, open"),
+        ({TOKEN_ENV: TOKEN}, f"{TOKEN_ENV} is set but {API_ENV} is closed, which admits no caller: set {API_ENV}=open"),
+        ({API_ENV: "open", TOKEN_ENV: ""}, "has 0 characters, fewer than 16"),
+        ({API_ENV: "open", TOKEN_ENV: "short"}, "has 5 characters, fewer than 16"),
+        ({API_ENV: "open", TOKEN_ENV: TOKEN + "\n"}, "whitespace or control characters (a Secret written from a file"),
+    ],
+)
 def test_a_setting_that_is_not_valid_is_refused_naming_the_fix(env, message):
     with pytest.raises(SettingsError, match="^[^\n]*$") as caught:
         RepositoryAccess.from_env(env)
@@ -90,8 +93,9 @@ def test_open_admits_loopback_callers(peer):
     assert RepositoryAccess(api="open", token=TOKEN).refusal(peer, [("content-type", "application/json")]) is None
 
 
-@pytest.mark.parametrize("peer", ["10.1.2.3", "192.0.2.7", "fd00::2", "::ffff:10.0.0.1", "", None, "unix:/tmp/s",
-                                  "127.0.0.6"])  # Istio's sidecar hands remote callers on from 127.0.0.6
+@pytest.mark.parametrize(
+    "peer", ["10.1.2.3", "192.0.2.7", "fd00::2", "::ffff:10.0.0.1", "", None, "unix:/tmp/s", "127.0.0.6"]
+)  # Istio's sidecar hands remote callers on from 127.0.0.6
 def test_open_admits_other_callers_only_with_the_token(peer):
     access = RepositoryAccess(api="open", token=TOKEN)
     assert "admits only loopback callers and callers sending 'Authorization: Bearer <token>'" in access.refusal(peer, [])
@@ -120,10 +124,18 @@ def test_a_request_relayed_by_a_proxy_is_not_a_loopback_caller(header):
     assert RepositoryAccess(api="open", token=TOKEN).refusal("127.0.0.1", relayed + _bearer()) is None
 
 
-@pytest.mark.parametrize(("peer", "address"), [
-    ("ipv4:127.0.0.1:50051", "127.0.0.1"), ("ipv6:[::1]:50051", "::1"), ("ipv6:%5B::1%5D:50051", "::1"),
-    ("ipv4:10.0.0.7:1", "10.0.0.7"), ("unix:/tmp/grpc.sock", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("peer", "address"),
+    [
+        ("ipv4:127.0.0.1:50051", "127.0.0.1"),
+        ("ipv6:[::1]:50051", "::1"),
+        ("ipv6:%5B::1%5D:50051", "::1"),
+        ("ipv4:10.0.0.7:1", "10.0.0.7"),
+        ("unix:/tmp/grpc.sock", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_grpc_peer_strings_give_the_address(peer, address):
     assert grpc_peer_address(peer) == address
 
@@ -133,8 +145,9 @@ def test_grpc_peer_strings_give_the_address(peer, address):
 
 def _post(base: str, path: str, headers: dict[str, str] | None = None, body: dict | None = None) -> tuple[int, dict]:
     data = json.dumps(body if body is not None else {}).encode()
-    request = urllib.request.Request(f"{base}{path}", data=data, method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        f"{base}{path}", data=data, method="POST", headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, text = response.status, response.read()
@@ -165,14 +178,20 @@ def _grpc_calls(target: str, metadata: list[tuple[str, str]] | None = None) -> d
     results: dict[str, object] = {}
     with grpc.insecure_channel(target) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        for name, call, request in [("index", stub.RepositoryIndex, index), ("unload", stub.RepositoryModelUnload, unload),
-                                    ("load", stub.RepositoryModelLoad, load)]:
+        for name, call, request in [
+            ("index", stub.RepositoryIndex, index),
+            ("unload", stub.RepositoryModelUnload, unload),
+            ("load", stub.RepositoryModelLoad, load),
+        ]:
             results[name] = _outcome(call, request, metadata)
         # MLServer's deprecated service: the same messages (same field numbers), called by its path
         for name, request in [("deprecated unload", unload), ("deprecated load", load)]:
             method = "RepositoryModelUnload" if "unload" in name else "RepositoryModelLoad"
-            call = channel.unary_unary(f"{DEPRECATED_SERVICE}/{method}", request_serializer=lambda m: m.SerializeToString(),
-                                       response_deserializer=lambda raw: raw)
+            call = channel.unary_unary(
+                f"{DEPRECATED_SERVICE}/{method}",
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=lambda raw: raw,
+            )
             results[name] = _outcome(call, request, metadata)
     return results
 
@@ -206,15 +225,22 @@ def default_server(model_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("method", "path"), [
-    ("POST", "/v2/repository/index"), ("POST", f"/v2/repository/models/{MODEL}/unload"),
-    ("POST", f"/v2/repository/models/{MODEL}/load"), ("POST", f"/v2/repository/models/{MODEL}/unload/"),
-    ("GET", "/v2/repository/index"), ("POST", "/v2/repository/models/other/unload"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v2/repository/index"),
+        ("POST", f"/v2/repository/models/{MODEL}/unload"),
+        ("POST", f"/v2/repository/models/{MODEL}/load"),
+        ("POST", f"/v2/repository/models/{MODEL}/unload/"),
+        ("GET", "/v2/repository/index"),
+        ("POST", "/v2/repository/models/other/unload"),
+    ],
+)
 def test_a_closed_server_refuses_every_rest_repository_call_and_keeps_serving(default_server, method, path):
     for headers in ({}, {"Authorization": f"Bearer {TOKEN}"}):
-        request = urllib.request.Request(f"{default_server.http_url}{path}", method=method, headers=headers,
-                                         data=b"{}" if method == "POST" else None)
+        request = urllib.request.Request(
+            f"{default_server.http_url}{path}", method=method, headers=headers, data=b"{}" if method == "POST" else None
+        )
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=30)
         assert caught.value.code == 403
@@ -286,7 +312,8 @@ def test_a_token_server_admits_a_caller_from_elsewhere_only_with_the_token(token
     assert len(refused) == 5
     wrong = _grpc_calls(token_server.grpc_target, metadata=[*relayed, ("authorization", f"Bearer {'f' * 32}")])
     assert {details for _, details in wrong.values()} == {
-        f"the bearer token does not match {TOKEN_ENV} (the Secret named at render by --repository-token-secret)"}
+        f"the bearer token does not match {TOKEN_ENV} (the Secret named at render by --repository-token-secret)"
+    }
     admitted = _grpc_calls(token_server.grpc_target, metadata=[*relayed, ("authorization", f"Bearer {TOKEN}")])
     assert all(not isinstance(result, tuple) for result in admitted.values()), admitted
     assert _ready(base) and _infers(base)
@@ -314,8 +341,11 @@ def test_a_server_with_a_setting_that_is_not_valid_refuses_to_start(model_dir):
 @pytest.mark.slow
 def test_the_launcher_refuses_to_serve_without_the_guard(model_dir):
     plain = {HOOK_ENV: "mlserver.repository.repository.SchemalessModelRepository"}
-    refused_at_load(model_dir, f"{HOOK_ENV}=mlserver.repository.repository.SchemalessModelRepository: Slipway serves "
-                    f"models through {HOOK}", extra_env=plain)
+    refused_at_load(
+        model_dir,
+        f"{HOOK_ENV}=mlserver.repository.repository.SchemalessModelRepository: Slipway serves models through {HOOK}",
+        extra_env=plain,
+    )
 
 
 @pytest.mark.slow
@@ -324,12 +354,26 @@ def test_our_runtime_does_not_load_in_a_server_mlserver_start_began(model_dir, t
     unless told to: the model refuses to load, naming the launcher (MLServer then stops, with status 0)."""
     from slipway.server_process import server_env
 
-    env = server_env(host="127.0.0.1", http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-                     parallel_workers=0, metrics_dir=tmp_path)
-    done = subprocess.run([sys.executable, "-m", "mlserver.cli.main", "start", str(model_dir)], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    assert "this server was started by `mlserver start`, which hands Slipway neither its REST app nor its gRPC " \
-           "server" in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
+    env = server_env(
+        host="127.0.0.1",
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        parallel_workers=0,
+        metrics_dir=tmp_path,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mlserver.cli.main", "start", str(model_dir)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        "this server was started by `mlserver start`, which hands Slipway neither its REST app nor its gRPC "
+        "server" in done.stdout + done.stderr
+    ), (done.stdout + done.stderr)[-3000:]
     assert "start it with `python -m wrappers.launch FOLDER`" in done.stdout + done.stderr
 
 
@@ -354,8 +398,13 @@ def test_with_worker_processes_the_server_itself_is_still_guarded(model_dir):
             assert _ready(server.http_url) and _infers(server.http_url)
 
 
-DOCS_PATHS = ["/v2/docs", "/v2/docs/dataplane.json", f"/v2/models/{MODEL}/docs", f"/v2/models/{MODEL}/docs/dataplane.json",
-              f"/v2/models/{MODEL}/versions/1/docs"]
+DOCS_PATHS = [
+    "/v2/docs",
+    "/v2/docs/dataplane.json",
+    f"/v2/models/{MODEL}/docs",
+    f"/v2/models/{MODEL}/docs/dataplane.json",
+    f"/v2/models/{MODEL}/versions/1/docs",
+]
 
 
 @pytest.mark.parametrize("path", [*DOCS_PATHS, "/v2/docs/"])

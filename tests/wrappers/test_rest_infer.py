@@ -34,8 +34,7 @@ VERSION = "3"
 # Headers that differ between any two answers: when, and MLServer's per-response ids.
 _UNSTABLE_HEADERS = {"date", "ce-id", "ce-requestid", "content-length"}
 # What the route answers to a body past MAX_BODY_BYTES, sent or inflated.
-OVER_THE_LIMIT = (f"{MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES >> 20} MiB), the most this server reads; "
-                  "send fewer rows per request")
+OVER_THE_LIMIT = f"{MAX_BODY_BYTES} bytes ({MAX_BODY_BYTES >> 20} MiB), the most this server reads; send fewer rows per request"
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +56,7 @@ def server(tmp_path_factory, digits_artifact):
 def good_body(digits_artifact):
     inputs, _, _ = load_input_example(digits_artifact)
     name, rows = next(iter(inputs.items()))
-    return {"inputs": [{"name": name, "datatype": "FP32", "shape": list(rows[:2].shape),
-                        "data": rows[:2].ravel().tolist()}]}
+    return {"inputs": [{"name": name, "datatype": "FP32", "shape": list(rows[:2].shape), "data": rows[:2].ravel().tolist()}]}
 
 
 def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict, dict[str, str]]:
@@ -114,7 +112,7 @@ def test_requested_outputs_and_parameters_are_answered_alike(server, good_body):
         (b"", None, 422),
         (b'{"inputs": "no"}', None, 422),
         (b'{"outputs": []}', None, 422),
-        (b'[1, 2]', None, 422),
+        (b"[1, 2]", None, 422),
         (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}', None, 422),
         (None, {"Content-Type": "text/plain"}, 422),
     ],
@@ -135,14 +133,19 @@ def test_bodies_the_route_does_not_take_get_mlservers_own_answers(server, good_b
     "body, expected",
     [
         (b"\xff\xfe\xfd", "the body is not UTF-8 at byte 0 (0xff): invalid start byte"),
-        (b'{"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["\xe9t\xe9"]}]}',
-         "the body is not UTF-8 at byte 71 (0xe9): invalid continuation byte"),
-        (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [' + b"9" * 5000 + b"]}]}",
-         "a number has more than 4300 digits"),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": '
-         + b"[" * 100_000 + b"]" * 100_000 + b"}]}", "the JSON is nested too deeply"),
-        (b'{"parameters": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b'}, "inputs": []}',
-         "the JSON is nested too deeply"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "BYTES", "shape": [1], "data": ["\xe9t\xe9"]}]}',
+            "the body is not UTF-8 at byte 71 (0xe9): invalid continuation byte",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1], "data": [' + b"9" * 5000 + b"]}]}",
+            "a number has more than 4300 digits",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+            "the JSON is nested too deeply",
+        ),
+        (b'{"parameters": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b'}, "inputs": []}', "the JSON is nested too deeply"),
     ],
     ids=["not-utf8", "latin1-text", "long-integer", "deep-data", "deep-parameters"],
 )
@@ -157,8 +160,9 @@ def test_json_that_python_cannot_decode_gets_the_422_of_malformed_json(server, b
 
 def test_json_nested_too_deeply_gets_400_in_the_binary_header_and_in_shared_memory_registration(server, good_body):
     nested = b'{"inputs": [], "parameters": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
-    status, answer, _ = _send(f"{server.http_url}/v2/models/ours/infer", nested,
-                              {"Inference-Header-Content-Length": str(len(nested))})
+    status, answer, _ = _send(
+        f"{server.http_url}/v2/models/ours/infer", nested, {"Inference-Header-Content-Length": str(len(nested))}
+    )
     assert status == 400 and "are not JSON: the JSON is nested too deeply" in answer["error"], answer
     status, answer, _ = _send(f"{server.http_url}/v2/systemsharedmemory/region/deep/register", nested[35:-2], {})
     assert status == 400 and "the JSON is nested too deeply" in answer["error"], answer
@@ -175,8 +179,7 @@ def test_compressed_json_bodies_are_answered_alike(server, good_body, compressio
     deflater = zlib.compressobj(6, zlib.DEFLATED, wbits)
     compressed = deflater.compress(data) + deflater.flush()
     headers = {"Content-Type": "application/json", "Content-Encoding": compression}
-    (fast_status, fast, fast_headers), (mlserver_status, mlserver, mlserver_headers) = _both(
-        server, compressed, headers=headers)
+    (fast_status, fast, fast_headers), (mlserver_status, mlserver, mlserver_headers) = _both(server, compressed, headers=headers)
     assert fast_status == mlserver_status == 200, (fast, mlserver)
     assert _without_ids(fast) == _without_ids(mlserver) and fast_headers == mlserver_headers
 
@@ -194,8 +197,9 @@ def test_a_compressed_body_that_does_not_inflate_gets_400_saying_why(server, goo
         answers = _both(server, body, headers={"Content-Type": "application/json", "Content-Encoding": encoding})
         for status, answer, _ in answers:
             assert status == 400 and expected in answer["error"], answer
-    (status, _, _), _ = _both(server, compressed + compressed,
-                              headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    (status, _, _), _ = _both(
+        server, compressed + compressed, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
     assert status == 422  # two gzip members inflate, as gzip.decompress reads them: two JSON documents
 
 
@@ -211,8 +215,11 @@ def gzip_bomb() -> bytes:
 
 @pytest.mark.parametrize(
     "model, headers",
-    [("ours", {"Content-Type": "application/json"}), ("fastapi", {"Content-Type": "application/json"}),
-     ("ours", {"Inference-Header-Content-Length": "10"})],
+    [
+        ("ours", {"Content-Type": "application/json"}),
+        ("fastapi", {"Content-Type": "application/json"}),
+        ("ours", {"Inference-Header-Content-Length": "10"}),
+    ],
     ids=["json", "json-mlservers-route", "binary"],
 )
 def test_a_gzip_bomb_is_refused_while_other_requests_are_answered(server, good_body, gzip_bomb, model, headers):
@@ -221,15 +228,17 @@ def test_a_gzip_bomb_is_refused_while_other_requests_are_answered(server, good_b
     refused = {}
 
     def send_bomb():
-        refused["answer"] = _send(f"{server.http_url}/v2/models/{model}/infer", gzip_bomb,
-                                  {**headers, "Content-Encoding": "gzip"})
+        refused["answer"] = _send(
+            f"{server.http_url}/v2/models/{model}/infer", gzip_bomb, {**headers, "Content-Encoding": "gzip"}
+        )
 
     bomb = threading.Thread(target=send_bomb)
     bomb.start()
     answered_meanwhile = 0
     while bomb.is_alive():
-        status, _, _ = _send(f"{server.http_url}/v2/models/ours/infer", json.dumps(good_body).encode(),
-                             {"Content-Type": "application/json"})
+        status, _, _ = _send(
+            f"{server.http_url}/v2/models/ours/infer", json.dumps(good_body).encode(), {"Content-Type": "application/json"}
+        )
         assert status == 200
         answered_meanwhile += bomb.is_alive()
     bomb.join()
@@ -242,11 +251,15 @@ def test_a_gzip_bomb_is_refused_while_other_requests_are_answered(server, good_b
 @pytest.mark.parametrize("path", ["/v2/repository/index", "/v2/systemsharedmemory/region/r/register"])
 def test_every_route_that_takes_a_body_holds_it_to_the_limit_and_inflates_it(server, gzip_bomb, path):
     """Not only the infer routes: MLServer's others inflated gzip whole on the event loop, deflate not at all."""
-    status, answer, _ = _send(f"{server.http_url}{path}", gzip_bomb,
-                              {"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    status, answer, _ = _send(
+        f"{server.http_url}{path}", gzip_bomb, {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
     assert status == 400 and f"the gzip body inflates past {OVER_THE_LIMIT}" in answer["error"], answer
-    status, index, _ = _send(f"{server.http_url}/v2/repository/index", zlib.compress(b'{"ready": true}'),
-                             {"Content-Type": "application/json", "Content-Encoding": "deflate"})
+    status, index, _ = _send(
+        f"{server.http_url}/v2/repository/index",
+        zlib.compress(b'{"ready": true}'),
+        {"Content-Type": "application/json", "Content-Encoding": "deflate"},
+    )
     assert status == 200 and {"ours", "fastapi"} <= {model["name"] for model in index}, index
 
 
@@ -271,8 +284,10 @@ def test_a_streamed_body_is_refused_as_it_passes_the_limit(server, good_body):
     """A chunked body says no length: it is answered once its bytes pass the limit, before it ends."""
     chunk, cap = b" " * (1 << 20), MAX_BODY_BYTES + (64 << 20)
     with socket.create_connection((LOOPBACK, server.http_port), timeout=30) as sock:
-        sock.sendall(b"POST /v2/models/ours/infer HTTP/1.1\r\nHost: slipway\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(
+            b"POST /v2/models/ours/infer HTTP/1.1\r\nHost: slipway\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         sent = 0
         while sent < cap and not select.select([sock], [], [], 0)[0]:
             sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -308,11 +323,18 @@ def test_refused_requests_get_the_same_errors(server, good_body):
 def test_the_route_keeps_mlservers_model_and_http_metrics(server, good_body):
     def counts() -> tuple[float, float]:
         samples = scrape(server.metrics_url)
-        model = sum(value for key, value in samples.items()
-                    if key.startswith("model_infer_request_success_total{") and 'model="ours"' in key)
-        http = sum(value for key, value in samples.items()
-                   if key.startswith("rest_server_requests_total{") and "/v2/models/{model_name}/infer" in key
-                   and 'status_code="200"' in key)
+        model = sum(
+            value
+            for key, value in samples.items()
+            if key.startswith("model_infer_request_success_total{") and 'model="ours"' in key
+        )
+        http = sum(
+            value
+            for key, value in samples.items()
+            if key.startswith("rest_server_requests_total{")
+            and "/v2/models/{model_name}/infer" in key
+            and 'status_code="200"' in key
+        )
         return model, http
 
     model_before, http_before = counts()
@@ -336,8 +358,13 @@ def test_a_chunked_body_is_read_whole(server, good_body):
         connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=30)
         try:
             chunks = iter([body[:100], body[100:1000], body[1000:]])
-            connection.request("POST", f"/v2/models/{model}/infer", body=chunks, encode_chunked=True,
-                               headers={"Content-Type": "application/json"})
+            connection.request(
+                "POST",
+                f"/v2/models/{model}/infer",
+                body=chunks,
+                encode_chunked=True,
+                headers={"Content-Type": "application/json"},
+            )
             response = connection.getresponse()
             answers[model] = (response.status, _without_ids(json.loads(response.read())))
         finally:
@@ -361,8 +388,11 @@ def test_tritonclient_http_with_its_binary_defaults(server, digits_artifact, goo
     client = httpclient.InferenceServerClient(f"{LOOPBACK}:{server.http_port}")
     try:
         for binary_in in (True, False):
-            for outputs in (None, [httpclient.InferRequestedOutput(output)],
-                            [httpclient.InferRequestedOutput(output, binary_data=False)]):
+            for outputs in (
+                None,
+                [httpclient.InferRequestedOutput(output)],
+                [httpclient.InferRequestedOutput(output, binary_data=False)],
+            ):
                 for version in ("", VERSION):
                     sent = httpclient.InferInput(tensor["name"], list(images.shape), "FP32")
                     sent.set_data_from_numpy(images, binary_data=binary_in)
@@ -398,8 +428,7 @@ IMAGE = ("image", "FP32", [1, 8, 8, 1])
         ("x", {"inputs": []}, b"", "Inference-Header-Content-Length must be a byte count, got 'x'"),
         ("9999", {"inputs": []}, b"", "Inference-Header-Content-Length is 9999 but the body has"),
         (None, {"inputs": [_binary(*IMAGE, 256)]}, b"\0" * 4, "its 256 bytes of binary data would end at byte"),
-        (None, {"inputs": [_binary(*IMAGE, 4)]}, b"\0" * 4,
-         "binary data hold 4 bytes but shape [1, 8, 8, 1] of FP32 needs 256"),
+        (None, {"inputs": [_binary(*IMAGE, 4)]}, b"\0" * 4, "binary data hold 4 bytes but shape [1, 8, 8, 1] of FP32 needs 256"),
         (None, {"inputs": [_binary(*IMAGE, 256)]}, b"\0" * 260, "4 bytes after the JSON request"),
         (None, {"inputs": [{**_binary(*IMAGE, 256), "data": [0.0] * 64}]}, b"\0" * 256, "data too"),
         (None, {"inputs": [_binary(*IMAGE, -4)]}, b"", "binary_data_size must be a byte count, got -4"),
@@ -409,11 +438,24 @@ IMAGE = ("image", "FP32", [1, 8, 8, 1])
         ("gzip", {"inputs": []}, b"", "not valid gzip data"),
         ("br", {"inputs": []}, b"", "Content-Encoding 'br' is not supported; send gzip, deflate or none"),
     ],
-    ids=["not-a-number", "past-the-body", "short-body", "wrong-size", "bytes-left-over", "data-and-size",
-         "negative-size", "not-v2", "bytes-cut", "not-json", "not-gzip", "unknown-encoding"],
+    ids=[
+        "not-a-number",
+        "past-the-body",
+        "short-body",
+        "wrong-size",
+        "bytes-left-over",
+        "data-and-size",
+        "negative-size",
+        "not-v2",
+        "bytes-cut",
+        "not-json",
+        "not-gzip",
+        "unknown-encoding",
+    ],
 )
-def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, good_body, header_value, request_,
-                                                                        tail, expected):
+def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(
+    server, good_body, header_value, request_, tail, expected
+):
     header = json.dumps(request_).encode() if request_ is not None else b""
     headers = {"Inference-Header-Content-Length": str(len(header) or len(tail))}
     if header_value in ("gzip", "br"):
@@ -437,10 +479,14 @@ def test_a_binary_request_that_breaks_the_extension_gets_400_saying_how(server, 
     header_off_by=st.integers(-5, 5),
 )
 def test_generated_binary_requests_never_get_a_5xx(server, good_body, name, datatype, shape, size, tail, header_off_by):
-    header = json.dumps({"inputs": [{"name": name, "datatype": datatype, "shape": shape,
-                                     "parameters": {"binary_data_size": size}}]}).encode()
-    status, answer, _ = _send(f"{server.http_url}/v2/models/ours/infer", header + tail,
-                              {"Inference-Header-Content-Length": str(len(header) + header_off_by)})
+    header = json.dumps(
+        {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": size}}]}
+    ).encode()
+    status, answer, _ = _send(
+        f"{server.http_url}/v2/models/ours/infer",
+        header + tail,
+        {"Inference-Header-Content-Length": str(len(header) + header_off_by)},
+    )
     assert status in (200, 400), answer
     if status == 400:
         assert answer["error"]

@@ -22,8 +22,11 @@ def test_a_busy_width_under_the_lone_one_builds_two_sessions_else_one(tmp_path):
     graph = matmul_graph(tmp_path / "model.onnx")
     width = runner(graph, RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=1))
     assert isinstance(width, WidthRunner) and [_threads(part) for part in width.parts()] == [2, 1]
-    for config in (RuntimeSettings(intra_op_threads=2), RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=0),
-                   RuntimeSettings(intra_op_threads=1, busy_intra_op_threads=1)):
+    for config in (
+        RuntimeSettings(intra_op_threads=2),
+        RuntimeSettings(intra_op_threads=2, busy_intra_op_threads=0),
+        RuntimeSettings(intra_op_threads=1, busy_intra_op_threads=1),
+    ):
         single = runner(graph, config)
         assert isinstance(single, SessionRunner) and single.parts() == (single,)
 

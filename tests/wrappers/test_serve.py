@@ -61,9 +61,11 @@ def test_a_model_that_fails_to_load_ends_the_command_with_one_line_naming_why(mo
     process, _ = serve(model)
     out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 2, (out, err)
-    assert err.strip() == ("error: the server stopped: model scalar failed to load: wrappers.runtime.ModelLoadError: "
-                           f"model scalar: refusing to load: artifact {model} was modified: model.onnx does not match "
-                           "its sha256 in manifest.json"), err
+    assert err.strip() == (
+        "error: the server stopped: model scalar failed to load: wrappers.runtime.ModelLoadError: "
+        f"model scalar: refusing to load: artifact {model} was modified: model.onnx does not match "
+        "its sha256 in manifest.json"
+    ), err
     assert "model scalar failed to load; stopping the server" in out and "Traceback" in out  # the log, whole
 
 
@@ -75,8 +77,10 @@ def test_a_port_in_use_ends_the_command_with_one_line_naming_it(model):
         process, _ = serve(model, http_port=port)
         out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 2, (out, err)
-    assert err.strip() == (f"error: the server stopped: cannot serve HTTP on ('{LOOPBACK}', {port}): address already "
-                           "in use; free the port or set MLSERVER_HTTP_PORT to another"), err
+    assert err.strip() == (
+        f"error: the server stopped: cannot serve HTTP on ('{LOOPBACK}', {port}): address already "
+        "in use; free the port or set MLSERVER_HTTP_PORT to another"
+    ), err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -118,8 +122,10 @@ def test_a_folder_of_artifact_folders_serves_each_model_over_rest_and_grpc(tmp_p
         answer = client.infer(raw_request("matmul", {"x": ("FP32", [2, 4], x.tobytes())}))
         np.testing.assert_allclose(raw_output(answer).reshape(2, 3), x @ WEIGHT, rtol=1e-6)
         scalar = np.asarray(2.5, dtype=np.float32)
-        status, body = post(f"http://{LOOPBACK}:{http_port}/v2/models/scalar/infer",
-                            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [2.5]}]})
+        status, body = post(
+            f"http://{LOOPBACK}:{http_port}/v2/models/scalar/infer",
+            {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [2.5]}]},
+        )
         assert status == 200 and body["outputs"][0]["data"] == [2.5], body
         answer = client.infer(raw_request("scalar", {"x": ("FP32", [], scalar.tobytes())}))
         assert raw_output(answer).tolist() == 2.5

@@ -109,23 +109,69 @@ def test_tritonclient_http_and_grpc_work_against_it(digits_server, example):
 @pytest.mark.parametrize(
     "body, status, expected",
     [
-        ({"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, *IMAGE], "data": [0.5] * 64}]}, 400, "takes inputs ['image']"),
-        ({"inputs": [{"name": "image", "datatype": "INT32", "shape": [1, *IMAGE], "data": [1] * 64}]}, 400, "must have datatype FP32, got INT32"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 64], "data": [0.5] * 64}]}, 400, "must have shape [N, 8, 8, 1]"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, *IMAGE], "data": [0.5] * 64}]}, 400, "holds 64 values, which does not fill shape [2, 8, 8, 1] exactly (128 needed)"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": ["a"] * 64}]}, 400, "must be numbers, got str"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [0, *IMAGE], "data": []}]}, 400, "has 0 rows (shape [0, 8, 8, 1]); send at least one row"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": [1e39] * 64}]}, 400, "values must fit FP32 (magnitudes up to 3.403e+38)"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [10**12, *IMAGE], "data": [0.5] * 64}]}, 400, "over this model's limit of 1024"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1025, *IMAGE], "data": [0.5] * 64 * 1025}]}, 400, "1025 rows, over this model's limit"),
-        ({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": [0.5] * 64}], "outputs": [{"name": "logits"}]}, 400, "unknown outputs requested: ['logits']"),
+        (
+            {"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, *IMAGE], "data": [0.5] * 64}]},
+            400,
+            "takes inputs ['image']",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "INT32", "shape": [1, *IMAGE], "data": [1] * 64}]},
+            400,
+            "must have datatype FP32, got INT32",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 64], "data": [0.5] * 64}]},
+            400,
+            "must have shape [N, 8, 8, 1]",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, *IMAGE], "data": [0.5] * 64}]},
+            400,
+            "holds 64 values, which does not fill shape [2, 8, 8, 1] exactly (128 needed)",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": ["a"] * 64}]},
+            400,
+            "must be numbers, got str",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [0, *IMAGE], "data": []}]},
+            400,
+            "has 0 rows (shape [0, 8, 8, 1]); send at least one row",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": [1e39] * 64}]},
+            400,
+            "values must fit FP32 (magnitudes up to 3.403e+38)",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [10**12, *IMAGE], "data": [0.5] * 64}]},
+            400,
+            "over this model's limit of 1024",
+        ),
+        (
+            {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1025, *IMAGE], "data": [0.5] * 64 * 1025}]},
+            400,
+            "1025 rows, over this model's limit",
+        ),
+        (
+            {
+                "inputs": [{"name": "image", "datatype": "FP32", "shape": [1, *IMAGE], "data": [0.5] * 64}],
+                "outputs": [{"name": "logits"}],
+            },
+            400,
+            "unknown outputs requested: ['logits']",
+        ),
         ({"inputs": [{"name": "image", "datatype": "FP99", "shape": [1, *IMAGE], "data": [0.5] * 64}]}, 422, "FP32"),
         ({"inputs": [{"name": "image"}]}, 422, "Field required"),
         ({"inputs": 5}, 422, "valid list"),
         (b"{not json", 422, "JSON decode error"),
         # NaN is not JSON, but Python's json (and clients built on it) writes it: parsed, then refused by name.
-        (b'{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": [NaN' + b", 0.5" * 63 + b"]}]}",
-         400, "NaN or infinite"),
+        (
+            b'{"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": [NaN' + b", 0.5" * 63 + b"]}]}",
+            400,
+            "NaN or infinite",
+        ),
     ],
 )
 def test_bad_rest_requests_get_4xx_naming_what_was_expected(digits_server, grpc_client, example, body, status, expected):
@@ -150,17 +196,35 @@ def _with_region(request: service_pb2.ModelInferRequest, raw: bool = True) -> se
 @pytest.mark.parametrize(
     "request_, expected",
     [
-        (raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW[:-3])}), "raw contents hold 253 bytes but shape [1, 8, 8, 1] of FP32 needs 256"),
-        (raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW), "extra": ("FP32", [1], b"\0" * 4)}), "takes inputs ['image']"),
-        (raw_request("digits", {"image": ("FP32", [1, *IMAGE], np.full((1, *IMAGE), np.nan, np.float32).tobytes())}), "NaN or infinite"),
-        (raw_request("digits", {"image": ("FP64", [1, *IMAGE], np.zeros((1, *IMAGE)).tobytes())}), "must have datatype FP32, got FP64"),
+        (
+            raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW[:-3])}),
+            "raw contents hold 253 bytes but shape [1, 8, 8, 1] of FP32 needs 256",
+        ),
+        (
+            raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW), "extra": ("FP32", [1], b"\0" * 4)}),
+            "takes inputs ['image']",
+        ),
+        (
+            raw_request("digits", {"image": ("FP32", [1, *IMAGE], np.full((1, *IMAGE), np.nan, np.float32).tobytes())}),
+            "NaN or infinite",
+        ),
+        (
+            raw_request("digits", {"image": ("FP64", [1, *IMAGE], np.zeros((1, *IMAGE)).tobytes())}),
+            "must have datatype FP32, got FP64",
+        ),
         (raw_request("digits", {"image": ("FP32", [1, 8, 8], GOOD_RAW)}), "must have shape [N, 8, 8, 1]"),
         (raw_request("digits", {"image": ("FP32", [-1, 8, 8, 1], GOOD_RAW)}), "negative dimension"),
         (raw_request("digits", {"image": ("FP32", [2**40, 8, 8, 1], GOOD_RAW)}), "needs"),
         (raw_request("digits", {"image": ("FP32", [0, 8, 8, 1], b"")}), "send at least one row"),
         # A region named to a model without shared memory: said so, as over REST, not "1 raw_input_contents for 0 inputs"
-        (_with_region(raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW)})), "model digits does not use shared memory"),
-        (_with_region(raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW)}), raw=False), "model digits does not use shared memory"),
+        (
+            _with_region(raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW)})),
+            "model digits does not use shared memory",
+        ),
+        (
+            _with_region(raw_request("digits", {"image": ("FP32", [1, *IMAGE], GOOD_RAW)}), raw=False),
+            "model digits does not use shared memory",
+        ),
     ],
 )
 def test_bad_grpc_requests_are_invalid_argument_naming_what_was_expected(digits_server, grpc_client, example, request_, expected):
@@ -192,15 +256,22 @@ JSON_DATA = st.recursive(
 @GENERATED
 @given(name=st.sampled_from(["image", "IMAGE", ""]), datatype=DATATYPES, shape=SHAPES, data=JSON_DATA)
 def test_generated_rest_requests_never_get_a_5xx(digits_server, name, datatype, shape, data):
-    status, answer = post(infer_url(digits_server), {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": data}]})
+    status, answer = post(
+        infer_url(digits_server), {"inputs": [{"name": name, "datatype": datatype, "shape": shape, "data": data}]}
+    )
     assert status in (200, 400, 422), answer
     if status == 200:
         assert answer["outputs"][0]["shape"][1:] == [10]
 
 
 @GENERATED
-@given(name=st.sampled_from(["image", "x"]), datatype=DATATYPES, shape=SHAPES, raw=st.binary(max_size=300),
-       extra=st.lists(st.binary(max_size=8), max_size=2))
+@given(
+    name=st.sampled_from(["image", "x"]),
+    datatype=DATATYPES,
+    shape=SHAPES,
+    raw=st.binary(max_size=300),
+    extra=st.lists(st.binary(max_size=8), max_size=2),
+)
 def test_generated_grpc_requests_are_answered_or_invalid_argument(grpc_client, name, datatype, shape, raw, extra):
     request = raw_request("digits", {name: (datatype, shape, raw)})
     request.raw_input_contents.extend(extra)
@@ -248,16 +319,18 @@ def test_the_server_keeps_serving_while_bad_requests_pour_in(digits_server, grpc
     assert outcomes.count("ok") == 40 and outcomes.count(grpc.StatusCode.INVALID_ARGUMENT) == 40
 
 
-CUT_SHORT = b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n{\"inputs\": ["
-BAD_CHUNK = (b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-             b"ZZ\r\n{}\r\n0\r\n\r\n")
+CUT_SHORT = b'POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n{"inputs": ['
+BAD_CHUNK = b"POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{}\r\n0\r\n\r\n"
 
 
-@pytest.mark.parametrize("raw, answer", [
-    (b"NOT HTTP AT ALL\r\n\r\n", b"HTTP/1.1 400 "),
-    (BAD_CHUNK, b"HTTP/1.1 400 "),
-    (CUT_SHORT, b""),  # the client went away mid-body: nobody to answer, nothing half-run
-])
+@pytest.mark.parametrize(
+    "raw, answer",
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", b"HTTP/1.1 400 "),
+        (BAD_CHUNK, b"HTTP/1.1 400 "),
+        (CUT_SHORT, b""),  # the client went away mid-body: nobody to answer, nothing half-run
+    ],
+)
 def test_broken_http_is_refused_and_the_server_keeps_serving(digits_server, grpc_client, example, raw, answer):
     with socket.create_connection(("127.0.0.1", digits_server.http_port), timeout=30) as connection:
         connection.sendall(raw)
@@ -282,8 +355,11 @@ def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(di
     assert grew("slipway_queue_seconds_count") == 3
     assert grew("slipway_batch_rows_count") == 3 and grew("slipway_batch_rows_sum") == 9
     assert grew("slipway_inference_seconds_sum") > 0
-    small = [value for key, value in after.items()
-             if key.startswith("slipway_batch_rows_bucket") and 'le="4.0"' in key and '"digits"' in key]
+    small = [
+        value
+        for key, value in after.items()
+        if key.startswith("slipway_batch_rows_bucket") and 'le="4.0"' in key and '"digits"' in key
+    ]
     assert small and small[0] >= 2  # runs of 1 and 3 rows fall in the bucket up to 4
     assert any(key.startswith("model_infer_request_success") for key in after)  # MLServer's own, beside ours
     # the class each row's scores pick (the canary controller compares a shadow's with the stable's): 9 rows here
@@ -291,8 +367,11 @@ def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(di
     picked = np.bincount(np.concatenate([expected[:rows].argmax(axis=1) for rows in (1, 3, 5)]), minlength=10)
 
     def by_class(samples: dict[str, float]) -> dict[int, float]:
-        return {int(re.search(r'class="(\d+)"', key).group(1)): value for key, value in samples.items()
-                if key.startswith("slipway_predicted_class_total{") and 'model_name="digits"' in key}
+        return {
+            int(re.search(r'class="(\d+)"', key).group(1)): value
+            for key, value in samples.items()
+            if key.startswith("slipway_predicted_class_total{") and 'model_name="digits"' in key
+        }
 
     counted = by_class(after)
     assert [counted.get(winner, 0.0) - by_class(before).get(winner, 0.0) for winner in range(10)] == picked.tolist()

@@ -68,18 +68,28 @@ def test_requested_gpu_providers_fall_back_to_cpu_with_a_warning_and_the_log_say
 
 def test_provider_options_are_passed_as_onnx_runtime_strings():
     settings = RuntimeSettings(
-        tensorrt={"fp16": True, "engine_cache_path": "/cache/trt", "workspace_size_bytes": 1 << 30,
-                  "extra_options": {"trt_builder_optimization_level": 5}},
+        tensorrt={
+            "fp16": True,
+            "engine_cache_path": "/cache/trt",
+            "workspace_size_bytes": 1 << 30,
+            "extra_options": {"trt_builder_optimization_level": 5},
+        },
         cuda={"cudnn_conv_algo_search": "HEURISTIC", "device_id": 1},
     )
     entries = dict(provider_entries(["TensorrtExecutionProvider", "CUDAExecutionProvider", CPU], settings))
     assert entries["TensorrtExecutionProvider"] == {
-        "device_id": "0", "trt_fp16_enable": "1", "trt_int8_enable": "0", "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": "/cache/trt", "trt_max_workspace_size": str(1 << 30),
+        "device_id": "0",
+        "trt_fp16_enable": "1",
+        "trt_int8_enable": "0",
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "/cache/trt",
+        "trt_max_workspace_size": str(1 << 30),
         "trt_builder_optimization_level": "5",
     }
     assert entries["CUDAExecutionProvider"] == {
-        "device_id": "1", "cudnn_conv_algo_search": "HEURISTIC", "enable_cuda_graph": "0",
+        "device_id": "1",
+        "cudnn_conv_algo_search": "HEURISTIC",
+        "enable_cuda_graph": "0",
     }
     assert entries[CPU] == {}
 
@@ -93,34 +103,41 @@ def test_tensorrt_profile_spans_one_row_to_the_largest_bucket_for_every_input():
     }
 
 
-@pytest.mark.parametrize("spec", [
-    TensorSpec("tokens", "INT64", (DYNAMIC, DYNAMIC)),  # a second dynamic dimension: its range is unknown here
-    TensorSpec("image", "FP32", (8, 224, 224, 3)),  # a fixed batch: no range to give
-    TensorSpec("scale", "FP32", ()),
-    TensorSpec("a:b", "FP32", (DYNAMIC, 3)),  # the option's format cannot carry the name
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TensorSpec("tokens", "INT64", (DYNAMIC, DYNAMIC)),  # a second dynamic dimension: its range is unknown here
+        TensorSpec("image", "FP32", (8, 224, 224, 3)),  # a fixed batch: no range to give
+        TensorSpec("scale", "FP32", ()),
+        TensorSpec("a:b", "FP32", (DYNAMIC, 3)),  # the option's format cannot carry the name
+    ],
+)
 def test_tensorrt_profile_is_left_to_the_user_where_it_cannot_be_derived(spec):
     assert tensorrt_batch_profile([TensorSpec("x", "FP32", (DYNAMIC, 3)), spec], 8) == {}
 
 
 def test_session_options_come_from_settings():
-    options = session_options(RuntimeSettings(intra_op_threads=3, inter_op_threads=2, execution_mode="parallel",
-                                              graph_optimization_level="basic"))
+    options = session_options(
+        RuntimeSettings(intra_op_threads=3, inter_op_threads=2, execution_mode="parallel", graph_optimization_level="basic")
+    )
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (3, 2)
     assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     assert session_options(RuntimeSettings()).intra_op_num_threads == max(1, int(cpu_limit()))
 
 
-@pytest.mark.parametrize("settings, providers, spins, stops", [
-    ({"intra_op_threads": 2}, ["CPUExecutionProvider"], "1", "1"),  # unset: spin within runs of several threads
-    ({"intra_op_threads": 0}, ["CPUExecutionProvider"], "1", "1"),  # ONNX Runtime's own count: every core
-    ({"intra_op_threads": 1}, ["CPUExecutionProvider"], "0", ""),  # no other thread to keep awake
-    ({"intra_op_threads": 2}, ["CUDAExecutionProvider", "CPUExecutionProvider"], "0", ""),  # threads feed a GPU
-    ({"intra_op_threads": 2, "spin_within_runs": False}, ["CPUExecutionProvider"], "0", ""),
-    ({"intra_op_threads": 1, "spin_within_runs": True}, ["CPUExecutionProvider"], "1", "1"),
-    ({"intra_op_threads": 2, "allow_spinning": True}, ["CPUExecutionProvider"], "1", ""),  # between runs too
-])
+@pytest.mark.parametrize(
+    "settings, providers, spins, stops",
+    [
+        ({"intra_op_threads": 2}, ["CPUExecutionProvider"], "1", "1"),  # unset: spin within runs of several threads
+        ({"intra_op_threads": 0}, ["CPUExecutionProvider"], "1", "1"),  # ONNX Runtime's own count: every core
+        ({"intra_op_threads": 1}, ["CPUExecutionProvider"], "0", ""),  # no other thread to keep awake
+        ({"intra_op_threads": 2}, ["CUDAExecutionProvider", "CPUExecutionProvider"], "0", ""),  # threads feed a GPU
+        ({"intra_op_threads": 2, "spin_within_runs": False}, ["CPUExecutionProvider"], "0", ""),
+        ({"intra_op_threads": 1, "spin_within_runs": True}, ["CPUExecutionProvider"], "1", "1"),
+        ({"intra_op_threads": 2, "allow_spinning": True}, ["CPUExecutionProvider"], "1", ""),  # between runs too
+    ],
+)
 def test_intra_op_threads_spin_while_a_run_is_in_flight_and_stop_when_it_returns(settings, providers, spins, stops):
     options = session_options(RuntimeSettings(**settings), providers)
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == spins

@@ -131,8 +131,9 @@ def server(tmp_path_factory, digits_artifact):
     root = tmp_path_factory.mktemp("shared-memory")
     digits = digits_artifact / "model.onnx"
     model_folder(root, "digits-shm", digits, extra={"shared_memory": True, "max_batch_rows": 4, "inline_below_ms": 0})
-    model_folder(root, "digits-batched", digits, extra={"shared_memory": True},
-                 batching={"max_batch_size": 4, "max_batch_time": 0.05})
+    model_folder(
+        root, "digits-batched", digits, extra={"shared_memory": True}, batching={"max_batch_size": 4, "max_batch_time": 0.05}
+    )
     model_folder(root, "digits-off", digits)
     with LocalServer(root) as running:
         yield running
@@ -190,7 +191,8 @@ def test_tritonclient_sends_and_receives_tensors_through_shared_memory_over_grpc
     grpc_.register_system_shared_memory("out", output_key, expected.nbytes)  # either protocol registers
     assert {region["name"] for region in http.get_system_shared_memory_status()} == {"in", "out"}
     assert http.get_system_shared_memory_status("in") == [
-        {"name": "in", "key": input_key, "offset": 0, "byte_size": images.nbytes}]
+        {"name": "in", "key": input_key, "offset": 0, "byte_size": images.nbytes}
+    ]
     status = grpc_.get_system_shared_memory_status("out").regions["out"]
     assert (status.name, status.key, status.byte_size) == ("out", output_key, expected.nbytes)
     with pytest.raises(Exception, match="is not a shared-memory object name"):
@@ -220,8 +222,12 @@ def test_tritonclient_sends_and_receives_tensors_through_shared_memory_over_grpc
 
 
 def _shared_request(model, region, byte_size, rows=3, offset=0, data=None):
-    tensor = {"name": "image", "datatype": "FP32", "shape": [rows, *IMAGE],
-              "parameters": {"shared_memory_region": region, "shared_memory_offset": offset}}
+    tensor = {
+        "name": "image",
+        "datatype": "FP32",
+        "shape": [rows, *IMAGE],
+        "parameters": {"shared_memory_region": region, "shared_memory_offset": offset},
+    }
     if byte_size is not None:
         tensor["parameters"]["shared_memory_byte_size"] = byte_size
     if data is not None:

@@ -26,15 +26,22 @@ LABELS = [f"digit-{i}" for i in range(10)]
 
 
 def _settings(extra):
-    return {"name": "digits", "implementation": "wrappers.runtime.OnnxRuntime", "max_batch_size": 1,
-            "parameters": {"uri": "./model.onnx", "version": "3", "extra": extra}}
+    return {
+        "name": "digits",
+        "implementation": "wrappers.runtime.OnnxRuntime",
+        "max_batch_size": 1,
+        "parameters": {"uri": "./model.onnx", "version": "3", "extra": extra},
+    }
 
 
-@pytest.mark.parametrize("role, implementation, stages", [
-    ("transformer", "wrappers.processing_runtime.ImageTransformer", {"preprocess"}),
-    ("model", "wrappers.runtime.OnnxRuntime", set()),
-    ("output-transformer", "wrappers.processing_runtime.TopKTransformer", {"postprocess"}),
-])
+@pytest.mark.parametrize(
+    "role, implementation, stages",
+    [
+        ("transformer", "wrappers.processing_runtime.ImageTransformer", {"preprocess"}),
+        ("model", "wrappers.runtime.OnnxRuntime", set()),
+        ("output-transformer", "wrappers.processing_runtime.TopKTransformer", {"postprocess"}),
+    ],
+)
 def test_each_role_keeps_only_its_stage_and_the_graph_by_absolute_path(tmp_path, role, implementation, stages):
     settings = role_settings(_settings(STAGES), role, "digits-node", tmp_path)
     assert settings["name"] == "digits-node" and settings["implementation"] == implementation
@@ -73,8 +80,9 @@ def chain(answer: dict) -> dict:
 def split_servers(tmp_path_factory, digits_artifact):
     """The one-pod form beside the model role (the "GPU" server), and both CPU stages in a server of their own."""
     gpu_root, cpu_root = tmp_path_factory.mktemp("gpu-pod"), tmp_path_factory.mktemp("cpu-pod")
-    artifact = model_folder(gpu_root, "digits-images", digits_artifact / "model.onnx",
-                            files={"labels.txt": "\n".join(LABELS)}, extra=STAGES)
+    artifact = model_folder(
+        gpu_root, "digits-images", digits_artifact / "model.onnx", files={"labels.txt": "\n".join(LABELS)}, extra=STAGES
+    )
     write_role_folder(artifact, "model", "digits", gpu_root)
     write_role_folder(artifact, "transformer", "digits-pre", cpu_root)
     write_role_folder(artifact, "output-transformer", "digits-post", cpu_root)
@@ -87,8 +95,12 @@ def test_the_split_stages_answer_what_the_one_pod_server_answers(split_servers, 
     gpu, cpu, artifact = split_servers
     images = load_input_example(digits_artifact)[0]["image"][:4]
     pngs = [_png(image) for image in images]
-    body = {"id": "r1", "inputs": [{"name": "image", "datatype": "BYTES", "shape": [4],
-                                    "data": [base64.b64encode(png).decode() for png in pngs]}]}
+    body = {
+        "id": "r1",
+        "inputs": [
+            {"name": "image", "datatype": "BYTES", "shape": [4], "data": [base64.b64encode(png).decode() for png in pngs]}
+        ],
+    }
     status, one_pod = post(f"{gpu.http_url}/v2/models/digits-images/infer", body)
     assert status == 200, one_pod
 

@@ -16,13 +16,18 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 
 @FAST
-@given(st.sampled_from(NUMERIC).flatmap(
-    lambda datatype: st.tuples(
-        st.just(datatype),
-        hnp.arrays(V2_TO_NUMPY[datatype], hnp.array_shapes(min_dims=1, max_dims=3, max_side=5),
-                   elements={"allow_nan": False} if datatype.startswith("FP") else None),
+@given(
+    st.sampled_from(NUMERIC).flatmap(
+        lambda datatype: st.tuples(
+            st.just(datatype),
+            hnp.arrays(
+                V2_TO_NUMPY[datatype],
+                hnp.array_shapes(min_dims=1, max_dims=3, max_side=5),
+                elements={"allow_nan": False} if datatype.startswith("FP") else None,
+            ),
+        )
     )
-))
+)
 def test_raw_and_json_round_trip_every_numeric_datatype(case):
     datatype, array = case
     raw = to_raw(array, datatype)

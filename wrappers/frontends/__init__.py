@@ -29,8 +29,10 @@ def with_pod_frontends(config: RuntimeSettings, environ: Mapping[str, str] = os.
     try:
         return config.model_copy(update={"frontends": parse_runtime_settings({"frontends": int(text)}).frontends})
     except (ValueError, SettingsError):
-        raise SettingsError(f"${FRONTENDS_ENV} is {text!r}: set it to a whole number of front ends from 1 to 64, "
-                            "or unset it to use parameters.extra.frontends") from None
+        raise SettingsError(
+            f"${FRONTENDS_ENV} is {text!r}: set it to a whole number of front ends from 1 to 64, "
+            "or unset it to use parameters.extra.frontends"
+        ) from None
 
 
 def supervises(folder: Path) -> bool:
@@ -47,8 +49,13 @@ def supervise(folder: Path, failure_file: Path | None, ready_file: Path | None =
     """Serve `folder` with its host and front ends until stopped (`supervisor.main`); 0, or a UserError."""
     from wrappers.frontends.supervisor import main
 
-    return main([str(folder), *(["--failure-file", str(failure_file)] if failure_file else []),
-                 *(["--ready-file", str(ready_file)] if ready_file else [])])
+    return main(
+        [
+            str(folder),
+            *(["--failure-file", str(failure_file)] if failure_file else []),
+            *(["--ready-file", str(ready_file)] if ready_file else []),
+        ]
+    )
 
 
 def shares_ports() -> bool:

@@ -60,8 +60,14 @@ def _stop_this_process() -> None:
 class HostClient:
     """One front end's connection to the session host, made at model load."""
 
-    def __init__(self, socket_path: Path, *, slots: int = DEFAULT_SLOTS, observe: Observer | None = None,
-                 on_lost: Callable[[], None] = _stop_this_process):
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        slots: int = DEFAULT_SLOTS,
+        observe: Observer | None = None,
+        on_lost: Callable[[], None] = _stop_this_process,
+    ):
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(protocol.HANDSHAKE_TIMEOUT_S)
         try:
@@ -71,8 +77,10 @@ class HostClient:
             protocol.send_slots(self._sock, self.ring.fds, [slot.size for slot in self.ring.slots])
         except (OSError, protocol.ProtocolError) as err:
             self._sock.close()
-            raise HostUnavailable(f"the session host at {socket_path} does not answer ({err}); "
-                                  "serve the folder with `python -m wrappers.launch FOLDER`") from err
+            raise HostUnavailable(
+                f"the session host at {socket_path} does not answer ({err}); "
+                "serve the folder with `python -m wrappers.launch FOLDER`"
+            ) from err
         self.session = RemoteSession(self.description)
         self.inputs, self.outputs = describe(self.session)
         self.observe = observe
@@ -90,8 +98,7 @@ class HostClient:
     async def start(self) -> None:
         """Read replies on the running event loop (the server's)."""
         self._sock.setblocking(False)
-        transport, _ = await asyncio.get_running_loop().create_unix_connection(
-            lambda: _Replies(self), sock=self._sock)
+        transport, _ = await asyncio.get_running_loop().create_unix_connection(lambda: _Replies(self), sock=self._sock)
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
         self._transport.write(protocol.serving())  # after the model's load: the supervisor waits for every front end
 

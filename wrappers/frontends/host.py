@@ -71,7 +71,7 @@ def read_model(model_dir: Path) -> tuple[str, str | None, Path, RuntimeSettings]
     except FileProblem as err:
         raise HostError(f"{err}: the session host needs the model folder's {SETTINGS_FILE}") from err
     if not isinstance(settings, dict) or not isinstance(settings.get("name"), str):
-        raise HostError(f"{path} names no model: it needs a \"name\"")
+        raise HostError(f'{path} names no model: it needs a "name"')
     parameters = settings.get("parameters") or {}
     try:
         config = with_pod_frontends(parse_runtime_settings(parameters.get("extra")))
@@ -114,33 +114,55 @@ class SessionHost:
         self.output_names = [spec.name for spec in self.outputs]
         strings = [spec.name for spec in [*self.inputs, *self.outputs] if spec.datatype == BYTES]
         if strings:
-            raise HostError(f"model {self.name}: graph tensors {strings} hold strings, which cannot go through shared "
-                            "memory to the session host; set frontends to 1")
+            raise HostError(
+                f"model {self.name}: graph tensors {strings} hold strings, which cannot go through shared "
+                "memory to the session host; set frontends to 1"
+            )
         self.config, self.choices = self._choose(config, graph)
         try:
-            plan = plan_runs(self.config, self.inputs, self.outputs, merging=self.config.max_batch_rows > 1,
-                             on_cpu=self.runner.device == "cpu", fixed_outputs=self.runner.fixed_outputs,
-                             providers=self.runner.session.get_providers(), model=self.name)
+            plan = plan_runs(
+                self.config,
+                self.inputs,
+                self.outputs,
+                merging=self.config.max_batch_rows > 1,
+                on_cpu=self.runner.device == "cpu",
+                fixed_outputs=self.runner.fixed_outputs,
+                providers=self.runner.session.get_providers(),
+                model=self.name,
+            )
         except BatchingConfigError as err:
             raise HostError(f"model {self.name}: {err}") from err
         self.buckets = plan.buckets
         if plan.settings is not self.config:  # as the runtime does: one TensorRT profile over the padded row counts
             self.config = plan.settings
             self.runner = run_width.runner(graph, plan.settings)
-        bucketed = plan_buckets(graph, self.config, self.buckets, self.runner.session.get_providers(), self.inputs, self.output_names,
-                                model=self.name, version=self.version)
+        bucketed = plan_buckets(
+            graph,
+            self.config,
+            self.buckets,
+            self.runner.session.get_providers(),
+            self.inputs,
+            self.output_names,
+            model=self.name,
+            version=self.version,
+        )
         if bucketed is not None:  # as the runtime does: a session per bucket, its kernels' settings timed here
             self.config, self.runner = bucketed.settings, bucketed.runner
             self.choices.update(bucketed.choices)
         self._scores = _scores_index(self.name, self.version, self.outputs, self.config)
-        self._class_rows = Counter(PREDICTED_CLASS, "Rows whose highest score was this class", labelnames=(*LABELS, CLASS_LABEL),
-                                   registry=None)  # not served here: written to the front ends' multi-process files
+        self._class_rows = Counter(
+            PREDICTED_CLASS, "Rows whose highest score was this class", labelnames=(*LABELS, CLASS_LABEL), registry=None
+        )  # not served here: written to the front ends' multi-process files
         sizes = warm_up_sizes(self.buckets, self.config.warmup_batch_sizes, self.config.warmup_runs)
         self.warm_up = warm_up = WarmUp(self.name, self.inputs, self.output_names, sizes, self.config.warmup_runs)
         try:
             self.batcher = RowBatcher(
-                self._run, max_rows=self.config.max_batch_rows, max_runs=self.config.inference_threads,
-                input_errors=INPUT_ERRORS, thread_name=f"host-{self.name}", warm_up=partial(warm_up.run, self.runner),
+                self._run,
+                max_rows=self.config.max_batch_rows,
+                max_runs=self.config.inference_threads,
+                input_errors=INPUT_ERRORS,
+                thread_name=f"host-{self.name}",
+                warm_up=partial(warm_up.run, self.runner),
                 buckets=self.buckets,
             )
         except WarmUpError as err:
@@ -156,8 +178,16 @@ class SessionHost:
         built with."""
         runner = self.runner
         assert not isinstance(runner, BucketRunner), "sessions per bucket come after the settings are chosen"
-        resolved = resolve_for_session(config, runner, self.inputs, self.outputs, model=self.name,
-                                       version=self.version, mlserver_batching=False, model_path=graph)
+        resolved = resolve_for_session(
+            config,
+            runner,
+            self.inputs,
+            self.outputs,
+            model=self.name,
+            version=self.version,
+            mlserver_batching=False,
+            model_path=graph,
+        )
         if resolved.rebuild_session:
             self.runner = run_width.rebuilt(graph, resolved.settings, runner, keep_lone_session=resolved.keeps_lone_session)
         return resolved.settings, dict(resolved.choices)
@@ -242,10 +272,16 @@ class SessionHost:
             connection.in_flight.discard(slot)
         start, seconds, run_rows, index = (float(value) for value in stats[0]) if len(stats) else (submitted, 0, 0, 1)
         first = index == 0  # the request holding the run's first row reports the run, once across front ends
-        connection.send(protocol.reply(
-            slot, slot_map.size, [(output.dtype, output.shape) for output in outputs],
-            seconds if first else 0.0, int(run_rows) if first else 0, max(0.0, start - submitted),
-        ))
+        connection.send(
+            protocol.reply(
+                slot,
+                slot_map.size,
+                [(output.dtype, output.shape) for output in outputs],
+                seconds if first else 0.0,
+                int(run_rows) if first else 0,
+                max(0.0, start - submitted),
+            )
+        )
 
     async def serve(self, socket_path: Path) -> None:
         """Accept front ends on `socket_path` until cancelled."""
@@ -257,8 +293,13 @@ class SessionHost:
         listener.listen(64)
         os.replace(staging, socket_path)  # the path appears only once it accepts: front ends never meet a refusal
         listener.setblocking(False)
-        logger.info("session host for %s listening on %s (providers %s, buckets %s)", self.name, socket_path,
-                    self.runner.session.get_providers(), self.buckets)
+        logger.info(
+            "session host for %s listening on %s (providers %s, buckets %s)",
+            self.name,
+            socket_path,
+            self.runner.session.get_providers(),
+            self.buckets,
+        )
         try:
             while True:
                 sock, _ = await loop.sock_accept(listener)

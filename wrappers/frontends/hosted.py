@@ -47,14 +47,17 @@ def serve_through_host(config: RuntimeSettings, runner: object = None) -> tuple[
     """The front end's settings (no padding, no warm-up: the host's) and its runner, connected to the session host
     the supervisor named (HostUnavailable, one line, where none answers). A runner already connected is kept."""
     if config.shared_memory:
-        raise SettingsError("shared_memory cannot be served by several front ends: a client registers its region with "
-                            "one of them, and its requests may reach another; set shared_memory false or frontends 1")
+        raise SettingsError(
+            "shared_memory cannot be served by several front ends: a client registers its region with "
+            "one of them, and its requests may reach another; set shared_memory false or frontends 1"
+        )
     hosted = config.model_copy(update={"batch_buckets": [], "warmup_runs": 0})
     return hosted, runner if isinstance(runner, HostRunner) else HostRunner(HostClient(host_socket()))
 
 
-def runner_for(config: RuntimeSettings, model_path: Path, runner: object = None, *,
-               keep_lone_session: bool = False) -> tuple[RuntimeSettings, SessionRunner | WidthRunner | HostRunner]:
+def runner_for(
+    config: RuntimeSettings, model_path: Path, runner: object = None, *, keep_lone_session: bool = False
+) -> tuple[RuntimeSettings, SessionRunner | WidthRunner | HostRunner]:
     """The settings to serve with and their runner: the session host's where `frontends` > 1 (it owns the session
     and runs the graph: `serve_through_host`), else a session of this process's own, built for these settings
     (`keep_lone_session`: `runner`'s lone session already is, and is kept)."""
@@ -65,25 +68,37 @@ def runner_for(config: RuntimeSettings, model_path: Path, runner: object = None,
     return config, run_width.runner(model_path, config)
 
 
-def chosen_settings(config: RuntimeSettings, runner: SessionRunner | WidthRunner | HostRunner, inputs: list[TensorSpec],
-                    outputs: list[TensorSpec], *, model: str, version: str | None, mlserver_batching: bool,
-                    model_path: Path) -> Resolved:
+def chosen_settings(
+    config: RuntimeSettings,
+    runner: SessionRunner | WidthRunner | HostRunner,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    *,
+    model: str,
+    version: str | None,
+    mlserver_batching: bool,
+    model_path: Path,
+) -> Resolved:
     """The settings model-settings.json left unset, filled in where the model is timed: by the session host in
     front-end mode (a front end has no session to time), else on this process's own session (`serving_defaults`)."""
     if isinstance(runner, HostRunner):
         return chosen_by_host(config, runner, model)
-    return resolve_for_session(config, runner, inputs, outputs, model=model, version=version,
-                               mlserver_batching=mlserver_batching, model_path=model_path)
+    return resolve_for_session(
+        config, runner, inputs, outputs, model=model, version=version, mlserver_batching=mlserver_batching, model_path=model_path
+    )
 
 
 def chosen_by_host(config: RuntimeSettings, runner: HostRunner, model: str) -> Resolved:
     """The settings the session host chose at load (a front end has no session to time), for this front end's
     log and metadata, each as the host chose it and why (the host publishes them in `slipway_setting`)."""
-    choices = {name: Choice(name, value, source, reason)
-               for name, (value, source, reason) in runner.client.description.get("choices", {}).items()}
+    choices = {
+        name: Choice(name, value, source, reason)
+        for name, (value, source, reason) in runner.client.description.get("choices", {}).items()
+    }
     for choice in choices.values():
-        logger.info("%s: %s %g (%s, chosen by the session host): %s", model, choice.setting, choice.value,
-                    choice.source, choice.reason)
+        logger.info(
+            "%s: %s %g (%s, chosen by the session host): %s", model, choice.setting, choice.value, choice.source, choice.reason
+        )
     chosen = config.model_copy(update={name: choice.value for name, choice in choices.items() if name in CHOSEN})
     return Resolved(chosen, choices, rebuild_session=False)
 

@@ -129,6 +129,7 @@ class FrameReader:
 
 # -- the handshake: blocking, once per front end -----------------------------------------------------------
 
+
 def send_hello(sock: socket.socket, description: dict) -> None:
     sock.sendall(frame(json.dumps(description).encode()))
 

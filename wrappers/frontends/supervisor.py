@@ -90,8 +90,11 @@ class Supervisor:
                 self.stop()
                 if self.asked_to_stop:
                     return
-                raise SupervisorError(host.reason() if host.process.returncode is not None
-                                      else f"the session host was not ready after {HOST_READY_TIMEOUT_S:.0f} s")
+                raise SupervisorError(
+                    host.reason()
+                    if host.process.returncode is not None
+                    else f"the session host was not ready after {HOST_READY_TIMEOUT_S:.0f} s"
+                )
             time.sleep(_POLL_S)
         for index in range(self.frontends):
             self._spawn(f"front end {index + 1}", ["wrappers.frontends.front_end", str(self.model_dir)], env)
@@ -99,8 +102,9 @@ class Supervisor:
         while self._serving() < self.frontends and not self.asked_to_stop:  # every one loaded, or one failed
             if time.monotonic() > deadline:
                 self.stop()
-                raise SupervisorError(f"{self._serving()} of {self.frontends} front ends served after "
-                                      f"{HOST_READY_TIMEOUT_S:.0f} s")
+                raise SupervisorError(
+                    f"{self._serving()} of {self.frontends} front ends served after {HOST_READY_TIMEOUT_S:.0f} s"
+                )
             for child in self.children:
                 if child.process.poll() is not None:
                     self.stop()
@@ -163,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     count = frontends_of(args.folder)
     if count < 2:
-        raise UserError(f"{args.folder} is not an artifact folder whose model-settings.json sets parameters.extra."
-                        "frontends above 1; serve it with `python -m wrappers.launch` instead")
+        raise UserError(
+            f"{args.folder} is not an artifact folder whose model-settings.json sets parameters.extra."
+            "frontends above 1; serve it with `python -m wrappers.launch` instead"
+        )
     supervisor = Supervisor(args.folder.resolve(), count)
     previous = {signum: signal.signal(signum, supervisor.ask_to_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -45,21 +45,30 @@ def check_converters() -> MLServerConverters:
     response = require(converters, "ModelInferResponseConverter", f"{_CONVERTERS}.ModelInferResponseConverter")
     parameters = require(converters, "ParametersConverter", f"{_CONVERTERS}.ParametersConverter")
     found = MLServerConverters(
-        request_to_types=require_function(request, "to_types", f"{_CONVERTERS}.ModelInferRequestConverter.to_types",
-                                          ("pb_object",)),
-        response_from_types=require_function(response, "from_types",
-                                             f"{_CONVERTERS}.ModelInferResponseConverter.from_types",
-                                             ("type_object", "use_raw")),
-        parameters_to_types=require_function(parameters, "to_types", f"{_CONVERTERS}.ParametersConverter.to_types",
-                                             ("pb_object",)),
-        parameters_from_types=require_function(parameters, "from_types",
-                                               f"{_CONVERTERS}.ParametersConverter.from_types", ("type_object",)),
+        request_to_types=require_function(
+            request, "to_types", f"{_CONVERTERS}.ModelInferRequestConverter.to_types", ("pb_object",)
+        ),
+        response_from_types=require_function(
+            response, "from_types", f"{_CONVERTERS}.ModelInferResponseConverter.from_types", ("type_object", "use_raw")
+        ),
+        parameters_to_types=require_function(
+            parameters, "to_types", f"{_CONVERTERS}.ParametersConverter.to_types", ("pb_object",)
+        ),
+        parameters_from_types=require_function(
+            parameters, "from_types", f"{_CONVERTERS}.ParametersConverter.from_types", ("type_object",)
+        ),
         input_tensor_to_types=require_function(
             require(converters, "InferInputTensorConverter", f"{_CONVERTERS}.InferInputTensorConverter"),
-            "to_types", f"{_CONVERTERS}.InferInputTensorConverter.to_types", ("pb_object",)),
+            "to_types",
+            f"{_CONVERTERS}.InferInputTensorConverter.to_types",
+            ("pb_object",),
+        ),
         requested_output_to_types=require_function(
             require(converters, "InferRequestedOutputTensorConverter", f"{_CONVERTERS}.InferRequestedOutputTensorConverter"),
-            "to_types", f"{_CONVERTERS}.InferRequestedOutputTensorConverter.to_types", ("pb_object",)),
+            "to_types",
+            f"{_CONVERTERS}.InferRequestedOutputTensorConverter.to_types",
+            ("pb_object",),
+        ),
     )
     servicer = require(servicers, "InferenceServicer", _SERVICER)
     if not isinstance(servicer.__dict__.get("_GetReturnRaw"), staticmethod):
@@ -70,10 +79,12 @@ def check_converters() -> MLServerConverters:
             raise IncompatibleMLServer(f"mlserver.grpc.servicers.{name}", f"is not {_CONVERTERS}.{name}")
     infer_names = _code_names(require(servicer, "ModelInfer", f"{_SERVICER}.ModelInfer"), "ModelInfer")
     if not {"_GetReturnRaw", "ModelInferResponseConverter", "_InsertHeaders"} <= infer_names:
-        raise IncompatibleMLServer(f"{_SERVICER}.ModelInfer", "no longer calls _GetReturnRaw, _InsertHeaders and "
-                                   "ModelInferResponseConverter")
-    if "ModelInferRequestConverter" not in _code_names(require(servicer, "_InsertHeaders", f"{_SERVICER}._InsertHeaders"),
-                                                       "_InsertHeaders"):
+        raise IncompatibleMLServer(
+            f"{_SERVICER}.ModelInfer", "no longer calls _GetReturnRaw, _InsertHeaders and ModelInferResponseConverter"
+        )
+    if "ModelInferRequestConverter" not in _code_names(
+        require(servicer, "_InsertHeaders", f"{_SERVICER}._InsertHeaders"), "_InsertHeaders"
+    ):
         raise IncompatibleMLServer(f"{_SERVICER}._InsertHeaders", "no longer calls ModelInferRequestConverter")
     return found
 
@@ -95,8 +106,9 @@ def replace_grpc_converters(
 
 def check_running_servers() -> None:
     """What `add_to_running_grpc_servers` calls: grpc.aio's public method, on the servers the launcher handed over."""
-    require_function(grpc.aio.Server, "add_generic_rpc_handlers", "grpc.aio.Server.add_generic_rpc_handlers",
-                     ("self", "generic_rpc_handlers"))
+    require_function(
+        grpc.aio.Server, "add_generic_rpc_handlers", "grpc.aio.Server.add_generic_rpc_handlers", ("self", "generic_rpc_handlers")
+    )
 
 
 def add_to_running_grpc_servers(handler: grpc.GenericRpcHandler) -> int:

@@ -27,5 +27,4 @@ def check_poller_thread() -> None:
 def grpc_poller_threads() -> list[threading.Thread]:
     """The threads grpc.aio polls on in this process (none where no gRPC server runs)."""
     check_poller_thread()
-    return [thread for thread in threading.enumerate()
-            if GRPC_POLLER_TARGET in thread.name and thread.native_id is not None]
+    return [thread for thread in threading.enumerate() if GRPC_POLLER_TARGET in thread.name and thread.native_id is not None]

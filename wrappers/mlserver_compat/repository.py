@@ -51,8 +51,12 @@ def check_guard_points() -> None:
     as `wrappers.repository_api` guards them (cheap: run as the server starts)."""
     if MLServerRepository is object:
         raise IncompatibleMLServer("mlserver.repository.repository.SchemalessModelRepository", "does not exist")
-    require_function(_rest_server_class(), "__init__", "mlserver.rest.server.RESTServer.__init__",
-                     ("self", "settings", "data_plane", "model_repository_handlers"))
+    require_function(
+        _rest_server_class(),
+        "__init__",
+        "mlserver.rest.server.RESTServer.__init__",
+        ("self", "settings", "data_plane", "model_repository_handlers"),
+    )
     require(grpc_server, "GRPCServer", "mlserver.grpc.server.GRPCServer")
     for symbol, servicer in _servicer_classes().items():
         for name in repository_methods(servicer):
@@ -64,8 +68,9 @@ def check_repository_routes(app: FastAPI | None = None) -> list[str]:
     paths = repository_route_paths(probe_app() if app is None else app)
     outside = [path for path in paths if not under_prefix(path)]
     if len(paths) < len(GRPC_METHODS) or outside:
-        raise IncompatibleMLServer("mlserver.rest.endpoints.ModelRepositoryEndpoints",
-                                   f"routes are {paths}, not the three under {REST_PREFIX}")
+        raise IncompatibleMLServer(
+            "mlserver.rest.endpoints.ModelRepositoryEndpoints", f"routes are {paths}, not the three under {REST_PREFIX}"
+        )
     return paths
 
 
@@ -91,8 +96,11 @@ def servers_built() -> list[str]:
 def repository_route_paths(app: FastAPI) -> list[str]:
     """The paths of the app's routes that MLServer binds to its repository endpoints."""
     endpoints_class = require(endpoints, "ModelRepositoryEndpoints", "mlserver.rest.endpoints.ModelRepositoryEndpoints")
-    return [getattr(route, "path", "") for route in app.routes
-            if isinstance(getattr(getattr(route, "endpoint", None), "__self__", None), endpoints_class)]
+    return [
+        getattr(route, "path", "")
+        for route in app.routes
+        if isinstance(getattr(getattr(route, "endpoint", None), "__self__", None), endpoints_class)
+    ]
 
 
 def on_rest_app_built(callback: Callable[[FastAPI], None]) -> None:

@@ -52,14 +52,16 @@ def check_request_json() -> None:
     request = require(requests, "Request", _REQUEST)
     require_function(request, "json", f"{_REQUEST}.json", ("self",), is_async=True)
     if getattr(mlserver_app, "Request", None) is not request:
-        raise IncompatibleMLServer("mlserver.rest.app.Request", f"is not {_REQUEST}: MLServer's routes read bodies "
-                                   "through another class")
+        raise IncompatibleMLServer(
+            "mlserver.rest.app.Request", f"is not {_REQUEST}: MLServer's routes read bodies through another class"
+        )
     if not (inspect.isclass(request) and issubclass(request, StarletteRequest)):
         raise IncompatibleMLServer(_REQUEST, "is not a starlette.requests.Request")
     starlette_json = require_function(StarletteRequest, "json", "starlette.requests.Request.json", ("self",), is_async=True)
     if JSON_CACHE not in starlette_json.__code__.co_names:
-        raise IncompatibleMLServer(f"starlette.requests.Request.{JSON_CACHE}", "is no longer where Request.json caches "
-                                   "the parsed body")
+        raise IncompatibleMLServer(
+            f"starlette.requests.Request.{JSON_CACHE}", "is no longer where Request.json caches the parsed body"
+        )
 
 
 def replace_request_json(parse: Callable[[bytes], Any]) -> None:
@@ -94,8 +96,10 @@ def mlserver_rest_apps() -> list[FastAPI]:
     apps = running.rest_apps()
     for app in apps:
         if not is_mlserver_app(app):
-            raise IncompatibleMLServer("mlserver.rest.server.RESTServer._app", f"is a {type(app).__name__} without "
-                                       f"a route {INFER_PATH}, not MLServer's REST app")
+            raise IncompatibleMLServer(
+                "mlserver.rest.server.RESTServer._app",
+                f"is a {type(app).__name__} without a route {INFER_PATH}, not MLServer's REST app",
+            )
     return apps
 
 
@@ -108,8 +112,9 @@ def probe_app() -> FastAPI:
     if "app" not in _probe:
         from mlserver.settings import Settings
 
-        create_app = require_function(mlserver_app, "create_app", "mlserver.rest.app.create_app",
-                                      ("settings", "data_plane", "model_repository_handlers"))
+        create_app = require_function(
+            mlserver_app, "create_app", "mlserver.rest.app.create_app", ("settings", "data_plane", "model_repository_handlers")
+        )
         _probe["app"] = create_app(Settings(), data_plane=object(), model_repository_handlers=object())
     return _probe["app"]
 
@@ -164,8 +169,11 @@ def _infer_routes(app: FastAPI) -> dict[str, Any]:
     for route in routes.values():
         require_function(route, "handle", "starlette.routing.Route.handle", ("scope", "receive", "send"), is_async=True)
         endpoint = require(route, "endpoint", "mlserver.rest.app.APIRoute.endpoint")
-        require(require(endpoint, "__self__", "mlserver.rest.endpoints.Endpoints.infer (a bound method)"),
-                "_data_plane", "mlserver.rest.endpoints.Endpoints._data_plane")
+        require(
+            require(endpoint, "__self__", "mlserver.rest.endpoints.Endpoints.infer (a bound method)"),
+            "_data_plane",
+            "mlserver.rest.endpoints.Endpoints._data_plane",
+        )
     return routes
 
 
@@ -183,8 +191,7 @@ def insert_infer_routes(app: FastAPI, route_app: Callable[[Any, Any], Any]) -> b
     planes = {}
     for path, mlserver_route in _infer_routes(app).items():
         data_plane = mlserver_route.endpoint.__self__._data_plane
-        require_function(data_plane, "infer", "mlserver.handlers.DataPlane.infer", ("payload", "name", "version"),
-                         is_async=True)
+        require_function(data_plane, "infer", "mlserver.handlers.DataPlane.infer", ("payload", "name", "version"), is_async=True)
         planes[path] = (mlserver_route, data_plane)
     for path, (mlserver_route, data_plane) in planes.items():
         route = Route(path, route_app(mlserver_route, data_plane), methods=["POST"])

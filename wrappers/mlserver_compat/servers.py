@@ -30,8 +30,9 @@ def check_server_points() -> None:
     require_function(MLServer, "start", f"{_SERVER}.start", ("self", "models_settings"), is_async=True)
     require_function(MLServer, "stop", f"{_SERVER}.stop", ("self", "sig"), is_async=True)
     require_function(require(grpc_server, "GRPCServer", _GRPC), "_create_server", f"{_GRPC}._create_server", ("self",))
-    require_function(MultiModelRegistry, "load", "mlserver.registry.MultiModelRegistry.load",
-                     ("self", "model_settings"), is_async=True)
+    require_function(
+        MultiModelRegistry, "load", "mlserver.registry.MultiModelRegistry.load", ("self", "model_settings"), is_async=True
+    )
 
 
 async def load_settings(folder: str) -> tuple[Any, list[Any]]:

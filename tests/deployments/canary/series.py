@@ -34,8 +34,7 @@ DEPLOYMENT, STABLE, CANARY = "digits", "default", "canary"
 SCRAPE_S = 15
 RECORDED_S = 15 * 60  # a quarter hour of scrapes, the last at `end`
 UPTIME_S = 3600.0  # the pods had served for an hour before the first recorded scrape
-SECONDS_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                   2.5, 5.0, 10.0)
+SECONDS_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,10 @@ class Behaviour:
     classes: tuple[float, ...] = ()
 
     def cdf(self, seconds: float) -> float:
-        return sum(weight * 0.5 * (1 + math.erf(math.log(seconds / median) / (sigma * math.sqrt(2))))
-                   for weight, median, sigma in self.latency)
+        return sum(
+            weight * 0.5 * (1 + math.erf(math.log(seconds / median) / (sigma * math.sqrt(2))))
+            for weight, median, sigma in self.latency
+        )
 
     def mean(self) -> float:
         return sum(weight * median * math.exp(sigma**2 / 2) for weight, median, sigma in self.latency)
@@ -89,45 +90,71 @@ def _pods(layout: Layout) -> list[tuple[dict[str, str], Behaviour]]:
         for predictor, (behaviour, count) in predictors.items():
             for pod in range(count):
                 index += 1
-                pods.append(({"namespace": namespace, "pod": f"{DEPLOYMENT}-{predictor}-0-{DEPLOYMENT}-5f6b8-{pod:05d}",
-                              "container": DEPLOYMENT, "endpoint": "metrics", "job": f"{namespace}/{DEPLOYMENT}-mlserver",
-                              "instance": f"10.244.0.{10 + index}:6000", "slipway_io_model": DEPLOYMENT,
-                              "slipway_io_predictor": predictor}, behaviour))
+                pods.append(
+                    (
+                        {
+                            "namespace": namespace,
+                            "pod": f"{DEPLOYMENT}-{predictor}-0-{DEPLOYMENT}-5f6b8-{pod:05d}",
+                            "container": DEPLOYMENT,
+                            "endpoint": "metrics",
+                            "job": f"{namespace}/{DEPLOYMENT}-mlserver",
+                            "instance": f"10.244.0.{10 + index}:6000",
+                            "slipway_io_model": DEPLOYMENT,
+                            "slipway_io_predictor": predictor,
+                        },
+                        behaviour,
+                    )
+                )
     return pods
 
 
 def openmetrics(end: float, layout: Layout = JUDGE_LAYOUT, *, recorded_s: int = RECORDED_S) -> str:
     """Every namespace's series from `end - recorded_s` to `end`, one sample per scrape, as OpenMetrics text."""
     stamps = [end - recorded_s + step * SCRAPE_S for step in range(recorded_s // SCRAPE_S + 1)]
-    pods = [(labels, behaviour, [behaviour.rps * (UPTIME_S + stamp - stamps[0]) for stamp in stamps])
-            for labels, behaviour in _pods(layout)]  # requests served by each scrape
+    pods = [
+        (labels, behaviour, [behaviour.rps * (UPTIME_S + stamp - stamps[0]) for stamp in stamps])
+        for labels, behaviour in _pods(layout)
+    ]  # requests served by each scrape
     model = {"model": DEPLOYMENT, "version": "3"}
     lines = ["# TYPE model_infer_request_success counter", "# HELP model_infer_request_success Model infer request success count"]
     for labels, behaviour, served in pods:
         for stamp, count in zip(stamps, served):
-            lines.append(f"model_infer_request_success_total{_labels({**labels, **model})} "
-                         f"{math.floor(count * (1 - behaviour.failed))} {stamp:.3f}")
-    lines += ["# TYPE model_infer_request_failure counter", "# HELP model_infer_request_failure Model infer request failure count"]
+            lines.append(
+                f"model_infer_request_success_total{_labels({**labels, **model})} "
+                f"{math.floor(count * (1 - behaviour.failed))} {stamp:.3f}"
+            )
+    lines += [
+        "# TYPE model_infer_request_failure counter",
+        "# HELP model_infer_request_failure Model infer request failure count",
+    ]
     for labels, behaviour, served in pods:
         if behaviour.failed:  # MLServer's labelled counter exists only after the first failure
             for stamp, count in zip(stamps, served):
-                lines.append(f"model_infer_request_failure_total{_labels({**labels, **model})} "
-                             f"{math.floor(count * behaviour.failed)} {stamp:.3f}")
-    lines += ["# TYPE slipway_inference_seconds histogram",
-              "# HELP slipway_inference_seconds Time inside ONNX Runtime per run (one run may serve several merged requests)"]
+                lines.append(
+                    f"model_infer_request_failure_total{_labels({**labels, **model})} "
+                    f"{math.floor(count * behaviour.failed)} {stamp:.3f}"
+                )
+    lines += [
+        "# TYPE slipway_inference_seconds histogram",
+        "# HELP slipway_inference_seconds Time inside ONNX Runtime per run (one run may serve several merged requests)",
+    ]
     runtime = {"model_name": DEPLOYMENT, "model_version": "3"}
     for labels, behaviour, served in pods:
         series = {**labels, **runtime}
         for stamp, count in zip(stamps, served):
             runs = math.floor(count)
             for bound in SECONDS_BUCKETS:
-                lines.append(f"slipway_inference_seconds_bucket{_labels({**series, 'le': repr(bound)})} "
-                             f"{math.floor(runs * behaviour.cdf(bound))} {stamp:.3f}")
+                lines.append(
+                    f"slipway_inference_seconds_bucket{_labels({**series, 'le': repr(bound)})} "
+                    f"{math.floor(runs * behaviour.cdf(bound))} {stamp:.3f}"
+                )
             lines.append(f"slipway_inference_seconds_bucket{_labels({**series, 'le': '+Inf'})} {runs} {stamp:.3f}")
             lines.append(f"slipway_inference_seconds_count{_labels(series)} {runs} {stamp:.3f}")
             lines.append(f"slipway_inference_seconds_sum{_labels(series)} {runs * behaviour.mean():.6f} {stamp:.3f}")
-    lines += ["# TYPE slipway_predicted_class counter",
-              "# HELP slipway_predicted_class Rows whose highest score was this class (arg-max of the scores output)"]
+    lines += [
+        "# TYPE slipway_predicted_class counter",
+        "# HELP slipway_predicted_class Rows whose highest score was this class (arg-max of the scores output)",
+    ]
     for labels, behaviour, served in pods:
         for winner, share in enumerate(behaviour.classes):
             series = {**labels, **runtime, "class": str(winner)}
@@ -153,13 +180,19 @@ def prometheus_tools() -> dict[str, Path]:
     return {name: built["prometheus"] / "bin" / name for name in ("prometheus", "promtool")}
 
 
-def backfill(promtool: Path, folder: Path, end: float, layout: Layout = JUDGE_LAYOUT, *,
-             recorded_s: int = RECORDED_S) -> Recorded:
+def backfill(
+    promtool: Path, folder: Path, end: float, layout: Layout = JUDGE_LAYOUT, *, recorded_s: int = RECORDED_S
+) -> Recorded:
     """`layout`'s series up to `end` written as TSDB blocks by promtool, in `folder`/blocks."""
     source = folder / "series.om.txt"
     source.write_text(openmetrics(end, layout, recorded_s=recorded_s))
-    result = subprocess.run([str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(folder / "blocks")],
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(source), str(folder / "blocks")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, f"promtool backfill failed: {result.stdout[-2000:]} {result.stderr[-2000:]}"
     assert any((folder / "blocks").iterdir()), "promtool wrote no block"
     return Recorded(folder / "blocks", end)
@@ -172,8 +205,9 @@ def recorded(tmp_path_factory, prometheus_tools) -> Recorded:
 
 
 @contextmanager
-def serving(binary: Path, recorded: Recorded, folder: Path, *, web_config: str | None = None,
-            headers: dict[str, str] | None = None) -> Iterator[str]:
+def serving(
+    binary: Path, recorded: Recorded, folder: Path, *, web_config: str | None = None, headers: dict[str, str] | None = None
+) -> Iterator[str]:
     """Prometheus over a copy of the recorded blocks on a free loopback port (no scraping); its URL.
     `web_config`: the --web.config.file contents (e.g. basic auth users); `headers`: what the readiness
     probe sends then."""
@@ -183,8 +217,13 @@ def serving(binary: Path, recorded: Recorded, folder: Path, *, web_config: str |
     shutil.copytree(recorded.blocks, folder / "data")
     (folder / "prometheus.yml").write_text(f"global:\n  scrape_interval: {SCRAPE_S}s\n")
     port = free_port()
-    args = [f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address={LOOPBACK}:{port}", "--storage.tsdb.retention.time=30d", "--log.level=warn"]
+    args = [
+        f"--config.file={folder / 'prometheus.yml'}",
+        f"--storage.tsdb.path={folder / 'data'}",
+        f"--web.listen-address={LOOPBACK}:{port}",
+        "--storage.tsdb.retention.time=30d",
+        "--log.level=warn",
+    ]
     if web_config is not None:
         (folder / "web.yml").write_text(web_config)
         args.append(f"--web.config.file={folder / 'web.yml'}")

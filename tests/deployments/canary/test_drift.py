@@ -18,12 +18,15 @@ def test_distance_is_total_variation_of_the_shares():
     assert distance({"0": 1, "1": 1}, {"0": 1, "1": 1, "2": 2}) == pytest.approx(0.5)  # a class only one side picks
 
 
-@pytest.mark.parametrize(("stable", "shadow", "decision"), [
-    ({"0": 500, "1": 500}, {"0": 510, "1": 490}, "holds"),
-    ({"0": 500, "1": 500}, {"0": 700, "1": 300}, "fail"),
-    ({"0": 500, "1": 500}, {"0": 60, "1": 40}, "wait"),  # 100 mirrored rows: too few to say
-    ({}, {}, "unmeasured"),
-])
+@pytest.mark.parametrize(
+    ("stable", "shadow", "decision"),
+    [
+        ({"0": 500, "1": 500}, {"0": 510, "1": 490}, "holds"),
+        ({"0": 500, "1": 500}, {"0": 700, "1": 300}, "fail"),
+        ({"0": 500, "1": 500}, {"0": 60, "1": 40}, "wait"),  # 100 mirrored rows: too few to say
+        ({}, {}, "unmeasured"),
+    ],
+)
 def test_the_drift_rule(stable, shadow, decision):
     verdict = decide_drift(CanaryPolicy(min_requests=200, max_output_drift=0.05), stable=stable, shadow=shadow, window="5m")
     assert verdict.decision == decision
@@ -34,14 +37,25 @@ def test_the_drift_rule(stable, shadow, decision):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("namespace", "decision", "moved"), [
-    ("shadow-faithful", "holds", (0.0, 0.01)),
-    ("shadow-drifting", "fail", (0.29, 0.31)),
-    ("shadow-regressor", "unmeasured", None),
-])
+@pytest.mark.parametrize(
+    ("namespace", "decision", "moved"),
+    [
+        ("shadow-faithful", "holds", (0.0, 0.01)),
+        ("shadow-drifting", "fail", (0.29, 0.31)),
+        ("shadow-regressor", "unmeasured", None),
+    ],
+)
 def test_drift_from_recorded_class_counters(prometheus_url, recorded, namespace, decision, moved):
-    verdict = judge_drift(Prometheus(prometheus_url), Slo(), namespace=namespace, deployment=DEPLOYMENT, stable=STABLE,
-                          shadow=SHADOW, window="5m", at=recorded.end)
+    verdict = judge_drift(
+        Prometheus(prometheus_url),
+        Slo(),
+        namespace=namespace,
+        deployment=DEPLOYMENT,
+        stable=STABLE,
+        shadow=SHADOW,
+        window="5m",
+        at=recorded.end,
+    )
     assert verdict.decision == decision, verdict.line
     if moved:
         assert moved[0] <= verdict.distance <= moved[1]

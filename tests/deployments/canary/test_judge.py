@@ -32,8 +32,14 @@ def slo(tmp_path_factory):
 
 
 def _judge(server: Prometheus, slo, recorded, scenario: str, **overrides):
-    arguments = {"namespace": NAMESPACE_OF[scenario], "deployment": DEPLOYMENT, "stable": STABLE, "canary": CANARY,
-                 "window": "5m", "at": recorded.end}
+    arguments = {
+        "namespace": NAMESPACE_OF[scenario],
+        "deployment": DEPLOYMENT,
+        "stable": STABLE,
+        "canary": CANARY,
+        "window": "5m",
+        "at": recorded.end,
+    }
     return judge(server, slo, **{**arguments, **overrides})
 
 
@@ -56,8 +62,9 @@ def test_a_slow_canary_fails_naming_the_p95_line(prometheus_url, slo, recorded):
     assert set(against) == {"slo", "stable"}
     assert 30 < against["slo"].canary < 50 and against["slo"].limit == 25 and against["slo"].stable < 10
     assert against["stable"].limit == pytest.approx(max(against["stable"].stable * 1.2, against["stable"].stable + 1))
-    assert re.fullmatch(r"p95_ms: canary p95 \d+\.\d\d ms vs stable \d\.\d\d ms; over the SLO limit 25\.00 ms",
-                        verdict.lines()[0]), verdict.lines()
+    assert re.fullmatch(
+        r"p95_ms: canary p95 \d+\.\d\d ms vs stable \d\.\d\d ms; over the SLO limit 25\.00 ms", verdict.lines()[0]
+    ), verdict.lines()
 
 
 def test_an_erroring_canary_fails_on_the_error_rate(prometheus_url, slo, recorded):
@@ -67,16 +74,21 @@ def test_an_erroring_canary_fails_on_the_error_rate(prometheus_url, slo, recorde
     assert verdict.canary.error_rate == pytest.approx(0.05, abs=0.005) and verdict.stable.error_rate == 0
     assert verdict.lines() == [
         f"max_error_rate: canary error rate {verdict.canary.error_rate:.2%} vs stable 0.00%; over the SLO limit 1.00%",
-        (f"max_error_rate: canary error rate {verdict.canary.error_rate:.2%} vs stable 0.00%; over the stable's plus "
-         "tolerance, 0.10%"),
+        (
+            f"max_error_rate: canary error rate {verdict.canary.error_rate:.2%} vs stable 0.00%; over the stable's plus "
+            "tolerance, 0.10%"
+        ),
     ]
 
 
 def test_too_few_canary_requests_waits_saying_how_many(prometheus_url, slo, recorded):
     verdict = _judge(Prometheus(prometheus_url), slo, recorded, "sparse")
     assert verdict.decision == "wait" and not verdict.failures
-    assert re.fullmatch(r"wait: canary canary served (5\d|6\d) requests in the last 5m; 200 needed per predictor "
-                        r"\(canary.min_requests\)", verdict.lines()[0]), verdict.lines()
+    assert re.fullmatch(
+        r"wait: canary canary served (5\d|6\d) requests in the last 5m; 200 needed per predictor "
+        r"\(canary.min_requests\)",
+        verdict.lines()[0],
+    ), verdict.lines()
 
 
 def test_a_canary_without_any_series_waits(prometheus_url, slo, recorded):
@@ -91,9 +103,14 @@ def test_a_window_shorter_than_the_recorded_range_judges_on_it_alone(prometheus_
     assert "stable default" not in verdict.waiting_for  # 2 x 10 req/s: enough
 
 
-@pytest.mark.parametrize(("scenario", "status", "said"), [
-    ("healthy", 0, "promote-step"), ("slow", 1, "p95_ms: canary p95"), ("sparse", 3, "wait: canary canary served"),
-])
+@pytest.mark.parametrize(
+    ("scenario", "status", "said"),
+    [
+        ("healthy", 0, "promote-step"),
+        ("slow", 1, "p95_ms: canary p95"),
+        ("sparse", 3, "wait: canary canary served"),
+    ],
+)
 def test_the_command_exits_by_its_decision(prometheus_url, recorded, tmp_path, scenario, status, said):
     import json
     import os
@@ -104,9 +121,21 @@ def test_the_command_exits_by_its_decision(prometheus_url, recorded, tmp_path, s
     (tmp_path / "slo.yaml").write_text(SLO)
     env = {key: value for key, value in os.environ.items() if not key.startswith("PROMETHEUS_")}
     result = run_command(
-        "deployments", "canary-judge", "--slo", str(tmp_path / "slo.yaml"), "--namespace", NAMESPACE_OF[scenario],
-        "--deployment", DEPLOYMENT, "--at", str(recorded.end), "--json",
-        cwd=PROJECT_ROOT, env={**env, "PROMETHEUS_URL": prometheus_url, "COLUMNS": "400"}, timeout=120)
+        "deployments",
+        "canary-judge",
+        "--slo",
+        str(tmp_path / "slo.yaml"),
+        "--namespace",
+        NAMESPACE_OF[scenario],
+        "--deployment",
+        DEPLOYMENT,
+        "--at",
+        str(recorded.end),
+        "--json",
+        cwd=PROJECT_ROOT,
+        env={**env, "PROMETHEUS_URL": prometheus_url, "COLUMNS": "400"},
+        timeout=120,
+    )
     assert result.returncode == status, result.stderr
     assert said in result.stderr
     assert json.loads(result.stdout)["decision"] == {0: "promote-step", 1: "fail", 3: "wait"}[status]
@@ -125,29 +154,41 @@ def guarded_url(recorded, prometheus_tools, tmp_path_factory):
 
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=5)).decode()
     pair = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    with serving(prometheus_tools["prometheus"], recorded, tmp_path_factory.mktemp("guarded"),
-                 web_config=f"basic_auth_users:\n  {USER}: {hashed}\n", headers={"Authorization": f"Basic {pair}"}) as url:
+    with serving(
+        prometheus_tools["prometheus"],
+        recorded,
+        tmp_path_factory.mktemp("guarded"),
+        web_config=f"basic_auth_users:\n  {USER}: {hashed}\n",
+        headers={"Authorization": f"Basic {pair}"},
+    ) as url:
         yield url
 
 
 def test_basic_auth_from_the_environment_reaches_prometheus(guarded_url, slo, recorded):
-    server = Prometheus.from_env(env={"PROMETHEUS_URL": guarded_url, "PROMETHEUS_USERNAME": USER,
-                                      "PROMETHEUS_PASSWORD": PASSWORD})
+    server = Prometheus.from_env(
+        env={"PROMETHEUS_URL": guarded_url, "PROMETHEUS_USERNAME": USER, "PROMETHEUS_PASSWORD": PASSWORD}
+    )
     assert _judge(server, slo, recorded, "healthy").decision == "promote-step"
     assert PASSWORD not in repr(server)
 
 
-@pytest.mark.parametrize(("env", "said"), [
-    ({}, "refused no credentials (401)"),
-    ({"PROMETHEUS_USERNAME": USER, "PROMETHEUS_PASSWORD": "wrong"}, "refused the credentials sent (401)"),
-    ({"PROMETHEUS_TOKEN": "a-token"}, "refused the credentials sent (401)"),  # this server takes basic auth only
-], ids=["none", "wrong password", "bearer token"])
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({}, "refused no credentials (401)"),
+        ({"PROMETHEUS_USERNAME": USER, "PROMETHEUS_PASSWORD": "wrong"}, "refused the credentials sent (401)"),
+        ({"PROMETHEUS_TOKEN": "a-token"}, "refused the credentials sent (401)"),  # this server takes basic auth only
+    ],
+    ids=["none", "wrong password", "bearer token"],
+)
 def test_refused_credentials_are_one_line_naming_the_variables(guarded_url, slo, recorded, env, said):
     server = Prometheus.from_env(env={"PROMETHEUS_URL": guarded_url, **env})
     with pytest.raises(PrometheusError) as raised:
         _judge(server, slo, recorded, "healthy")
-    assert str(raised.value) == (f"Prometheus at {guarded_url} {said}: set PROMETHEUS_TOKEN (a bearer token) or "
-                                 "PROMETHEUS_USERNAME and PROMETHEUS_PASSWORD (basic auth)")
+    assert str(raised.value) == (
+        f"Prometheus at {guarded_url} {said}: set PROMETHEUS_TOKEN (a bearer token) or "
+        "PROMETHEUS_USERNAME and PROMETHEUS_PASSWORD (basic auth)"
+    )
 
 
 def test_make_recommend_reads_through_the_same_credentials(guarded_url, recorded, monkeypatch):

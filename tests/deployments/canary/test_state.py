@@ -17,9 +17,20 @@ from deployments.canary.state import CanaryState, Holder, StateError
 
 
 def _state(holder: Holder, *, renewed_at: float = 1000.0, lease_s: float = 60.0) -> CanaryState:
-    return CanaryState(version="2", digest="sha256:" + "a" * 64, uri="s3://b/digits/2", stable_version="1",
-                       stable_digest="sha256:" + "b" * 64, steps=[5, 50, 100], step=1, holder=holder, lease_s=lease_s,
-                       renewed_at=renewed_at, started_at=900.0, step_started_at=990.0)
+    return CanaryState(
+        version="2",
+        digest="sha256:" + "a" * 64,
+        uri="s3://b/digits/2",
+        stable_version="1",
+        stable_digest="sha256:" + "b" * 64,
+        steps=[5, 50, 100],
+        step=1,
+        holder=holder,
+        lease_s=lease_s,
+        renewed_at=renewed_at,
+        started_at=900.0,
+        step_started_at=990.0,
+    )
 
 
 def test_the_state_round_trips_through_its_annotation_text():

@@ -74,8 +74,9 @@ def records(tmp_path: Path, artifact: Path, *versions: str) -> list[Path]:
         settings["parameters"]["version"] = version
         (folder / SETTINGS_FILE).write_text(json.dumps(settings))
         path = tmp_path / f"record-{version}.json"
-        path.write_text(json.dumps({"name": MODEL, "version": version, "uri": f"file://{folder}",
-                                    "digest": write_manifest(folder).digest}))
+        path.write_text(
+            json.dumps({"name": MODEL, "version": version, "uri": f"file://{folder}", "digest": write_manifest(folder).digest})
+        )
         paths.append(path)
     return paths
 

@@ -44,17 +44,39 @@ def _overlay(folder: Path) -> Path:
     (folder / "kustomization.yaml").write_text(
         f"resources: [{os.path.relpath(deployments / 'overlays' / 'cpu', folder)}]\n"
         f"components: [{os.path.relpath(deployments / 'components' / 'autoscaling-behavior', folder)}]\n"
-        "patches:\n  - path: behavior.yaml\n    target: {kind: HorizontalPodAutoscaler}\n")
+        "patches:\n  - path: behavior.yaml\n    target: {kind: HorizontalPodAutoscaler}\n"
+    )
     (folder / "behavior.yaml").write_text(BEHAVIOR)
     return folder
 
 
 def test_the_hpa_scales_up_on_usage_and_down_within_its_behavior(api, cluster, cluster_env, digits_artifact, tmp_path):
     ns = make_namespace(api, "hpa")
-    run_module("deployments", "deploy", "--namespace", ns, "--model-dir", str(digits_artifact),
-               "--overlay", str(_overlay(tmp_path / "sre" / "overlay")), "--wait", "120", env=cluster_env)
-    result = run_module("deployments", "cluster", "prove-hpa", "--dir", str(cluster.folder), "--namespace", ns,
-                        "--timeout", "240", env=cluster_env)
+    run_module(
+        "deployments",
+        "deploy",
+        "--namespace",
+        ns,
+        "--model-dir",
+        str(digits_artifact),
+        "--overlay",
+        str(_overlay(tmp_path / "sre" / "overlay")),
+        "--wait",
+        "120",
+        env=cluster_env,
+    )
+    result = run_module(
+        "deployments",
+        "cluster",
+        "prove-hpa",
+        "--dir",
+        str(cluster.folder),
+        "--namespace",
+        ns,
+        "--timeout",
+        "240",
+        env=cluster_env,
+    )
     assert "scaled 2 -> 4 -> 2" in result.stderr
 
     report = json.loads((Path(cluster_env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.json").read_text())
@@ -62,7 +84,9 @@ def test_the_hpa_scales_up_on_usage_and_down_within_its_behavior(api, cluster, c
     # the HPA read the model container alone (ContainerResource): metrics-server's per-container usage from kwok
     assert report["container"] == "digits"
     assert [(m["type"], m["container_resource"]["name"], m["container_resource"]["container"]) for m in report["metrics"]] == [
-        ("ContainerResource", "cpu", "digits"), ("ContainerResource", "memory", "digits")]
+        ("ContainerResource", "cpu", "digits"),
+        ("ContainerResource", "memory", "digits"),
+    ]
     samples = report["samples"]
     high = [s for s in samples if s["phase"] == "high"]
     low = [s for s in samples if s["phase"] == "low"]

@@ -62,8 +62,7 @@ LAYOUT = {
 def prometheus_url(prometheus_tools, tmp_path_factory):  # noqa: F811
     """Prometheus with each namespace's series from 20 minutes ago to 40 minutes ahead: the loop judges `now`."""
     end = float(math.floor(time.time() / SCRAPE_S) * SCRAPE_S + 40 * 60)
-    recorded = backfill(prometheus_tools["promtool"], tmp_path_factory.mktemp("loop-series"), end, LAYOUT,
-                        recorded_s=60 * 60)
+    recorded = backfill(prometheus_tools["promtool"], tmp_path_factory.mktemp("loop-series"), end, LAYOUT, recorded_s=60 * 60)
     with serving(prometheus_tools["prometheus"], recorded, tmp_path_factory.mktemp("loop-prometheus")) as url:
         yield url
 
@@ -89,8 +88,9 @@ def store(digits_artifact, tmp_path_factory) -> Path:
     path = folder / "store"
     with ModelStore.open(path, create=True) as opened:
         for number in (1, 2, 3):
-            opened.publish(_copy(digits_artifact, folder / f"digits-{number}", f"v{number}"), MODEL,
-                           tag="champion" if number == 1 else None)
+            opened.publish(
+                _copy(digits_artifact, folder / f"digits-{number}", f"v{number}"), MODEL, tag="champion" if number == 1 else None
+            )
         opened.publish(_copy(digits_artifact, folder / "other", "other"), "other", tag="fraud")
     return path
 
@@ -137,8 +137,19 @@ def stable(cluster_env, store, tmp_path, namespaces):
 
     def deploy(namespace: str) -> str:
         namespaces(namespace)
-        run_module("deployments", "deploy", "--namespace", namespace, "--wait", "120", "--storage-root", STORAGE_ROOT,
-                   "--version-record", str(_record(store, f"{MODEL}:1", tmp_path)), env=cluster_env)
+        run_module(
+            "deployments",
+            "deploy",
+            "--namespace",
+            namespace,
+            "--wait",
+            "120",
+            "--storage-root",
+            STORAGE_ROOT,
+            "--version-record",
+            str(_record(store, f"{MODEL}:1", tmp_path)),
+            env=cluster_env,
+        )
         return namespace
 
     return deploy
@@ -171,8 +182,14 @@ class Watched:
             from urllib3.exceptions import ProtocolError
 
             try:
-                for event in self._watch.stream(custom.list_namespaced_custom_object, "machinelearning.seldon.io", "v1",
-                                                namespace, "seldondeployments", timeout_seconds=900):
+                for event in self._watch.stream(
+                    custom.list_namespaced_custom_object,
+                    "machinelearning.seldon.io",
+                    "v1",
+                    namespace,
+                    "seldondeployments",
+                    timeout_seconds=900,
+                ):
                     predictors = event["object"]["spec"]["predictors"]
                     split = {p["name"]: p.get("traffic") for p in predictors if not p.get("shadow")}
                     if len(split) == 1 and None in split.values():
@@ -216,8 +233,26 @@ def loop_env(cluster_env, prometheus_url, store, tmp_path) -> dict[str, str]:
 
 
 def _loop_args(env: dict, ref: str, *, steps: str = "10,50,100", interval: str = "2s") -> list[str]:
-    return ["--ref", ref, "--store", env["STORE"], "--slo", env["SLO_FILE"], "--steps", steps, "--interval", interval,
-            "--window", "5m", "--drain", "1s", "--wait", "120", "--storage-root", STORAGE_ROOT]
+    return [
+        "--ref",
+        ref,
+        "--store",
+        env["STORE"],
+        "--slo",
+        env["SLO_FILE"],
+        "--steps",
+        steps,
+        "--interval",
+        interval,
+        "--window",
+        "5m",
+        "--drain",
+        "1s",
+        "--wait",
+        "120",
+        "--storage-root",
+        STORAGE_ROOT,
+    ]
 
 
 def _report(env: dict) -> dict:
@@ -254,8 +289,9 @@ def test_a_healthy_canary_steps_up_and_is_promoted(api, stable, loop_env, store)
     from kubernetes import client
 
     deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=f"seldon-deployment-id={MODEL}")
-    assert {d.metadata.labels["slipway.io/predictor"] for d in deployments.items
-            if d.metadata.deletion_timestamp is None} == {STABLE}
+    assert {d.metadata.labels["slipway.io/predictor"] for d in deployments.items if d.metadata.deletion_timestamp is None} == {
+        STABLE
+    }
 
 
 def test_a_slow_canary_is_rolled_back_naming_the_slo_line(api, stable, loop_env, store):
@@ -281,8 +317,14 @@ def test_a_killed_run_resumes_where_it_stopped_and_a_second_canary_is_refused_me
     namespace = stable("canary-resume")
     watched = Watched(api, namespace)
     args = _loop_args(loop_env, f"{MODEL}:2", interval="8s")
-    first = subprocess.Popen([sys.executable, "-m", "deployments", "canary", "--namespace", namespace, *args],
-                             cwd=PROJECT_ROOT, env={**loop_env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "deployments", "canary", "--namespace", namespace, *args],
+        cwd=PROJECT_ROOT,
+        env={**loop_env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while True:  # until it has stepped to 50%
@@ -317,8 +359,18 @@ def test_a_killed_run_resumes_where_it_stopped_and_a_second_canary_is_refused_me
 
 def test_a_shadow_then_a_canary_of_the_same_version_judges_its_outputs_first(api, stable, loop_env, store):
     namespace = stable("canary-shadow")
-    shadow_args = ["--ref", f"{MODEL}:2", "--store", loop_env["STORE"], "--namespace", namespace, "--wait", "120",
-                   "--storage-root", STORAGE_ROOT]
+    shadow_args = [
+        "--ref",
+        f"{MODEL}:2",
+        "--store",
+        loop_env["STORE"],
+        "--namespace",
+        namespace,
+        "--wait",
+        "120",
+        "--storage-root",
+        STORAGE_ROOT,
+    ]
     run_module("deployments", "shadow", *shadow_args, env=loop_env)
     sdep = _sdep(api, namespace)
     shadow = next(p for p in sdep["spec"]["predictors"] if p["name"] == SHADOW)
@@ -347,8 +399,21 @@ def test_a_shadow_then_a_canary_of_the_same_version_judges_its_outputs_first(api
 
 def test_a_shadow_whose_outputs_drift_never_takes_traffic(api, stable, loop_env, store):
     namespace = stable("canary-drift")
-    run_module("deployments", "shadow", "--ref", f"{MODEL}:2", "--store", loop_env["STORE"], "--namespace", namespace,
-               "--wait", "120", "--storage-root", STORAGE_ROOT, env=loop_env)
+    run_module(
+        "deployments",
+        "shadow",
+        "--ref",
+        f"{MODEL}:2",
+        "--store",
+        loop_env["STORE"],
+        "--namespace",
+        namespace,
+        "--wait",
+        "120",
+        "--storage-root",
+        STORAGE_ROOT,
+        env=loop_env,
+    )
     champion = _champion(store)
     watched = Watched(api, namespace)
     result = _canary(loop_env, namespace, *_loop_args(loop_env, f"{MODEL}:2"))
@@ -374,13 +439,24 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(api, stable, names
     foreign = namespaces("canary-foreign")
     sdep = _sdep(api, namespace)
     resource = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
-    resource.create(body={"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment",
-                          "metadata": {"name": MODEL, "namespace": foreign,
-                                       "annotations": sdep["metadata"]["annotations"]},
-                          "spec": {"protocol": "v2", "predictors": [{
-                              key: value for key, value in sdep["spec"]["predictors"][0].items()
-                              if key in ("name", "graph", "componentSpecs", "annotations", "labels")}]}},
-                    namespace=foreign)
+    resource.create(
+        body={
+            "apiVersion": "machinelearning.seldon.io/v1",
+            "kind": "SeldonDeployment",
+            "metadata": {"name": MODEL, "namespace": foreign, "annotations": sdep["metadata"]["annotations"]},
+            "spec": {
+                "protocol": "v2",
+                "predictors": [
+                    {
+                        key: value
+                        for key, value in sdep["spec"]["predictors"][0].items()
+                        if key in ("name", "graph", "componentSpecs", "annotations", "labels")
+                    }
+                ],
+            },
+        },
+        namespace=foreign,
+    )
     before = {name: _unchanged_view(_sdep(api, name)) for name in (namespace, foreign)}
     cases = [
         ((namespace, "--ref", f"{MODEL}:2", "--slo", str(bad_slo)), "max_eror_rate"),
@@ -392,8 +468,13 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(api, stable, names
         ((namespace, "--ref", f"{MODEL}:2", "--steps", "10,50"), "before the last, 100"),
     ]
     for (target, *args), expected in cases:
-        common = {"--store": loop_env["STORE"], "--slo": loop_env["SLO_FILE"], "--interval": "2s", "--wait": "30",
-                  "--storage-root": STORAGE_ROOT}
+        common = {
+            "--store": loop_env["STORE"],
+            "--slo": loop_env["SLO_FILE"],
+            "--interval": "2s",
+            "--wait": "30",
+            "--storage-root": STORAGE_ROOT,
+        }
         flags = [item for key, value in common.items() if key not in args for item in (key, value)]
         result = _canary(loop_env, target, *args, *flags)
         assert result.returncode == 2, (args, result.stderr)

@@ -48,14 +48,24 @@ def _nothing_of_ours(api, namespace: str) -> list[str]:
 
     dynamic = DynamicClient(api)
     found = []
-    for api_version, kind in (("machinelearning.seldon.io/v1", "SeldonDeployment"), ("apps/v1", "Deployment"),
-                              ("v1", "Service"), ("v1", "Pod"), ("autoscaling/v2", "HorizontalPodAutoscaler"),
-                              ("policy/v1", "PodDisruptionBudget"), ("monitoring.coreos.com/v1", "PodMonitor"),
-                              ("networking.k8s.io/v1", "NetworkPolicy"), ("keda.sh/v1alpha1", "ScaledObject")):
+    for api_version, kind in (
+        ("machinelearning.seldon.io/v1", "SeldonDeployment"),
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "Pod"),
+        ("autoscaling/v2", "HorizontalPodAutoscaler"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("monitoring.coreos.com/v1", "PodMonitor"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("keda.sh/v1alpha1", "ScaledObject"),
+    ):
         for item in dynamic.resources.get(api_version=api_version, kind=kind).get(namespace=namespace).items:
             found.append(f"{kind}/{item.metadata.name}")
-    found += [f"ServiceAccount/{sa.metadata.name}" for sa in client.CoreV1Api(api).list_namespaced_service_account(namespace).items
-              if sa.metadata.name != "default"]
+    found += [
+        f"ServiceAccount/{sa.metadata.name}"
+        for sa in client.CoreV1Api(api).list_namespaced_service_account(namespace).items
+        if sa.metadata.name != "default"
+    ]
     return found
 
 
@@ -100,21 +110,27 @@ def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, 
     result = _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), "--out", str(out))
     assert "is Available" in result.stderr and result.stdout.strip().endswith("/infer")
     # Ready pods on kwok's nodes: no server to ask through the Service, and deploy says so rather than pretend
-    assert (f"default: its pods are on kwok's nodes, where no container runs: /v2/models/{MODEL} was not asked "
-            f"through Service {MODEL}-default") in result.stderr
+    assert (
+        f"default: its pods are on kwok's nodes, where no container runs: /v2/models/{MODEL} was not asked "
+        f"through Service {MODEL}-default"
+    ) in result.stderr
     rendered = _rendered_sdep(out)
     rendered_pod = rendered["spec"]["predictors"][0]["componentSpecs"][0]["spec"]
     rendered_container = rendered_pod["containers"][0]
     assert _sdep(api, namespace)["status"]["state"] == "Available"
 
-    deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    deployments = (
+        client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    )
     assert len(deployments) == 1  # seldon.io/no-engine: MLServer alone, no executor container
     pod_spec = deployments[0].spec.template.spec
     container = next(c for c in pod_spec.containers if c.name == MODEL)
     assert container.image == rendered_container["image"]
     env = {item.name: item.value for item in container.env}
     assert all(env.get(item["name"]) == item["value"] for item in rendered_container["env"])
-    assert {(p.name, p.container_port) for p in container.ports} == {(p["name"], p["containerPort"]) for p in rendered_container["ports"]}
+    assert {(p.name, p.container_port) for p in container.ports} == {
+        (p["name"], p["containerPort"]) for p in rendered_container["ports"]
+    }
     assert container.readiness_probe.http_get.path == "/v2/health/ready"
     assert container.liveness_probe.http_get.path == "/v2/health/live"
     assert container.resources.requests == rendered_container["resources"]["requests"]
@@ -138,14 +154,22 @@ def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, 
     assert len(hpa) == 1 and hpa[0].spec.scale_target_ref.name == deployments[0].metadata.name
     assert (hpa[0].spec.min_replicas, hpa[0].spec.max_replicas) == (rendered_hpa["minReplicas"], rendered_hpa["maxReplicas"])
     # the operator copied hpaSpec.metricsv2 as it was rendered: CPU and memory of the model container alone
-    assert [(m.type, m.container_resource.name, m.container_resource.container, m.container_resource.target.type,
-             m.container_resource.target.average_utilization) for m in hpa[0].spec.metrics] == [
-        ("ContainerResource", "cpu", MODEL, "Utilization", 70), ("ContainerResource", "memory", MODEL, "Utilization", 80)]
+    assert [
+        (
+            m.type,
+            m.container_resource.name,
+            m.container_resource.container,
+            m.container_resource.target.type,
+            m.container_resource.target.average_utilization,
+        )
+        for m in hpa[0].spec.metrics
+    ] == [("ContainerResource", "cpu", MODEL, "Utilization", 70), ("ContainerResource", "memory", MODEL, "Utilization", 80)]
 
     policy = client.NetworkingV1Api(api).read_namespaced_network_policy(f"{MODEL}-ingress", namespace)
     sources = {tuple(port.port for port in rule.ports): rule._from for rule in policy.spec.ingress}
     assert [s.namespace_selector.match_labels for s in sources[(9000, 9500)] if s.namespace_selector] == [
-        {"kubernetes.io/metadata.name": "istio-system"}]
+        {"kubernetes.io/metadata.name": "istio-system"}
+    ]
     assert [s.namespace_selector.match_labels for s in sources[(6000,)]] == [{"kubernetes.io/metadata.name": "monitoring"}]
 
     budgets = client.PolicyV1Api(api).list_namespaced_pod_disruption_budget(namespace).items
@@ -166,7 +190,9 @@ def test_every_autoscaling_mode_applies_and_makes_its_autoscaler(api, cluster_en
     deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
     hpas = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
     if mode == "keda":
-        scaled = DynamicClient(api).resources.get(api_version="keda.sh/v1alpha1", kind="ScaledObject").get(namespace=namespace).items
+        scaled = (
+            DynamicClient(api).resources.get(api_version="keda.sh/v1alpha1", kind="ScaledObject").get(namespace=namespace).items
+        )
         assert len(scaled) == 1 and scaled[0].spec.scaleTargetRef.name == deployment.metadata.name
         assert scaled[0].spec.triggers[0].type == "prometheus" and not hpas  # KEDA itself would make the HPA
         return
@@ -181,12 +207,20 @@ def test_every_autoscaling_mode_applies_and_makes_its_autoscaler(api, cluster_en
         assert hpas[0].spec.behavior.scale_down.stabilization_window_seconds == 300
 
 
-@pytest.mark.parametrize("placement", [
-    [],  # the overlay's: GPU Feature Discovery's label, the nvidia.com/gpu taint tolerated
-    ["--gpu-node-selector", "cloud.google.com/gke-accelerator=nvidia-l4", "--gpu-toleration", "nvidia.com/gpu=present:NoSchedule"],
-], ids=["gpu-feature-discovery", "gke-labels"])
-def test_the_gpu_overlay_lands_on_the_gpu_node_serving_from_mlserver_s_own_process(api, cluster_env, digits_artifact,
-                                                                                   placement):
+@pytest.mark.parametrize(
+    "placement",
+    [
+        [],  # the overlay's: GPU Feature Discovery's label, the nvidia.com/gpu taint tolerated
+        [
+            "--gpu-node-selector",
+            "cloud.google.com/gke-accelerator=nvidia-l4",
+            "--gpu-toleration",
+            "nvidia.com/gpu=present:NoSchedule",
+        ],
+    ],
+    ids=["gpu-feature-discovery", "gke-labels"],
+)
+def test_the_gpu_overlay_lands_on_the_gpu_node_serving_from_mlserver_s_own_process(api, cluster_env, digits_artifact, placement):
     from kubernetes import client
 
     namespace = make_namespace(api, "gpu" if not placement else "gpu-gke")
@@ -222,20 +256,23 @@ def test_seldon_s_webhook_and_the_offline_validation_refuse_the_same_deployments
     from deployments.validate import validate_documents
 
     namespace = make_namespace(api, f"webhook-{list(WEBHOOK_CASES).index(case)}")
-    rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact, uri="s3://models/digits/1"),
-                      namespace=namespace)
+    rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact, uri="s3://models/digits/1"), namespace=namespace)
     docs = copy.deepcopy(rendered.docs)
     sdep = next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
     WEBHOOK_CASES[case](sdep)
     assert not validate_documents(docs).ok
-    with pytest.raises(DeployError, match='refused in the server-side dry run, nothing was applied: .*admission webhook '
-                                          '"v1.vseldondeployment.kb.io" denied the request'):
+    with pytest.raises(
+        DeployError,
+        match="refused in the server-side dry run, nothing was applied: .*admission webhook "
+        '"v1.vseldondeployment.kb.io" denied the request',
+    ):
         apply(api, docs, namespace=namespace)
     assert _nothing_of_ours(api, namespace) == []
 
 
-def test_a_deployment_only_the_webhook_refuses_fails_deploy_in_one_line_with_its_message(api, cluster_env, digits_artifact,
-                                                                                         tmp_path):
+def test_a_deployment_only_the_webhook_refuses_fails_deploy_in_one_line_with_its_message(
+    api, cluster_env, digits_artifact, tmp_path
+):
     """An SRE pins the Service name in the CPU overlay; the canary overlay copies it onto the second predictor.
     Slipway's own validation does not know that rule (`validate.py` mirrors what our overlays can break): the
     operator's webhook, in the server-side dry run, is the final word, and its message is the error."""
@@ -245,12 +282,29 @@ def test_a_deployment_only_the_webhook_refuses_fails_deploy_in_one_line_with_its
     (overlay / "kustomization.yaml").write_text(
         f"resources: [{os.path.relpath(PROJECT_ROOT / 'deployments' / 'overlays' / 'canary', overlay)}]\n"
         "patches:\n  - target: {kind: SeldonDeployment}\n    patch: |-\n"
-        + "".join(f"      - {{op: add, path: /spec/predictors/{i}/annotations/seldon.io~1svc-name, value: digits-stable}}\n"
-                  for i in (0, 1)))
+        + "".join(
+            f"      - {{op: add, path: /spec/predictors/{i}/annotations/seldon.io~1svc-name, value: digits-stable}}\n"
+            for i in (0, 1)
+        )
+    )
     main, canary = records(tmp_path, digits_artifact, "1", "2")
-    line = _one_line_error(_deploy(cluster_env, namespace, "--overlay", str(overlay), "--version-record", str(main),
-                                   "--model-uri", "s3://models/digits/1", "--canary-record", str(canary),
-                                   "--canary-model-uri", "s3://models/digits/2", check=False))
+    line = _one_line_error(
+        _deploy(
+            cluster_env,
+            namespace,
+            "--overlay",
+            str(overlay),
+            "--version-record",
+            str(main),
+            "--model-uri",
+            "s3://models/digits/1",
+            "--canary-record",
+            str(canary),
+            "--canary-model-uri",
+            "s3://models/digits/2",
+            check=False,
+        )
+    )
     assert "SeldonDeployment/digits refused in the server-side dry run, nothing was applied" in line
     assert 'admission webhook "v1.vseldondeployment.kb.io" denied the request' in line
     assert "Found duplicate service name in seldon.io/svc-name with value digits-stable" in line
@@ -290,12 +344,24 @@ def test_make_rollback_moves_the_tag_back_and_returns_when_the_old_version_serve
     first = versions_json("publish", str(make_artifact(tmp_path / "v1", 1.0)), "--store", store, "--tag", "champion")
     second = versions_json("publish", str(make_artifact(tmp_path / "v2", 2.0)), "--store", store)
     versions_json("promote", "tiny@champion", "tiny:2", "--store", store)
-    common = [f"STORE={store}", "MODEL_NAME=tiny", f"NAMESPACE={namespace}", "TAG=champion", "WAIT=120",
-              f"RECORD={tmp_path / 'record.json'}"]
+    common = [
+        f"STORE={store}",
+        "MODEL_NAME=tiny",
+        f"NAMESPACE={namespace}",
+        "TAG=champion",
+        "WAIT=120",
+        f"RECORD={tmp_path / 'record.json'}",
+    ]
 
     def make(*args: str) -> subprocess.CompletedProcess:
-        result = subprocess.run(["make", "--no-print-directory", *args, *common], cwd=PROJECT_ROOT, env={**os.environ, **cluster_env},
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            ["make", "--no-print-directory", *args, *common],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **cluster_env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         return result
 
@@ -382,12 +448,12 @@ def test_an_open_repository_api_needs_its_token_secret_before_anything_is_applie
     namespace = make_namespace(api, "repository-token")
     args = ("--model-dir", str(digits_artifact), "--repository-api", "open", "--repository-token-secret", "repo-token")
     line = _one_line_error(_deploy(cluster_env, namespace, *args, check=False))
-    assert (f"Secret 'repo-token', which the model containers read token from, does not exist in namespace "
-            f"'{namespace}'") in line
+    assert (f"Secret 'repo-token', which the model containers read token from, does not exist in namespace '{namespace}'") in line
     assert _nothing_of_ours(api, namespace) == []
 
-    client.CoreV1Api(api).create_namespaced_secret(namespace, {"metadata": {"name": "repo-token"},
-                                                               "stringData": {"token": "t" * 32}})
+    client.CoreV1Api(api).create_namespaced_secret(
+        namespace, {"metadata": {"name": "repo-token"}, "stringData": {"token": "t" * 32}}
+    )
     _deploy(cluster_env, namespace, *args)
     deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
     model = next(c for c in deployment.spec.template.spec.containers if c.name == MODEL)
@@ -411,8 +477,9 @@ def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_art
         return line
 
     def label(version: str | None) -> None:
-        core.patch_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE,
-                                         {"metadata": {"labels": {"app.kubernetes.io/version": version}}})
+        core.patch_namespaced_config_map(
+            SELDON_CONFIGMAP, SELDON_NAMESPACE, {"metadata": {"labels": {"app.kubernetes.io/version": version}}}
+        )
 
     operator = apps.read_namespaced_deployment(OPERATOR_DEPLOYMENT, SELDON_NAMESPACE)
     operator.spec.template.spec.containers[0].image = "seldonio/seldon-core-operator:1.16.0"
@@ -429,9 +496,12 @@ def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_art
     finally:
         label("1.17.1")
         register_operator(api)
-    assert (f"the Seldon Core operator (Deployment {SELDON_NAMESPACE}/{OPERATOR_DEPLOYMENT}) is 1.16.0; Slipway needs "
-            "1.17.1") in by_image
-    assert f"the Seldon Core operator (ConfigMap {SELDON_NAMESPACE}/{SELDON_CONFIGMAP}) is 1.16.0; Slipway needs 1.17.1" in by_label
+    assert (
+        f"the Seldon Core operator (Deployment {SELDON_NAMESPACE}/{OPERATOR_DEPLOYMENT}) is 1.16.0; Slipway needs 1.17.1"
+    ) in by_image
+    assert (
+        f"the Seldon Core operator (ConfigMap {SELDON_NAMESPACE}/{SELDON_CONFIGMAP}) is 1.16.0; Slipway needs 1.17.1" in by_label
+    )
 
 
 def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_env, digits_artifact):
@@ -444,12 +514,18 @@ def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_
     namespace = make_namespace(api, "no-crd")
     extensions = client.ApiextensionsV1Api(api)
     extensions.delete_custom_resource_definition("seldondeployments.machinelearning.seldon.io")
-    _until(lambda: "seldondeployments.machinelearning.seldon.io" not in
-           {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}, what="the CRD gone")
+    _until(
+        lambda: (
+            "seldondeployments.machinelearning.seldon.io"
+            not in {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}
+        ),
+        what="the CRD gone",
+    )
     try:
         line = _one_line_error(_deploy(cluster_env, namespace, "--model-dir", str(digits_artifact), check=False))
     finally:
         install_crds(api, build_all())
-    assert ("does not serve machinelearning.seldon.io/v1 SeldonDeployment (install the Seldon Core operator, "
-            "1.17.1 or later)") in line
+    assert (
+        "does not serve machinelearning.seldon.io/v1 SeldonDeployment (install the Seldon Core operator, 1.17.1 or later)"
+    ) in line
     assert _nothing_of_ours(api, namespace) == []

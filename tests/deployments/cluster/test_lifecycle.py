@@ -22,8 +22,18 @@ pytestmark = pytest.mark.slow
 
 
 def _up(folder: Path, port: int, env: dict | None = None, check: bool = False):
-    return run_module("deployments", "cluster", "up", "--dir", str(folder), "--port", str(port),
-                      env={"COLUMNS": "400", **(env or {})}, check=check, timeout=300)
+    return run_module(
+        "deployments",
+        "cluster",
+        "up",
+        "--dir",
+        str(folder),
+        "--port",
+        str(port),
+        env={"COLUMNS": "400", **(env or {})},
+        check=check,
+        timeout=300,
+    )
 
 
 def _one_line(result) -> str:
@@ -84,7 +94,9 @@ def test_a_component_failing_half_way_stops_every_process_started_before_it(tmp_
     state = tmp_path / "state"
     line = _one_line(_up(state, free_port(), env={"SLIPWAY_CLUSTER_CACHE": str(cache)}))
     assert "seldon-operator exited while starting: unable to start manager: no webhook certificate" in line
-    assert "stopped what had started (metrics-server, kwok, kube-scheduler, kube-controller-manager, kube-apiserver, etcd)" in line
+    assert (
+        "stopped what had started (metrics-server, kwok, kube-scheduler, kube-controller-manager, kube-apiserver, etcd)" in line
+    )
     pids = _pids(state)
     assert pids == [] or all(_gone(pid) for pid in pids)
 
@@ -93,10 +105,14 @@ def test_ctrl_c_while_starting_stops_what_had_started(tmp_path):
     from slipway.ports import free_port
 
     state = tmp_path / "state"
-    command = subprocess.Popen([sys.executable, "-m", "deployments", "cluster", "up", "--dir", str(state),
-                                "--port", str(free_port())], cwd=PROJECT_ROOT, stderr=subprocess.PIPE, text=True,
-                               # a terminal's Ctrl-C even where this test runs in the background (SIGINT ignored)
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    command = subprocess.Popen(
+        [sys.executable, "-m", "deployments", "cluster", "up", "--dir", str(state), "--port", str(free_port())],
+        cwd=PROJECT_ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a terminal's Ctrl-C even where this test runs in the background (SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         while len(_pids(state)) < 2 and time.monotonic() < deadline and command.poll() is None:

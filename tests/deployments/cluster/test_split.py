@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_split_graph_gets_a_deployment_and_an_hpa_per_node_and_the_gpu_only_on_the_model(
-        api, cluster_env, digits_artifact, tmp_path):
+    api, cluster_env, digits_artifact, tmp_path
+):
     from kubernetes import client
 
     artifact = tmp_path / MODEL
@@ -28,10 +29,15 @@ def test_the_split_graph_gets_a_deployment_and_an_hpa_per_node_and_the_gpu_only_
     result = _deploy(cluster_env, namespace, "--model-dir", str(artifact), "--overlay", "gpu", "--split", "cpu-gpu")
     assert "is Available" in result.stderr
 
-    deployments = client.AppsV1Api(api).list_namespaced_deployment(
-        namespace, label_selector=f"seldon-deployment-id={MODEL}").items
-    by_container = {name: deployment for deployment in deployments
-                    for name in (c.name for c in deployment.spec.template.spec.containers) if name.startswith(MODEL)}
+    deployments = (
+        client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=f"seldon-deployment-id={MODEL}").items
+    )
+    by_container = {
+        name: deployment
+        for deployment in deployments
+        for name in (c.name for c in deployment.spec.template.spec.containers)
+        if name.startswith(MODEL)
+    }
     assert len(deployments) == 3 and set(by_container) == {MODEL, f"{MODEL}-pre", f"{MODEL}-post"}
     for name, deployment in by_container.items():
         pod = deployment.spec.template.spec
@@ -39,8 +45,12 @@ def test_the_split_graph_gets_a_deployment_and_an_hpa_per_node_and_the_gpu_only_
         gpus = (container.resources.limits or {}).get("nvidia.com/gpu")
         assert (gpus == "1") == (name == MODEL), name
         assert (pod.node_selector or {}).get("nvidia.com/gpu.present") == ("true" if name == MODEL else None)
-        assert container.args[:4] == ["python", "-m", "wrappers.split_roles",
-                                      {MODEL: "model", f"{MODEL}-pre": "transformer", f"{MODEL}-post": "output-transformer"}[name]]
+        assert container.args[:4] == [
+            "python",
+            "-m",
+            "wrappers.split_roles",
+            {MODEL: "model", f"{MODEL}-pre": "transformer", f"{MODEL}-post": "output-transformer"}[name],
+        ]
     # the executor, which runs the graph, sits in the first component's pods: the model's
     assert "seldon-container-engine" in {c.name for c in by_container[MODEL].spec.template.spec.containers}
 

@@ -41,8 +41,9 @@ def _initializer_pull(api, namespace: str, out: Path) -> Path:
     assert target == "/mnt/models" and initializer.image == "seldonio/rclone-storage-initializer:1.17.1"
     env = read_settings(api, initializer.env_from[0].secret_ref.name, namespace)
     rclone = build_all()["rclone"] / "bin" / "rclone"
-    result = subprocess.run([str(rclone), "copy", source, str(out)], env={**env, "HOME": str(out.parent)},
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(rclone), "copy", source, str(out)], env={**env, "HOME": str(out.parent)}, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     return out
 
@@ -51,28 +52,39 @@ def test_make_secret_writes_the_environment_s_keys_and_never_shows_them(api, clu
     from deployments.storage_secret import read_settings
 
     namespace = make_namespace(api, "secret", secret=False)
-    result = subprocess.run(["make", "--no-print-directory", "secret", f"NAMESPACE={namespace}"], cwd=Path(__file__).parents[3],
-                            env={**os.environ, **cluster_env, **STORAGE_ENV}, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "secret", f"NAMESPACE={namespace}"],
+        cwd=Path(__file__).parents[3],
+        env={**os.environ, **cluster_env, **STORAGE_ENV},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert STORAGE_ENV["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
     assert "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL" in result.stderr
     assert read_settings(api, SECRET, namespace) == {
-        "RCLONE_CONFIG_S3_TYPE": "s3", "RCLONE_CONFIG_S3_PROVIDER": "Other", "RCLONE_CONFIG_S3_ENV_AUTH": "false",
+        "RCLONE_CONFIG_S3_TYPE": "s3",
+        "RCLONE_CONFIG_S3_PROVIDER": "Other",
+        "RCLONE_CONFIG_S3_ENV_AUTH": "false",
         "RCLONE_CONFIG_S3_ACCESS_KEY_ID": STORAGE_ENV["AWS_ACCESS_KEY_ID"],
         "RCLONE_CONFIG_S3_SECRET_ACCESS_KEY": STORAGE_ENV["AWS_SECRET_ACCESS_KEY"],
-        "RCLONE_CONFIG_S3_ENDPOINT": STORAGE_ENV["AWS_ENDPOINT_URL"]}
+        "RCLONE_CONFIG_S3_ENDPOINT": STORAGE_ENV["AWS_ENDPOINT_URL"],
+    }
 
     # half a key pair: one line, nothing written
     other = make_namespace(api, "secret-half", secret=False)
     half = {key: value for key, value in STORAGE_ENV.items() if key != "AWS_SECRET_ACCESS_KEY"}
-    line = _one_line_error(run_module("deployments", "secret", "--namespace", other,
-                                      env={**cluster_env, **half, "AWS_SECRET_ACCESS_KEY": ""}, check=False))
+    line = _one_line_error(
+        run_module(
+            "deployments", "secret", "--namespace", other, env={**cluster_env, **half, "AWS_SECRET_ACCESS_KEY": ""}, check=False
+        )
+    )
     assert "AWS_SECRET_ACCESS_KEY is not set while its pair is" in line
     assert read_settings(api, SECRET, other) is None
 
 
-def test_deploy_uploads_the_version_and_the_storage_initializer_pulls_exactly_it(api, cluster_env, digits_artifact,
-                                                                                   tmp_path):
+def test_deploy_uploads_the_version_and_the_storage_initializer_pulls_exactly_it(api, cluster_env, digits_artifact, tmp_path):
     from slipway.artifact import verify_artifact
 
     namespace = make_namespace(api, "upload")
@@ -88,8 +100,7 @@ def test_deploy_uploads_the_version_and_the_storage_initializer_pulls_exactly_it
     assert f"found {MODEL} v7 at s3://slipway-models/{MODEL}/7, verified" in again.stderr
 
 
-def test_a_destination_holding_other_bytes_stops_deploy_before_anything_is_applied(api, cluster_env, digits_artifact,
-                                                                                     tmp_path):
+def test_a_destination_holding_other_bytes_stops_deploy_before_anything_is_applied(api, cluster_env, digits_artifact, tmp_path):
     store = _store()
     namespace = make_namespace(api, "tampered")
     eight, nine = records(tmp_path, digits_artifact, "8", "9")
@@ -97,16 +108,20 @@ def test_a_destination_holding_other_bytes_stops_deploy_before_anything_is_appli
     assert uploaded.stdout.strip() == f"s3://slipway-models/{MODEL}/8"
 
     # another version under the same URI: versions are immutable
-    line = _one_line_error(_deploy(cluster_env, namespace, "--version-record", str(nine),
-                                   "--model-uri", f"s3://slipway-models/{MODEL}/8", check=False))
+    line = _one_line_error(
+        _deploy(
+            cluster_env, namespace, "--version-record", str(nine), "--model-uri", f"s3://slipway-models/{MODEL}/8", check=False
+        )
+    )
     assert "a version is immutable" in line
     # one stored file changed behind the manifest's back
     store.pipe(f"slipway-models/{MODEL}/8/model-settings.json", b"{}")
     line = _one_line_error(_deploy(cluster_env, namespace, "--version-record", str(eight), check=False))
     assert f"s3://slipway-models/{MODEL}/8/model-settings.json is not the file the manifest lists" in line
     # a bucket that is not there is not made
-    line = _one_line_error(_deploy(cluster_env, namespace, "--version-record", str(nine),
-                                   "--model-uri", "s3://no-such-bucket/digits/9", check=False))
+    line = _one_line_error(
+        _deploy(cluster_env, namespace, "--version-record", str(nine), "--model-uri", "s3://no-such-bucket/digits/9", check=False)
+    )
     assert "bucket 'no-such-bucket' of s3://no-such-bucket/digits/9 does not exist" in line
     assert not store.exists("no-such-bucket")
     assert _nothing_of_ours(api, namespace) == []
@@ -118,8 +133,10 @@ def test_a_secret_that_cannot_write_the_bucket_stops_deploy_before_anything_is_a
     from deployments.storage_secret import secret_manifest, settings_from_environment
 
     core = client.CoreV1Api(api)
-    for name, env in (("wrong-key", {**STORAGE_ENV, "AWS_SECRET_ACCESS_KEY": "not-the-key"}),
-                      ("no-keys", {"AWS_ENDPOINT_URL": STORAGE_ENV["AWS_ENDPOINT_URL"]})):
+    for name, env in (
+        ("wrong-key", {**STORAGE_ENV, "AWS_SECRET_ACCESS_KEY": "not-the-key"}),
+        ("no-keys", {"AWS_ENDPOINT_URL": STORAGE_ENV["AWS_ENDPOINT_URL"]}),
+    ):
         namespace = make_namespace(api, name, secret=False)
         settings = settings_from_environment("s3", env)[0]
         if name == "no-keys":
@@ -129,8 +146,10 @@ def test_a_secret_that_cannot_write_the_bucket_stops_deploy_before_anything_is_a
         if name == "wrong-key":
             assert "cannot write or read s3://slipway-models/digits/" in line and "nothing was applied" in line
         else:
-            assert ("has no RCLONE_CONFIG_S3_ACCESS_KEY_ID, RCLONE_CONFIG_S3_SECRET_ACCESS_KEY" in line
-                    and f"make secret NAMESPACE={namespace}" in line)
+            assert (
+                "has no RCLONE_CONFIG_S3_ACCESS_KEY_ID, RCLONE_CONFIG_S3_SECRET_ACCESS_KEY" in line
+                and f"make secret NAMESPACE={namespace}" in line
+            )
         assert _nothing_of_ours(api, namespace) == []
 
 
@@ -148,27 +167,46 @@ def test_a_canary_needs_an_operator_that_routes_traffic(api, cluster_env, digits
             item.value = "false"
     apps.replace_namespaced_deployment(OPERATOR_DEPLOYMENT, SELDON_NAMESPACE, operator)
     try:
-        line = _one_line_error(_deploy(cluster_env, namespace, "--overlay", "canary", "--version-record", str(main),
-                                       "--canary-record", str(canary), check=False))
+        line = _one_line_error(
+            _deploy(
+                cluster_env,
+                namespace,
+                "--overlay",
+                "canary",
+                "--version-record",
+                str(main),
+                "--canary-record",
+                str(canary),
+                check=False,
+            )
+        )
         single = _deploy(cluster_env, namespace, "--version-record", str(main), "--dry-run", "server")
     finally:
         register_operator(api)
-    assert (f"a canary splits traffic through Istio or Ambassador, and the Seldon operator (Deployment "
-            f"{SELDON_NAMESPACE}/{OPERATOR_DEPLOYMENT}) runs with neither (ISTIO_ENABLED=false and "
-            "AMBASSADOR_ENABLED=false)") in line
+    assert (
+        f"a canary splits traffic through Istio or Ambassador, and the Seldon operator (Deployment "
+        f"{SELDON_NAMESPACE}/{OPERATOR_DEPLOYMENT}) runs with neither (ISTIO_ENABLED=false and "
+        "AMBASSADOR_ENABLED=false)"
+    ) in line
     assert "server dry run passed" in single.stderr  # one predictor splits nothing: no ingress needed
     assert _nothing_of_ours(api, namespace) == []
 
 
 def test_the_readme_s_path_make_deploy_on_a_fresh_local_cluster_ends_served_with_its_bytes_verified(
-        api, cluster_env, digits_artifact):
+    api, cluster_env, digits_artifact
+):
     """`make cluster` made namespace slipway with the store's Secret; `make deploy` with every default does the rest."""
     from deployments.storage_secret import read_settings
 
     assert read_settings(api, SECRET, "slipway")["RCLONE_CONFIG_S3_ENDPOINT"] == STORAGE_ENV["AWS_ENDPOINT_URL"]
-    result = subprocess.run(["make", "--no-print-directory", "deploy", f"MODEL_DIR={digits_artifact}", "WAIT=120"],
-                            cwd=Path(__file__).parents[3], env={**os.environ, **cluster_env}, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "deploy", f"MODEL_DIR={digits_artifact}", "WAIT=120"],
+        cwd=Path(__file__).parents[3],
+        env={**os.environ, **cluster_env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert f"s3://slipway-models/{MODEL}/" in result.stderr and ", verified:" in result.stderr
     assert f"{MODEL} is Available" in result.stderr

@@ -26,10 +26,14 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": "slipway", "$model"
 # Exported by the cluster, not by anything installed here: cAdvisor (the kubelet), kube-state-metrics, Prometheus's
 # own `up`.
 CLUSTER_METRICS = {
-    "container_cpu_usage_seconds_total", "container_memory_working_set_bytes",
-    "kube_pod_container_resource_requests", "kube_pod_container_resource_limits",
-    "kube_horizontalpodautoscaler_status_current_replicas", "kube_horizontalpodautoscaler_status_desired_replicas",
-    "kube_horizontalpodautoscaler_spec_min_replicas", "kube_horizontalpodautoscaler_spec_max_replicas",
+    "container_cpu_usage_seconds_total",
+    "container_memory_working_set_bytes",
+    "kube_pod_container_resource_requests",
+    "kube_pod_container_resource_limits",
+    "kube_horizontalpodautoscaler_status_current_replicas",
+    "kube_horizontalpodautoscaler_status_desired_replicas",
+    "kube_horizontalpodautoscaler_spec_min_replicas",
+    "kube_horizontalpodautoscaler_spec_max_replicas",
     "up",
 }
 _SELECTED = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
@@ -69,8 +73,7 @@ def _mlserver_metrics() -> set[str]:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", _MLSERVER_METRICS], capture_output=True, text=True, timeout=120,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", _MLSERVER_METRICS], capture_output=True, text=True, timeout=120, check=True)
     return set(json.loads(done.stdout)) | {REQUEST_COUNTER, FAILURE_COUNTER}
 
 
@@ -80,8 +83,9 @@ def test_the_dashboard_is_opt_in(main_version):
 
 @pytest.mark.parametrize("overlay", ["cpu", "canary"])
 def test_the_dashboard_is_a_configmap_the_grafana_sidecar_loads(main_version, canary_version, overlay):
-    rendered = render(overlay, model=main_version, canary=canary_version if overlay == "canary" else None,
-                      namespace="ml", dashboard=True)
+    rendered = render(
+        overlay, model=main_version, canary=canary_version if overlay == "canary" else None, namespace="ml", dashboard=True
+    )
     configmap, dashboard = _dashboard(rendered)
     metadata = configmap["metadata"]
     assert metadata["labels"][SIDECAR_LABEL] == "1"
@@ -127,17 +131,28 @@ def test_every_panel_query_parses_and_reads_metrics_that_are_exported(prometheus
         rules.append({"record": f"slipway_dashboard:query:{index}", "expr": expr})
     path = tmp_path / "panels.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    result = subprocess.run([str(prometheus_tools["promtool"]), "check", "rules", str(path)], capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(prometheus_tools["promtool"]), "check", "rules", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     read = {name for expr in expressions for name in _SELECTED.findall(expr)}
-    read |= {name for expr in expressions for pattern in _NAME_MATCHER.findall(expr)
-             for name in (f"model_infer_request_{outcome}_total" for outcome in ("success", "failure"))
-             if re.fullmatch(pattern, name)}
-    runtime = {f"{name}_{suffix}" for name in (INFERENCE_SECONDS, QUEUE_SECONDS, BATCH_ROWS)
-               for suffix in ("bucket", "sum", "count")}
+    read |= {
+        name
+        for expr in expressions
+        for pattern in _NAME_MATCHER.findall(expr)
+        for name in (f"model_infer_request_{outcome}_total" for outcome in ("success", "failure"))
+        if re.fullmatch(pattern, name)
+    }
+    runtime = {
+        f"{name}_{suffix}" for name in (INFERENCE_SECONDS, QUEUE_SECONDS, BATCH_ROWS) for suffix in ("bucket", "sum", "count")
+    }
     exported = runtime | _mlserver_metrics() | CLUSTER_METRICS
     assert read <= exported, f"not exported by anything: {sorted(read - exported)}"
-    assert {f"{INFERENCE_SECONDS}_bucket", f"{QUEUE_SECONDS}_bucket", f"{BATCH_ROWS}_bucket",
-            "rest_server_request_duration_seconds_bucket", "grpc_server_handling_seconds_bucket",
-            "grpc_server_handled_total"} <= read
+    assert {
+        f"{INFERENCE_SECONDS}_bucket",
+        f"{QUEUE_SECONDS}_bucket",
+        f"{BATCH_ROWS}_bucket",
+        "rest_server_request_duration_seconds_bucket",
+        "grpc_server_handling_seconds_bucket",
+        "grpc_server_handled_total",
+    } <= read
