@@ -8,10 +8,11 @@ saying how to turn them on; `SLIPWAY_API_DOCS=1` serves them as MLServer does (a
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
+
+from fastapi.responses import JSONResponse
 
 DOCS_ENV = "SLIPWAY_API_DOCS"
 _DOCS_PATH = re.compile(r"^/v2(?:/models/[^/]+(?:/versions/[^/]+)?)?/docs(?:/dataplane\.json)?/?$")
@@ -38,21 +39,14 @@ class ApiDocsGate:
         self._served = served()
 
     async def __call__(self, scope: dict, receive, send) -> None:
-        if scope["type"] == "http" and not self._served and is_docs_path(_route_path(scope)):
-            body = json.dumps({"error": REFUSAL}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 404,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+        if scope["type"] == "http" and not self._served and is_docs_path(route_path(scope)):
+            await JSONResponse({"error": REFUSAL}, status_code=404)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
-def _route_path(scope: dict) -> str:
-    """The path the router matches: without the root path MLServer may be served under."""
+def route_path(scope: dict) -> str:
+    """The path the router matches: without the root path MLServer may be served under (the REST guards'
+    `wrappers.repository_api` and this module's)."""
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path

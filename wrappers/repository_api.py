@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 
 from slipway.repository_access import DENIED_STATUS, RepositoryAccess, grpc_peer_address
 from slipway.server_process import HOOK, HOOK_ENV
-from wrappers.api_docs import ApiDocsGate
+from wrappers.api_docs import ApiDocsGate, route_path
 from wrappers.mlserver_compat import IncompatibleMLServer, check_version, running
 from wrappers.mlserver_compat import repository as mlserver_repository
 
@@ -163,7 +163,7 @@ class RepositoryGuard:
         self.app = app
 
     async def __call__(self, scope: dict, receive, send) -> None:
-        if scope["type"] == "http" and _under_prefix(_route_path(scope)):
+        if scope["type"] == "http" and _under_prefix(route_path(scope)):
             client = scope.get("client")
             headers = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in scope["headers"]]
             refusal = _access().refusal(client[0] if client else None, headers)
@@ -172,12 +172,6 @@ class RepositoryGuard:
                 await JSONResponse({"error": refusal}, status_code=DENIED_STATUS)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _route_path(scope: dict) -> str:
-    """The path the router matches: without the root path MLServer may be served under."""
-    path, root = scope["path"], scope.get("root_path", "")
-    return path[len(root) :] if root and path.startswith(root) else path
 
 
 # -- gRPC ------------------------------------------------------------------------------------
