@@ -19,6 +19,7 @@ import resource
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,6 +327,21 @@ async def _rest_load(
         return await _drive(call, concurrency=concurrency, seconds=seconds, warmup_s=warmup_s, pid=pid, process_tree=process_tree)
 
 
+@contextmanager
+def pinned(cpus: list[int] | None) -> Iterator[None]:
+    """This process kept to `cpus` meanwhile (sessions built here size and place their threads by it; a client's
+    threads stay off the server's CPUs); anywhere without `cpus`."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def run_load(
     *,
     protocol: str,
@@ -350,9 +366,7 @@ def run_load(
         "process_tree": process_tree,
     }
     with ExitStack() as stack:
-        if client_cpus is not None:  # this process is the client while the load runs
-            stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
-            os.sched_setaffinity(0, client_cpus)
+        stack.enter_context(pinned(client_cpus))  # this process is the client while the load runs
         if protocol == GRPC:
             work = _grpc_load(server.grpc_target, [grpc_request(model, inputs)] * concurrency, channels=channels, **timing)
         elif protocol == GRPC_SHARED_MEMORY:

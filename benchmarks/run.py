@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, run_load
+from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, pinned, run_load
 from benchmarks.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from benchmarks.raw import SPINNING, measure_raw, measure_side_by_side
 from benchmarks.transport import BareGrpcServer
@@ -86,20 +85,6 @@ def parse_cpus(text: str, option: str) -> list[int]:
             else f"{option}: no CPU"
         )
     return sorted(cpus)
-
-
-@contextmanager
-def pinned(cpus: list[int] | None) -> Iterator[None]:
-    """This process kept to `cpus` meanwhile (sessions built here size and place their threads by it)."""
-    if not cpus:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def _runtimes_for(protocol: str, runtimes: list[str]) -> list[str]:

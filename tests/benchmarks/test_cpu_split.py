@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks import raw
 from benchmarks.__main__ import main as benchmarks_main
-from benchmarks.load import GRPC, run_load
-from benchmarks.run import parse_cpus, pinned
+from benchmarks.load import GRPC, pinned, run_load
+from benchmarks.run import parse_cpus
 from slipway.artifact import load_input_example
 from slipway.cli import UserError
 from slipway.local_server import LocalServer, on_cpus
