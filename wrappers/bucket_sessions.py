@@ -37,6 +37,11 @@ def per_bucket(config: RuntimeSettings, buckets: Sequence[int], providers: Seque
         return False
     if config.session_per_bucket is not None:
         return config.session_per_bucket
+    return runs_on_cuda(providers)
+
+
+def runs_on_cuda(providers: Sequence[str]) -> bool:
+    """Whether a session with these providers (as it reports them, in order) runs on CUDA first."""
     return bool(providers) and providers[0] == CUDA
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slipway.runtime_settings import RuntimeSettings
-from wrappers.bucket_sessions import BucketRunner, build, per_bucket
+from wrappers.bucket_sessions import BucketRunner, build, per_bucket, runs_on_cuda
 from wrappers.defaults_choice import DEFAULT, EXPLICIT, MEASURED, Choice
 from wrappers.metrics import publish_settings
-from wrappers.session import CUDA, SessionRunner, TensorSpec, create_session
+from wrappers.session import SessionRunner, TensorSpec, create_session
 from wrappers.warm_up import zeros
 
 logger = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ def plan_buckets(
     (None: `session_timer` on zeros)."""
     if not per_bucket(config, buckets, providers):
         return None
-    on_cuda = bool(providers) and providers[0] == CUDA
+    on_cuda = runs_on_cuda(providers)
     choices = {
         SESSION_PER_BUCKET: Choice(
             SESSION_PER_BUCKET,
