@@ -40,16 +40,11 @@ from benchmarks.gpu_served import (
 from export.uint8_input import Uint8InputError
 from loadtest.tuning.machine import available_providers, gpu_name, missing_for
 from benchmarks.models import BenchModel
-from wrappers.session import (
-    CPU,
-    CUDA,
-    DYNAMIC,
-    TENSORRT,
-    SessionRunner,
-    TensorSpec,
-    create_session,
-    tensorrt_batch_profile,
-)
+from engine.providers import CPU, CUDA, TENSORRT
+from engine.runner import SessionRunner
+from engine.session import create_session
+from engine.tensor_specs import DYNAMIC, TensorSpec
+from engine.tensorrt import tensorrt_batch_profile
 from slipway.runtime_settings import RuntimeSettings
 
 PROVIDERS = (CPU, CUDA, TENSORRT)
@@ -395,7 +390,7 @@ def _session_on(provider: str, path: Path, settings: RuntimeSettings):
 
     caught = BufferingHandler(capacity=100)
     caught.setLevel(logging.WARNING)
-    session_logger = logging.getLogger("wrappers.session")
+    session_logger = logging.getLogger("engine")  # engine.providers and engine.session warn of fallbacks
     session_logger.addHandler(caught)
     try:
         session = create_session(path, settings)

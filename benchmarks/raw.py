@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.providers import CPU
+from engine.session import create_session
 from slipway.runtime_settings import RuntimeSettings
-from wrappers.session import CPU, create_session
 
 MAX_RUNS = 100_000
 

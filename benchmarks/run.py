@@ -22,10 +22,10 @@ from benchmarks.load import GRPC, GRPC_SHARED_MEMORY, REST, REST_BINARY, pinned,
 from benchmarks.models import BENCH_DIR, MODELS, BenchModel, server_folder
 from benchmarks.raw import SPINNING, measure_raw, measure_side_by_side
 from benchmarks.transport import BareGrpcServer
+from engine.providers import CPU
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.local_server import LocalServer
 from slipway.reports import wakeup_round_trip_us
-from wrappers.session import CPU
 
 PLAIN = "plain"
 SLIPWAY = "slipway"

@@ -4,8 +4,8 @@ A page asks for one with a marker line, replaced by the generated markdown:
 
 - `<!-- generated: settings-reference -->`: every field of the runtime's settings model
   (`slipway.runtime_settings.RuntimeSettings` and the models it nests), with its type, default and description;
-- `<!-- generated: wrappers-modules -->`: the docstring of every module in `wrappers/`, which says what
-  it changes in MLServer and why;
+- `<!-- generated: wrappers-modules -->`: the docstring of every module in `engine/` and `wrappers/`, which
+  says what it does (in MLServer, for `wrappers/`) and why;
 - `<!-- generated: make-targets -->`: every Make target with a `##` description, as `make help` lists them.
 
 The plots the benchmarks write beside their JSON (`reports/*.png`, the ones kept in git) are served as
@@ -47,7 +47,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # the argument
     if SETTINGS_MARKER in markdown:
         markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
     if MODULES_MARKER in markdown:
-        markdown = markdown.replace(MODULES_MARKER, wrappers_modules())
+        markdown = markdown.replace(MODULES_MARKER, package_modules("engine") + "\n\n" + package_modules("wrappers"))
     if TARGETS_MARKER in markdown:
         markdown = markdown.replace(TARGETS_MARKER, make_targets())
     return markdown
@@ -141,13 +141,13 @@ def settings_reference() -> str:
     return "\n\n".join(blocks)
 
 
-def wrappers_modules() -> str:
+def package_modules(package: str) -> str:
     blocks = []
-    for path in sorted((ROOT / "wrappers").glob("*.py")):
+    for path in sorted((ROOT / package).glob("*.py")):
         docstring = ast.get_docstring(ast.parse(path.read_text()))
         if not docstring or path.name == "__init__.py":
             continue
-        blocks.append(f"### `wrappers/{path.name}`\n\n{docstring}")
+        blocks.append(f"### `{package}/{path.name}`\n\n{docstring}")
     return "\n\n".join(blocks)
 
 

@@ -3,7 +3,7 @@
 Speed is timed in interleaved rounds (every model once per round, round after round),
 so a burst of load from another process on a shared machine falls on all of them
 alike instead of on whichever happened to run then. ONNX models run in the very
-session the server builds (`wrappers.session`), with its defaults.
+session the server builds (`engine.session`), with its defaults.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def onnx_runner(model_bytes: bytes) -> Runner:
     """A callable running the model in the session the server would build (same options)."""
     import onnxruntime as ort
 
+    from engine.providers import choose_providers
+    from engine.session import session_options
     from slipway.runtime_settings import RuntimeSettings
-    from wrappers.session import choose_providers, session_options
 
     settings = RuntimeSettings(providers=[CPU_PROVIDER])
     session = ort.InferenceSession(
@@ -96,8 +97,9 @@ def gpu_runner(model_bytes: bytes, provider: str) -> Runner | None:
     build or machine cannot: the provider is missing, or the session falls back to the CPU (no device)."""
     import onnxruntime as ort
 
+    from engine.providers import choose_providers
+    from engine.session import session_options
     from slipway.runtime_settings import RuntimeSettings
-    from wrappers.session import choose_providers, session_options
 
     if provider not in ort.get_available_providers():
         return None

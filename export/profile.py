@@ -57,8 +57,9 @@ def profile_artifact(artifact: Path, trace_path: Path, *, batch_size: int, runs:
     """Profile `runs` calls at `batch_size` on the artifact's own example rows; keep the trace at `trace_path`."""
     import onnxruntime as ort
 
+    from engine.providers import choose_providers
+    from engine.session import session_options
     from slipway.runtime_settings import RuntimeSettings
-    from wrappers.session import choose_providers, session_options
 
     verify_artifact(artifact)
     feeds = _feeds(artifact, batch_size)

@@ -11,12 +11,12 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from engine.cpu_limits import cpu_limit
 from export.measure import SizeStats, SpeedStats
 from export.pipeline import PRECISION, ExportConfig, ExportResult, Judged
 from export.sources import Source
 from slipway import atomic
 from slipway.reports import write_report
-from wrappers.session import cpu_limit
 
 
 class Row(BaseModel):
@@ -167,7 +167,7 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
             "rounds": config.measure_rounds,
             "seconds_per_round": config.measure_seconds,
             "interleaved": True,
-            "session": f"wrappers.session defaults, {result.timed_on}",
+            "session": f"engine.session defaults, {result.timed_on}",
             "cpu_limit": cpu_limit(),
         },
         baseline=_with_ratios(baseline, fp32),

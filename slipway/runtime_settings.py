@@ -16,7 +16,7 @@ from slipway.cli import one_line
 
 GraphOptimizationLevel = Literal["disable", "basic", "extended", "all"]
 # Where the pod keeps TensorRT's engine and timing caches: the gpu overlay mounts a volume there and sets it
-# (wrappers.session.with_tensorrt_cache); it wins over the artifact's engine_cache_path/timing_cache_path.
+# (engine.tensorrt.with_tensorrt_cache); it wins over the artifact's engine_cache_path/timing_cache_path.
 TENSORRT_CACHE_ENV = "SLIPWAY_TENSORRT_CACHE_DIR"
 OptionValue = str | int | float | bool
 

@@ -56,7 +56,7 @@ PRELOAD = (
     "onnxslim",
 )
 COLD_ENV = "SLIPWAY_TESTS_COLD"  # set (to 1): every command in a fresh interpreter, as before
-FIRST_PARTY = ("slipway", "export", "deployments", "loadtest", "wrappers", "benchmarks")
+FIRST_PARTY = ("slipway", "engine", "export", "deployments", "loadtest", "wrappers", "benchmarks")
 
 
 @functools.cache

@@ -34,8 +34,14 @@ BREAKS = {
     "package-layers": [
         (
             "slipway/leak_layers.py",
-            "def session():\n    from wrappers import session\n",
-            "slipway.leak_layers -> wrappers.session",
+            "def session():\n    from engine import session\n",
+            "slipway.leak_layers -> engine.session",
+        ),
+        # siblings: the exporter reaching into the serving package instead of the engine both share
+        (
+            "export/leak_sibling.py",
+            "def metrics():\n    from wrappers import metrics\n",
+            "export.leak_sibling -> wrappers.metrics",
         ),
         # the road read backwards: the renderer reaching up into the load tests
         (

@@ -13,9 +13,9 @@ import contextlib
 import os
 from pathlib import Path
 
+from engine.tensorrt import with_tensorrt_cache
 from slipway.artifact import MANIFEST_NAME, ArtifactError, pinned_digest, read_manifest, sha256_file, verify_artifact
 from slipway.runtime_settings import TENSORRT_CACHE_ENV, RuntimeSettings
-from wrappers.session import with_tensorrt_cache
 
 
 def verify_folder(folder: Path, model: str, version: str | None, verify_manifest: bool) -> None:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.providers import CUDA
+from engine.runner import SessionRunner
+from engine.session import create_session
 from slipway.runtime_settings import RuntimeSettings
-from wrappers.session import CUDA, SessionRunner, create_session
 
 logger = logging.getLogger(__name__)
 

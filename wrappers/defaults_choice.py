@@ -7,7 +7,7 @@ set explicitly into the seven settings below, each with the reason a log line an
 
 - inline_below_ms: a run cheaper than a few hops to a thread and back runs on the event loop itself;
 - intra_op_threads: 1 for inline runs (they happen on the event loop), else the CPU limit's whole CPUs (the
-  rule `wrappers.session` has always used), so that a lone request still gets every core;
+  rule `engine.session` has always used), so that a lone request still gets every core;
 - spin_within_runs: 1 where a lone run gets several threads on the CPU: they spin between its operators while it is
   in flight instead of sleeping and being woken at each one, and stop when it returns (MobileNetV2 on 2 cores over
   gRPC at concurrency 1: p50 -8 to -10% for the same server CPU per request; no change at concurrency 8);
@@ -31,10 +31,11 @@ wins; a value that could not be measured (warm-up off) keeps the setting's fixed
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+from engine.cpu_limits import threads_for_cpu_limit
 
 Source = Literal["measured", "explicit", "default"]
 MEASURED: Source = "measured"
@@ -111,11 +112,6 @@ class Choice:
         if isinstance(self.value, str):
             raise TypeError(f"{self.setting} is {self.value!r}, not a number")
         return float(self.value)
-
-
-def threads_for_cpu_limit(cpu_limit: float) -> int:
-    """Intra-op threads for a CPU limit: its whole CPUs, at least one (a fraction of a CPU is not a thread)."""
-    return max(1, math.floor(cpu_limit))
 
 
 def choose(
@@ -217,7 +213,7 @@ def _pick_inline(measured: Measurements, pick: Callable[[str, Value, str], None]
 
 
 def _pick_spinning(lone: int, on_cpu: bool, pick: Callable[..., None], source: Source) -> None:
-    """The rule `wrappers.session.spins_within_runs` applies to a session built with the setting unset."""
+    """The rule `engine.session.spins_within_runs` applies to a session built with the setting unset."""
     if not on_cpu:
         pick(SPIN_WITHIN_RUNS, 0, "the session runs on a GPU provider: its intra-op threads only feed the device", DEFAULT)
     elif lone > 1:

@@ -21,11 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.runner import SessionRunner
+from engine.session import create_session
+from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from wrappers.bucket_sessions import BucketRunner, build, per_bucket, runs_on_cuda
 from wrappers.defaults_choice import DEFAULT, EXPLICIT, MEASURED, Choice
 from wrappers.metrics import publish_settings
-from wrappers.session import SessionRunner, TensorSpec, create_session
 from wrappers.warm_up import zeros
 
 logger = logging.getLogger(__name__)

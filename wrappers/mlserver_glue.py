@@ -42,14 +42,15 @@ class ProcessError(ValueError):
 
 
 def log_through_mlserver() -> None:
-    """Send `wrappers.*` logs (providers chosen, fallbacks, warm-up) to MLServer's handlers and format, and MLServer's
-    logs of refused requests as one rate-limited line each (`wrappers.refusal_logs`)."""
+    """Send `wrappers.*` and `engine.*` logs (providers chosen, fallbacks, warm-up) to MLServer's handlers and format,
+    and MLServer's logs of refused requests as one rate-limited line each (`wrappers.refusal_logs`)."""
     refusal_logs.install()
-    ours, theirs = logging.getLogger("wrappers"), logging.getLogger(refusal_logs.MLSERVER_LOGGER)
-    for handler in theirs.handlers:
-        if handler not in ours.handlers:
-            ours.addHandler(handler)
-    ours.setLevel(theirs.level or logging.INFO)
+    theirs = logging.getLogger(refusal_logs.MLSERVER_LOGGER)
+    for ours in (logging.getLogger("wrappers"), logging.getLogger("engine")):
+        for handler in theirs.handlers:
+            if handler not in ours.handlers:
+                ours.addHandler(handler)
+        ours.setLevel(theirs.level or logging.INFO)
 
 
 def check_process(name: str, shared_memory: bool) -> None:

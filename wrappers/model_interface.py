@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from slipway.v2_wire import BYTES
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
-from wrappers.session import DYNAMIC, TensorSpec
 
 
 @dataclass(frozen=True)

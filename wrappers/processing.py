@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.files import FileProblem, read_text
 from slipway.runtime_settings import ImagePreprocessing, TopKPostprocessing
 from slipway.v2_wire import TensorError
-from wrappers.session import DYNAMIC, TensorSpec
 
 MAX_IMAGE_PIXELS = 40_000_000  # decoding more would take seconds and gigabytes: refuse instead
 IMAGE_DATATYPES = {"FP32": np.float32, "FP16": np.float16, "FP64": np.float64, "UINT8": np.uint8}

@@ -20,6 +20,8 @@ from mlserver import MLModel
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, ResponseOutput
 
+from engine.cpu_limits import cpu_limit
+from engine.tensor_specs import DYNAMIC, TensorSpec, describe
 from slipway.artifact import ArtifactError
 from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from slipway.v2_wire import BYTES, TensorError
@@ -30,7 +32,6 @@ from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigEr
 from wrappers.request_rules import RequestError, check_request_id
 from wrappers.run_planning import request_row_limit
 from wrappers.runtime import WELLKNOWN_MODEL_FILES, ModelLoadError
-from wrappers.session import DYNAMIC, TensorSpec, cpu_limit, describe
 from wrappers.shared_tensors import SharedTensors
 from wrappers.v2_codec import RequestDecoder, encode
 

@@ -20,7 +20,7 @@ import numpy as np
 from slipway.v2_wire import TensorError, element_count
 
 if TYPE_CHECKING:
-    from wrappers.session import TensorSpec
+    from engine.tensor_specs import TensorSpec
 
 # ONNX Runtime's messages name its sources ("/onnxruntime_src/...reshape_helper.h:84 onnxruntime::...(...)")
 # and the check that failed ("size != 0 && ... was false."): internals a client cannot act on.

@@ -13,8 +13,10 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from engine.providers import TENSORRT
+from engine.tensor_specs import DYNAMIC, TensorSpec
+from engine.tensorrt import tensorrt_batch_profile
 from slipway.runtime_settings import RuntimeSettings
-from wrappers.session import DYNAMIC, TENSORRT, TensorSpec, tensorrt_batch_profile
 
 logger = logging.getLogger(__name__)
 GPU_LARGEST_BUCKET = 32  # a GPU's throughput at 32 MobileNetV2 rows is near its peak (make bench-gpu)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.runner import SessionRunner
+from engine.session import create_session, session_options
 from slipway.runtime_settings import RuntimeSettings
-from wrappers.session import SessionRunner, create_session, session_options
 
 
 class WidthRunner:

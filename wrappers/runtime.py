@@ -51,7 +51,8 @@ from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigEr
 from wrappers.repository_api import RepositoryApiError
 from wrappers.request_rules import ort_message
 from wrappers.run_planning import BatchingConfigError
-from wrappers.session import cpu_limit, describe
+from engine.cpu_limits import cpu_limit
+from engine.tensor_specs import describe
 from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from wrappers.shared_memory_api import SharedMemoryEndpoints
 from wrappers.shared_tensors import SharedTensors

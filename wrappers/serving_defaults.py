@@ -16,6 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.cpu_limits import cpu_limit
+from engine.runner import SessionRunner
+from engine.session import session_options, spins_within_runs
+from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from wrappers import load_measurement
 from wrappers.defaults_choice import (
@@ -31,7 +35,6 @@ from wrappers.defaults_choice import (
 from wrappers.metrics import publish_settings
 from wrappers.run_planning import gpu_merge_rows
 from wrappers.run_width import WidthRunner
-from wrappers.session import DYNAMIC, SessionRunner, TensorSpec, cpu_limit, session_options, spins_within_runs
 from wrappers.warm_up import zeros
 
 logger = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, Parameters, ResponseOutput, TensorData
 
+from engine.tensor_specs import TensorSpec
 from slipway.v2_wire import BYTE_SIZE, OFFSET, REGION, Location
-from wrappers.session import TensorSpec
 from wrappers.shared_memory import REGIONS, SharedMemoryError, location
 
 

@@ -12,10 +12,10 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, RequestInput, ResponseOutput, TensorData
 
+from engine.tensor_specs import TensorSpec
 from slipway.v2_wire import BYTES, TensorError
 from wrappers import request_rules
 from wrappers.request_rules import RequestError
-from wrappers.session import TensorSpec
 from wrappers.shared_memory import SharedMemoryError, location
 from wrappers.shared_tensors import SharedTensors
 from wrappers.tensors import from_json, response_data

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.runner import SessionRunner
+from engine.tensor_specs import TensorSpec
 from slipway.v2_wire import BYTES, V2_TO_NUMPY
 from wrappers.bucket_sessions import BucketRunner
 from wrappers.run_planning import warm_up_shape
 from wrappers.run_width import WidthRunner
-from wrappers.session import SessionRunner, TensorSpec
 
 logger = logging.getLogger(__name__)
 

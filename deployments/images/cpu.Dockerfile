@@ -7,6 +7,7 @@ WORKDIR /src
 # constraints.txt (`make lock`) pins every package: two builds a month apart install the same versions.
 COPY pyproject.toml README.md constraints.txt ./
 COPY slipway ./slipway
+COPY engine ./engine
 COPY wrappers ./wrappers
 RUN python -m venv /opt/slipway \
  && /opt/slipway/bin/pip install -c constraints.txt ".[serve]" \

@@ -12,6 +12,7 @@ WORKDIR /src
 # constraints.txt (`make lock`) pins every package: two builds a month apart install the same versions.
 COPY pyproject.toml README.md constraints.txt ./
 COPY slipway ./slipway
+COPY engine ./engine
 COPY wrappers ./wrappers
 RUN uv venv --python 3.11 /opt/slipway \
  && uv pip install --python /opt/slipway/bin/python -c constraints.txt ".[gpu]" "tensorrt-cu13-libs==10.16.*" \

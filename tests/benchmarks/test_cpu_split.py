@@ -11,10 +11,10 @@ from benchmarks import raw
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.load import GRPC, pinned, run_load
 from benchmarks.run import parse_cpus
+from engine.providers import CPU
 from slipway.artifact import load_input_example
 from slipway.cli import UserError
 from slipway.local_server import LocalServer, on_cpus
-from wrappers.session import CPU
 
 AVAILABLE = sorted(os.sched_getaffinity(0))
 

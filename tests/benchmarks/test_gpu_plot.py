@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.gpu import NOT_MEASURED, draw, plot
-from wrappers.session import CPU, CUDA, TENSORRT
+from engine.providers import CPU, CUDA, TENSORRT
 
 
 def _measured(provider: str, precision: str, batch: int, rows_per_s: float, **more) -> dict:

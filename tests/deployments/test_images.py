@@ -49,7 +49,7 @@ def test_images_install_only_the_serving_code_and_extra(image, extra):
     instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     assert "tensorflow" not in instructions.lower()
     copied = {line.split()[1] for line in text.splitlines() if line.startswith("COPY ") and "--from" not in line}
-    assert copied == {"pyproject.toml", "slipway", "wrappers"}
+    assert copied == {"pyproject.toml", "slipway", "engine", "wrappers"}
     assert f'".[{extra}]"' in text
     assert not re.search(r"^FROM \S+:latest", text, re.MULTILINE)
 

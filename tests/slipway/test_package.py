@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from slipway.command import DISTRIBUTION
 from slipway.paths import PROJECT_ROOT
 
-PACKAGES = {"export", "wrappers", "deployments", "loadtest", "slipway", "benchmarks"}
+PACKAGES = {"export", "engine", "wrappers", "deployments", "loadtest", "slipway", "benchmarks"}
 
 
 @pytest.fixture(scope="module")

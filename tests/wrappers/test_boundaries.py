@@ -1,6 +1,7 @@
 """The packages' boundaries, read from their source: the serving package (what the images carry) imports the
-shared core and itself only, never `export`, `benchmarks`, `loadtest` or `deployments`; the shared core imports
-none of the packages built on it; and the images copy the core and the serving package, nothing else."""
+shared core, the ONNX Runtime engine and itself only, never `export`, `benchmarks`, `loadtest` or `deployments`; the
+engine imports the core only; the shared core imports none of the packages built on it; and the images copy the core,
+the engine and the serving package, nothing else."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from slipway.paths import PROJECT_ROOT
 
-FIRST_PARTY = {"slipway", "wrappers", "export", "loadtest", "deployments", "benchmarks", "tests"}
+FIRST_PARTY = {"slipway", "engine", "wrappers", "export", "loadtest", "deployments", "benchmarks", "tests"}
 
 
 def _first_party_imports(package: str) -> dict[str, set[str]]:
@@ -28,7 +29,10 @@ def _first_party_imports(package: str) -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize(("package", "allowed"), [("wrappers", {"slipway", "wrappers"}), ("slipway", {"slipway"})])
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [("wrappers", {"slipway", "engine", "wrappers"}), ("engine", {"slipway", "engine"}), ("slipway", {"slipway"})],
+)
 def test_a_package_imports_only_what_it_sits_on(package, allowed):
     imports = _first_party_imports(package)
     assert imports, f"no Python files found under {package}/"
@@ -36,7 +40,7 @@ def test_a_package_imports_only_what_it_sits_on(package, allowed):
     assert not crossing, f"{package}/ may import only {sorted(allowed)}: {crossing}"
 
 
-def test_the_serving_images_copy_the_core_and_the_serving_package_only():
+def test_the_serving_images_copy_the_core_the_engine_and_the_serving_package_only():
     dockerfiles = sorted((PROJECT_ROOT / "deployments" / "images").glob("*.Dockerfile"))
     assert dockerfiles
     for dockerfile in dockerfiles:
@@ -47,7 +51,7 @@ def test_the_serving_images_copy_the_core_and_the_serving_package_only():
                 *sources, _ = match.group(1).split()
                 copied.update(source.rstrip("/").partition("/")[0] for source in sources)
         packages = copied & FIRST_PARTY
-        assert packages == {"slipway", "wrappers"}, (dockerfile.name, sorted(copied))
+        assert packages == {"slipway", "engine", "wrappers"}, (dockerfile.name, sorted(copied))
 
 
 def _gc_calls(path) -> set[str]:

@@ -29,7 +29,7 @@ import numpy as np
 import onnxruntime as ort
 from mlserver.settings import ModelSettings
 from mlserver.types import InferenceRequest, RequestInput
-import wrappers.session as session_module
+import engine.session as session_module
 from wrappers import bucket_sessions, gpu_choice
 
 RUNS = []  # (session number, shape, perf_counter time, thread)

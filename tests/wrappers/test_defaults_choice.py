@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from engine.cpu_limits import threads_for_cpu_limit
+from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings, parse_runtime_settings
 from tests.graphs import matmul_graph
 from wrappers.defaults_choice import (
@@ -29,12 +31,10 @@ from wrappers.defaults_choice import (
     SPIN_WITHIN_RUNS,
     Measurements,
     choose,
-    threads_for_cpu_limit,
 )
 from wrappers.load_measurement import hop_seconds, seconds_per_row
 from wrappers.metrics import SETTING
 from wrappers.serving_defaults import TimingPlan, metadata_parameters, resolve, session_run, timing_plan
-from wrappers.session import TensorSpec
 
 cpu_limits = st.floats(min_value=0.25, max_value=64, allow_nan=False)
 row_seconds = st.floats(min_value=1e-6, max_value=1.0, allow_nan=False)
@@ -183,7 +183,7 @@ def test_threads_spin_within_runs_on_the_cpu_only_where_a_run_has_several():
 
 def test_the_spinning_chosen_is_what_a_session_built_with_it_unset_does():
     """A session built before the choice keeps its lone session only where the two agree (wrappers.serving_defaults)."""
-    from wrappers.session import spins_within_runs
+    from engine.session import spins_within_runs
 
     for limit in (1.0, 2.0, 8.0):
         for explicit in ({}, {INTRA_OP_THREADS: 1}, {INTRA_OP_THREADS: 3}):
@@ -241,7 +241,9 @@ def test_the_hop_to_a_thread_is_timed():
 
 
 def _tiny_session(tmp_path, batch="batch"):
-    from wrappers.session import SessionRunner, create_session, describe
+    from engine.runner import SessionRunner
+    from engine.session import create_session
+    from engine.tensor_specs import describe
 
     session = create_session(matmul_graph(tmp_path / "matmul.onnx", batch=batch), RuntimeSettings())
     inputs, outputs = describe(session)

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 from PIL import Image
 from tritonclient.grpc import service_pb2
 
+from engine.cpu_limits import cpu_limit
 from slipway.artifact import SETTINGS_FILE, load_input_example
 from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT
@@ -28,7 +29,6 @@ from tests.conftest import refused_at_load
 from tests.graphs import WEIGHT, matmul_graph, onnx_model, scalar_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, json_input, post, raw_output, raw_request, scrape
-from wrappers.session import cpu_limit
 
 pytestmark = pytest.mark.slow
 IMAGE = (8, 8, 1)

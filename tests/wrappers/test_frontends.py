@@ -199,7 +199,7 @@ def test_shared_memory_is_refused_with_several_front_ends():
 
 
 def _spec(name: str, shape: list[int]):
-    from wrappers.session import TensorSpec
+    from engine.tensor_specs import TensorSpec
 
     return TensorSpec(name, "FP32", shape)
 

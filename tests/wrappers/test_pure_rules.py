@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from slipway.v2_wire import BYTES, REGION, V2_TO_NUMPY, TensorError, from_raw, to_raw
 from wrappers import body_rules, grpc_rules, request_rules, run_planning
 from wrappers.json_bodies import loads, parse
 from wrappers.model_interface import advertised, batchable, pick
 from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
-from wrappers.session import DYNAMIC, TensorSpec
 from wrappers.tensors import from_json, response_data
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,10 +6,10 @@ import threading
 
 import numpy as np
 
+from engine.runner import SessionRunner
 from slipway.runtime_settings import RuntimeSettings
 from tests.graphs import WEIGHT, matmul_graph
 from wrappers.run_width import WidthRunner, rebuilt, runner
-from wrappers.session import SessionRunner
 
 FEEDS = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
 

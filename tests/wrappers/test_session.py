@@ -6,23 +6,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from engine.cpu_limits import cgroup_cpu_quota, cpu_limit
+from engine.providers import CPU, CUDA, choose_providers, provider_entries
+from engine.runner import SessionRunner
+from engine.session import create_session, session_options
+from engine.tensor_specs import DYNAMIC, TensorSpec, describe
+from engine.tensorrt import tensorrt_batch_profile
 from slipway.runtime_settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from tests.graphs import WEIGHT, matmul_graph
-from wrappers.session import (
-    CPU,
-    CUDA,
-    DYNAMIC,
-    SessionRunner,
-    TensorSpec,
-    cgroup_cpu_quota,
-    choose_providers,
-    cpu_limit,
-    create_session,
-    describe,
-    provider_entries,
-    session_options,
-    tensorrt_batch_profile,
-)
 
 GPU_ONLY = ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
 no_gpu_build = pytest.mark.skipif(
@@ -57,7 +48,7 @@ def test_default_providers_prefer_gpus_and_never_pick_other_installed_ones():
 
 @no_gpu_build
 def test_requested_gpu_providers_fall_back_to_cpu_with_a_warning_and_the_log_says_so(matmul_model, caplog):
-    with caplog.at_level(logging.INFO, logger="wrappers"):
+    with caplog.at_level(logging.INFO, logger="engine"):
         session = create_session(matmul_model, RuntimeSettings(providers=GPU_ONLY, cuda={"enable_cuda_graph": True}))
     assert session.get_providers() == [CPU]
     assert "TensorrtExecutionProvider is not available" in caplog.text
@@ -208,7 +199,7 @@ def test_cuda_sessions_keep_tensors_on_the_device_and_give_the_cpu_answers(matmu
 
 @on_gpu
 def test_tensorrt_that_cannot_run_falls_back_to_cuda_with_its_options_not_to_cpu(matmul_model, caplog):
-    with caplog.at_level(logging.WARNING, logger="wrappers"):
+    with caplog.at_level(logging.WARNING, logger="engine"):
         session = create_session(matmul_model, RuntimeSettings(providers=GPU_ONLY, cuda={"cudnn_conv_algo_search": "HEURISTIC"}))
     used = session.get_providers()
     assert used[0] in GPU_ONLY

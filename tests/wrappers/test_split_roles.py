@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
+from engine.tensor_specs import describe
 from slipway.artifact import SETTINGS_FILE, load_input_example
 from slipway.cli import UserError
 from slipway.local_server import LocalServer
@@ -18,7 +19,6 @@ from slipway.runtime_settings import parse_runtime_settings
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, post
 from wrappers.model_interface import configure_stages
-from wrappers.session import describe
 from wrappers.split_roles import ROLE_FOLDER_ENV, RoleError, main, role_settings, write_role_folder
 
 STAGES = {"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}, "max_batch_rows": 8}

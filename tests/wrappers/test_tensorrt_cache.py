@@ -7,18 +7,13 @@ import sys
 import onnxruntime as ort
 import pytest
 
+from engine.providers import CPU, TENSORRT, provider_entries
+from engine.tensorrt import prepare_tensorrt_cache, with_tensorrt_cache
 from slipway.artifact import SETTINGS_FILE, read_manifest
 from slipway.paths import PROJECT_ROOT
 from slipway.runtime_settings import TENSORRT_CACHE_ENV, RuntimeSettings, SettingsError
 from tests.graphs import matmul_graph
 from tests.wrappers.folders import model_folder
-from wrappers.session import (
-    CPU,
-    TENSORRT,
-    prepare_tensorrt_cache,
-    provider_entries,
-    with_tensorrt_cache,
-)
 
 DIGEST = "sha256:" + "ab" * 32
 

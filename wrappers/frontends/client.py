@@ -24,10 +24,10 @@ from typing import cast
 import numpy as np
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
+from engine.tensor_specs import describe
 from slipway.runtime_settings import SettingsError
 from wrappers.frontends import HOST_SOCKET_ENV, protocol
 from wrappers.frontends.ring import SlotRing
-from wrappers.session import describe
 
 logger = logging.getLogger(__name__)
 DEFAULT_SLOTS = 64  # requests in flight per front end; more wait for a slot

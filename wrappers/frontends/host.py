@@ -1,6 +1,6 @@
 """The session host: the one process that owns a model's ONNX Runtime session and runs what every front end sends.
 
-It builds the session as the runtime does (`wrappers.session`, `wrappers.run_planning`, `wrappers.warm_up`)
+It builds the session as the runtime does (`engine.session`, `wrappers.run_planning`, `wrappers.warm_up`)
 and merges requests from all front ends into runs with the runtime's own batcher (`wrappers.batching`): all
 connections are served on one event loop, so a run takes rows from any front end. Its loop only parses small
 messages and copies outputs into slots (`ring`): decoding protobuf or JSON, the work that saturated a single
@@ -25,6 +25,8 @@ import uvloop
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 from prometheus_client import Counter
 
+from engine.runner import SessionRunner
+from engine.tensor_specs import TensorSpec, describe
 from slipway import atomic
 from slipway.artifact import SETTINGS_FILE, ArtifactError
 from slipway.cli import ArgumentParser, UserError, exit_with, first_line
@@ -48,7 +50,6 @@ from wrappers.run_planning import (
 )
 from wrappers.run_width import WidthRunner
 from wrappers.serving_defaults import resolve_for_session
-from wrappers.session import SessionRunner, TensorSpec, describe
 from wrappers.warm_up import WarmUp, WarmUpError
 
 logger = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ class SessionHost:
         """What a front end needs to check and advertise requests without a session of its own."""
         return {
             "model": self.name,
-            # As ONNX Runtime describes them (type strings, symbolic dimensions): `wrappers.session.describe` reads them.
+            # As ONNX Runtime describes them (type strings, symbolic dimensions): `engine.tensor_specs.describe` reads them.
             "inputs": [[node.name, node.type, node.shape] for node in self.runner.session.get_inputs()],
             "outputs": [[node.name, node.type, node.shape] for node in self.runner.session.get_outputs()],
             "providers": self.runner.session.get_providers(),

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.runner import SessionRunner
+from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings, SettingsError
 from wrappers import run_width
 from wrappers.defaults_choice import CHOSEN, Choice
@@ -23,7 +25,6 @@ from wrappers.frontends.client import HostClient, Observer, host_socket
 from wrappers.metrics import ModelMetrics
 from wrappers.run_width import WidthRunner
 from wrappers.serving_defaults import Resolved, resolve_for_session
-from wrappers.session import SessionRunner, TensorSpec
 
 logger = logging.getLogger(__name__)
 
