@@ -128,8 +128,8 @@ def hop_cost(model_name: str, *, requests: int, rounds: int) -> dict:
     from engine.session import create_session
     from slipway.child import stop_with_parent
     from slipway.runtime_settings import RuntimeSettings
-    from wrappers.batching import RowBatcher
     from wrappers.frontends.client import HostClient
+    from wrappers.running.batching import RowBatcher
 
     model = MODELS[model_name]()
     folder = server_folder(BENCH_DIR / "frontends", model, "hop", IMPLEMENTATIONS[SLIPWAY], {"frontends": 2})

@@ -115,7 +115,7 @@ def descendants_cpu_seconds(pid: int) -> float:
 
 # Where a server's CPU time goes: its event loop (the main thread: gRPC/HTTP handling, MLServer,
 # decoding; inline runs too), the wrappers runtime's inference threads (named `ort-<model>_<n>` by
-# `wrappers.batching`), and every other thread (gRPC's own threads, ONNX Runtime's intra-op pools).
+# `wrappers.running.batching`), and every other thread (gRPC's own threads, ONNX Runtime's intra-op pools).
 THREAD_GROUPS = ("event_loop", "inference", "other")
 # A server that does its work in processes of its own (PyTriton's tritonserver and its stubs) is measured as a tree:
 # every descendant's CPU counts too, under this group.

@@ -2,7 +2,7 @@
 
 `python -m benchmarks.transport --port P --answer FILE` runs a `grpc.aio` server on uvloop (the
 library and event loop MLServer serves gRPC with, its requests read as Slipway's launcher has them read:
-`wrappers.grpc_transport`) whose ModelInfer takes each request as bytes, unread, holds it as long as the
+`wrappers.transport.grpc_transport`) whose ModelInfer takes each request as bytes, unread, holds it as long as the
 bench last set, and sends back the bytes in FILE: the real server's answer to the same request. Loaded by
 the same client as the servers and held to their request rate (CPU per request falls as the rate rises:
 more events per wake-up), its CPU per request is the floor under their event-loop and other-thread CPU.
@@ -27,7 +27,7 @@ from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK, free_port
 from slipway.server_process import stop_process_group
 from slipway.v2_requests import grpc_request
-from wrappers import grpc_transport
+from wrappers.transport import grpc_transport
 
 START_TIMEOUT_S = 30.0
 HOLD_SERVICE, HOLD_METHOD = "slipway.bench.Transport", "Hold"  # its one other method: sets the hold, in ms

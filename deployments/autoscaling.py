@@ -24,7 +24,7 @@ MODES = ("cpu", "rps", "keda", "behavior")  # cpu: the base's hpaSpec, no compon
 # Only for renderings with GPU pods (`check_gpu_mode`); kept apart from MODES, which every overlay renders.
 GPU_MODES = ("gpu-queue", "gpu-util")
 ALL_MODES = MODES + GPU_MODES
-# What the GPU modes' queries read: the runtime's histogram (wrappers.metrics.QUEUE_SECONDS) and DCGM's gauge.
+# What the GPU modes' queries read: the runtime's histogram (wrappers.operations.metrics.QUEUE_SECONDS) and DCGM's gauge.
 QUEUE_HISTOGRAM = "slipway_queue_seconds"
 GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 # Where an HPA reads CPU and memory: the model container alone (`ContainerResource`, GA in Kubernetes 1.30), or the

@@ -143,11 +143,11 @@ def settings_reference() -> str:
 
 def package_modules(package: str) -> str:
     blocks = []
-    for path in sorted((ROOT / package).glob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         docstring = ast.get_docstring(ast.parse(path.read_text()))
         if not docstring or path.name == "__init__.py":
             continue
-        blocks.append(f"### `{package}/{path.name}`\n\n{docstring}")
+        blocks.append(f"### `{path.relative_to(ROOT).as_posix()}`\n\n{docstring}")
     return "\n\n".join(blocks)
 
 

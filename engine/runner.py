@@ -45,7 +45,7 @@ class SessionRunner:
         return binding.copy_outputs_to_cpu()
 
     def parts(self) -> tuple[SessionRunner, ...]:
-        """This runner alone (a `wrappers.run_width.WidthRunner` has two): what warm-up runs on each thread."""
+        """This runner alone (a `wrappers.running.width.WidthRunner` has two): what warm-up runs on each thread."""
         return (self,)
 
     def _run_on_device(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

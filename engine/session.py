@@ -47,7 +47,7 @@ def session_options(settings: RuntimeSettings, providers: list[str] | None = Non
 def spins_within_runs(settings: RuntimeSettings, intra_op_threads: int, *, on_cpu: bool) -> bool:
     """Whether a session's intra-op threads spin only while a run is in flight: as `spin_within_runs` says, else
     (unset) where a run has several threads on the CPU (0 is ONNX Runtime's own count, every core); never where
-    `allow_spinning` has them spin between runs too. The rule `wrappers.defaults_choice` reports for unset."""
+    `allow_spinning` has them spin between runs too. The rule `wrappers.defaults.choice` reports for unset."""
     if settings.allow_spinning:
         return False
     if settings.spin_within_runs is not None:

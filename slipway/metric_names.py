@@ -1,5 +1,5 @@
 """The names of the runtime's own Prometheus series and their labels: what the dashboards, the alert rules and the
-canary's queries (`deployments`) read, and what the runtime (`wrappers.metrics`) writes, named once in the core.
+canary's queries (`deployments`) read, and what the runtime (`wrappers.operations.metrics`) writes, named once in the core.
 """
 
 from __future__ import annotations

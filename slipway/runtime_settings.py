@@ -74,13 +74,13 @@ class CudaOptions(_Strict):
         default="EXHAUSTIVE",
         description="How cuDNN picks convolution algorithms (EXHAUSTIVE: timed at a session's first run of each "
         "new input shape). Unset, where runs get a session per bucket: chosen at load by timing the largest bucket "
-        "under EXHAUSTIVE and HEURISTIC (wrappers.gpu_choice).",
+        "under EXHAUSTIVE and HEURISTIC (wrappers.defaults.gpu).",
     )
     enable_cuda_graph: bool | None = Field(
         default=None,
         description="Capture the graph once per padded row count and replay it (needs IOBinding and a session per "
         "bucket, or a single bucket). None (unset): where runs get a session per bucket, chosen at load by timing "
-        "the smallest bucket with and without a graph (wrappers.gpu_choice); else off.",
+        "the smallest bucket with and without a graph (wrappers.defaults.gpu); else off.",
     )
     gpu_mem_limit_bytes: int | None = Field(
         default=None, gt=0, description="gpu_mem_limit of CUDA's memory arena; None: no limit."
@@ -147,7 +147,7 @@ class TopKPostprocessing(_Strict):
 class PayloadLogging(_Strict):
     """Send each request and its response (or a sampled share) as CloudEvents to an HTTP collector.
 
-    Off the request path (`wrappers.payload_log`): a request only hands its payloads to a bounded queue, and one
+    Off the request path (`wrappers.operations.payload_log`): a request only hands its payloads to a bounded queue, and one
     background thread builds and sends the events; a full queue, a slow or failing collector drops events
     (counted in slipway_payload_events_dropped_total) and never slows or fails an inference. As Seldon's
     executor and KServe's logger do: binary-mode CloudEvents, ce-id the request id, ce-type
@@ -321,12 +321,12 @@ class RuntimeSettings(_Strict):
     )
     fast_rest_route: bool = Field(
         default=True,
-        description="Answer REST infer requests by Slipway's route (wrappers.rest_infer): the same answers as "
+        description="Answer REST infer requests by Slipway's route (wrappers.transport.rest_infer): the same answers as "
         "MLServer's, for ~0.1 ms less of the event loop per request. false: MLServer's FastAPI route.",
     )
     pin_event_loop: bool = Field(
         default=False,
-        description="Keep the event loop and gRPC's poller thread on one CPU (wrappers.cpu_pinning): lower latency "
+        description="Keep the event loop and gRPC's poller thread on one CPU (wrappers.running.cpu_pinning): lower latency "
         "at low load over gRPC (digits at concurrency 1: 10-17% lower p50), 2-7% fewer requests/s under "
         "load. Only for CPUs the pod has to itself: a VM's, or a Guaranteed pod's under the static CPU manager.",
     )
@@ -342,11 +342,11 @@ class RuntimeSettings(_Strict):
         ge=0,
         le=100_000,
         description="After each request run inline, keep the event loop polling for this many microseconds instead "
-        "of sleeping (wrappers.busy_poll): lower latency at low load where idle CPUs halt (digits at concurrency "
+        "of sleeping (wrappers.running.busy_poll): lower latency at low load where idle CPUs halt (digits at concurrency "
         "1 with 1000: gRPC p50 -20%, REST -12%), the same under load. Costs up to a core while requests keep "
         "coming, which a CPU-based HPA counts: autoscale on requests/s with it. 0: off. None: chosen at load "
-        "(wrappers.defaults_choice): 2000 where runs are inline on 2 or more CPUs, polling only while requests come "
-        "back to back within the window (wrappers.poll_gate), else 0.",
+        "(wrappers.defaults.choice): 2000 where runs are inline on 2 or more CPUs, polling only while requests come "
+        "back to back within the window (wrappers.running.poll_gate), else 0.",
     )
     warmup_batch_sizes: list[int] = Field(
         default_factory=lambda: [1],

@@ -81,10 +81,10 @@ def test_the_settings_reference_names_every_field_of_every_settings_model(site):
 @pytest.mark.parametrize("package", ["engine", "wrappers"])
 def test_the_internals_page_carries_every_engine_and_wrappers_module_docstring(site, package):
     page = _text(site / "internals" / "index.html")
-    for path in sorted((PROJECT_ROOT / package).glob("*.py")):
+    for path in sorted((PROJECT_ROOT / package).rglob("*.py")):
         docstring = ast.get_docstring(ast.parse(path.read_text()))
         if path.name == "__init__.py" or not docstring:
             continue
-        assert f"{package}/{path.name}" in page, path.name
+        assert path.relative_to(PROJECT_ROOT).as_posix() in page, path
         first_words = re.sub(r"[`*]", "", docstring.split("\n")[0])[:40]
         assert first_words in page, (path.name, first_words)

@@ -40,8 +40,8 @@ BREAKS = {
         # siblings: the exporter reaching into the serving package instead of the engine both share
         (
             "export/leak_sibling.py",
-            "def metrics():\n    from wrappers import metrics\n",
-            "export.leak_sibling -> wrappers.metrics",
+            "def metrics():\n    from wrappers.operations import metrics\n",
+            "export.leak_sibling -> wrappers.operations.metrics",
         ),
         # the road read backwards: the renderer reaching up into the load tests
         (
@@ -53,16 +53,16 @@ BREAKS = {
     "serving-leaf": [
         (
             "deployments/leak_leaf.py",
-            "def metrics():\n    from wrappers import metrics\n",
-            "deployments.leak_leaf -> wrappers.metrics",
+            "def metrics():\n    from wrappers.operations import metrics\n",
+            "deployments.leak_leaf -> wrappers.operations.metrics",
         ),
     ],
     "no-mlserver-in-protocol": [
         # Through another module: the V2 codec imports MLServer's types.
         (
             "slipway/leak_protocol.py",
-            "def codec():\n    from wrappers import v2_codec\n",
-            "slipway.leak_protocol -> wrappers.v2_codec",
+            "def codec():\n    from wrappers.protocol import v2_codec\n",
+            "slipway.leak_protocol -> wrappers.protocol.v2_codec",
         ),
     ],
 }

@@ -24,7 +24,8 @@ from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.model_repository import RepositoryError, check_unique, settings_files
 from slipway.runtime_settings import SettingsError
 from slipway.server_process import HOOK, HOOK_ENV
-from wrappers import frontends, grpc_transport
+from wrappers import frontends
+from wrappers.transport import grpc_transport
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
 

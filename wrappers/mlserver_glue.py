@@ -4,7 +4,7 @@ Everything here goes through MLServer's public names or `wrappers.mlserver_compa
 touches MLServer's internals. A model loaded in a worker process (parallel_workers > 0) cannot reach the
 server's REST app and gRPC server, so it is served by MLServer's own routes (shared memory, which needs the
 server's regions, is refused there); a fast path whose target is missing fails the load, or with
-`fast_path_fallback` is left off (`wrappers.fast_paths`).
+`fast_path_fallback` is left off (`wrappers.transport.fast_paths`).
 """
 
 from __future__ import annotations
@@ -18,21 +18,16 @@ from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, TensorData
 
 from slipway.runtime_settings import RuntimeSettings
-from wrappers import (
-    cpu_pinning,
-    fast_paths,
-    grpc_raw,
-    refusal_logs,
-    repository_api,
-    rest_bodies,
-    rest_infer,
-    rest_json,
-    shared_memory_api,
-)
+from wrappers import repository_api
 from wrappers.mlserver_compat import model as mlserver_model
-from wrappers.shared_memory import location
-from wrappers.shared_tensors import SharedTensors
-from wrappers.v2_codec import RequestDecoder
+from wrappers.operations import refusal_logs
+from wrappers.protocol.v2_codec import RequestDecoder
+from wrappers.running import cpu_pinning
+from wrappers.shm import api as shared_memory_api
+from wrappers.shm.regions import location
+from wrappers.shm.tensors import SharedTensors
+from wrappers.transport import body_layer as rest_bodies
+from wrappers.transport import fast_paths, grpc_raw, rest_infer, rest_json
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +38,7 @@ class ProcessError(ValueError):
 
 def log_through_mlserver() -> None:
     """Send `wrappers.*` and `engine.*` logs (providers chosen, fallbacks, warm-up) to MLServer's handlers and format,
-    and MLServer's logs of refused requests as one rate-limited line each (`wrappers.refusal_logs`)."""
+    and MLServer's logs of refused requests as one rate-limited line each (`wrappers.operations.refusal_logs`)."""
     refusal_logs.install()
     theirs = logging.getLogger(refusal_logs.MLSERVER_LOGGER)
     for ours in (logging.getLogger("wrappers"), logging.getLogger("engine")):

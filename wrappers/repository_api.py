@@ -38,9 +38,9 @@ from fastapi.responses import JSONResponse
 
 from slipway.repository_access import DENIED_STATUS, RepositoryAccess, grpc_peer_address
 from slipway.server_process import HOOK, HOOK_ENV
-from wrappers.api_docs import ApiDocsGate, route_path
 from wrappers.mlserver_compat import IncompatibleMLServer, check_version, running
 from wrappers.mlserver_compat import repository as mlserver_repository
+from wrappers.transport.api_docs import ApiDocsGate, route_path
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def guard_rest_app(app: FastAPI) -> None:
     except IncompatibleMLServer as err:
         raise RepositoryApiError(str(err)) from None
     app.add_middleware(RepositoryGuard)
-    app.add_middleware(ApiDocsGate)  # MLServer's Swagger UI and OpenAPI schemas: off unless asked (wrappers.api_docs)
+    app.add_middleware(ApiDocsGate)  # MLServer's Swagger UI and OpenAPI schemas: off unless asked (wrappers.transport.api_docs)
 
 
 _under_prefix = mlserver_repository.under_prefix

@@ -9,12 +9,12 @@ padded runs, image decoding or the graph itself would each have failed them anot
 
 This module is the model class alone, which puts its parts together (docs/internals.md lists them):
 the session is this process's or the session host's (`wrappers.frontends.hosted`, which also has the unset
-settings chosen where the model is timed, `wrappers.serving_defaults`), requests are decoded by
-`wrappers.v2_codec` under `wrappers.request_rules`, runs planned by `wrappers.run_planning` and merged on
-threads of their own by `wrappers.batching` (tiny ones inline on the event loop), pre/post-processing runs on
-a CPU pool (`wrappers.model_interface`), tensors may come and go through shared memory
-(`wrappers.shared_tensors`), MLServer is met in `wrappers.mlserver_glue`, run metrics go to `wrappers.metrics`
-and the loaded heap is frozen out of the collector's passes (`wrappers.heap`)."""
+settings chosen where the model is timed, `wrappers.defaults.resolve`), requests are decoded by
+`wrappers.protocol.v2_codec` under `wrappers.protocol.request_rules`, runs planned by `wrappers.running.planning` and merged on
+threads of their own by `wrappers.running.batching` (tiny ones inline on the event loop), pre/post-processing runs on
+a CPU pool (`wrappers.model.interface`), tensors may come and go through shared memory
+(`wrappers.shm.tensors`), MLServer is met in `wrappers.mlserver_glue`, run metrics go to `wrappers.operations.metrics`
+and the loaded heap is frozen out of the collector's passes (`wrappers.operations.heap`)."""
 
 from __future__ import annotations
 
@@ -36,29 +36,32 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 from prometheus_client import Histogram
 
 from slipway.artifact import ArtifactError
-from wrappers import busy_poll, cpu_pinning, gpu_choice, json_logs, mlserver_glue, payload_log, run_planning, serving_defaults
-from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
+from wrappers.running import busy_poll, cpu_pinning, planning as run_planning
+from wrappers.defaults import gpu as gpu_choice, resolve as serving_defaults
+from wrappers.operations import json_logs, payload_log
+from wrappers import mlserver_glue
+from wrappers.model.artifact_checks import verify_folder, with_content_keyed_cache
 from wrappers.frontends import hosted, with_pod_frontends
-from wrappers.batching import BatchStats, RowBatcher, run_in_buckets
-from wrappers.defaults_choice import EVENT_LOOP_SPIN_US, MEASURED
-from wrappers.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
-from wrappers.heap import freeze_loaded_heap, thaw_heap_after_unload
-from wrappers.metrics import ModelMetrics, PredictedClasses
+from wrappers.running.batching import BatchStats, RowBatcher, run_in_buckets
+from wrappers.defaults.choice import EVENT_LOOP_SPIN_US, MEASURED
+from wrappers.operations.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
+from wrappers.operations.heap import freeze_loaded_heap, thaw_heap_after_unload
+from wrappers.operations.metrics import ModelMetrics, PredictedClasses
 from wrappers.mlserver_compat import IncompatibleMLServer, check_version
 from wrappers.mlserver_compat import model as mlserver_model
-from wrappers.model_interface import graph_outputs_for, interface
-from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
+from wrappers.model.interface import graph_outputs_for, interface
+from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
 from wrappers.repository_api import RepositoryApiError
-from wrappers.request_rules import ort_message
-from wrappers.run_planning import BatchingConfigError
+from wrappers.protocol.request_rules import ort_message
+from wrappers.running.planning import BatchingConfigError
 from engine.cpu_limits import cpu_limit
 from engine.tensor_specs import describe
 from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
-from wrappers.shared_memory_api import SharedMemoryEndpoints
-from wrappers.shared_tensors import SharedTensors
+from wrappers.shm.api import SharedMemoryEndpoints
+from wrappers.shm.tensors import SharedTensors
 from slipway.v2_wire import TensorError
-from wrappers.v2_codec import RequestDecoder, encode, rows
-from wrappers.warm_up import WarmUp, WarmUpError
+from wrappers.protocol.v2_codec import RequestDecoder, encode, rows
+from wrappers.running.warm_up import WarmUp, WarmUpError
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +238,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         )
 
     async def metadata(self) -> MetadataModelResponse:
-        """MLServer's answer, with each setting chosen at load and where it came from (`wrappers.serving_defaults`)."""
+        """MLServer's answer, with each setting chosen at load and where it came from (`wrappers.defaults.resolve`)."""
         response = await super().metadata()
         known = response.parameters.model_dump(exclude_none=True) if response.parameters else {}
         response.parameters = Parameters(**known, **serving_defaults.metadata_parameters(self._chosen))

@@ -17,7 +17,7 @@ FROM python:3.11.14-slim-bookworm
 LABEL org.opencontainers.image.title="slipway-mlserver-onnx" \
       org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CPU)"
 COPY --from=build /opt/slipway /opt/slipway
-# JSON log lines: the manifests point MLSERVER_LOGGING_SETTINGS here (wrappers/json_logs.py).
+# JSON log lines: the manifests point MLSERVER_LOGGING_SETTINGS here (wrappers/operations/json_logs.py).
 COPY --from=build /src/wrappers/logging.json /etc/slipway/logging.json
 # The user the manifests run as (runAsUser 10001); it owns nothing it could change at run time.
 RUN groupadd --gid 10001 slipway && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin slipway

@@ -23,7 +23,7 @@ LABEL org.opencontainers.image.title="slipway-mlserver-onnx-gpu" \
       org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CUDA 13, cuDNN 9, TensorRT 10)"
 COPY --from=build /opt/python /opt/python
 COPY --from=build /opt/slipway /opt/slipway
-# JSON log lines: the manifests point MLSERVER_LOGGING_SETTINGS here (wrappers/json_logs.py).
+# JSON log lines: the manifests point MLSERVER_LOGGING_SETTINGS here (wrappers/operations/json_logs.py).
 COPY --from=build /src/wrappers/logging.json /etc/slipway/logging.json
 RUN groupadd --gid 10001 slipway && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin slipway
 ENV PATH=/opt/slipway/bin:$PATH \

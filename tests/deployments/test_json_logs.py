@@ -37,7 +37,7 @@ def test_every_overlay_turns_json_logs_on_from_a_file_the_images_hold(overlay, m
         dockerfile = (DEPLOYMENTS_DIR / "images" / f"{image}.Dockerfile").read_text()
         final_stage = dockerfile[dockerfile.rindex("\nFROM ") :]
         assert re.search(rf"^COPY --from=build /src/wrappers/logging\.json {re.escape(path)}$", final_stage, re.MULTILINE)
-    assert json.loads(LOCAL_CONFIG.read_text())["formatters"]["json"]["()"] == "wrappers.json_logs.JsonFormatter"
+    assert json.loads(LOCAL_CONFIG.read_text())["formatters"]["json"]["()"] == "wrappers.operations.json_logs.JsonFormatter"
 
 
 @pytest.mark.slow
@@ -84,7 +84,7 @@ def test_a_server_with_the_pods_logging_setting_writes_json_lines_naming_model_v
     access = [record for record in records if record["request_id"] == "json-rest-1"]
     assert [record["logger"] for record in access] == ["uvicorn.access"] and "/infer" in access[0]["message"]
     failed = [record for record in records if record["request_id"] == "json-grpc-1"]
-    # a refused request: one WARNING line naming the error, no traceback (wrappers.refusal_logs)
+    # a refused request: one WARNING line naming the error, no traceback (wrappers.operations.refusal_logs)
     assert failed and failed[0]["level"] == "WARNING" and "takes inputs" in failed[0]["message"]
     assert failed[0]["model_version"] == VERSION and "refused a request (InferenceError)" in failed[0]["message"]
     assert not failed[0].get("exception")

@@ -13,7 +13,7 @@ from engine.session import create_session
 from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from tests.graphs import WEIGHT, matmul_graph
-from wrappers.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
+from wrappers.running.batching import BatchingConfigError, RowBatcher, fixed_batch_rows, gpu_buckets, run_in_buckets
 
 
 @pytest.fixture

@@ -69,12 +69,12 @@ def _gc_calls(path) -> set[str]:
 
 def test_the_serving_package_never_walks_the_heap_and_thaws_it_only_at_unload():
     """The launcher hands MLServer's servers over (issue 29): no `gc.get_objects` walks, and no thaw at each load,
-    only `wrappers.heap`'s at unload (an unloaded model must be freed)."""
+    only `wrappers.operations.heap`'s at unload (an unloaded model must be freed)."""
     calls = {path.relative_to(PROJECT_ROOT).as_posix(): _gc_calls(path) for path in (PROJECT_ROOT / "wrappers").rglob("*.py")}
     walking = sorted(path for path, names in calls.items() if {"get_objects", "get_referrers", "get_referents"} & names)
     thawing = sorted(path for path, names in calls.items() if "unfreeze" in names)
     assert not walking, f"heap walks in {walking}: take what MLServer built from wrappers.mlserver_compat.running"
-    assert thawing == ["wrappers/heap.py"], thawing
+    assert thawing == ["wrappers/operations/heap.py"], thawing
 
 
 def _wrappers_modules(package: str) -> dict[str, set[str]]:
@@ -100,13 +100,13 @@ LOADTEST_MAY_USE = {"slipway.runtime_settings"}
 # The serving side of the V2 wire format: no client builds its requests from these.
 SERVING_WIRE = {
     "wrappers.request_bodies",
-    "wrappers.tensors",
-    "wrappers.shared_memory",
-    "wrappers.binary_data",
-    "wrappers.body_rules",
-    "wrappers.rest_bodies",
-    "wrappers.v2_codec",
-    "wrappers.grpc_raw",
+    "wrappers.protocol.tensors",
+    "wrappers.shm.regions",
+    "wrappers.protocol.binary_data",
+    "wrappers.transport.body_rules",
+    "wrappers.transport.body_layer",
+    "wrappers.protocol.v2_codec",
+    "wrappers.transport.grpc_raw",
 }
 
 

@@ -1,7 +1,7 @@
 """A session per bucket on a GPU: every session meets one input shape, and each was warmed before the model was ready.
 
 ONNX Runtime's CUDA convolutions re-plan their kernels whenever a run's shape differs from the previous run's on
-the same session (`wrappers.bucket_sessions`). No GPU is needed to check the runtime's side of it: the runtime is
+the same session (`wrappers.running.bucket_sessions`). No GPU is needed to check the runtime's side of it: the runtime is
 loaded as MLServer loads it with sessions that say they run on CUDA (a CPU session underneath, each run recorded
 with its session, shape and time), and concurrent requests of mixed sizes are driven through `predict`.
 """
@@ -17,9 +17,10 @@ from slipway.paths import PROJECT_ROOT
 from slipway.runtime_settings import RuntimeSettings
 from tests.graphs import matmul_graph
 from tests.wrappers.folders import model_folder
-from wrappers import bucket_sessions, gpu_choice
-from wrappers.bucket_sessions import BucketError, BucketRunner
-from wrappers.defaults_choice import DEFAULT, EXPLICIT, MEASURED
+from wrappers.defaults import gpu as gpu_choice
+from wrappers.defaults.choice import DEFAULT, EXPLICIT, MEASURED
+from wrappers.running import bucket_sessions
+from wrappers.running.bucket_sessions import BucketError, BucketRunner
 
 # In its own process, as MLServer runs the runtime. Sessions are CPU sessions dressed as CUDA ones: each run sleeps
 # 2 ms (a GPU's run, long enough for requests to queue and merge) and is recorded.
@@ -30,7 +31,8 @@ import onnxruntime as ort
 from mlserver.settings import ModelSettings
 from mlserver.types import InferenceRequest, RequestInput
 import engine.session as session_module
-from wrappers import bucket_sessions, gpu_choice
+from wrappers.running import bucket_sessions
+from wrappers.defaults import gpu as gpu_choice
 
 RUNS = []  # (session number, shape, perf_counter time, thread)
 LOCK = threading.Lock()
@@ -62,8 +64,8 @@ def create(path, settings):
 session_module.create_session = create
 bucket_sessions.create_session = create
 gpu_choice.create_session = create
-import wrappers.run_width
-wrappers.run_width.create_session = create
+import wrappers.running.width
+wrappers.running.width.create_session = create
 from wrappers.runtime import OnnxRuntime
 
 async def main(path, requests, concurrency):

@@ -19,8 +19,8 @@ from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import post
-from wrappers.busy_poll import LoopPoller, RunPolling
-from wrappers.poll_gate import PROBE_EVERY, REARM, PollGate
+from wrappers.running.busy_poll import LoopPoller, RunPolling
+from wrappers.running.poll_gate import PROBE_EVERY, REARM, PollGate
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}  # MLServer runs uvloop
 # A polling loop that got a CPU for even a hundredth of its window made thousands of passes; a loop that slept

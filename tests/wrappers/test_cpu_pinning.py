@@ -15,7 +15,7 @@ from slipway.local_server import LocalServer
 from slipway.repository_access import API_ENV
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, post, raw_output, raw_request
-from wrappers import cpu_pinning
+from wrappers.running import cpu_pinning
 
 CPUS = os.sched_getaffinity(0)
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="pinning needs two CPUs to choose from")

@@ -1,5 +1,5 @@
-"""The settings chosen at load from measurements (`wrappers.defaults_choice`), and the timing that feeds them
-(`wrappers.load_measurement`): fast, no server."""
+"""The settings chosen at load from measurements (`wrappers.defaults.choice`), and the timing that feeds them
+(`wrappers.defaults.measurement`): fast, no server."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from engine.cpu_limits import threads_for_cpu_limit
 from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings, parse_runtime_settings
 from tests.graphs import matmul_graph
-from wrappers.defaults_choice import (
+from wrappers.defaults.choice import (
     BUSY_INTRA_OP_THREADS,
     BUSY_SESSION_MAX_MIB,
     CHOSEN,
@@ -32,9 +32,9 @@ from wrappers.defaults_choice import (
     Measurements,
     choose,
 )
-from wrappers.load_measurement import hop_seconds, seconds_per_row
-from wrappers.metrics import SETTING
-from wrappers.serving_defaults import TimingPlan, metadata_parameters, resolve, session_run, timing_plan
+from wrappers.defaults.measurement import hop_seconds, seconds_per_row
+from wrappers.defaults.resolve import TimingPlan, metadata_parameters, resolve, session_run, timing_plan
+from wrappers.operations.metrics import SETTING
 
 cpu_limits = st.floats(min_value=0.25, max_value=64, allow_nan=False)
 row_seconds = st.floats(min_value=1e-6, max_value=1.0, allow_nan=False)
@@ -182,7 +182,7 @@ def test_threads_spin_within_runs_on_the_cpu_only_where_a_run_has_several():
 
 
 def test_the_spinning_chosen_is_what_a_session_built_with_it_unset_does():
-    """A session built before the choice keeps its lone session only where the two agree (wrappers.serving_defaults)."""
+    """A session built before the choice keeps its lone session only where the two agree (wrappers.defaults.resolve)."""
     from engine.session import spins_within_runs
 
     for limit in (1.0, 2.0, 8.0):

@@ -205,7 +205,7 @@ def _spec(name: str, shape: list[int]):
 
 
 def test_on_a_gpu_the_host_merges_up_to_the_largest_bucket_unless_the_graph_forbids_it():
-    from wrappers.run_planning import GPU_LARGEST_BUCKET, gpu_merge_rows
+    from wrappers.running.planning import GPU_LARGEST_BUCKET, gpu_merge_rows
 
     dynamic = ([_spec("x", [-1, 3])], [_spec("y", [-1, 10])])
     assert gpu_merge_rows(*dynamic, None)[0] == GPU_LARGEST_BUCKET
@@ -217,7 +217,7 @@ def test_on_a_gpu_the_host_merges_up_to_the_largest_bucket_unless_the_graph_forb
 
 
 def test_the_host_chooses_unset_settings_as_the_runtime_does_and_explicit_ones_win(several_dtypes_model, tmp_path):
-    from wrappers.defaults_choice import CHOSEN, EXPLICIT, MEASURED
+    from wrappers.defaults.choice import CHOSEN, EXPLICIT, MEASURED
 
     explicit = SessionHost(several_dtypes_model)  # max_batch_rows 16 and inline_below_ms 0 set
     assert explicit.config.max_batch_rows == 16 and explicit.choices["max_batch_rows"].source == EXPLICIT

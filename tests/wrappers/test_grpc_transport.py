@@ -10,8 +10,8 @@ import pytest
 from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
 from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
-from wrappers import grpc_transport
-from wrappers.grpc_transport import EXPERIMENTS_ENV, POLLER_READS
+from wrappers.transport import grpc_transport
+from wrappers.transport.grpc_transport import EXPERIMENTS_ENV, POLLER_READS
 
 REQUESTS = 100  # per batch
 BATCHES = 5

@@ -208,17 +208,17 @@ target = sys.argv[1]
 
 def grpc_converters():
     del grpc_path.converters.ModelInferRequestConverter.to_types
-    from wrappers import grpc_raw
+    from wrappers.transport import grpc_raw
     grpc_raw._install()
 
 def grpc_servicer():
     grpc_path.servicers.InferenceServicer._GetReturnRaw = staticmethod(lambda message: False)
-    from wrappers import grpc_raw
+    from wrappers.transport import grpc_raw
     grpc_raw._install()
 
 def request_json():
     del rest_app.requests.Request
-    from wrappers import rest_json
+    from wrappers.transport import rest_json
     rest_json.install()
 
 def batching():
@@ -249,20 +249,20 @@ def server_start():
 def response_helpers():
     rest_app.insert_headers = None
     del rest_app.mlserver.utils.insert_headers
-    from wrappers import rest_infer
+    from wrappers.transport import rest_infer
     rest_infer._install()
 
 def json_encoder():
     rest_app.encode_json = None
     del rest_app.mlserver_json.encode_to_json_bytes
-    from wrappers import rest_infer
+    from wrappers.transport import rest_infer
     rest_infer._install()
 
 def request_json_cache():
     async def json(self):  # a Starlette whose requests cache the parsed body elsewhere
         return None
     rest_app.StarletteRequest.json = json
-    from wrappers import rest_json
+    from wrappers.transport import rest_json
     rest_json.install()
 
 def running_handlers():
@@ -313,7 +313,7 @@ def shared_ports():
 def model_context():
     from mlserver import context
     del context.model_name_var
-    from wrappers import json_logs
+    from wrappers.operations import json_logs
     json_logs.JsonFormatter()
 
 untouched = grpc_path.converters.ModelInferResponseConverter.from_types
@@ -377,7 +377,7 @@ def test_every_extension_point_is_taken_away_once_in_a_test(checks):
 JSON_TWICE = """
 import asyncio, json
 from mlserver.rest.requests import Request
-from wrappers import rest_json
+from wrappers.transport import rest_json
 from wrappers.mlserver_compat import check_all
 rest_json.install()
 rest_json.install()
@@ -403,10 +403,10 @@ def test_the_rest_parser_installs_once_per_load_and_parses_a_body_once(checks):
 FALLBACK = """
 import json, logging
 from prometheus_client import REGISTRY
-from wrappers import fast_paths, rest_json
+from wrappers.transport import fast_paths, rest_json
 from wrappers.mlserver_compat import rest_app
 records = []
-logging.getLogger("wrappers.fast_paths").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r)})())
+logging.getLogger("wrappers.transport.fast_paths").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: records.append(r)})())
 del rest_app.requests.Request
 off = fast_paths.turn_on(fast_paths.REST_JSON, rest_json.install, fallback=True)
 on = fast_paths.turn_on(fast_paths.REST_INFER, lambda: None, fallback=True)

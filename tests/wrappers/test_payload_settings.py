@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slipway.runtime_settings import SettingsError, parse_runtime_settings
-from wrappers.payload_events import REDACTED, Origin, Redaction
+from wrappers.operations.payload_events import REDACTED, Origin, Redaction
 
 
 def test_payload_logging_is_off_unless_asked_and_strict_when_asked():

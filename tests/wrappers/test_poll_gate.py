@@ -1,4 +1,4 @@
-"""`wrappers.poll_gate`: after an inline run the loop polls while requests come back to back within the window.
+"""`wrappers.running.poll_gate`: after an inline run the loop polls while requests come back to back within the window.
 
 Simulated traffic on a simulated clock: each gap is the wait from a run's end to the next run's start.
 """
@@ -10,7 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wrappers.poll_gate import ARRIVAL_S, LATEST, PROBE_EVERY, REARM, PollGate
+from wrappers.running.poll_gate import ARRIVAL_S, LATEST, PROBE_EVERY, REARM, PollGate
 
 WINDOW_S = 0.002
 RUN_S = 0.0001

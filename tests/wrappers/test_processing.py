@@ -10,7 +10,7 @@ from PIL import Image
 from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import ImagePreprocessing, TopKPostprocessing
 from slipway.v2_wire import TensorError
-from wrappers.processing import ImagePreprocessor, ProcessingConfigError, TopK
+from wrappers.model.processing import ImagePreprocessor, ProcessingConfigError, TopK
 
 
 def encoded(pixels: np.ndarray, fmt: str = "PNG") -> bytes:

@@ -21,11 +21,13 @@ from hypothesis.extra import numpy as hnp
 from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from slipway.v2_wire import BYTES, REGION, V2_TO_NUMPY, TensorError, from_raw, to_raw
-from wrappers import body_rules, grpc_rules, request_rules, run_planning
-from wrappers.json_bodies import loads, parse
-from wrappers.model_interface import advertised, batchable, pick
-from wrappers.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
-from wrappers.tensors import from_json, response_data
+from wrappers.model.interface import advertised, batchable, pick
+from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
+from wrappers.protocol import request_rules
+from wrappers.protocol.tensors import from_json, response_data
+from wrappers.running import planning as run_planning
+from wrappers.transport import body_rules, grpc_rules
+from wrappers.transport.json_parsing import loads, parse
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 buckets_st = st.lists(st.integers(1, 64), min_size=1, max_size=6, unique=True).map(sorted)
@@ -439,14 +441,14 @@ def test_a_response_is_raw_as_asked_or_where_an_output_is_fp16(use_raw, datatype
 
 @pytest.mark.parametrize("request_id", [None, "", "7f3a9c1e-0b2d-4c8e-9a6f-1d2e3f4a5b6c", "x" * 128, "a:b/c+d=e_f.g~h"])
 def test_request_ids_that_fit_a_header_pass(request_id):
-    from wrappers.request_rules import check_request_id
+    from wrappers.protocol.request_rules import check_request_id
 
     check_request_id(request_id)
 
 
 @pytest.mark.parametrize("request_id", ["café", "a b", "a\tb", "a\r\nb", "a\x00", "x" * 129])
 def test_request_ids_that_do_not_fit_a_header_are_refused_saying_what_to_send(request_id):
-    from wrappers.request_rules import RequestError, check_request_id
+    from wrappers.protocol.request_rules import RequestError, check_request_id
 
     with pytest.raises(RequestError, match=r"send 1-128 printable ASCII characters without spaces .*or no id"):
         check_request_id(request_id)

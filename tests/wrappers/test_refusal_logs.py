@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.wrappers.v2 import GrpcClient, raw_request
-from wrappers.refusal_logs import BURST, RefusalLines
+from wrappers.operations.refusal_logs import BURST, RefusalLines
 
 
 class ServingError(Exception):

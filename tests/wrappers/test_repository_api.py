@@ -409,7 +409,7 @@ DOCS_PATHS = [
 
 @pytest.mark.parametrize("path", [*DOCS_PATHS, "/v2/docs/"])
 def test_the_api_docs_paths_are_recognised_and_the_v2_routes_are_not(path):
-    from wrappers.api_docs import is_docs_path, served
+    from wrappers.transport.api_docs import is_docs_path, served
 
     assert is_docs_path(path)
     for other in ("/v2", "/v2/models/m/infer", "/v2/models/docs/ready", "/v2/health/live", "/docs"):
@@ -419,7 +419,7 @@ def test_the_api_docs_paths_are_recognised_and_the_v2_routes_are_not(path):
 
 @pytest.mark.slow
 def test_a_server_answers_its_api_docs_404_saying_how_to_turn_them_on_and_keeps_serving(default_server):
-    from wrappers.api_docs import DOCS_ENV
+    from wrappers.transport.api_docs import DOCS_ENV
 
     for path in DOCS_PATHS:
         with pytest.raises(urllib.error.HTTPError) as caught:

@@ -1,6 +1,6 @@
 """The fast REST infer route answers exactly as MLServer's own route does, in one real server.
 
-Two models serve the same graph: `ours` through `wrappers.rest_infer`, `fastapi` with
+Two models serve the same graph: `ours` through `wrappers.transport.rest_infer`, `fastapi` with
 `fast_rest_route: false`, through MLServer's FastAPI route. Every request goes to both and
 the answers must match: status, body and headers (model names and random ids aside).
 """
@@ -27,7 +27,7 @@ from slipway.ports import LOOPBACK
 from slipway.repository_access import API_ENV
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
-from wrappers.body_rules import MAX_BODY_BYTES
+from wrappers.transport.body_rules import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.slow
 VERSION = "3"

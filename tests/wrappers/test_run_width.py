@@ -1,4 +1,4 @@
-"""Runs alone get the wide session, runs beside others the narrow one (`wrappers.run_width`): real sessions."""
+"""Runs alone get the wide session, runs beside others the narrow one (`wrappers.running.width`): real sessions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from engine.runner import SessionRunner
 from slipway.runtime_settings import RuntimeSettings
 from tests.graphs import WEIGHT, matmul_graph
-from wrappers.run_width import WidthRunner, rebuilt, runner
+from wrappers.running.width import WidthRunner, rebuilt, runner
 
 FEEDS = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
 

@@ -20,7 +20,7 @@ from slipway.v2_wire import Location
 from tests.conftest import refused_at_load
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import GrpcClient, error_text, post, raw_request
-from wrappers.shared_memory import Regions, SharedMemoryError, location
+from wrappers.shm.regions import Regions, SharedMemoryError, location
 
 IMAGE = (8, 8, 1)
 

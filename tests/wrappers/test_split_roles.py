@@ -18,8 +18,8 @@ from slipway.local_server import LocalServer
 from slipway.runtime_settings import parse_runtime_settings
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, post
-from wrappers.model_interface import configure_stages
-from wrappers.split_roles import ROLE_FOLDER_ENV, RoleError, main, role_settings, write_role_folder
+from wrappers.model.interface import configure_stages
+from wrappers.model.split_roles import ROLE_FOLDER_ENV, RoleError, main, role_settings, write_role_folder
 
 STAGES = {"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}, "max_batch_rows": 8}
 LABELS = [f"digit-{i}" for i in range(10)]
@@ -37,9 +37,9 @@ def _settings(extra):
 @pytest.mark.parametrize(
     "role, implementation, stages",
     [
-        ("transformer", "wrappers.processing_runtime.ImageTransformer", {"preprocess"}),
+        ("transformer", "wrappers.model.processing_runtime.ImageTransformer", {"preprocess"}),
         ("model", "wrappers.runtime.OnnxRuntime", set()),
-        ("output-transformer", "wrappers.processing_runtime.TopKTransformer", {"postprocess"}),
+        ("output-transformer", "wrappers.model.processing_runtime.TopKTransformer", {"postprocess"}),
     ],
 )
 def test_each_role_keeps_only_its_stage_and_the_graph_by_absolute_path(tmp_path, role, implementation, stages):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from slipway.v2_wire import V2_TO_NUMPY, TensorError, from_raw, pack_bytes, to_raw, unpack_bytes
-from wrappers.tensors import from_json
+from wrappers.protocol.tensors import from_json
 
 NUMERIC = sorted(name for name in V2_TO_NUMPY if name != "BYTES")
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

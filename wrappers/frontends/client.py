@@ -1,6 +1,6 @@
 """A front end's side of the hand-off: send a request's rows to the session host, await its outputs.
 
-`HostClient.submit(feeds, rows)` has the batcher's signature (`wrappers.batching.RowBatcher.submit`), so the
+`HostClient.submit(feeds, rows)` has the batcher's signature (`wrappers.running.batching.RowBatcher.submit`), so the
 runtime sends runs here instead of to a local session with one call site. All of it runs on the front end's
 event loop: a slot is filled (`ring`), a small frame is written to the host's socket (`protocol`), and the
 reply's reader copies the outputs out before it frees the slot, so a request cancelled meanwhile (its client

@@ -1,7 +1,7 @@
 """The session host: the one process that owns a model's ONNX Runtime session and runs what every front end sends.
 
-It builds the session as the runtime does (`engine.session`, `wrappers.run_planning`, `wrappers.warm_up`)
-and merges requests from all front ends into runs with the runtime's own batcher (`wrappers.batching`): all
+It builds the session as the runtime does (`engine.session`, `wrappers.running.planning`, `wrappers.running.warm_up`)
+and merges requests from all front ends into runs with the runtime's own batcher (`wrappers.running.batching`): all
 connections are served on one event loop, so a run takes rows from any front end. Its loop only parses small
 messages and copies outputs into slots (`ring`): decoding protobuf or JSON, the work that saturated a single
 server's loop, stays in the front ends. Started by `wrappers.frontends.supervisor`:
@@ -33,24 +33,24 @@ from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.files import FileProblem, read_json
 from slipway.runtime_settings import RuntimeSettings, SettingsError, parse_runtime_settings
 from slipway.v2_wire import BYTES
-from wrappers import run_width
-from wrappers.artifact_checks import verify_folder, with_content_keyed_cache
-from wrappers.batching import RowBatcher, run_in_buckets
-from wrappers.bucket_sessions import BucketRunner
-from wrappers.defaults_choice import Choice
+from wrappers.defaults.choice import Choice
+from wrappers.defaults.gpu import plan_buckets
+from wrappers.defaults.resolve import resolve_for_session
 from wrappers.frontends import protocol, with_pod_frontends
 from wrappers.frontends.ring import RingError, SlotMap
-from wrappers.gpu_choice import plan_buckets
-from wrappers.metrics import CLASS_LABEL, LABELS, PREDICTED_CLASS, PredictedClasses
-from wrappers.run_planning import (
+from wrappers.model.artifact_checks import verify_folder, with_content_keyed_cache
+from wrappers.operations.metrics import CLASS_LABEL, LABELS, PREDICTED_CLASS, PredictedClasses
+from wrappers.running import width as run_width
+from wrappers.running.batching import RowBatcher, run_in_buckets
+from wrappers.running.bucket_sessions import BucketRunner
+from wrappers.running.planning import (
     BatchingConfigError,
     plan_runs,
     runs_inline,
     warm_up_sizes,
 )
-from wrappers.run_width import WidthRunner
-from wrappers.serving_defaults import resolve_for_session
-from wrappers.warm_up import WarmUp, WarmUpError
+from wrappers.running.warm_up import WarmUp, WarmUpError
+from wrappers.running.width import WidthRunner
 
 logger = logging.getLogger(__name__)
 MAX_SLOTS = 1024  # per front end
@@ -240,7 +240,7 @@ class SessionHost:
         return [*outputs, stats]
 
     def _count_classes(self, scores: np.ndarray) -> None:
-        """slipway_predicted_class_total, counted here where every front end's rows pass (`wrappers.metrics`)."""
+        """slipway_predicted_class_total, counted here where every front end's rows pass (`wrappers.operations.metrics`)."""
         if scores.ndim != 2 or not scores.shape[0]:
             return
         tally = np.bincount(np.argmax(scores, axis=1), minlength=scores.shape[1])

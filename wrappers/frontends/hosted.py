@@ -19,12 +19,12 @@ import numpy as np
 from engine.runner import SessionRunner
 from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings, SettingsError
-from wrappers import run_width
-from wrappers.defaults_choice import CHOSEN, Choice
+from wrappers.defaults.choice import CHOSEN, Choice
+from wrappers.defaults.resolve import Resolved, resolve_for_session
 from wrappers.frontends.client import HostClient, Observer, host_socket
-from wrappers.metrics import ModelMetrics
-from wrappers.run_width import WidthRunner
-from wrappers.serving_defaults import Resolved, resolve_for_session
+from wrappers.operations.metrics import ModelMetrics
+from wrappers.running import width as run_width
+from wrappers.running.width import WidthRunner
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ this package, one named function per extension point, and nothing else in Slipwa
 Each function checks that its target is there with the shape it was written against (the attribute,
 that it is callable or async, its parameter names) before it patches or reads it; a mismatch raises
 `IncompatibleMLServer`, one line naming the symbol and the installed MLServer version, which fails the
-model's load (or, for the fast paths a model lets fall back, turns that path off: `wrappers.fast_paths`).
+model's load (or, for the fast paths a model lets fall back, turns that path off: `wrappers.transport.fast_paths`).
 Nothing here is a silent no-op. `python -m wrappers.mlserver_compat` checks every extension point
 against the installed MLServer in seconds, without patching anything: run it on a new MLServer release.
 
@@ -21,7 +21,7 @@ The submodules are split by what they import, so that importing one never pulls 
 `servers` (MLServer's server, built and started by `wrappers.launch`), `running` (the REST app and gRPC server
 the launcher handed over; no MLServer), `shared_ports` (uvicorn's ports shared by several front ends and their
 metrics summed, for `wrappers.frontends`), `model_context` (the model MLServer's context names, for
-`wrappers.json_logs`).
+`wrappers.operations.json_logs`).
 """
 
 from __future__ import annotations

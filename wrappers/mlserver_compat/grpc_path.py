@@ -1,8 +1,8 @@
 """MLServer's gRPC internals: its V2 converters, its servicer's raw-answer rule, its running gRPC server.
 
 MLServer 1.7 has no hook for how a `ModelInferRequest` becomes an `InferenceRequest` (it unpacks raw
-contents into Python lists with `struct`), nor for adding gRPC methods to its server. `wrappers.grpc_raw`
-swaps the two converters and the servicer's `_GetReturnRaw`; `wrappers.shared_memory_api` adds Triton's
+contents into Python lists with `struct`), nor for adding gRPC methods to its server. `wrappers.transport.grpc_raw`
+swaps the two converters and the servicer's `_GetReturnRaw`; `wrappers.shm.api` adds Triton's
 shared-memory methods to the server once it runs. What they touch is checked here first.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from mlserver.grpc import converters, servicers
-from mlserver.grpc import dataplane_pb2 as pb  # noqa: F401  (the V2 messages, for wrappers.grpc_raw)
+from mlserver.grpc import dataplane_pb2 as pb  # noqa: F401  (the V2 messages, for wrappers.transport.grpc_raw)
 
 from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
 

@@ -1,4 +1,4 @@
-"""grpc.aio's poller thread, which `pin_event_loop` (`wrappers.cpu_pinning`) puts on the event loop's CPU.
+"""grpc.aio's poller thread, which `pin_event_loop` (`wrappers.running.cpu_pinning`) puts on the event loop's CPU.
 
 grpc offers no handle on the thread its asyncio server polls its completion queue on; it runs
 `PollerCompletionQueue._poll_wrapper` (in grpc's private Cython module) on a plain Python thread, whose

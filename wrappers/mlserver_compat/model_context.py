@@ -1,4 +1,4 @@
-"""MLServer's model context: which model the current task loads or answers, for `wrappers.json_logs`.
+"""MLServer's model context: which model the current task loads or answers, for `wrappers.operations.json_logs`.
 
 MLServer 1.7 sets two context variables (`mlserver.context.model_name_var`, `model_version_var`) around each
 model's load and inference, and offers no exported way to ask which model a log line belongs to. Only
@@ -27,7 +27,7 @@ def check_model_context() -> None:
 def current_model() -> tuple[str, str | None] | None:
     """The (name, version or None) of the model MLServer loads or answers in this task; None outside one.
 
-    Called for every log line: run `check_model_context` once before (`wrappers.json_logs` does, as its formatter
+    Called for every log line: run `check_model_context` once before (`wrappers.operations.json_logs` does, as its formatter
     is built)."""
     name = context.model_name_var.get("")
     if not name:

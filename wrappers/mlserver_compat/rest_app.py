@@ -1,10 +1,10 @@
 """MLServer's REST internals: its request class's JSON parser, its FastAPI app, that app's router and routes.
 
 MLServer 1.7 builds its REST app itself and offers no hook to change how bodies are read or parsed, nor
-to serve a route ahead of its own: `wrappers.rest_json` swaps its request class's `json` (caching the parsed
+to serve a route ahead of its own: `wrappers.transport.rest_json` swaps its request class's `json` (caching the parsed
 body where Starlette's requests keep it),
-`wrappers.rest_bodies` wraps the app's router (every route's body within a limit), and
-`wrappers.rest_infer` puts a faster infer route ahead of MLServer's, calling MLServer's data plane as its
+`wrappers.transport.body_layer` wraps the app's router (every route's body within a limit), and
+`wrappers.transport.rest_infer` puts a faster infer route ahead of MLServer's, calling MLServer's data plane as its
 endpoint does. What they touch is checked here first: on MLServer's real app where there is one, and on
 one MLServer builds for the check (`probe_app`) where `python -m wrappers.mlserver_compat` runs.
 """
@@ -23,7 +23,7 @@ from mlserver.rest import app as mlserver_app
 from mlserver.rest import requests
 from mlserver.rest import responses as mlserver_responses
 from starlette.requests import Request as StarletteRequest
-from starlette.responses import Response as BinaryResponse  # noqa: F401  (raw bytes, for wrappers.rest_infer)
+from starlette.responses import Response as BinaryResponse  # noqa: F401  (raw bytes, for wrappers.transport.rest_infer)
 from starlette.routing import Route, Router
 
 from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running

@@ -9,7 +9,7 @@ them: `namespace`, `pod`, `container`, `endpoint`, `job`, `instance`, and the po
 and `slipway.io/predictor` as `slipway_io_model` and `slipway_io_predictor`. The metrics are the ones the
 pods export: MLServer's `model_infer_request_success_total` / `model_infer_request_failure_total`
 (labels model, version; the failure counter only exists once a request failed) and the runtime's
-`slipway_inference_seconds` histogram (labels model_name, model_version; wrappers/metrics.py's buckets).
+`slipway_inference_seconds` histogram (labels model_name, model_version; wrappers/operations/metrics.py's buckets).
 """
 
 from __future__ import annotations

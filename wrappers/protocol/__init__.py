@@ -1,0 +1,1 @@
+"""The V2 protocol's rules and codecs: what a request may hold, and its tensors in and out."""

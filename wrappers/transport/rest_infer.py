@@ -1,0 +1,111 @@
+"""The fast REST infer route: V2 infer requests for this runtime's models, without FastAPI's per-request work.
+
+Measured on digits (2 CPUs, REST, concurrency 8, four alternating rounds): MLServer's REST
+server spent 0.45 ms of its one event-loop thread per request, and that thread capped
+throughput with a third of the machine idle. About 0.12 ms of it was FastAPI's own work
+around the endpoint: solving its dependencies, then dumping, re-validating and serializing
+the response through pydantic. Answered by this route, the same server spent 0.33 ms and
+served 36% more requests per second.
+
+The route sits where MLServer's own infer routes are, inside every HTTP middleware MLServer
+installs (its Prometheus HTTP metrics, gzip, CORS, tracing, error handlers), and calls
+MLServer's data plane as MLServer's endpoint does: model metrics, CloudEvents headers, the
+response cache and versions all stay as they were. Only two steps change: the body becomes an
+`InferenceRequest` by one pydantic validation, and the response becomes JSON by one dump,
+with MLServer's own JSON encoder. Anything the route does not take as it is (another
+runtime's model; a JSON body that is not JSON or does not validate; another content type)
+goes to MLServer's own route, with the body as read: malformed requests get exactly MLServer's
+answers (HTTP 422 naming the field).
+
+It also serves what MLServer cannot: Triton's binary tensor extension (`wrappers.protocol.binary_data`),
+`tritonclient.http`'s default, where tensors travel as bytes after a JSON header. A request
+that breaks that extension's rules gets HTTP 400 saying how.
+
+Bodies arrive here within `MAX_BODY_BYTES` and uncompressed: `wrappers.transport.body_layer` reads them
+first, for every route.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mlserver.errors import InferenceError
+from mlserver.types import InferenceRequest
+
+from wrappers.mlserver_compat import rest_app as mlserver_rest
+from wrappers.operations.loaded_models import LoadedModels
+from wrappers.protocol import binary_data
+from wrappers.transport import rest_json
+from wrappers.transport.body_layer import headers_of, read_body, replaying
+
+logger = logging.getLogger(__name__)
+
+OCTET_STREAM = "application/octet-stream"
+
+
+def _install() -> None:
+    """The route ahead of MLServer's infer routes, in each MLServer REST app in this process (once per app)."""
+    mlserver_rest.check_responses()
+    for app in mlserver_rest.mlserver_rest_apps():
+        if mlserver_rest.insert_infer_routes(app, FastInferRoute):
+            logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
+
+
+# The models whose REST infer requests this route answers; adding one installs the route (once per REST app).
+fast_models = LoadedModels(install=_install)
+
+
+class FastInferRoute:
+    """The ASGI app behind one infer path; MLServer's route for that path answers what it does not take."""
+
+    def __init__(self, mlserver_route, data_plane) -> None:
+        self._mlserver_route = mlserver_route
+        self._plane = data_plane  # the data plane MLServer's endpoint calls
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
+        headers = headers_of(scope)
+        binary = binary_data.HEADER in headers
+        if name not in fast_models or not (binary or _is_json(headers)):
+            await self._mlserver_route.handle(scope, receive, send)
+            return
+        body = await read_body(receive, headers)  # what the layer hands on: one message, within the limit
+        payload = _payload(body, headers, binary)
+        if payload is None:
+            await self._mlserver_route.handle(scope, replaying(body, receive), send)
+            return
+        binary_outputs = binary_data.binary_outputs(payload)
+        mlserver_rest.insert_headers(payload, headers)
+        result = await self._plane.infer(payload, name, version)
+        response_headers = mlserver_rest.extract_headers(result) or {}
+        parts = binary_data.split_outputs(result, binary_outputs)
+        content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+        if not parts:
+            await mlserver_rest.JsonResponse(content, headers=response_headers)(scope, receive, send)
+            return
+        header = mlserver_rest.encode_json(content)
+        response_headers[binary_data.HEADER] = str(len(header))
+        answer = mlserver_rest.BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
+        await answer(scope, receive, send)
+
+
+def _payload(body: bytes, headers: dict[str, str], binary: bool) -> InferenceRequest | None:
+    """The request the body holds; None for a JSON body MLServer's route should answer (not JSON, not V2)."""
+    if binary:
+        try:
+            return binary_data.request_from_body(body, headers[binary_data.HEADER])
+        except binary_data.BinaryDataError as err:
+            raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler
+    try:
+        return InferenceRequest.model_validate(rest_json.parse(body))
+    except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
+        return None
+
+
+def _is_json(headers: dict[str, str]) -> bool:
+    """A body FastAPI would read as JSON: no content type, or application/json or application/*+json."""
+    content_type = headers.get("content-type")
+    if content_type is None:
+        return True
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind.startswith("application/") and (kind == "application/json" or kind.endswith("+json"))
