@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deployments.kube_api import dynamic_client
+
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
 # Kinds `undeploy` removes, found by our labels. Seldon deletes what it created (Deployments,
@@ -63,18 +65,6 @@ def connect(timeout_s: float = 5.0, on_note: Callable[[str], None] = lambda note
         host = api.configuration.host
         raise ClusterUnavailable(f"no Kubernetes cluster answers at {host} ({type(err).__name__})") from err
     return api
-
-
-def dynamic_client(api, *, fresh: bool = False):
-    """The dynamic client; `fresh` rediscovers the kinds the cluster serves. The Python client keeps what it
-    discovered in a file under /tmp, shared by every process that talks to the same server, and trusts it
-    for kinds it finds there: a CRD removed since would still look served."""
-    from kubernetes.dynamic import DynamicClient
-
-    dynamic = DynamicClient(api)
-    if fresh:
-        dynamic.resources.invalidate_cache()
-    return dynamic
 
 
 def apply(api, docs: list[dict[str, Any]], *, namespace: str, dry_run: bool = False) -> list[str]:

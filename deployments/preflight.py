@@ -14,7 +14,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from deployments.apply import DeployError, dynamic_client
+from deployments.apply import DeployError
+from deployments.kube_api import dynamic_client
 from deployments.storage_secret import RCLONE_TYPES, decoded, missing_keys, prefix
 
 MINIMUM_OPERATOR = (1, 17, 1)

@@ -71,7 +71,7 @@ class LiveDeployment:
     name: str
 
     def _resource(self):
-        from deployments.apply import dynamic_client
+        from deployments.kube_api import dynamic_client
 
         return dynamic_client(self.api).resources.get(api_version=seldon.API_VERSION, kind=seldon.KIND)
 

@@ -71,7 +71,7 @@ def client(kubeconfig: Path):
 
 def apply(api, doc: dict[str, Any]) -> None:
     """Server-side apply one object."""
-    from deployments.apply import dynamic_client
+    from deployments.kube_api import dynamic_client
 
     resource = dynamic_client(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
     kwargs = {"namespace": doc["metadata"].get("namespace")} if resource.namespaced else {}

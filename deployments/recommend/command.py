@@ -16,7 +16,7 @@ from deployments.usage import UsageError
 if TYPE_CHECKING:
     from deployments.recommend.gpu_history import GpuMemory, GpuUtil
     from deployments.recommend.gpu_sizing import GpuSettings
-    from deployments.recommend.prescale import PrescaleSettings
+    from deployments.recommend.prescale_settings import PrescaleSettings
 
 DEFAULT_QUERIES = {
     "cpu": 'sum by (pod) (rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="{model}"}}[5m]))',
@@ -145,7 +145,7 @@ def prescale_settings(args) -> PrescaleSettings:
     """The pre-scaling flags as typed settings; a bad one is one line naming its flag."""
     from pydantic import ValidationError
 
-    from deployments.recommend.prescale import FLAGS, PrescaleSettings
+    from deployments.recommend.prescale_settings import FLAGS, PrescaleSettings
     from deployments.usage import parse_duration
 
     def duration(flag: str, text: str) -> float:
@@ -231,10 +231,10 @@ def cmd_recommend(args) -> int:
     import time
 
     from deployments.recommend.gpu_history import check_gpu_histories
-    from deployments.recommend.gpu_sizing import recommend_gpu, with_gpu
+    from deployments.recommend.gpu_sizing import recommend_gpu
     from deployments.recommend.outputs import write_outputs
     from deployments.recommend.prescale import plan_prescale
-    from deployments.recommend.sizing import TARGET_UTILIZATION, mib, recommend
+    from deployments.recommend.sizing import TARGET_UTILIZATION, mib, recommend, with_gpu
     from deployments.usage import fetch_usage, load_usage, parse_duration
     from slipway.cli import UserError, console
 

@@ -14,14 +14,13 @@ throughput each replica adds stops growing with load; the warning names what fre
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from deployments.recommend.gpu_history import GpuMemory, GpuUtil
-from deployments.recommend.sizing import Recommendation
 
 GPUS_PER_REPLICA = 1
 FLAGS = {"target_utilization": "--gpu-target", "memory_warning": "--gpu-memory-warning"}
@@ -173,27 +172,3 @@ def _memory(memory: GpuMemory, settings: GpuSettings) -> tuple[float, float, lis
             "export variants --target gpu`), or place the pods on larger cards (--gpu-node-selector)"
         )
     return share, card_mib, why, warnings
-
-
-def with_gpu(rec: Recommendation, gpu: GpuRecommendation) -> Recommendation:
-    """`rec` for the gpu overlay: each replica bound the larger of what the request rate and the GPUs ask for (a
-    replica must carry its share of requests and keep its card at the target), the HPA's range with it."""
-    min_replicas = max(rec.min_replicas, gpu.min_replicas)
-    max_replicas = max(rec.max_replicas, gpu.max_replicas, min_replicas)
-    sets = [
-        name for name, bound in (("the request rate", rec.max_replicas), ("the GPUs", gpu.max_replicas)) if bound == max_replicas
-    ]
-    line = (
-        f"gpu overlay: {GPUS_PER_REPLICA} nvidia.com/gpu per replica, replicas {min_replicas}-{max_replicas} (requests "
-        f"{rec.min_replicas}-{rec.max_replicas}, GPUs {gpu.min_replicas}-{gpu.max_replicas}: the max set by "
-        f"{' and '.join(sets)})"
-    )
-    return replace(
-        rec,
-        min_replicas=min_replicas,
-        max_replicas=max_replicas,
-        gpu=gpu,
-        hpa={**rec.hpa, "minReplicas": min_replicas, "maxReplicas": max_replicas},
-        reasoning=[*rec.reasoning, *gpu.reasoning, line],
-        warnings=[*rec.warnings, *gpu.warnings],
-    )

@@ -13,15 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from deployments.recommend.prescale import PrescaleSettings
+from deployments.recommend.prescale_settings import PrescaleSettings
 
-DAY_S = 86400.0
 CELL_COVERAGE = 0.5  # a slot of one day counts when at least half its samples are there...
 FULL_DAY_SHARE = 0.9  # ...and a day is whole when 90% of its slots count (a DST day lacks one hour)
 WEEKDAYS = (0, 1, 2, 3, 4)  # Python's numbering: Monday is 0

@@ -12,16 +12,14 @@ Replica bounds come from the traffic's trough and peak over the per-replica capa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from deployments.autoscaling import RPS_METRIC
+from deployments.recommend.gpu_sizing import GPUS_PER_REPLICA, GpuRecommendation
 from deployments.usage import Usage
-
-if TYPE_CHECKING:
-    from deployments.recommend.gpu_sizing import GpuRecommendation
 
 FIRST_BUCKET_CORES = 0.01  # VPA's CPU histogram: 10 millicores first bucket...
 BUCKET_GROWTH = 1.05  # ...each bucket 5% wider than the one before
@@ -276,3 +274,27 @@ def _cores_per_request(cpu: Usage, rps: Usage) -> float | None:
 def mib(size: float) -> str:
     """Bytes as whole MiB, for reasoning lines and plot labels."""
     return f"{size / 2**20:.0f} MiB"
+
+
+def with_gpu(rec: Recommendation, gpu: GpuRecommendation) -> Recommendation:
+    """`rec` for the gpu overlay: each replica bound the larger of what the request rate and the GPUs ask for (a
+    replica must carry its share of requests and keep its card at the target), the HPA's range with it."""
+    min_replicas = max(rec.min_replicas, gpu.min_replicas)
+    max_replicas = max(rec.max_replicas, gpu.max_replicas, min_replicas)
+    sets = [
+        name for name, bound in (("the request rate", rec.max_replicas), ("the GPUs", gpu.max_replicas)) if bound == max_replicas
+    ]
+    line = (
+        f"gpu overlay: {GPUS_PER_REPLICA} nvidia.com/gpu per replica, replicas {min_replicas}-{max_replicas} (requests "
+        f"{rec.min_replicas}-{rec.max_replicas}, GPUs {gpu.min_replicas}-{gpu.max_replicas}: the max set by "
+        f"{' and '.join(sets)})"
+    )
+    return replace(
+        rec,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        gpu=gpu,
+        hpa={**rec.hpa, "minReplicas": min_replicas, "maxReplicas": max_replicas},
+        reasoning=[*rec.reasoning, *gpu.reasoning, line],
+        warnings=[*rec.warnings, *gpu.warnings],
+    )

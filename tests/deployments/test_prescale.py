@@ -18,12 +18,12 @@ from deployments.recommend.outputs import (
     without_keda,
 )
 from deployments.recommend.prescale import (
-    PrescaleSettings,
     Window,
     floor_at,
     plan_prescale,
     week_floor,
 )
+from deployments.recommend.prescale_settings import PrescaleSettings
 from slipway.paths import PROJECT_ROOT
 from tests.commands import run_command
 from tests.deployments.traces import (

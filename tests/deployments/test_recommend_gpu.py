@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from deployments.recommend.gpu_history import FREE_METRIC, USED_METRIC, UTIL_METRIC, parse_gpu_memory, parse_gpu_util
-from deployments.recommend.gpu_sizing import GpuSettings, recommend_gpu, with_gpu
-from deployments.recommend.sizing import recommend
+from deployments.recommend.gpu_sizing import GpuSettings, recommend_gpu
+from deployments.recommend.sizing import recommend, with_gpu
 from deployments.usage import UsageError, parse_query_range
 from slipway.paths import PROJECT_ROOT
 from tests.commands import run_command
