@@ -111,7 +111,8 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
     logger.info(transport)  # once MLServer has set up logging as its settings say (JSON lines, say)
     serving = asyncio.ensure_future(servers.serve(server))
     loading = asyncio.ensure_future(asyncio.gather(*(_load(servers, server, model) for model in models)))
-    await asyncio.wait({serving, loading}, return_when=asyncio.FIRST_COMPLETED)
+    first: set[asyncio.Future[Any]] = {serving, loading}
+    await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     if not loading.done():  # the server stopped first: asked to (a signal), or it failed
         loading.cancel()
         _raise_if_failed(serving, "while the models loaded")
@@ -142,8 +143,8 @@ async def _load(servers: Any, server: Any, model_settings: Any) -> str | None:
 
 
 def _raise_if_failed(serving: asyncio.Future, when: str) -> None:
-    if not serving.cancelled() and serving.exception() is not None:
-        error = serving.exception()
+    error = None if serving.cancelled() else serving.exception()
+    if error is not None:
         raise LaunchError(f"MLServer stopped serving{' ' + when if when else ''}: {_described(error)}")
 
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import MutableMapping
+from typing import Any
 
 import grpc
 from fastapi import FastAPI
@@ -62,7 +64,7 @@ def _access() -> RepositoryAccess:
     return _State.access
 
 
-class GuardedRepository(mlserver_repository.MLServerRepository):  # type: ignore[misc,valid-type]
+class GuardedRepository(mlserver_repository.MLServerRepository):
     """MLServer's own model repository; creating it guards the repository API of this process's servers."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -162,7 +164,7 @@ class RepositoryGuard:
     def __init__(self, app) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive, send) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive, send) -> None:
         if scope["type"] == "http" and _under_prefix(route_path(scope)):
             client = scope.get("client")
             headers = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in scope["headers"]]

@@ -19,7 +19,6 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
@@ -99,7 +98,7 @@ class HostClient:
         """Read replies on the running event loop (the server's)."""
         self._sock.setblocking(False)
         transport, _ = await asyncio.get_running_loop().create_unix_connection(lambda: _Replies(self), sock=self._sock)
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
+        self._transport = transport
         self._transport.write(protocol.serving())  # after the model's load: the supervisor waits for every front end
 
     async def submit(self, feeds: dict[str, np.ndarray], rows: int) -> list[np.ndarray]:

@@ -190,7 +190,7 @@ class RowBatcher:
                 results.append(err)
         return results
 
-    def _run_batch(self, batch: list[_Pending], rows: int) -> list[list[np.ndarray]]:
+    def _run_batch(self, batch: list[_Pending], rows: int) -> list[list[np.ndarray] | BaseException]:
         started = time.perf_counter()
         size = bucket_for(rows, self._buckets) if self._buckets and 0 < rows <= self._buckets[-1] else rows
         if len(batch) == 1 and size == rows:

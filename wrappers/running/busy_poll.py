@@ -69,8 +69,9 @@ class LoopPoller:
     def _poll(self) -> None:
         self.passes += 1
         now = time.perf_counter()
-        if now < self._until:
-            self._polling_on.call_soon(self._poll)  # a ready callback: the loop's next I/O wait does not block
+        loop = self._polling_on  # set whenever a pass is scheduled
+        if loop is not None and now < self._until:
+            loop.call_soon(self._poll)  # a ready callback: the loop's next I/O wait does not block
         else:
             self.polled_s += now - self._since
             self.stopped_at, self._polling_on = now, None
@@ -114,8 +115,9 @@ def for_model(config: RuntimeSettings, *, chosen: bool, inline: bool, model: str
     """The polling after `model`'s inline runs: `event_loop_spin_us` as set (`chosen` False: after every run) or as
     chosen at load (gated, `wrappers.running.poll_gate`); the log says what it costs, or that it does nothing where the
     runs are not inline."""
-    window_s = config.event_loop_spin_us / 1e6 if inline else 0.0
-    if config.event_loop_spin_us and not inline:
+    spin_us = config.event_loop_spin_us or 0  # unset: no polling
+    window_s = spin_us / 1e6 if inline else 0.0
+    if spin_us and not inline:
         logger.warning(
             "%s: event_loop_spin_us has no effect: the event loop polls after the runs it makes "
             "itself (under inline_below_ms), and this model's runs go to inference threads",

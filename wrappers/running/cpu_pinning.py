@@ -37,7 +37,7 @@ def _pin() -> None:
         return  # nothing to gain on one CPU
     cpu = max(cpus)  # device interrupts favour the first CPUs
     threads = {"event loop": threading.get_native_id()}
-    threads.update((f"gRPC poller ({thread.name})", thread.native_id) for thread in grpc_poller_threads())
+    threads.update((f"gRPC poller ({thread.name})", thread.native_id) for thread in grpc_poller_threads() if thread.native_id)
     for tid in threads.values():
         _before[tid] = os.sched_getaffinity(tid)
         os.sched_setaffinity(tid, {cpu})

@@ -74,9 +74,10 @@ class Region:
         """A copy of the tensor's bytes, checked to lie inside this region and inside the object as it is now."""
         start = self.start(location, tensor)
         data = np.empty(location.byte_size, dtype=np.uint8)
+        view = data.data  # a memoryview: preadv fills the array through it
         done = 0
         while done < location.byte_size:
-            got = os.preadv(self.file.fileno(), [data[done:]], start + done)
+            got = os.preadv(self.file.fileno(), [view[done:]], start + done)
             if got == 0:
                 raise self._shrunk(start + location.byte_size, tensor)
             done += got
@@ -108,6 +109,13 @@ class Region:
         )
 
 
+def _count(region: str, what: str, value: object) -> int:
+    """`value` as a byte count (an integer >= 0, not a boolean), or the error that says what to send."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SharedMemoryError(f"region {region!r}: {what} must be an integer >= 0, got {value!r}")
+    return value
+
+
 class Regions:
     """The regions registered in this server process, by name; safe to use from any thread."""
 
@@ -116,7 +124,8 @@ class Regions:
         self._regions: dict[str, Region] = {}
         self._lock = threading.Lock()
 
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> Region:
+    def register(self, name: str, key: object, offset: object, byte_size: object) -> Region:
+        """Open the region a client registers; `key`, `offset` and `byte_size` as the request sent them, checked here."""
         if not name:
             raise SharedMemoryError("a region needs a name: register it at /v2/systemsharedmemory/region/NAME/register")
         if not isinstance(key, str) or not _KEY.fullmatch(key):
@@ -124,9 +133,7 @@ class Regions:
                 f"key {key!r} is not a shared-memory object name; send the key the client passed to shm_open, "
                 "e.g. '/input0' (letters, digits, '_', '.', '-'; no '/' inside)"
             )
-        for what, value in (("offset", offset), ("byte_size", byte_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise SharedMemoryError(f"region {name!r}: {what} must be an integer >= 0, got {value!r}")
+        offset, byte_size = _count(name, "offset", offset), _count(name, "byte_size", byte_size)
         path = self._root / key.lstrip("/")
         with self._lock:
             if name in self._regions:
@@ -166,7 +173,7 @@ class Regions:
                     f"needs {expected} bytes; send the tensor's exact size"
                 )
         try:
-            return from_raw(region.read(location, tensor), datatype, shape, tensor)
+            return from_raw(region.read(location, tensor).data, datatype, shape, tensor)
         except TensorError as err:
             raise SharedMemoryError(str(err)) from err
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 from fastapi.responses import JSONResponse
 
@@ -38,14 +39,14 @@ class ApiDocsGate:
         self.app = app
         self._served = served()
 
-    async def __call__(self, scope: dict, receive, send) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive, send) -> None:
         if scope["type"] == "http" and not self._served and is_docs_path(route_path(scope)):
             await JSONResponse({"error": REFUSAL}, status_code=404)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
-def route_path(scope: dict) -> str:
+def route_path(scope: Mapping[str, Any]) -> str:
     """The path the router matches: without the root path MLServer may be served under (the REST guards'
     `wrappers.repository_api` and this module's)."""
     path, root = scope["path"], scope.get("root_path", "")
