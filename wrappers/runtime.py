@@ -35,33 +35,39 @@ from mlserver.utils import get_model_uri
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidArgument
 from prometheus_client import Histogram
 
+from engine.cpu_limits import cpu_limit
+from engine.runner import SessionRunner
+from engine.tensor_specs import TensorSpec, describe
 from slipway.artifact import ArtifactError
-from wrappers.running import busy_poll, cpu_pinning, planning as run_planning
-from wrappers.defaults import gpu as gpu_choice, resolve as serving_defaults
-from wrappers.operations import json_logs, payload_log
+from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
+from slipway.v2_wire import TensorError
 from wrappers import mlserver_glue
-from wrappers.model.artifact_checks import verify_folder, with_content_keyed_cache
-from wrappers.frontends import hosted, with_pod_frontends
-from wrappers.running.batching import BatchStats, RowBatcher, run_in_buckets
+from wrappers.defaults import gpu as gpu_choice
+from wrappers.defaults import resolve as serving_defaults
 from wrappers.defaults.choice import EVENT_LOOP_SPIN_US, MEASURED
+from wrappers.frontends import hosted, with_pod_frontends
+from wrappers.frontends.client import HostClient
+from wrappers.mlserver_compat import IncompatibleMLServer, check_version
+from wrappers.mlserver_compat import model as mlserver_model
+from wrappers.model.artifact_checks import verify_folder, with_content_keyed_cache
+from wrappers.model.interface import graph_outputs_for, interface
+from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
+from wrappers.operations import json_logs, payload_log
 from wrappers.operations.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
 from wrappers.operations.heap import freeze_loaded_heap, thaw_heap_after_unload
 from wrappers.operations.metrics import ModelMetrics, PredictedClasses
-from wrappers.mlserver_compat import IncompatibleMLServer, check_version
-from wrappers.mlserver_compat import model as mlserver_model
-from wrappers.model.interface import graph_outputs_for, interface
-from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
-from wrappers.repository_api import RepositoryApiError
 from wrappers.protocol.request_rules import ort_message
+from wrappers.protocol.v2_codec import RequestDecoder, encode, rows
+from wrappers.repository_api import RepositoryApiError
+from wrappers.running import busy_poll, cpu_pinning
+from wrappers.running import planning as run_planning
+from wrappers.running.batching import BatchStats, RowBatcher, run_in_buckets
+from wrappers.running.bucket_sessions import BucketRunner
 from wrappers.running.planning import BatchingConfigError
-from engine.cpu_limits import cpu_limit
-from engine.tensor_specs import describe
-from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
+from wrappers.running.warm_up import WarmUp, WarmUpError
+from wrappers.running.width import WidthRunner
 from wrappers.shm.api import SharedMemoryEndpoints
 from wrappers.shm.tensors import SharedTensors
-from slipway.v2_wire import TensorError
-from wrappers.protocol.v2_codec import RequestDecoder, encode, rows
-from wrappers.running.warm_up import WarmUp, WarmUpError
 
 logger = logging.getLogger(__name__)
 
@@ -92,11 +98,20 @@ class ModelLoadError(MLServerError):
 class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     """Serve one ONNX graph: checked inputs, merged runs, optional CPU stages, metrics."""
 
+    # Set at load (`_build`), read by every request.
+    _config: RuntimeSettings
+    _runner: SessionRunner | WidthRunner | hosted.HostRunner | BucketRunner
+    _input_specs: list[TensorSpec]
+    _output_specs: list[TensorSpec]
+    _buckets: list[int]
+    _batcher: RowBatcher | HostClient
+    _payload_log: payload_log.PayloadLog | None
+
     async def load(self) -> bool:
         mlserver_glue.log_through_mlserver()
         try:
             check_model_name(self.name)
-            self._config: RuntimeSettings = with_pod_frontends(  # $SLIPWAY_FRONTENDS, set by the manifests, wins
+            self._config = with_pod_frontends(  # $SLIPWAY_FRONTENDS, set by the manifests, wins
                 parse_runtime_settings(self.settings.parameters.extra if self.settings.parameters else None)
             )
             check_version()
@@ -125,12 +140,12 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
     def _build(self, model_path: Path) -> None:
         """The verified session, its run plans, the interface, the warmed-up workers, then MLServer's extensions."""
         verify_folder(model_path.parent, self.name, self.version, self._config.verify_manifest)
-        self._use(with_content_keyed_cache(self._config, self.name, model_path), model_path)
-        self._graph_inputs, graph_outputs = describe(self._runner.session)
+        runner = self._use(with_content_keyed_cache(self._config, self.name, model_path), model_path)
+        self._graph_inputs, graph_outputs = describe(runner.session)
         self._graph_output_names = [spec.name for spec in graph_outputs]
         chosen = hosted.chosen_settings(
             self._config,
-            self._runner,
+            runner,
             self._graph_inputs,
             graph_outputs,
             model=self.name,
@@ -198,7 +213,8 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         self._pin_at_first_request = mlserver_glue.extend_mlserver(self, self._config)
         self._payload_log = payload_log.start(self._config.payload_log, self.name, self.version)
         if self._payload_log is not None:  # outermost: it logs each request as its client sent it
-            self.predict = self._payload_log.wrap(self.predict)
+            # an instance attribute shadows the method (MLServer calls self.predict); setattr: mypy forbids assigning it
+            setattr(self, "predict", self._payload_log.wrap(self.predict))  # noqa: B010
         self._polling = busy_poll.for_model(
             self._config,
             chosen=self._chosen[EVENT_LOOP_SPIN_US].source == MEASURED,
@@ -207,19 +223,24 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             version=self.version,
         )
 
-    def _use(self, config: RuntimeSettings, model_path: Path, *, keep_lone_session: bool = False) -> None:
-        """Serve with a runner for these settings (at load, and again where a plan changed them)."""
-        self._config, self._runner = hosted.runner_for(
+    def _use(
+        self, config: RuntimeSettings, model_path: Path, *, keep_lone_session: bool = False
+    ) -> SessionRunner | WidthRunner | hosted.HostRunner:
+        """Serve with a runner for these settings (at load, and again where a plan changed them); returns it."""
+        self._config, runner = hosted.runner_for(
             config, model_path, getattr(self, "_runner", None), keep_lone_session=keep_lone_session
         )
+        self._runner = runner
+        return runner
 
     def _start_workers(self) -> None:
         """The inference threads (behind the batcher, each warmed up), the CPU pool for pre/post-processing, the metrics."""
         self._metrics = ModelMetrics.for_model(self.name, self.version)
         workers = self._config.cpu_workers or max(1, int(cpu_limit()))
         self._cpu_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"cpu-{self.name}")
-        if isinstance(self._runner, hosted.HostRunner):  # runs go to the session host, merged there
-            self._batcher = hosted.start(self._runner, self._metrics)
+        runner = self._runner
+        if isinstance(runner, hosted.HostRunner):  # runs go to the session host, merged there
+            self._batcher = hosted.start(runner, self._metrics)
             return
         self._batcher = RowBatcher(
             self._run_rows,
@@ -228,7 +249,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             on_run=self._metrics.observe_run,
             input_errors=INPUT_ERRORS,
             thread_name=f"ort-{self.name}",
-            warm_up=lambda: self._warm.run(self._runner),
+            warm_up=lambda: self._warm.run(runner),
             buckets=self._buckets,
         )
 
@@ -250,8 +271,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             self._batcher.close()
         if getattr(self, "_cpu_pool", None) is not None:
             self._cpu_pool.shutdown(wait=True)
-        if getattr(self, "_payload_log", None) is not None:
-            self._payload_log.close()
+        log = getattr(self, "_payload_log", None)
+        if log is not None:
+            log.close()
         thaw_heap_after_unload()
         return True
 
