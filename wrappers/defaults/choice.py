@@ -9,24 +9,25 @@ set explicitly into the seven settings below, each with the reason a log line an
 - intra_op_threads: 1 for inline runs (they happen on the event loop), else the CPU limit's whole CPUs (the
   rule `engine.session` has always used), so that a lone request still gets every core;
 - spin_within_runs: 1 where a lone run gets several threads on the CPU: they spin between its operators while it is
-  in flight instead of sleeping and being woken at each one, and stop when it returns (MobileNetV2 on 2 cores over
-  gRPC at concurrency 1: p50 -8 to -10% for the same server CPU per request; no change at concurrency 8);
+  in flight instead of sleeping and being woken at each one, and stop when it returns (a lower p50 for the same
+  server CPU per request at concurrency 1, no change under load);
 - busy_intra_op_threads: 1 where a lone run gets several threads: a run that starts while another is in flight
   goes to a single-threaded second session, as an operator split over N threads does less than N times the
-  work (MobileNetV2 on 2 cores: 2 runs of 1 thread side by side did ~1.3x the images of 2-thread runs in turn);
+  work (runs of 1 thread side by side do more images than runs of 2 in turn);
   0 (one session) where the second copy of the weights would be large;
 - inference_threads: as many runs side by side as the CPU limit holds at the busy (else the lone) width each,
   and one more where several fit (while one run's answers travel back the others keep every core busy);
 - max_batch_rows: requests that queue behind a busy session merge into one run only where the model's time
   per row falls with the batch; there is no waiting window, so a lone request never waits for company;
 - event_loop_spin_us: where runs are inline and the CPU limit leaves gRPC's threads a CPU beside the event loop's,
-  the loop may poll up to 2 ms after a run, and does while requests come back to back within that window
+  the loop may poll for a window after a run, and does while requests come back to back within that window
   (`wrappers.running.poll_gate`); with one CPU a polling loop would take the CPU those threads need.
 
 On a GPU provider nothing is timed here (the kernels' own choices are `wrappers.defaults.gpu`'s): runs merge up to
 the largest bucket (`run_planning.gpu_merge_rows`), two run slots let one run's copies and padding overlap the
 other's kernels, and one intra-op thread does the CPU's part (shape arithmetic). An explicitly set value always
-wins; a value that could not be measured (warm-up off) keeps the setting's fixed default, and says so.
+wins; a value that could not be measured (warm-up off) keeps the setting's fixed default, and says so. The figures
+each rule rests on: docs/internals.md, "The figures behind the modules".
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Heap freezing: what a load leaves alive is kept out of Python's full collections, and let back in at unload.
 
 Full collections run on the event loop: before freezing, each one walked the modules, MLServer, ONNX
-Runtime's bindings and the models, all of which live as long as the server (72-87 ms with no request
-answered, once in each 10-second load of the benchmark servers; frozen, 0.9 ms). An unload must thaw the
+Runtime's bindings and the models, all of which live as long as the server, with no request answered meanwhile
+(the pause, before and after: docs/internals.md). An unload must thaw the
 heap, or the unloaded model, alive in its own reference cycles, would never be freed.
 """
 

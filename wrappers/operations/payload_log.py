@@ -12,9 +12,8 @@ while it waits on the network it holds nothing. Why no retries: a collector that
 take every retry's timeout from every later event, and a collector that recovers would be met by a burst.
 A failed event is dropped and what comes for `backoff_s` is dropped at the door (reason `collector_down`,
 without waking the thread), so a dead collector costs one timeout per backoff period; a full queue drops
-at the door too (`queue_full`), never holding the request. Measured in the tests' server (digits over
-REST, 120 alternating rounds): median latency 1-6% over a model that logs nothing with the collector slow,
-1-3% with it down.
+at the door too (`queue_full`), never holding the request. What it costs a request with the collector slow
+or down: docs/internals.md, "The figures behind the modules".
 
 Counters (the default registry, served on MLServer's metrics port with parallel_workers 0):
 slipway_payload_events_sent_total{model_name, model_version, type} and

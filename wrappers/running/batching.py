@@ -11,7 +11,7 @@ stalled by the server's own threads no longer holds up the others.
 Each run slot is a thread of its own that takes its next batch from the queue itself as
 soon as a run ends. Handing that choice to the event loop instead (a callback per run)
 left the session idle until the loop got round to it, behind every request it was
-decoding or answering: 5-9% of MobileNetV2's throughput over gRPC on 2 busy cores.
+decoding or answering (docs/internals.md, "The figures behind the modules").
 """
 
 from __future__ import annotations

@@ -5,12 +5,11 @@ vCPUs halt at once (the `haltpoll` driver with `guest_halt_poll_ns=0`, as on the
 benchmarks' figures come from), the next request must first wake that CPU, and on the gRPC path
 several hand-offs between gRPC's poller thread and the loop each pay for it again. A loop that
 keeps polling (its ready queue never empty, so it asks for I/O without blocking) is on a CPU when
-the next request comes. Measured on digits at concurrency 1 (alternating rounds, p50): gRPC
-0.73-0.75 ms against 0.90-0.92 ms without it and the plain runtime's 0.80-0.83 ms; REST 0.52-0.53 ms
-against 0.60 and 0.67 ms; unchanged at concurrency 8, where the loop never waits anyway.
+the next request comes: a lower p50 at concurrency 1, unchanged under load, where the loop never waits anyway
+(figures: docs/benchmarks.md, `event_loop_spin_us`).
 
-The window must span the whole wait for the next request (100-250 us gained nothing there; 500 us
-most of it), so the cost is CPU time: while requests keep coming within the window the loop uses
+The window must span the whole wait for the next request, not only the hand-offs inside one, so the cost is CPU
+time: while requests keep coming within the window the loop uses
 a whole core, which a CPU-utilization HPA counts as load (autoscale such a model on requests/s
 instead). An idle server stops polling one window after its last request. Only requests run on the loop
 (inline) arm it: a model run on inference threads gains nothing and would lose CPU to the poll.

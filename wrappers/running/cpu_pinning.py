@@ -4,7 +4,7 @@ Why: gRPC's asyncio server hands each finished operation from its poller thread 
 loop (a byte written to a socket pair, about five per request) and the loop hands new
 operations back. On different CPUs, every hand-off at low load must wake an idle CPU first (in
 a VM, a halted vCPU the hypervisor has to reschedule); on one CPU the poller blocks and the
-loop runs at once. For a tiny model that is 10-15% of a gRPC request's latency at low load.
+loop runs at once: for a tiny model, a share of a gRPC request's latency at low load (docs/internals.md, "The figures behind the modules").
 
 The cost: the loop can no longer move to a less busy CPU, so only pin on CPUs the pod has to
 itself (a VM's, or a Guaranteed pod's under the kubelet's static CPU manager policy); on CPUs

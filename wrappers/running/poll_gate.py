@@ -1,9 +1,9 @@
 """Whether the event loop polls after an inline run (the chosen `event_loop_spin_us`): while requests come back to back.
 
 Polling (`wrappers.running.busy_poll`) pays where the next request comes within the window: the loop is still on its CPU
-when it comes, so gRPC's hand-offs to it wake nothing (digits at concurrency 1 over gRPC, 12 alternating rounds:
-p50 1.63 ms gated against 1.89 ms sleeping). A window the next request does not come within is CPU spent for nothing. So the gate
-polls while at most half of the latest `LATEST` windows it polled went by without the next run, and, once it has
+when it comes, so gRPC's hand-offs to it wake nothing (docs/internals.md, "The figures behind the modules"). A
+window the next request does not come within is CPU spent for nothing. So the gate polls while at most half of the
+latest `LATEST` windows it polled went by without the next run, and, once it has
 stopped, polls one window in `PROBE_EVERY` runs only, starting again where `REARM` probes in a row caught the next
 run: a server whose requests come further apart than the window pays 1/`PROBE_EVERY` of a window per request.
 A stretch of slow waits (the host busy for a moment) does not stop it; a client gone quiet stops it within a few
