@@ -499,33 +499,54 @@ def register_secret(commands) -> None:
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
-    from deployments.apply import delete
+    from deployments.apply import DeployError, delete, wait_gone
 
+    if args.wait < 0:
+        raise UserError(f"--wait {args.wait:g}: give the seconds to wait, 0 or more (0: do not wait); nothing was deleted")
     api = _connect(
         f"nothing was deleted. Point kubectl's current context (or KUBECONFIG) at the cluster where "
         f"{args.name} runs in namespace {args.namespace}"
     )
     deleted = delete(api, namespace=args.namespace, model=args.name)
+    if not deleted.names:
+        console.print(f"nothing of Slipway's for model {args.name} in namespace {args.namespace}", soft_wrap=True)
+        return 0
+    console.print(f"deleting {', '.join(deleted.names)} from namespace {args.namespace}", soft_wrap=True)
+    if not args.wait:
+        console.print("not waiting (--wait 0): the operator's objects and the pods may still be going", soft_wrap=True)
+        return 0
+    try:
+        waited = wait_gone(api, namespace=args.namespace, deleted=deleted, timeout_s=args.wait)
+    except DeployError as err:
+        raise UserError(str(err)) from err
     console.print(
-        f"deleted {', '.join(deleted)} from namespace {args.namespace}"
-        if deleted
-        else f"nothing of Slipway's for model {args.name} in namespace {args.namespace}",
+        f"gone after {waited:.0f}s: what deploy applied, the operator's Deployments, Services, HPAs and budgets, and the pods",
         soft_wrap=True,
     )
     return 0
 
 
 def register_undeploy(commands) -> None:
+    from deployments.apply import UNDEPLOY_TIMEOUT_S
     from deployments.render import DEFAULT_NAMESPACE
 
     command = commands.add_parser(
         "undeploy",
         help="delete what deploy applied for one model",
         description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
-        "ServiceAccount Slipway applied for one model (found by its labels).",
+        "ServiceAccount Slipway applied for one model (found by its labels), and wait until they, the operator's "
+        "Deployments, Services, HPAs and budgets, and the pods are gone.",
     )
     command.add_argument("--name", default="digits", help="the model name (default digits)")
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
+    command.add_argument(
+        "--wait",
+        type=float,
+        default=UNDEPLOY_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long to wait until the operator's objects and the pods are gone (default {UNDEPLOY_TIMEOUT_S:.0f}; "
+        "0: do not wait)",
+    )
     command.set_defaults(func=cmd_undeploy)
 
 

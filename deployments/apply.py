@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.kube_api import dynamic_client
+from deployments.seldon import DEPLOYMENT_ID_LABEL
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
@@ -240,13 +242,32 @@ def ask_served(api, *, namespace: str, name: str, predictors: dict[str, str], ti
     return lines
 
 
-def delete(api, *, namespace: str, model: str) -> list[str]:
-    """Delete what Slipway applied for `model` in `namespace`, found by its labels."""
+# What Seldon's operator makes for a SeldonDeployment (owned by it), and the pods under them: `undeploy` waits for these.
+SELDON_CHILD_KINDS = (
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
+)
+UNDEPLOY_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Deleted:
+    """What `delete` removed, and the SeldonDeployments among it (name -> uid) whose children are still going."""
+
+    names: list[str] = field(default_factory=list)
+    seldon_deployments: dict[str, str] = field(default_factory=dict)
+
+
+def delete(api, *, namespace: str, model: str) -> Deleted:
+    """Delete what Slipway applied for `model` in `namespace`, found by its labels, in the foreground: each object
+    stays (with a deletion timestamp) until what it owns is gone, so that `wait_gone` can tell when all of it is."""
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
     dynamic = dynamic_client(api)
     selector = f"app.kubernetes.io/managed-by=slipway,slipway.io/model={model}"
-    deleted = []
+    deleted = Deleted()
     for api_version, kind in OWNED_KINDS:
         try:
             resource = dynamic.resources.get(api_version=api_version, kind=kind)
@@ -254,8 +275,61 @@ def delete(api, *, namespace: str, model: str) -> list[str]:
             continue  # the cluster does not serve it, so we cannot have applied it
         for item in resource.get(namespace=namespace, label_selector=selector).items:
             try:
-                resource.delete(name=item.metadata.name, namespace=namespace)
+                resource.delete(name=item.metadata.name, namespace=namespace, body={"propagationPolicy": "Foreground"})
             except NotFoundError:
                 continue
-            deleted.append(f"{kind}/{item.metadata.name}")
+            deleted.names.append(f"{kind}/{item.metadata.name}")
+            if kind == "SeldonDeployment":
+                deleted.seldon_deployments[item.metadata.name] = item.metadata.uid
     return deleted
+
+
+def still_present(api, *, namespace: str, deleted: Deleted) -> list[str]:
+    """Of what `delete` removed, what the API server still holds: the objects themselves, the operator's children
+    of the SeldonDeployments (owned by them), and the pods of those SeldonDeployments."""
+    from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+    dynamic = dynamic_client(api)
+    left = []
+    for name in deleted.names:
+        kind, _, object_name = name.partition("/")
+        api_version = next(version for version, owned in OWNED_KINDS if owned == kind)
+        try:
+            dynamic.resources.get(api_version=api_version, kind=kind).get(name=object_name, namespace=namespace)
+        except NotFoundError:
+            continue
+        left.append(name)
+    owners = set(deleted.seldon_deployments.values())
+    for api_version, kind in SELDON_CHILD_KINDS:
+        try:
+            resource = dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            continue
+        for item in resource.get(namespace=namespace).items:
+            if {ref.uid for ref in item.metadata.ownerReferences or []} & owners:
+                left.append(f"{kind}/{item.metadata.name}")
+    pods = dynamic.resources.get(api_version="v1", kind="Pod")
+    for name in deleted.seldon_deployments:
+        left += [
+            f"Pod/{pod.metadata.name}"
+            for pod in pods.get(namespace=namespace, label_selector=f"{DEPLOYMENT_ID_LABEL}={name}").items
+        ]
+    return left
+
+
+def wait_gone(
+    api, *, namespace: str, deleted: Deleted, timeout_s: float = UNDEPLOY_TIMEOUT_S, poll_s: float = POLL_INTERVAL_S
+) -> float:
+    """Wait until nothing `delete` removed is left (`still_present`); the seconds it took. Raise DeployError naming
+    what is left when `timeout_s` passes: a `deploy` started before then would race the garbage collector."""
+    started = time.monotonic()
+    while left := still_present(api, namespace=namespace, deleted=deleted):
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+            raise DeployError(
+                f"after {waited:.0f}s still present in namespace {namespace}: {shown}; see `kubectl get "
+                f"deploy,svc,hpa,pdb,pods -n {namespace}` and their finalizers, or wait longer (--wait SECONDS)"
+            )
+        time.sleep(min(poll_s, max(0.0, timeout_s - waited)))
+    return time.monotonic() - started

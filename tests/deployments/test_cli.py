@@ -71,6 +71,12 @@ def test_undeploy_without_a_cluster_is_one_line(reports_env, unreachable_kubecon
     assert "nothing was applied" not in line and "make manifests" not in line  # deploy's words, not undeploy's
 
 
+def test_undeploy_refuses_a_negative_wait_before_it_reaches_a_cluster(reports_env, unreachable_kubeconfig):
+    env = {**reports_env, **unreachable_kubeconfig}  # a cluster asked first would answer "no cluster" instead
+    line = _one_line_error(run_module("deployments", "undeploy", "--wait", "-5", env=env, check=False, timeout=120))
+    assert "--wait -5: give the seconds to wait, 0 or more (0: do not wait); nothing was deleted" in line
+
+
 @pytest.mark.parametrize("command", [["render", "--model-dir", "nowhere"], ["deploy", "--dry-run", "client"], ["undeploy"]])
 def test_a_namespace_kubernetes_refuses_is_one_line_before_anything(tmp_path, reports_env, command):
     out = [] if command[0] == "undeploy" else ["--out", str(tmp_path / "out")]
