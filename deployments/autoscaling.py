@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal, overload
 
 from deployments import seldon
 from slipway.files import read_json
@@ -32,6 +33,10 @@ GPU_UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 METRIC_SOURCES = ("container", "pod")
 
 
+@overload
+def component_dir(mode: Literal["rps", "keda", "behavior", "gpu-queue", "gpu-util"]) -> Path: ...
+@overload
+def component_dir(mode: str) -> Path | None: ...
 def component_dir(mode: str) -> Path | None:
     """The kustomize component that switches predictor 0 to `mode` (None for the default, CPU)."""
     if mode not in ALL_MODES:
@@ -90,7 +95,7 @@ def needs_adapter_rules(docs: list[dict]) -> bool:
 
 def resource_name(metric: dict) -> str | None:
     """The resource (cpu, memory) a `Resource` or `ContainerResource` metric reads; None for other metrics."""
-    source = {"Resource": "resource", "ContainerResource": "containerResource"}.get(metric.get("type"))
+    source = {"Resource": "resource", "ContainerResource": "containerResource"}.get(str(metric.get("type")))
     return (metric.get(source) or {}).get("name") if source else None
 
 

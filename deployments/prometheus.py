@@ -158,6 +158,8 @@ def _is_loopback(host: str | None) -> bool:
 
 def _number(text: object, query: str, url: str) -> float:
     try:
-        return float(text)  # Prometheus sends "NaN", "+Inf" as strings, which float() reads
-    except (TypeError, ValueError) as err:
-        raise PrometheusError(f"Prometheus at {url} sent {text!r} as a value for {query!r}") from err
+        if isinstance(text, (str, int, float)):
+            return float(text)  # Prometheus sends "NaN", "+Inf" as strings, which float() reads
+    except ValueError:
+        pass
+    raise PrometheusError(f"Prometheus at {url} sent {text!r} as a value for {query!r}")

@@ -115,7 +115,9 @@ class ModelVersion(BaseModel):
             raise RecordError(f"{model_dir} is not an artifact folder (no {SETTINGS_FILE}); run `make demo` first")
         fix = "re-export the artifact (`python -m export convert`) or fix the file"
         settings = _json_file(settings_path, str(settings_path), fix)
-        name = settings.get("name") if isinstance(settings, dict) else None
+        if not isinstance(settings, dict):
+            settings = {}  # not a JSON object: it names no model (below)
+        name = settings.get("name")
         if not isinstance(name, str) or not name:
             raise RecordError(f'{settings_path} names no model (a JSON object with a "name" string is expected); {fix}')
         try:

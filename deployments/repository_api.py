@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
+from typing import Any
 
 from deployments import seldon
 from slipway.repository_access import API_ENV, MODES, TOKEN_ENV
@@ -41,7 +42,7 @@ def container_env(mode: str, token_secret: str | None) -> list[dict]:
             f"the model's namespace whose key {TOKEN_KEY!r} holds the bearer token callers send (create it with "
             f"kubectl create secret generic NAME --from-literal={TOKEN_KEY}=$(openssl rand -hex 32))"
         )
-    env = [{"name": HOOK_ENV, "value": HOOK}, {"name": API_ENV, "value": mode}]
+    env: list[dict[str, Any]] = [{"name": HOOK_ENV, "value": HOOK}, {"name": API_ENV, "value": mode}]
     if token_secret:
         if len(token_secret) > 253 or not _SECRET_NAME.match(token_secret):
             raise RepositoryApiError(

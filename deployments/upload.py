@@ -123,9 +123,9 @@ def place(version: ModelVersion, destination: Destination, *, on_bytes: Progress
                     f"has no artifact folder on this machine to upload from: publish it to this store "
                     f"or upload it there first"
                 )
-            source = _local_manifest(version)
+            source = _local_manifest(version, version.local_dir)
             destination.check_bucket()
-            destination.root.write_version(Path(version.local_dir), destination.leaf, source, {}, on_bytes=on_bytes)
+            destination.root.write_version(version.local_dir, destination.leaf, source, {}, on_bytes=on_bytes)
             uploaded = True
         manifest = destination.verify(version.digest, on_bytes=on_bytes)
     except _storage_errors() as err:
@@ -133,14 +133,14 @@ def place(version: ModelVersion, destination: Destination, *, on_bytes: Progress
     return Placed(version.uri, version.digest, sum(entry.bytes for entry in manifest.files.values()), uploaded)
 
 
-def _local_manifest(version: ModelVersion) -> Manifest:
+def _local_manifest(version: ModelVersion, folder: Path) -> Manifest:
     try:
-        manifest = read_manifest(Path(version.local_dir))
+        manifest = read_manifest(folder)
     except ArtifactError as err:
         raise UploadError(str(err)) from err
     if f"sha256:{manifest.digest}" != version.digest:
         raise UploadError(
-            f"{version.local_dir} is not version {version.version} (its digest is {manifest.digest[:12]}..., "
+            f"{folder} is not version {version.version} (its digest is {manifest.digest[:12]}..., "
             f"the record's {version.digest.removeprefix('sha256:')[:12]}...): nothing uploaded"
         )
     return manifest

@@ -69,7 +69,7 @@ def write_artifact(
         if example_labels is not None:
             arrays["labels"] = example_labels
         with open(staging / INPUT_EXAMPLE_FILE, "wb") as handle:
-            np.savez(handle, **arrays)
+            np.savez(handle, allow_pickle=True, **arrays)  # as numpy defaults: a text model's inputs are object arrays
         for relative, data in (extra_files or {}).items():
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)

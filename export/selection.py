@@ -135,7 +135,7 @@ def choose_for_gpu(
     accepted = [c for c in candidates if c.accepted]
     if not accepted:
         raise NoVariantWithinBudget("no variant is within budget")
-    ranked = [c for c in accepted if c.precision in figures]
+    ranked = [c for c in accepted if c.precision is not None and c.precision in figures]
     if not ranked:
         have = ", ".join(sorted(figures)) or "no precision"
         raise NoGpuMeasurement(
@@ -143,7 +143,7 @@ def choose_for_gpu(
             f"({', '.join(sorted({str(c.precision) for c in accepted}))}): run `make bench-gpu` on the GPU machine"
         )
     latency = optimize_for == "latency"
-    figure = (min if latency else max)((figures[c.precision] for c in ranked), key=lambda f: f.value)
+    figure = (min if latency else max)((figures[c.precision] for c in ranked if c.precision is not None), key=lambda f: f.value)
     precision = next(p for p, f in figures.items() if f is figure)
     same = [c for c in ranked if c.precision == precision]
     best = min(same, key=lambda c: (c.p50_latency_ms, c.name)) if latency else max(same, key=lambda c: (c.throughput, c.name))

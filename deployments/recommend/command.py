@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 from deployments.autoscaling import REQUEST_COUNTER, RPS_METRIC
 from deployments.recommend.sizing import SAFETY_MARGIN, RecommendError, is_capacity
-from deployments.usage import UsageError
+from deployments.usage import Kind, UsageError
 
 if TYPE_CHECKING:
     from deployments.recommend.gpu_history import GpuMemory, GpuUtil
     from deployments.recommend.gpu_sizing import GpuSettings
     from deployments.recommend.prescale_settings import PrescaleSettings
 
-DEFAULT_QUERIES = {
+DEFAULT_QUERIES: dict[Kind, str] = {
     "cpu": 'sum by (pod) (rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="{model}"}}[5m]))',
     "memory": 'sum by (pod) (container_memory_working_set_bytes{{namespace="{namespace}",container="{model}"}})',
     "rps": "sum by (pod) (rate(" + REQUEST_COUNTER + '{{namespace="{namespace}",model_name="{model}"}}[5m]))',
@@ -81,10 +81,10 @@ def add_command(commands) -> None:
         type=Path,
         help="query_range JSON: DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE (MiB) per GPU, both in one answer",
     )
-    for kind, default in GPU_QUERIES.items():
+    for gpu_kind, default in GPU_QUERIES.items():
         gpu.add_argument(
-            f"--{kind}-query",
-            help=f"PromQL for {kind} (default: {default.format(namespace='NS', model='MODEL')}; "
+            f"--{gpu_kind}-query",
+            help=f"PromQL for {gpu_kind} (default: {default.format(namespace='NS', model='MODEL')}; "
             "scraped without honor_labels, select on exported_namespace and exported_container)",
         )
     gpu.add_argument("--gpu-target", type=float, default=0.70, help="each replica's GPU this busy at the peak (default 0.7)")
@@ -242,12 +242,13 @@ def cmd_recommend(args) -> int:
         _check_out_dir(args.out_dir)
         settings = prescale_settings(args)
         gpu_knobs = gpu_settings(args)
-        files = {"cpu": args.cpu, "memory": args.memory, "rps": args.rps}
+        files: dict[Kind, Path | None] = {"cpu": args.cpu, "memory": args.memory, "rps": args.rps}
         url = args.prometheus_url or os.environ.get("PROMETHEUS_URL")
         window = None
-        if all(files.values()):
-            usage = {kind: load_usage(path, kind) for kind, path in files.items()}
-        elif any(files.values()):
+        given = {kind: path for kind, path in files.items() if path is not None}
+        if len(given) == len(files):
+            usage = {kind: load_usage(path, kind) for kind, path in given.items()}
+        elif given:
             missing = [f"--{kind}" for kind, path in files.items() if not path]
             raise UsageError(f"give all three histories: {', '.join(missing)} missing (or none, with PROMETHEUS_URL set)")
         elif url:

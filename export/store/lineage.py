@@ -147,12 +147,15 @@ def gather(
     """Collect lineage for the artifact whose manifest digest is `digest`."""
     result = Lineage()
     found = [(name, read_report(name, reports_dir)) for name in EXPORT_REPORTS]
-    export, found_variant, variant_metrics = None, None, {}
+    export: dict | None = None
+    found_variant: str | None = None
+    variant_metrics: dict[str, float] = {}
     for _, report in found:
         export, found_variant, variant_metrics = _match_export(report, Path(artifact_dir), digest)
         if export is not None:
             break
-    training, train_metrics = (None, {})
+    training: dict[str, Any] | None = None
+    train_metrics: dict[str, float] = {}
     if export is None:
         folder = Path(reports_dir or REPORTS_DIR)
         existing = [str(folder / f"{name}.json") for name, report in found if report is not None]

@@ -6,7 +6,7 @@ importing the store): `name`, `version` (a string), `uri`, `digest`, `tags` at l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, Field
 
@@ -85,7 +85,7 @@ def diff_records(a: VersionRecord, b: VersionRecord) -> list[dict[str, Any]]:
     return rows
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -64,8 +64,8 @@ def parse_ref(text: str) -> Ref:
 def parse_tag_ref(text: str, model: str | None) -> tuple[str | None, str]:
     """`champion` or `digits@champion` -> (model or None, tag); `--model` fills in a bare tag's model."""
     if "@" in text:
-        ref = parse_ref(text)
+        ref = parse_ref(text)  # checks the model name and the tag
         if model is not None and model != ref.model:
             raise RefError(f"{text!r} names model {ref.model!r} but --model says {model!r}; give one of them")
-        return ref.model, ref.tag
+        return ref.model, text.partition("@")[2]
     return (check_name(model, "model name") if model is not None else None), check_name(text, "tag")

@@ -21,6 +21,7 @@ what MLServer verifies at load and what a deployment pins.
 
 from __future__ import annotations
 
+import builtins  # ModelStore.list shadows the builtin inside the class
 import calendar
 import json
 import os
@@ -293,6 +294,8 @@ class ModelStore:
             " VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
             (model, number, source_digest, relative, stamp, who(), socket.gethostname(), os.getpid()),
         )
+        if cursor.lastrowid is None:  # sqlite3 sets it for every INSERT that adds a row
+            raise StoreError(f"the store did not number the new row for {model} version {number}")
         return cursor.lastrowid, number, relative
 
     def _commit(self, version_id: int, model: str, manifest: Manifest, lineage: Lineage, tag: str | None) -> VersionRecord | None:
@@ -432,7 +435,7 @@ class ModelStore:
                 raise StoreError(self._not_found(conn, Ref(model)))
             return [self._record(conn, row) for row in rows]
 
-    def tag_history(self, model: str, tag: str) -> list[TagMove]:
+    def tag_history(self, model: str, tag: str) -> builtins.list[TagMove]:
         """Every move of a tag, oldest first (the append-only log); an unknown model or tag is refused, as by `rollback`."""
         with self._read() as conn:
             events = self._events(conn, model, tag)
@@ -440,12 +443,12 @@ class ModelStore:
                 raise StoreError(self._not_found(conn, Ref(model, tag=tag)))
             return [_move(row) for row in events]
 
-    def models_with_tag(self, tag: str) -> list[str]:
+    def models_with_tag(self, tag: str) -> builtins.list[str]:
         with self._read() as conn:
             return [r[0] for r in conn.execute("SELECT model FROM tags WHERE tag = ? ORDER BY model", (tag,))]
 
     @staticmethod
-    def _events(conn: sqlite3.Connection, model: str, tag: str) -> list[sqlite3.Row]:
+    def _events(conn: sqlite3.Connection, model: str, tag: str) -> builtins.list[sqlite3.Row]:
         return conn.execute("SELECT * FROM tag_events WHERE model = ? AND tag = ? ORDER BY id", (model, tag)).fetchall()
 
     # -- tags ------------------------------------------------------------------------------
@@ -508,7 +511,7 @@ class ModelStore:
         Versions deleted since are skipped, so a rollback always lands on a version that exists.
         """
         self._find(conn, Ref(model, tag=tag))  # a clear error when the tag does not exist
-        stack: list[int] = []
+        stack: builtins.list[int] = []
         for event in self._events(conn, model, tag):
             if event["action"] == "promote":
                 stack.append(event["number"])
@@ -543,7 +546,7 @@ class ModelStore:
             ]
             if model is not None and not models:
                 raise StoreError(self._not_found(conn, Ref(model)))
-            doomed: list[sqlite3.Row] = []
+            doomed: builtins.list[sqlite3.Row] = []
             for name in models:
                 needed = self._needed_by_tags(conn, name)
                 rows = conn.execute(
@@ -569,9 +572,9 @@ class ModelStore:
         result.unknown_folders = sorted(folders - claimed - set(trash))
         return result
 
-    def _needed_by_tags(self, conn: sqlite3.Connection, model: str) -> dict[int, list[str]]:
+    def _needed_by_tags(self, conn: sqlite3.Connection, model: str) -> dict[int, builtins.list[str]]:
         """{version number: tags needing it}: each tag's current version and its rollback target."""
-        needed: dict[int, list[str]] = {}
+        needed: dict[int, builtins.list[str]] = {}
         for row in conn.execute(
             "SELECT t.tag, v.number FROM tags t JOIN versions v ON v.id = t.version_id WHERE t.model = ? ORDER BY t.tag",
             (model,),
