@@ -14,3 +14,5 @@ SETTING = "slipway_setting"
 POLLING = "slipway_event_loop_polling"
 PREDICTED_CLASS = "slipway_predicted_class"  # exported as slipway_predicted_class_total
 CLASS_LABEL = "class"
+# Inference requests for a model (or version) this server does not serve: one series, whatever names clients send
+UNKNOWN_MODEL_REQUESTS = "slipway_unknown_model_requests"  # exported as slipway_unknown_model_requests_total

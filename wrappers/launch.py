@@ -93,6 +93,7 @@ def _use_the_guard_and_count_models(folder: Path) -> int:
 async def _serve(folder: Path, expected: int, ready_file: Path | None, transport: str) -> None:
     from wrappers import repository_api
     from wrappers.mlserver_compat import IncompatibleMLServer, servers
+    from wrappers.operations import metrics
 
     try:
         repository_api.install()  # before MLServer builds anything; MLServer's repository class calls it too
@@ -105,7 +106,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
         if settings.load_models_at_startup:  # else MLServer lists none, and loads them when asked
             _check_models(folder, models, expected)
         _check_ports(settings)
-        server = servers.build(settings)
+        server = servers.build(settings, on_unknown_model=metrics.count_unknown_model)
     except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError) as err:
         raise LaunchError(first_line(err)) from None
     logger.info(transport)  # once MLServer has set up logging as its settings say (JSON lines, say)

@@ -246,6 +246,12 @@ def server_start():
     del servers.MLServer.start
     asyncio.run(servers.load_settings("."))
 
+def data_plane():
+    import asyncio
+    from wrappers.mlserver_compat import servers
+    del servers.DataPlane.infer_stream
+    asyncio.run(servers.load_settings("."))
+
 def response_helpers():
     rest_app.insert_headers = None
     del rest_app.mlserver.utils.insert_headers
@@ -347,6 +353,7 @@ TARGETS = {
     "response_helpers": ("REST responses and headers", "mlserver.utils.insert_headers"),
     "json_encoder": ("REST responses and headers", "mlserver.codecs.json.encode_to_json_bytes"),
     "server_start": ("server built and started by the launcher", "mlserver.server.MLServer.start"),
+    "data_plane": ("server built and started by the launcher", "mlserver.handlers.DataPlane.infer_stream"),
     "shared_ports": ("ports shared by several front ends", "uvicorn.Server.startup"),
     "model_context": ("model context in log lines", "mlserver.context.model_name_var"),
 }

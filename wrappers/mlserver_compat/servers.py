@@ -9,10 +9,13 @@ REST app (built with the server) and the gRPC server (built as it starts serving
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from mlserver.cli import serve as mlserver_cli
+from mlserver.errors import ModelNotFound
 from mlserver.grpc import server as grpc_server
+from mlserver.handlers import DataPlane
 from mlserver.registry import MultiModelRegistry
 from mlserver.server import MLServer
 
@@ -33,6 +36,19 @@ def check_server_points() -> None:
     require_function(
         MultiModelRegistry, "load", "mlserver.registry.MultiModelRegistry.load", ("self", "model_settings"), is_async=True
     )
+    require_function(
+        MultiModelRegistry,
+        "get_model",
+        "mlserver.registry.MultiModelRegistry.get_model",
+        ("self", "name", "version"),
+        is_async=True,
+    )
+    require_function(
+        DataPlane, "infer", "mlserver.handlers.DataPlane.infer", ("self", "payload", "name", "version"), is_async=True
+    )
+    require_function(
+        DataPlane, "infer_stream", "mlserver.handlers.DataPlane.infer_stream", ("self", "payloads", "name", "version")
+    )
 
 
 async def load_settings(folder: str) -> tuple[Any, list[Any]]:
@@ -42,10 +58,13 @@ async def load_settings(folder: str) -> tuple[Any, list[Any]]:
     return await mlserver_cli.load_settings(folder)
 
 
-def build(settings: Any) -> Any:
+def build(settings: Any, on_unknown_model: Callable[[], None] = lambda: None) -> Any:
     """`MLServer(settings)`, its REST app handed to `running` now and its gRPC server as soon as it is built.
 
-    Call it on the running event loop (MLServer installs its signal handlers there)."""
+    Its data plane answers an inference request for a model (or version) the registry does not hold before MLServer's
+    request metrics see it (`on_unknown_model` counts it instead): MLServer labels them with the name the client sent,
+    five series for each name, so a client could grow the metrics endpoint without bound. Call it on the running
+    event loop (MLServer installs its signal handlers there)."""
     check_server_points()
     running.mark_launched()
     server = MLServer(settings)
@@ -54,6 +73,7 @@ def build(settings: Any) -> Any:
     create_server = require_function(grpc, "_create_server", f"{_GRPC}._create_server", ())
     registry = require(server, "_model_registry", f"{_SERVER}._model_registry")
     require_function(registry, "load", "mlserver.registry.MultiModelRegistry.load", ("model_settings",), is_async=True)
+    _answer_unknown_models_first(require(server, "_data_plane", f"{_SERVER}._data_plane"), registry, on_unknown_model)
 
     def create_and_hand_over() -> Any:
         built = create_server()
@@ -63,6 +83,36 @@ def build(settings: Any) -> Any:
     grpc._create_server = create_and_hand_over  # on this instance: MLServer builds its gRPC server as it starts
     running.add_rest_app(app)
     return server
+
+
+def _answer_unknown_models_first(data_plane: Any, registry: Any, on_unknown_model: Callable[[], None]) -> None:
+    """On this data plane (the one MLServer's REST endpoints and gRPC servicer call), look the model up before
+    MLServer's `infer` and `infer_stream` label their metrics with its name: an unknown one raises MLServer's own
+    ModelNotFound (404 / NOT_FOUND, its message) without a series."""
+    infer = require_function(
+        data_plane, "infer", "mlserver.handlers.DataPlane.infer", ("payload", "name", "version"), is_async=True
+    )
+    infer_stream = require_function(
+        data_plane, "infer_stream", "mlserver.handlers.DataPlane.infer_stream", ("payloads", "name", "version")
+    )
+
+    async def served(name: str, version: str | None) -> None:
+        try:
+            await registry.get_model(name, version)
+        except ModelNotFound:
+            on_unknown_model()
+            raise
+
+    async def infer_served(payload: Any, name: str, version: str | None = None) -> Any:
+        await served(name, version)
+        return await infer(payload, name, version)
+
+    async def infer_stream_served(payloads: Any, name: str, version: str | None = None) -> AsyncIterator[Any]:
+        await served(name, version)
+        async for response in infer_stream(payloads, name, version):
+            yield response
+
+    data_plane.infer, data_plane.infer_stream = infer_served, infer_stream_served  # on this instance only
 
 
 async def serve(server: Any) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client import REGISTRY, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 # The series' names and labels are the contract with the dashboards, alerts and canary queries: the core's.
@@ -29,6 +29,7 @@ from slipway.metric_names import (
     PREPROCESS_SECONDS,
     QUEUE_SECONDS,
     SETTING,
+    UNKNOWN_MODEL_REQUESTS,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,21 @@ _BUCKETS = {name: _SECONDS_BUCKETS for name in _HELP} | {BATCH_ROWS: _ROWS_BUCKE
 
 
 _created: dict[str, Histogram] = {}
+_unknown: list[Counter] = []  # created at the first request for an unknown model
+
+
+def count_unknown_model() -> None:
+    """An inference request named a model or version this server does not serve. Counted in one series: MLServer
+    labels its own request metrics with the name a client sent, a series per name, unbounded (`servers.build`)."""
+    if not _unknown:
+        _unknown.append(
+            Counter(
+                UNKNOWN_MODEL_REQUESTS,
+                "Inference requests for a model or version this server does not serve (answered 404 / NOT_FOUND)",
+                registry=REGISTRY,
+            )
+        )
+    _unknown[0].inc()
 
 
 def _histogram(name: str) -> Histogram:
