@@ -106,6 +106,14 @@ class LoopbackServer:
         return self._process.pid if self._process else None
 
 
+def in_cgroup(command: list[str], cgroup: Path | None) -> list[str]:
+    """`command` started inside `cgroup` (a folder of a cgroup hierarchy: its limits hold for the command and every
+    process it starts, from its first byte); as it is without one."""
+    if cgroup is None:
+        return command
+    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *command]
+
+
 def on_cpus(command: list[str], cpus: list[int] | None) -> list[str]:
     """`command` kept to `cpus` (with its threads and children), by util-linux's taskset; as it is without `cpus`."""
     if not cpus:
@@ -125,6 +133,7 @@ class LocalServer(LoopbackServer):
     extra_env: dict[str, str] = field(default_factory=dict)
     launcher: bool = True
     cpus: list[int] | None = None  # the CPUs the server and every process it starts may run on (taskset)
+    cgroup: Path | None = None  # a cgroup folder the server runs in, limits and all (`in_cgroup`)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -153,7 +162,7 @@ class LocalServer(LoopbackServer):
                 if self.launcher
                 else mlserver_command(self.model_dir)
             )
-            command = on_cpus(command, self.cpus)
+            command = in_cgroup(on_cpus(command, self.cpus), self.cgroup)
             self._process = process = subprocess.Popen(
                 command,
                 cwd=self._workdir,

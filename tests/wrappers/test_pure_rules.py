@@ -26,7 +26,7 @@ from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingCo
 from wrappers.protocol import request_rules
 from wrappers.protocol.tensors import from_json, response_data
 from wrappers.running import planning as run_planning
-from wrappers.transport import body_rules, grpc_rules
+from wrappers.transport import body_budget, body_rules, grpc_rules
 from wrappers.transport.json_parsing import loads, parse
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -369,6 +369,9 @@ def test_only_inputs_in_shared_memory_without_data_are_given_empty_data(tensors)
         assert tensor.get("data") == ([1] if has_data else [] if in_region else None)
 
 
+LIMIT = 64 << 20  # a body limit for the rules below (the server sizes its own: body_budget)
+
+
 @FAST
 @given(st.binary(max_size=3000), st.integers(1, 3), st.sampled_from(["gzip", "deflate"]))
 def test_a_compressed_body_inflates_to_what_was_compressed_within_the_limit(data, members, encoding):
@@ -378,22 +381,66 @@ def test_a_compressed_body_inflates_to_what_was_compressed_within_the_limit(data
     else:
         body, whole = zlib.compress(data), data
     window = body_rules.zlib_window(encoding)
-    assert bytes(body_rules.inflate(body, encoding, window)) == whole
+    assert bytes(body_rules.inflate(body, encoding, window, LIMIT)) == whole
     if whole:
         with pytest.raises(body_rules.BodyError, match=f"the {encoding} body inflates past {len(whole) - 1} bytes"):
             body_rules.inflate(body, encoding, window, limit=len(whole) - 1)
         with pytest.raises(body_rules.BodyError, match="truncated|not valid"):
-            body_rules.inflate(body[:-1], encoding, window)
+            body_rules.inflate(body[:-1], encoding, window, LIMIT)
 
 
 def test_a_body_over_the_limit_is_refused_by_its_length_and_unknown_encodings_by_name():
-    body_rules.check_declared_length({"content-length": str(body_rules.MAX_BODY_BYTES)})
-    with pytest.raises(body_rules.BodyError, match="the body is over"):
-        body_rules.check_declared_length({"content-length": str(body_rules.MAX_BODY_BYTES + 1)})
+    body_rules.check_declared_length({"content-length": str(LIMIT)}, LIMIT)
+    with pytest.raises(body_rules.BodyTooLarge, match=f"the body is over {LIMIT} bytes"):
+        body_rules.check_declared_length({"content-length": str(LIMIT + 1)}, LIMIT)
     with pytest.raises(body_rules.BodyError, match="'br' is not supported; send gzip, deflate or none"):
         body_rules.zlib_window("br")
     scope = {"headers": [(b"content-encoding", b"gzip"), (b"content-length", b"9"), (b"x", b"1")]}
     assert body_rules.headers_of(body_rules.uncompressed(scope, 20)) == {"x": "1", "content-length": "20"}
+
+
+MIB = body_budget.MIB
+
+
+@pytest.mark.parametrize(
+    ("memory_limit", "resident", "configured", "admitted"),
+    [
+        (None, 300 * MIB, None, body_budget.DEFAULT_BODY_BYTES),  # no limit to size by
+        (2048 * MIB, 300 * MIB, None, 109 * MIB),  # a 2 GiB pod: (2048 - 300) / 16 MiB
+        (64 << 30, 300 * MIB, None, body_budget.DEFAULT_BODY_BYTES),  # a large node: never more than the default
+        (512 * MIB, 500 * MIB, None, body_budget.MIN_BODY_BYTES),  # nothing left: the floor, not zero
+        (2048 * MIB, 300 * MIB, "1000", 1000),  # set outright wins
+        (None, 0, " 5242880 ", 5 * MIB),
+    ],
+)
+def test_the_body_limit_follows_the_memory_left_at_the_measured_amplification(memory_limit, resident, configured, admitted):
+    assert body_budget.admitted_bytes(memory_limit, resident, configured) == admitted
+
+
+@pytest.mark.parametrize("configured", ["64M", "-1", "0", "1e6", "lots"])
+def test_a_body_limit_that_is_not_a_number_of_bytes_is_refused_naming_the_variable(configured):
+    with pytest.raises(body_budget.BodyBudgetError, match=rf"SLIPWAY_MAX_BODY_BYTES='{configured}' is not a number of bytes"):
+        body_budget.admitted_bytes(2048 * MIB, 0, configured)
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "files", "limit"),
+    [
+        ("0::/kubepods/pod1/c1\n", {"kubepods/pod1/c1/memory.max": "2147483648\n"}, 2 << 30),  # v2
+        ("0::/\n", {"memory.max": "max\n"}, None),  # v2, no limit
+        ("9:memory:/slipway\n1:cpu:/\n", {"memory/slipway/memory.limit_in_bytes": "1073741824\n"}, 1 << 30),  # v1
+        ("9:memory:/\n", {"memory/memory.limit_in_bytes": "9223372036854771712\n"}, None),  # v1, no limit
+        ("0::/a\n", {"unified/a/memory.max": "4096\n"}, 4096),  # hybrid: v2 under unified/
+        ("0::/gone\n", {}, None),  # unreadable: none
+    ],
+)
+def test_the_memory_limit_is_read_from_this_process_own_cgroup(tmp_path, cgroup, files, limit):
+    (tmp_path / "cgroup").write_text(cgroup)
+    for relative, text in files.items():
+        path = tmp_path / "fs" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert body_budget.memory_limit(tmp_path / "cgroup", tmp_path / "fs") == limit
 
 
 # -- raw gRPC contents --------------------------------------------------------------------------

@@ -5,9 +5,10 @@ loop: 1.5 MB of gzip held every request of the server for 17 s and took 3 GB, on
 and on any other that takes a body (the model repository's, custom endpoints such as shared-memory
 registration). Deflate they do not read at all.
 
-One layer in front of MLServer's router, inside its error handlers, takes each body first: past
-`MAX_BODY_BYTES` (by its Content-Length, before a byte is read; else as its bytes arrive, never
-holding the rest) it answers HTTP 400 naming the limit. A compressed body (`Content-Encoding: gzip`
+One layer in front of MLServer's router, inside its error handlers, takes each body first: past the
+limit `wrappers.transport.body_budget` sizes at each load (by its Content-Length, before a byte is read; else as
+its bytes arrive, never holding the rest) it answers HTTP 413 naming the limit. A body over a quarter of the limit
+waits for the one before it to be answered, so that two large ones never stack their decoding peaks. A compressed body (`Content-Encoding: gzip`
 or `deflate`, `tritonclient.http`'s `request_compression_algorithm`) is inflated on a worker thread,
 in steps, up to the same limit, and the route behind sees it as if it had been sent uncompressed.
 The rules themselves (limit, encodings, inflating) are `wrappers.transport.body_rules`, which has no MLServer import.
@@ -17,15 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from mlserver.errors import InferenceError
+from mlserver.errors import InferenceError, MLServerError
 
 from wrappers.mlserver_compat.rest_app import check_router_layer, mlserver_rest_apps, wrap_router
+from wrappers.transport import body_budget
 from wrappers.transport.body_rules import (
-    MAX_BODY_BYTES,
     BodyError,
+    BodyTooLarge,
     check_declared_length,
     inflate,
     over_the_limit,
@@ -38,15 +41,36 @@ logger = logging.getLogger(__name__)
 
 _WITHOUT_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
 # Bodies inflate on these threads (zlib lets go of the GIL), so a big one stalls no other request; two at a time
-# keep what compressed requests can make the server hold to twice MAX_BODY_BYTES. Others wait their turn.
+# keep what compressed requests can make the server hold to twice the limit. Others wait their turn.
 _inflaters = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-inflate")
+LARGE_SHARE = 4  # a body over 1/LARGE_SHARE of the limit is large: large ones are answered one at a time
+
+
+class _Limit:
+    bytes = body_budget.DEFAULT_BODY_BYTES  # sized again at each model's load (`install`)
+    large: asyncio.Semaphore | None = None  # made on the event loop, at the first large body
 
 
 def install() -> None:
-    """Put the layer in front of the router of each MLServer REST app in this process (once per app)."""
+    """Size the limit for this process as it now is, and put the layer in front of the router of each MLServer
+    REST app in this process (once per app). BodyBudgetError for a SLIPWAY_MAX_BODY_BYTES that is not a size."""
     check_router_layer()  # also where no app runs here (a worker process): a moved target fails every load alike
+    _Limit.bytes = body_budget.sized_here()
+    logger.info(
+        "REST bodies admitted up to %d MiB (%s=%s; memory limit %s, %d MiB held now)",
+        _Limit.bytes >> 20,
+        body_budget.BODY_LIMIT_ENV,
+        os.environ.get(body_budget.BODY_LIMIT_ENV, "unset"),
+        f"{limit >> 20} MiB" if (limit := body_budget.memory_limit()) else "none",
+        body_budget.resident_bytes() >> 20,
+    )
     for app in mlserver_rest_apps():
         wrap_router(app, BoundedBodies)
+
+
+def limit() -> int:
+    """The largest body this process admits now."""
+    return _Limit.bytes
 
 
 class BoundedBodies:
@@ -60,12 +84,18 @@ class BoundedBodies:
             await self.app(scope, receive, send)
             return
         headers = headers_of(scope)
-        body = await read_body(receive, headers)
+        body = await read_body(receive, headers, _Limit.bytes)
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":
-            body = await _inflated(body, encoding)
+            body = await _inflated(body, encoding, _Limit.bytes)
             scope = uncompressed(scope, len(body))
-        await self.app(scope, replaying(body, receive), send)
+        if len(body) * LARGE_SHARE <= _Limit.bytes:
+            await self.app(scope, replaying(body, receive), send)
+            return
+        if _Limit.large is None:
+            _Limit.large = asyncio.Semaphore(1)
+        async with _Limit.large:  # its decoding peak is a multiple of its size: one such at a time
+            await self.app(scope, replaying(body, receive), send)
 
 
 def replaying(body: bytes, receive):
@@ -82,28 +112,35 @@ def replaying(body: bytes, receive):
     return replay
 
 
-async def read_body(receive, headers: dict[str, str]) -> bytes:
-    """The whole body; past MAX_BODY_BYTES, HTTP 400 before the rest is read (by Content-Length, before any)."""
+def _refusal(err: BodyError) -> MLServerError:
+    """What MLServer's error handler answers for a refused body: 413 for its size, 400 for its encoding."""
+    if isinstance(err, BodyTooLarge):
+        return MLServerError(str(err), status_code=413)
+    return InferenceError(str(err))
+
+
+async def read_body(receive, headers: dict[str, str], limit: int) -> bytes:
+    """The whole body; past `limit`, HTTP 413 before the rest is read (by Content-Length, before any)."""
     try:
-        check_declared_length(headers)
+        check_declared_length(headers, limit)
     except BodyError as err:
-        raise InferenceError(str(err)) from None
+        raise _refusal(err) from None
     chunks, size = [], 0
     while True:
         message = await receive()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise InferenceError(str(over_the_limit("the body is over")))
+        if size > limit:
+            raise _refusal(over_the_limit("the body is over", limit))
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
-async def _inflated(body: bytes, encoding: str) -> bytes | bytearray:
-    """The body inflated on a worker thread; HTTP 400 (by MLServer's error handler) for what `inflate` refuses."""
+async def _inflated(body: bytes, encoding: str, limit: int) -> bytes | bytearray:
+    """The body inflated on a worker thread; HTTP 413 or 400 (by MLServer's error handler) for what `inflate` refuses."""
     try:
         window = zlib_window(encoding)
-        return await asyncio.get_running_loop().run_in_executor(_inflaters, inflate, body, encoding, window)
+        return await asyncio.get_running_loop().run_in_executor(_inflaters, inflate, body, encoding, window, limit)
     except BodyError as err:
-        raise InferenceError(str(err)) from None
+        raise _refusal(err) from None

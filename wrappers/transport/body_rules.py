@@ -1,25 +1,26 @@
 """The rules for a REST request body, as functions of headers and bytes (no server): its size and its encoding.
 
-A body may hold at most `MAX_BODY_BYTES`, sent or inflated; a compressed one (gzip, deflate) is inflated in
-steps, so a body claiming more than the limit is refused having made no more, and a truncated or trailing
-stream is refused too. Each refusal is a `BodyError` whose message says what to send; `wrappers.transport.body_layer`
-applies the rules in front of MLServer's routes and answers HTTP 400.
+A body may hold at most the server's limit (`wrappers.transport.body_budget` sizes it), sent or inflated; a
+compressed one (gzip, deflate) is inflated in steps, so a body claiming more than the limit is refused having made
+no more, and a truncated or trailing stream is refused too. Each refusal is a `BodyError` whose message says what
+to send (`BodyTooLarge` for the limit); `wrappers.transport.body_layer` applies the rules in front of MLServer's
+routes and answers HTTP 413 or 400.
 """
 
 from __future__ import annotations
 
 import zlib
 
-# The largest REST body the server reads, as sent and, compressed, as inflated: a few kilobytes of gzip can claim
-# gigabytes, and a body is held whole. 256 MiB holds a batch of 64 224x224x3 images as V2 JSON text (about 120 MB)
-# with room to spare; bigger requests are split, or send their tensors in shared memory.
-MAX_BODY_BYTES = 256 << 20
 INFLATE_STEP = 4 << 20  # inflated per zlib call: one step's copy holds the GIL briefly, whatever the body claims
 ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 class BodyError(ValueError):
     """The body is too large, or not valid in its encoding; the message says what to send."""
+
+
+class BodyTooLarge(BodyError):
+    """The body is over the limit, sent or inflated (HTTP 413)."""
 
 
 def headers_of(scope: dict) -> dict[str, str]:
@@ -30,19 +31,19 @@ def headers_of(scope: dict) -> dict[str, str]:
     return headers
 
 
-def over_the_limit(what: str, limit: int = MAX_BODY_BYTES) -> BodyError:
+def over_the_limit(what: str, limit: int) -> BodyTooLarge:
     """The refusal of a body past the limit, sent or inflated, saying what fits."""
-    return BodyError(
-        f"{what} {limit} bytes ({limit >> 20} MiB), the most this server reads; send fewer rows "
-        "per request, or (from the same host) the tensors in shared memory"
+    return BodyTooLarge(
+        f"{what} {limit} bytes ({limit >> 20} MiB), the most this server reads; send fewer rows per request, the "
+        "tensors as binary data (tritonclient's default) or, from the same host, in shared memory"
     )
 
 
-def check_declared_length(headers: dict[str, str]) -> None:
+def check_declared_length(headers: dict[str, str], limit: int) -> None:
     """Refuse by Content-Length, before a byte is read."""
     length = headers.get("content-length", "")
-    if length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise over_the_limit("the body is over")
+    if length.isdigit() and int(length) > limit:
+        raise over_the_limit("the body is over", limit)
 
 
 def zlib_window(encoding: str) -> int:
@@ -53,7 +54,7 @@ def zlib_window(encoding: str) -> int:
     return window
 
 
-def inflate(body: bytes, encoding: str, window: int, limit: int = MAX_BODY_BYTES) -> bytearray:
+def inflate(body: bytes, encoding: str, window: int, limit: int) -> bytearray:
     """Inflate in steps, so that a body claiming more than `limit` is refused having made no more.
     A gzip body may hold several members, as `gzip.decompress` (MLServer's way) reads them."""
     inflated, pending, inflater = bytearray(), body, zlib.decompressobj(window)

@@ -21,7 +21,7 @@ It also serves what MLServer cannot: Triton's binary tensor extension (`wrappers
 `tritonclient.http`'s default, where tensors travel as bytes after a JSON header. A request
 that breaks that extension's rules gets HTTP 400 saying how.
 
-Bodies arrive here within `MAX_BODY_BYTES` and uncompressed: `wrappers.transport.body_layer` reads them
+Bodies arrive here within the server's limit and uncompressed: `wrappers.transport.body_layer` reads them
 first, for every route.
 """
 
@@ -36,7 +36,7 @@ from wrappers.mlserver_compat import rest_app as mlserver_rest
 from wrappers.operations.loaded_models import LoadedModels
 from wrappers.protocol import binary_data
 from wrappers.transport import rest_json
-from wrappers.transport.body_layer import headers_of, read_body, replaying
+from wrappers.transport.body_layer import headers_of, limit, read_body, replaying
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class FastInferRoute:
         if name not in fast_models or not (binary or _is_json(headers)):
             await self._mlserver_route.handle(scope, receive, send)
             return
-        body = await read_body(receive, headers)  # what the layer hands on: one message, within the limit
+        body = await read_body(receive, headers, limit())  # what the layer hands on: one message, within the limit
         payload = _payload(body, headers, binary)
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
