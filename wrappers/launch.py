@@ -92,9 +92,10 @@ def _use_the_guard_and_count_models(folder: Path) -> int:
 
 async def _serve(folder: Path, expected: int, ready_file: Path | None, transport: str) -> None:
     from wrappers import repository_api
-    from wrappers.mlserver_compat import IncompatibleMLServer, servers
+    from wrappers.mlserver_compat import IncompatibleMLServer, connections, servers
     from wrappers.operations import metrics
     from wrappers.transport import body_budget
+    from wrappers.transport.connection_rules import ConnectionLimits
 
     try:
         repository_api.install()  # before MLServer builds anything; MLServer's repository class calls it too
@@ -107,6 +108,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
         if settings.load_models_at_startup:  # else MLServer lists none, and loads them when asked
             _check_models(folder, models, expected)
         _check_ports(settings)
+        connections.limit_http_connections(ConnectionLimits.from_env())  # every uvicorn server MLServer starts
         if settings.grpc_max_message_length is None:  # grpc's own receive limit, 4 MiB, refuses a single image batch
             settings.grpc_max_message_length = body_budget.sized_here()  # REST bodies' budget; MLSERVER_GRPC_MAX_... wins
         server = servers.build(settings, on_unknown_model=metrics.count_unknown_model)

@@ -316,6 +316,13 @@ def shared_ports():
     del uvicorn.Server.startup
     shared_ports.share_uvicorn_ports()
 
+def connection_limits():
+    from uvicorn.protocols.http import httptools_impl
+    from wrappers.mlserver_compat import connections
+    from wrappers.transport.connection_rules import ConnectionLimits
+    del httptools_impl.HttpToolsProtocol.on_headers_complete
+    connections.limit_http_connections(ConnectionLimits())
+
 def model_context():
     from mlserver import context
     del context.model_name_var
@@ -356,6 +363,10 @@ TARGETS = {
     "data_plane": ("server built and started by the launcher", "mlserver.handlers.DataPlane.infer_stream"),
     "shared_ports": ("ports shared by several front ends", "uvicorn.Server.startup"),
     "model_context": ("model context in log lines", "mlserver.context.model_name_var"),
+    "connection_limits": (
+        "HTTP connection limits",
+        "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol.on_headers_complete",
+    ),
 }
 
 

@@ -100,6 +100,7 @@ def extension_points() -> dict[str, Callable[[], object]]:
     Imported here, not at the top: the gRPC checks import MLServer's V2 protos, which clash with tritonclient's
     in one process, and most of Slipway never needs them."""
     from wrappers.mlserver_compat import (
+        connections,
         grpc_path,
         grpc_threads,
         model,
@@ -125,6 +126,7 @@ def extension_points() -> dict[str, Callable[[], object]]:
         "model repository guard": repository.check_guard_points,
         "model repository routes": repository.check_repository_routes,
         "ports shared by several front ends": shared_ports.check_shared_ports,
+        "HTTP connection limits": connections.check_connection_points,
         "model context in log lines": model_context.check_model_context,
     }
 
