@@ -15,7 +15,7 @@ from typing import Any
 from mlserver.cli import serve as mlserver_cli
 from mlserver.errors import ModelNotFound
 from mlserver.grpc import server as grpc_server
-from mlserver.handlers import DataPlane
+from mlserver.handlers.dataplane import DataPlane
 from mlserver.registry import MultiModelRegistry
 from mlserver.server import MLServer
 
