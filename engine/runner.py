@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -29,11 +30,12 @@ class SessionRunner:
         self.fixed_outputs = session.get_provider_options().get(CUDA, {}).get("enable_cuda_graph") == "1"
         self._local = threading.local()  # device buffers per inference thread: runs may overlap
         self._graph_lock = threading.Lock() if self.fixed_outputs else None
-        self._graph_bindings: dict[tuple, _DeviceBinding] = {}  # a captured graph's buffers, one set per session
+        self._graph_bindings: dict[tuple[Any, ...], _DeviceBinding] = {}  # a captured graph's buffers, one set per session
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         if not self.uses_io_binding:
-            return self.session.run(output_names, feeds)
+            outputs: list[np.ndarray] = self.session.run(output_names, feeds)
+            return outputs
         if self.device != "cpu":
             return self._run_on_device(output_names, feeds)
         binding = self.session.io_binding()
@@ -42,7 +44,8 @@ class SessionRunner:
         for name in output_names:
             binding.bind_output(name)
         self.session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()
+        copied: list[np.ndarray] = binding.copy_outputs_to_cpu()
+        return copied
 
     def parts(self) -> tuple[SessionRunner, ...]:
         """This runner alone (a `wrappers.running.width.WidthRunner` has two): what warm-up runs on each thread."""
@@ -55,7 +58,7 @@ class SessionRunner:
             return self._bound_run(self._graph_bindings, output_names, feeds)
 
     def _bound_run(
-        self, bindings: dict[tuple, _DeviceBinding], output_names: list[str], feeds: dict[str, np.ndarray]
+        self, bindings: dict[tuple[Any, ...], _DeviceBinding], output_names: list[str], feeds: dict[str, np.ndarray]
     ) -> list[np.ndarray]:
         key = (tuple(output_names), tuple((name, array.shape, array.dtype.str) for name, array in feeds.items()))
         bound = bindings.get(key)
@@ -71,7 +74,7 @@ class SessionRunner:
                 for name in output_names:
                     bound.binding.bind_output(name, self.device, self.device_id)
         self.session.run_with_iobinding(bound.binding)
-        outputs = bound.binding.copy_outputs_to_cpu()
+        outputs: list[np.ndarray] = bound.binding.copy_outputs_to_cpu()
         if self.fixed_outputs and not bound.outputs_fixed:
             for name, value in zip(output_names, bound.binding.get_outputs()):
                 bound.binding.bind_ortvalue_output(name, value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
 import onnxruntime as ort
 
@@ -14,7 +15,7 @@ logger = logging.getLogger(__name__)
 
 
 def with_tensorrt_cache(
-    settings: RuntimeSettings, *, model: str, digest: str, environ: dict[str, str] | os._Environ = os.environ
+    settings: RuntimeSettings, *, model: str, digest: str, environ: Mapping[str, str] = os.environ
 ) -> RuntimeSettings:
     """The settings with TensorRT's caches under `$SLIPWAY_TENSORRT_CACHE_DIR`, where the deployment sets it.
 

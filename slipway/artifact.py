@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -169,7 +170,7 @@ def pinned_digest(model: str, version: str | None, environ: Mapping[str, str] = 
     return pins.get(model)
 
 
-def load_input_example(folder: Path) -> tuple[dict, dict, object]:
+def load_input_example(folder: Path) -> tuple[dict[str, Any], dict[str, Any], object]:
     """The artifact's input example: (inputs by name, expected outputs by name, labels or None)."""
     import numpy as np
 

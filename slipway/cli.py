@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -60,7 +60,13 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line naming the flag and pointing at `--help`, not the whole usage text,
     and `--help` shows every default."""
 
-    def __init__(self, *args, prog: str | None = None, formatter_class=DefaultsHelpFormatter, **kwargs) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        prog: str | None = None,
+        formatter_class: type[argparse.HelpFormatter] = DefaultsHelpFormatter,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, prog=renamed_prog(prog), formatter_class=formatter_class, **kwargs)  # type: ignore[misc]
 
     def error(self, message: str) -> NoReturn:

@@ -87,7 +87,7 @@ class LoopbackServer:
     ready_timeout_s: float = READY_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def http_url(self) -> str:
@@ -178,7 +178,7 @@ class LocalServer(LoopbackServer):
             raise
         return self
 
-    def _wait_ready(self, process: subprocess.Popen) -> None:
+    def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
         waiting = list(self.models)
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from slipway import atomic
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def pyplot():
+
+def pyplot() -> ModuleType:
     """`matplotlib.pyplot` on the Agg backend (no display needed, CI included)."""
     import matplotlib
 
@@ -21,7 +26,7 @@ def pyplot():
     return plt
 
 
-def save_png(figure, path: Path, *, dpi: int = 110) -> None:
+def save_png(figure: Figure, path: Path, *, dpi: int = 110) -> None:
     """Lay out, render and atomically write `figure` as a PNG, then free it."""
     import matplotlib.pyplot as plt
 

@@ -11,7 +11,7 @@ def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def port_in_use(port: int) -> bool:

@@ -10,6 +10,11 @@ where it says, else the graph (the type QuantizeLinear quantizes to, float16 wei
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
+
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,7 +53,7 @@ class Numerics:
             return True
         return None if self.int8_format is None else self.int8_format == S8S8
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -85,7 +90,7 @@ def _from_variant_file(path: Path) -> Numerics | None:
     return Numerics(lineage["precision"], int8_format, variant, VARIANT_FILE)
 
 
-def graph_numerics(model) -> tuple[str, str | None]:
+def graph_numerics(model: onnx.ModelProto) -> tuple[str, str | None]:
     """(precision, int8 format) of an ONNX graph: int8 where it quantizes, U8S8 where anything is quantized to
     uint8 (the activations of ONNX Runtime's CPU flavour), fp16 where weights are float16, else fp32."""
     from onnx import TensorProto

@@ -47,7 +47,9 @@ def resources_op(
     return {"op": "replace", "path": f"{CONTAINER}/resources", "value": {"requests": requests, "limits": limits}}
 
 
-def hpa_ops(*, metrics: list[dict] | None = None, min_replicas: int | None = None, max_replicas: int | None = None) -> list[dict]:
+def hpa_ops(
+    *, metrics: list[dict[str, Any]] | None = None, min_replicas: int | None = None, max_replicas: int | None = None
+) -> list[dict[str, Any]]:
     ops = []
     if min_replicas is not None:
         ops.append({"op": "replace", "path": f"{COMPONENT}/hpaSpec/minReplicas", "value": int(min_replicas)})
@@ -58,7 +60,7 @@ def hpa_ops(*, metrics: list[dict] | None = None, min_replicas: int | None = Non
     return ops
 
 
-def container_utilization_metric(resource: str, percent: int, container: str = MODEL_CONTAINER) -> dict:
+def container_utilization_metric(resource: str, percent: int, container: str = MODEL_CONTAINER) -> dict[str, Any]:
     """An HPA target on one container's usage over its own request (`ContainerResource`): the model container's,
     which `python -m deployments render` pins per predictor; `--hpa-metric-source pod` turns it into `Resource`."""
     return {
@@ -71,11 +73,11 @@ def container_utilization_metric(resource: str, percent: int, container: str = M
     }
 
 
-def cpu_utilization_metric(percent: int, container: str = MODEL_CONTAINER) -> dict:
+def cpu_utilization_metric(percent: int, container: str = MODEL_CONTAINER) -> dict[str, Any]:
     return container_utilization_metric("cpu", percent, container)
 
 
-def pods_metric(name: str, average_value: float) -> dict:
+def pods_metric(name: str, average_value: float) -> dict[str, Any]:
     """A per-pod custom metric (served by prometheus-adapter), e.g. requests per second."""
     return {
         "type": "Pods",
@@ -83,7 +85,7 @@ def pods_metric(name: str, average_value: float) -> dict:
     }
 
 
-def env_op(env: list[dict] | None, name: str, value: str) -> list[dict]:
+def env_op(env: list[dict[str, Any]] | None, name: str, value: str) -> list[dict[str, Any]]:
     """Set one container env var: test-and-replace where the base defines it (a changed base then fails
     loudly in kustomize instead of patching the wrong entry), append otherwise."""
     for index, item in enumerate(env or []):
@@ -96,7 +98,7 @@ def env_op(env: list[dict] | None, name: str, value: str) -> list[dict]:
     return [{"op": "add", "path": f"{CONTAINER}/env/-", "value": {"name": name, "value": value}}]
 
 
-def write_overlay(out_dir: Path, ops: list[dict], *, base: Path, comment: str) -> tuple[Path, Path]:
+def write_overlay(out_dir: Path, ops: list[dict[str, Any]], *, base: Path, comment: str) -> tuple[Path, Path]:
     """Write `patch.yaml` (the operations, with `comment` on top) and a `kustomization.yaml` that
     applies them to the SeldonDeployment of `base` (an overlay folder); returns both paths."""
     import yaml
@@ -123,7 +125,7 @@ def _relative(target: Path, start: Path) -> str:
     return os.path.relpath(Path(target).resolve(), Path(start).resolve())
 
 
-def base_container_env(base: Path) -> list[dict]:
+def base_container_env(base: Path) -> list[dict[str, Any]]:
     """The model container's env in a base SeldonDeployment YAML (empty if it cannot be read)."""
     import yaml
 
@@ -131,7 +133,10 @@ def base_container_env(base: Path) -> list[dict]:
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == KIND:
                 try:
-                    return doc["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0].get("env", [])
+                    env: list[dict[str, Any]] = doc["spec"]["predictors"][0]["componentSpecs"][0]["spec"]["containers"][0].get(
+                        "env", []
+                    )
+                    return env
                 except (KeyError, IndexError, TypeError):
                     return []
     return []

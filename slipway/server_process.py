@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from slipway.paths import PROJECT_ROOT
 
@@ -89,7 +90,7 @@ def failure_reason(failure_file: Path, status: int | None) -> str:
     return f"it exited with status {status} without saying why" if status else "it stopped by itself"
 
 
-def stop_process_group(process: subprocess.Popen | None) -> None:
+def stop_process_group(process: subprocess.Popen[Any] | None) -> None:
     """SIGTERM the process group of a process started in a session of its own, by its PID, then SIGKILL
     if it will not go."""
     if process is None or process.poll() is not None:

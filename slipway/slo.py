@@ -96,7 +96,7 @@ class Breach:
         name = self.limit.removesuffix("_ms")
         return f"{name} latency {self.measured:.1f} ms > {self.limit} {self.allowed:g} (over by {self.by:.1f} ms{relative})"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "by": self.by, "message": self.message()}
 
 
@@ -116,7 +116,7 @@ class Verdict:
     def lines(self) -> list[str]:
         return [breach.message() for breach in self.breaches]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "limits": self.slo.model_dump(exclude_none=True),
             "passed": self.passed,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 from slipway.reports import read_report
@@ -61,7 +63,7 @@ def summary_table() -> Table:
     return table
 
 
-def _manifests_text(manifests: dict) -> str:
+def _manifests_text(manifests: dict[str, Any]) -> str:
     """What was rendered and how far it was validated: checks skipped (no CRD schema here) are counted too."""
     validation = manifests["validation"]
     skipped = f", {len(validation['skipped'])} skipped" if validation.get("skipped") else ""

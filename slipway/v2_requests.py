@@ -20,7 +20,7 @@ from slipway.v2_wire import BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, BYTE_SIZE, OFF
 def json_request(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """A V2 REST request body as a dict, data flattened row-major as `tritonclient.http` sends it."""
 
-    def values(array: np.ndarray) -> list:
+    def values(array: np.ndarray) -> list[Any]:
         if array.dtype.kind in "OSU":
             return [item.decode() if isinstance(item, bytes) else str(item) for item in array.ravel()]
         return array.ravel().tolist()
@@ -72,4 +72,5 @@ def grpc_request(
             tensor.parameters[REGION].string_param = where.region
             tensor.parameters[OFFSET].int64_param = where.offset
             tensor.parameters[BYTE_SIZE].int64_param = where.byte_size
-    return request.SerializeToString()
+    serialized: bytes = request.SerializeToString()
+    return serialized
