@@ -88,3 +88,15 @@ def test_the_internals_page_carries_every_engine_and_wrappers_module_docstring(s
         assert path.relative_to(PROJECT_ROOT).as_posix() in page, path
         first_words = re.sub(r"[`*]", "", docstring.split("\n")[0])[:40]
         assert first_words in page, (path.name, first_words)
+
+
+def test_every_plot_kept_in_git_is_shown_on_a_page(site):
+    """A committed plot (reports/*.png) is shown where its figures are discussed, from the one copy in reports/."""
+    kept = subprocess.run(["git", "ls-files", "reports/*.png"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True)
+    names = [Path(line).name for line in kept.stdout.split()]
+    assert names, "no plot is kept in git"
+    pages = "".join(path.read_text() for path in site.rglob("index.html"))
+    hidden = [name for name in names if f"assets/{name}" not in pages]
+    assert not hidden, f"plots named but shown on no page (add ![...](assets/NAME) where they are discussed): {hidden}"
+    for name in names:
+        assert (site / "assets" / name).is_file(), name
