@@ -151,6 +151,7 @@ def arrays_from_metadata(inputs: list[dict], batch_size: int, seed: int = 0) -> 
             )
         _check_values(name, shape)
         dtype = NUMERIC_DTYPES[datatype]
+        array: np.ndarray
         if dtype.kind == "f":
             array = rng.random(shape).astype(dtype)
         elif dtype.kind == "b":

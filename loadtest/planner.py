@@ -19,8 +19,9 @@ class StagePlanner:
 
     def __init__(self, spec: ShapeSpec):
         self.spec = spec
-        self.levels = spec.step_users() if spec.kind == "step" else None
-        self.fixed = None if spec.kind == "step" else spec.fixed_stages()
+        # The step shape's users, step by step (it has no fixed stages); every other shape's stages, fixed up front.
+        self.levels: list[int] = spec.step_users() if spec.kind == "step" else []
+        self.fixed: list[Stage] | None = None if spec.kind == "step" else spec.fixed_stages()
         self.stop_reason = ""
 
     def next_stage(self, done: list[StepFigures]) -> Stage | None:

@@ -53,11 +53,12 @@ def shape_findings(kind: str, run: LoadRun) -> dict[str, Any]:
         }
     if kind == "soak" and len(steps) >= 2:
         first, last = steps[0], steps[-1]
+        p95s = [step.p95_ms for step in steps if step.p95_ms is not None]  # a window whose histogram counted nothing has none
         return {
             "windows": len(steps),
             "p95_drift": _ratio(last.p95_ms, first.p95_ms),
             "rps_drift": _ratio(last.rps, first.rps),
-            "p95_ms_range": [min(s.p95_ms for s in steps), max(s.p95_ms for s in steps)],
+            "p95_ms_range": [min(p95s), max(p95s)] if p95s else None,
         }
     return {}
 

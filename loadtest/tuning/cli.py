@@ -6,9 +6,13 @@ import argparse
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slipway.cli import UserError, console, one_line
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, REPORTS_DIR
+
+if TYPE_CHECKING:
+    from loadtest.tuning.machine import Provider
 
 EXIT_CHECK_FAILED = 1
 
@@ -191,7 +195,7 @@ def add_commands(commands) -> None:
         parser.set_defaults(func=func)
 
 
-def _providers_here(args: argparse.Namespace) -> tuple[list[str], list[bool], list[str]]:
+def _providers_here(args: argparse.Namespace) -> tuple[list[Provider], list[bool], list[str]]:
     """(providers, CUDA graph choices, report lines): GPU providers this machine lacks refused, or skipped under auto."""
     from loadtest.tuning.machine import MachineError, available_providers, gpu_name, resolve_providers
 

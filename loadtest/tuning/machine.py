@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from typing import Literal, get_args
 
+Provider = Literal["cpu", "cuda", "tensorrt"]  # where a tuned graph runs
+PROVIDERS: tuple[Provider, ...] = get_args(Provider)
 ORT_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
-GPU_PROVIDERS = ("cuda", "tensorrt")
+GPU_PROVIDERS: tuple[Provider, ...] = ("cuda", "tensorrt")
 AUTO = "auto"
 
 
 class MachineError(ValueError):
     """A provider asked for that this machine cannot run; the message names what is missing."""
+
+
+def provider_named(name: str) -> Provider:
+    """`name` as a provider; MachineError naming the choices when it is none of them."""
+    for provider in PROVIDERS:
+        if provider == name:
+            return provider
+    raise MachineError(f"{name!r} is not an execution provider: choose from {', '.join(PROVIDERS)}")
 
 
 def gpu_name() -> str | None:
@@ -52,7 +63,7 @@ def missing_for(provider: str, available: list[str], gpu: str | None) -> str | N
     return None
 
 
-def resolve_providers(requested: list[str], available: list[str], gpu: str | None) -> tuple[list[str], list[str]]:
+def resolve_providers(requested: list[str], available: list[str], gpu: str | None) -> tuple[list[Provider], list[str]]:
     """(providers to tune, report lines): `auto` is every GPU provider this machine runs, else the CPU; an explicit
     GPU provider this machine cannot run is refused."""
     if requested == [AUTO]:
@@ -65,10 +76,11 @@ def resolve_providers(requested: list[str], available: list[str], gpu: str | Non
         return (kept or ["cpu"]), notes + ([] if kept else ["providers auto: tuning on the CPU only"])
     if AUTO in requested:
         raise MachineError("--providers auto stands alone: give auto, or a list from cpu, cuda, tensorrt")
-    for provider in requested:
+    providers = [provider_named(name) for name in requested]
+    for provider in providers:
         if missing := missing_for(provider, available, gpu):
             raise MachineError(
                 f"--providers {provider}: this machine lacks {missing}; tune it on a GPU machine, "
                 "or give --providers auto to tune what is here"
             )
-    return list(requested), []
+    return providers, []

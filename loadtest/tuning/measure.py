@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from loadtest.config import LoadJob, ShapeSpec, parse_host
+from loadtest.config import Protocol as WireProtocol
 from loadtest.tuning.space import SearchSpace, ServingConfig, apply_config
 from slipway.slo import Slo
 
@@ -110,7 +111,7 @@ class LiveMeasurer:
         *,
         step_s: float = 3,
         max_users: int = 16,
-        protocol: str = "rest",
+        protocol: WireProtocol = "rest",
         workdir: Path | None = None,
         show_progress: bool = True,
     ):

@@ -28,20 +28,16 @@ OVERLAY_DIR = PROJECT_ROOT / "deployments" / "overlays" / "cpu"  # what the tune
 
 def pareto_front(measurements: list[Measurement]) -> list[Measurement]:
     """Feasible configs no other beats on both throughput (higher) and p95 (lower)."""
-    feasible = [m for m in measurements if m.feasible and m.p95_ms is not None]
-    return sorted(
-        (
-            m
-            for m in feasible
-            if not any(
-                o.capacity_rps >= m.capacity_rps
-                and o.p95_ms <= m.p95_ms
-                and (o.capacity_rps > m.capacity_rps or o.p95_ms < m.p95_ms)
-                for o in feasible
-            )
-        ),
-        key=lambda m: m.p95_ms,
-    )
+    feasible = [(m, m.p95_ms) for m in measurements if m.feasible and m.p95_ms is not None]
+    front = [
+        (m, p95)
+        for m, p95 in feasible
+        if not any(
+            o.capacity_rps >= m.capacity_rps and o_p95 <= p95 and (o.capacity_rps > m.capacity_rps or o_p95 < p95)
+            for o, o_p95 in feasible
+        )
+    ]
+    return [m for m, _ in sorted(front, key=lambda pair: pair[1])]
 
 
 def deployment_advice(best: Measurement, *, hpa_metric: str = "cpu", busy_waiting: list[str] | None = None) -> dict[str, Any]:

@@ -13,18 +13,32 @@ import json
 import math
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from loadtest.tuning.machine import Provider
 from slipway.reports import read_report
+
+
+class KnownGood(TypedDict, total=False):
+    """A known-good setting: the `ServingConfig` fields it sets (the variant and provider come from the space)."""
+
+    parallel_workers: int
+    max_batch_size: int
+    max_batch_time_ms: float
+    intra_op_threads: int
+    inter_op_threads: int
+    inference_threads: int
+    max_batch_rows: int
+
 
 # What is already known to serve well on few cores (DESIGN.md, the wrappers issue): everything in
 # one process, one intra-op thread, no batching window at low load; and, where the space has run
 # slots (models that run on inference threads, such as MobileNetV2), two single-threaded slots
 # merging up to 4 rows (the tuner's best per core for MobileNetV2 on 2 cores; four slots, which
 # `make bench` uses, served as much within 2%).
-KNOWN_GOOD = [
+KNOWN_GOOD: list[KnownGood] = [
     {"parallel_workers": 0, "max_batch_size": 1, "intra_op_threads": 1, "inter_op_threads": 1},
     {"parallel_workers": 0, "max_batch_size": 8, "max_batch_time_ms": 1, "intra_op_threads": 1, "inter_op_threads": 1},
     {
@@ -38,7 +52,6 @@ KNOWN_GOOD = [
 ]
 TUNABLE_VARIANTS = ("fp32", "int8")
 GPU_VARIANTS = ("fp32", "fp16", "int8")  # the precisions a GPU space searches (export --target gpu makes S8S8 int8)
-Provider = Literal["cpu", "cuda", "tensorrt"]
 PROVIDER_LISTS = {"cuda": ["CUDAExecutionProvider"], "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider"]}
 # The smallest value each dimension's choices may take, and whether it must be strictly above it.
 CHOICE_FLOORS = {
@@ -209,19 +222,20 @@ class SearchSpace(BaseModel):
 
     def grid(self) -> list[ServingConfig]:
         """Every configuration of the space, each once."""
-        configs = []
-        for variant, workers, size, intra, inter, slots, rows, provider, buckets, graph, frontends in itertools.product(
+        configs: list[ServingConfig] = []
+        # A product of two products, in the order one product of all eleven dimensions takes: typeshed types a product
+        # of up to six iterables item by item, and past that as one union of every dimension's type.
+        first_six = itertools.product(
             self.variants,
             self.parallel_workers,
             self.max_batch_size,
             self.intra_op_threads,
             self.inter_op_threads,
             self.inference_threads,
-            self.max_batch_rows,
-            self.providers,
-            self.batch_buckets,
-            self.cuda_graphs,
-            self.frontends,
+        )
+        for (variant, workers, size, intra, inter, slots), (rows, provider, buckets, graph, frontends) in itertools.product(
+            first_six,
+            itertools.product(self.max_batch_rows, self.providers, self.batch_buckets, self.cuda_graphs, self.frontends),
         ):
             graph = graph and provider == "cuda" and bool(buckets)  # a CUDA graph: the cuda provider, fixed shapes
             windows = self.max_batch_time_ms if size > 1 else [0]

@@ -1,5 +1,7 @@
 """Shapes, step figures and the saturation rule, on figures with known answers (no Locust running)."""
 
+import dataclasses
+
 import pytest
 
 from loadtest.config import ConfigError, ShapeSpec, build_shape, parse_host
@@ -136,3 +138,22 @@ def test_hosts_with_seldon_ingress_prefix():
 def test_bad_hosts_say_what_to_send(host, protocol, message):
     with pytest.raises(ConfigError, match=message):
         parse_host(host, protocol=protocol, model="m")
+
+
+def test_soak_findings_range_over_the_windows_that_measured_a_p95():
+    from loadtest.report import shape_findings
+    from loadtest.run import LoadResult, LoadRun
+
+    aggregate = LoadResult(users=3, duration_s=12, requests=3000, failures=0, rps=250, p50_ms=4, p95_ms=9, p99_ms=20, avg_ms=5)
+    windows = [step(0, 3, 100, p95=8.0), step(1, 3, 100, p95=12.0), step(2, 3, 100, p95=10.0)]
+    run = LoadRun(aggregate=aggregate, steps=windows, stopped="all stages ran", saturation=None)
+    findings = shape_findings("soak", run)
+    assert findings["p95_ms_range"] == [8.0, 12.0] and findings["p95_drift"] == 1.25
+    # A window whose histogram counted nothing has no p95: the range is over the others, and None without any.
+    unmeasured = dataclasses.replace(windows[1], p95_ms=None)
+    assert shape_findings("soak", dataclasses.replace(run, steps=[windows[0], unmeasured, windows[2]]))["p95_ms_range"] == [
+        8.0,
+        10.0,
+    ]
+    none = [dataclasses.replace(window, p95_ms=None) for window in windows]
+    assert shape_findings("soak", dataclasses.replace(run, steps=none))["p95_ms_range"] is None

@@ -120,6 +120,9 @@ def test_machine_without_what_a_provider_needs_is_named():
     ]
     providers, notes = resolve_providers(["auto"], cpu_only, None)
     assert providers == ["cpu"] and notes[-1] == "providers auto: tuning on the CPU only"
+    assert resolve_providers(["cpu"], cpu_only, None) == (["cpu"], [])
+    with pytest.raises(MachineError, match=r"^'gpu' is not an execution provider: choose from cpu, cuda, tensorrt$"):
+        resolve_providers(["cpu", "gpu"], cpu_only, None)
 
 
 @pytest.mark.skipif(gpu_name() is not None, reason="checks the refusal on a machine without a GPU")
