@@ -214,13 +214,28 @@ def mobilenet_keras(seed: int = 0):
 
     keras.utils.set_random_seed(seed)
     model = keras.applications.MobileNetV2(weights=None, input_shape=MOBILENET_SHAPE)
-    norms = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    return settle_batch_norm(model, synthetic_images(32, MOBILENET_SHAPE, seed + 1))
+
+
+def settle_batch_norm(model, rows):
+    """`model` with every batch-norm layer's statistics set from one training-mode pass over `rows` (momentum 0),
+    as a trained network's would be: no weight is trained. Returns the model."""
+    import keras
+
+    def walk(layer):
+        yield layer
+        for inner in getattr(layer, "layers", ()):  # nested models' layers too
+            yield from walk(inner)
+
+    norms = [layer for layer in walk(model) if isinstance(layer, keras.layers.BatchNormalization)]
     momenta = [layer.momentum for layer in norms]
     for layer in norms:
         layer.momentum = 0.0
-    model(synthetic_images(32, MOBILENET_SHAPE, seed + 1), training=True)
-    for layer, momentum in zip(norms, momenta):
-        layer.momentum = momentum
+    try:
+        model(rows, training=True)
+    finally:
+        for layer, momentum in zip(norms, momenta):
+            layer.momentum = momentum
     return model
 
 

@@ -2,7 +2,8 @@
 
 Every builder returns the model and a dict of rows named like its inputs: the .npz a user
 would pass as --data. Weights are random; only the Normalization layer is adapted (on
-the images it would be trained on), as a user's preprocessing is. Two more models hold
+the images it would be trained on), as a user's preprocessing is. The custom-layer model takes its layer
+from a module the test writes, as a user's file passed with --custom-objects. Two more models hold
 what an ONNX graph cannot (a StringLookup, a tf.py_function), for the refusals.
 """
 
@@ -27,6 +28,23 @@ class PythonStep(keras.layers.Layer):
 
 
 CUSTOM_OBJECTS = {"PythonStep": PythonStep}
+'''
+CUSTOM_LAYER_SOURCE = '''
+import keras
+
+
+class GatedScale(keras.layers.Layer):
+    """x * sigmoid(gate) + shift, a gate and a shift per feature: Keras rebuilds it only through --custom-objects."""
+
+    def build(self, input_shape):
+        self.gate = self.add_weight(shape=(input_shape[-1],), initializer="random_normal", name="gate")
+        self.shift = self.add_weight(shape=(input_shape[-1],), initializer="random_normal", name="shift")
+
+    def call(self, x):
+        return x * keras.ops.sigmoid(self.gate) + self.shift
+
+
+CUSTOM_OBJECTS = {"GatedScale": GatedScale}
 '''
 
 
@@ -162,6 +180,30 @@ def token_gru(seed: int = 0, length: int = 7):
     return keras.Model(tokens, outputs, name="tokens"), {"tokens": rng.integers(0, 40, (ROWS, length)).astype(np.int64)}
 
 
+def token_lstm(seed: int = 0, length: int = 9):
+    """words int64 [N, T] (any T) -> Embedding (index 0 masked) -> LSTM -> topic (softmax 3): the LSTM text model."""
+    import keras
+
+    rng = _rng(seed)
+    words = keras.Input((None,), dtype="int64", name="words")
+    x = keras.layers.LSTM(6, name="lstm")(keras.layers.Embedding(30, 8, mask_zero=True, name="embed")(words))
+    outputs = keras.layers.Dense(3, activation="softmax", name="topic")(x)
+    tokens = rng.integers(1, 30, (ROWS, length)).astype(np.int64)
+    tokens[::3, -3:] = 0  # every third row padded at its end, as batched texts of several lengths are
+    return keras.Model(words, outputs, name="lstm"), {"words": tokens}
+
+
+def custom_layer_model(layers, seed: int = 0):
+    """reading [N, 6] -> Dense -> GatedScale (the user's own layer, from `layers`) -> Dense -> grade (softmax 3)."""
+    import keras
+
+    rng = _rng(seed)
+    reading = keras.Input((6,), name="reading")
+    x = layers.GatedScale(name="gated")(keras.layers.Dense(8, activation="relu", name="hidden")(reading))
+    outputs = keras.layers.Dense(3, activation="softmax", name="grade")(x)
+    return keras.Model(reading, outputs, name="custom"), {"reading": rng.normal(0, 1, (ROWS, 6)).astype(np.float32)}
+
+
 def transformer_block(seed: int = 0):
     """{sequence [N, 6, 8], keep bool [N, 6]} -> MultiHeadAttention + residual + LayerNormalization -> Dense (exact
     GELU) -> masked sum -> {score [N, 1]}: an encoder block, with a bool input."""
@@ -200,9 +242,51 @@ CORPUS = {
     "subclassed": subclassed_model,
     "image": image_with_preprocessing,
     "tokens": token_gru,
+    "lstm": token_lstm,
+    "custom-layer": custom_layer_model,
     "transformer": transformer_block,
     "mixed": mixed_dtypes,
 }
+# Models whose builder takes the user's module of layers, loaded back with --custom-objects module.py:CUSTOM_OBJECTS.
+CUSTOM_SOURCES = {"custom-layer": CUSTOM_LAYER_SOURCE}
+
+
+def import_source(path, module_name: str):
+    """The user's layers module at `path`, imported as `module_name` (registered in sys.modules while Keras saves)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# keras.applications architectures (weights=None: nothing downloaded) at the smallest input they take, 4 classes.
+IMAGE = (32, 32, 3)
+APPLICATION_ROWS = 16
+APPLICATIONS = {
+    "resnet50": "ResNet50",  # the residual bottleneck CNN; takes caffe-style inputs (no preprocessing inside)
+    "efficientnetb0": "EfficientNetB0",  # Rescaling + Normalization inside, swish, squeeze-and-excitation
+    "mobilenetv3small": "MobileNetV3Small",  # hard-swish and hard-sigmoid, Rescaling inside
+    "densenet121": "DenseNet121",  # concatenation-heavy
+    "convnexttiny": "ConvNeXtTiny",  # LayerNormalization, exact GELU, 7x7 depthwise convolutions, layer scale
+}
+
+
+def application(name: str, seed: int = 0):
+    """keras.applications.<name> with random weights, its batch-norm statistics set from synthetic images (a fresh
+    network's answer every row alike, so a parity check on it would say nothing), and 0..255 pixel rows."""
+    import keras
+
+    from export.sources import settle_batch_norm, synthetic_images
+
+    _rng(seed)
+    model = getattr(keras.applications, APPLICATIONS[name])(input_shape=IMAGE, weights=None, classes=4)
+    images = (synthetic_images(APPLICATION_ROWS * 2, IMAGE, seed + 1) + 1) * 127.5
+    settle_batch_norm(model, images[APPLICATION_ROWS:])
+    return model, {model.layers[0].name: images[:APPLICATION_ROWS]}
 
 
 def string_lookup_model():

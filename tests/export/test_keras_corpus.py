@@ -3,7 +3,7 @@
 The corpus (tests/export/keras_corpus.py) is built once per run, tiny and with random
 weights, saved as .keras and converted by `python -m export convert` in this process;
 the ONNX graphs are then checked against the in-memory Keras models on the same rows, and
-the dict-I/O model (with the token, bool-input and mixed-dtype ones) is served by MLServer and asked
+the dict-I/O model (with the GRU, LSTM, custom-layer, bool-input and mixed-dtype ones) is served by MLServer and asked
 over REST and gRPC with tritonclient, by its own input and output names. What no ONNX
 graph can hold (a StringLookup, a tf.py_function) is refused by the command run as a
 user runs it: one line, exit 2, no traceback.
@@ -38,6 +38,8 @@ CALLS = {
     "subclassed": (lambda rows: rows["measurements"], ["measurements"], ["output_0"]),
     "image": (lambda rows: rows["image"], ["image"], ["digit"]),
     "tokens": (lambda rows: rows["tokens"], ["tokens"], ["sentiment"]),
+    "lstm": (lambda rows: rows["words"], ["words"], ["topic"]),
+    "custom-layer": (lambda rows: rows["reading"], ["reading"], ["grade"]),
     "transformer": (lambda rows: {"sequence": rows["sequence"], "keep": rows["keep"]}, ["keep", "sequence"], ["score"]),
     "mixed": (lambda rows: rows["x"], ["x"], ["confident", "label", "probabilities"]),
 }
@@ -66,8 +68,19 @@ def corpus(tmp_path_factory):
     before, slipway.reports.REPORTS_DIR = slipway.reports.REPORTS_DIR, reports_dir
     try:
         for name, build in keras_corpus.CORPUS.items():
-            models[name], rows[name] = build()
-            models[name].save(root / f"{name}.keras")
+            custom = []
+            if name in keras_corpus.CUSTOM_SOURCES:  # the user's own layers, in a file Keras is pointed at
+                layers = root / f"{name.replace('-', '_')}_layers.py"
+                layers.write_text(keras_corpus.CUSTOM_SOURCES[name])
+                try:
+                    models[name], rows[name] = build(keras_corpus.import_source(layers, layers.stem))
+                    models[name].save(root / f"{name}.keras")
+                finally:
+                    sys.modules.pop(layers.stem)
+                custom = ["--custom-objects", f"{layers}:CUSTOM_OBJECTS"]
+            else:
+                models[name], rows[name] = build()
+                models[name].save(root / f"{name}.keras")
             np.savez(root / f"{name}.npz", **rows[name])
             assert (
                 main(
@@ -80,6 +93,7 @@ def corpus(tmp_path_factory):
                         name,
                         "--out",
                         str(repository / name),
+                        *custom,
                     ]
                 )
                 == 0
@@ -157,19 +171,21 @@ def test_the_transformer_block_quantizes_to_int8_and_leaves_no_file_behind(corpu
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_token_model_takes_any_sequence_length(corpus):
+@pytest.mark.parametrize("name, build, output", [("tokens", "token_gru", "sentiment"), ("lstm", "token_lstm", "topic")])
+def test_a_token_model_takes_any_sequence_length(name, build, output, corpus):
     import onnxruntime as ort
 
-    _, rows = keras_corpus.token_gru(seed=3, length=4)
-    session = ort.InferenceSession(str(corpus["repository"] / "tokens" / "model.onnx"), providers=["CPUExecutionProvider"])
+    _, rows = getattr(keras_corpus, build)(seed=3, length=4)
+    session = ort.InferenceSession(str(corpus["repository"] / name / "model.onnx"), providers=["CPUExecutionProvider"])
     tokens = session.get_inputs()[0]
     assert tokens.type == "tensor(int64)" and not isinstance(tokens.shape[1], int), tokens.shape  # the length is left open
-    got = session.run(["sentiment"], {"tokens": rows["tokens"]})[0]
-    expected = keras_answers("tokens", corpus["models"]["tokens"], rows)["sentiment"]
+    got = session.run([output], rows)[0]
+    expected = keras_answers(name, corpus["models"][name], rows)[output]
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
-SERVED = ("dict-io", "tokens", "transformer", "mixed")  # dict I/O; int64, bool inputs; int64, bool outputs
+# dict I/O; int64, bool inputs; int64, bool outputs; an LSTM; a custom layer (the server needs no class: it is ONNX)
+SERVED = ("dict-io", "tokens", "transformer", "mixed", "lstm", "custom-layer")
 
 
 def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_path):
