@@ -53,6 +53,7 @@ def export_config(args: argparse.Namespace, default_variants: str):
                 "accuracy_points": args.accuracy_budget,
                 "fp32_tolerance": args.fp32_tolerance,
                 "fp16_tolerance": args.fp16_tolerance,
+                "outputs": output_limits(getattr(args, "output_budget", None), getattr(args, "output_tolerance", None)),
             },
             optimize_for=args.optimize_for,
             measure_rounds=args.measure_rounds,
@@ -62,6 +63,27 @@ def export_config(args: argparse.Namespace, default_variants: str):
         )
     except ValidationError as err:
         raise UserError(f"invalid export options: {one_line(err, whole='options')}") from err
+
+
+def output_limits(budgets: list[str] | None, tolerances: list[str] | None) -> dict[str, dict[str, float]]:
+    """`--output-budget NAME=POINTS` and `--output-tolerance NAME=DIFF` (each repeatable) as limits per output."""
+    limits: dict[str, dict[str, float]] = {}
+    for flag, key, texts, example in (
+        ("--output-budget", "points", budgets, "label=1"),
+        ("--output-tolerance", "tolerance", tolerances, "value=0.01"),
+    ):
+        for text in texts or []:
+            name, _, value = text.partition("=")
+            try:
+                number = float(value)
+            except ValueError:
+                number = float("nan")
+            if not name.strip() or not number >= 0:
+                raise UserError(f"{flag} {text!r} is not NAME=NUMBER (a number >= 0): write e.g. {flag} {example}")
+            if key in limits.setdefault(name.strip(), {}):
+                raise UserError(f"{flag} names output {name.strip()!r} twice: give each output one {flag}")
+            limits[name.strip()][key] = number
+    return limits
 
 
 def run_and_report(source, config, out: Path, report_name: str, warnings: list[str]):
@@ -428,6 +450,20 @@ def add_export_options(parser: argparse.ArgumentParser, *, variants_help: str | 
         type=float,
         default=0.5,
         help="largest accuracy drop in points (top-1 disagreement when there are no labels)",
+    )
+    parser.add_argument(
+        "--output-budget",
+        action="append",
+        metavar="NAME=POINTS",
+        help="a budget of output NAME's own (repeatable): the largest top-1 disagreement with the source model, in points, "
+        "for every variant; on the first output it replaces --accuracy-budget",
+    )
+    parser.add_argument(
+        "--output-tolerance",
+        action="append",
+        metavar="NAME=DIFF",
+        help="the largest abs difference on output NAME (repeatable) against the model a variant was made from, times "
+        "max(1, its largest value), for every variant (int8 too): for outputs without classes (scores, values)",
     )
     parser.add_argument("--fp32-tolerance", type=float, default=1e-4, help="max abs diff allowed for fp32 variants")
     parser.add_argument("--fp16-tolerance", type=float, default=1e-2, help="max abs diff allowed for fp16 variants")

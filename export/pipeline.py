@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from export.convert import DEFAULT_OPSET
-from export.evaluate import Quality, compare, predict, rows_of
+from export.evaluate import OutputQuality, Quality, compare, output_quality, predict_outputs, rows_of, scores_classes
 from export.measure import (
     CPU_PROVIDER,
     LATENCY_BATCH,
@@ -124,6 +124,7 @@ class Built:
     model_bytes: bytes
     conversion_reference: np.ndarray
     details: dict = field(default_factory=dict)
+    conversion_references: dict[str, np.ndarray] | None = None  # every output of that model, by name (None: the first)
 
 
 @dataclass
@@ -132,10 +133,35 @@ class Judged:
     quality: Quality
     verdict: Verdict
     size: SizeStats
+    outputs: tuple[OutputQuality, ...] = ()  # each output judged, where the budget names outputs
 
 
 class ExportPlanError(ValueError):
     """The variants asked for cannot be made from this source."""
+
+
+def check_output_budgets(source: Source, budget: Budget) -> None:
+    """Refuse, before any variant is built, an output budget this source cannot be judged by."""
+    if not budget.outputs:
+        return
+    if source.references is None or source.io_names is None:
+        raise ExportPlanError(
+            f"--output-budget and --output-tolerance judge a Keras model's named outputs; {source.name} is judged on its "
+            "first output only: use --accuracy-budget"
+        )
+    names = source.io_names[1]
+    unknown = sorted(set(budget.outputs) - set(names))
+    if unknown:
+        raise ExportPlanError(
+            f"{source.name} has no output {', '.join(map(repr, unknown))}: its outputs are {', '.join(map(repr, names))}"
+        )
+    for name, limits in budget.outputs.items():
+        reference = source.references[name]
+        if limits.points is not None and not (scores_classes(reference) or reference.dtype.kind in "biu"):
+            raise ExportPlanError(
+                f"output {name!r} ({reference.dtype} {list(reference.shape[1:])} a row) scores no classes, so it has no "
+                f"top-1 answer to agree on: give it --output-tolerance {name}=DIFF instead of --output-budget"
+            )
 
 
 def plan(source: Source, requested: list[Variant]) -> list[Variant]:
@@ -173,7 +199,12 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     from export.quantize import quantize_int8
 
     if variant is Variant.fp32:
-        return Built(variant, optimize_graph(source.onnx_model).SerializeToString(), source.reference)
+        return Built(
+            variant,
+            optimize_graph(source.onnx_model).SerializeToString(),
+            source.reference,
+            conversion_references=source.references,
+        )
     parent = parents.get(PARENT[variant])
     if PRECISION[variant] == "int8":
         quantized = quantize_int8(
@@ -190,10 +221,13 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
             "weights": "int8 per-channel symmetric",
             **parent.details,
         }
-        return Built(variant, quantized.SerializeToString(), parent.conversion_reference, details)
+        return Built(variant, quantized.SerializeToString(), parent.conversion_reference, details, parent.conversion_references)
     if variant is Variant.fp16:
         return Built(
-            variant, to_float16(onnx.ModelProto.FromString(parent.model_bytes)).SerializeToString(), parent.conversion_reference
+            variant,
+            to_float16(onnx.ModelProto.FromString(parent.model_bytes)).SerializeToString(),
+            parent.conversion_reference,
+            conversion_references=parent.conversion_references,
         )
 
     from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
@@ -221,16 +255,31 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     if source.training.note:
         details["fine_tuned_on"] = source.training.note
     input_names, output_names = source.io_names or (None, None)
-    reference = predict(keras_runner(keras_model, input_names or list(source.evaluation)), source.evaluation)
+    answers = predict_outputs(keras_runner(keras_model, input_names or list(source.evaluation)), source.evaluation)
     onnx_model = keras_to_onnx(keras_model, opset=config.opset, input_names=input_names, output_names=output_names)
     model_bytes = optimize_graph(onnx_model).SerializeToString()
-    return Built(variant, model_bytes, reference, details)
+    references = dict(zip(output_names, answers)) if output_names else None
+    return Built(variant, model_bytes, answers[0], details, references)
 
 
 def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
-    outputs = predict(onnx_runner(built.model_bytes), source.evaluation, fixed_batch=source.fixed_batch)
-    quality = compare(outputs, source.reference, source.labels, conversion_reference=built.conversion_reference)
-    return Judged(built, quality, judge(quality, PRECISION[built.variant], budget), onnx_size(built.model_bytes))
+    """The variant on the held-out rows against the source model: its first output always, each output by name
+    where the budget names outputs."""
+    import onnx
+
+    answers = predict_outputs(onnx_runner(built.model_bytes), source.evaluation, fixed_batch=source.fixed_batch)
+    names = [output.name for output in onnx.ModelProto.FromString(built.model_bytes).graph.output]
+    by_name = dict(zip(names, answers))
+    first = by_name[source.io_names[1][0]] if source.io_names and source.io_names[1][0] in by_name else answers[0]
+    quality = compare(first, source.reference, source.labels, conversion_reference=built.conversion_reference)
+    outputs: tuple[OutputQuality, ...] = ()
+    if budget.outputs and source.references is not None and source.io_names is not None:
+        made_from = built.conversion_references or source.references
+        outputs = tuple(
+            output_quality(name, by_name[name], source.references[name], made_from[name]) for name in source.io_names[1]
+        )
+    verdict = judge(quality, PRECISION[built.variant], budget, outputs)
+    return Judged(built, quality, verdict, onnx_size(built.model_bytes), outputs)
 
 
 def timing_feeds(source: Source) -> tuple[Feeds, Feeds]:
@@ -297,6 +346,7 @@ def run_export(
     from slipway import atomic
 
     order = plan(source, config.variants)
+    check_output_budgets(source, config.budget)
     gpu_measurement = _gpu_measurement(config)  # before any work: a GPU choice with nothing to go by fails now
     built: dict[Variant, Built] = {}
     for variant in order:

@@ -45,6 +45,7 @@ class Row(BaseModel):
     latency_speedup_vs_fp32: float | None = None
     throughput_speedup_vs_fp32: float | None = None
     details: dict = {}
+    outputs: dict[str, dict] = {}  # per named output, where the budget names outputs: disagreement, max abs diff, scale
 
 
 class Chosen(BaseModel):
@@ -103,6 +104,7 @@ def _variant_row(judged: Judged, speed: SpeedStats, out_dir: Path, digest: str) 
         top1_agreement=quality.top1_agreement,
         max_abs_diff=quality.max_abs_diff,
         details=judged.built.details,
+        outputs={output.name: output.as_dict() for output in judged.outputs},
         **_size_fields(judged.size),
         **_speed_fields(speed),
     )

@@ -14,11 +14,18 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from export.evaluate import Quality
+from export.evaluate import OutputQuality, Quality
 
 OptimizeFor = Literal["latency", "throughput"]
 ROUNDING = 1e-9  # (1 - 0.99) * 100 is 1.0000000000000009: a drop of exactly the budget is within it
 Precision = Literal["fp32", "fp16", "int8"]
+
+
+class OutputLimit(BaseModel):
+    """The budget of one named output, for every variant (int8 included)."""
+
+    points: float | None = Field(default=None, ge=0, description="largest top-1 disagreement with the source model, in points")
+    tolerance: float | None = Field(default=None, ge=0, description="max abs diff per unit of the output's scale")
 
 
 class Budget(BaseModel):
@@ -27,6 +34,11 @@ class Budget(BaseModel):
     accuracy_points: float = Field(default=0.5, ge=0, description="largest accuracy drop, in percentage points")
     fp32_tolerance: float = Field(default=1e-4, ge=0, description="max abs diff of an fp32 variant, per unit of output scale")
     fp16_tolerance: float = Field(default=1e-2, ge=0, description="max abs diff of an fp16 variant, per unit of output scale")
+    outputs: dict[str, OutputLimit] = Field(
+        default_factory=dict,
+        description="per named output (--output-budget, --output-tolerance); an output's own points "
+        "replace accuracy_points on the first output",
+    )
 
 
 @dataclass(frozen=True)
@@ -61,20 +73,46 @@ class NoVariantWithinBudget(Exception):
     """Every variant broke its budget; the message lists why."""
 
 
-def judge(quality: Quality, precision: Precision, budget: Budget) -> Verdict:
-    """Accept or reject one variant, saying which limit it broke or which it met."""
-    if quality.accuracy_drop_points is not None:
-        basis, lost = "accuracy drop", quality.accuracy_drop_points
-    else:
-        basis, lost = "top-1 disagreement (accuracy unknown: no labels)", quality.disagreement_points
-    if lost > budget.accuracy_points + ROUNDING:
-        return Verdict(False, f"{basis} {lost:.2f} points > budget {budget.accuracy_points:g}")
+def judge(quality: Quality, precision: Precision, budget: Budget, outputs: tuple[OutputQuality, ...] = ()) -> Verdict:
+    """Accept or reject one variant, saying which limit it broke or which it met.
+
+    `outputs` (every output, the first first) are judged by their own limits in `budget.outputs`; the first
+    output's own points, where given, replace the model-wide accuracy budget."""
+    own = budget.outputs.get(outputs[0].name) if outputs else None
+    met = []
+    if own is None or own.points is None:
+        if quality.accuracy_drop_points is not None:
+            basis, lost = "accuracy drop", quality.accuracy_drop_points
+        else:
+            basis, lost = "top-1 disagreement (accuracy unknown: no labels)", quality.disagreement_points
+        if lost > budget.accuracy_points + ROUNDING:
+            return Verdict(False, f"{basis} {lost:.2f} points > budget {budget.accuracy_points:g}")
+        met.append(f"{basis} {lost:.2f} points <= budget {budget.accuracy_points:g}")
     tolerance = {"fp32": budget.fp32_tolerance, "fp16": budget.fp16_tolerance}.get(precision)
     if tolerance is not None and quality.max_abs_diff is not None:
         limit = tolerance * max(1.0, quality.reference_scale)
         if quality.max_abs_diff > limit:
             return Verdict(False, f"max abs diff {quality.max_abs_diff:.2e} > {precision} tolerance {limit:.1e}")
-    return Verdict(True, f"{basis} {lost:.2f} points <= budget {budget.accuracy_points:g}")
+    for output in outputs:
+        limits = budget.outputs.get(output.name)
+        if limits is None:
+            continue
+        if limits.points is not None and output.disagreement_points is not None:
+            if output.disagreement_points > limits.points + ROUNDING:
+                return Verdict(
+                    False,
+                    f"output {output.name!r}: top-1 disagreement {output.disagreement_points:.2f} points > its budget "
+                    f"{limits.points:g}",
+                )
+            met.append(f"output {output.name!r} {output.disagreement_points:.2f} points <= {limits.points:g}")
+        if limits.tolerance is not None:
+            limit = limits.tolerance * max(1.0, output.scale)
+            if output.max_abs_diff > limit:
+                return Verdict(
+                    False, f"output {output.name!r}: max abs diff {output.max_abs_diff:.2e} > its tolerance {limit:.1e}"
+                )
+            met.append(f"output {output.name!r} max abs diff {output.max_abs_diff:.1e} <= {limit:.1e}")
+    return Verdict(True, "; ".join(met) or "within every output's budget")
 
 
 def choose(candidates: list[Candidate], optimize_for: OptimizeFor) -> tuple[str, str]:

@@ -46,6 +46,7 @@ class Source:
     io_names: tuple[list[str], list[str]] | None = None  # a user model's input and output names (None: the demo's)
     original_bytes: bytes | None = None  # the ONNX file as imported
     keras_path: Path | None = None  # the trained Keras file: lineage finds its training config beside it
+    references: dict[str, np.ndarray] | None = None  # every output of the source model by name (None: only `reference`)
 
     @property
     def baseline_name(self) -> str:
@@ -150,7 +151,8 @@ def keras_file_source(
     if rows.labels is None:
         warnings.append("no 'labels' in --data: accuracy is unknown; the budget applies to top-1 agreement with the model")
     calibration_feeds = {key: array[:calibration_rows] for key, array in calibration_feeds.items()}
-    reference = model.predict(rows.feeds)[model.output_names[0]]
+    answers = model.predict(rows.feeds)
+    reference = answers[model.output_names[0]]
     keras = model.keras_model is not None
     source = Source(
         name=name,
@@ -170,6 +172,7 @@ def keras_file_source(
         keras_path=Path(model.path) if keras else None,
         training=training,
         io_names=([spec.name for spec in model.inputs], list(model.output_names)),
+        references={name: np.asarray(answers[name]) for name in model.output_names},
     )
     return source, warnings
 

@@ -369,3 +369,57 @@ def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants
             "label",
             "value",
         }
+
+
+def _variants(corpus, out, *options):
+    from export.__main__ import main
+
+    root = corpus["root"]
+    command = ["variants", str(root / "dict-io.keras"), "--data", str(root / "dict-io.npz"), "--variants", "fp32,int8,fp16"]
+    return main([*command, *options, "--out", str(out), "--measure-rounds", "1", "--measure-seconds", "0.02"])
+
+
+def test_each_output_of_a_two_output_model_is_judged_by_its_own_budget(corpus, tmp_path, monkeypatch):
+    """dict-io's 'label' (4 class scores) may change its top class on any row; its 'value' must stay within 1e-4 of
+    scale: fp32 meets both, fp16 and int8 break 'value' and are rejected by name, whatever 'label' does."""
+    from export.report import ExportReport
+
+    monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
+    budgets = ("--output-budget", "label=100", "--output-tolerance")
+    assert _variants(corpus, tmp_path / "tight", *budgets, "value=1e-4") == 0
+    report = ExportReport.model_validate_json((tmp_path / "reports" / "export.json").read_text())
+    rows = {row.name: row for row in report.variants}
+    assert report.budget["outputs"] == {
+        "label": {"points": 100.0, "tolerance": None},
+        "value": {"points": None, "tolerance": 1e-4},
+    }
+    assert rows["fp32"].status == "accepted" and report.chosen.name == "fp32", rows["fp32"].reason
+    for variant in ("fp16", "int8"):
+        assert rows[variant].status == "rejected" and rows[variant].reason.startswith("output 'value': max abs diff")
+        assert rows[variant].outputs["value"]["max_abs_diff"] > 1e-4 * max(1.0, rows[variant].outputs["value"]["scale"])
+    assert set(rows["int8"].outputs) == {"label", "value"} and rows["int8"].outputs["value"]["disagreement_points"] is None
+
+    assert _variants(corpus, tmp_path / "loose", *budgets, "value=0.5") == 0  # the same variants within a looser one
+    report = ExportReport.model_validate_json((tmp_path / "reports" / "export.json").read_text())
+    assert all(row.status == "accepted" for row in report.variants), [row.reason for row in report.variants]
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            ("--output-budget", "value=1"),
+            "output 'value' (float32 [1] a row) scores no classes, so it has no top-1 answer to agree on: give it "
+            "--output-tolerance value=DIFF instead of --output-budget",
+        ),
+        (("--output-tolerance", "score=0.1"), "dict-io has no output 'score': its outputs are 'label', 'value'"),
+    ],
+)
+def test_an_output_budget_the_model_cannot_be_judged_by_is_refused_in_one_line(options, expected, corpus, tmp_path, monkeypatch):
+    from slipway.cli import UserError
+
+    monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
+    with pytest.raises(UserError) as caught:
+        _variants(corpus, tmp_path / "out", *options)
+    assert str(caught.value) == expected
+    assert not (tmp_path / "out").exists()

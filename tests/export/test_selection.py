@@ -77,3 +77,87 @@ def test_compare_measures_against_the_conversion_reference():
     assert result.accuracy == 1.0 and result.reference_accuracy == pytest.approx(2 / 3)
     assert result.accuracy_drop_points == pytest.approx(-100 / 3)
     assert result.max_abs_diff == pytest.approx(0.01)
+
+
+# --- a budget per named output ---------------------------------------------------------------------------------
+
+
+def outputs(label_changed=0.0, value_diff=0.0):
+    """A classifier output 'label' and a value output 'value', as `output_quality` measures them."""
+    import numpy as np
+
+    from export.evaluate import output_quality
+
+    rows = 100
+    reference = np.tile(np.array([[0.1, 0.7, 0.2]], np.float32), (rows, 1))
+    variant = reference.copy()
+    variant[: int(rows * label_changed)] = [0.8, 0.1, 0.1]  # these rows change their top-1 class
+    value = np.linspace(-2, 2, rows, dtype=np.float32)[:, None]
+    return (
+        output_quality("label", variant, reference, reference),
+        output_quality("value", value + np.float32(value_diff), value, value),
+    )
+
+
+def test_each_output_is_judged_by_its_own_budget_naming_the_output_it_broke():
+    budget = Budget(outputs={"label": {"points": 5}, "value": {"tolerance": 0.01}})
+    unlabelled = quality(accuracy=None, reference_accuracy=None, agreement=0.97)
+    accepted = judge(unlabelled, "int8", budget, outputs(label_changed=0.03, value_diff=0.015))  # value's scale is 2
+    assert accepted.accepted and "output 'label' 3.00 points <= 5" in accepted.reason, accepted.reason
+    # 3 points changed is within label's own 5 (the model-wide 0.5 would refuse it): the first output's own replaces it
+    too_far = judge(unlabelled, "int8", budget, outputs(label_changed=0.03, value_diff=0.05))
+    assert not too_far.accepted and too_far.reason == "output 'value': max abs diff 5.00e-02 > its tolerance 2.0e-02"
+    label = judge(quality(accuracy=None, reference_accuracy=None, agreement=0.9), "int8", budget, outputs(label_changed=0.1))
+    assert not label.accepted and label.reason == "output 'label': top-1 disagreement 10.00 points > its budget 5"
+
+
+def test_without_an_own_budget_the_first_output_keeps_the_model_wide_one():
+    budget = Budget(accuracy_points=0.5, outputs={"value": {"tolerance": 1.0}})
+    verdict = judge(quality(accuracy=None, reference_accuracy=None, agreement=0.97), "int8", budget, outputs(0.03))
+    assert not verdict.accepted and verdict.reason.startswith("top-1 disagreement (accuracy unknown: no labels) 3.00 points")
+
+
+def test_integer_outputs_disagree_where_their_value_changed():
+    import numpy as np
+
+    from export.evaluate import output_quality
+
+    reference = np.array([0, 1, 2, 1], np.int64)
+    measured = output_quality("label", np.array([0, 1, 1, 1], np.int64), reference, reference)
+    assert measured.disagreement_points == 25.0 and measured.max_abs_diff == 1.0
+    assert (
+        output_quality("value", np.ones((4, 1), np.float32), np.ones((4, 1), np.float32), np.ones((4, 1))).disagreement_points
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "budgets, tolerances, expected",
+    [
+        (["label=2"], ["value=0.01"], {"label": {"points": 2.0}, "value": {"tolerance": 0.01}}),
+        (["label=2"], ["label=0.1"], {"label": {"points": 2.0, "tolerance": 0.1}}),
+    ],
+)
+def test_output_limits_read_from_the_command_line(budgets, tolerances, expected):
+    from export.commands import output_limits
+
+    assert output_limits(budgets, tolerances) == expected
+    assert Budget(outputs=expected).outputs["label"].points == 2.0
+
+
+@pytest.mark.parametrize(
+    "budgets, tolerances, expected",
+    [
+        (["label"], None, "--output-budget 'label' is not NAME=NUMBER (a number >= 0): write e.g. --output-budget label=1"),
+        (None, ["value=-1"], "--output-tolerance 'value=-1' is not NAME=NUMBER"),
+        (["=3"], None, "--output-budget '=3' is not NAME=NUMBER"),
+        (["label=1", "label=2"], None, "--output-budget names output 'label' twice"),
+    ],
+)
+def test_a_malformed_output_budget_is_one_line_saying_how_to_write_it(budgets, tolerances, expected):
+    from export.commands import output_limits
+    from slipway.cli import UserError
+
+    with pytest.raises(UserError) as caught:
+        output_limits(budgets, tolerances)
+    assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)
