@@ -153,6 +153,28 @@ def test_each_converted_model_has_a_float16_copy_that_loads_and_answers_closely(
             np.testing.assert_allclose(answer, full[output], atol=1e-2, err_msg=f"{name}: {output}")
 
 
+@pytest.mark.parametrize("name", list(keras_corpus.CORPUS))
+def test_each_converted_model_has_an_int8_copy_with_its_names_dtypes_and_shapes(name, corpus, tmp_path, monkeypatch):
+    """The int8 variant's quantization on every corpus graph: what it is fed and answers keeps the model's own form."""
+    import onnxruntime as ort
+
+    from export.optimize import optimize_graph
+    from export.quantize import quantize_int8
+
+    monkeypatch.chdir(tmp_path)
+    graph = optimize_graph(onnx.load(corpus["repository"] / name / "model.onnx"))
+    feeds = corpus["rows"][name]
+    quantized = quantize_int8(graph, feeds)
+    full = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [(i.name, i.type) for i in session.get_inputs()] == [(i.name, i.type) for i in full.get_inputs()], name
+    expected = dict(zip([o.name for o in full.get_outputs()], full.run(None, feeds)))
+    for output, answer in zip([o.name for o in session.get_outputs()], session.run(None, feeds)):
+        assert answer.dtype == expected[output].dtype and answer.shape == expected[output].shape, (name, output)
+        if answer.dtype.kind == "f":  # close in scale: int8 of random weights moves answers, not their form
+            assert np.abs(answer - expected[output]).max() <= 0.25 * max(1.0, np.abs(expected[output]).max()), (name, output)
+
+
 def test_the_transformer_block_quantizes_to_int8_and_leaves_no_file_behind(corpus, tmp_path, monkeypatch):
     """ONNX Runtime's symbolic shape inference gives up on the attention block's reshapes; int8 is still made."""
     import onnxruntime as ort
