@@ -34,6 +34,18 @@ TEXT_FIX = (
     "move it into a pre-processing stage before the model (vectorize the text there) and convert the model "
     "that takes its integer tokens"
 )
+# Layers over numbers that still have no ONNX form: a hash table, a hash taken of the numbers' text.
+TABLE_LAYERS = {
+    "IntegerLookup": (
+        "looks its values up in a hash table, which an ONNX graph cannot hold: map the values to indices in a "
+        "pre-processing stage before the model (a dict, or np.searchsorted over the vocabulary) and convert the "
+        "model that takes the indices"
+    ),
+    "Hashing": (
+        "hashes the text of its values, which an ONNX graph cannot: hash in a pre-processing stage before the "
+        "model and convert the model that takes the bin indices"
+    ),
+}
 RAGGED_FIX = (
     "pad the rows to one length before the model (keras.Input(ragged=False), with a mask or a lengths input if it needs one)"
 )
@@ -240,11 +252,17 @@ def layer_names(model) -> set[str]:
 
 
 def refuse_text_layers(model) -> None:
-    """A layer that maps strings to numbers has no ONNX form: refuse it by name, with the fix."""
+    """A layer that maps strings to numbers, or numbers through a hash table or a hash, has no ONNX form: refuse it
+    by name, with the fix."""
     text = [layer for layer in all_layers(model) if type(layer).__name__ in TEXT_LAYERS]
     if text:
         named = ", ".join(f"{type(layer).__name__} layer {layer.name!r}" for layer in text)
         raise KerasInterfaceError(f"{named} works on strings, which an ONNX graph cannot: {TEXT_FIX}")
+    tables = [layer for layer in all_layers(model) if type(layer).__name__ in TABLE_LAYERS]
+    if tables:
+        layer = tables[0]
+        others = f" (and {len(tables) - 1} more such layer(s))" if len(tables) > 1 else ""
+        raise KerasInterfaceError(f"{type(layer).__name__} layer {layer.name!r}{others} {TABLE_LAYERS[type(layer).__name__]}")
 
 
 def layer_of(op_name: str, layer_names: set[str]) -> str | None:

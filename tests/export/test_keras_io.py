@@ -108,3 +108,30 @@ def test_an_op_is_traced_back_to_its_innermost_layer():
     assert layer_of("functional_1/encoder_1/dense_2/MatMul", names) == "dense"
     assert layer_of("functional_1/python_step_1/EagerPyFunc", names) == "python_step"
     assert layer_of("StatefulPartitionedCall/Lgamma", names) is None
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (
+            lambda keras: keras.layers.IntegerLookup(vocabulary=[7, 11, 13], name="codes"),
+            "IntegerLookup layer 'codes' looks its values up in a hash table, which an ONNX graph cannot hold: map the "
+            "values to indices in a pre-processing stage before the model",
+        ),
+        (
+            lambda keras: keras.layers.Hashing(num_bins=5, name="hash"),
+            "Hashing layer 'hash' hashes the text of its values, which an ONNX graph cannot: hash in a pre-processing stage",
+        ),
+    ],
+)
+def test_a_lookup_or_hashing_layer_over_integers_is_refused_by_name_with_the_fix(make, expected):
+    """tf2onnx would stop at LookupTableFindV2 or AsString, naming an op and 'replace them with standard ops'."""
+    import keras
+
+    ids = keras.Input((3,), dtype="int64", name="ids")
+    inner = keras.Model(ids, make(keras)(ids), name="codes_model")  # nested: found inside too
+    outer = keras.Input((3,), dtype="int64", name="ids")
+    model = keras.Model(outer, keras.layers.Embedding(6, 2)(inner(outer)))
+    with pytest.raises(KerasInterfaceError) as caught:
+        read_interface(model)
+    assert str(caught.value).startswith(expected) and "\n" not in str(caught.value)
