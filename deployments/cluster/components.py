@@ -143,10 +143,11 @@ COMPONENTS: tuple[Component, ...] = (
         ),
         test_tool=True,
     ),
-    # CRDs only, nothing built: the kinds Slipway's overlays render beyond Seldon's.
+    # CRDs only, nothing built: the kinds Slipway's overlays render beyond Seldon's, and the PrometheusRule
+    # `alerts` writes (the version's `-rules` names the CRD set, so that caches of the set without it rebuild).
     Component(
         "crds",
-        "prometheus-operator-v0.85.0_keda-v2.21.0",
+        "prometheus-operator-v0.85.0-rules_keda-v2.21.0",
         GO_DIR / "crds",
         (),
         files={
@@ -154,6 +155,10 @@ COMPONENTS: tuple[Component, ...] = (
                 "github.com/prometheus-operator/prometheus-operator",
                 "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
             ): "crd-podmonitors.yaml",
+            (
+                "github.com/prometheus-operator/prometheus-operator",
+                "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+            ): "crd-prometheusrules.yaml",
             ("github.com/kedacore/keda/v2", "config/crd/bases/keda.sh_scaledobjects.yaml"): "crd-scaledobjects.yaml",
         },
     ),

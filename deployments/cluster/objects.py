@@ -1,6 +1,6 @@
 """What the local control plane holds before any model is deployed.
 
-The CRDs (Seldon's from its vendored module, PodMonitor's and ScaledObject's from theirs, kwok's
+The CRDs (Seldon's from its vendored module, PodMonitor's, PrometheusRule's and ScaledObject's from theirs, kwok's
 usage and metrics kinds), the fake nodes kwok keeps Ready (CPU nodes and one tainted GPU node),
 the aggregated metrics API served by metrics-server, and the Seldon operator's ConfigMap and
 admission webhooks, the webhooks called at a loopback URL since the operator runs as a process.
@@ -31,6 +31,7 @@ KWOK_CRDS = ("Metric", "ClusterResourceUsage", "ResourceUsage")
 # (component, file in its cache folder's share/)
 CRD_FILES = (
     ("crds", "crd-podmonitors.yaml"),
+    ("crds", "crd-prometheusrules.yaml"),
     ("crds", "crd-scaledobjects.yaml"),
     ("kwok", "crd-kwok-clusterresourceusages.yaml"),
     ("kwok", "crd-kwok-resourceusages.yaml"),
