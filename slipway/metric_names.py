@@ -6,6 +6,10 @@ from __future__ import annotations
 
 LABELS = ("model_name", "model_version")
 INFERENCE_SECONDS = "slipway_inference_seconds"
+# One answered inference request, from its arrival at the REST layer or gRPC converter to its answer: decoding,
+# queueing, pre- and post-processing and encoding included, which INFERENCE_SECONDS (ONNX Runtime's run) leaves out
+REQUEST_SECONDS = "slipway_request_seconds"
+PROTOCOL_LABEL = "protocol"  # REQUEST_SECONDS's third label: "rest" or "grpc"
 QUEUE_SECONDS = "slipway_queue_seconds"
 BATCH_ROWS = "slipway_batch_rows"
 PREPROCESS_SECONDS = "slipway_preprocess_seconds"

@@ -377,6 +377,47 @@ def test_histograms_of_inference_queue_and_batch_size_are_on_the_metrics_port(di
     assert [counted.get(winner, 0.0) - by_class(before).get(winner, 0.0) for winner in range(10)] == picked.tolist()
 
 
+def test_each_answered_request_is_timed_whole_by_protocol_and_refused_ones_are_not(digits_server, grpc_client, example):
+    """slipway_request_seconds, the latency the canary judges: one observation per answered request, REST (both infer
+    paths) and gRPC (raw and typed contents), none for a refused one; each encloses its run, so the requests' seconds
+    add up to more than the runs'."""
+    images, _ = example
+    before = scrape(digits_server.metrics_url)
+    for rows in (1, 4, 16):
+        status, body = post(infer_url(digits_server), {"inputs": [json_input("image", images[:rows])]})
+        assert status == 200, body
+    status, body = post(f"{digits_server.http_url}/v2/models/digits/versions/1/infer", {"inputs": []})
+    assert status in (400, 404), body  # refused: not timed
+    status, body = post(infer_url(digits_server), {"inputs": [json_input("image", images[:1], datatype="INT8")]})
+    assert status == 400, body
+    for rows in (1, 2):
+        grpc_client.infer(raw_request("digits", {"image": ("FP32", [rows, *IMAGE], images[:rows].tobytes())}))
+    typed = service_pb2.ModelInferRequest(model_name="digits")
+    tensor = typed.inputs.add(name="image", datatype="FP32", shape=[1, *IMAGE])
+    tensor.contents.fp32_contents.extend(images[:1].ravel().tolist())
+    grpc_client.infer(typed)
+    with pytest.raises(grpc.RpcError):
+        grpc_client.infer(raw_request("digits", {"image": ("FP32", [2, *IMAGE], images[:1].tobytes())}))
+    after = scrape(digits_server.metrics_url)
+
+    def grew(name: str, labels: str) -> float:
+        return after.get(name + labels, 0.0) - before.get(name + labels, 0.0)
+
+    rest = '{model_name="digits",model_version="",protocol="rest"}'
+    grpc_labels = '{model_name="digits",model_version="",protocol="grpc"}'
+    assert grew("slipway_request_seconds_count", rest) == 3
+    assert grew("slipway_request_seconds_count", grpc_labels) == 3
+    runs = grew("slipway_inference_seconds_sum", '{model_name="digits",model_version=""}')
+    assert runs > 0
+    assert grew("slipway_request_seconds_sum", rest) + grew("slipway_request_seconds_sum", grpc_labels) > runs
+    bounds = [
+        float(re.search(r'le="([^"]+)"', key)[1])
+        for key in after
+        if key.startswith("slipway_request_seconds_bucket{") and 'protocol="grpc"' in key
+    ]
+    assert min(bounds) == 0.00005  # buckets from 50 us, where MLServer's own request histograms start at 5 ms
+
+
 def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_parsed_in_c(digits_server, example):
     """The server's settings for CPU per request: no level-9 gzip on the event loop, no re-mapping of big bodies,
     and uvicorn's C parser (httptools) rather than its pure-Python fallback (h11)."""

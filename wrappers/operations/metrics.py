@@ -27,7 +27,9 @@ from slipway.metric_names import (
     POSTPROCESS_SECONDS,
     PREDICTED_CLASS,
     PREPROCESS_SECONDS,
+    PROTOCOL_LABEL,
     QUEUE_SECONDS,
+    REQUEST_SECONDS,
     SETTING,
     UNKNOWN_MODEL_REQUESTS,
 )
@@ -50,8 +52,11 @@ _HELP = {
     BATCH_ROWS: "Rows per ONNX Runtime run (batch size after merging requests)",
     PREPROCESS_SECONDS: "Time decoding and normalising one request's inputs on the CPU pool",
     POSTPROCESS_SECONDS: "Time turning one request's outputs into top-k labels on the CPU pool",
+    REQUEST_SECONDS: "Time from an inference request's arrival (REST layer, gRPC converter) to its answer, "
+    "for answered requests, by protocol",
 }
 _BUCKETS = {name: _SECONDS_BUCKETS for name in _HELP} | {BATCH_ROWS: _ROWS_BUCKETS}
+_LABELS = {REQUEST_SECONDS: (*LABELS, PROTOCOL_LABEL)}
 
 
 _created: dict[str, Histogram] = {}
@@ -75,8 +80,22 @@ def count_unknown_model() -> None:
 def _histogram(name: str) -> Histogram:
     """The process-wide histogram `name`, created on first use (models share it by label)."""
     if name not in _created:
-        _created[name] = Histogram(name, _HELP[name], labelnames=LABELS, buckets=_BUCKETS[name], registry=REGISTRY)
+        labels = _LABELS.get(name, LABELS)
+        _created[name] = Histogram(name, _HELP[name], labelnames=labels, buckets=_BUCKETS[name], registry=REGISTRY)
     return _created[name]
+
+
+_requests: dict[tuple[str, str, str], Histogram] = {}
+
+
+def observe_request(model: str, version: str | None, protocol: str, seconds: float) -> None:
+    """One answered inference request for `model` (as the client named it; only a served model answers, so the
+    series stay as many as the models served), `protocol` "rest" or "grpc"."""
+    key = (model, version or "", protocol)
+    child = _requests.get(key)
+    if child is None:
+        child = _requests[key] = _histogram(REQUEST_SECONDS).labels(*key)
+    child.observe(seconds)
 
 
 @dataclass(frozen=True)

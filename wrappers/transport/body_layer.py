@@ -12,6 +12,9 @@ waits for the one before it to be answered, so that two large ones never stack t
 or `deflate`, `tritonclient.http`'s `request_compression_algorithm`) is inflated on a worker thread,
 in steps, up to the same limit, and the route behind sees it as if it had been sent uncompressed.
 The rules themselves (limit, encodings, inflating) are `wrappers.transport.body_rules`, which has no MLServer import.
+
+The same layer times each answered (2xx) infer request, from its first byte read to its answer sent, into
+`slipway_request_seconds` (`wrappers.operations.metrics`): the request-level latency the canary judges.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mlserver.errors import InferenceError, MLServerError
 
 from wrappers.mlserver_compat.rest_app import check_router_layer, mlserver_rest_apps, wrap_router
+from wrappers.operations.metrics import observe_request
 from wrappers.transport import body_budget
 from wrappers.transport.body_rules import (
     BodyError,
@@ -40,6 +46,7 @@ from wrappers.transport.body_rules import headers_of as headers_of  # re-exporte
 logger = logging.getLogger(__name__)
 
 _WITHOUT_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
+_INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")  # MLServer's two infer routes
 # Bodies inflate on these threads (zlib lets go of the GIL), so a big one stalls no other request; two at a time
 # keep what compressed requests can make the server hold to twice the limit. Others wait their turn.
 _inflaters = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-inflate")
@@ -83,12 +90,30 @@ class BoundedBodies:
         if scope["type"] != "http" or scope["method"] in _WITHOUT_BODY:
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
+        infer = _INFER_PATH.match(scope["path"])
         headers = headers_of(scope)
         body = await read_body(receive, headers, _Limit.bytes)
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":
             body = await _inflated(body, encoding, _Limit.bytes)
             scope = uncompressed(scope, len(body))
+        if infer is None:
+            await self._forward(scope, body, receive, send)
+            return
+        status = 0
+
+        async def send_noting_status(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self._forward(scope, body, receive, send_noting_status)
+        if 200 <= status < 300:  # answered by a served model: its name is one of the server's, not any a client sends
+            observe_request(infer[1], infer[2], "rest", time.perf_counter() - started)
+
+    async def _forward(self, scope, body: bytes, receive, send) -> None:
         if len(body) * LARGE_SHARE <= _Limit.bytes:
             await self.app(scope, replaying(body, receive), send)
             return

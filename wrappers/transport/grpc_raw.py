@@ -13,9 +13,16 @@ raw, as Triton answers them.
 It works where the gRPC server and the model share a process (`parallel_workers: 0`,
 Slipway's default); with worker processes MLServer's own converters stay in charge.
 The rules on contents are `wrappers.transport.grpc_rules`, which has no MLServer import.
+
+The two converters also time each answered request, from the request's conversion to the answer's, into
+`slipway_request_seconds` (`wrappers.operations.metrics`): MLServer's servicer calls both in the call's own task,
+so the start is kept in a context variable of that task.
 """
 
 from __future__ import annotations
+
+import time
+from contextvars import ContextVar
 
 import numpy as np
 from mlserver.errors import InferenceError
@@ -24,9 +31,12 @@ from mlserver.types import InferenceRequest, InferenceResponse, Parameters, Requ
 from slipway.v2_wire import BYTES, REGION, TensorError, from_raw, to_raw
 from wrappers.mlserver_compat.grpc_path import MLServerConverters, pb, replace_grpc_converters
 from wrappers.operations.loaded_models import LoadedModels
+from wrappers.operations.metrics import observe_request
 from wrappers.transport import grpc_rules
 
 _NO_DATA = np.empty(0, dtype=np.uint8)
+# The current call's model, version (as the client named them) and start, set by the request's conversion
+_started: ContextVar[tuple[str, str, float] | None] = ContextVar("slipway_grpc_request_started", default=None)
 _mlserver: MLServerConverters  # MLServer's own converters, set when ours replace them
 
 
@@ -59,6 +69,7 @@ def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
+    _started.set((pb_object.model_name, pb_object.model_version, time.perf_counter()))
     if pb_object.model_name not in fast_models:
         return _mlserver.request_to_types(pb_object)
     for tensor in pb_object.inputs:
@@ -134,6 +145,16 @@ def _request_input(tensor: pb.ModelInferRequest.InferInputTensor) -> RequestInpu
 
 
 def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = False) -> pb.ModelInferResponse:
+    """The answer as `_answer`, its request timed from the request's conversion (an answer means a served model)."""
+    response = _answer(type_object, use_raw)
+    started = _started.get()
+    if started is not None:
+        _started.set(None)
+        observe_request(started[0], started[1], "grpc", time.perf_counter() - started[2])
+    return response
+
+
+def _answer(type_object: InferenceResponse, use_raw: bool) -> pb.ModelInferResponse:
     """The response with every output as raw contents, built directly: MLServer's converter would walk
     pydantic models and build empty typed contents for each output first.
 
