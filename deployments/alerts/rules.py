@@ -30,7 +30,7 @@ from deployments.canary.queries import (
 )
 from deployments.render import COMMON_LABELS, RenderError, check_namespace
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
-from slipway.metric_names import INFERENCE_SECONDS
+from slipway.metric_names import INFERENCE_SECONDS, REQUEST_SECONDS
 from slipway.slo import Slo
 
 LINES = (*QUANTILES, "max_error_rate", "min_rps")  # the SLO lines that become rules
@@ -150,11 +150,10 @@ class SloRules:
         return [{"name": f"slipway-{self.model}-slo", "rules": rules}]
 
     def latency_alerts(self) -> list[dict[str, Any]]:
-        measured = (
-            "time inside ONNX Runtime per run"
-            if self.latency_histogram == INFERENCE_SECONDS
-            else f"the histogram {self.latency_histogram}"
-        )
+        measured = {
+            INFERENCE_SECONDS: "time inside ONNX Runtime per run",
+            REQUEST_SECONDS: "each answered request, from its arrival at the server to its answer",
+        }.get(self.latency_histogram, f"the histogram {self.latency_histogram}")
         rules = []
         for line, quantile in QUANTILES.items():
             limit = getattr(self.slo, line)

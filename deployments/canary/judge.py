@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, PredictorQueries
+from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, RUN_HISTOGRAM, PredictorQueries
 from deployments.prometheus import Prometheus
 from slipway.slo import CanaryPolicy, Slo
 
@@ -26,13 +26,16 @@ DEFAULT_WINDOW = "5m"
 
 @dataclass(frozen=True)
 class Figures:
-    """One predictor over the window: requests served and failed, error rate, latency quantiles in ms."""
+    """One predictor over the window: requests served and failed, error rate, latency quantiles in ms (of the judged
+    histogram), and beside them the ONNX Runtime run's quantiles (`run_latency_ms`, not judged; empty where the run's
+    histogram is the judged one)."""
 
     predictor: str
     requests: float
     failures: float
     latency_observations: float
     latency_ms: dict[str, float | None]
+    run_latency_ms: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def error_rate(self) -> float | None:
@@ -52,6 +55,9 @@ class Failure:
     canary: float
     stable: float | None
     limit: float
+    # a latency line's quantile of ONNX Runtime's run alone (canary, stable), where the judged histogram is another:
+    # alike on both sides, the canary is slower around the model's run (decoding, queueing, processing), not in it
+    run: tuple[float | None, float | None] | None = None
 
     def message(self) -> str:
         if self.line == "max_error_rate":
@@ -61,9 +67,12 @@ class Failure:
             name = self.line.removesuffix("_ms")
             values = f"canary {name} {self.canary:.2f} ms vs stable {_ms(self.stable)}"
             limit = f"{self.limit:.2f} ms"
+        beside = (
+            "" if self.run is None else f" (ONNX Runtime's run alone: canary {_ms(self.run[0])} vs stable {_ms(self.run[1])})"
+        )
         if self.against == "slo":
-            return f"{self.line}: {values}; over the SLO limit {limit}"
-        return f"{self.line}: {values}; over the stable's plus tolerance, {limit}"
+            return f"{self.line}: {values}; over the SLO limit {limit}{beside}"
+        return f"{self.line}: {values}; over the stable's plus tolerance, {limit}{beside}"
 
     def as_dict(self) -> dict:
         return {**asdict(self), "message": self.message()}
@@ -115,7 +124,12 @@ def measure(prometheus: Prometheus, queries: PredictorQueries, *, at: float) -> 
     for line, quantile in QUANTILES.items():
         seconds = prometheus.scalar(queries.latency(quantile), at=at)
         latency[line] = None if seconds is None or observations <= 0 else seconds * 1000.0
-    return Figures(queries.predictor, successes + failures, failures, observations, latency)
+    run_latency: dict[str, float | None] = {}
+    if queries.latency_histogram != RUN_HISTOGRAM:
+        for line, quantile in QUANTILES.items():
+            seconds = prometheus.scalar(queries.latency(quantile, RUN_HISTOGRAM), at=at)
+            run_latency[line] = None if seconds is None else seconds * 1000.0
+    return Figures(queries.predictor, successes + failures, failures, observations, latency, run_latency)
 
 
 def judge(
@@ -156,11 +170,12 @@ def decide(slo: Slo, *, stable: Figures, canary: Figures, window: str, at: float
         if allowed is None:
             continue
         measured, baseline = _known(canary.latency_ms[line]), _known(stable.latency_ms[line])
+        run = (canary.run_latency_ms.get(line), stable.run_latency_ms.get(line)) if canary.run_latency_ms else None
         if measured > allowed:
-            failures.append(Failure(line, "slo", measured, baseline, allowed))
+            failures.append(Failure(line, "slo", measured, baseline, allowed, run))
         relative = max(baseline * (1 + policy.latency_tolerance), baseline + policy.latency_slack_ms)
         if measured > relative:
-            failures.append(Failure(line, "stable", measured, baseline, relative))
+            failures.append(Failure(line, "stable", measured, baseline, relative, run))
     if slo.max_error_rate is not None:
         measured, baseline = _known(canary.error_rate), _known(stable.error_rate)
         if measured > slo.max_error_rate:

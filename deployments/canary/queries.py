@@ -10,10 +10,12 @@ What is measured, per predictor, summed over its pods:
 - requests: MLServer's `model_infer_request_success_total` and `model_infer_request_failure_total`
   (a failure counter appears only after the first failure: no series means none failed);
 - outputs: the runtime's `slipway_predicted_class_total` by class (how often each class wins), for a classifier;
-- latency: `histogram_quantile` over the runtime's `slipway_inference_seconds` buckets (time inside ONNX
-  Runtime per run; the buckets start at 50 us, where MLServer's own histograms start at 5 ms). Another
-  histogram the pods export (e.g. `rest_server_request_duration_seconds`, MLServer's REST latency per request)
-  can be named instead.
+- latency: `histogram_quantile` over the runtime's `slipway_request_seconds` buckets (each answered request, from
+  its arrival at the REST layer or gRPC converter to its answer: decoding, queueing, pre- and post-processing and
+  encoding included; the buckets start at 50 us, where MLServer's own request histograms start at 5 ms);
+- beside it, the same quantiles of `slipway_inference_seconds` (time inside ONNX Runtime per run), which shows
+  whether a slower canary is slower in the model's run or around it. Another histogram the pods export can be
+  named as the judged one instead.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from dataclasses import dataclass
 
 from deployments.autoscaling import REQUEST_COUNTER
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
-from slipway.metric_names import CLASS_LABEL, INFERENCE_SECONDS, PREDICTED_CLASS
+from slipway.metric_names import CLASS_LABEL, INFERENCE_SECONDS, PREDICTED_CLASS, REQUEST_SECONDS
 
 FAILURE_COUNTER = "model_infer_request_failure_total"
 CLASS_COUNTER = f"{PREDICTED_CLASS}_total"
-DEFAULT_LATENCY_HISTOGRAM = INFERENCE_SECONDS
+DEFAULT_LATENCY_HISTOGRAM = REQUEST_SECONDS
+RUN_HISTOGRAM = INFERENCE_SECONDS  # the ONNX Runtime run's, reported beside the judged one
 QUANTILES = {"p50_ms": 0.50, "p95_ms": 0.95, "p99_ms": 0.99}
 _WINDOW = re.compile(r"^[1-9][0-9]*[smh]$")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -84,11 +87,11 @@ class PredictorQueries:
     def latency_observations(self) -> str:
         return self._increase(f"{self.latency_histogram}_count")
 
-    def latency(self, quantile: float) -> str:
-        """The quantile in seconds, over every pod's buckets added up."""
+    def latency(self, quantile: float, histogram: str | None = None) -> str:
+        """The quantile in seconds of `histogram` (default: the judged one), over every pod's buckets added up."""
         return (
             f"histogram_quantile({quantile:g}, sum by (le) "
-            f"(rate({self.latency_histogram}_bucket{{{self.selector}}}[{self.window}])))"
+            f"(rate({histogram or self.latency_histogram}_bucket{{{self.selector}}}[{self.window}])))"
         )
 
     @property

@@ -106,7 +106,9 @@ def test_latency_lines_fire_per_predictor_after_their_for_and_hold_below_the_lim
     slow = {"0.001": "0x30", "0.0025": "0x30", "0.05": "0x30", "0.1": "0+60x30", "+Inf": "0+60x30"}
     fast = {"0.001": "0x30", "0.0025": "0+60x30", "0.05": "0+60x30", "0.1": "0+60x30", "+Inf": "0+60x30"}
     series = [
-        _series("slipway_inference_seconds_bucket", runs[le], predictor, le=le, model_name=MODEL, model_version="3")
+        _series(
+            "slipway_request_seconds_bucket", runs[le], predictor, le=le, model_name=MODEL, model_version="3", protocol="grpc"
+        )
         for predictor, runs in (("default", slow), ("canary", fast))
         for le in LE
     ]

@@ -9,7 +9,8 @@ them: `namespace`, `pod`, `container`, `endpoint`, `job`, `instance`, and the po
 and `slipway.io/predictor` as `slipway_io_model` and `slipway_io_predictor`. The metrics are the ones the
 pods export: MLServer's `model_infer_request_success_total` / `model_infer_request_failure_total`
 (labels model, version; the failure counter only exists once a request failed) and the runtime's
-`slipway_inference_seconds` histogram (labels model_name, model_version; wrappers/operations/metrics.py's buckets).
+`slipway_inference_seconds` (the run) and `slipway_request_seconds` (the whole request) histograms (labels
+model_name, model_version, and protocol for the latter; wrappers/operations/metrics.py's buckets).
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ import pytest
 
 from slipway.ports import LOOPBACK, free_port
 
-NAMESPACE_OF = {"healthy": "canary-healthy", "slow": "canary-slow", "erroring": "canary-erroring", "sparse": "canary-sparse"}
+NAMESPACE_OF = {
+    "healthy": "canary-healthy",
+    "slow": "canary-slow",
+    "slow-outside": "canary-slow-outside",
+    "erroring": "canary-erroring",
+    "sparse": "canary-sparse",
+}
 DEPLOYMENT, STABLE, CANARY = "digits", "default", "canary"
 SCRAPE_S = 15
 RECORDED_S = 15 * 60  # a quarter hour of scrapes, the last at `end`
@@ -39,28 +46,35 @@ SECONDS_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 
 @dataclass(frozen=True)
 class Behaviour:
-    """One pod's traffic: requests/s, the failed share, latency as a mix of log-normals (weight, median s, sigma),
-    and for a classifier the share of rows each class wins."""
+    """One pod's traffic: requests/s, the failed share, the run's latency as a mix of log-normals (weight, median s,
+    sigma), the whole request's (`request`; unset: the run's, nothing measurable around it), and for a classifier
+    the share of rows each class wins."""
 
     rps: float
     failed: float = 0.0
     latency: tuple[tuple[float, float, float], ...] = ((1.0, 0.004, 0.3),)
     classes: tuple[float, ...] = ()
+    request: tuple[tuple[float, float, float], ...] | None = None
 
-    def cdf(self, seconds: float) -> float:
+    def cdf(self, seconds: float, *, request: bool = False) -> float:
         return sum(
             weight * 0.5 * (1 + math.erf(math.log(seconds / median) / (sigma * math.sqrt(2))))
-            for weight, median, sigma in self.latency
+            for weight, median, sigma in self._mix(request)
         )
 
-    def mean(self) -> float:
-        return sum(weight * median * math.exp(sigma**2 / 2) for weight, median, sigma in self.latency)
+    def mean(self, *, request: bool = False) -> float:
+        return sum(weight * median * math.exp(sigma**2 / 2) for weight, median, sigma in self._mix(request))
+
+    def _mix(self, request: bool) -> tuple[tuple[float, float, float], ...]:
+        return self.request if request and self.request is not None else self.latency
 
 
 STABLE_POD = Behaviour(rps=10.0)
 SCENARIOS = {  # scenario -> the canary pod's behaviour (the stable pods are STABLE_POD throughout)
     "healthy": Behaviour(rps=2.0),
     "slow": Behaviour(rps=2.0, latency=((0.88, 0.004, 0.3), (0.12, 0.040, 0.1))),  # a slow tail: p95 ~40 ms
+    # the same tail around an unchanged run (decoding, queueing, processing): ONNX Runtime's figure alone passes it
+    "slow-outside": Behaviour(rps=2.0, request=((0.88, 0.004, 0.3), (0.12, 0.040, 0.1))),
     "erroring": Behaviour(rps=2.0, failed=0.05),
     "sparse": Behaviour(rps=0.2),  # 60 requests in 5 minutes
 }
@@ -134,23 +148,29 @@ def openmetrics(end: float, layout: Layout = JUDGE_LAYOUT, *, recorded_s: int = 
                     f"model_infer_request_failure_total{_labels({**labels, **model})} "
                     f"{math.floor(count * behaviour.failed)} {stamp:.3f}"
                 )
-    lines += [
-        "# TYPE slipway_inference_seconds histogram",
-        "# HELP slipway_inference_seconds Time inside ONNX Runtime per run (one run may serve several merged requests)",
-    ]
     runtime = {"model_name": DEPLOYMENT, "model_version": "3"}
-    for labels, behaviour, served in pods:
-        series = {**labels, **runtime}
-        for stamp, count in zip(stamps, served):
-            runs = math.floor(count)
-            for bound in SECONDS_BUCKETS:
-                lines.append(
-                    f"slipway_inference_seconds_bucket{_labels({**series, 'le': repr(bound)})} "
-                    f"{math.floor(runs * behaviour.cdf(bound))} {stamp:.3f}"
-                )
-            lines.append(f"slipway_inference_seconds_bucket{_labels({**series, 'le': '+Inf'})} {runs} {stamp:.3f}")
-            lines.append(f"slipway_inference_seconds_count{_labels(series)} {runs} {stamp:.3f}")
-            lines.append(f"slipway_inference_seconds_sum{_labels(series)} {runs * behaviour.mean():.6f} {stamp:.3f}")
+    for name, help_text, extra, request in (
+        (
+            "slipway_inference_seconds",
+            "Time inside ONNX Runtime per run (one run may serve several merged requests)",
+            {},
+            False,
+        ),
+        ("slipway_request_seconds", "Time from an inference request's arrival to its answer", {"protocol": "rest"}, True),
+    ):
+        lines += [f"# TYPE {name} histogram", f"# HELP {name} {help_text}"]
+        for labels, behaviour, served in pods:
+            series = {**labels, **runtime, **extra}
+            for stamp, count in zip(stamps, served):
+                runs = math.floor(count)
+                for bound in SECONDS_BUCKETS:
+                    lines.append(
+                        f"{name}_bucket{_labels({**series, 'le': repr(bound)})} "
+                        f"{math.floor(runs * behaviour.cdf(bound, request=request))} {stamp:.3f}"
+                    )
+                lines.append(f"{name}_bucket{_labels({**series, 'le': '+Inf'})} {runs} {stamp:.3f}")
+                lines.append(f"{name}_count{_labels(series)} {runs} {stamp:.3f}")
+                lines.append(f"{name}_sum{_labels(series)} {runs * behaviour.mean(request=request):.6f} {stamp:.3f}")
     lines += [
         "# TYPE slipway_predicted_class counter",
         "# HELP slipway_predicted_class Rows whose highest score was this class (arg-max of the scores output)",

@@ -63,8 +63,27 @@ def test_a_slow_canary_fails_naming_the_p95_line(prometheus_url, slo, recorded):
     assert 30 < against["slo"].canary < 50 and against["slo"].limit == 25 and against["slo"].stable < 10
     assert against["stable"].limit == pytest.approx(max(against["stable"].stable * 1.2, against["stable"].stable + 1))
     assert re.fullmatch(
-        r"p95_ms: canary p95 \d+\.\d\d ms vs stable \d\.\d\d ms; over the SLO limit 25\.00 ms", verdict.lines()[0]
+        r"p95_ms: canary p95 \d+\.\d\d ms vs stable \d\.\d\d ms; over the SLO limit 25\.00 ms "
+        r"\(ONNX Runtime's run alone: canary \d+\.\d\d ms vs stable \d\.\d\d ms\)",
+        verdict.lines()[0],
     ), verdict.lines()
+    assert verdict.canary.run_latency_ms["p95_ms"] > 30  # slow in the run itself
+
+
+def test_a_canary_slower_around_an_unchanged_run_fails_on_request_latency(prometheus_url, slo, recorded):
+    """The whole request is judged by default: a canary whose ONNX Runtime run is the stable's but whose requests
+    take longer around it fails, its run figure beside; judged on the run's histogram alone, it would pass."""
+    verdict = _judge(Prometheus(prometheus_url), slo, recorded, "slow-outside")
+    assert verdict.decision == "fail", verdict.lines()
+    assert {failure.line for failure in verdict.failures} == {"p95_ms"}
+    assert 30 < verdict.canary.latency_ms["p95_ms"] < 50
+    assert all(2.5 < verdict.canary.run_latency_ms[line] < 12 for line in ("p50_ms", "p95_ms", "p99_ms"))
+    assert all(2.5 < verdict.stable.run_latency_ms[line] < 12 for line in ("p50_ms", "p95_ms", "p99_ms"))
+    run_alone = re.search(r"ONNX Runtime's run alone: canary (\d+\.\d\d) ms vs stable (\d+\.\d\d) ms", verdict.lines()[0])
+    assert run_alone and float(run_alone[1]) < 12 and float(run_alone[2]) < 12, verdict.lines()
+    on_the_run = _judge(Prometheus(prometheus_url), slo, recorded, "slow-outside", latency_histogram="slipway_inference_seconds")
+    assert on_the_run.decision == "promote-step", on_the_run.lines()
+    assert on_the_run.canary.run_latency_ms == {}  # the judged histogram is the run's: nothing beside it
 
 
 def test_an_erroring_canary_fails_on_the_error_rate(prometheus_url, slo, recorded):

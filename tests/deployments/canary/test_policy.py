@@ -14,8 +14,13 @@ from slipway.slo import load_slo
 def test_the_queries_select_by_the_labels_a_podmonitor_scrape_gives():
     queries = PredictorQueries("prod", "digits", "canary", "5m")
     assert queries.selector == 'namespace="prod",slipway_io_model="digits",slipway_io_predictor="canary"'
+    # judged on the whole request by default (every protocol's series added up), the run's histogram beside it
     assert queries.latency(0.95) == (
-        "histogram_quantile(0.95, sum by (le) (rate(slipway_inference_seconds_bucket"
+        "histogram_quantile(0.95, sum by (le) (rate(slipway_request_seconds_bucket"
+        '{namespace="prod",slipway_io_model="digits",slipway_io_predictor="canary"}[5m])))'
+    )
+    assert queries.latency(0.5, "slipway_inference_seconds") == (
+        "histogram_quantile(0.5, sum by (le) (rate(slipway_inference_seconds_bucket"
         '{namespace="prod",slipway_io_model="digits",slipway_io_predictor="canary"}[5m])))'
     )
     with pytest.raises(ValueError, match="window '5 minutes' must be a whole number"):
