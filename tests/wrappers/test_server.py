@@ -418,6 +418,33 @@ def test_each_answered_request_is_timed_whole_by_protocol_and_refused_ones_are_n
     assert min(bounds) == 0.00005  # buckets from 50 us, where MLServer's own request histograms start at 5 ms
 
 
+def test_time_around_the_run_is_in_the_request_histogram(digits_server, example):
+    """A body that arrives 0.3 s after its headers (a slow network): the request is timed from its first byte read,
+    so it lands above the 0.25 s bucket, whatever the run took (a lower bound, true on any host)."""
+    import time
+
+    images, _ = example
+    body = json.dumps({"inputs": [json_input("image", images[:1])]}).encode()
+    head = f"POST /v2/models/digits/infer HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    rest = '{model_name="digits",model_version="",protocol="rest"'
+    before = scrape(digits_server.metrics_url)
+    with socket.create_connection(("127.0.0.1", digits_server.http_port), timeout=30) as connection:
+        connection.sendall(head.encode() + body[:10])
+        time.sleep(0.3)
+        connection.sendall(body[10:])
+        answer = connection.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    after = scrape(digits_server.metrics_url)
+
+    def grew(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert grew(f"slipway_request_seconds_count{rest}}}") == 1
+    assert grew(f'slipway_request_seconds_bucket{rest},le="0.25"}}') == 0
+    assert grew(f"slipway_request_seconds_sum{rest}}}") >= 0.3
+    assert grew('slipway_inference_seconds_count{model_name="digits",model_version=""}') == 1
+
+
 def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_parsed_in_c(digits_server, example):
     """The server's settings for CPU per request: no level-9 gzip on the event loop, no re-mapping of big bodies,
     and uvicorn's C parser (httptools) rather than its pure-Python fallback (h11)."""
