@@ -18,7 +18,7 @@ from deployments.dashboard import COMPONENT_DIR, SIDECAR_LABEL, uid
 from deployments.records import ModelVersion
 from deployments.render import OVERLAYS_DIR, render
 from deployments.validate import validate_documents
-from slipway.metric_names import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS
+from slipway.metric_names import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS, REQUEST_SECONDS
 from tests.deployments.conftest import record
 
 # What Grafana puts in for its variables, as a query over a real Prometheus would get them.
@@ -144,12 +144,15 @@ def test_every_panel_query_parses_and_reads_metrics_that_are_exported(prometheus
         if re.fullmatch(pattern, name)
     }
     runtime = {
-        f"{name}_{suffix}" for name in (INFERENCE_SECONDS, QUEUE_SECONDS, BATCH_ROWS) for suffix in ("bucket", "sum", "count")
+        f"{name}_{suffix}"
+        for name in (INFERENCE_SECONDS, REQUEST_SECONDS, QUEUE_SECONDS, BATCH_ROWS)
+        for suffix in ("bucket", "sum", "count")
     }
     exported = runtime | _mlserver_metrics() | CLUSTER_METRICS
     assert read <= exported, f"not exported by anything: {sorted(read - exported)}"
     assert {
         f"{INFERENCE_SECONDS}_bucket",
+        f"{REQUEST_SECONDS}_bucket",
         f"{QUEUE_SECONDS}_bucket",
         f"{BATCH_ROWS}_bucket",
         "rest_server_request_duration_seconds_bucket",
