@@ -164,6 +164,21 @@ COMPONENTS: tuple[Component, ...] = (
     ),
 )
 
+# KServe's own CRDs (files only, nothing built), at the release Slipway renders for: `render --engine kserve`
+# validates its ServingRuntime and InferenceService against their openAPIV3Schema (deployments/kserve).
+KSERVE_VERSION = "v0.15.2"
+KSERVE_CRDS = Component(
+    "kserve-crds",
+    KSERVE_VERSION,
+    GO_DIR / "kserve-crds",
+    (),
+    files={
+        ("github.com/kserve/kserve", f"config/crd/full/serving.kserve.io_{kind}.yaml"): f"crd-{kind}.yaml"
+        for kind in ("servingruntimes", "inferenceservices")
+    },
+)
+COMPONENTS += (KSERVE_CRDS,)
+
 CLUSTER_COMPONENTS = tuple(component for component in COMPONENTS if not component.test_tool)
 
 SELDON_FILES = {
