@@ -34,6 +34,13 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     from deployments.render import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
 
     command.add_argument(
+        "--engine",
+        default="seldon",
+        choices=("seldon", "kserve"),
+        help="what serves the model: seldon (a SeldonDeployment, default) or kserve (a ServingRuntime and an "
+        "InferenceService in RawDeployment mode, with an HPA and a PodDisruptionBudget; one version, cpu or gpu overlay)",
+    )
+    command.add_argument(
         "--overlay", default="cpu", help=f"{', '.join(OVERLAYS)}, or the folder of your own overlay (default cpu)"
     )
     source = command.add_mutually_exclusive_group()
@@ -170,7 +177,7 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--out",
         type=Path,
-        help="output folder (default build/manifests/<overlay>; "
+        help="output folder (default build/manifests/<overlay>, kserve-<overlay> for --engine kserve; "
         "for an overlay folder, its last two parts: build/tune/overlay -> tune-overlay)",
     )
 
@@ -206,7 +213,7 @@ def render_validated(args: argparse.Namespace):
     from deployments.autoscaling import busy_cpu_warning
     from deployments.kustomize import KustomizeError
     from deployments.records import RecordError
-    from deployments.render import RenderError, render, write_manifests
+    from deployments.render import Rendered, RenderError, render, write_manifests
     from deployments.validate import validate_documents
     from slipway.files import FileProblem
     from slipway.reports import write_report
@@ -214,7 +221,12 @@ def render_validated(args: argparse.Namespace):
 
     try:
         main, canary = _models(args)
-        rendered = render(
+        rendering: Callable[..., Rendered] = render
+        if getattr(args, "engine", "seldon") == "kserve":
+            from deployments.kserve.render import render_kserve
+
+            rendering = render_kserve
+        rendered = rendering(
             args.overlay,
             model=main,
             canary=canary,
@@ -248,12 +260,18 @@ def render_validated(args: argparse.Namespace):
         raise UserError(f"{err}: the model would not load, nothing written") from err
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
-    report = validate_documents(rendered.docs)
+    if getattr(args, "engine", "seldon") == "kserve":
+        from deployments.kserve.validate import validate_kserve
+
+        report = validate_kserve(rendered.docs)
+    else:
+        report = validate_documents(rendered.docs)
     for skipped in report.skipped:
         console.print(f"[yellow]skipped:[/] {skipped}", soft_wrap=True)
     if not report.ok:
         raise UserError("rendered manifests are invalid, nothing written: " + "; ".join(report.errors))
-    out = args.out or MANIFESTS_DIR / _folder_name(str(args.overlay))
+    folder = _folder_name(str(args.overlay))
+    out = args.out or MANIFESTS_DIR / (f"kserve-{folder}" if getattr(args, "engine", "seldon") == "kserve" else folder)
     paths = write_manifests(rendered, out)
     write_report(
         "manifests",
@@ -316,6 +334,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from deployments.apply import DeployError, apply, ask_served, wait_rolled_out
     from deployments.preflight import preflight
 
+    if args.engine != "seldon":
+        raise UserError(
+            f"deploy --engine {args.engine} is not built yet: render with `python -m deployments render --engine "
+            f"{args.engine}` and apply build/manifests/<overlay>/all.yaml yourself; nothing was applied"
+        )
     # no cluster: one line, before any work
     api = None if args.dry_run == "client" else _connect("nothing was applied. To render only, run `make manifests`")
     rendered = render_validated(args)

@@ -59,20 +59,25 @@ def load_crd_schema(path: Path = SELDON_CRD_SCHEMA) -> dict[str, Any] | None:
 
     Each caller gets its own copy of a schema parsed once per file content: parsing the 2.4 MB CRD takes ~0.4 s even
     with libyaml, and one process (a test run, a command that renders several overlays) validates many times."""
+    return crd_version_schema(path, "v1")
+
+
+def crd_version_schema(path: Path, version: str) -> dict[str, Any] | None:
+    """The openAPIV3Schema of one `version` of the CRD in `path` (a copy), or None when the file is absent."""
     if not Path(path).is_file():
         return None
-    return copy.deepcopy(_v1_schema(Path(path).read_text(), str(path)))
+    return copy.deepcopy(_version_schema(Path(path).read_text(), str(path), version))
 
 
-@functools.lru_cache(maxsize=2)
-def _v1_schema(crd_text: str, path: str) -> dict[str, Any]:
-    """The v1 schema in a CRD's text, parsed once per content; `load_crd_schema` hands out copies of it."""
+@functools.lru_cache(maxsize=4)
+def _version_schema(crd_text: str, path: str, wanted: str) -> dict[str, Any]:
+    """One version's schema in a CRD's text, parsed once per content; `crd_version_schema` hands out copies of it."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 2.4 MB of CRD in a second, not twenty
     crd = yaml.load(crd_text, Loader=loader)
     for version in crd["spec"]["versions"]:
-        if version["name"] == "v1":
+        if version["name"] == wanted:
             return version["schema"]["openAPIV3Schema"]
-    raise ValueError(f"{path} has no v1 version")
+    raise ValueError(f"{path} has no {wanted} version")
 
 
 # ---------------------------------------------------------------- Seldon's rules
@@ -348,7 +353,6 @@ def validate_documents(
 ) -> ValidationReport:
     """Validate every rendered resource; errors name the resource and the field."""
     import jsonschema
-    import kubernetes_validate
 
     report = ValidationReport()
     schema = crd_schema if crd_schema is not None else load_crd_schema(crd_path)
@@ -372,14 +376,23 @@ def validate_documents(
         if doc.get("kind") == "PodMonitor":
             report.checked.append(f"{label} (Slipway rules; no Prometheus-operator schema here)")
             continue
-        for version in KUBERNETES_VERSIONS:
-            try:
-                kubernetes_validate.validate(doc, version, strict=True)
-            except kubernetes_validate.ValidationError as err:
-                path = ".".join(map(str, err.path)) or "<root>"
-                report.errors.append(f"{label}: Kubernetes {version}: {path}: {err.message}")
-            except kubernetes_validate.SchemaNotFoundError:
-                report.errors.append(f"{label}: Kubernetes {version} has no schema for {doc.get('apiVersion')} {doc.get('kind')}")
+        report.errors.extend(core_kind_errors(doc, label))
         report.checked.append(f"{label} (Kubernetes {', '.join(KUBERNETES_VERSIONS)} strict)")
     report.errors.extend(cross_resource_errors(docs))
     return report
+
+
+def core_kind_errors(doc: dict[str, Any], label: str) -> list[str]:
+    """A built-in kind against the Kubernetes schemas of every version in KUBERNETES_VERSIONS, unknown fields refused."""
+    import kubernetes_validate
+
+    errors = []
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            path = ".".join(map(str, err.path)) or "<root>"
+            errors.append(f"{label}: Kubernetes {version}: {path}: {err.message}")
+        except kubernetes_validate.SchemaNotFoundError:
+            errors.append(f"{label}: Kubernetes {version} has no schema for {doc.get('apiVersion')} {doc.get('kind')}")
+    return errors

@@ -1,0 +1,49 @@
+"""What KServe 0.15 does with an InferenceService in RawDeployment mode, as far as Slipway's manifests depend on it.
+
+Read from the v0.15.2 source (pkg/constants, the raw Deployment, Service and HPA reconcilers, pkg/credentials/s3),
+not guessed; kept in one place so rendering and validation agree.
+"""
+
+from __future__ import annotations
+
+GROUP = "serving.kserve.io"
+RUNTIME_API_VERSION = f"{GROUP}/v1alpha1"
+RUNTIME_KIND = "ServingRuntime"
+ISVC_API_VERSION = f"{GROUP}/v1beta1"
+ISVC_KIND = "InferenceService"
+# The container a ServingRuntime must name for KServe to merge an InferenceService's model into it.
+CONTAINER_NAME = "kserve-container"
+DEPLOYMENT_MODE_ANNOTATION = f"{GROUP}/deploymentMode"
+RAW_DEPLOYMENT = "RawDeployment"
+# "external": KServe creates no HPA and leaves the Deployment's replicas to the one Slipway renders
+# (the reconciler ignores spec.replicas on update for every class but "none").
+AUTOSCALER_CLASS_ANNOTATION = f"{GROUP}/autoscalerClass"
+EXTERNAL_AUTOSCALER = "external"
+# Labels the controller puts on every predictor pod.
+ISVC_POD_LABEL = f"{GROUP}/inferenceservice"
+COMPONENT_LABEL = "component"
+PREDICTOR_COMPONENT = "predictor"
+PROTOCOL = "v2"
+MODEL_FORMAT = "onnx"
+# S3 credentials: a Secret listed by the predictor's ServiceAccount, with these keys and annotations.
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+S3_ENDPOINT_ANNOTATION = f"{GROUP}/s3-endpoint"
+S3_HTTPS_ANNOTATION = f"{GROUP}/s3-usehttps"
+S3_REGION_ANNOTATION = f"{GROUP}/s3-region"
+STORAGE_SCHEMES = ("s3", "gs", "pvc")
+# The storage initializer copies storageUri here; Slipway's launcher serves from it.
+MODEL_MOUNT = "/mnt/models"
+
+
+def predictor_name(isvc_name: str) -> str:
+    """The raw Deployment, Service and (KServe's own) HPA of the predictor: constants.PredictorServiceName."""
+    return f"{isvc_name}-{PREDICTOR_COMPONENT}"
+
+
+def runtime_name(model: str) -> str:
+    return f"slipway-{model}"
+
+
+def inference_url(namespace: str, name: str, model: str) -> str:
+    """Inside the cluster: the predictor Service listens on port 80 and forwards to the first container port."""
+    return f"http://{predictor_name(name)}.{namespace}.svc.cluster.local/v2/models/{model}/infer"

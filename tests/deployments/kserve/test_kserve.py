@@ -1,0 +1,176 @@
+"""`render --engine kserve`: a ServingRuntime and an InferenceService (RawDeployment) from the Seldon rendering's
+settings, validated against KServe v0.15.2's own CRD schemas (from its Go module, through the cluster cache)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+
+import pytest
+import yaml
+
+from deployments.cluster.build import build_component, go_binary
+from deployments.cluster.components import KSERVE_CRDS
+from deployments.kserve import api
+from deployments.kserve.render import STORAGE_SECRET, render_kserve
+from deployments.kserve.validate import CRD_DIR_ENV, load_schemas, validate_kserve
+from deployments.render import RenderError
+from slipway.artifact import EXPECTED_DIGESTS_ENV
+from tests.conftest import run_module
+
+render = functools.partial(render_kserve, engine="builtin")
+
+
+@pytest.fixture(scope="module")
+def crd_folder():
+    """KServe's CRDs, copied from its module at the pinned release into the cluster cache (once per machine)."""
+    return build_component(KSERVE_CRDS, go_binary()) / "share"
+
+
+@pytest.fixture(scope="module")
+def schemas(crd_folder):
+    loaded = load_schemas(crd_folder)
+    assert all(loaded.values()), f"KServe's CRDs are missing from {crd_folder}"
+    return loaded
+
+
+def _kind(docs, kind):
+    return next(doc for doc in docs if doc["kind"] == kind)
+
+
+@pytest.mark.parametrize("overlay,mode", [("cpu", "cpu"), ("gpu", "cpu"), ("cpu", "behavior")])
+def test_the_rendered_objects_validate_against_kserves_schemas(overlay, mode, main_version, schemas):
+    report = validate_kserve(render(overlay, model=main_version, autoscaling_mode=mode).docs, schemas=schemas)
+    assert report.ok, report.errors
+    assert not report.skipped
+    assert any(item.startswith("InferenceService/digits (KServe v1beta1 CRD schema") for item in report.checked)
+    assert any(item.startswith("ServingRuntime/slipway-digits (KServe v1alpha1 CRD schema") for item in report.checked)
+
+
+def test_one_version_as_a_runtime_and_a_raw_inference_service(main_version):
+    docs = render("cpu", model=main_version, namespace="models", image="registry.local/mlserver-onnx:1.2.3").docs
+    assert [doc["kind"] for doc in docs] == [
+        "ServiceAccount",
+        "ServingRuntime",
+        "InferenceService",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "PodMonitor",
+        "NetworkPolicy",
+    ]
+    runtime, isvc = _kind(docs, api.RUNTIME_KIND), _kind(docs, api.ISVC_KIND)
+    assert runtime["spec"]["protocolVersions"] == ["v2"]
+    (container,) = runtime["spec"]["containers"]
+    assert container["name"] == "kserve-container" and container["image"] == "registry.local/mlserver-onnx:1.2.3"
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["SLIPWAY_REPOSITORY_API"] == "closed"
+    assert env["MLSERVER_MODEL_REPOSITORY_IMPLEMENTATION"] == "wrappers.repository_api.GuardedRepository"
+    assert env["MLSERVER_LOGGING_SETTINGS"] == "/etc/slipway/logging.json"
+    assert env["MLSERVER_HTTP_PORT"] == "9000" and env["MLSERVER_METRICS_ENDPOINT"] == "/prometheus"
+    assert EXPECTED_DIGESTS_ENV not in env  # the version's pin is on the InferenceService, which names the version
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    predictor = isvc["spec"]["predictor"]
+    assert isvc["metadata"]["annotations"][api.DEPLOYMENT_MODE_ANNOTATION] == "RawDeployment"
+    assert isvc["metadata"]["annotations"][api.AUTOSCALER_CLASS_ANNOTATION] == "external"
+    assert predictor["securityContext"]["runAsUser"] == 10001
+    assert predictor["model"]["storageUri"] == main_version.uri
+    assert predictor["model"]["runtime"] == runtime["metadata"]["name"] == "slipway-digits"
+    assert predictor["model"]["env"] == [{"name": EXPECTED_DIGESTS_ENV, "value": f"digits={main_version.digest}"}]
+    assert predictor["labels"] == {"slipway.io/model": "digits", "slipway.io/predictor": "default"}
+    account = _kind(docs, "ServiceAccount")
+    assert predictor["serviceAccountName"] == account["metadata"]["name"]
+    assert account["secrets"] == [{"name": STORAGE_SECRET}]  # where KServe looks for S3 credentials
+    hpa = _kind(docs, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "digits-predictor"
+    assert {m["containerResource"]["container"] for m in hpa["spec"]["metrics"]} == {"kserve-container"}
+    assert _kind(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == {
+        "serving.kserve.io/inferenceservice": "digits",
+        "component": "predictor",
+    }
+    assert {doc["metadata"]["namespace"] for doc in docs} == {"models"}
+
+
+def test_a_pvc_version_lists_no_storage_secret(main_version):
+    version = main_version.model_copy(update={"uri": "pvc://models/digits/3"})
+    assert "secrets" not in _kind(render("cpu", model=version).docs, "ServiceAccount")
+
+
+def _broken(docs, change):
+    docs = copy.deepcopy(docs)
+    change({doc["kind"]: doc for doc in docs})
+    return docs
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (lambda d: d[api.RUNTIME_KIND]["spec"].update(protocolVersions=["v1"]), "spec.protocolVersions must be [v2]"),
+        (lambda d: d[api.ISVC_KIND]["spec"]["predictor"]["model"].update(protocolVersion="v1"), "protocolVersion must be v2"),
+        (
+            lambda d: d[api.ISVC_KIND]["spec"]["predictor"]["model"].pop("storageUri"),
+            "spec.predictor.model.storageUri is missing",
+        ),
+        (
+            lambda d: d[api.ISVC_KIND]["spec"]["predictor"]["model"].update(storageURI="s3://x/y"),
+            "spec.predictor.model.storageURI: not a field of KServe's schema",
+        ),
+        (lambda d: d[api.ISVC_KIND]["spec"]["predictor"].update(minReplicas="two"), "minReplicas: 'two' is not of type"),
+        (lambda d: d[api.ISVC_KIND]["metadata"]["annotations"].pop(api.DEPLOYMENT_MODE_ANNOTATION), "must be RawDeployment"),
+        (lambda d: d[api.ISVC_KIND]["metadata"]["annotations"].pop(api.AUTOSCALER_CLASS_ANNOTATION), "KServe's own HPA"),
+        (lambda d: d[api.ISVC_KIND]["spec"]["predictor"]["model"].update(runtime="other"), "runtime 'other' is not among"),
+        (
+            lambda d: d[api.RUNTIME_KIND]["spec"]["containers"][0]["securityContext"].pop("readOnlyRootFilesystem"),
+            "readOnlyRootFilesystem must be true",
+        ),
+        (lambda d: d["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"].update(name="digits"), "not the predictor Deployment"),
+        (
+            lambda d: d["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].update(component="transformer"),
+            "matches no predictor pod",
+        ),
+    ],
+)
+def test_a_broken_object_is_refused_naming_what_is_wrong(change, expected, main_version, schemas):
+    docs = render("cpu", model=main_version).docs
+    assert validate_kserve(docs, schemas=schemas).ok
+    report = validate_kserve(_broken(docs, change), schemas=schemas)
+    assert any(expected in error for error in report.errors), report.errors
+
+
+def test_without_the_crds_the_schema_layer_is_skipped_and_not_claimed(main_version, tmp_path):
+    report = validate_kserve(render("cpu", model=main_version).docs, schemas=load_schemas(tmp_path))
+    assert report.ok and len(report.skipped) == 2 and "KServe's CRD schema not found" in report.skipped[0]
+    assert not any("CRD schema" in item for item in report.checked)
+
+
+@pytest.mark.parametrize(
+    "options,expected",
+    [
+        ({"split_mode": "cpu-gpu"}, "--split is a Seldon graph"),
+        ({"autoscaling_mode": "keda"}, "--autoscaling keda is not rendered for KServe"),
+    ],
+)
+def test_what_kserve_does_not_render_yet_is_refused(options, expected, main_version):
+    with pytest.raises(RenderError, match=expected):
+        render("cpu", model=main_version, **options)
+
+
+def test_render_engine_kserve_writes_valid_manifests(record_files, reports_env, crd_folder, tmp_path):
+    out = tmp_path / "kserve"
+    env = {**reports_env, CRD_DIR_ENV: str(crd_folder)}
+    args = ("deployments", "render", "--engine", "kserve", "--version-record", str(record_files("3")), "--kustomize")
+    result = run_module(*args, "builtin", "--out", str(out), env=env)
+    assert "valid (7 checked)" in result.stderr
+    docs = list(yaml.safe_load_all((out / "all.yaml").read_text()))
+    assert _kind(docs, api.ISVC_KIND)["spec"]["predictor"]["model"]["storageUri"] == "s3://slipway-models/digits/3"
+    rendering = json.loads((out / "rendering.json").read_text())
+    assert rendering["serving_engine"] == "kserve"
+    assert rendering["inference_path"] == "http://digits-predictor.slipway.svc.cluster.local/v2/models/digits/infer"
+
+
+def test_render_engine_kserve_refuses_a_canary_in_one_line(record_files, reports_env, tmp_path):
+    args = ("deployments", "render", "--engine", "kserve", "--overlay", "canary", "--version-record")
+    result = run_module(*args, str(record_files("3")), "--out", str(tmp_path / "x"), env=reports_env, check=False)
+    assert result.returncode != 0 and not (tmp_path / "x").exists()
+    assert "--engine kserve renders one version" in result.stderr
