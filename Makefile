@@ -185,6 +185,8 @@ $(TORCH_STAMP): pyproject.toml constraints.txt | $(STAMP)
 # VERSION= or TAG= pins the manifests to a version in the model store; without them they are
 # rendered for MODEL_DIR (the demo's unpublished artifact). Canary: CANARY_VERSION= or CANARY_TAG=.
 OVERLAY          ?= cpu
+# ENGINE=kserve: a ServingRuntime + InferenceService (RawDeployment) instead of a SeldonDeployment (docs/deploying.md).
+ENGINE           ?= seldon
 AUTOSCALING      ?= cpu
 HPA_METRIC_SOURCE ?=
 NAMESPACE        ?= slipway
@@ -242,7 +244,7 @@ define version_record
 	@$(SLIPWAY) versions show $(1) --store $(STORE) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
 	@mv $(2).tmp $(2)
 endef
-RENDER_ARGS = --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NAMESPACE) \
+RENDER_ARGS = --engine $(ENGINE) --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NAMESPACE) \
   $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
   $(if $(CANARY_VERSION)$(CANARY_TAG),--canary-record $(CANARY_RECORD)) \
   $(if $(CANARY_PERCENT),--canary-percent $(CANARY_PERCENT)) $(if $(IMAGE),--image $(IMAGE)) \
@@ -262,7 +264,7 @@ versions-resolve: setup
 	$(if $(VERSION)$(TAG),$(call version_record,$(if $(VERSION),$(MODEL_NAME):$(VERSION),$(MODEL_NAME)@$(TAG)),$(RECORD)))
 	$(if $(CANARY_VERSION)$(CANARY_TAG),$(call version_record,$(if $(CANARY_VERSION),$(MODEL_NAME):$(CANARY_VERSION),$(MODEL_NAME)@$(CANARY_TAG)),$(CANARY_RECORD)))
 
-manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior; gpu: gpu-queue|gpu-util)
+manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into build/manifests/<overlay> (VERSION=|TAG=, AUTOSCALING=cpu|rps|keda|behavior; gpu: gpu-queue|gpu-util; ENGINE=kserve)
 	$(SLIPWAY) render $(RENDER_ARGS)
 
 .PHONY: alerts

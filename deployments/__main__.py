@@ -468,14 +468,24 @@ def register_upload(commands) -> None:
 
 def cmd_secret(args: argparse.Namespace) -> int:
     from deployments.apply import DeployError, apply
-    from deployments.storage_secret import SecretError, secret_manifest, settings_from_environment
+    from deployments.storage_secret import DEFAULT_SECRET, SecretError, secret_manifest, settings_from_environment
 
     try:
-        settings, used = settings_from_environment(args.scheme, os.environ)
+        if args.engine == "kserve":
+            from deployments.kserve.render import STORAGE_SECRET
+            from deployments.kserve.storage import s3_secret
+
+            if args.scheme != "s3":
+                raise SecretError(f"--engine kserve writes the Secret for s3:// URIs only, not {args.scheme}://")
+            args.name = args.name or STORAGE_SECRET
+            manifest, used = s3_secret(args.name, args.namespace, os.environ)
+        else:
+            settings, used = settings_from_environment(args.scheme, os.environ)
+            args.name = args.name or DEFAULT_SECRET
+            manifest = secret_manifest(args.name, args.namespace, settings)
     except SecretError as err:
         raise UserError(str(err)) from err
-    manifest = secret_manifest(args.name, args.namespace, settings)
-    keys = ", ".join(sorted(settings))
+    keys = ", ".join(sorted(manifest["data"]))
     source = f"from {', '.join(used)}" if used else "no keys in the environment: pods authenticate as their service account"
     if args.dry_run == "client":
         console.print(
@@ -509,7 +519,16 @@ def register_secret(commands) -> None:
     )
     command.add_argument("--scheme", choices=SCHEMES, default="s3", help="the modelUri scheme it serves (default s3)")
     command.add_argument(
-        "--name", default=DEFAULT_SECRET, help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName)"
+        "--engine",
+        default="seldon",
+        choices=("seldon", "kserve"),
+        help="seldon: rclone's RCLONE_CONFIG_* keys (default); kserve: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY with "
+        "KServe's s3-endpoint, s3-usehttps and s3-region annotations, the Secret the rendered ServiceAccount lists",
+    )
+    command.add_argument(
+        "--name",
+        help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName; with --engine kserve "
+        "slipway-model-storage-kserve)",
     )
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
     command.add_argument(

@@ -174,3 +174,39 @@ def test_render_engine_kserve_refuses_a_canary_in_one_line(record_files, reports
     result = run_module(*args, str(record_files("3")), "--out", str(tmp_path / "x"), env=reports_env, check=False)
     assert result.returncode != 0 and not (tmp_path / "x").exists()
     assert "--engine kserve renders one version" in result.stderr
+
+
+def test_the_storage_secret_in_kserves_form():
+    from deployments.kserve.storage import s3_secret
+
+    environ = {
+        "AWS_ACCESS_KEY_ID": "id",
+        "AWS_SECRET_ACCESS_KEY": "key",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_REGION": "eu-west-1",
+    }
+    manifest, used = s3_secret(STORAGE_SECRET, "models", environ)
+    assert sorted(manifest["data"]) == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+    assert manifest["metadata"]["annotations"] == {
+        "serving.kserve.io/s3-endpoint": "127.0.0.1:9000",
+        "serving.kserve.io/s3-usehttps": "0",
+        "serving.kserve.io/s3-region": "eu-west-1",
+    }
+    assert used == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"]
+
+
+@pytest.mark.parametrize(
+    "environ,expected",
+    [
+        ({}, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY not set"),
+        ({"AWS_ACCESS_KEY_ID": "i", "AWS_SECRET_ACCESS_KEY": "k", "AWS_SESSION_TOKEN": "t"}, "carries no session token"),
+        ({"AWS_ACCESS_KEY_ID": "i", "AWS_SECRET_ACCESS_KEY": "k", "AWS_ENDPOINT_URL": "s3.example.com"}, "not an http(s) URL"),
+    ],
+)
+def test_secret_engine_kserve_refuses_what_kserve_cannot_use_in_one_line(environ, expected, reports_env):
+    env = {key: value for key, value in {**reports_env, **environ}.items()}
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        env.setdefault(name, "")
+    result = run_module("deployments", "secret", "--engine", "kserve", "--dry-run", "client", env=env, check=False)
+    assert result.returncode != 0 and expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
