@@ -284,7 +284,7 @@ upload: versions-resolve ## upload MODEL_DIR (or VERSION=/TAG=) to its modelUri 
 	  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_APPLICATION_CREDENTIALS with SCHEME=gs), never to a file
-	$(SLIPWAY) secret --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
+	$(SLIPWAY) secret --engine $(ENGINE) --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
 
 # --- the local control plane (deployments/cluster): real kube-apiserver, kwok, the Seldon operator ---
 CLUSTER_PORT ?= 16443
