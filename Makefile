@@ -270,7 +270,7 @@ manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into bui
 .PHONY: alerts
 alerts: setup ## Prometheus alerts from SLO=slo.yaml's lines for MODEL_NAME in NAMESPACE -> build/manifests/alerts (PrometheusRule + rule file)
 	@test -n "$(SLO)" || { echo "usage: make alerts SLO=slo.yaml [NAMESPACE=slipway MODEL_NAME=digits]" >&2; exit 2; }
-	$(SLIPWAY) alerts --slo $(SLO) --namespace $(NAMESPACE) --model $(MODEL_NAME)
+	$(SLIPWAY) alerts --slo $(SLO) --namespace $(NAMESPACE) --model $(MODEL_NAME) --engine $(ENGINE)
 
 STORAGE_ARGS = $(if $(STORAGE_ENDPOINT),--storage-endpoint $(STORAGE_ENDPOINT)) $(if $(PVC_MOUNT),--pvc-mount $(PVC_MOUNT))
 

@@ -44,6 +44,12 @@ def add_command(commands) -> None:
         "--model", default="digits", help="the model (render names its SeldonDeployment after it; default digits)"
     )
     parser.add_argument(
+        "--engine",
+        default="seldon",
+        choices=("seldon", "kserve"),
+        help="what serves the model (render --engine; default seldon): the runbooks name its objects",
+    )
+    parser.add_argument(
         "--latency-histogram",
         default=DEFAULT_LATENCY_HISTOGRAM,
         help=f"the histogram latency lines are read from (default {DEFAULT_LATENCY_HISTOGRAM})",
@@ -69,7 +75,9 @@ def cmd_alerts(args) -> int:
             raise UserError(
                 f"SLO file {args.slo} has none of the lines alerts are made from ({', '.join(LINES)}): add one, e.g. `p95_ms: 50`"
             )
-        rules = SloRules(slo, namespace=args.namespace, model=args.model, latency_histogram=args.latency_histogram)
+        rules = SloRules(
+            slo, namespace=args.namespace, model=args.model, latency_histogram=args.latency_histogram, engine=args.engine
+        )
     except (ConfigError, RuleError) as err:
         raise UserError(str(err)) from err
     out = Path(args.out)

@@ -106,6 +106,13 @@ def _failures_and_answered(selector: str, window: str, labels: tuple[str, ...]) 
     return failed, f"(({successes} or {failures} * 0) + {failed})"
 
 
+# engine -> (the kind `kubectl get` names, the route callers reach the model by)
+ENGINES = {
+    "seldon": ("seldondeployment", "the gateway's route /seldon/{ns}/{model}/"),
+    "kserve": ("inferenceservice", "the Service {model}-predictor.{ns} (KServe RawDeployment)"),
+}
+
+
 @dataclass(frozen=True)
 class SloRules:
     """The rule groups for one model in one namespace, from the lines of `slo`."""
@@ -114,8 +121,11 @@ class SloRules:
     namespace: str
     model: str
     latency_histogram: str = DEFAULT_LATENCY_HISTOGRAM
+    engine: str = "seldon"  # what serves the model (render --engine): only the runbooks' commands differ
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise RuleError(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         try:
             check_namespace(self.namespace)
         except RenderError as err:
@@ -236,6 +246,7 @@ class SloRules:
         if limit is None:
             return []
         _, answered = _failures_and_answered(self.selector, THROUGHPUT_WINDOW, MODEL_LABELS)
+        kind, route = ENGINES[self.engine]
         # no series of either counter for the model at all (no pod scraped): 0 requests/s, with the model's labels
         gone = (
             f"absent_over_time({REQUEST_COUNTER}{{{self.selector}}}[{THROUGHPUT_WINDOW}]) * 0 and "
@@ -253,9 +264,9 @@ class SloRules:
                     "description": f"Requests answered (success + failure, every predictor) by {self.model} in namespace "
                     f"{self.namespace} over {THROUGHPUT_WINDOW} have been below {_number(limit)}/s for "
                     f"{THROUGHPUT_FOR} (0: no pod of it is scraped). SLO line: min_rps: {_number(limit)}.",
-                    "runbook": f"kubectl -n {self.namespace} get seldondeployment {self.model}, and its pods: Ready, and "
-                    f"scraped (PodMonitor {self.model}-mlserver)? Then the gateway's route "
-                    f"/seldon/{self.namespace}/{self.model}/ and whether the callers moved elsewhere.",
+                    "runbook": f"kubectl -n {self.namespace} get {kind} {self.model}, and its pods: Ready, and scraped "
+                    f"(PodMonitor {self.model}-mlserver)? Then {route.format(ns=self.namespace, model=self.model)} "
+                    "and whether the callers moved elsewhere.",
                 },
             }
         ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments import autoscaling, seldon
+from deployments.dashboard import is_dashboard
 from deployments.kserve import api
 from deployments.render import COMMON_LABELS, Rendered, RenderError, render
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
@@ -27,6 +28,8 @@ from slipway.artifact import EXPECTED_DIGESTS_ENV
 # The Secret the predictor's ServiceAccount lists for s3:// URIs, in KServe's form (AWS_* keys, s3-* annotations).
 STORAGE_SECRET = "slipway-model-storage-kserve"
 AUTOSCALING_MODES = ("cpu", "behavior")  # the HPA kinds; KEDA's and prometheus-adapter's are Seldon's only for now
+# How the dashboard's resource panels select the model container (as JSON text: quotes escaped).
+DASHBOARD_CONTAINER_SELECTOR = 'container=\\"$model\\"'
 # What MLServer is told to listen on; Seldon's operator sets these from the ports, KServe does not.
 PORT_ENV = {
     "MLSERVER_HTTP_PORT": str(seldon.HTTP_PORT),
@@ -101,6 +104,8 @@ def render_kserve(
             docs.append(_retarget(doc, isvc))
         elif doc["kind"] == "ServiceAccount":
             docs.append(_service_account(doc, model.uri, storage_secret))
+        elif is_dashboard(doc):
+            docs.append(_dashboard(doc))
         else:
             docs.append(doc)
     return KServeRendered(
@@ -247,6 +252,21 @@ def _pdb(pdb_spec: dict, isvc: dict) -> dict:
             "selector": {"matchLabels": {api.ISVC_POD_LABEL: name, api.COMPONENT_LABEL: api.PREDICTOR_COMPONENT}},
         },
     }
+
+
+def _dashboard(doc: dict) -> dict:
+    """The dashboard's resource panels read the model container by name: KServe's is `kserve-container` (its pods,
+    `<model>-predictor-...`, and the HPA, `<model>-predictor`, already match the panels' `$model-.+`)."""
+    doc = copy.deepcopy(doc)
+    for key, text in doc.get("data", {}).items():
+        if DASHBOARD_CONTAINER_SELECTOR not in text:
+            raise RenderError(
+                f"the dashboard no longer selects the model container as {DASHBOARD_CONTAINER_SELECTOR}: "
+                "update deployments/kserve/render.py with what it selects now"
+            )
+        kserve = text.replace(DASHBOARD_CONTAINER_SELECTOR, f'container=\\"{api.CONTAINER_NAME}\\"')
+        doc["data"][key] = kserve.replace("on Seldon Core v1 + MLServer", "on KServe (RawDeployment) + MLServer")
+    return doc
 
 
 def _service_account(doc: dict, uri: str, secret: str) -> dict:

@@ -210,3 +210,30 @@ def test_secret_engine_kserve_refuses_what_kserve_cannot_use_in_one_line(environ
     result = run_module("deployments", "secret", "--engine", "kserve", "--dry-run", "client", env=env, check=False)
     assert result.returncode != 0 and expected in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_dashboard_reads_kserves_model_container(main_version, schemas):
+    docs = render("cpu", model=main_version, dashboard=True).docs
+    assert validate_kserve(docs, schemas=schemas).ok
+    panels = json.loads(next(iter(_kind(docs, "ConfigMap")["data"].values())))
+    exprs = [t["expr"] for p in panels["panels"] for t in p.get("targets", []) if "expr" in t]
+    resource = [e for e in exprs if "container_cpu_usage_seconds_total" in e or "kube_pod_container_resource" in e]
+    assert resource and all('container="kserve-container"' in e and 'pod=~"$model-.+"' in e for e in resource)
+    assert not any('container="$model"' in e for e in exprs)
+
+
+def test_alerts_for_a_kserve_model_name_its_objects(tmp_path):
+    from deployments.alerts.rules import RuleError, SloRules
+    from slipway.slo import load_slo
+
+    path = tmp_path / "slo.yaml"
+    path.write_text(yaml.safe_dump({"p95_ms": 50, "min_rps": 5}))
+    slo = load_slo(path)
+    rules = SloRules(slo, namespace="models", model="digits", engine="kserve").groups()[0]["rules"]
+    runbooks = " ".join(rule["annotations"]["runbook"] for rule in rules if "alert" in rule)
+    assert "get inferenceservice digits" in runbooks and "digits-predictor.models" in runbooks
+    assert "seldon" not in runbooks
+    # the series they read carry the labels the InferenceService puts on its pods
+    assert 'slipway_io_model="digits"' in " ".join(rule["expr"] for rule in rules)
+    with pytest.raises(RuleError, match="engine 'knative' is not one of"):
+        SloRules(slo, namespace="models", model="digits", engine="knative")
