@@ -1,9 +1,10 @@
 """What the local control plane holds before any model is deployed.
 
-The CRDs (Seldon's from its vendored module, PodMonitor's, PrometheusRule's and ScaledObject's from theirs, kwok's
-usage and metrics kinds), the fake nodes kwok keeps Ready (CPU nodes and one tainted GPU node),
-the aggregated metrics API served by metrics-server, and the Seldon operator's ConfigMap and
-admission webhooks, the webhooks called at a loopback URL since the operator runs as a process.
+The CRDs (Seldon's from its vendored module, PodMonitor's, PrometheusRule's and ScaledObject's from
+theirs, KServe's ServingRuntime and InferenceService from its module, kwok's usage and metrics kinds),
+the fake nodes kwok keeps Ready (CPU nodes and one tainted GPU node), the aggregated metrics API served
+by metrics-server, and the Seldon operator's ConfigMap and admission webhooks, the webhooks called at a
+loopback URL since the operator runs as a process.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ CRD_FILES = (
     ("kwok", "crd-kwok-clusterresourceusages.yaml"),
     ("kwok", "crd-kwok-resourceusages.yaml"),
     ("kwok", "crd-kwok-metrics.yaml"),
+    # KServe's kinds, so that `render --engine kserve`'s objects go through the API server's own checks
+    # (server-side dry run); its controller and webhooks do not run here yet
+    ("kserve-crds", "crd-servingruntimes.yaml"),
+    ("kserve-crds", "crd-inferenceservices.yaml"),
 )
 KWOK_STAGES = (
     "kwok-node-initialize.yaml",
