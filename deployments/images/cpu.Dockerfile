@@ -1,8 +1,14 @@
 # Slipway's CPU serving image: MLServer + Slipway's ONNX runtime (the `wrappers` package) + onnxruntime.
 # Only the `serve` extra is installed: no TensorFlow, no training code. Build from the repository root:
 #   docker build -f deployments/images/cpu.Dockerfile -t slipway/mlserver-onnx:0.1.0 .
-FROM python:3.11.14-slim-bookworm AS build
+# `make image` builds it without a Docker engine (buildah) on a Python 3.11 base made from Debian bookworm's packages
+# (deployments/image_build.py), passed as BASE_IMAGE; the default is the public image that any other build pulls.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The CA bundle pip trusts where the builder's network needs its own (`make image` mounts the host's for the RUN steps
+# only and names it here): an argument of this stage, so it is in no layer of the image.
+ARG PIP_CERT
 WORKDIR /src
 # constraints.txt (`make lock`) pins every package: two builds a month apart install the same versions.
 COPY pyproject.toml README.md constraints.txt ./
@@ -13,7 +19,7 @@ RUN python -m venv /opt/slipway \
  && /opt/slipway/bin/pip install -c constraints.txt ".[serve]" \
  && /opt/slipway/bin/pip check
 
-FROM python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="slipway-mlserver-onnx" \
       org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CPU)"
 COPY --from=build /opt/slipway /opt/slipway
