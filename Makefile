@@ -27,7 +27,7 @@ PYTEST_WORKERS ?= 2
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image push test clean bench bench-gpu bench-peers
+.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
 .PHONY: export import profile bench-export bench-slim
 
 # export variants, import, profile, bench-export
@@ -142,7 +142,7 @@ bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench
 bench-slim: setup ## MobileNetV2 at half the channels vs whole, batch 32 (under the bench lock) -> reports/bench-slim.* + docs/benchmarks.md
 	flock $(BENCH_LOCK) $(SLIPWAY) export bench-slim $(BENCH_SLIM_ARGS)
 
-test: setup setup-torch tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
+test: setup setup-torch tools image-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: lint test-fast
@@ -330,20 +330,26 @@ canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVA
 canary-abort: setup ## roll back MODEL_NAME's canary in progress now (weights 100/0, canary removed, tag unchanged)
 	$(SLIPWAY) canary --abort --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
 
-NO_DOCKER = { echo "make $@ needs a running Docker engine and none answers here (docker info failed): run it where Docker runs, or build deployments/images/*.Dockerfile in your CI and deploy with IMAGE=" >&2; exit 2; }
 IMAGE_REPO ?=
+# The daemonless builder: buildah builds the Dockerfile, mmdebstrap makes its base from Debian's packages, skopeo asks
+# registries, umoci unpacks images (deployments/image_build.py). Debian/Ubuntu packages, installed once as root.
+IMAGE_TOOLS := buildah skopeo umoci mmdebstrap
 
-image: ## build the CPU and GPU serving images with Docker (IMAGE_CPU=, IMAGE_GPU=)
-	@docker info >/dev/null 2>&1 || $(NO_DOCKER)
-	docker build -f deployments/images/cpu.Dockerfile -t $(IMAGE_CPU) .
-	docker build -f deployments/images/gpu.Dockerfile -t $(IMAGE_GPU) .
+image-tools: ## install the daemonless image builder (buildah, skopeo, umoci, mmdebstrap) from Debian's packages (as root, once)
+	@missing="$$(for tool in $(IMAGE_TOOLS); do command -v $$tool >/dev/null || echo $$tool; done | xargs)"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "make $@: $$missing not installed and apt-get cannot run here as root: install $(IMAGE_TOOLS) with your package manager" >&2; exit 2; fi; \
+	  echo "installing $$missing from Debian's packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(IMAGE_TOOLS) >/dev/null; \
+	fi
 
-push: ## build the serving images and push them to IMAGE_REPO (e.g. ghcr.io/you); `make deploy PUSH=1 IMAGE_REPO=` pushes, then deploys them
+image: setup image-tools ## build the CPU serving image without a Docker engine (buildah; base from Debian's packages, cached in ~/.cache/slipway/images); says why the GPU one cannot be built here
+	$(SLIPWAY) image build --tag $(IMAGE_CPU) --gpu-tag $(IMAGE_GPU)
+
+push: $(if $(IMAGE_REPO),setup image-tools) ## build the serving image and push it to IMAGE_REPO (e.g. ghcr.io/you) with your credentials (buildah login or docker login); `make deploy PUSH=1 IMAGE_REPO=` pushes, then deploys it
 	@test -n "$(IMAGE_REPO)" || { echo "usage: make push IMAGE_REPO=registry.example.com/team (the images are pushed as IMAGE_REPO/$(notdir $(IMAGE_CPU)) and IMAGE_REPO/$(notdir $(IMAGE_GPU)))" >&2; exit 2; }
-	@docker info >/dev/null 2>&1 || $(NO_DOCKER)
-	$(MAKE) image IMAGE_CPU=$(IMAGE_REPO)/$(notdir $(IMAGE_CPU)) IMAGE_GPU=$(IMAGE_REPO)/$(notdir $(IMAGE_GPU))
-	docker push $(IMAGE_REPO)/$(notdir $(IMAGE_CPU))
-	docker push $(IMAGE_REPO)/$(notdir $(IMAGE_GPU))
+	$(SLIPWAY) image push --repo $(IMAGE_REPO) --tag $(IMAGE_CPU) --gpu-tag $(IMAGE_GPU)
 
 tools: $(TOOLS_STAMP) ## install checkov into its own venv (.venv-tools): it would downgrade packages in .venv
 

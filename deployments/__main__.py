@@ -15,6 +15,7 @@ from deployments.alerts.command import add_command as register_alerts
 from deployments.canary.command import add_canary_commands as register_canary
 from deployments.canary.command import add_command as register_canary_judge
 from deployments.cluster.command import add_command as register_cluster
+from deployments.image_build import add_command as register_image
 from deployments.placement import add_storage_arguments, place_models
 from deployments.recommend import add_command as register_recommend
 from deployments.render import namespace_argument
@@ -602,6 +603,7 @@ REGISTRARS: list[Callable] = [
     register_canary_judge,
     register_canary,
     register_cluster,
+    register_image,
     register_alerts,
 ]
 

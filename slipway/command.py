@@ -56,6 +56,7 @@ SUBCOMMANDS = (
     Subcommand("canary-judge", "deployments", ("canary-judge",), "judge a canary against the stable predictor from Prometheus"),
     Subcommand("alerts", "deployments", ("alerts",), "Prometheus alerts from an SLO file (make alerts)"),
     Subcommand("cluster", "deployments", ("cluster",), "the local control plane: build, up, down, prove-hpa"),
+    Subcommand("image", "deployments", ("image",), "build the serving image without Docker (buildah), push it (make image)"),
     Subcommand("deployments", "deployments", (), "every deployments command (python -m deployments)"),
     Subcommand(
         "bench",

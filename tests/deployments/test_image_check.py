@@ -174,12 +174,12 @@ def test_make_deploy_push_pushes_then_deploys_the_pushed_image_checked():
         result = _make("-n", "deploy", "PUSH=1", "IMAGE_REPO=127.0.0.1:5000/team", f"OVERLAY={overlay}")
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
-        pushes = [i for i, line in enumerate(lines) if line.startswith("docker push 127.0.0.1:5000/team/")]
+        pushes = [i for i, line in enumerate(lines) if "slipway image push --repo 127.0.0.1:5000/team" in line]
         deploy = next(i for i, line in enumerate(lines) if "slipway deploy" in line)
-        assert len(pushes) == 2 and max(pushes) < deploy
+        assert len(pushes) == 1 and pushes[0] < deploy
         assert f"--image 127.0.0.1:5000/team/{image} --check-image" in lines[deploy]
     plain = _make("-n", "deploy")
-    assert "docker push" not in plain.stdout and "--check-image" not in plain.stdout
+    assert "image push" not in plain.stdout and "--check-image" not in plain.stdout
 
 
 # ------------------------------------------------------------------ real registries
