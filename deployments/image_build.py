@@ -183,6 +183,7 @@ def build_cpu(tag: str, *, cache: Path = CACHE_DIR, timeout: float = BUILD_TIMEO
         "build",
         *_host_ca_args(),
         "--layers",
+        "--force-rm",  # a step that fails leaves no working container in the store
         "--format",
         "docker",  # as `docker build` writes it: the OCI format has no HEALTHCHECK
         "--isolation",
