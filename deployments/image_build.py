@@ -228,8 +228,9 @@ def gpu_base_unreachable(timeout: float = 30.0) -> str | None:
     if result.returncode == 0:
         return None
     last = next((line.strip() for line in reversed(result.stderr.splitlines()) if line.strip()), "skopeo failed")
-    found = re.search(r'msg="(.*)"', last)  # skopeo's logrus line: its message alone
-    return found.group(1).replace('\\"', '"') if found else last
+    found = re.search(r'msg="(.*)"', last)  # skopeo's logrus line: its message alone, without the name it repeats
+    message = found.group(1).replace('\\"', '"') if found else last
+    return re.sub(r'^Error parsing image name "[^"]*": ', "", message)
 
 
 def check_destination(destination: str):
@@ -257,7 +258,13 @@ def push(source: str, destination: str, *, cache: Path = CACHE_DIR, authfile: Pa
         try:
             buildah(cache, *args, source, f"docker://{destination}", timeout=1200)
         except ImageBuildError as err:
-            raise ImageBuildError(f"push of {source} to {destination} failed: {err}") from err
+            host = destination.split("/", 1)[0]
+            hint = (
+                f"; the registry refused these credentials or wants some: log in with `buildah login {host}` (or `docker login {host}`)"
+                if re.search(r"unauthorized|authentication required|denied", str(err))
+                else ""
+            )
+            raise ImageBuildError(f"push of {source} to {destination} failed: {err}{hint}") from err
         return digest_file.read_text().strip()
 
 
@@ -353,7 +360,7 @@ def cmd_push(args) -> int:
         raise UserError(str(err)) from err
     console.print(f"[green]pushed[/] {destination}@{digest}", soft_wrap=True)
     if args.gpu_tag:
-        console.print(f"GPU image not pushed: it was not built ({gpu.get('reason')})", soft_wrap=True)
+        console.print(f"GPU image {args.gpu_tag} not pushed: it was not built (above)", soft_wrap=True)
     print(f"{destination}@{digest}")
     return 0
 

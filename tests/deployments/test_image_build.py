@@ -202,7 +202,7 @@ def test_push_sends_the_image_with_the_users_credentials(built, registry, tmp_pa
     from tests.deployments.test_image_check import PASSWORD, USER
 
     destination = f"{registry}/team/mlserver-onnx:test"
-    with pytest.raises(image_build.ImageBuildError, match=f"push of {TAG} to {destination} failed: .*"):
+    with pytest.raises(image_build.ImageBuildError, match=f"push of {TAG} to {destination} failed: .*`buildah login {registry}`"):
         image_build.push(built.tag, destination, authfile=_auths(tmp_path / "wrong", registry, USER, "not-the-password"))
     good = _auths(tmp_path / "good", registry, USER, PASSWORD)
     digest = image_build.push(built.tag, destination, authfile=good)
