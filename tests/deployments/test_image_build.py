@@ -38,6 +38,25 @@ def test_a_missing_builder_is_named_in_one_line(tmp_path):
     assert len(lines) == 1 and "buildah, skopeo, umoci, mmdebstrap" in lines[0] and "make image-tools" in lines[0], lines
 
 
+def test_image_tools_names_what_it_cannot_install_in_one_line():
+    """Where apt-get cannot run as root, `make image-tools` names the missing tools instead of failing in apt-get."""
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    result = subprocess.run(
+        [*as_nobody, "make", "--no-print-directory", "image-tools", "IMAGE_TOOLS=buildah slipway-no-such-tool"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert lines == [
+        "make image-tools: slipway-no-such-tool not installed and apt-get cannot run here as root: "
+        "install buildah slipway-no-such-tool with your package manager"
+    ]
+
+
 @pytest.mark.parametrize(
     ("repo", "why"),
     [("team", "names no registry host"), ("registry.example.com/Team", "not a valid reference")],
