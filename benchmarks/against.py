@@ -109,6 +109,7 @@ def served_by(tree: Path, folder: Path) -> Iterator[Served]:
         text=True,
         preexec_fn=stop_with_parent,
     )
+    assert holder.stdin is not None and holder.stdout is not None  # both are pipes (PIPE above)
     try:
         line = holder.stdout.readline()
         if not line:
@@ -158,7 +159,10 @@ def compare(
     request = grpc_request(model.name, inputs)
     points = []
     with ExitStack() as stack:
-        servers = {THIS: stack.enter_context(LocalServer(folder)), BASE: stack.enter_context(served_by(tree, folder))}
+        servers: dict[str, LocalServer | Served] = {
+            THIS: stack.enter_context(LocalServer(folder)),
+            BASE: stack.enter_context(served_by(tree, folder)),
+        }
         ours, theirs = (_answer(server.grpc_target, request) for server in servers.values())
         if not np.allclose(ours, theirs, rtol=1e-5, atol=1e-6):
             raise UserError(

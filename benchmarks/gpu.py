@@ -24,6 +24,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from engine.runner import SessionRunner
 from engine.session import create_session
 from engine.tensor_specs import DYNAMIC, TensorSpec
 from engine.tensorrt import tensorrt_batch_profile
-from slipway.runtime_settings import RuntimeSettings
+from slipway.runtime_settings import CudaOptions, RuntimeSettings, TensorrtOptions
 
 PROVIDERS = (CPU, CUDA, TENSORRT)
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -119,21 +120,23 @@ def int8_model(fp32: Path, out: Path, input_name: str, row_shape: tuple[int, ...
     return out
 
 
-def _variant(precision: str, provider: str, config: GpuBenchConfig, input_name: str, row_shape) -> tuple[Path, dict]:
+def _variant(precision: str, provider: str, config: GpuBenchConfig, input_name: str, row_shape) -> tuple[Path, TensorrtOptions]:
     """The graph file and TensorRT options for one (precision, provider)."""
-    trt = {
-        "engine_cache_path": str(config.work_dir / "trt-engines"),
-        "timing_cache_path": str(config.work_dir / "trt-timing"),
-        "extra_options": tensorrt_batch_profile([TensorSpec(input_name, "FP32", (DYNAMIC, *row_shape))], max(config.batch_sizes)),
-    }
+    trt = TensorrtOptions(
+        engine_cache_path=str(config.work_dir / "trt-engines"),
+        timing_cache_path=str(config.work_dir / "trt-timing"),
+        extra_options=dict(
+            tensorrt_batch_profile([TensorSpec(input_name, "FP32", (DYNAMIC, *row_shape))], max(config.batch_sizes))
+        ),
+    )
     if precision == "fp32":
         return config.model, trt
     if precision == "fp16":
         if provider == TENSORRT:  # TensorRT picks fp16 kernels itself from the fp32 graph
-            return config.model, {**trt, "fp16": True}
+            return config.model, trt.model_copy(update={"fp16": True})
         return fp16_model(config.model, config.work_dir / "model.fp16.onnx"), trt
     path = int8_model(config.model, config.work_dir / "model.int8.onnx", input_name, row_shape)
-    return path, {**trt, "int8": True}
+    return path, trt.model_copy(update={"int8": True})
 
 
 def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float, warmup_runs: int, expected: np.ndarray) -> dict:
@@ -145,7 +148,7 @@ def measure(runner: SessionRunner, feeds: dict[str, np.ndarray], seconds: float,
     first_run_s = time.perf_counter() - started
     for _ in range(warmup_runs):
         runner.run(output_names, feeds)
-    latencies = []
+    latencies: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline and len(latencies) < MAX_RUNS:
         started = time.perf_counter()
@@ -237,7 +240,7 @@ def run_gpu_bench(config: GpuBenchConfig, on_step=None) -> dict:
             )
             _advance(on_step, case_steps)
             continue
-        settings = RuntimeSettings(providers=[case.provider], tensorrt=trt, cuda={"enable_cuda_graph": case.cuda_graph})
+        settings = RuntimeSettings(providers=[case.provider], tensorrt=trt, cuda=CudaOptions(enable_cuda_graph=case.cuda_graph))
         shared, done = None, 0
         for batch in config.batch_sizes:
             session = shared
@@ -327,7 +330,16 @@ def _served_points(served: dict) -> list[dict]:
 SERVED_SHARE, UINT8_SHARE, TAIL_RATIO, CPU_MS_AT_C32 = 0.5, 0.6, 3.0, 3.0
 
 
-def goals(served: dict) -> list[dict]:
+class Goal(TypedDict):
+    """One goal of `goals`: what it measures, its target in words, this run's figure, and whether it met it."""
+
+    goal: str
+    target: str
+    value: float
+    met: bool
+
+
+def goals(served: dict) -> list[Goal]:
     """Each goal with its figure, target and whether this run met it."""
     concurrency, rows = 32, 1
     at_point = [
@@ -337,20 +349,22 @@ def goals(served: dict) -> list[dict]:
     ]
     fp32 = [point for point in at_point if point.get("input", "fp32") == "fp32"]
     uint8 = [point for point in at_point if point.get("input") == "uint8"]
-    found = [
+    fp32_share = max((point["x_cuda_limit"] for point in fp32), default=0.0)
+    uint8_share = max((point["x_cuda_limit"] for point in uint8), default=0.0)
+    found: list[Goal] = [
         {
             "goal": f"served 1-row gRPC c{concurrency} fp32 / CUDA limit",
             "target": f">= {SERVED_SHARE}",
-            "value": max((point["x_cuda_limit"] for point in fp32), default=0.0),
+            "value": fp32_share,
+            "met": fp32_share >= SERVED_SHARE,
         },
         {
             "goal": f"served 1-row gRPC c{concurrency} uint8 / CUDA limit",
             "target": f">= {UINT8_SHARE}",
-            "value": max((point["x_cuda_limit"] for point in uint8), default=0.0),
+            "value": uint8_share,
+            "met": uint8_share >= UINT8_SHARE,
         },
     ]
-    found[0]["met"] = found[0]["value"] >= SERVED_SHARE
-    found[1]["met"] = found[1]["value"] >= UINT8_SHARE
     for measured in served["configs"]:
         by_point = {(point["concurrency"], point["rows_per_request"]): point["rows_per_s"] for point in measured["points"]}
         alone = by_point.get((1, 1), 0.0)

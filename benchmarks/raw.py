@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
@@ -28,7 +29,18 @@ def rows_per_second(session, feeds: dict[str, np.ndarray], seconds: float) -> tu
 
 
 # ONNX Runtime's three ways for intra-op threads to wait: asleep, spinning while a run is in flight, always spinning.
-SPINNING = {"never": {"spin_within_runs": False}, "within runs": {"spin_within_runs": True}, "always": {"allow_spinning": True}}
+class Spinning(TypedDict, total=False):
+    """The `RuntimeSettings` fields that set one way of waiting."""
+
+    spin_within_runs: bool
+    allow_spinning: bool
+
+
+SPINNING: dict[str, Spinning] = {
+    "never": {"spin_within_runs": False},
+    "within runs": {"spin_within_runs": True},
+    "always": {"allow_spinning": True},
+}
 
 
 def measure_raw(

@@ -143,11 +143,12 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
     inputs = {model.input_name: model.row}
     points = []
     with ExitStack() as stack:
-        servers = {
+        servers: dict[str, LocalServer | BareGrpcServer] = {
             runtime: stack.enter_context(LocalServer(folder, launcher=runtime != PLAIN, cpus=config.server_cpus))
             for runtime, folder in folders.items()
         }
-        servers[TRANSPORT] = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
+        transport = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
+        servers[TRANSPORT] = transport
         advance()
         for protocol in config.protocols:
             for concurrency in config.concurrency:
@@ -157,7 +158,7 @@ def bench_model(model: BenchModel, config: BenchConfig, advance, work_dir: Path 
                     for runtime in runtimes:
                         if runtime == TRANSPORT:
                             hold_ms = transport_hold_ms(rounds[SLIPWAY][-1], rounds[TRANSPORT])
-                            servers[TRANSPORT].hold(hold_ms)
+                            transport.hold(hold_ms)
                         result = run_load(
                             protocol=protocol,
                             server=servers[runtime],

@@ -37,7 +37,7 @@ from benchmarks.peers.servers import PeerServer
 from benchmarks.raw import measure_raw, raw_turn
 from benchmarks.run import IMPLEMENTATIONS, PLAIN, RAW_BATCH_SIZES, SLIPWAY, _median_round, transport_hold_ms
 from benchmarks.transport import BareGrpcServer
-from slipway.local_server import LocalServer, ServerError
+from slipway.local_server import LocalServer, LoopbackServer, ServerError
 from slipway.reports import wakeup_round_trip_us
 from slipway.v2_requests import grpc_request, rest_body
 
@@ -58,11 +58,11 @@ class PeersConfig(BaseModel):
     models: tuple[str, ...] = ("digits", "mobilenetv2")
     protocols: tuple[str, ...] = (GRPC, REST)
     concurrency: tuple[int, ...] = (1, 8)
-    seconds: float = Field(2.0, gt=0, description="measured seconds per load")
-    rounds: int = Field(3, ge=2, description="rounds per point, the servers in turn; the median round counts")
-    warmup_s: float = Field(1.0, ge=0)
-    raw_seconds: float = Field(2.0, gt=0)
-    skip: tuple[str, ...] = Field((), description="peers not to run (reported as not run)")
+    seconds: float = Field(default=2.0, gt=0, description="measured seconds per load")
+    rounds: int = Field(default=3, ge=2, description="rounds per point, the servers in turn; the median round counts")
+    warmup_s: float = Field(default=1.0, ge=0)
+    raw_seconds: float = Field(default=2.0, gt=0)
+    skip: tuple[str, ...] = Field(default=(), description="peers not to run (reported as not run)")
 
     @field_validator("protocols")
     @classmethod
@@ -215,8 +215,9 @@ def bench_model(
     raw_rounds: dict[tuple[int, str], list[tuple[float, float]]] = {}  # rows/s, CPU ms per row
     transport_rounds: dict[int, list[dict]] = {}
     with ExitStack() as stack:
-        servers = {}
+        servers: dict[str, LoopbackServer] = {}
         for name in SERVERS:
+            server: LoopbackServer
             try:
                 if name in IMPLEMENTATIONS:
                     folder = server_folder(work_dir, model, name, IMPLEMENTATIONS[name], None)  # each at its defaults
@@ -237,7 +238,7 @@ def bench_model(
                 continue
             servers[name] = server
             status[name] = MEASURED
-        transport = None
+        transport: BareGrpcServer | None = None
         if GRPC in config.protocols and SLIPWAY in servers:
             transport = stack.enter_context(BareGrpcServer.answering_as(servers[SLIPWAY], model.name, inputs, work_dir))
         advance()
@@ -250,13 +251,19 @@ def bench_model(
                             raw_rounds.setdefault((concurrency, protocol), []).append(raw_now())
                             advance()
                             continue
+                        target: LoopbackServer | BareGrpcServer
                         if name == TRANSPORT:  # only at gRPC points
+                            if transport is None:
+                                raise RuntimeError("round_order named the bare transport at a point where it does not run")
                             held = transport_rounds.setdefault(concurrency, [])
                             hold_ms = transport_hold_ms(rounds[(SLIPWAY, concurrency, protocol)][-1], held)
                             transport.hold(hold_ms)
+                            target = transport
+                        else:
+                            target = servers[name]
                         result = run_load(
                             protocol=protocol,
-                            server=transport if name == TRANSPORT else servers[name],
+                            server=target,
                             model=model.name,
                             inputs=inputs,
                             concurrency=concurrency,
