@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from deployments.alerts.command import add_command as register_alerts
@@ -19,11 +20,11 @@ from deployments.image_build import add_command as register_image
 from deployments.placement import add_storage_arguments, place_models
 from deployments.recommend import add_command as register_recommend
 from deployments.render import namespace_argument
+from deployments.rollout import DEFAULT_WAIT_S
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 
 MANIFESTS_DIR = BUILD_DIR / "manifests"
-DEFAULT_WAIT_S = 300.0
 
 
 # ---------------------------------------------------------------- render
@@ -322,18 +323,33 @@ def _connect(nothing_done: str):
         raise UserError(f"{err}: {nothing_done}. A local cluster: `make cluster`") from err
 
 
-def _rendered_placements(rendered) -> list[tuple]:
-    """(version, the Secret its pods pull with) for each predictor, once per URI."""
-    graphs = {p["name"]: p["graph"] for p in rendered.seldon_deployment["spec"]["predictors"]}
-    placements = {
-        version.uri: (version, graphs[predictor].get("envSecretRefName")) for predictor, version in rendered.models.items()
-    }
-    return list(placements.values())
+class _ConsoleProgress:
+    """A rollout's progress on the console: warnings, what was applied, a spinner while it waits."""
+
+    def warning(self, text: str) -> None:
+        console.print(f"[yellow]warning:[/] {text}", soft_wrap=True)
+
+    def applied(self, names: list[str], namespace: str) -> None:
+        console.print(f"applied {', '.join(names)} to namespace {namespace}", soft_wrap=True)
+
+    @contextmanager
+    def waiting(self, name: str, timeout_s: float) -> Iterator[Callable[[str], None]]:
+        with console.status(f"waiting up to {timeout_s:.0f}s for {name} to serve the new version") as status:
+            yield lambda state: status.update(f"{name}: {state}")
+
+    def rolled_out(self, rendered, url: str | None) -> None:
+        console.print(
+            f"[green]{rendered.name} is Available[/], its Ready pods serving "
+            f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}",
+            soft_wrap=True,
+        )
+        if url:
+            console.print(f"inside the cluster: POST {url}", soft_wrap=True)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from deployments.apply import DeployError, apply, ask_served, wait_rolled_out
-    from deployments.preflight import preflight
+    from deployments.apply import DeployError
+    from deployments.rollout import Rollout, roll_out
 
     if args.engine != "seldon":
         raise UserError(
@@ -350,40 +366,22 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         )
         return 0
     try:
-        for warning in preflight(api, rendered.docs, args.namespace, check_images=args.check_image):
-            console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
-        # the API server and its webhooks check everything before any byte is uploaded, the upload before anything is applied
-        applied = apply(api, rendered.docs, namespace=args.namespace, dry_run=True)
-        place_models(api, _rendered_placements(rendered), args, check_only=args.dry_run == "server")
-        if args.dry_run == "server":
-            console.print(f"server dry run passed, nothing applied: {', '.join(applied)}", soft_wrap=True)
-            return 0
-        apply(api, rendered.docs, namespace=args.namespace)
-        console.print(f"applied {', '.join(applied)} to namespace {args.namespace}", soft_wrap=True)
-        if args.wait > 0:
-            digests = {predictor: version.digest for predictor, version in rendered.models.items()}
-            with console.status(f"waiting up to {args.wait:.0f}s for {rendered.name} to serve the new version") as status:
-                seldon = wait_rolled_out(
-                    api,
-                    namespace=args.namespace,
-                    name=rendered.name,
-                    digests=digests,
-                    timeout_s=args.wait,
-                    on_state=lambda state: status.update(f"{rendered.name}: {state}"),
-                )
-            console.print(
-                f"[green]{rendered.name} is Available[/], its Ready pods serving "
-                f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}",
-                soft_wrap=True,
-            )
-            if url := (seldon.get("address") or {}).get("url"):
-                console.print(f"inside the cluster: POST {url}", soft_wrap=True)
-            for line in ask_served(
-                api, namespace=args.namespace, name=rendered.name, predictors={p: m.name for p, m in rendered.models.items()}
-            ):
-                console.print(line, soft_wrap=True)
+        rollout = Rollout(
+            rendered=rendered,
+            dry_run=args.dry_run,
+            wait_s=args.wait,
+            check_images=args.check_image,
+            storage_endpoint=args.storage_endpoint,
+            pvc_mount=args.pvc_mount,
+        )
+        result = roll_out(api, rollout, _ConsoleProgress())
     except DeployError as err:
         raise UserError(str(err)) from err
+    if result.dry_run:
+        console.print(f"server dry run passed, nothing applied: {', '.join(result.applied)}", soft_wrap=True)
+        return 0
+    for line in result.served:
+        console.print(line, soft_wrap=True)
     console.print(f"inference: POST <your Seldon gateway>{rendered.inference_path}", soft_wrap=True)
     print(rendered.inference_path)
     return 0

@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from slipway.cli import UserError, console
+
+
+@dataclass(frozen=True)
+class StorageAccess:
+    """How this machine reaches the store the pods pull from: the namespace of their storage Secret, the store's
+    address from here where it differs from theirs, the local mount of a pvc:// claim (`add_storage_arguments`)."""
+
+    namespace: str
+    storage_endpoint: str | None = None
+    pvc_mount: Path | None = None
 
 
 def add_storage_arguments(command: argparse.ArgumentParser) -> None:
@@ -50,9 +61,10 @@ def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> d
         raise UserError(str(err)) from err
 
 
-def place_models(api, placements: list[tuple], args: argparse.Namespace, *, check_only: bool = False) -> None:
+def place_models(api, placements: list[tuple], args: StorageAccess | argparse.Namespace, *, check_only: bool = False) -> None:
     """Upload each (version, Secret) to the version's modelUri where it is not there yet, and verify it byte for
-    byte. `check_only` (a dry run) uploads nothing and only says what it would do."""
+    byte. `args`: a `StorageAccess`, or the arguments `add_storage_arguments` added with a --namespace. `check_only`
+    (a dry run) uploads nothing and only says what it would do."""
     from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
 
     from deployments.upload import Destination, UploadError, place

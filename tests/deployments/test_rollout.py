@@ -1,0 +1,147 @@
+"""`deployments.rollout`: the deploy sequence without a cluster, each cluster step replaced by one that records it.
+
+The order is what leaves nothing half done: the server's dry run of every object before any upload, the upload
+before any apply; a refused input, and a step that fails, leave every later step undone."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import pytest
+
+from deployments import rollout as rollout_module
+from deployments.apply import DeployError
+from deployments.kserve.render import render_kserve
+from deployments.placement import StorageAccess
+from deployments.render import render
+from deployments.rollout import Rollout, RolloutError, RolloutResult, roll_out
+
+
+class NoCluster:
+    """An API client no step may touch."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the cluster was reached ({name})")
+
+
+@pytest.fixture(scope="module")
+def rendered(main_version):
+    return render("cpu", model=main_version, namespace="models", engine="builtin")
+
+
+@pytest.fixture
+def steps(monkeypatch):
+    """The cluster steps `roll_out` takes, in order, each recorded with what it was given."""
+    taken: list[tuple] = []
+
+    def apply(api, docs, *, namespace, dry_run=False):
+        taken.append(("apply", namespace, dry_run))
+        return [f"{doc['kind']}/{doc['metadata']['name']}" for doc in docs]
+
+    def wait_rolled_out(api, *, namespace, name, digests, timeout_s, on_state):
+        taken.append(("wait", name, digests, timeout_s))
+        on_state("Available")
+        return {"state": "Available", "address": {"url": "http://digits-default.models.svc:8000/v2/models/digits/infer"}}
+
+    monkeypatch.setattr(
+        rollout_module,
+        "preflight",
+        lambda api, docs, ns, check_images: taken.append(("preflight", check_images)) or ["a warning"],
+    )
+    monkeypatch.setattr(rollout_module, "apply", apply)
+    monkeypatch.setattr(
+        rollout_module,
+        "place_models",
+        lambda api, placements, storage, check_only: taken.append(
+            ("place", [(v.uri, s) for v, s in placements], storage, check_only)
+        ),
+    )
+    monkeypatch.setattr(rollout_module, "wait_rolled_out", wait_rolled_out)
+    monkeypatch.setattr(
+        rollout_module, "ask_served", lambda api, *, namespace, name, predictors: [f"default: {predictors['default']} answers"]
+    )
+    return taken
+
+
+class Recorded:
+    def __init__(self):
+        self.said: list[tuple] = []
+
+    def warning(self, text):
+        self.said.append(("warning", text))
+
+    def applied(self, names, namespace):
+        self.said.append(("applied", namespace))
+
+    @contextmanager
+    def waiting(self, name, timeout_s):
+        self.said.append(("waiting", name, timeout_s))
+        yield lambda state: self.said.append(("state", state))
+
+    def rolled_out(self, rendered, url):
+        self.said.append(("rolled out", url))
+
+
+@pytest.mark.parametrize("dry_run", ["client", "all", ""])
+def test_a_dry_run_that_is_not_a_rollout_is_refused_naming_the_choices(rendered, dry_run):
+    with pytest.raises(RolloutError, match=r"choose one of none, server \(a client dry run renders and validates only"):
+        Rollout(rendered=rendered, dry_run=dry_run)
+
+
+def test_a_rendering_without_one_seldon_deployment_is_refused_before_the_cluster(main_version):
+    kserve = render_kserve("cpu", model=main_version, engine="builtin")
+    with pytest.raises(RolloutError, match="holds 0 SeldonDeployments; a rollout applies and waits for one"):
+        roll_out(NoCluster(), Rollout(rendered=kserve))
+    assert issubclass(RolloutError, DeployError)  # the CLI's one-line error, as for every step's refusal
+
+
+def test_a_rollout_checks_everything_uploads_then_applies_and_waits(rendered, steps, main_version):
+    progress = Recorded()
+    rollout = Rollout(rendered=rendered, wait_s=30, check_images=True, storage_endpoint="http://localhost:9000")
+    result = roll_out(NoCluster(), rollout, progress)
+    storage = StorageAccess(namespace="models", storage_endpoint="http://localhost:9000")
+    assert steps == [
+        ("preflight", True),
+        ("apply", "models", True),
+        ("place", [(main_version.uri, "slipway-model-storage")], storage, False),
+        ("apply", "models", False),
+        ("wait", "digits", {"default": main_version.digest}, 30),
+    ]
+    assert progress.said == [
+        ("warning", "a warning"),
+        ("applied", "models"),
+        ("waiting", "digits", 30),
+        ("state", "Available"),
+        ("rolled out", "http://digits-default.models.svc:8000/v2/models/digits/infer"),
+    ]
+    assert result == RolloutResult(
+        applied=tuple(f"{doc['kind']}/{doc['metadata']['name']}" for doc in rendered.docs),
+        dry_run=False,
+        waited=True,
+        url="http://digits-default.models.svc:8000/v2/models/digits/infer",
+        served=("default: digits answers",),
+    )
+
+
+def test_a_server_dry_run_uploads_and_applies_nothing(rendered, steps):
+    result = roll_out(NoCluster(), Rollout(rendered=rendered, dry_run="server"))
+    assert [step[0] for step in steps] == ["preflight", "apply", "place"]
+    assert steps[1] == ("apply", "models", True) and steps[2][-1] is True  # the store looked at, not written
+    assert result.dry_run and not result.waited and result.applied
+
+
+def test_no_wait_applies_and_returns(rendered, steps):
+    result = roll_out(NoCluster(), Rollout(rendered=rendered, wait_s=0))
+    assert [step[0] for step in steps] == ["preflight", "apply", "place", "apply"]
+    assert not result.dry_run and not result.waited and result.url is None and result.served == ()
+
+
+def test_a_refused_dry_run_apply_uploads_and_applies_nothing(rendered, steps, monkeypatch):
+    def refused(api, docs, *, namespace, dry_run=False):
+        steps.append(("apply", namespace, dry_run))
+        raise DeployError("the admission webhook refuses SeldonDeployment/digits")
+
+    monkeypatch.setattr(rollout_module, "apply", refused)
+    with pytest.raises(DeployError, match="admission webhook"):
+        roll_out(NoCluster(), Rollout(rendered=rendered))
+    assert steps == [("preflight", False), ("apply", "models", True)]
