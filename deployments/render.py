@@ -262,7 +262,7 @@ def _assign_models(sdep: dict, model: ModelVersion, canary: ModelVersion | None)
             f"the canary is model {canary.name!r} but the main version is {model.name!r}: "
             "a canary splits traffic between versions of one model"
         )
-    return {name: canary if name == CANARY_PREDICTOR else model for name in names}
+    return {name: canary if name == CANARY_PREDICTOR and canary is not None else model for name in names}
 
 
 def _split_traffic(sdep: dict, canary_percent: int) -> None:
