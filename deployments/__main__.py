@@ -210,12 +210,40 @@ def _folder_name(overlay: str) -> str:
     return overlay if overlay in OVERLAYS else "-".join(Path(overlay).resolve().parts[-2:])
 
 
+def _render_options(args: argparse.Namespace, main, canary):
+    """The arguments' `RenderOptions`, made once for either engine's renderer."""
+    from deployments.render import RenderOptions
+
+    return RenderOptions(
+        model=main,
+        canary=canary,
+        canary_percent=args.canary_percent,
+        image=args.image,
+        image_pull_policy=args.image_pull_policy,
+        namespace=args.namespace,
+        ingress_namespace=args.ingress_namespace,
+        monitoring_namespace=args.monitoring_namespace,
+        autoscaling_mode=args.autoscaling,
+        engine=args.kustomize,
+        shared_memory=args.shared_memory,
+        hpa_metric_source=args.hpa_metric_source,
+        gpu_node_selector=tuple(args.gpu_node_selector),
+        gpu_tolerations=tuple(args.gpu_toleration),
+        trt_cache_claim=args.trt_cache_claim,
+        repository_api=args.repository_api,
+        repository_token_secret=args.repository_token_secret,
+        dashboard=args.dashboard,
+        split_mode=args.split,
+        frontends_count=args.frontends,
+    )
+
+
 def render_validated(args: argparse.Namespace):
     """Render and validate; write the manifests and `reports/manifests.json` only when they are valid."""
     from deployments.autoscaling import busy_cpu_warning
     from deployments.kustomize import KustomizeError
     from deployments.records import RecordError
-    from deployments.render import Rendered, RenderError, render, write_manifests
+    from deployments.render import Rendered, RenderError, RenderOptions, render, write_manifests
     from deployments.validate import validate_documents
     from slipway.files import FileProblem
     from slipway.reports import write_report
@@ -223,34 +251,13 @@ def render_validated(args: argparse.Namespace):
 
     try:
         main, canary = _models(args)
-        rendering: Callable[..., Rendered] = render
+        options = _render_options(args, main, canary)
+        rendering: Callable[[str | Path, RenderOptions], Rendered] = render
         if getattr(args, "engine", "seldon") == "kserve":
             from deployments.kserve.render import render_kserve
 
             rendering = render_kserve
-        rendered = rendering(
-            args.overlay,
-            model=main,
-            canary=canary,
-            canary_percent=args.canary_percent,
-            image=args.image,
-            image_pull_policy=args.image_pull_policy,
-            namespace=args.namespace,
-            ingress_namespace=args.ingress_namespace,
-            monitoring_namespace=args.monitoring_namespace,
-            autoscaling_mode=args.autoscaling,
-            engine=args.kustomize,
-            shared_memory=args.shared_memory,
-            hpa_metric_source=args.hpa_metric_source,
-            gpu_node_selector=args.gpu_node_selector,
-            gpu_tolerations=args.gpu_toleration,
-            trt_cache_claim=args.trt_cache_claim,
-            repository_api=args.repository_api,
-            repository_token_secret=args.repository_token_secret,
-            dashboard=args.dashboard,
-            split_mode=args.split,
-            frontends_count=args.frontends,
-        )
+        rendered = rendering(args.overlay, options)
         warnings = [
             warning
             for predictor, version in rendered.models.items()

@@ -8,14 +8,17 @@ model container each HPA's `ContainerResource` metrics read (`$(MODEL_CONTAINER)
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import re
-from collections.abc import Sequence
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from deployments import autoscaling, frontends, gpu, kustomize, seldon, split
 from deployments.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
@@ -104,52 +107,94 @@ def resolve_overlay(overlay: str | Path) -> Path:
     return path
 
 
-def render(
-    overlay: str | Path,
-    *,
-    model: ModelVersion,
-    canary: ModelVersion | None = None,
-    canary_percent: int | None = None,
-    image: str | None = None,
-    image_pull_policy: str | None = None,
-    namespace: str = DEFAULT_NAMESPACE,
-    ingress_namespace: str = DEFAULT_INGRESS_NAMESPACE,
-    monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE,
-    autoscaling_mode: str = "cpu",
-    engine: kustomize.Engine = "auto",
-    shared_memory: str | None = None,
-    hpa_metric_source: str = "container",
-    gpu_node_selector: Sequence[str] = (),
-    gpu_tolerations: Sequence[str] = (),
-    trt_cache_claim: str | None = None,
-    repository_api: str = "closed",
-    repository_token_secret: str | None = None,
-    dashboard: bool = False,
-    split_mode: str | None = None,
-    frontends_count: int | None = None,
-) -> Rendered:
-    """Build `overlay` (with the autoscaling component for `autoscaling_mode`, and with `dashboard` the Grafana
-    dashboard's) and pin it to the versions.
+@dataclass(frozen=True, kw_only=True)
+class RenderOptions:
+    """Everything a rendering is pinned to besides its overlay, checked when made: each value's type strictly (no
+    conversion but a list of strings to a tuple), then the namespaces, the HPA's metric source and the repository
+    API's access, each refused with a RenderError saying what to pass instead.
 
+    `autoscaling_mode`: the autoscaling component (deployments.autoscaling); `engine`: how kustomize builds;
     `hpa_metric_source`: "container" keeps the overlays' `ContainerResource` CPU/memory targets (pinned to each
-    predictor's model container), "pod" turns them into pod-level `Resource` targets (clusters before 1.30)."""
-    for name in (namespace, ingress_namespace, monitoring_namespace):
-        check_namespace(name)
-    if hpa_metric_source not in autoscaling.METRIC_SOURCES:
-        raise RenderError(
-            f"unknown HPA metric source {hpa_metric_source!r}; choose one of {', '.join(autoscaling.METRIC_SOURCES)}"
-        )
-    try:  # MLServer's model repository API (load, unload): closed, or open with a bearer token from a Secret
-        repository_env = container_env(repository_api, repository_token_secret)
-    except RepositoryApiError as err:
-        raise RenderError(str(err)) from err
+    predictor's model container), "pod" turns them into pod-level `Resource` targets (clusters before 1.30);
+    `dashboard`: also the Grafana dashboard's component; `split_mode`, `frontends_count`: deployments.split and
+    deployments.frontends."""
+
+    model: ModelVersion
+    canary: ModelVersion | None = None
+    canary_percent: int | None = None
+    image: str | None = None
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    namespace: str = DEFAULT_NAMESPACE
+    ingress_namespace: str = DEFAULT_INGRESS_NAMESPACE
+    monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE
+    autoscaling_mode: str = "cpu"
+    engine: kustomize.Engine = "auto"
+    shared_memory: str | None = None
+    hpa_metric_source: str = "container"
+    gpu_node_selector: tuple[str, ...] = ()
+    gpu_tolerations: tuple[str, ...] = ()
+    trt_cache_claim: str | None = None
+    repository_api: str = "closed"
+    repository_token_secret: str | None = None
+    dashboard: bool = False
+    split_mode: str | None = None
+    frontends_count: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_node_selector", "gpu_tolerations"):  # as argparse's `append` gives them
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("model", "canary"):  # an instance, never a dict a model could be made of
+            if not isinstance(getattr(self, name), ModelVersion) and not (name == "canary" and self.canary is None):
+                raise RenderError(
+                    f"render option {name}: a ModelVersion (ModelVersion.from_record_file or from_artifact), "
+                    f"not {type(getattr(self, name)).__name__}"
+                )
+        for name, adapter in _option_types().items():
+            value = getattr(self, name)
+            try:
+                adapter.validate_python(value, strict=True)
+            except ValidationError as err:
+                raise RenderError(f"render option {name}: {err.errors()[0]['msg']}, not {value!r}") from None
+        for namespace in (self.namespace, self.ingress_namespace, self.monitoring_namespace):
+            check_namespace(namespace)
+        if self.hpa_metric_source not in autoscaling.METRIC_SOURCES:
+            raise RenderError(
+                f"unknown HPA metric source {self.hpa_metric_source!r}; choose one of {', '.join(autoscaling.METRIC_SOURCES)}"
+            )
+        self.repository_env()
+
+    def repository_env(self) -> list[dict[str, Any]]:
+        """MLServer's model repository API (load, unload): closed, or open with a bearer token from a Secret."""
+        try:
+            return container_env(self.repository_api, self.repository_token_secret)
+        except RepositoryApiError as err:
+            raise RenderError(str(err)) from err
+
+
+@functools.cache
+def _option_types() -> dict[str, TypeAdapter[Any]]:
+    hints = typing.get_type_hints(RenderOptions)
+    return {
+        option.name: TypeAdapter(hints[option.name])
+        for option in dataclasses.fields(RenderOptions)
+        if option.name not in ("model", "canary")
+    }
+
+
+def render(overlay: str | Path, options: RenderOptions) -> Rendered:
+    """Build `overlay` (with the autoscaling component for `options.autoscaling_mode`, and with `options.dashboard`
+    the Grafana dashboard's) and pin it to the versions and the rest of `options`."""
+    model, canary = options.model, options.canary
+    namespace, autoscaling_mode = options.namespace, options.autoscaling_mode
+    repository_env = options.repository_env()
     directory = resolve_overlay(overlay)
     try:
         component = autoscaling.component_dir(autoscaling_mode)
     except ValueError as err:
         raise RenderError(str(err)) from err
-    extra = [path for path in (component, DASHBOARD_COMPONENT if dashboard else None) if path]
-    docs, used = kustomize.build(directory, extra_components=extra, engine=engine)
+    extra = [path for path in (component, DASHBOARD_COMPONENT if options.dashboard else None) if path]
+    docs, used = kustomize.build(directory, extra_components=extra, engine=options.engine)
     sdeps = [doc for doc in docs if doc.get("kind") == seldon.KIND]
     if len(sdeps) != 1:
         raise RenderError(f"overlay {overlay} renders {len(sdeps)} SeldonDeployments; Slipway pins exactly one")
@@ -158,8 +203,8 @@ def render(
     except ValueError as err:
         raise RenderError(str(err)) from err
     models = _assign_models(sdeps[0], model, canary)
-    if canary_percent is not None:
-        _split_traffic(sdeps[0], canary_percent)
+    if options.canary_percent is not None:
+        _split_traffic(sdeps[0], options.canary_percent)
     for doc in docs:
         _pin_common(doc, model.name, namespace)
         if is_dashboard(doc):
@@ -168,31 +213,41 @@ def render(
             except DashboardError as err:
                 raise RenderError(str(err)) from err
         if doc["kind"] == "NetworkPolicy":
-            _fill(doc, {"$(INGRESS_NAMESPACE)": ingress_namespace, "$(MONITORING_NAMESPACE)": monitoring_namespace})
-    _pin_seldon_deployment(sdeps[0], model, models, image, namespace, image_pull_policy)
-    if shared_memory is not None:
-        _mount_shared_memory(sdeps[0], shared_memory)
+            _fill(
+                doc,
+                {
+                    "$(INGRESS_NAMESPACE)": options.ingress_namespace,
+                    "$(MONITORING_NAMESPACE)": options.monitoring_namespace,
+                },
+            )
+    _pin_seldon_deployment(sdeps[0], model, models, options.image, namespace, options.image_pull_policy)
+    if options.shared_memory is not None:
+        _mount_shared_memory(sdeps[0], options.shared_memory)
     pin_env(sdeps[0], repository_env)
     _pin_env_value(sdeps[0], NAMESPACE_ENV, namespace)  # the payload log's events say where they come from
     try:  # GPU pods: the variant measured for GPUs, node placement (`KEY=VALUE`, `KEY[=VALUE][:EFFECT]`), TensorRT cache
         warnings = gpu.place(
-            sdeps[0], models, node_selector=gpu_node_selector, tolerations=gpu_tolerations, cache_claim=trt_cache_claim
+            sdeps[0],
+            models,
+            node_selector=options.gpu_node_selector,
+            tolerations=options.gpu_tolerations,
+            cache_claim=options.trt_cache_claim,
         )
     except gpu.PlacementError as err:
         raise RenderError(str(err)) from err
-    if frontends_count is not None:  # N front ends and a session host per pod: $SLIPWAY_FRONTENDS, CPUs for them
-        if split_mode is not None:
+    if options.frontends_count is not None:  # N front ends and a session host per pod: $SLIPWAY_FRONTENDS, CPUs for them
+        if options.split_mode is not None:
             raise RenderError("--frontends and --split are not rendered together yet: choose one")
         try:
-            frontends.apply(sdeps[0], frontends_count)
+            frontends.apply(sdeps[0], options.frontends_count)
         except frontends.FrontendsError as err:
             raise RenderError(str(err)) from err
-    if split_mode is not None:  # after placement: the CPU components copy the model's pinned one, less its GPU
-        _split(sdeps[0], split_mode, model, docs)
+    if options.split_mode is not None:  # after placement: the CPU components copy the model's pinned one, less its GPU
+        _split(sdeps[0], options.split_mode, model, docs)
     for doc in docs:
         if doc["kind"] == "HorizontalPodAutoscaler":
             _pin_standalone_hpa(doc, sdeps[0])
-    if hpa_metric_source == "pod":
+    if options.hpa_metric_source == "pod":
         autoscaling.pod_level(docs)
     leftover = _placeholders(docs)
     if leftover:
@@ -204,10 +259,10 @@ def render(
         autoscaling=autoscaling_mode,
         engine=used,
         models=models,
-        shared_memory=shared_memory,
-        hpa_metric_source=hpa_metric_source,
+        shared_memory=options.shared_memory,
+        hpa_metric_source=options.hpa_metric_source,
         warnings=warnings,
-        split=split_mode,
+        split=options.split_mode,
     )
 
 

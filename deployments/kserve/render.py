@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from deployments import autoscaling, seldon
 from deployments.dashboard import is_dashboard
 from deployments.kserve import api
-from deployments.render import COMMON_LABELS, Rendered, RenderError, render
+from deployments.render import COMMON_LABELS, Rendered, RenderError, RenderOptions, render
 from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 
@@ -59,31 +60,21 @@ class KServeRendered(Rendered):
         return {**super().summary(), "serving_engine": "kserve"}
 
 
-def render_kserve(
-    overlay: str,
-    *,
-    autoscaling_mode: str = "cpu",
-    canary=None,
-    canary_percent: int | None = None,
-    split_mode: str | None = None,
-    frontends_count: int | None = None,
-    storage_secret: str = STORAGE_SECRET,
-    **options: Any,
-) -> KServeRendered:
-    """Render `overlay` as Seldon would (`deployments.render.render`, `options` passed on), then as KServe's kinds."""
-    if canary is not None or canary_percent is not None or str(overlay) == "canary":
+def render_kserve(overlay: str | Path, options: RenderOptions, *, storage_secret: str = STORAGE_SECRET) -> KServeRendered:
+    """Render `overlay` as Seldon would (`deployments.render.render`, with the same `options`), then as KServe's kinds."""
+    if options.canary is not None or options.canary_percent is not None or str(overlay) == "canary":
         raise RenderError(
             "--engine kserve renders one version: a canary (two InferenceServices behind one route) is not rendered "
             "yet; use OVERLAY=cpu or gpu, or --engine seldon for the canary"
         )
-    if split_mode is not None:
+    if options.split_mode is not None:
         raise RenderError("--split is a Seldon graph: with --engine kserve leave it out, or use --engine seldon")
-    if autoscaling_mode not in AUTOSCALING_MODES:
+    if options.autoscaling_mode not in AUTOSCALING_MODES:
         raise RenderError(
-            f"--autoscaling {autoscaling_mode} is not rendered for KServe yet: choose one of {', '.join(AUTOSCALING_MODES)}, "
-            "or --engine seldon"
+            f"--autoscaling {options.autoscaling_mode} is not rendered for KServe yet: choose one of "
+            f"{', '.join(AUTOSCALING_MODES)}, or --engine seldon"
         )
-    seldon_rendered = render(overlay, autoscaling_mode=autoscaling_mode, frontends_count=frontends_count, **options)
+    seldon_rendered = render(overlay, options)
     sdep = seldon_rendered.seldon_deployment
     model = seldon_rendered.models["default"] if "default" in seldon_rendered.models else None
     components = list(seldon.pod_specs(sdep))

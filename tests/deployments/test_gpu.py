@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 
@@ -15,16 +14,16 @@ from onnx import TensorProto, helper, numpy_helper
 from deployments import autoscaling, gpu, kustomize, seldon
 from deployments.records import ModelVersion
 from deployments.render import OVERLAYS, OVERLAYS_DIR, RenderError
-from deployments.render import render as _render
 from deployments.validate import validate_documents
 from slipway.artifact import RUNTIME_IMPLEMENTATION, write_manifest
 from slipway.precision import graph_numerics, read_numerics
 from slipway.runtime_settings import TENSORRT_CACHE_ENV
 from tests.deployments.canary.series import prometheus_tools  # noqa: F401, F811 (fixture: promtool evaluates the queries)
 from tests.deployments.conftest import record
+from tests.deployments.rendering import rendering
 from tests.graphs import onnx_model
 
-render = functools.partial(_render, engine="builtin")
+render = rendering()
 CACHE_PATH = "/var/cache/slipway/tensorrt"
 
 

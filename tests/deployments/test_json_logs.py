@@ -11,7 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from deployments.render import DEPLOYMENTS_DIR, render
+from deployments.render import DEPLOYMENTS_DIR, RenderOptions, render
 from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT
@@ -32,7 +32,7 @@ def _model_env(rendered) -> dict[str, str]:
 
 @pytest.mark.parametrize("overlay", ["cpu", "gpu"])
 def test_every_overlay_turns_json_logs_on_from_a_file_the_images_hold(overlay, main_version):
-    path = _model_env(render(overlay, model=main_version))[LOGGING_ENV]
+    path = _model_env(render(overlay, RenderOptions(model=main_version)))[LOGGING_ENV]
     for image in ("cpu", "gpu"):
         dockerfile = (DEPLOYMENTS_DIR / "images" / f"{image}.Dockerfile").read_text()
         final_stage = dockerfile[dockerfile.rindex("\nFROM ") :]
@@ -44,7 +44,7 @@ def test_every_overlay_turns_json_logs_on_from_a_file_the_images_hold(overlay, m
 def test_a_server_with_the_pods_logging_setting_writes_json_lines_naming_model_version_and_request(
     tmp_path, digits_artifact, main_version
 ):
-    assert _model_env(render("cpu", model=main_version))[LOGGING_ENV]  # the setting this server takes, locally
+    assert _model_env(render("cpu", RenderOptions(model=main_version)))[LOGGING_ENV]  # the setting this server takes, locally
     folder = model_folder(tmp_path, "digits", digits_artifact / "model.onnx", version=VERSION)
     inputs, _, _ = load_input_example(digits_artifact)
     name, array = next(iter(inputs.items()))

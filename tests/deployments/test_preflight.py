@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.preflight import MINIMUM_OPERATOR, parse_version, storage_secrets
-from deployments.render import render
+from deployments.render import RenderOptions, render
 
 
 @pytest.mark.parametrize(
@@ -30,8 +30,9 @@ def test_1_17_1_is_the_minimum_and_1_17_0_is_below_it():
 
 def test_each_secret_is_needed_for_the_schemes_of_the_models_that_name_it(main_version, canary_version):
     rendered = render(
-        "canary", model=main_version, canary=canary_version.model_copy(update={"uri": "gs://models/4"}), engine="builtin"
+        "canary",
+        RenderOptions(model=main_version, canary=canary_version.model_copy(update={"uri": "gs://models/4"}), engine="builtin"),
     )
     assert storage_secrets(rendered.docs) == {"slipway-model-storage": {"s3", "gs"}}
-    claim = render("cpu", model=main_version.model_copy(update={"uri": "pvc://models/digits/3"}), engine="builtin")
+    claim = render("cpu", RenderOptions(model=main_version.model_copy(update={"uri": "pvc://models/digits/3"}), engine="builtin"))
     assert storage_secrets(claim.docs) == {}  # Seldon mounts a claim; no credentials to read

@@ -353,7 +353,7 @@ def _histories(tmp_path, rps, days=7):
 
 def test_the_command_writes_the_plan_a_keda_overlay_that_validates_and_a_plot(tmp_path, reports_env, seldon_crd_schema):
     from deployments.records import ModelVersion
-    from deployments.render import render
+    from deployments.render import RenderOptions, render
     from deployments.validate import validate_documents
 
     args = _histories(tmp_path, lambda t: daily_peak(t, BASE, PEAK, 9, 11))
@@ -384,7 +384,7 @@ def test_the_command_writes_the_plan_a_keda_overlay_that_validates_and_a_plot(tm
     assert yaml.safe_load((tmp_path / "out" / "prescale" / "triggers.yaml").read_text()) == prescale["keda_triggers"]
     # the KEDA overlay over the sizing overlay renders for a model version and passes every validation layer
     version = ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32)
-    rendered = render(tmp_path / "out" / "prescale", model=version, engine="builtin")
+    rendered = render(tmp_path / "out" / "prescale", RenderOptions(model=version, engine="builtin"))
     report_ = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
     assert report_.ok, report_.errors
     component = rendered.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]
@@ -419,7 +419,7 @@ def test_the_command_renders_the_stepped_floor_of_a_sine_as_keda_cron_triggers(t
     """The issue's trace through the command: 8 days of a daily sine from 30 to 150 req/s over 2 pods. The report gives
     the three replica-hours, the overlay carries a cron trigger per step, and it renders and validates."""
     from deployments.records import ModelVersion
-    from deployments.render import render
+    from deployments.render import RenderOptions, render
     from deployments.validate import validate_documents
 
     args = _histories(tmp_path, lambda t: noisy(daily_sine(t, 30.0, 150.0, 20), 0.1), days=8)
@@ -438,7 +438,7 @@ def test_the_command_renders_the_stepped_floor_of_a_sine_as_keda_cron_triggers(t
     assert round(float(floor.sum()) / 60, 2) == hours["plan"]
     assert (tmp_path / "reports" / "recommend-prescale.png").read_bytes().startswith(b"\x89PNG")
     version = ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32)
-    rendered = render(tmp_path / "out" / "prescale", model=version, engine="builtin")
+    rendered = render(tmp_path / "out" / "prescale", RenderOptions(model=version, engine="builtin"))
     report = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
     assert report.ok, report.errors
     keda = rendered.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]["kedaSpec"]

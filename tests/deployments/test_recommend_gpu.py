@@ -157,7 +157,7 @@ def _histories(tmp_path, util_level=flat(90), used_level=flat(6000)):
 
 def test_the_command_writes_a_gpu_overlay_that_renders_and_validates(tmp_path, reports_env, seldon_crd_schema):
     from deployments.records import ModelVersion
-    from deployments.render import render
+    from deployments.render import RenderOptions, render
     from deployments.validate import validate_documents
 
     result = _cli(
@@ -176,7 +176,7 @@ def test_the_command_writes_a_gpu_overlay_that_renders_and_validates(tmp_path, r
     kustomization = yaml.safe_load((tmp_path / "out" / "overlay" / "kustomization.yaml").read_text())
     assert kustomization["resources"][0].endswith("overlays/gpu")
     version = ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32)
-    rendered = render(tmp_path / "out" / "overlay", model=version, engine="builtin")
+    rendered = render(tmp_path / "out" / "overlay", RenderOptions(model=version, engine="builtin"))
     checked = validate_documents(rendered.docs, crd_schema=seldon_crd_schema)
     assert checked.ok, checked.errors
     component = rendered.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]

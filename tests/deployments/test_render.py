@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
+import re
 
 import pytest
 import yaml
 
 from deployments import autoscaling, seldon
 from deployments.records import ModelVersion, RecordError
-from deployments.render import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, write_manifests
-from deployments.render import render as _render
+from deployments.render import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, RenderOptions, write_manifests
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.cli import UserError
 from slipway.runtime_settings import SettingsError
+from tests.deployments.rendering import rendering
 
 # Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
-render = functools.partial(_render, engine="builtin")
+render = rendering()
 
 
 def _sdep(rendered):
@@ -123,6 +124,36 @@ def test_render_refuses_what_cannot_work(main_version, canary_version, overlay, 
     versions = {None: None, "other-version": canary_version, "other-model": canary_version.model_copy(update={"name": "other"})}
     with pytest.raises(RenderError, match=message):
         render(overlay, model=main_version, canary=versions[canary], canary_percent=percent)
+
+
+@pytest.mark.parametrize(
+    "option,value,expected",
+    [
+        ("canary_percent", "20", "render option canary_percent: Input should be a valid integer, not '20'"),
+        ("image_pull_policy", "Sometimes", "Input should be 'Always', 'IfNotPresent' or 'Never', not 'Sometimes'"),
+        ("engine", "helm", "Input should be 'auto', 'kubectl' or 'builtin', not 'helm'"),
+        ("dashboard", "yes", "render option dashboard: Input should be a valid boolean, not 'yes'"),
+        ("gpu_node_selector", "a=b", "render option gpu_node_selector: Input should be a valid tuple, not 'a=b'"),
+        (
+            "model",
+            {"name": "digits"},
+            "render option model: a ModelVersion (ModelVersion.from_record_file or from_artifact), not dict",
+        ),
+        ("canary", "4", "render option canary: a ModelVersion (ModelVersion.from_record_file or from_artifact), not str"),
+    ],
+)
+def test_render_options_refuse_a_value_of_the_wrong_type_naming_what_to_give(main_version, option, value, expected):
+    with pytest.raises(RenderError, match=re.escape(expected)):
+        RenderOptions(**{"model": main_version, option: value})
+
+
+def test_render_options_are_frozen_and_take_argparse_lists_as_tuples(main_version):
+    options = RenderOptions(model=main_version, gpu_node_selector=["a=b"], gpu_tolerations=["gpu:NoSchedule"])
+    assert options.gpu_node_selector == ("a=b",) and options.gpu_tolerations == ("gpu:NoSchedule",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.namespace = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="autoscaling"):
+        RenderOptions(model=main_version, autoscaling="cpu")  # type: ignore[call-arg]
 
 
 def test_unknown_autoscaling_mode_is_refused(main_version):

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import yaml
 
 from deployments import seldon
 from deployments.render import DEPLOYMENTS_DIR, RenderError
-from deployments.render import render as _render
 from deployments.validate import validate_documents
 from slipway.repository_access import API_ENV, TOKEN_ENV
 from slipway.server_process import HOOK, HOOK_ENV
 from tests.conftest import run_module
+from tests.deployments.rendering import rendering
 
-render = functools.partial(_render, engine="builtin")
+render = rendering()
 GUARD = {"name": HOOK_ENV, "value": HOOK}
 
 

@@ -13,7 +13,7 @@ from deployments import rollout as rollout_module
 from deployments.apply import DeployError
 from deployments.kserve.render import render_kserve
 from deployments.placement import StorageAccess
-from deployments.render import render
+from deployments.render import RenderOptions, render
 from deployments.rollout import Rollout, RolloutError, RolloutResult, roll_out
 
 
@@ -26,7 +26,7 @@ class NoCluster:
 
 @pytest.fixture(scope="module")
 def rendered(main_version):
-    return render("cpu", model=main_version, namespace="models", engine="builtin")
+    return render("cpu", RenderOptions(model=main_version, namespace="models", engine="builtin"))
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_a_dry_run_that_is_not_a_rollout_is_refused_naming_the_choices(rendered,
 
 
 def test_a_rendering_without_one_seldon_deployment_is_refused_before_the_cluster(main_version):
-    kserve = render_kserve("cpu", model=main_version, engine="builtin")
+    kserve = render_kserve("cpu", RenderOptions(model=main_version, engine="builtin"))
     with pytest.raises(RolloutError, match="holds 0 SeldonDeployments; a rollout applies and waits for one"):
         roll_out(NoCluster(), Rollout(rendered=kserve))
     assert issubclass(RolloutError, DeployError)  # the CLI's one-line error, as for every step's refusal

@@ -6,7 +6,6 @@ apps/v1 Deployments the operator would create (deployments.seldon.projected_depl
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shutil
@@ -17,13 +16,13 @@ import yaml
 
 from deployments import seldon
 from deployments.render import DEPLOYMENTS_DIR, write_manifests
-from deployments.render import render as _render
 from slipway.paths import PROJECT_ROOT
+from tests.deployments.rendering import rendering
 
 CHECKOV = PROJECT_ROOT / ".venv-tools" / "bin" / "checkov"
 IMAGES_DIR = DEPLOYMENTS_DIR / "images"
 RENDERINGS = [("cpu", "cpu"), ("cpu", "behavior"), ("gpu", "rps"), ("canary", "keda")]
-render = functools.partial(_render, engine="builtin")
+render = rendering()
 
 
 def _scan_inputs(root, main_version, canary_version):

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deployments import autoscaling, seldon
 from deployments.records import ModelVersion
-from deployments.render import render
+from deployments.render import RenderOptions, render
 from loadtest.payloads import example_batch
 from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT
@@ -33,7 +33,9 @@ def _model_container(rendered) -> dict:
 @pytest.fixture(scope="module")
 def pod_server(digits_artifact, tmp_path_factory):
     # Pinned to the artifact it serves: the container's digest pin must match what is loaded.
-    rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact), engine="builtin", autoscaling_mode="rps")
+    rendered = render(
+        "cpu", RenderOptions(model=ModelVersion.from_artifact(digits_artifact), engine="builtin", autoscaling_mode="rps")
+    )
     container = _model_container(rendered)
     env = {item["name"]: item["value"] for item in container["env"]}
     env["MLSERVER_LOGGING_SETTINGS"] = str(PROJECT_ROOT / "wrappers" / "logging.json")  # the images' copy of it
@@ -87,7 +89,7 @@ def test_mlserver_counts_requests_where_the_autoscalers_read_them(pod_server, di
     assert [s.value for s in samples] == [REQUESTS]
     rule = rendered.adapter_rules["rules"]["custom"][0]
     assert re.match(rule["name"]["matches"], samples[0].name)
-    keda = render("cpu", model=rendered.models["default"], engine="builtin", autoscaling_mode="keda")
+    keda = render("cpu", RenderOptions(model=rendered.models["default"], engine="builtin", autoscaling_mode="keda"))
     query = keda.seldon_deployment["spec"]["predictors"][0]["componentSpecs"][0]["kedaSpec"]["triggers"][0]["metadata"]["query"]
     assert query.startswith(f"sum(rate({samples[0].name}{{")
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
 
 from deployments import seldon
 from deployments.records import ModelVersion
-from deployments.render import RenderError
+from deployments.render import RenderError, RenderOptions
 from deployments.render import render as _render
 from deployments.validate import validate_documents
 from slipway.artifact import SETTINGS_FILE
+from tests.deployments.rendering import rendering
 
-render = functools.partial(_render, engine="builtin", split_mode="cpu-gpu")
+render = rendering(split_mode="cpu-gpu")
 
 
 def _components(rendered) -> dict[str, dict]:
@@ -72,7 +72,7 @@ def test_a_canary_an_unknown_split_or_an_artifact_without_both_stages_is_refused
     with pytest.raises(RenderError, match="a canary's two are not split"):
         render("canary", model=main_version, canary=canary_version)
     with pytest.raises(RenderError, match="unknown split 'gpu-only'; choose one of cpu-gpu"):
-        _render("cpu", model=main_version, engine="builtin", split_mode="gpu-only")
+        _render("cpu", RenderOptions(model=main_version, engine="builtin", split_mode="gpu-only"))
     (tmp_path / SETTINGS_FILE).write_text(json.dumps({"name": "digits", "parameters": {"extra": {"preprocess": {}}}}))
     local = ModelVersion.model_validate({**main_version.model_dump(), "local_dir": tmp_path})
     with pytest.raises(RenderError, match="sets no parameters.extra.postprocess: --split cpu-gpu serves"):

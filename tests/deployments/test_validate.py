@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import copy
-import functools
 
 import pytest
 
 from deployments import autoscaling
 from deployments.render import OVERLAYS
-from deployments.render import render as _render_overlay
 from deployments.validate import (
     cross_resource_errors,
     pod_security_errors,
     seldon_rule_errors,
     validate_documents,
 )
+from tests.deployments.rendering import rendering
 
 # Slipway's renderer: test_kustomize shows it builds every overlay exactly as kubectl kustomize does.
-render = functools.partial(_render_overlay, engine="builtin")
+render = rendering()
 
 
 def _render(overlay, main_version, canary_version, mode="cpu"):

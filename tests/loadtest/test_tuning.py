@@ -265,12 +265,13 @@ def test_a_tuned_spec_whose_settings_keep_a_cpu_busy_autoscales_on_requests(tmp_
 def _render_overlay(overlay: Path) -> dict:
     """Render a generated overlay for a model version with deployments' own renderer, and validate it."""
     from deployments.records import ModelVersion
-    from deployments.render import render
+    from deployments.render import RenderOptions, render
     from deployments.validate import load_crd_schema, validate_documents
     from slipway.paths import SELDON_CRD_SCHEMA
 
     rendered = render(
-        overlay, model=ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32)
+        overlay,
+        RenderOptions(model=ModelVersion(name="digits", version="1", uri="s3://m/digits/1", digest="sha256:" + "ab" * 32)),
     )
     report = validate_documents(rendered.docs, crd_schema=load_crd_schema(SELDON_CRD_SCHEMA) or {})
     assert report.ok, report.errors

@@ -252,11 +252,13 @@ WEBHOOK_CASES = {
 def test_seldon_s_webhook_and_the_offline_validation_refuse_the_same_deployments(api, digits_artifact, case):
     from deployments.apply import DeployError, apply
     from deployments.records import ModelVersion
-    from deployments.render import render
+    from deployments.render import RenderOptions, render
     from deployments.validate import validate_documents
 
     namespace = make_namespace(api, f"webhook-{list(WEBHOOK_CASES).index(case)}")
-    rendered = render("cpu", model=ModelVersion.from_artifact(digits_artifact, uri="s3://models/digits/1"), namespace=namespace)
+    rendered = render(
+        "cpu", RenderOptions(model=ModelVersion.from_artifact(digits_artifact, uri="s3://models/digits/1"), namespace=namespace)
+    )
     docs = copy.deepcopy(rendered.docs)
     sdep = next(doc for doc in docs if doc["kind"] == "SeldonDeployment")
     WEBHOOK_CASES[case](sdep)

@@ -4,7 +4,6 @@ server's own checks (server-side dry run) take what the offline validation takes
 from __future__ import annotations
 
 import copy
-import functools
 
 import pytest
 
@@ -15,8 +14,9 @@ from deployments.kserve.validate import validate_kserve
 from deployments.records import ModelVersion
 from tests.deployments.cluster.conftest import make_namespace
 from tests.deployments.conftest import record
+from tests.deployments.rendering import rendering
 
-render = functools.partial(render_kserve, engine="builtin")
+render = rendering(render_kserve)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from deployments.autoscaling import REQUEST_COUNTER
 from deployments.canary.queries import FAILURE_COUNTER
 from deployments.dashboard import COMPONENT_DIR, SIDECAR_LABEL, uid
 from deployments.records import ModelVersion
-from deployments.render import OVERLAYS_DIR, render
+from deployments.render import OVERLAYS_DIR, RenderOptions, render
 from deployments.validate import validate_documents
 from slipway.metric_names import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS, REQUEST_SECONDS
 from tests.deployments.conftest import record
@@ -78,13 +78,14 @@ def _mlserver_metrics() -> set[str]:
 
 
 def test_the_dashboard_is_opt_in(main_version):
-    assert not [doc for doc in render("cpu", model=main_version).docs if doc["kind"] == "ConfigMap"]
+    assert not [doc for doc in render("cpu", RenderOptions(model=main_version)).docs if doc["kind"] == "ConfigMap"]
 
 
 @pytest.mark.parametrize("overlay", ["cpu", "canary"])
 def test_the_dashboard_is_a_configmap_the_grafana_sidecar_loads(main_version, canary_version, overlay):
     rendered = render(
-        overlay, model=main_version, canary=canary_version if overlay == "canary" else None, namespace="ml", dashboard=True
+        overlay,
+        RenderOptions(model=main_version, canary=canary_version if overlay == "canary" else None, namespace="ml", dashboard=True),
     )
     configmap, dashboard = _dashboard(rendered)
     metadata = configmap["metadata"]
@@ -102,7 +103,7 @@ def test_the_dashboard_is_a_configmap_the_grafana_sidecar_loads(main_version, ca
 
 def test_names_that_depend_on_the_model_are_filled_by_render_or_dashboard_variables():
     model = ModelVersion.model_validate({**record("7"), "name": "mnist", "uri": "s3://slipway-models/mnist/7"})
-    configmap, dashboard = _dashboard(render("cpu", model=model, namespace="vision", dashboard=True))
+    configmap, dashboard = _dashboard(render("cpu", RenderOptions(model=model, namespace="vision", dashboard=True)))
     text = json.dumps(dashboard)
     assert "digits" not in text and "$(" not in text and configmap["metadata"]["name"] == "mnist-dashboard"
     for expr in _expressions(dashboard):
@@ -120,7 +121,7 @@ def test_builtin_renderer_matches_kubectl_kustomize_on_the_dashboard_component()
 
 
 def test_every_panel_query_parses_and_reads_metrics_that_are_exported(prometheus_tools, main_version, tmp_path):
-    _, dashboard = _dashboard(render("cpu", model=main_version, dashboard=True))
+    _, dashboard = _dashboard(render("cpu", RenderOptions(model=main_version, dashboard=True)))
     expressions = _expressions(dashboard)
     assert len(expressions) >= 25
     rules = []

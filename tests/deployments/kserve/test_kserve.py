@@ -4,7 +4,6 @@ settings, validated against KServe v0.15.2's own CRD schemas (from its Go module
 from __future__ import annotations
 
 import copy
-import functools
 import json
 
 import pytest
@@ -18,8 +17,9 @@ from deployments.kserve.validate import CRD_DIR_ENV, load_schemas, validate_kser
 from deployments.render import RenderError
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 from tests.conftest import run_module
+from tests.deployments.rendering import rendering
 
-render = functools.partial(render_kserve, engine="builtin")
+render = rendering(render_kserve)
 
 
 @pytest.fixture(scope="module")
