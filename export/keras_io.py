@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from export import tf_env  # noqa: F401
-from export.onnx_import import InputSpec
+from export.input_spec import InputSpec
 from slipway.cli import first_line
 
 # Layers that map strings to numbers: ONNX graphs (and tf2onnx) take numbers only.

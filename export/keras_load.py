@@ -26,9 +26,9 @@ from typing import Literal
 import numpy as np
 
 from export import tf_env  # noqa: F401
+from export.input_spec import InputSpec
 from export.keras_io import RAGGED_FIX, TEXT_FIX, KerasInterface, KerasInterfaceError, layer_names, read_interface
 from export.measure import Feeds
-from export.onnx_import import InputSpec
 from slipway.cli import first_line
 
 Format = Literal["keras", "h5", "savedmodel"]

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from export.input_spec import InputSpec
 from export.measure import Feeds
+from export.model_source import Source, sha256_bytes
 from export.optimize import STANDARD_DOMAINS
-from export.sources import Source, sha256_bytes
 from slipway.artifact import MODEL_NAME
 from slipway.cli import first_line
 
@@ -29,19 +30,6 @@ LABELS_KEY = "labels"
 
 class ImportCheckError(ValueError):
     """The model or its data is not what the import needs; the message says what to send instead."""
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """A graph input: its numpy dtype and its shape, None for a dimension the graph leaves open."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int | None, ...]
-
-    def describe(self) -> str:
-        dims = ", ".join("N" if i == 0 and d is None else ("?" if d is None else str(d)) for i, d in enumerate(self.shape))
-        return f"{self.dtype} [{dims}]"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from export.selection import (
     gpu_figures,
     judge,
 )
-from export.sources import Source
+from export.model_source import Source
 from slipway.artifact import VARIANT_FILE
 
 EXAMPLE_ROWS = 32

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from engine.cpu_limits import cpu_limit
 from export.measure import SizeStats, SpeedStats
+from export.model_source import Source
 from export.pipeline import PRECISION, ExportConfig, ExportResult, Judged
-from export.sources import Source
 from slipway import atomic
 from slipway.reports import write_report
 

@@ -9,69 +9,16 @@ fine-tuned, which pruning needs.
 from __future__ import annotations
 
 import hashlib
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-import onnx
 
 from export import tf_env  # noqa: F401
-from export.measure import Feeds, Runner, SizeStats, keras_runner, onnx_runner, onnx_size
+from export.model_source import Source, sha256_bytes
 
 MOBILENET_SHAPE = (224, 224, 3)
 MOBILENET_EVAL_ROWS = 64
 MOBILENET_CALIBRATION_ROWS = 32
-
-
-@dataclass
-class Source:
-    name: str
-    kind: Literal["keras", "onnx"]
-    description: str
-    sha256: str | None
-    onnx_model: onnx.ModelProto
-    evaluation: Feeds
-    labels: np.ndarray | None
-    evaluation_note: str
-    calibration: Feeds
-    calibration_note: str
-    calibration_synthetic: bool
-    reference: np.ndarray  # the source model's first output on the evaluation rows
-    fixed_batch: int | None = None
-    keras_model: object | None = None
-    splits: object | None = None  # export.data.Splits: the demo's data (its fingerprint is lineage)
-    training: object | None = None  # export.user_source.TrainingRows: rows and loss to fine-tune pruned/slim on
-    io_names: tuple[list[str], list[str]] | None = None  # a user model's input and output names (None: the demo's)
-    original_bytes: bytes | None = None  # the ONNX file as imported
-    keras_path: Path | None = None  # the trained Keras file: lineage finds its training config beside it
-    references: dict[str, np.ndarray] | None = None  # every output of the source model by name (None: only `reference`)
-
-    @property
-    def baseline_name(self) -> str:
-        return "keras" if self.kind == "keras" else "imported"
-
-    def baseline_runner(self) -> Runner:
-        if self.keras_model is not None:
-            return keras_runner(self.keras_model, self.io_names[0] if self.io_names else list(self.evaluation))
-        return onnx_runner(self.original_bytes)
-
-    def baseline_size(self) -> SizeStats:
-        if self.keras_model is None:
-            return onnx_size(self.original_bytes)
-        from export.measure import gzip_size
-        from export.prune import nonzero_parameters
-
-        with tempfile.TemporaryDirectory(prefix="slipway-keras-size-") as tmp:
-            path = Path(tmp) / "model.keras"
-            self.keras_model.save(path)
-            data = path.read_bytes()
-        return SizeStats(len(data), gzip_size(data), int(self.keras_model.count_params()), nonzero_parameters(self.keras_model))
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def load_keras_model(path: Path):

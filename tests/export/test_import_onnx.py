@@ -10,7 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.onnx_import import ImportCheckError, InputSpec, read_rows
+from export.input_spec import InputSpec
+from export.onnx_import import ImportCheckError, read_rows
 from tests.conftest import run_module
 from tests.graphs import exp_model, onnx_model
 
