@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import pytest
+import yaml
 
 from deployments import rollout as rollout_module
 from deployments.apply import DeployError
@@ -145,3 +146,28 @@ def test_a_refused_dry_run_apply_uploads_and_applies_nothing(rendered, steps, mo
     with pytest.raises(DeployError, match="admission webhook"):
         roll_out(NoCluster(), Rollout(rendered=rendered))
     assert steps == [("preflight", False), ("apply", "models", True)]
+
+
+def test_deploy_prints_each_step_as_the_rollout_takes_it(record_files, steps, monkeypatch, tmp_path, capsys):
+    import slipway.reports
+    from deployments import __main__ as cli
+
+    monkeypatch.setattr(slipway.reports, "REPORTS_DIR", tmp_path / "reports")
+    monkeypatch.setattr(cli, "_connect", lambda nothing_done: NoCluster())
+    argv = ["deploy", "--version-record", str(record_files("3")), "--namespace", "models", "--kustomize", "builtin"]
+    assert cli.main([*argv, "--out", str(tmp_path / "out"), "--wait", "30", "--storage-endpoint", "http://localhost:9000"]) == 0
+    out, err = capsys.readouterr()
+    said = [line for line in err.splitlines() if line.strip()]
+    applied = ", ".join(
+        f"{doc['kind']}/{doc['metadata']['name']}" for doc in yaml.safe_load_all((tmp_path / "out" / "all.yaml").read_text())
+    )
+    assert said[1:] == [
+        "warning: a warning",
+        f"applied {applied} to namespace models",
+        "digits is Available, its Ready pods serving default v3",
+        "inside the cluster: POST http://digits-default.models.svc:8000/v2/models/digits/infer",
+        "default: digits answers",
+        "inference: POST <your Seldon gateway>/seldon/models/digits/v2/models/digits/infer",
+    ]
+    assert out == "/seldon/models/digits/v2/models/digits/infer\n"
+    assert steps[2][2] == StorageAccess(namespace="models", storage_endpoint="http://localhost:9000")
