@@ -18,6 +18,7 @@ class InputSpec:
     name: str
     dtype: np.dtype
     shape: tuple[int | None, ...]
+    dtype_guessed: bool = False  # a subclassed Keras model keeps no input dtype: the rows it is fed say it
 
     def describe(self) -> str:
         dims = ", ".join("N" if i == 0 and d is None else ("?" if d is None else str(d)) for i, d in enumerate(self.shape))

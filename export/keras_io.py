@@ -183,7 +183,7 @@ def _subclassed(model) -> KerasInterface:
             "tensor, a list or a flat dict of tensors; wrap it in a keras.Model with such inputs"
         )
     dtype = np.dtype(str(model.input_dtype))
-    inputs = [InputSpec(name, dtype, (None, *shape[1:])) for name, shape in named]
+    inputs = [InputSpec(name, dtype, (None, *shape[1:]), dtype_guessed=True) for name, shape in named]
     symbolic = keras.tree.pack_sequence_as(structure, [keras.KerasTensor(spec.shape, str(spec.dtype)) for spec in inputs])
     try:
         answers = model.compute_output_spec(symbolic)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from export.input_spec import InputSpec
 from export.keras_io import KerasInterface
 from export.keras_load import LoadedModel
 from export.measure import Feeds
-from export.onnx_import import ImportCheckError, read_rows
+from export.onnx_import import LABELS_KEY, ImportCheckError, read_rows
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,31 @@ class Rows:
 
 def user_rows(path: Path, model: LoadedModel, *, what: str) -> Rows:
     """An .npz of rows named like the model's inputs (plus optional `labels`), checked against them."""
+    adopt_data_dtypes(path, model)
     feeds, labels = read_rows(path, model.inputs, what=what, optional_labels=True)
     rows = len(next(iter(feeds.values())))
     return Rows(feeds, labels, f"{path}, {rows} {'labelled ' if labels is not None else ''}rows")
+
+
+def adopt_data_dtypes(path: Path, model: LoadedModel) -> None:
+    """A subclassed model keeps no input dtypes (only build shapes; the policy's float32 is a guess): the first rows
+    it is given set them, numbers or bools, so that integer tokens stay integers in the ONNX graph."""
+    guessed = [spec for spec in model.inputs if spec.dtype_guessed]
+    if not guessed:
+        return
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            dtypes = {key: archive[key].dtype for key in archive.files if key != LABELS_KEY}
+    except Exception:  # read_rows says what is wrong with the file
+        return
+    if len(model.inputs) == 1 and len(dtypes) == 1:
+        dtypes = {model.inputs[0].name: next(iter(dtypes.values()))}
+    model.inputs = [
+        InputSpec(spec.name, dtypes[spec.name], spec.shape)
+        if spec.dtype_guessed and spec.name in dtypes and dtypes[spec.name].kind in "biuf"
+        else spec
+        for spec in model.inputs
+    ]
 
 
 def demo_rows(model: LoadedModel, model_path: Path) -> Rows:

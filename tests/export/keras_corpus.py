@@ -151,6 +151,29 @@ def subclassed_model(seed: int = 0):
     return model, {"measurements": rows}
 
 
+def subclassed_tokens(seed: int = 0):
+    """A keras.Model with its own call(tokens) over int64 tokens [N, 5] -> Embedding -> GRU -> Dense: built by a
+    first call, it keeps no input dtype; the rows it is given say the tokens are integers."""
+    import keras
+
+    @keras.saving.register_keras_serializable(package="slipway_corpus")
+    class Reader(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.embed = keras.layers.Embedding(20, 4)
+            self.gru = keras.layers.GRU(5)
+            self.head = keras.layers.Dense(2, activation="softmax")
+
+        def call(self, tokens):
+            return self.head(self.gru(self.embed(tokens)))
+
+    rng = _rng(seed)
+    model = Reader(name="reader")
+    tokens = rng.integers(0, 20, (ROWS, 5)).astype(np.int64)
+    model(tokens[:2])
+    return model, {"tokens": tokens}
+
+
 def image_with_preprocessing(seed: int = 0):
     """image [N, 12, 12, 3] in 0..255 -> Rescaling(1/255) -> Normalization (adapted on the rescaled training
     images) -> Resizing(10, 10) -> CenterCrop(8, 8) -> conv -> digit (softmax 5): preprocessing kept inside
@@ -240,6 +263,7 @@ CORPUS = {
     "dict-io": functional_dict_io,
     "nested": nested_model,
     "subclassed": subclassed_model,
+    "subclassed-tokens": subclassed_tokens,
     "image": image_with_preprocessing,
     "tokens": token_gru,
     "lstm": token_lstm,

@@ -36,6 +36,7 @@ CALLS = {
     ),
     "nested": (lambda rows: rows["reading"], ["reading"], ["kind"]),
     "subclassed": (lambda rows: rows["measurements"], ["measurements"], ["output_0"]),
+    "subclassed-tokens": (lambda rows: rows["tokens"], ["tokens"], ["output_0"]),
     "image": (lambda rows: rows["image"], ["image"], ["digit"]),
     "tokens": (lambda rows: rows["tokens"], ["tokens"], ["sentiment"]),
     "lstm": (lambda rows: rows["words"], ["words"], ["topic"]),
@@ -112,6 +113,8 @@ def test_each_model_converts_with_its_own_names_and_answers_as_keras_does(name, 
     folder, rows = corpus["repository"] / name, corpus["rows"][name]
     graph = onnx.load(folder / "model.onnx").graph
     assert [i.name for i in graph.input] == input_names, name  # the model's own names, nothing captured left as an input
+    dtypes = [onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in graph.input]
+    assert dtypes == [corpus["rows"][name][key].dtype for key in input_names], name  # int64 tokens stay int64, bools bool
     assert sorted(o.name for o in graph.output) == sorted(output_names), name
     assert all(not i.type.tensor_type.shape.dim[0].HasField("dim_value") for i in graph.input), name  # dynamic batch
     report = corpus["reports"][name]
