@@ -273,7 +273,7 @@ def push(source: str, destination: str, *, cache: Path = CACHE_DIR, authfile: Pa
 REPORT = "image-build"
 
 
-def _report(built: Built, gpu: dict) -> Path:
+def _report(built: Built, gpu: dict, pushed: dict | None = None) -> Path:
     from slipway.reports import read_report, write_report
 
     runs = dict((read_report(REPORT) or {}).get("runs", {}))
@@ -294,6 +294,7 @@ def _report(built: Built, gpu: dict) -> Path:
             "base_packages": list(BASE_PACKAGES),
             "builder": version,
             "isolation": "chroot",
+            **({"pushed": pushed} if pushed else {}),
         },
         "runs": runs,
         "gpu": gpu,
@@ -353,16 +354,33 @@ def cmd_push(args) -> int:
     except ImageBuildError as err:
         raise UserError(f"IMAGE_REPO={args.repo!r}: {err}") from err
     built, gpu = _build(args)
-    _report(built, gpu)
     try:
         digest = push(built.tag, destination, authfile=args.authfile)
+        size = pushed_bytes(destination, digest, authfile=args.authfile)
     except ImageBuildError as err:
+        _report(built, gpu)
         raise UserError(str(err)) from err
-    console.print(f"[green]pushed[/] {destination}@{digest}", soft_wrap=True)
+    _report(built, gpu, pushed={"compressed_bytes": size, "compressed_mb": round(size / 1e6, 1)})
+    console.print(f"[green]pushed[/] {destination}@{digest} ({size / 1e6:.0f} MB compressed)", soft_wrap=True)
     if args.gpu_tag:
         console.print(f"GPU image {args.gpu_tag} not pushed: it was not built (above)", soft_wrap=True)
     print(f"{destination}@{digest}")
     return 0
+
+
+def pushed_bytes(destination: str, digest: str, *, authfile: Path | None = None) -> int:
+    """What a node downloads to pull the pushed image: its manifest's compressed layers and config, as the registry
+    lists them (skopeo, with the same credentials and TLS rule as the push)."""
+    registry = destination.split("/", 1)[0]
+    name = destination.rsplit(":", 1)[0] if ":" in destination.split("/")[-1] else destination
+    command = ["skopeo", "inspect", "--raw", f"--tls-verify={str(registry.rsplit(':', 1)[0] not in LOOPBACK_HOSTS).lower()}"]
+    if authfile is not None:
+        command += ["--authfile", str(authfile)]
+    result = subprocess.run([*command, f"docker://{name}@{digest}"], capture_output=True, text=True, timeout=120, check=False)
+    if result.returncode != 0:
+        raise ImageBuildError(f"skopeo could not read back {name}@{digest}: {result.stderr.strip().splitlines()[-1:]}")
+    manifest = json.loads(result.stdout)
+    return int(manifest["config"]["size"]) + sum(int(layer["size"]) for layer in manifest["layers"])
 
 
 def add_command(commands) -> None:

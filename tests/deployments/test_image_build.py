@@ -226,5 +226,6 @@ def test_push_sends_the_image_with_the_users_credentials(built, registry, tmp_pa
     good = _auths(tmp_path / "good", registry, USER, PASSWORD)
     digest = image_build.push(built.tag, destination, authfile=good)
     assert digest.startswith("sha256:")
+    assert 0 < image_build.pushed_bytes(destination, digest, authfile=good) < built.size_bytes  # compressed layers
     # what `deploy --check-image` asks before applying: the pushed reference resolves, with the same credentials
     assert resolve(destination, config_path=good) == digest
