@@ -57,7 +57,7 @@ from wrappers.operations.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_U
 from wrappers.operations.heap import freeze_loaded_heap, thaw_heap_after_unload
 from wrappers.operations.metrics import ModelMetrics, PredictedClasses
 from wrappers.protocol.request_rules import ort_message
-from wrappers.protocol.v2_codec import RequestDecoder, encode, rows
+from wrappers.protocol.v2_codec import RequestDecoder, encode, let_go_of_json_data, rows
 from wrappers.repository_api import RepositoryApiError
 from wrappers.running import busy_poll, cpu_pinning
 from wrappers.running import planning as run_planning
@@ -286,6 +286,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         wanted = self._decoder.requested_outputs(payload)
         shared_outputs = self._shared.outputs(payload)
         arrays = {request_input.name: self._decoder.decode(request_input) for request_input in request_inputs}
+        as_arrays = not self._mlserver_batching and any(isinstance(item.data.root, np.ndarray) for item in request_inputs)
+        if self._payload_log is None and not self._mlserver_batching:  # else the log or the batch reads them later
+            let_go_of_json_data(request_inputs)
         loop = asyncio.get_running_loop()
         if self._preprocessor is not None:
             arrays[self._image_input] = await loop.run_in_executor(
@@ -304,7 +307,6 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
                 self._cpu_pool, self._on_cpu, self._topk, self._metrics.postprocess_seconds, results[self._scores_output]
             )
             results.update({LABELS_OUTPUT: labels, SCORES_OUTPUT: scores})
-        as_arrays = not self._mlserver_batching and any(isinstance(item.data.root, np.ndarray) for item in request_inputs)
         return InferenceResponse.model_construct(  # every field built here is already valid
             model_name=self.name,
             model_version=self.version,

@@ -9,6 +9,8 @@ import http.client
 import json
 import os
 import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +21,9 @@ import onnx
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
+from slipway.artifact import SETTINGS_FILE
 from slipway.local_server import LocalServer
+from slipway.paths import PROJECT_ROOT
 from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
@@ -126,3 +130,51 @@ def test_grpc_messages_get_the_same_bound_not_grpcs_4_mib(server):
         with pytest.raises(grpc.RpcError) as refused:
             stub.ModelInfer(raw_request("echo", {"x": ("FP32", [over.size], over.tobytes())}), timeout=120)
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+
+
+# Run in its own process, as MLServer runs the runtime (importing it here would register MLServer's V2 protobufs
+# beside tritonclient's). MLServer's registry applies its adaptive batching before `load`, as here.
+LET_GO = """
+import asyncio, json, sys
+from mlserver.batching import load_batching
+from mlserver.settings import ModelSettings
+from mlserver.types import InferenceRequest, RequestInput
+from wrappers.runtime import OnnxRuntime
+
+async def main(path):
+    settings = ModelSettings.parse_file(path)
+    settings._source = path
+    model = OnnxRuntime(settings)
+    await load_batching(model)
+    await model.load()
+    request = InferenceRequest(inputs=[RequestInput(name="x", datatype="FP32", shape=[3], data=[1.0, 2.0, 3.0])])
+    answer = await OnnxRuntime.predict(model, request) if model.settings.max_batch_size > 1 else await model.predict(request)
+    await model.unload()
+    print(json.dumps({"kept": request.inputs[0].data.root, "answered": list(answer.outputs[0].data.root)}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, batching, kept",
+    [
+        ({}, None, []),  # decoded into an array: the list of Python floats is let go before the answer is built
+        ({"payload_log": {"url": "http://127.0.0.1:9/events"}}, None, [1.0, 2.0, 3.0]),  # the log reads it after
+        ({}, {"max_batch_size": 4, "max_batch_time": 0.01}, [1.0, 2.0, 3.0]),  # MLServer's batcher reads it after
+    ],
+    ids=["plain", "payload-log", "mlserver-batching"],
+)
+def test_a_decoded_requests_json_data_is_let_go_unless_something_reads_it_after_the_model(tmp_path, extra, batching, kept):
+    graph = identity_graph(tmp_path / "echo.onnx", onnx.TensorProto.FLOAT)
+    folder = model_folder(tmp_path, "echo", graph, extra=extra, batching=batching)
+    done = subprocess.run(
+        [sys.executable, "-c", LET_GO, str(folder / SETTINGS_FILE)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"kept": kept, "answered": [1.0, 2.0, 3.0]}, result

@@ -98,8 +98,11 @@ class BoundedBodies:
         if encoding != "identity":
             body = await _inflated(body, encoding, _Limit.bytes)
             scope = uncompressed(scope, len(body))
+        large = len(body) * LARGE_SHARE > _Limit.bytes
+        replay = replaying(body, receive)
+        del body  # the route behind holds it only as long as it needs it: no frame here keeps it to the answer's end
         if infer is None:
-            await self._forward(scope, body, receive, send)
+            await self._forward(scope, large, replay, send)
             return
         status = 0
 
@@ -109,30 +112,30 @@ class BoundedBodies:
                 status = message["status"]
             await send(message)
 
-        await self._forward(scope, body, receive, send_noting_status)
+        await self._forward(scope, large, replay, send_noting_status)
         if 200 <= status < 300:  # answered by a served model: its name is one of the server's, not any a client sends
             observe_request(infer[1], infer[2], "rest", time.perf_counter() - started)
 
-    async def _forward(self, scope, body: bytes, receive, send) -> None:
-        if len(body) * LARGE_SHARE <= _Limit.bytes:
-            await self.app(scope, replaying(body, receive), send)
+    async def _forward(self, scope, large: bool, replay, send) -> None:
+        if not large:
+            await self.app(scope, replay, send)
             return
         if _Limit.large is None:
             _Limit.large = asyncio.Semaphore(1)
         async with _Limit.large:  # its decoding peak is a multiple of its size: one such at a time
-            await self.app(scope, replaying(body, receive), send)
+            await self.app(scope, replay, send)
 
 
-def replaying(body: bytes, receive):
-    """A `receive` that gives the body already read, then whatever the connection sends next."""
-    sent = False
+def replaying(body: bytes | bytearray, receive):
+    """A `receive` that gives the body already read, then whatever the connection sends next. It lets go of the
+    body once given, so that the body lives only as long as whoever read it keeps it."""
+    held: list[bytes | bytearray] = [body]
+    del body
 
     async def replay() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
+        if not held:
             return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.request", "body": held.pop(), "more_body": False}
 
     return replay
 

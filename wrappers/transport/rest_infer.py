@@ -74,6 +74,7 @@ class FastInferRoute:
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
             return
+        del body  # parsed: held to the answer's end, a body's bytes would add its size to the peak of encoding it
         binary_outputs = binary_data.binary_outputs(payload)
         mlserver_rest.insert_headers(payload, headers)
         result = await self._plane.infer(payload, name, version)
