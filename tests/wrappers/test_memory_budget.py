@@ -110,6 +110,7 @@ def test_a_body_over_the_limit_is_refused_413_and_one_under_it_is_served_within_
     admitted = _admitted(server)
     status, answer = _post_declared(server, admitted + 1)
     assert status == 413 and f"the body is over {admitted} bytes ({admitted >> 20} MiB)" in answer["error"], answer
+    assert "SLIPWAY_MAX_BODY_BYTES" in answer["error"] and "binary data" in answer["error"], answer  # how to send it
     body, count = _json_body(admitted - MIB)
     status, answer = _post(server, body)
     assert status == 200, answer

@@ -391,8 +391,9 @@ def test_a_compressed_body_inflates_to_what_was_compressed_within_the_limit(data
 
 def test_a_body_over_the_limit_is_refused_by_its_length_and_unknown_encodings_by_name():
     body_rules.check_declared_length({"content-length": str(LIMIT)}, LIMIT)
-    with pytest.raises(body_rules.BodyTooLarge, match=f"the body is over {LIMIT} bytes"):
+    with pytest.raises(body_rules.BodyTooLarge, match=f"the body is over {LIMIT} bytes") as refused:
         body_rules.check_declared_length({"content-length": str(LIMIT + 1)}, LIMIT)
+    assert "raise the server's SLIPWAY_MAX_BODY_BYTES" in str(refused.value)  # the setting, where the server is ours
     with pytest.raises(body_rules.BodyError, match="'br' is not supported; send gzip, deflate or none"):
         body_rules.zlib_window("br")
     scope = {"headers": [(b"content-encoding", b"gzip"), (b"content-length", b"9"), (b"x", b"1")]}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import zlib
 
+from wrappers.transport.body_budget import BODY_LIMIT_ENV, JSON_AMPLIFICATION
+
 INFLATE_STEP = 4 << 20  # inflated per zlib call: one step's copy holds the GIL briefly, whatever the body claims
 ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
@@ -35,7 +37,8 @@ def over_the_limit(what: str, limit: int) -> BodyTooLarge:
     """The refusal of a body past the limit, sent or inflated, saying what fits."""
     return BodyTooLarge(
         f"{what} {limit} bytes ({limit >> 20} MiB), the most this server reads; send fewer rows per request, the "
-        "tensors as binary data (tritonclient's default) or, from the same host, in shared memory"
+        "tensors as binary data (tritonclient's default) or, from the same host, in shared memory; or raise the "
+        f"server's {BODY_LIMIT_ENV} (its memory limit must hold about {JSON_AMPLIFICATION} times the largest body)"
     )
 
 
