@@ -1,6 +1,7 @@
 """`python -m benchmarks`: how fast Slipway's runtime serves (`serving`, `make bench`), against KServe and PyTriton
 (`peers`, `make bench-peers`), one model on CPU vs CUDA vs TensorRT (`gpu`, `make bench-gpu`), and one front end
-vs N (`frontends`), and this tree's runtime vs another commit's (`against`). `slipway bench`, `slipway bench-peers`
+vs N (`frontends`), this tree's runtime vs another commit's (`against`), and what one large JSON request costs in
+memory (`body-memory`). `slipway bench`, `slipway bench-peers`
 and `slipway bench-gpu` run the same commands."""
 
 from __future__ import annotations
@@ -189,6 +190,26 @@ def cmd_split(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_body_memory(args: argparse.Namespace) -> int:
+    from benchmarks import body_memory
+    from slipway.paths import REPORTS_DIR
+    from slipway.reports import write_report
+
+    if args.mib < 1 or args.rounds < 1:
+        raise UserError("--mib and --rounds must be at least 1")
+    payload = body_memory.run(args)
+    path = write_report("body-memory", payload)
+    body_memory.plot(payload, REPORTS_DIR / "body-memory.png")
+    for side, figures in payload["servers"].items():
+        during = figures["small_requests"]["during_the_large_body"]
+        console.print(
+            f"{side}: {figures['median_bytes_held_per_byte_sent']} bytes held per byte of a JSON body; small "
+            f"requests meanwhile p99 {during['p99_ms']} ms (alone {figures['small_requests']['alone']['p99_ms']} ms)"
+        )
+    console.print(f"report {path}, plot {REPORTS_DIR / 'body-memory.png'}")
+    return 0
+
+
 def cmd_against(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
@@ -310,6 +331,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     against_arguments(against)
     against.set_defaults(func=cmd_against)
+    from benchmarks.body_memory import add_arguments as body_memory_arguments
+
+    body_memory = commands.add_parser(
+        "body-memory",
+        help="peak server memory per byte of one large JSON request, Slipway vs plain MLServer (reports/body-memory.json)",
+    )
+    body_memory_arguments(body_memory)
+    body_memory.set_defaults(func=cmd_body_memory)
     args = parser.parse_args(argv)
     return args.func(args)
 
