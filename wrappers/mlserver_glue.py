@@ -75,6 +75,7 @@ def extend_mlserver(model: MLModel, config: RuntimeSettings) -> bool:
     fallback = config.fast_path_fallback and not config.shared_memory
     if not model.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
         fast_paths.turn_on(fast_paths.GRPC_RAW, partial(grpc_raw.fast_models.add, model), fallback=fallback)
+        rest_infer.array_models.add(model)
     fast_paths.turn_on(fast_paths.REST_JSON, rest_json.install, fallback=fallback)
     rest_bodies.install()  # every route's body within a limit, inflated off the event loop
     if config.fast_rest_route:
@@ -92,6 +93,7 @@ def withdraw(model: MLModel) -> None:
     grpc_raw.fast_models.discard(model)
     grpc_raw.shared_memory_models.discard(model)
     rest_infer.fast_models.discard(model)
+    rest_infer.array_models.discard(model)
     shared_memory_api.disable(model)
     cpu_pinning.pinned_models.discard(model)
 

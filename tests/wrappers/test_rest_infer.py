@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 import zlib
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +29,7 @@ from slipway.repository_access import API_ENV
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
 from wrappers.transport.body_budget import BODY_LIMIT_ENV, DEFAULT_BODY_BYTES
+from wrappers.transport.json_tensors import INLINE_BODY_BYTES
 
 pytestmark = pytest.mark.slow
 VERSION = "3"
@@ -97,6 +99,21 @@ def test_good_requests_are_answered_alike_with_mlservers_headers(server, good_bo
         assert fast_headers["ce-modelid"] == "MODEL" and fast_headers["content-type"] == "application/json"
     (_, fast, _), (_, mlserver, _) = _both(server, {**good_body, "id": "mine"})
     assert fast["id"] == mlserver["id"] == "mine"
+
+
+def test_a_large_json_body_is_answered_as_mlservers_route_answers_it(server, digits_artifact):
+    """Past INLINE_BODY_BYTES the route parses a body on a worker thread, its floats straight into an array."""
+    inputs, _, _ = load_input_example(digits_artifact)
+    name, rows = next(iter(inputs.items()))
+    batch = np.resize(rows, (1024, *rows.shape[1:]))
+    body = {
+        "id": "large",
+        "inputs": [{"name": name, "datatype": "FP32", "shape": list(batch.shape), "data": batch.ravel().tolist()}],
+    }
+    assert len(json.dumps(body)) > INLINE_BODY_BYTES
+    (status, fast, fast_headers), (mlserver_status, mlserver, mlserver_headers) = _both(server, body)
+    assert status == mlserver_status == 200 and fast == mlserver and fast_headers == mlserver_headers
+    assert fast["outputs"][0]["shape"] == [1024, 10]
 
 
 def test_requested_outputs_and_parameters_are_answered_alike(server, good_body):

@@ -22,25 +22,38 @@ It also serves what MLServer cannot: Triton's binary tensor extension (`wrappers
 that breaks that extension's rules gets HTTP 400 saying how.
 
 Bodies arrive here within the server's limit and uncompressed: `wrappers.transport.body_layer` reads them
-first, for every route.
+first, for every route. A JSON body over `INLINE_BODY_BYTES` is parsed, and an answer of over
+`INLINE_ANSWER_VALUES` values written, on a worker thread, their long lists of numbers a piece at a time
+(`wrappers.transport.json_tensors`): a parser or encoder holds the GIL until it returns, wherever it runs, but
+between pieces the event loop takes it back, so requests on other connections are answered while a large body is
+parsed instead of after it. Smaller bodies and answers stay on the loop, without the hop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 from mlserver.errors import InferenceError
-from mlserver.types import InferenceRequest
+from mlserver.types import InferenceRequest, InferenceResponse, TensorData
 
 from wrappers.mlserver_compat import rest_app as mlserver_rest
 from wrappers.operations.loaded_models import LoadedModels
 from wrappers.protocol import binary_data
-from wrappers.transport import rest_json
+from wrappers.transport import json_tensors, rest_json
 from wrappers.transport.body_layer import headers_of, limit, read_body, replaying
+from wrappers.transport.json_tensors import INLINE_BODY_BYTES
 
 logger = logging.getLogger(__name__)
 
 OCTET_STREAM = "application/octet-stream"
+JSON = "application/json"
+INLINE_ANSWER_VALUES = 1 << 15  # an answer of up to this many values is written as JSON on the event loop
+# Larger ones on these threads, two at a time (as bodies inflate in `body_layer`); others wait their turn.
+_json_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-json")
 
 
 def _install() -> None:
@@ -53,6 +66,9 @@ def _install() -> None:
 
 # The models whose REST infer requests this route answers; adding one installs the route (once per REST app).
 fast_models = LoadedModels(install=_install)
+# Those whose requests may carry arrays, as the raw gRPC path's do: not where MLServer's response cache is on (it
+# writes each request as JSON, lists only). A large body's lists of floats come to them as arrays.
+array_models = LoadedModels()
 
 
 class FastInferRoute:
@@ -70,7 +86,11 @@ class FastInferRoute:
             await self._mlserver_route.handle(scope, receive, send)
             return
         body = await read_body(receive, headers, limit())  # what the layer hands on: one message, within the limit
-        payload = _payload(body, headers, binary)
+        if binary or len(body) <= INLINE_BODY_BYTES:  # binary tensors are sliced, not parsed: cheap at any size
+            payload = _payload(body, headers, binary)
+        else:
+            arrays = name in array_models
+            payload = await asyncio.get_running_loop().run_in_executor(_json_threads, _large_payload, body, arrays)
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
             return
@@ -79,15 +99,55 @@ class FastInferRoute:
         mlserver_rest.insert_headers(payload, headers)
         result = await self._plane.infer(payload, name, version)
         response_headers = mlserver_rest.extract_headers(result) or {}
-        parts = binary_data.split_outputs(result, binary_outputs)
-        content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
-        if not parts:
-            await mlserver_rest.JsonResponse(content, headers=response_headers)(scope, receive, send)
-            return
-        header = mlserver_rest.encode_json(content)
-        response_headers[binary_data.HEADER] = str(len(header))
-        answer = mlserver_rest.BinaryResponse(b"".join([header, *parts]), headers=response_headers, media_type=OCTET_STREAM)
+        if sum(math.prod(output.shape) for output in result.outputs) <= INLINE_ANSWER_VALUES:
+            answer = _answer(result, binary_outputs, response_headers)
+        else:
+            loop = asyncio.get_running_loop()
+            answer = await loop.run_in_executor(_json_threads, _answer, result, binary_outputs, response_headers)
         await answer(scope, receive, send)
+
+
+def _answer(result: InferenceResponse, binary_outputs: set[str] | bool, headers: dict[str, str]):
+    """The response, its body already encoded: binary parts after a JSON header, or JSON (long arrays a piece at a
+    time, the same bytes as MLServer's encoder writes for them as lists)."""
+    arrays = {} if binary_outputs else _long_arrays(result)
+    parts = binary_data.split_outputs(result, binary_outputs)  # the arrays left become lists
+    content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+    if parts:
+        header = mlserver_rest.encode_json(content)
+        headers[binary_data.HEADER] = str(len(header))
+        return mlserver_rest.BinaryResponse(b"".join([header, *parts]), headers=headers, media_type=OCTET_STREAM)
+    if not arrays:
+        return mlserver_rest.JsonResponse(content, headers=headers)
+    body = json_tensors.encode_large(content, arrays, mlserver_rest.encode_json)
+    return mlserver_rest.BinaryResponse(body, headers=headers, media_type=JSON)
+
+
+def _long_arrays(result: InferenceResponse) -> dict[str, np.ndarray]:
+    """The outputs' numeric arrays longer than a piece, each output's data a marker standing for its array."""
+    arrays: dict[str, np.ndarray] = {}
+    for output in result.outputs:
+        data = output.data.root if output.data is not None else None
+        if isinstance(data, np.ndarray) and data.dtype.kind in "biuf" and data.size > json_tensors.PIECE_VALUES:
+            name = json_tensors.marker(len(arrays))
+            arrays[name] = data
+            output.data = TensorData.model_construct(root=name)
+    return arrays
+
+
+def _large_payload(body: bytes, arrays: bool) -> InferenceRequest | None:
+    """`_payload` for a large JSON body, on a worker thread: its long lists of floats parsed a piece at a time into
+    arrays where the model takes `arrays`; None for what MLServer's route should answer."""
+    if not arrays:
+        return _payload(body, {}, False)
+    try:
+        document, parsed = json_tensors.parse_large(body, rest_json.parse)
+        request = InferenceRequest.model_validate(document)
+    except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
+        return None
+    for index, array in parsed.items():  # put in after validating: validated as a list, an array would be walked
+        request.inputs[index].data = TensorData.model_construct(root=array)
+    return request
 
 
 def _payload(body: bytes, headers: dict[str, str], binary: bool) -> InferenceRequest | None:

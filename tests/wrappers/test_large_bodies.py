@@ -1,0 +1,117 @@
+"""A large JSON body does not stall the other requests (issue 47): its long lists of floats are parsed on a worker
+thread a piece at a time (`wrappers.transport.json_tensors`), so small requests on other connections are answered
+while it is, in one real server on loopback."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from benchmarks.body_memory import json_body
+from slipway.local_server import LocalServer
+from slipway.ports import LOOPBACK
+from tests.graphs import identity_graph, onnx_model
+from tests.wrappers.folders import model_folder
+from wrappers.transport.body_budget import BODY_LIMIT_ENV, MIB
+
+pytestmark = pytest.mark.slow
+LARGE = 32 * MIB
+SMALL = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[0.5,1.5]}]}'
+
+
+def max_graph(path: Path) -> Path:
+    """y = the largest of x's values, x [1, N]: a large request, a tiny answer."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMax", ["x"], ["y"], axes=[1], keepdims=1)],
+        "max",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+    )
+    onnx.save(onnx_model(graph), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repository")
+    graphs = tmp_path_factory.mktemp("graphs")
+    model_folder(root, "max", max_graph(graphs / "max.onnx"))
+    model_folder(root, "echo", identity_graph(graphs / "echo.onnx", TensorProto.FLOAT), extra={"max_request_rows": 1 << 28})
+    with LocalServer(root, extra_env={BODY_LIMIT_ENV: str(2 * LARGE)}) as running:
+        yield running
+
+
+def _queued(port: int) -> int:
+    """Bytes of connections to `port` on loopback not yet read by the receiving end (/proc/net/tcp)."""
+    queued = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = fields[1].split(":")[1], fields[2].split(":")[1]
+        if port in (int(local, 16), int(remote, 16)):
+            sending, receiving = fields[4].split(":")
+            queued += int(sending, 16) + int(receiving, 16)
+    return queued
+
+
+def test_a_small_request_is_answered_while_a_large_body_is_parsed(server):
+    body, count = json_body(LARGE)
+    body = body.replace(b'"shape":[%d]' % count, b'"shape":[1,%d]' % count).replace(b"0.123456789]", b"0.9]")
+    sent, started, large = threading.Event(), threading.Event(), {}
+
+    def send_large() -> None:
+        connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=300)
+        try:
+            connection.request("POST", "/v2/models/max/infer", body=body, headers={"Content-Type": "application/json"})
+            sent.set()
+            response = connection.getresponse()
+            started.set()  # its status line: the body parsed, the model run, the answer written
+            large["status"], large["answer"] = response.status, json.loads(response.read())
+        finally:
+            started.set()
+            connection.close()
+
+    thread = threading.Thread(target=send_large, daemon=True)
+    thread.start()
+    assert sent.wait(timeout=120), "the large body was not sent in 120 s"
+    deadline = time.monotonic() + 120
+    while _queued(server.http_port) and time.monotonic() < deadline:  # the server has read every byte of it
+        time.sleep(0.001)
+    small = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=300)
+    answered_first = 0
+    try:
+        for _ in range(1000):
+            small.request("POST", "/v2/models/max/infer", body=SMALL, headers={"Content-Type": "application/json"})
+            answer = small.getresponse()
+            assert answer.status == 200 and json.loads(answer.read())["outputs"][0]["data"] == [1.5]
+            if started.is_set():
+                break
+            answered_first += 1
+    finally:
+        small.close()
+    thread.join(timeout=300)
+    assert large.get("status") == 200 and large["answer"]["outputs"][0]["data"] == [pytest.approx(0.9)], large
+    # answered before the large body's answer began (dozens here); none when the body was parsed on the event loop,
+    # which then ran the model and wrote the answer without letting another request in
+    assert answered_first >= 1
+
+
+def test_a_large_answer_is_written_a_piece_at_a_time_as_the_same_json(server):
+    body, count = json_body(LARGE // 4)
+    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=300)
+    try:
+        connection.request("POST", "/v2/models/echo/infer", body=body, headers={"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        status, text = answer.status, answer.read()
+    finally:
+        connection.close()
+    assert status == 200 and answer.getheader("content-type") == "application/json", text[:500]
+    output = json.loads(text)["outputs"][0]
+    assert output["shape"] == [count] and output["data"] == [float(np.float32(0.123456789))] * count
