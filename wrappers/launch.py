@@ -5,8 +5,10 @@ in FOLDER, each model's `model-settings.json`), except that Slipway builds MLSer
 (`wrappers.mlserver_compat.servers`): its REST app and gRPC server go straight to the runtime's fast paths
 and guards, where they were found by walking the heap at every load. It also ends the way a command should:
 where a model fails to load, a port is taken or the folder is not a model repository, it stops the server
-and exits non-zero with one line naming the cause (MLServer logs a failed load and exits 0). The serving
-images, the manifests, `slipway serve` and `slipway.local_server.LocalServer` run it.
+and exits non-zero with one line naming the cause (MLServer logs a failed load and exits 0); and on SIGTERM it
+stops accepting and answers the requests in flight for at most SLIPWAY_DRAIN_SECONDS before it exits 0
+(`wrappers.mlserver_compat.servers.drain_on_signals`). The serving images, the manifests, `slipway serve` and
+`slipway.local_server.LocalServer` run it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from wrappers import frontends
 from wrappers.transport import grpc_transport
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
+DRAIN_ENV = "SLIPWAY_DRAIN_SECONDS"
+DEFAULT_DRAIN_S = 20.0  # within the manifests' terminationGracePeriodSeconds (30), with room to exit
 
 
 class LaunchError(RuntimeError):
@@ -74,6 +78,24 @@ def launch(folder: Path, ready_file: Path | None = None) -> None:
             ) from None
 
 
+def drain_seconds(env: Mapping[str, str] = os.environ) -> float:
+    """How long a stopped server answers the requests in flight (SLIPWAY_DRAIN_SECONDS): under the pod's
+    terminationGracePeriodSeconds (30 in the manifests), after which the kubelet kills it, losing them all."""
+    text = env.get(DRAIN_ENV, "").strip()
+    if not text:
+        return DEFAULT_DRAIN_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise LaunchError(
+            f"{DRAIN_ENV}={text!r} is not a number of seconds over 0: set one under the pod's "
+            f"terminationGracePeriodSeconds, or unset it for {DEFAULT_DRAIN_S:g}"
+        )
+    return seconds
+
+
 def _use_the_guard_and_count_models(folder: Path) -> int:
     """The number of settings files MLServer will read under `folder`, having checked that the model repository
     MLServer builds will be Slipway's guarded one (set where unset)."""
@@ -112,6 +134,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
         if settings.grpc_max_message_length is None:  # grpc's own receive limit, 4 MiB, refuses a single image batch
             settings.grpc_max_message_length = body_budget.sized_here()  # REST bodies' budget; MLSERVER_GRPC_MAX_... wins
         server = servers.build(settings, on_unknown_model=metrics.count_unknown_model)
+        servers.drain_on_signals(server, drain_seconds())
     except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError) as err:
         raise LaunchError(first_line(err)) from None
     logger.info(transport)  # once MLServer has set up logging as its settings say (JSON lines, say)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph, onnx_model
 from tests.wrappers.folders import model_folder
+from tests.wrappers.loopback import wait_until_read
 from wrappers.transport.body_budget import BODY_LIMIT_ENV, MIB
 
 pytestmark = pytest.mark.slow
@@ -49,18 +49,6 @@ def server(tmp_path_factory):
         yield running
 
 
-def _queued(port: int) -> int:
-    """Bytes of connections to `port` on loopback not yet read by the receiving end (/proc/net/tcp)."""
-    queued = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote = fields[1].split(":")[1], fields[2].split(":")[1]
-        if port in (int(local, 16), int(remote, 16)):
-            sending, receiving = fields[4].split(":")
-            queued += int(sending, 16) + int(receiving, 16)
-    return queued
-
-
 def test_a_small_request_is_answered_while_a_large_body_is_parsed(server):
     body, count = json_body(LARGE)
     body = body.replace(b'"shape":[%d]' % count, b'"shape":[1,%d]' % count).replace(b"0.123456789]", b"0.9]")
@@ -81,9 +69,7 @@ def test_a_small_request_is_answered_while_a_large_body_is_parsed(server):
     thread = threading.Thread(target=send_large, daemon=True)
     thread.start()
     assert sent.wait(timeout=120), "the large body was not sent in 120 s"
-    deadline = time.monotonic() + 120
-    while _queued(server.http_port) and time.monotonic() < deadline:  # the server has read every byte of it
-        time.sleep(0.001)
+    wait_until_read(server.http_port)  # the server has read every byte of it
     small = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=300)
     answered_first = 0
     try:

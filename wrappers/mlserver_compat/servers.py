@@ -9,6 +9,9 @@ REST app (built with the server) and the gRPC server (built as it starts serving
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,6 +24,7 @@ from mlserver.server import MLServer
 
 from wrappers.mlserver_compat import require, require_function, running
 
+logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
 _SERVER = "mlserver.server.MLServer"
 _GRPC = "mlserver.grpc.server.GRPCServer"
 
@@ -141,3 +145,55 @@ def prepare_process() -> None:
 def model_identity(model_settings: Any) -> tuple[str, str | None, str]:
     """A listed model's name, version and the settings file it was read from (MLServer keeps that privately)."""
     return model_settings.name, model_settings.version, str(getattr(model_settings, "_source", None) or "?")
+
+
+def drain_on_signals(server: Any, grace_s: float) -> None:
+    """On SIGTERM (SIGINT, SIGQUIT) stop accepting on REST and gRPC at once, answer what each has accepted for at most
+    `grace_s`, then stop. Call it on the running event loop, after `build` (it replaces the handlers MLServer added).
+
+    MLServer's own handler stopped gRPC first, with 5 s of grace, REST accepting new connections meanwhile, then REST
+    with no bound: one request that never ended (a client that stops sending its body) kept the process until the
+    pod's grace period ran out and it was killed, losing every request still in flight; and with parallel workers it
+    closed their pool first, under the requests they were answering."""
+    rest = require(server, "_rest_server", f"{_SERVER}._rest_server")
+    grpc = require(server, "_grpc_server", f"{_SERVER}._grpc_server")
+    require_function(rest, "stop", "mlserver.rest.server.RESTServer.stop", ("sig",), is_async=True)
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    def on_signal(sig: int) -> None:
+        if draining:
+            logger.info("signal %d: already draining (at most %g s)", sig, grace_s)
+            return
+        draining.append(loop.create_task(_drain(server, rest, grpc, sig, grace_s)))
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
+async def _drain(server: Any, rest: Any, grpc: Any, sig: int, grace_s: float) -> None:
+    logger.info(
+        "signal %d: accepting no more requests, answering those in flight for at most %g s (SLIPWAY_DRAIN_SECONDS)",
+        sig,
+        grace_s,
+    )
+    uvicorn_server = getattr(rest, "_server", None)  # made as REST starts serving
+    if uvicorn_server is not None:
+        uvicorn_server.config.timeout_graceful_shutdown = grace_s  # then uvicorn cancels what is left
+    await rest.stop(sig)  # uvicorn closes its listener and idle connections now, the others once answered
+    grpc_server = getattr(grpc, "_server", None)  # made as gRPC starts serving
+    if grpc_server is not None:
+        await grpc_server.stop(grace_s)  # refuses new RPCs now, cancels those in flight after grace_s
+    if uvicorn_server is not None:
+        deadline = asyncio.get_running_loop().time() + grace_s + 1
+        state = uvicorn_server.server_state
+        while (state.connections or state.tasks) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+    for part, method in (("_inference_pool_registry", "close"), ("_kafka_server", "stop")):
+        found = getattr(server, part, None)
+        if found is not None:
+            await getattr(found, method)()
+    metrics = getattr(server, "_metrics_server", None)
+    if metrics is not None:
+        await metrics.stop(sig)
+    logger.info("drained: stopping")

@@ -1,0 +1,94 @@
+"""A stopped server drains (issue 47): on SIGTERM the launcher stops accepting, answers the requests it has accepted,
+and exits 0, within SLIPWAY_DRAIN_SECONDS however long a request would take. Real servers on loopback, each
+request held in flight by the client itself (its body sent but for its last bytes), so nothing depends on timing."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import onnx
+import pytest
+
+from slipway.local_server import LocalServer
+from slipway.ports import LOOPBACK
+from tests.graphs import identity_graph
+from tests.wrappers.folders import model_folder
+from tests.wrappers.loopback import wait_until_read
+from wrappers import launch
+
+pytestmark = pytest.mark.slow
+BODY = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[0.5,1.5,2.5]}]}'
+HELD_BACK = 5  # bytes of the body the client keeps until the server has been told to stop
+
+
+@pytest.fixture
+def repository(tmp_path):
+    model_folder(tmp_path / "models", "echo", identity_graph(tmp_path / "echo.onnx", onnx.TensorProto.FLOAT))
+    return tmp_path / "models"
+
+
+def _in_flight(server: LocalServer) -> http.client.HTTPConnection:
+    """A request whose headers and all but the last HELD_BACK bytes of its body the server has."""
+    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=60)
+    connection.putrequest("POST", "/v2/models/echo/infer")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(len(BODY)))
+    connection.endheaders(BODY[:-HELD_BACK])
+    return connection
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def _stopped(server: LocalServer, seconds: float = 60) -> int | None:
+    try:
+        return server._process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_on_sigterm_the_request_in_flight_is_answered_no_new_one_is_accepted_and_it_exits_0(repository):
+    with LocalServer(repository, extra_env={launch.DRAIN_ENV: "60"}) as server:
+        held = _in_flight(server)
+        wait_until_read(server.http_port)  # the server has the request, but for its last bytes
+        os.kill(server.pid, signal.SIGTERM)
+        for _ in range(200):  # the listener closes: no connection is accepted any more (bounded: 200 tries)
+            if not _accepts(server.http_port):
+                break
+            time.sleep(0.05)
+        assert not _accepts(server.http_port), "still accepting connections after SIGTERM"
+        assert server._process.poll() is None  # still answering the one in flight
+        held.send(BODY[-HELD_BACK:])
+        answer = held.getresponse()
+        assert answer.status == 200 and json.loads(answer.read())["outputs"][0]["data"] == [0.5, 1.5, 2.5]
+        held.close()
+        assert _stopped(server) == 0, server.log_path.read_text()[-2000:]
+        assert "accepting no more requests, answering those in flight for at most 60 s" in server.log_path.read_text()
+
+
+def test_a_request_that_never_ends_holds_the_stop_no_longer_than_the_drain(repository):
+    env = {launch.DRAIN_ENV: "1", "SLIPWAY_BODY_IDLE_TIMEOUT_S": "600"}  # not ended by the body's idle timeout
+    with LocalServer(repository, extra_env=env) as server:
+        held = _in_flight(server)  # its last bytes never come
+        wait_until_read(server.http_port)
+        os.kill(server.pid, signal.SIGTERM)
+        assert _stopped(server, 30) == 0, "the server did not exit on its own after its drain"  # MLServer's waited on
+        held.close()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "inf", "nan"])
+def test_a_drain_that_is_not_a_positive_number_of_seconds_is_refused_naming_the_variable(value):
+    with pytest.raises(launch.LaunchError, match=f"SLIPWAY_DRAIN_SECONDS='{value}' is not a number of seconds over 0"):
+        launch.drain_seconds({launch.DRAIN_ENV: value})
+    assert launch.drain_seconds({}) == launch.DEFAULT_DRAIN_S and launch.drain_seconds({launch.DRAIN_ENV: "2.5"}) == 2.5
