@@ -92,14 +92,17 @@ class RequestDecoder:
             raise InferenceError(str(err)) from err
 
 
+LET_GO_VALUES = 1 << 14  # a shorter list is kept: what it holds is small, and emptying it costs every request
+
+
 def let_go_of_json_data(request_inputs: list[RequestInput]) -> None:
-    """Empty the JSON `data` of inputs already decoded into arrays: a list of Python numbers holds a pointer and an
-    object per value, several times the JSON text it came from, and held to the answer's end it adds all that to the
-    peak of encoding the answer. Only where nothing reads the request after the model (no payload log, no MLServer
-    adaptive batching): the caller decides."""
+    """Empty the JSON `data` of inputs already decoded into arrays, where it is a list of LET_GO_VALUES or more: a
+    list of Python numbers holds a pointer and an object per value, several times the JSON text it came from, and
+    held to the answer's end it adds all that to the peak of encoding the answer. Only where nothing reads the
+    request after the model (no payload log, no MLServer adaptive batching): the caller decides."""
     for request_input in request_inputs:
         data = request_input.data.root if isinstance(request_input.data, TensorData) else request_input.data
-        if isinstance(data, list) and data:
+        if isinstance(data, list) and len(data) >= LET_GO_VALUES:
             request_input.data = TensorData.model_construct(root=[])
 
 

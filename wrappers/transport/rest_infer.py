@@ -89,8 +89,8 @@ class FastInferRoute:
         if binary or len(body) <= INLINE_BODY_BYTES:  # binary tensors are sliced, not parsed: cheap at any size
             payload = _payload(body, headers, binary)
         else:
-            arrays = name in array_models
-            payload = await asyncio.get_running_loop().run_in_executor(_json_threads, _large_payload, body, arrays)
+            as_arrays = name in array_models
+            payload = await asyncio.get_running_loop().run_in_executor(_json_threads, _large_payload, body, as_arrays)
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
             return
@@ -100,17 +100,19 @@ class FastInferRoute:
         result = await self._plane.infer(payload, name, version)
         response_headers = mlserver_rest.extract_headers(result) or {}
         if sum(math.prod(output.shape) for output in result.outputs) <= INLINE_ANSWER_VALUES:
-            answer = _answer(result, binary_outputs, response_headers)
+            answer = _answer(result, binary_outputs, response_headers, None)
         else:
+            long = None if binary_outputs else _long_arrays(result)
             loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(_json_threads, _answer, result, binary_outputs, response_headers)
+            answer = await loop.run_in_executor(_json_threads, _answer, result, binary_outputs, response_headers, long)
         await answer(scope, receive, send)
 
 
-def _answer(result: InferenceResponse, binary_outputs: set[str] | bool, headers: dict[str, str]):
-    """The response, its body already encoded: binary parts after a JSON header, or JSON (long arrays a piece at a
-    time, the same bytes as MLServer's encoder writes for them as lists)."""
-    arrays = {} if binary_outputs else _long_arrays(result)
+def _answer(
+    result: InferenceResponse, binary_outputs: set[str] | bool, headers: dict[str, str], arrays: dict[str, np.ndarray] | None
+):
+    """The response, its body already encoded: binary parts after a JSON header, or JSON (`arrays`, taken out of the
+    outputs by `_long_arrays`, a piece at a time: the same bytes as MLServer's encoder writes for them as lists)."""
     parts = binary_data.split_outputs(result, binary_outputs)  # the arrays left become lists
     content = result.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
     if parts:
