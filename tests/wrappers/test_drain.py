@@ -15,6 +15,7 @@ import time
 import onnx
 import pytest
 
+from slipway.cli import UserError
 from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph
@@ -92,3 +93,15 @@ def test_a_drain_that_is_not_a_positive_number_of_seconds_is_refused_naming_the_
     with pytest.raises(launch.LaunchError, match=f"SLIPWAY_DRAIN_SECONDS='{value}' is not a number of seconds over 0"):
         launch.drain_seconds({launch.DRAIN_ENV: value})
     assert launch.drain_seconds({}) == launch.DEFAULT_DRAIN_S and launch.drain_seconds({launch.DRAIN_ENV: "2.5"}) == 2.5
+
+
+def test_the_supervisor_of_several_front_ends_reads_the_drain_and_refuses_a_wrong_one(tmp_path, monkeypatch):
+    """It waits out the front ends' drain (and a margin) before it kills one: a wrong value stops it first."""
+    from wrappers.frontends import supervisor
+
+    folder = model_folder(
+        tmp_path, "echo", identity_graph(tmp_path / "echo.onnx", onnx.TensorProto.FLOAT), extra={"frontends": 2}
+    )
+    monkeypatch.setenv(launch.DRAIN_ENV, "soon")
+    with pytest.raises(UserError, match="SLIPWAY_DRAIN_SECONDS='soon' is not a number of seconds over 0"):
+        supervisor.main([str(folder)])

@@ -29,7 +29,7 @@ from wrappers.frontends.host import HostError, read_model, serving_file
 from wrappers.mlserver_compat.shared_ports import MULTIPROC_ENV
 
 HOST_READY_TIMEOUT_S = 600.0  # a TensorRT engine build at the host's first start takes minutes
-STOP_TIMEOUT_S = 15.0
+STOP_MARGIN_S = 5.0  # past a front end's drain (SLIPWAY_DRAIN_SECONDS), for it to exit, before it is killed
 _POLL_S = 0.2
 FAILURE_FILE = "failure.txt"
 
@@ -73,6 +73,7 @@ class Supervisor:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="slipway-frontends-")))
     children: list[_Child] = field(default_factory=list)
     asked_to_stop: bool = False
+    drain_s: float = 20.0  # each front end's SLIPWAY_DRAIN_SECONDS (`wrappers.launch.drain_seconds`)
 
     @property
     def socket_path(self) -> Path:
@@ -141,13 +142,13 @@ class Supervisor:
 
     def stop(self) -> None:
         """SIGTERM the front ends by PID and wait for them, then the host (a front end that loses its host while it
-        drains would stop itself a second time); SIGKILL what will not go."""
+        drains would stop itself a second time); SIGKILL what has not gone STOP_MARGIN_S after its drain."""
         front_ends, host = self.children[1:], self.children[:1]
         for group in (front_ends, host):
             for child in group:
                 if child.process.poll() is None:
                     child.process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
+            deadline = time.monotonic() + self.drain_s + STOP_MARGIN_S
             for child in group:
                 try:
                     child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -171,7 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.folder} is not an artifact folder whose model-settings.json sets parameters.extra."
             "frontends above 1; serve it with `python -m wrappers.launch` instead"
         )
-    supervisor = Supervisor(args.folder.resolve(), count)
+    from wrappers.launch import LaunchError, drain_seconds  # not at the top: the launcher imports this package
+
+    try:
+        drain_s = drain_seconds()
+    except LaunchError as err:
+        raise UserError(str(err)) from None
+    supervisor = Supervisor(args.folder.resolve(), count, drain_s=drain_s)
     previous = {signum: signal.signal(signum, supervisor.ask_to_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         supervisor.start()
