@@ -142,7 +142,7 @@ bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench
 bench-slim: setup ## MobileNetV2 at half the channels vs whole, batch 32 (under the bench lock) -> reports/bench-slim.* + docs/benchmarks.md
 	flock $(BENCH_LOCK) $(SLIPWAY) export bench-slim $(BENCH_SLIM_ARGS)
 
-test: setup setup-torch tools image-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
+test: setup setup-torch tools dashboard-schema image-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: lint test-fast
@@ -358,6 +358,19 @@ $(TOOLS_STAMP):
 	$(TOOLS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(TOOLS_VENV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
 	@rm -f $(TOOLS_VENV)/.installed-*
+	@touch $@
+
+# The dashboard's check against Grafana's published schema (tools/grafana-schema): @grafana/schema's types and the
+# TypeScript compiler, the versions package-lock.json pins, installed with npm into tools/grafana-schema/node_modules.
+GRAFANA_SCHEMA_DIR   := tools/grafana-schema
+GRAFANA_SCHEMA_STAMP := $(GRAFANA_SCHEMA_DIR)/node_modules/.installed
+.PHONY: dashboard-schema
+dashboard-schema: $(GRAFANA_SCHEMA_STAMP) ## install what checks the Grafana dashboard against @grafana/schema (npm ci in tools/grafana-schema; Node.js 18+)
+
+$(GRAFANA_SCHEMA_STAMP): $(GRAFANA_SCHEMA_DIR)/package.json $(GRAFANA_SCHEMA_DIR)/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null && node -e 'process.exit(process.versions.node.split(".")[0] >= 18 ? 0 : 1)' \
+	  || { echo "make dashboard-schema: Node.js 18+ with npm is needed (found: $$(node --version 2>/dev/null || echo no node)$$(command -v npm >/dev/null || echo ', no npm')): install nodejs and npm with your package manager" >&2; exit 2; }
+	npm ci --prefix $(GRAFANA_SCHEMA_DIR) --ignore-scripts --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # --- model store: python -m export versions ---------------------------------------------
