@@ -83,8 +83,9 @@ def test_every_rendered_dashboard_matches_grafanas_published_schema(grafana_sche
 
 
 def test_a_broken_panel_is_refused_with_grafanas_message(grafana_schema, dashboards, tmp_path):
-    """A check that cannot fail proves nothing: a field of the wrong type, a misspelled one and a value outside an
-    enum are each refused, at their JSON path, with the compiler's message naming Grafana's type."""
+    """A check that cannot fail proves nothing: a field of the wrong type, a misspelled one and values outside an
+    enum (at the top level and in a collapsed row) are each refused, at their JSON path, with the compiler's message
+    naming Grafana's type."""
     broken = json.loads(json.dumps(dashboards["seldon-cpu"]))
     panels = broken["panels"]
     assert panels[1]["type"] == "timeseries" and panels[3]["type"] == "timeseries"
@@ -92,6 +93,9 @@ def test_a_broken_panel_is_refused_with_grafanas_message(grafana_schema, dashboa
     panels[2]["titel"] = panels[2].pop("title")
     panels[3]["options"]["legend"]["displayMode"] = "lst"
     broken["templating"]["list"][1]["refresh"] = 7
+    hidden = json.loads(json.dumps(panels[4]))  # a panel in a collapsed row is read with its plugin's kind too
+    hidden["options"]["tooltip"]["mode"] = "multiple"
+    panels[0].update(collapsed=True, panels=[hidden])
     (path,) = _write(tmp_path, {"broken": broken})
     result = grafana_schema(path)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -103,7 +107,9 @@ def test_a_broken_panel_is_refused_with_grafanas_message(grafana_schema, dashboa
         f"{path}: panels[3].options.legend.displayMode: Type '\"lst\"' is not assignable to type 'LegendDisplayMode'. "
         "Did you mean '\"list\"'? (TS2820)",
         f"{path}: templating.list[1].refresh: Type '7' is not assignable to type 'VariableRefresh'. (TS2322)",
+        f"{path}: panels[0].panels[0].options.tooltip.mode: Type '\"multiple\"' is not assignable to type "
+        "'TooltipDisplayMode'. (TS2322)",
     ]
     for line in expected:
         assert line in lines, result.stdout
-    assert lines[-1] == f"4 error(s) against @grafana/schema {_pinned('@grafana/schema')} (TypeScript {_pinned('typescript')})"
+    assert lines[-1] == f"5 error(s) against @grafana/schema {_pinned('@grafana/schema')} (TypeScript {_pinned('typescript')})"
