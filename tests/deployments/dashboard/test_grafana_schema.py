@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -113,3 +114,36 @@ def test_a_broken_panel_is_refused_with_grafanas_message(grafana_schema, dashboa
     for line in expected:
         assert line in lines, result.stdout
     assert lines[-1] == f"5 error(s) against @grafana/schema {_pinned('@grafana/schema')} (TypeScript {_pinned('typescript')})"
+
+
+@pytest.mark.parametrize(
+    ("tools", "found"),
+    [({}, "no node, no npm"), ({"node": "v16.20.2", "npm": "8.19.4"}, "v16.20.2")],
+    ids=["no-node", "node-16"],
+)
+def test_make_dashboard_schema_says_in_one_line_what_node_it_needs(tmp_path, tools, found):
+    """Without Node.js 18+ and npm on the path, `make dashboard-schema` (which `make test` runs) says what it needs
+    in one line instead of failing inside npm; it never reaches npm here (the stamp is a file of the test's own)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").symlink_to(shutil.which("make") or pytest.skip("make is not installed"))
+    for name, version in tools.items():  # stand-ins: node answers --version and fails its version check, as 16 does
+        script = bin_dir / name
+        script.write_text(f'#!{sys.executable}\nimport sys\nprint("{version}") if "--version" in sys.argv else sys.exit(1)\n')
+        script.chmod(0o755)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "dashboard-schema", f"GRAFANA_SCHEMA_STAMP={tmp_path / 'installed'}"],
+        cwd=PROJECT_ROOT,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert lines == [
+        f"make dashboard-schema: Node.js 18+ with npm is needed (found: {found}): "
+        "install nodejs and npm with your package manager"
+    ]
+    assert not (tmp_path / "installed").exists() and result.stdout == ""
