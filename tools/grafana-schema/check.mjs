@@ -6,7 +6,9 @@
 //
 // The JSON goes into a generated TypeScript module as object literals checked with `satisfies` under `strict` and
 // `exactOptionalPropertyTypes`: a field the schema does not know (a misspelling), a value of the wrong type, a
-// missing required field or a value outside an enum is a compile error, reported with its JSON path.
+// missing required field or a value outside an enum is a compile error, reported with its JSON path. A literal that
+// does not match yields at least one error, but the compiler may stop at the first faults it finds in one (a nested
+// one hides a missing top-level field): fix what it names and run it again.
 //
 // usage: node check.mjs DASHBOARD.json [...]   exit 0: all match; 1: some do not (one line per error); 2: usage
 import fs from "node:fs";
