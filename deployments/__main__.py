@@ -19,7 +19,7 @@ from deployments.cluster.command import add_command as register_cluster
 from deployments.image_build import add_command as register_image
 from deployments.placement import add_storage_arguments, place_models
 from deployments.recommend import add_command as register_recommend
-from deployments.render import namespace_argument
+from deployments.render.overlay import namespace_argument
 from deployments.rollout import DEFAULT_WAIT_S
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
@@ -31,9 +31,9 @@ MANIFESTS_DIR = BUILD_DIR / "manifests"
 
 
 def _add_render_arguments(command: argparse.ArgumentParser) -> None:
-    from deployments.autoscaling import ALL_MODES, METRIC_SOURCES
-    from deployments.records import DEFAULT_STORAGE_ROOT
-    from deployments.render import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
+    from deployments.render.autoscaling import ALL_MODES, METRIC_SOURCES
+    from deployments.render.overlay import DEFAULT_INGRESS_NAMESPACE, DEFAULT_MONITORING_NAMESPACE, DEFAULT_NAMESPACE, OVERLAYS
+    from deployments.render.records import DEFAULT_STORAGE_ROOT
 
     command.add_argument(
         "--engine",
@@ -185,7 +185,7 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _models(args: argparse.Namespace):
-    from deployments.records import ModelVersion
+    from deployments.render.records import ModelVersion
 
     root = args.storage_root
     if args.version_record:
@@ -205,14 +205,14 @@ def _models(args: argparse.Namespace):
 def _folder_name(overlay: str) -> str:
     """Where under build/manifests an overlay renders: its name, or for a folder of one's own its last two
     parts (`build/tune/overlay` -> `tune-overlay`), so that the tuner's and the recommender's do not collide."""
-    from deployments.render import OVERLAYS
+    from deployments.render.overlay import OVERLAYS
 
     return overlay if overlay in OVERLAYS else "-".join(Path(overlay).resolve().parts[-2:])
 
 
 def _render_options(args: argparse.Namespace, main, canary):
     """The arguments' `RenderOptions`, made once for either engine's renderer."""
-    from deployments.render import RenderOptions
+    from deployments.render.overlay import RenderOptions
 
     return RenderOptions(
         model=main,
@@ -240,11 +240,11 @@ def _render_options(args: argparse.Namespace, main, canary):
 
 def render_validated(args: argparse.Namespace):
     """Render and validate; write the manifests and `reports/manifests.json` only when they are valid."""
-    from deployments.autoscaling import busy_cpu_warning
-    from deployments.kustomize import KustomizeError
-    from deployments.records import RecordError
-    from deployments.render import Rendered, RenderError, RenderOptions, render, write_manifests
-    from deployments.validate import validate_documents
+    from deployments.render.autoscaling import busy_cpu_warning
+    from deployments.render.kustomize import KustomizeError
+    from deployments.render.overlay import Rendered, RenderError, RenderOptions, render, write_manifests
+    from deployments.render.records import RecordError
+    from deployments.render.validate import validate_documents
     from slipway.files import FileProblem
     from slipway.reports import write_report
     from slipway.runtime_settings import SettingsError
@@ -430,7 +430,7 @@ def register_deploy(commands) -> None:
 
 def cmd_upload(args: argparse.Namespace) -> int:
     from deployments.apply import ClusterUnavailable, connect
-    from deployments.records import RecordError
+    from deployments.render.records import RecordError
 
     try:
         version = _models(argparse.Namespace(**{**vars(args), "canary_record": None, "canary_model_uri": None}))[0]
@@ -446,8 +446,8 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def register_upload(commands) -> None:
-    from deployments.records import DEFAULT_STORAGE_ROOT
-    from deployments.render import DEFAULT_NAMESPACE
+    from deployments.render.overlay import DEFAULT_NAMESPACE
+    from deployments.render.records import DEFAULT_STORAGE_ROOT
     from deployments.storage_secret import DEFAULT_SECRET
 
     command = commands.add_parser(
@@ -512,7 +512,7 @@ def cmd_secret(args: argparse.Namespace) -> int:
 
 
 def register_secret(commands) -> None:
-    from deployments.render import DEFAULT_NAMESPACE
+    from deployments.render.overlay import DEFAULT_NAMESPACE
     from deployments.storage_secret import DEFAULT_SECRET, SCHEMES
 
     command = commands.add_parser(
@@ -576,7 +576,7 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
 
 def register_undeploy(commands) -> None:
     from deployments.apply import UNDEPLOY_TIMEOUT_S
-    from deployments.render import DEFAULT_NAMESPACE
+    from deployments.render.overlay import DEFAULT_NAMESPACE
 
     command = commands.add_parser(
         "undeploy",

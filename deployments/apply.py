@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.kube_api import dynamic_client
-from deployments.seldon import DEPLOYMENT_ID_LABEL
+from deployments.render.seldon import DEPLOYMENT_ID_LABEL
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0

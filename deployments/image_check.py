@@ -330,7 +330,7 @@ def resolve(image: str, *, config_path: Path | None = None, session: requests.Se
 
 def model_images(docs: list[dict]) -> list[str]:
     """Every model container's image in the rendered SeldonDeployments, once each, in order."""
-    from deployments import seldon
+    from deployments.render import seldon
 
     images: dict[str, None] = {}
     for doc in docs:

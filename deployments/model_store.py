@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deployments.records import DEFAULT_STORAGE_ROOT, ModelVersion
+from deployments.render.records import DEFAULT_STORAGE_ROOT, ModelVersion
 
 STORE_TIMEOUT_S = 120.0
 

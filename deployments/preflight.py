@@ -214,7 +214,7 @@ def check_secrets(api, docs: list[dict], namespace: str) -> None:
 def env_secret_keys(docs: list[dict]) -> dict[str, set[str]]:
     """Each Secret the containers read a key of (`secretKeyRef`, not optional), with the keys: the repository
     API's token, say. A missing one leaves the pods in CreateContainerConfigError, after the wait."""
-    from deployments import seldon
+    from deployments.render import seldon
 
     needed: dict[str, set[str]] = {}
     for doc in docs:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from deployments import seldon
 from deployments.apply import DeployError, apply, ask_served, wait_rolled_out
 from deployments.placement import StorageAccess, place_models
 from deployments.preflight import preflight
-from deployments.render import Rendered
+from deployments.render import seldon
+from deployments.render.overlay import Rendered
 
 DEFAULT_WAIT_S = 300.0
 DRY_RUNS = ("none", "server")

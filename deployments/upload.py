@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deployments.records import ModelVersion
+from deployments.render.records import ModelVersion
 from deployments.storage_secret import fsspec_options
 from slipway.artifact import MANIFEST_NAME, ArtifactError, Manifest, folder_digest, read_manifest
 

@@ -199,7 +199,7 @@ def digits_server(digits_artifact):
 @pytest.fixture(scope="session")
 def seldon_crd_schema() -> dict:
     """The SeldonDeployment CRD's v1 schema from the vendored operator module (third_party/)."""
-    from deployments.validate import load_crd_schema
+    from deployments.render.validate import load_crd_schema
 
     schema = load_crd_schema(SELDON_CRD_SCHEMA)
     assert schema is not None, f"the Seldon CRD is missing from {SELDON_CRD_SCHEMA}"

@@ -28,7 +28,7 @@ HEADER = (
 
 def add_command(commands) -> None:
     from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM
-    from deployments.render import DEFAULT_NAMESPACE
+    from deployments.render.overlay import DEFAULT_NAMESPACE
     from slipway.paths import BUILD_DIR
 
     parser = commands.add_parser(

@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.autoscaling import REQUEST_COUNTER
 from deployments.canary.queries import (
     DEFAULT_LATENCY_HISTOGRAM,
     FAILURE_COUNTER,
@@ -28,8 +27,9 @@ from deployments.canary.queries import (
     PREDICTOR_SERIES_LABEL,
     QUANTILES,
 )
-from deployments.render import COMMON_LABELS, RenderError, check_namespace
-from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
+from deployments.render.autoscaling import REQUEST_COUNTER
+from deployments.render.overlay import COMMON_LABELS, RenderError, check_namespace
+from deployments.render.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway.metric_names import INFERENCE_SECONDS, REQUEST_SECONDS
 from slipway.slo import Slo
 

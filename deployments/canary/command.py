@@ -16,7 +16,7 @@ EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
 def add_command(commands) -> None:
     from deployments.canary.judge import DEFAULT_WINDOW
     from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM
-    from deployments.render import CANARY_PREDICTOR
+    from deployments.render.overlay import CANARY_PREDICTOR
 
     parser = commands.add_parser(
         "canary-judge",
@@ -117,8 +117,8 @@ def _steps(text: str) -> tuple[int, ...]:
 
 def _add_target_arguments(parser) -> None:
     from deployments.placement import add_storage_arguments
-    from deployments.records import DEFAULT_STORAGE_ROOT
-    from deployments.render import DEFAULT_NAMESPACE, namespace_argument
+    from deployments.render.overlay import DEFAULT_NAMESPACE, namespace_argument
+    from deployments.render.records import DEFAULT_STORAGE_ROOT
 
     parser.add_argument("--ref", help="the new version in the model store: NAME:NUMBER (digits:4) or NAME@TAG")
     parser.add_argument("--store", type=Path, default=MODEL_STORE_DIR, help=f"the model store (default {MODEL_STORE_DIR})")
@@ -203,8 +203,8 @@ def _target(args, *, need_ref: bool):
     from deployments.apply import ClusterUnavailable, connect
     from deployments.canary.live import LiveDeployment, LiveError
     from deployments.model_store import StoreRefused, version
-    from deployments.records import RecordError
-    from deployments.seldon import MODEL_LABEL
+    from deployments.render.records import RecordError
+    from deployments.render.seldon import MODEL_LABEL
     from slipway.cli import UserError
 
     model = None
@@ -269,7 +269,7 @@ def cmd_canary(args) -> int:
     from deployments.model_store import StoreRefused, move_tag
     from deployments.placement import place_models
     from deployments.prometheus import Prometheus, PrometheusError
-    from deployments.render import CANARY_PREDICTOR
+    from deployments.render.overlay import CANARY_PREDICTOR
     from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 

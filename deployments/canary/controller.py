@@ -27,8 +27,8 @@ from deployments.canary.judge import Verdict
 from deployments.canary.live import LiveDeployment, LiveError, annotation_path, predictor_index
 from deployments.canary.report import DecisionLog
 from deployments.canary.state import LAST_ANNOTATION, SHADOW_ANNOTATION, STATE_ANNOTATION, CanaryState, Holder
-from deployments.records import ModelVersion
-from deployments.render import CANARY_PREDICTOR
+from deployments.render.overlay import CANARY_PREDICTOR
+from deployments.render.records import ModelVersion
 
 STABLE, SHADOW = predictors.STABLE_PREDICTOR, predictors.SHADOW_PREDICTOR
 DEFAULT_STEPS = (5, 10, 25, 50, 100)
@@ -321,7 +321,7 @@ class Controller:
         sdep = self.live.read()
         index = predictor_index(sdep, STABLE)
         stable = copy.deepcopy(sdep["spec"]["predictors"][index])
-        from deployments.render import pin_predictor
+        from deployments.render.overlay import pin_predictor
 
         pin_predictor(stable, self.version, namespace=self.live.namespace)
         stable["traffic"] = 0

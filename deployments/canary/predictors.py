@@ -15,9 +15,9 @@ from functools import cache
 
 import yaml
 
-from deployments.records import ModelVersion
-from deployments.render import CANARY_PREDICTOR, OVERLAYS_DIR, pin_predictor
-from deployments.seldon import PREDICTOR_LABEL
+from deployments.render.overlay import CANARY_PREDICTOR, OVERLAYS_DIR, pin_predictor
+from deployments.render.records import ModelVersion
+from deployments.render.seldon import PREDICTOR_LABEL
 
 STABLE_PREDICTOR = "default"
 SHADOW_PREDICTOR = "shadow"

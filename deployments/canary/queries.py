@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from deployments.autoscaling import REQUEST_COUNTER
-from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
+from deployments.render.autoscaling import REQUEST_COUNTER
+from deployments.render.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway.metric_names import CLASS_LABEL, INFERENCE_SECONDS, PREDICTED_CLASS, REQUEST_SECONDS
 
 FAILURE_COUNTER = "model_infer_request_failure_total"

@@ -94,7 +94,7 @@ def install_crds(api, bins: dict[str, Path]) -> None:
     """Every CRD the overlays and kwok need, then wait until the API server serves each."""
     from kubernetes import client as k8s
 
-    from deployments.kustomize import build_with_kubectl
+    from deployments.render.kustomize import build_with_kubectl
 
     docs = [
         *build_with_kubectl(SELDON_FILES["crd"]),

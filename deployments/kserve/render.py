@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployments import autoscaling, seldon
-from deployments.dashboard import is_dashboard
 from deployments.kserve import api
-from deployments.render import COMMON_LABELS, Rendered, RenderError, RenderOptions, render
-from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
+from deployments.render import autoscaling, seldon
+from deployments.render.dashboard import is_dashboard
+from deployments.render.overlay import COMMON_LABELS, Rendered, RenderError, RenderOptions, render
+from deployments.render.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 
 # The Secret the predictor's ServiceAccount lists for s3:// URIs, in KServe's form (AWS_* keys, s3-* annotations).
@@ -61,7 +61,7 @@ class KServeRendered(Rendered):
 
 
 def render_kserve(overlay: str | Path, options: RenderOptions, *, storage_secret: str = STORAGE_SECRET) -> KServeRendered:
-    """Render `overlay` as Seldon would (`deployments.render.render`, with the same `options`), then as KServe's kinds."""
+    """Render `overlay` as Seldon would (`deployments.render.overlay.render`, with the same `options`), then as KServe's kinds."""
     if options.canary is not None or options.canary_percent is not None or str(overlay) == "canary":
         raise RenderError(
             "--engine kserve renders one version: a canary (two InferenceServices behind one route) is not rendered "

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from deployments import seldon
 from deployments.kserve import api
-from deployments.validate import (
+from deployments.render import seldon
+from deployments.render.validate import (
     ValidationReport,
     _selects,
     container_metric_errors,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deployments.autoscaling import REQUEST_COUNTER, RPS_METRIC
 from deployments.recommend.sizing import SAFETY_MARGIN, RecommendError, is_capacity
+from deployments.render.autoscaling import REQUEST_COUNTER, RPS_METRIC
 from deployments.usage import Kind, UsageError
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ def write_outputs(
     With a GPU recommendation (`rec.gpu`) the overlay is built on the gpu overlay, not the cpu one: the history came
     from pods with a card each, and its resources keep their whole `nvidia.com/gpu`; the plot gets the GPU panel."""
     from deployments.recommend.plots import plot_prescale, plot_recommendation
-    from deployments.render import OVERLAYS_DIR
+    from deployments.render.overlay import OVERLAYS_DIR
     from slipway import seldon_patch
     from slipway.paths import REPORTS_DIR
     from slipway.reports import write_report
@@ -195,7 +195,7 @@ def write_prescale_overlay(plan: PrescalePlan, out_dir: Path) -> dict[str, str]:
     folder is removed, so no stale schedule is left to apply."""
     import yaml
 
-    from deployments.autoscaling import component_dir
+    from deployments.render.autoscaling import component_dir
     from slipway import atomic
 
     folder = Path(out_dir) / PRESCALE_DIR

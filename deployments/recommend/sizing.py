@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from deployments.autoscaling import RPS_METRIC
 from deployments.recommend.gpu_sizing import GPUS_PER_REPLICA, GpuRecommendation
+from deployments.render.autoscaling import RPS_METRIC
 from deployments.usage import Usage
 
 FIRST_BUCKET_CORES = 0.01  # VPA's CPU histogram: 10 millicores first bucket...

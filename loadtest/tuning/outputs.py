@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deployments.autoscaling import RPS_METRIC  # the per-pod metric deployments/' prometheus-adapter rule serves
+from deployments.render.autoscaling import RPS_METRIC  # the per-pod metric deployments/' prometheus-adapter rule serves
 from loadtest.tuning.measure import Measurement, objective_text
 from loadtest.tuning.search import SearchResult
 from loadtest.tuning.space import SearchSpace, model_settings_for

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from deployments.records import ModelVersion
+from deployments.render.records import ModelVersion
 
 
 def record(version: str, digest_byte: str = "ab", **extra) -> dict:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deployments.render import Rendered, RenderOptions, render
+from deployments.render.overlay import Rendered, RenderOptions, render
 
 R = TypeVar("R", bound=Rendered)
 

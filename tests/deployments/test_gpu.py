@@ -11,10 +11,10 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from deployments import autoscaling, gpu, kustomize, seldon
-from deployments.records import ModelVersion
-from deployments.render import OVERLAYS, OVERLAYS_DIR, RenderError
-from deployments.validate import validate_documents
+from deployments.render import autoscaling, gpu, kustomize, seldon
+from deployments.render.overlay import OVERLAYS, OVERLAYS_DIR, RenderError
+from deployments.render.records import ModelVersion
+from deployments.render.validate import validate_documents
 from slipway.artifact import RUNTIME_IMPLEMENTATION, write_manifest
 from slipway.precision import graph_numerics, read_numerics
 from slipway.runtime_settings import TENSORRT_CACHE_ENV
@@ -455,7 +455,7 @@ def test_gpu_autoscaling_queries_compute_what_they_claim(prometheus_tools, main_
 
 
 def test_front_ends_are_set_in_the_model_container_with_cpus_for_them_and_the_host(main_version, seldon_crd_schema):
-    from deployments.frontends import FRONTEND_MEMORY_MIB, FRONTENDS_ENV, cpu_for
+    from deployments.render.frontends import FRONTEND_MEMORY_MIB, FRONTENDS_ENV, cpu_for
     from wrappers.frontends import FRONTENDS_ENV as RUNTIME_READS
 
     assert FRONTENDS_ENV == RUNTIME_READS

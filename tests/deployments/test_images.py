@@ -9,7 +9,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from deployments.render import DEPLOYMENTS_DIR
+from deployments.render.overlay import DEPLOYMENTS_DIR
 from slipway.command import DISTRIBUTION
 
 IMAGES = {"cpu": DEPLOYMENTS_DIR / "images" / "cpu.Dockerfile", "gpu": DEPLOYMENTS_DIR / "images" / "gpu.Dockerfile"}

@@ -11,7 +11,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from deployments.render import DEPLOYMENTS_DIR, RenderOptions, render
+from deployments.render.overlay import DEPLOYMENTS_DIR, RenderOptions, render
 from slipway.artifact import load_input_example
 from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 import yaml
 
-from deployments import autoscaling, kustomize
-from deployments.render import OVERLAYS, OVERLAYS_DIR
+from deployments.render import autoscaling, kustomize
+from deployments.render.overlay import OVERLAYS, OVERLAYS_DIR
 
 KUBECTL = kustomize.kubectl_binary()
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (make setup installs it)")

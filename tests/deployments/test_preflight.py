@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deployments.preflight import MINIMUM_OPERATOR, parse_version, storage_secrets
-from deployments.render import RenderOptions, render
+from deployments.render.overlay import RenderOptions, render
 
 
 @pytest.mark.parametrize(

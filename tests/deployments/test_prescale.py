@@ -352,9 +352,9 @@ def _histories(tmp_path, rps, days=7):
 
 
 def test_the_command_writes_the_plan_a_keda_overlay_that_validates_and_a_plot(tmp_path, reports_env, seldon_crd_schema):
-    from deployments.records import ModelVersion
-    from deployments.render import RenderOptions, render
-    from deployments.validate import validate_documents
+    from deployments.render.overlay import RenderOptions, render
+    from deployments.render.records import ModelVersion
+    from deployments.render.validate import validate_documents
 
     args = _histories(tmp_path, lambda t: daily_peak(t, BASE, PEAK, 9, 11))
     result = _cli(tmp_path, reports_env, *args, "--capacity-rps", "50", "--prescale-lead", "20m")
@@ -418,9 +418,9 @@ def _active(schedule: str) -> int:
 def test_the_command_renders_the_stepped_floor_of_a_sine_as_keda_cron_triggers(tmp_path, reports_env, seldon_crd_schema):
     """The issue's trace through the command: 8 days of a daily sine from 30 to 150 req/s over 2 pods. The report gives
     the three replica-hours, the overlay carries a cron trigger per step, and it renders and validates."""
-    from deployments.records import ModelVersion
-    from deployments.render import RenderOptions, render
-    from deployments.validate import validate_documents
+    from deployments.render.overlay import RenderOptions, render
+    from deployments.render.records import ModelVersion
+    from deployments.render.validate import validate_documents
 
     args = _histories(tmp_path, lambda t: noisy(daily_sine(t, 30.0, 150.0, 20), 0.1), days=8)
     result = _cli(tmp_path, reports_env, *args, "--capacity-rps", "50")

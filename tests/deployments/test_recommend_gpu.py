@@ -156,9 +156,9 @@ def _histories(tmp_path, util_level=flat(90), used_level=flat(6000)):
 
 
 def test_the_command_writes_a_gpu_overlay_that_renders_and_validates(tmp_path, reports_env, seldon_crd_schema):
-    from deployments.records import ModelVersion
-    from deployments.render import RenderOptions, render
-    from deployments.validate import validate_documents
+    from deployments.render.overlay import RenderOptions, render
+    from deployments.render.records import ModelVersion
+    from deployments.render.validate import validate_documents
 
     result = _cli(
         tmp_path, reports_env, *_histories(tmp_path, used_level=flat(0.93 * CARD_MIB)), "--capacity-rps", "50", "--json"

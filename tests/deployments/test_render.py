@@ -9,9 +9,9 @@ import re
 import pytest
 import yaml
 
-from deployments import autoscaling, seldon
-from deployments.records import ModelVersion, RecordError
-from deployments.render import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, RenderOptions, write_manifests
+from deployments.render import autoscaling, seldon
+from deployments.render.overlay import ADAPTER_RULES_FILE, OVERLAYS_DIR, RenderError, RenderOptions, write_manifests
+from deployments.render.records import ModelVersion, RecordError
 from slipway.artifact import RUNTIME_IMPLEMENTATION
 from slipway.cli import UserError
 from slipway.runtime_settings import SettingsError

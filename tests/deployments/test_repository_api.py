@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from deployments import seldon
-from deployments.render import DEPLOYMENTS_DIR, RenderError
-from deployments.validate import validate_documents
+from deployments.render import seldon
+from deployments.render.overlay import DEPLOYMENTS_DIR, RenderError
+from deployments.render.validate import validate_documents
 from slipway.repository_access import API_ENV, TOKEN_ENV
 from slipway.server_process import HOOK, HOOK_ENV
 from tests.conftest import run_module

@@ -14,7 +14,7 @@ from deployments import rollout as rollout_module
 from deployments.apply import DeployError
 from deployments.kserve.render import render_kserve
 from deployments.placement import StorageAccess
-from deployments.render import RenderOptions, render
+from deployments.render.overlay import RenderOptions, render
 from deployments.rollout import Rollout, RolloutError, RolloutResult, roll_out
 
 

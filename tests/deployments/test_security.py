@@ -1,7 +1,7 @@
 """checkov on the rendered manifests, on the Deployments Seldon makes from them, and on the Dockerfiles.
 
 checkov knows Deployments, not SeldonDeployments, so the pod templates are also scanned as the
-apps/v1 Deployments the operator would create (deployments.seldon.projected_deployments).
+apps/v1 Deployments the operator would create (deployments.render.seldon.projected_deployments).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import subprocess
 import pytest
 import yaml
 
-from deployments import seldon
-from deployments.render import DEPLOYMENTS_DIR, write_manifests
+from deployments.render import seldon
+from deployments.render.overlay import DEPLOYMENTS_DIR, write_manifests
 from slipway.paths import PROJECT_ROOT
 from tests.deployments.rendering import rendering
 

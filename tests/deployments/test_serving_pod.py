@@ -15,9 +15,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployments import autoscaling, seldon
-from deployments.records import ModelVersion
-from deployments.render import RenderOptions, render
+from deployments.render import autoscaling, seldon
+from deployments.render.overlay import RenderOptions, render
+from deployments.render.records import ModelVersion
 from loadtest.payloads import example_batch
 from slipway.local_server import LocalServer
 from slipway.paths import PROJECT_ROOT
@@ -41,7 +41,7 @@ def pod_server(digits_artifact, tmp_path_factory):
     env["MLSERVER_LOGGING_SETTINGS"] = str(PROJECT_ROOT / "wrappers" / "logging.json")  # the images' copy of it
     env["MLSERVER_METRICS_DIR"] = str(tmp_path_factory.mktemp("metrics"))  # the pod's emptyDir
     env.update(
-        {  # what the operator adds to the container (deployments/seldon.py)
+        {  # what the operator adds to the container (deployments/render/seldon.py)
             "MLSERVER_MODEL_NAME": container["name"],
             "MLSERVER_MODEL_URI": str(digits_artifact),  # the storage initializer's mount, here the artifact itself
             "MLSERVER_METRICS_ENDPOINT": seldon.METRICS_PATH,

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from deployments import seldon
-from deployments.records import ModelVersion
-from deployments.render import RenderError, RenderOptions
-from deployments.render import render as _render
-from deployments.validate import validate_documents
+from deployments.render import seldon
+from deployments.render.overlay import RenderError, RenderOptions
+from deployments.render.overlay import render as _render
+from deployments.render.records import ModelVersion
+from deployments.render.validate import validate_documents
 from slipway.artifact import SETTINGS_FILE
 from tests.deployments.rendering import rendering
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.records import ModelVersion
+from deployments.render.records import ModelVersion
 from deployments.storage_secret import (
     SecretError,
     fsspec_options,

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from deployments import autoscaling
-from deployments.render import OVERLAYS
-from deployments.validate import (
+from deployments.render import autoscaling
+from deployments.render.overlay import OVERLAYS
+from deployments.render.validate import (
     cross_resource_errors,
     pod_security_errors,
     seldon_rule_errors,

@@ -264,9 +264,9 @@ def test_a_tuned_spec_whose_settings_keep_a_cpu_busy_autoscales_on_requests(tmp_
 
 def _render_overlay(overlay: Path) -> dict:
     """Render a generated overlay for a model version with deployments' own renderer, and validate it."""
-    from deployments.records import ModelVersion
-    from deployments.render import RenderOptions, render
-    from deployments.validate import load_crd_schema, validate_documents
+    from deployments.render.overlay import RenderOptions, render
+    from deployments.render.records import ModelVersion
+    from deployments.render.validate import load_crd_schema, validate_documents
     from slipway.paths import SELDON_CRD_SCHEMA
 
     rendered = render(

@@ -124,7 +124,7 @@ def test_training_asks_for_the_tensorflow_build_the_platform_has_and_nothing_els
 _REPORT_PATHS = """
 import json, sys
 from slipway import paths
-from deployments.render import DEPLOYMENTS_DIR
+from deployments.render.overlay import DEPLOYMENTS_DIR
 shipped = [DEPLOYMENTS_DIR / "base" / "seldondeployment.yaml", DEPLOYMENTS_DIR / "overlays" / "cpu" / "kustomization.yaml",
            DEPLOYMENTS_DIR / "components" / "autoscaling-rps" / "kustomization.yaml", paths.EXAMPLE_SLO]
 print(json.dumps({"module": paths.__file__, "in_checkout": paths.IN_CHECKOUT, "workdir": str(paths.WORKDIR),

@@ -16,7 +16,7 @@ from slipway.runtime_settings import RuntimeSettings, SettingsError, parse_runti
 
 HOST_SOCKET_ENV = "SLIPWAY_SESSION_HOST"  # where the supervisor tells a front end its host listens
 # The pod's front ends, over parameters.extra.frontends: the artifact in the store is immutable, so the
-# manifests set it (`python -m deployments render --frontends N`, `deployments.frontends`).
+# manifests set it (`python -m deployments render --frontends N`, `deployments.render.frontends`).
 FRONTENDS_ENV = "SLIPWAY_FRONTENDS"
 
 

@@ -251,9 +251,9 @@ WEBHOOK_CASES = {
 @pytest.mark.parametrize("case", WEBHOOK_CASES)
 def test_seldon_s_webhook_and_the_offline_validation_refuse_the_same_deployments(api, digits_artifact, case):
     from deployments.apply import DeployError, apply
-    from deployments.records import ModelVersion
-    from deployments.render import RenderOptions, render
-    from deployments.validate import validate_documents
+    from deployments.render.overlay import RenderOptions, render
+    from deployments.render.records import ModelVersion
+    from deployments.render.validate import validate_documents
 
     namespace = make_namespace(api, f"webhook-{list(WEBHOOK_CASES).index(case)}")
     rendered = render(

@@ -11,13 +11,13 @@ import subprocess
 import pytest
 import yaml
 
-from deployments import kustomize
-from deployments.autoscaling import REQUEST_COUNTER
 from deployments.canary.queries import FAILURE_COUNTER
-from deployments.dashboard import COMPONENT_DIR, SIDECAR_LABEL, uid
-from deployments.records import ModelVersion
-from deployments.render import OVERLAYS_DIR, RenderOptions, render
-from deployments.validate import validate_documents
+from deployments.render import kustomize
+from deployments.render.autoscaling import REQUEST_COUNTER
+from deployments.render.dashboard import COMPONENT_DIR, SIDECAR_LABEL, uid
+from deployments.render.overlay import OVERLAYS_DIR, RenderOptions, render
+from deployments.render.records import ModelVersion
+from deployments.render.validate import validate_documents
 from slipway.metric_names import BATCH_ROWS, INFERENCE_SECONDS, QUEUE_SECONDS, REQUEST_SECONDS
 from tests.deployments.conftest import record
 

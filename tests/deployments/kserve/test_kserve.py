@@ -14,7 +14,7 @@ from deployments.cluster.components import KSERVE_CRDS
 from deployments.kserve import api
 from deployments.kserve.render import STORAGE_SECRET, render_kserve
 from deployments.kserve.validate import CRD_DIR_ENV, load_schemas, validate_kserve
-from deployments.render import RenderError
+from deployments.render.overlay import RenderError
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 from tests.conftest import run_module
 from tests.deployments.rendering import rendering

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from deployments.autoscaling import COMPONENTS_DIR
+from deployments.render.autoscaling import COMPONENTS_DIR
 
 COMPONENT_DIR = COMPONENTS_DIR / "dashboard"
 SIDECAR_LABEL = "grafana_dashboard"  # what Grafana's dashboard sidecar looks for by default (value "1")

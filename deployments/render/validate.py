@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from deployments import seldon
-from deployments.split import EXECUTOR_PORTS
+from deployments.render import seldon
+from deployments.render.split import EXECUTOR_PORTS
 from slipway.paths import SELDON_CRD_SCHEMA
 
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")

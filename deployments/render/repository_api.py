@@ -14,7 +14,7 @@ import copy
 import re
 from typing import Any
 
-from deployments import seldon
+from deployments.render import seldon
 from slipway.repository_access import API_ENV, MODES, TOKEN_ENV
 from slipway.server_process import HOOK, HOOK_ENV
 

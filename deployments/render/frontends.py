@@ -12,8 +12,8 @@ the pod's memory request and limit grow by 256Mi per front end, so that N of the
 
 from __future__ import annotations
 
-from deployments import seldon
-from deployments.quantities import cpus, memory_mib
+from deployments.render import seldon
+from deployments.render.quantities import cpus, memory_mib
 
 FRONTENDS_ENV = "SLIPWAY_FRONTENDS"  # read by wrappers/frontends/__init__.py (with_pod_frontends)
 MAX_FRONTENDS = 64  # as the runtime's setting allows

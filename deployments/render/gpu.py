@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from deployments import seldon
-from deployments.records import ModelVersion
+from deployments.render import seldon
+from deployments.render.records import ModelVersion
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TENSORRT_CACHE_VOLUME = "tensorrt-cache"

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, overload
 
-from deployments import seldon
+from deployments.render import seldon
 from slipway.files import read_json
 from slipway.seldon_patch import MODEL_CONTAINER
 
@@ -19,7 +19,7 @@ from slipway.seldon_patch import MODEL_CONTAINER
 REQUEST_COUNTER = "model_infer_request_success_total"
 RPS_METRIC = "mlserver_infer_requests_per_second"
 RATE_WINDOW = "1m"
-COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
+COMPONENTS_DIR = Path(__file__).resolve().parent.parent / "components"  # deployments/components
 MODES = ("cpu", "rps", "keda", "behavior")  # cpu: the base's hpaSpec, no component
 # KEDA on what a GPU pod saturates on: the runtime's queue time (p90 over 1m), or the cards' DCGM utilization.
 # Only for renderings with GPU pods (`check_gpu_mode`); kept apart from MODES, which every overlay renders.

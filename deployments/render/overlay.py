@@ -20,18 +20,18 @@ from typing import Any, Literal
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from deployments import autoscaling, frontends, gpu, kustomize, seldon, split
-from deployments.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
-from deployments.dashboard import DashboardError, is_dashboard
-from deployments.dashboard import pin as pin_dashboard
-from deployments.quantities import memory_mib
-from deployments.records import ModelVersion
-from deployments.repository_api import RepositoryApiError, container_env, pin_env
-from deployments.seldon import MODEL_LABEL, PREDICTOR_LABEL
+from deployments.render import autoscaling, frontends, gpu, kustomize, seldon, split
+from deployments.render.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
+from deployments.render.dashboard import DashboardError, is_dashboard
+from deployments.render.dashboard import pin as pin_dashboard
+from deployments.render.quantities import memory_mib
+from deployments.render.records import ModelVersion
+from deployments.render.repository_api import RepositoryApiError, container_env, pin_env
+from deployments.render.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway import atomic
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 
-DEPLOYMENTS_DIR = Path(__file__).resolve().parent
+DEPLOYMENTS_DIR = Path(__file__).resolve().parent.parent  # the shipped manifests sit in deployments/, beside this package
 OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"
 OVERLAYS = ("cpu", "gpu", "canary")
 DEFAULT_NAMESPACE = "slipway"
@@ -65,8 +65,8 @@ class Rendered:
     models: dict[str, ModelVersion] = field(default_factory=dict)  # predictor -> version
     hpa_metric_source: str = "container"  # HPA CPU/memory on the model container, or on the whole pod
     shared_memory: str | None = None  # size of the memory-backed /dev/shm, where one is mounted
-    warnings: list[str] = field(default_factory=list)  # what may not serve as meant (deployments.gpu.check_variant)
-    split: str | None = None  # "cpu-gpu": the CPU stages in pods of their own (deployments.split)
+    warnings: list[str] = field(default_factory=list)  # what may not serve as meant (deployments.render.gpu.check_variant)
+    split: str | None = None  # "cpu-gpu": the CPU stages in pods of their own (deployments.render.split)
 
     @property
     def name(self) -> str:
@@ -113,11 +113,11 @@ class RenderOptions:
     conversion but a list of strings to a tuple), then the namespaces, the HPA's metric source and the repository
     API's access, each refused with a RenderError saying what to pass instead.
 
-    `autoscaling_mode`: the autoscaling component (deployments.autoscaling); `engine`: how kustomize builds;
+    `autoscaling_mode`: the autoscaling component (deployments.render.autoscaling); `engine`: how kustomize builds;
     `hpa_metric_source`: "container" keeps the overlays' `ContainerResource` CPU/memory targets (pinned to each
     predictor's model container), "pod" turns them into pod-level `Resource` targets (clusters before 1.30);
-    `dashboard`: also the Grafana dashboard's component; `split_mode`, `frontends_count`: deployments.split and
-    deployments.frontends."""
+    `dashboard`: also the Grafana dashboard's component; `split_mode`, `frontends_count`: deployments.render.split and
+    deployments.render.frontends."""
 
     model: ModelVersion
     canary: ModelVersion | None = None
