@@ -332,7 +332,7 @@ canary-abort: setup ## roll back MODEL_NAME's canary in progress now (weights 10
 
 IMAGE_REPO ?=
 # The daemonless builder: buildah builds the Dockerfile, mmdebstrap makes its base from Debian's packages, skopeo asks
-# registries, umoci unpacks images (deployments/image_build.py). Debian/Ubuntu packages, installed once as root.
+# registries, umoci unpacks images (deployments/rollout/image_build.py). Debian/Ubuntu packages, installed once as root.
 IMAGE_TOOLS := buildah skopeo umoci mmdebstrap
 
 image-tools: ## install the daemonless image builder (buildah, skopeo, umoci, mmdebstrap) from Debian's packages (as root, once)

@@ -16,11 +16,11 @@ from deployments.alerts.command import add_command as register_alerts
 from deployments.canary.command import add_canary_commands as register_canary
 from deployments.canary.command import add_command as register_canary_judge
 from deployments.cluster.command import add_command as register_cluster
-from deployments.image_build import add_command as register_image
-from deployments.placement import add_storage_arguments, place_models
 from deployments.recommend import add_command as register_recommend
 from deployments.render.overlay import namespace_argument
-from deployments.rollout import DEFAULT_WAIT_S
+from deployments.rollout.image_build import add_command as register_image
+from deployments.rollout.placement import add_storage_arguments, place_models
+from deployments.rollout.sequence import DEFAULT_WAIT_S
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 
@@ -322,7 +322,7 @@ def register_render(commands) -> None:
 
 def _connect(nothing_done: str):
     """The cluster's API client; without one, one line saying what did not happen (`nothing_done`) and what to do."""
-    from deployments.apply import ClusterUnavailable, connect
+    from deployments.rollout.apply import ClusterUnavailable, connect
 
     try:
         return connect(on_note=lambda note: console.print(note, soft_wrap=True))
@@ -355,8 +355,8 @@ class _ConsoleProgress:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from deployments.apply import DeployError
-    from deployments.rollout import Rollout, roll_out
+    from deployments.rollout.apply import DeployError
+    from deployments.rollout.sequence import Rollout, roll_out
 
     if args.engine != "seldon":
         raise UserError(
@@ -429,8 +429,8 @@ def register_deploy(commands) -> None:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
-    from deployments.apply import ClusterUnavailable, connect
     from deployments.render.records import RecordError
+    from deployments.rollout.apply import ClusterUnavailable, connect
 
     try:
         version = _models(argparse.Namespace(**{**vars(args), "canary_record": None, "canary_model_uri": None}))[0]
@@ -448,7 +448,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
 def register_upload(commands) -> None:
     from deployments.render.overlay import DEFAULT_NAMESPACE
     from deployments.render.records import DEFAULT_STORAGE_ROOT
-    from deployments.storage_secret import DEFAULT_SECRET
+    from deployments.rollout.storage_secret import DEFAULT_SECRET
 
     command = commands.add_parser(
         "upload",
@@ -473,8 +473,8 @@ def register_upload(commands) -> None:
 
 
 def cmd_secret(args: argparse.Namespace) -> int:
-    from deployments.apply import DeployError, apply
-    from deployments.storage_secret import DEFAULT_SECRET, SecretError, secret_manifest, settings_from_environment
+    from deployments.rollout.apply import DeployError, apply
+    from deployments.rollout.storage_secret import DEFAULT_SECRET, SecretError, secret_manifest, settings_from_environment
 
     try:
         if args.engine == "kserve":
@@ -500,7 +500,7 @@ def cmd_secret(args: argparse.Namespace) -> int:
         return 0
     api = _connect("no Secret was written")
     try:
-        from deployments.preflight import check_namespace_exists
+        from deployments.rollout.preflight import check_namespace_exists
 
         check_namespace_exists(api, args.namespace)
         apply(api, [manifest], namespace=args.namespace, dry_run=args.dry_run == "server")
@@ -513,7 +513,7 @@ def cmd_secret(args: argparse.Namespace) -> int:
 
 def register_secret(commands) -> None:
     from deployments.render.overlay import DEFAULT_NAMESPACE
-    from deployments.storage_secret import DEFAULT_SECRET, SCHEMES
+    from deployments.rollout.storage_secret import DEFAULT_SECRET, SCHEMES
 
     command = commands.add_parser(
         "secret",
@@ -547,7 +547,7 @@ def register_secret(commands) -> None:
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
-    from deployments.apply import DeployError, delete, wait_gone
+    from deployments.rollout.apply import DeployError, delete, wait_gone
 
     if args.wait < 0:
         raise UserError(f"--wait {args.wait:g}: give the seconds to wait, 0 or more (0: do not wait); nothing was deleted")
@@ -575,8 +575,8 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
 
 
 def register_undeploy(commands) -> None:
-    from deployments.apply import UNDEPLOY_TIMEOUT_S
     from deployments.render.overlay import DEFAULT_NAMESPACE
+    from deployments.rollout.apply import UNDEPLOY_TIMEOUT_S
 
     command = commands.add_parser(
         "undeploy",

@@ -116,9 +116,9 @@ def _steps(text: str) -> tuple[int, ...]:
 
 
 def _add_target_arguments(parser) -> None:
-    from deployments.placement import add_storage_arguments
     from deployments.render.overlay import DEFAULT_NAMESPACE, namespace_argument
     from deployments.render.records import DEFAULT_STORAGE_ROOT
+    from deployments.rollout.placement import add_storage_arguments
 
     parser.add_argument("--ref", help="the new version in the model store: NAME:NUMBER (digits:4) or NAME@TAG")
     parser.add_argument("--store", type=Path, default=MODEL_STORE_DIR, help=f"the model store (default {MODEL_STORE_DIR})")
@@ -200,11 +200,11 @@ def add_canary_commands(commands) -> None:
 
 def _target(args, *, need_ref: bool):
     """(api, live deployment, version or None), each refusal one line before anything changes."""
-    from deployments.apply import ClusterUnavailable, connect
     from deployments.canary.live import LiveDeployment, LiveError
     from deployments.model_store import StoreRefused, version
     from deployments.render.records import RecordError
     from deployments.render.seldon import MODEL_LABEL
+    from deployments.rollout.apply import ClusterUnavailable, connect
     from slipway.cli import UserError
 
     model = None
@@ -243,7 +243,7 @@ def console_print(text: str) -> None:
 
 
 def _wait(api, live, args):
-    from deployments.apply import wait_rolled_out
+    from deployments.rollout.apply import wait_rolled_out
 
     def wait(digests: dict[str, str], on_poll) -> None:
         wait_rolled_out(
@@ -258,7 +258,6 @@ def cmd_canary(args) -> int:
 
     from rich.live import Live
 
-    from deployments.apply import DeployError
     from deployments.canary.controller import CanaryRefused, Controller, Plan, RolledBack
     from deployments.canary.drift import judge_drift
     from deployments.canary.judge import judge
@@ -267,9 +266,10 @@ def cmd_canary(args) -> int:
     from deployments.canary.queries import PredictorQueries
     from deployments.canary.report import DecisionLog
     from deployments.model_store import StoreRefused, move_tag
-    from deployments.placement import place_models
     from deployments.prometheus import Prometheus, PrometheusError
     from deployments.render.overlay import CANARY_PREDICTOR
+    from deployments.rollout.apply import DeployError
+    from deployments.rollout.placement import place_models
     from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 
@@ -356,12 +356,12 @@ def cmd_shadow(args) -> int:
     import json
     import time
 
-    from deployments.apply import DeployError
     from deployments.canary import live as patches
     from deployments.canary import predictors
     from deployments.canary.live import LiveError
     from deployments.canary.state import SHADOW_ANNOTATION, STATE_ANNOTATION
-    from deployments.placement import place_models
+    from deployments.rollout.apply import DeployError
+    from deployments.rollout.placement import place_models
     from slipway.cli import UserError
 
     api, live, sdep, model = _target(args, need_ref=not args.remove)

@@ -71,7 +71,7 @@ class LiveDeployment:
     name: str
 
     def _resource(self):
-        from deployments.kube_api import dynamic_client
+        from deployments.rollout.kube_api import dynamic_client
 
         return dynamic_client(self.api).resources.get(api_version=seldon.API_VERSION, kind=seldon.KIND)
 
@@ -98,7 +98,7 @@ class LiveDeployment:
         """Apply one JSON patch, all or nothing; a failed test is a `Conflict`."""
         from kubernetes.client.exceptions import ApiException
 
-        from deployments.apply import api_message
+        from deployments.rollout.apply import api_message
 
         try:
             return (

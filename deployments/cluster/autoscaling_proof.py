@@ -109,7 +109,7 @@ def prove(
     The usage is the `container`'s (default: the one the HPA's CPU metric names)."""
     from kubernetes import client
 
-    from deployments.kube_api import dynamic_client
+    from deployments.rollout.kube_api import dynamic_client
 
     autoscaling = client.AutoscalingV2Api(api)
     hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)

@@ -20,7 +20,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from deployments.cluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
     from deployments.cluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
     from deployments.cluster.objects import NODES
-    from deployments.storage_secret import DEFAULT_SECRET
+    from deployments.rollout.storage_secret import DEFAULT_SECRET
 
     began = time.monotonic()
     try:

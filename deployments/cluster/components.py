@@ -111,7 +111,7 @@ COMPONENTS: tuple[Component, ...] = (
     # rclone as Seldon's storage initializer runs it: the tests pull what deploy uploaded with the Secret's settings.
     Component("rclone", "v1.76.0", GO_DIR / "rclone", (GoBinary("rclone", "slipway.local/cluster/rclone"),), test_tool=True),
     # An OCI registry (CNCF Distribution) and crane, which pushes images to it without Docker: the tests of
-    # `deploy --check-image` resolve real pushed references (deployments/image_check.py).
+    # `deploy --check-image` resolve real pushed references (deployments/rollout/image_check.py).
     Component(
         "registry",
         "v3.1.2",

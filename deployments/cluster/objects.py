@@ -77,7 +77,7 @@ def client(kubeconfig: Path):
 
 def apply(api, doc: dict[str, Any]) -> None:
     """Server-side apply one object."""
-    from deployments.kube_api import dynamic_client
+    from deployments.rollout.kube_api import dynamic_client
 
     resource = dynamic_client(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
     kwargs = {"namespace": doc["metadata"].get("namespace")} if resource.namespaced else {}
@@ -264,7 +264,7 @@ def create_bucket(storage_env: dict[str, str], bucket: str) -> None:
     """The bucket, made through the store's S3 API with the keys `deploy` will use."""
     from fsspec.core import url_to_fs
 
-    from deployments.storage_secret import fsspec_options, settings_from_environment
+    from deployments.rollout.storage_secret import fsspec_options, settings_from_environment
 
     settings, _ = settings_from_environment("s3", storage_env)
     fs, _ = url_to_fs(f"s3://{bucket}", **fsspec_options("s3", settings))
@@ -273,7 +273,7 @@ def create_bucket(storage_env: dict[str, str], bucket: str) -> None:
 
 def create_namespace(api, name: str, storage_env: dict[str, str]) -> None:
     """A namespace for models, with the storage Secret the base's envSecretRefName names, as `make secret` writes it."""
-    from deployments.storage_secret import DEFAULT_SECRET, secret_manifest, settings_from_environment
+    from deployments.rollout.storage_secret import DEFAULT_SECRET, secret_manifest, settings_from_environment
 
     apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     apply(api, secret_manifest(DEFAULT_SECRET, name, settings_from_environment("s3", storage_env)[0]))

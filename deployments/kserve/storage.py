@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from deployments.kserve import api
-from deployments.storage_secret import SecretError, secret_manifest
+from deployments.rollout.storage_secret import SecretError, secret_manifest
 
 
 def s3_secret(name: str, namespace: str, environ: Mapping[str, str]) -> tuple[dict, list[str]]:

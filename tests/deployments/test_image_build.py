@@ -1,4 +1,4 @@
-"""`make image` and `make push` without a Docker engine (deployments/image_build.py).
+"""`make image` and `make push` without a Docker engine (deployments/rollout/image_build.py).
 
 The slow tests build the real CPU image with buildah on a base made from Debian's packages (cached in
 ~/.cache/slipway/images: the first build makes the base and installs the serving packages from PyPI, later ones reuse
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments import image_build
+from deployments.rollout import image_build
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
 
@@ -217,7 +217,7 @@ def _auths(folder: Path, host: str, user: str, password: str) -> Path:
 
 @pytest.mark.slow
 def test_push_sends_the_image_with_the_users_credentials(built, registry, tmp_path):
-    from deployments.image_check import resolve
+    from deployments.rollout.image_check import resolve
     from tests.deployments.test_image_check import PASSWORD, USER
 
     destination = f"{registry}/team/mlserver-onnx:test"

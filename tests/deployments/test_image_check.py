@@ -25,7 +25,7 @@ import pytest
 import requests
 import yaml
 
-from deployments.image_check import ImageError, check_images, docker_credentials, model_images, parse_reference, resolve
+from deployments.rollout.image_check import ImageError, check_images, docker_credentials, model_images, parse_reference, resolve
 from slipway.ports import LOOPBACK, free_port
 from tests.conftest import run_module
 
@@ -126,7 +126,7 @@ def test_model_images_are_the_seldon_deployments_containers_once_each():
     ],
 )
 def test_a_registry_cannot_steer_token_requests_where_they_do_harm(tmp_path, realm, logins, refusal):
-    from deployments.image_check import _Registry
+    from deployments.rollout.image_check import _Registry
 
     challenge = requests.Response()
     challenge.status_code, challenge.headers["WWW-Authenticate"] = 401, f'Bearer realm="{realm}",service="x"'

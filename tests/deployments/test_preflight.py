@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.preflight import MINIMUM_OPERATOR, parse_version, storage_secrets
 from deployments.render.overlay import RenderOptions, render
+from deployments.rollout.preflight import MINIMUM_OPERATOR, parse_version, storage_secrets
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""`deployments.rollout`: the deploy sequence without a cluster, each cluster step replaced by one that records it.
+"""`deployments.rollout.sequence`: the deploy sequence without a cluster, each cluster step replaced by one that records it.
 
 The order is what leaves nothing half done: the server's dry run of every object before any upload, the upload
 before any apply; a refused input, and a step that fails, leave every later step undone."""
@@ -10,12 +10,12 @@ from contextlib import contextmanager
 import pytest
 import yaml
 
-from deployments import rollout as rollout_module
-from deployments.apply import DeployError
 from deployments.kserve.render import render_kserve
-from deployments.placement import StorageAccess
 from deployments.render.overlay import RenderOptions, render
-from deployments.rollout import Rollout, RolloutError, RolloutResult, roll_out
+from deployments.rollout import sequence as rollout_module
+from deployments.rollout.apply import DeployError
+from deployments.rollout.placement import StorageAccess
+from deployments.rollout.sequence import Rollout, RolloutError, RolloutResult, roll_out
 
 
 class NoCluster:

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from deployments.render.records import ModelVersion
-from deployments.storage_secret import (
+from deployments.rollout.storage_secret import (
     SecretError,
     fsspec_options,
     missing_keys,
     secret_manifest,
     settings_from_environment,
 )
-from deployments.upload import Destination, UploadError, place
+from deployments.rollout.upload import Destination, UploadError, place
 from slipway.artifact import SETTINGS_FILE, verify_artifact, write_manifest
 
 KEYS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG"}

@@ -28,7 +28,7 @@ def _rendered(tmp_path, namespace: str) -> dict:
 
 
 def _apply(api, doc: dict, *, dry_run: bool = False):
-    from deployments.kube_api import dynamic_client
+    from deployments.rollout.kube_api import dynamic_client
 
     resource = dynamic_client(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
     extra = {"dry_run": "All"} if dry_run else {}
@@ -38,7 +38,7 @@ def _apply(api, doc: dict, *, dry_run: bool = False):
 
 
 def test_the_rendered_prometheus_rule_is_accepted_whole_and_undeploy_removes_it(api, cluster_env, tmp_path):
-    from deployments.kube_api import dynamic_client
+    from deployments.rollout.kube_api import dynamic_client
 
     namespace = make_namespace(api, "alerts", secret=False)
     rule = _rendered(tmp_path, namespace)

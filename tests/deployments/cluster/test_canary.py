@@ -160,7 +160,7 @@ def stable(cluster_env, store, tmp_path, namespaces):
 
 
 def _sdep(api, namespace: str) -> dict:
-    from deployments.kube_api import dynamic_client
+    from deployments.rollout.kube_api import dynamic_client
 
     resource = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
     return resource.get(name=MODEL, namespace=namespace).to_dict()
@@ -443,7 +443,7 @@ def test_a_shadow_whose_outputs_drift_never_takes_traffic(api, stable, loop_env,
 
 
 def test_bad_input_is_refused_in_one_line_and_changes_nothing(api, stable, namespaces, loop_env, tmp_path):
-    from deployments.kube_api import dynamic_client
+    from deployments.rollout.kube_api import dynamic_client
 
     namespace = stable("canary-refused")
     bad_slo = tmp_path / "bad.yaml"

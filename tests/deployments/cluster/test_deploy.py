@@ -250,10 +250,10 @@ WEBHOOK_CASES = {
 
 @pytest.mark.parametrize("case", WEBHOOK_CASES)
 def test_seldon_s_webhook_and_the_offline_validation_refuse_the_same_deployments(api, digits_artifact, case):
-    from deployments.apply import DeployError, apply
     from deployments.render.overlay import RenderOptions, render
     from deployments.render.records import ModelVersion
     from deployments.render.validate import validate_documents
+    from deployments.rollout.apply import DeployError, apply
 
     namespace = make_namespace(api, f"webhook-{list(WEBHOOK_CASES).index(case)}")
     rendered = render(
@@ -319,7 +319,7 @@ def test_a_deployment_only_the_webhook_refuses_fails_deploy_in_one_line_with_its
 def test_a_new_version_returns_only_when_the_ready_pods_serve_it(api, cluster_env, digits_artifact, tmp_path):
     from kubernetes import client
 
-    from deployments.apply import DIGEST_ANNOTATION
+    from deployments.rollout.apply import DIGEST_ANNOTATION
 
     namespace = make_namespace(api, "rollout")
     first, second = records(tmp_path, digits_artifact, "1", "2")
@@ -338,7 +338,7 @@ def test_make_rollback_moves_the_tag_back_and_returns_when_the_old_version_serve
 
     from kubernetes import client
 
-    from deployments.apply import DIGEST_ANNOTATION
+    from deployments.rollout.apply import DIGEST_ANNOTATION
     from tests.store.conftest import make_artifact, versions_json
 
     namespace = make_namespace(api, "rollback")

@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
-from deployments.apply import DeployError, apply
 from deployments.kserve import api as kserve
 from deployments.kserve.render import render_kserve
 from deployments.kserve.validate import validate_kserve
 from deployments.render.records import ModelVersion
+from deployments.rollout.apply import DeployError, apply
 from tests.deployments.cluster.conftest import make_namespace
 from tests.deployments.conftest import record
 from tests.deployments.rendering import rendering

@@ -22,7 +22,7 @@ def _store():
     """The cluster's object store through s3fs, with its keys."""
     from fsspec.core import url_to_fs
 
-    from deployments.storage_secret import fsspec_options, settings_from_environment
+    from deployments.rollout.storage_secret import fsspec_options, settings_from_environment
 
     return url_to_fs("s3://", **fsspec_options("s3", settings_from_environment("s3", STORAGE_ENV)[0]))[0]
 
@@ -33,7 +33,7 @@ def _initializer_pull(api, namespace: str, out: Path) -> Path:
     from kubernetes import client
 
     from deployments.cluster.build import build_all
-    from deployments.storage_secret import read_settings
+    from deployments.rollout.storage_secret import read_settings
 
     deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
     initializer = deployment.spec.template.spec.init_containers[0]
@@ -49,7 +49,7 @@ def _initializer_pull(api, namespace: str, out: Path) -> Path:
 
 
 def test_make_secret_writes_the_environment_s_keys_and_never_shows_them(api, cluster_env):
-    from deployments.storage_secret import read_settings
+    from deployments.rollout.storage_secret import read_settings
 
     namespace = make_namespace(api, "secret", secret=False)
     result = subprocess.run(
@@ -130,7 +130,7 @@ def test_a_destination_holding_other_bytes_stops_deploy_before_anything_is_appli
 def test_a_secret_that_cannot_write_the_bucket_stops_deploy_before_anything_is_applied(api, cluster_env, digits_artifact):
     from kubernetes import client
 
-    from deployments.storage_secret import secret_manifest, settings_from_environment
+    from deployments.rollout.storage_secret import secret_manifest, settings_from_environment
 
     core = client.CoreV1Api(api)
     for name, env in (
@@ -196,7 +196,7 @@ def test_the_readme_s_path_make_deploy_on_a_fresh_local_cluster_ends_served_with
     api, cluster_env, digits_artifact
 ):
     """`make cluster` made namespace slipway with the store's Secret; `make deploy` with every default does the rest."""
-    from deployments.storage_secret import read_settings
+    from deployments.rollout.storage_secret import read_settings
 
     assert read_settings(api, SECRET, "slipway")["RCLONE_CONFIG_S3_ENDPOINT"] == STORAGE_ENV["AWS_ENDPOINT_URL"]
     result = subprocess.run(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deployments.render.records import ModelVersion
-from deployments.storage_secret import fsspec_options
+from deployments.rollout.storage_secret import fsspec_options
 from slipway.artifact import MANIFEST_NAME, ArtifactError, Manifest, folder_digest, read_manifest
 
 ProgressHook = Callable[[int], None]

@@ -43,7 +43,7 @@ def add_storage_arguments(command: argparse.ArgumentParser) -> None:
 def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> dict[str, str]:
     """The storage Secret's rclone settings, so the upload uses the pods' credentials; where this user may not
     read it (or there is no cluster), the same settings made from this machine's environment."""
-    from deployments.storage_secret import SecretError, read_settings, settings_from_environment
+    from deployments.rollout.storage_secret import SecretError, read_settings, settings_from_environment
 
     settings = read_settings(api, secret, namespace) if api is not None and secret else None
     if settings is not None:
@@ -67,7 +67,7 @@ def place_models(api, placements: list[tuple], args: StorageAccess | argparse.Na
     (a dry run) uploads nothing and only says what it would do."""
     from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
 
-    from deployments.upload import Destination, UploadError, place
+    from deployments.rollout.upload import Destination, UploadError, place
 
     for version, secret in placements:
         scheme = version.uri.partition("://")[0]

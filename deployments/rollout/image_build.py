@@ -235,7 +235,7 @@ def gpu_base_unreachable(timeout: float = 30.0) -> str | None:
 
 def check_destination(destination: str):
     """The parsed reference of where an image is pushed; an ImageBuildError unless it names a registry host."""
-    from deployments.image_check import ImageError, parse_reference
+    from deployments.rollout.image_check import ImageError, parse_reference
 
     try:
         reference = parse_reference(destination)

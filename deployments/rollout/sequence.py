@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from deployments.apply import DeployError, apply, ask_served, wait_rolled_out
-from deployments.placement import StorageAccess, place_models
-from deployments.preflight import preflight
 from deployments.render import seldon
 from deployments.render.overlay import Rendered
+from deployments.rollout.apply import DeployError, apply, ask_served, wait_rolled_out
+from deployments.rollout.placement import StorageAccess, place_models
+from deployments.rollout.preflight import preflight
 
 DEFAULT_WAIT_S = 300.0
 DRY_RUNS = ("none", "server")
@@ -34,7 +34,7 @@ class Rollout:
 
     `dry_run` "server": the API server checks everything and the store is only looked at; nothing is uploaded or
     stored. `wait_s` 0 (or less): apply and do not wait for the pods. `storage_endpoint` and `pvc_mount`: how this
-    machine reaches the store the pods pull from (`deployments.placement`)."""
+    machine reaches the store the pods pull from (`deployments.rollout.placement`)."""
 
     rendered: Rendered
     dry_run: Literal["none", "server"] = "none"

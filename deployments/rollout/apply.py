@@ -1,6 +1,6 @@
 """Apply rendered manifests to the current kubectl context with server-side apply, wait, remove.
 
-Nothing is half-applied: after the preflight (`deployments.preflight`) every resource goes
+Nothing is half-applied: after the preflight (`deployments.rollout.preflight`) every resource goes
 through a server-side dry run, Seldon's admission webhook included; only when all of them
 pass is anything applied. The wait ends when the Ready pods serve the version just applied.
 """
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.kube_api import dynamic_client
 from deployments.render.seldon import DEPLOYMENT_ID_LABEL
+from deployments.rollout.kube_api import dynamic_client
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0

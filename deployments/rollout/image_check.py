@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from deployments.apply import DeployError
+from deployments.rollout.apply import DeployError
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",

@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from deployments.apply import DeployError
-from deployments.kube_api import dynamic_client
-from deployments.storage_secret import RCLONE_TYPES, decoded, missing_keys, prefix
+from deployments.rollout.apply import DeployError
+from deployments.rollout.kube_api import dynamic_client
+from deployments.rollout.storage_secret import RCLONE_TYPES, decoded, missing_keys, prefix
 
 MINIMUM_OPERATOR = (1, 17, 1)
 OPERATOR_LABEL = "control-plane=seldon-controller-manager"  # on the operator's Deployment and seldon-config (Helm, kustomize)
@@ -250,7 +250,7 @@ def check_env_secrets(api, docs: list[dict], namespace: str) -> None:
 
 def preflight(api, docs: list[dict[str, Any]], namespace: str, *, check_images: bool = False) -> list[str]:
     """Everything the apply needs must already be there; raise DeployError naming what is missing; return warnings.
-    `check_images`: also every model container's image must resolve in its registry (deployments/image_check.py)."""
+    `check_images`: also every model container's image must resolve in its registry (deployments/rollout/image_check.py)."""
     from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
     check_namespace_exists(api, namespace)
@@ -267,7 +267,7 @@ def preflight(api, docs: list[dict[str, Any]], namespace: str, *, check_images: 
     check_secrets(api, docs, namespace)
     check_env_secrets(api, docs, namespace)
     if check_images:
-        from deployments.image_check import check_images as resolve_images
+        from deployments.rollout.image_check import check_images as resolve_images
 
         resolve_images(docs)
     return warnings
