@@ -95,7 +95,7 @@ loadtest: setup ## load-test a local server on MODEL_DIR or HOST=url; SHAPE=step
 	$(SLIPWAY) loadtest --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
 	  $(if $(filter command line,$(origin HOST)),--host $(HOST)) $(if $(SLO),--slo $(SLO)) $(LOADTEST_ARGS)
 
-# --- tuning and resource recommendations (loadtest/tuning, deployments/recommend/) ---
+# --- tuning and resource recommendations (loadtest/tuning, deployments/sizing/recommend/) ---
 # Measurements take the bench lock so they never overlap other benchmarks on a shared machine.
 BENCH_LOCK     ?= /tmp/slipway-bench.lock
 VARIANTS       ?=

@@ -16,11 +16,11 @@ from deployments.alerts.command import add_command as register_alerts
 from deployments.canary.command import add_canary_commands as register_canary
 from deployments.canary.command import add_command as register_canary_judge
 from deployments.cluster.command import add_command as register_cluster
-from deployments.recommend import add_command as register_recommend
 from deployments.render.overlay import namespace_argument
 from deployments.rollout.image_build import add_command as register_image
 from deployments.rollout.placement import add_storage_arguments, place_models
 from deployments.rollout.sequence import DEFAULT_WAIT_S
+from deployments.sizing.recommend import add_command as register_recommend
 from slipway.cli import ArgumentParser, UserError, console, exit_with
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 

@@ -54,7 +54,7 @@ def cmd_canary_judge(args) -> int:
     from pathlib import Path
 
     from deployments.canary.judge import judge
-    from deployments.prometheus import Prometheus, PrometheusError
+    from deployments.sizing.prometheus import Prometheus, PrometheusError
     from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 
@@ -266,10 +266,10 @@ def cmd_canary(args) -> int:
     from deployments.canary.queries import PredictorQueries
     from deployments.canary.report import DecisionLog
     from deployments.model_store import StoreRefused, move_tag
-    from deployments.prometheus import Prometheus, PrometheusError
     from deployments.render.overlay import CANARY_PREDICTOR
     from deployments.rollout.apply import DeployError
     from deployments.rollout.placement import place_models
+    from deployments.sizing.prometheus import Prometheus, PrometheusError
     from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from deployments.canary.queries import PredictorQueries
-from deployments.prometheus import Prometheus
+from deployments.sizing.prometheus import Prometheus
 from slipway.metric_names import CLASS_LABEL
 from slipway.slo import CanaryPolicy, Slo
 

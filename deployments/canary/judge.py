@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, RUN_HISTOGRAM, PredictorQueries
-from deployments.prometheus import Prometheus
+from deployments.sizing.prometheus import Prometheus
 from slipway.slo import CanaryPolicy, Slo
 
 Decision = Literal["promote-step", "wait", "fail"]

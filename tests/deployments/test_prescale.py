@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 import yaml
 
-from deployments.recommend.outputs import (
+from deployments.sizing.recommend.outputs import (
     cron_schedules,
     cron_triggers,
     cron_weekdays,
     without_keda,
 )
-from deployments.recommend.prescale import (
+from deployments.sizing.recommend.prescale import (
     Window,
     floor_at,
     plan_prescale,
     week_floor,
 )
-from deployments.recommend.prescale_settings import PrescaleSettings
+from deployments.sizing.recommend.prescale_settings import PrescaleSettings
 from slipway.paths import PROJECT_ROOT
 from tests.commands import run_command
 from tests.deployments.traces import (

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from deployments.prometheus import ALLOW_HTTP_ENV, Prometheus, PrometheusError
+from deployments.sizing.prometheus import ALLOW_HTTP_ENV, Prometheus, PrometheusError
 
 
 class _Answers(BaseHTTPRequestHandler):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from deployments.recommend.sizing import DecayingHistogram, recommend
-from deployments.usage import UsageError, check_same_pods, parse_query_range
+from deployments.sizing.recommend.sizing import DecayingHistogram, recommend
+from deployments.sizing.usage import UsageError, check_same_pods, parse_query_range
 from slipway.paths import PROJECT_ROOT
 from tests.commands import run_command
 from tests.conftest import json_http_server

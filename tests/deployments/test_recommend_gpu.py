@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import yaml
 
-from deployments.recommend.gpu_history import FREE_METRIC, USED_METRIC, UTIL_METRIC, parse_gpu_memory, parse_gpu_util
-from deployments.recommend.gpu_sizing import GpuSettings, recommend_gpu
-from deployments.recommend.sizing import recommend, with_gpu
-from deployments.usage import UsageError, parse_query_range
+from deployments.sizing.recommend.gpu_history import FREE_METRIC, USED_METRIC, UTIL_METRIC, parse_gpu_memory, parse_gpu_util
+from deployments.sizing.recommend.gpu_sizing import GpuSettings, recommend_gpu
+from deployments.sizing.recommend.sizing import recommend, with_gpu
+from deployments.sizing.usage import UsageError, parse_query_range
 from slipway.paths import PROJECT_ROOT
 from tests.commands import run_command
 from tests.conftest import json_http_server
@@ -279,7 +279,7 @@ def test_a_missing_gpu_file_or_a_bad_gpu_flag_names_it(tmp_path, reports_env, ex
 def test_gpu_and_cpu_histories_of_different_pods_are_refused():
     util = parse_gpu_util(gpu_util(one_card_each(flat(50), ("other-a",))), source="util")
     memory = parse_gpu_memory(gpu_memory(one_card_each(flat(6000), ("other-a",))), source="memory")
-    from deployments.recommend.gpu_history import check_gpu_histories
+    from deployments.sizing.recommend.gpu_history import check_gpu_histories
 
     with pytest.raises(UsageError, match="exported_pod"):
         check_gpu_histories(util, memory, set(PODS))

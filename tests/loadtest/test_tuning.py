@@ -296,9 +296,9 @@ def test_tune_check_refuses_a_grid_outside_24_to_48(tmp_path, digits_artifact, r
 
 
 def test_recommend_overlay_renders_and_validates(tmp_path):
-    from deployments.recommend.outputs import write_outputs
-    from deployments.recommend.sizing import recommend
-    from deployments.usage import parse_query_range
+    from deployments.sizing.recommend.outputs import write_outputs
+    from deployments.sizing.recommend.sizing import recommend
+    from deployments.sizing.usage import parse_query_range
     from tests.deployments.traces import MIB, matrix, times
 
     stamps = times(1)

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from deployments.canary.judge import judge
-from deployments.prometheus import Prometheus, PrometheusError
+from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.slo import load_slo
 from tests.deployments.canary.series import CANARY, DEPLOYMENT, NAMESPACE_OF, STABLE, serving
 
@@ -211,7 +211,7 @@ def test_refused_credentials_are_one_line_naming_the_variables(guarded_url, slo,
 
 
 def test_make_recommend_reads_through_the_same_credentials(guarded_url, recorded, monkeypatch):
-    from deployments.usage import UsageError, fetch_usage
+    from deployments.sizing.usage import UsageError, fetch_usage
 
     query = f'sum by (pod) (rate(model_infer_request_success_total{{namespace="{NAMESPACE_OF["healthy"]}"}}[1m]))'
     window = {"kind": "rps", "start": recorded.end - 600, "end": recorded.end, "step_s": 15}

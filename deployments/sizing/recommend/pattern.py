@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from deployments.recommend.prescale_settings import PrescaleSettings
+from deployments.sizing.recommend.prescale_settings import PrescaleSettings
 
 CELL_COVERAGE = 0.5  # a slot of one day counts when at least half its samples are there...
 FULL_DAY_SHARE = 0.9  # ...and a day is whole when 90% of its slots count (a DST day lacks one hour)

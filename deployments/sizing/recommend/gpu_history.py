@@ -20,8 +20,8 @@ from typing import Literal, overload
 
 import numpy as np
 
-from deployments.prometheus import Prometheus, PrometheusError
-from deployments.usage import Series, SeriesSet, UsageError, checked_series, matrix_series
+from deployments.sizing.prometheus import Prometheus, PrometheusError
+from deployments.sizing.usage import Series, SeriesSet, UsageError, checked_series, matrix_series
 from slipway.files import FileProblem, read_json
 
 GpuKind = Literal["gpu-util", "gpu-memory"]

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deployments.recommend.prescale import DAY_MIN, PrescalePlan, floor_at, profile_replicas, week_floor
-from deployments.recommend.sizing import TARGET_UTILIZATION, Recommendation, mib
-from deployments.usage import Usage
+from deployments.sizing.recommend.prescale import DAY_MIN, PrescalePlan, floor_at, profile_replicas, week_floor
+from deployments.sizing.recommend.sizing import TARGET_UTILIZATION, Recommendation, mib
+from deployments.sizing.usage import Usage
 
 if TYPE_CHECKING:
-    from deployments.recommend.gpu_history import GpuMemory, GpuUtil
-    from deployments.recommend.gpu_sizing import GpuRecommendation
+    from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil
+    from deployments.sizing.recommend.gpu_sizing import GpuRecommendation
 
 
 def plot_recommendation(

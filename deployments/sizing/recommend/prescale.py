@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from deployments.recommend.pattern import Pattern, Profile, find_pattern
-from deployments.recommend.prescale_settings import PrescaleSettings
+from deployments.sizing.recommend.pattern import Pattern, Profile, find_pattern
+from deployments.sizing.recommend.prescale_settings import PrescaleSettings
 
 DAY_MIN = 1440
 

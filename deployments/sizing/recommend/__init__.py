@@ -3,6 +3,6 @@ bounds; `pattern`: the request rate's daily or weekly pattern; `prescale`: the w
 `gpu_sizing`: GPU replicas and batch headroom, from the DCGM series `gpu_history` reads), what it leaves behind
 (`outputs`: overlays and report; `plots`: the PNGs beside it), and the command (`command`)."""
 
-from deployments.recommend.command import add_command
+from deployments.sizing.recommend.command import add_command
 
 __all__ = ["add_command"]

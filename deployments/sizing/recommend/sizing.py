@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from deployments.recommend.gpu_sizing import GPUS_PER_REPLICA, GpuRecommendation
 from deployments.render.autoscaling import RPS_METRIC
-from deployments.usage import Usage
+from deployments.sizing.recommend.gpu_sizing import GPUS_PER_REPLICA, GpuRecommendation
+from deployments.sizing.usage import Usage
 
 FIRST_BUCKET_CORES = 0.01  # VPA's CPU histogram: 10 millicores first bucket...
 BUCKET_GROWTH = 1.05  # ...each bucket 5% wider than the one before
@@ -190,7 +190,7 @@ def recommend(
     min_floor: int = 1,
 ) -> Recommendation:
     """The whole recommendation, with its reasoning and warnings."""
-    from deployments.usage import check_same_pods
+    from deployments.sizing.usage import check_same_pods
     from slipway import seldon_patch
 
     check_same_pods(cpu, memory, rps)

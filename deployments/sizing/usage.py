@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from deployments.prometheus import Prometheus, PrometheusError
+from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.files import FileProblem, read_json
 
 Kind = Literal["cpu", "memory", "rps"]
@@ -219,7 +219,7 @@ def fetch_usage(
     url: str | Prometheus, query: str, *, kind: Kind, start: float, end: float, step_s: float, timeout_s: float = 30
 ) -> Usage:
     """Run one `query_range` against a Prometheus server (a URL: with the credentials the environment holds,
-    see deployments/prometheus.py)."""
+    see deployments/sizing/prometheus.py)."""
     try:
         server = url if isinstance(url, Prometheus) else Prometheus.from_env(url, timeout_s=timeout_s)
         data = server.query_range(query, start=start, end=end, step_s=step_s)

@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deployments.recommend.sizing import SAFETY_MARGIN, RecommendError, is_capacity
 from deployments.render.autoscaling import REQUEST_COUNTER, RPS_METRIC
-from deployments.usage import Kind, UsageError
+from deployments.sizing.recommend.sizing import SAFETY_MARGIN, RecommendError, is_capacity
+from deployments.sizing.usage import Kind, UsageError
 
 if TYPE_CHECKING:
-    from deployments.recommend.gpu_history import GpuMemory, GpuUtil
-    from deployments.recommend.gpu_sizing import GpuSettings
-    from deployments.recommend.prescale_settings import PrescaleSettings
+    from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil
+    from deployments.sizing.recommend.gpu_sizing import GpuSettings
+    from deployments.sizing.recommend.prescale_settings import PrescaleSettings
 
 DEFAULT_QUERIES: dict[Kind, str] = {
     "cpu": 'sum by (pod) (rate(container_cpu_usage_seconds_total{{namespace="{namespace}",container="{model}"}}[5m]))',
@@ -131,7 +131,7 @@ def add_command(commands) -> None:
 def _check_out_dir(out_dir: Path) -> None:
     """Refuse an --out-dir that cannot hold the overlays (it or a folder above it is a file, or the pre-scaling folder
     holds files this command did not write) before any work."""
-    from deployments.recommend.outputs import PRESCALE_DIR
+    from deployments.sizing.recommend.outputs import PRESCALE_DIR
     from slipway.atomic import check_replaceable, file_in_the_way
 
     overlay = Path(out_dir) / "overlay"
@@ -145,8 +145,8 @@ def prescale_settings(args) -> PrescaleSettings:
     """The pre-scaling flags as typed settings; a bad one is one line naming its flag."""
     from pydantic import ValidationError
 
-    from deployments.recommend.prescale_settings import FLAGS, PrescaleSettings
-    from deployments.usage import parse_duration
+    from deployments.sizing.recommend.prescale_settings import FLAGS, PrescaleSettings
+    from deployments.sizing.usage import parse_duration
 
     def duration(flag: str, text: str) -> float:
         if text.strip() in ("0", "0s", "0m", "0h"):
@@ -176,7 +176,7 @@ def gpu_settings(args) -> GpuSettings:
     """The GPU flags as typed settings; a bad one is one line naming its flag."""
     from pydantic import ValidationError
 
-    from deployments.recommend.gpu_sizing import FLAGS, GpuSettings
+    from deployments.sizing.recommend.gpu_sizing import FLAGS, GpuSettings
 
     try:
         return GpuSettings(target_utilization=args.gpu_target, memory_warning=args.gpu_memory_warning)
@@ -193,7 +193,7 @@ def gpu_settings(args) -> GpuSettings:
 def gpu_histories(args, url: str | None, window: tuple[float, float, float] | None) -> tuple[GpuUtil, GpuMemory] | None:
     """The GPU histories: both files, or with Prometheus (`window`: start, end, step) both queries; None where
     there are none (a model on CPUs: its queries match no series)."""
-    from deployments.recommend.gpu_history import fetch_gpu, load_gpu
+    from deployments.sizing.recommend.gpu_history import fetch_gpu, load_gpu
 
     files = {"gpu-util": args.gpu_util, "gpu-memory": args.gpu_memory}
     if any(files.values()):
@@ -230,12 +230,12 @@ def cmd_recommend(args) -> int:
     import sys
     import time
 
-    from deployments.recommend.gpu_history import check_gpu_histories
-    from deployments.recommend.gpu_sizing import recommend_gpu
-    from deployments.recommend.outputs import write_outputs
-    from deployments.recommend.prescale import plan_prescale
-    from deployments.recommend.sizing import TARGET_UTILIZATION, mib, recommend, with_gpu
-    from deployments.usage import fetch_usage, load_usage, parse_duration
+    from deployments.sizing.recommend.gpu_history import check_gpu_histories
+    from deployments.sizing.recommend.gpu_sizing import recommend_gpu
+    from deployments.sizing.recommend.outputs import write_outputs
+    from deployments.sizing.recommend.prescale import plan_prescale
+    from deployments.sizing.recommend.sizing import TARGET_UTILIZATION, mib, recommend, with_gpu
+    from deployments.sizing.usage import fetch_usage, load_usage, parse_duration
     from slipway.cli import UserError, console
 
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from deployments.recommend.gpu_history import GpuMemory, GpuUtil
+from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil
 
 GPUS_PER_REPLICA = 1
 FLAGS = {"target_utilization": "--gpu-target", "memory_warning": "--gpu-memory-warning"}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deployments.recommend.prescale import (
+from deployments.sizing.recommend.prescale import (
     DAY_MIN,
     PrescalePlan,
     Window,
@@ -23,11 +23,11 @@ from deployments.recommend.prescale import (
     shift_weekdays,
     week_floor,
 )
-from deployments.recommend.sizing import Recommendation
-from deployments.usage import Usage
+from deployments.sizing.recommend.sizing import Recommendation
+from deployments.sizing.usage import Usage
 
 if TYPE_CHECKING:
-    from deployments.recommend.gpu_history import GpuMemory, GpuUtil
+    from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil
 
 PRESCALE_DIR = "prescale"  # beside `overlay` in --out-dir
 REACTIVE_TRIGGER = "prometheus"  # the request-rate trigger of deployments/components/autoscaling-keda
@@ -52,8 +52,8 @@ def write_outputs(
 
     With a GPU recommendation (`rec.gpu`) the overlay is built on the gpu overlay, not the cpu one: the history came
     from pods with a card each, and its resources keep their whole `nvidia.com/gpu`; the plot gets the GPU panel."""
-    from deployments.recommend.plots import plot_prescale, plot_recommendation
     from deployments.render.overlay import OVERLAYS_DIR
+    from deployments.sizing.recommend.plots import plot_prescale, plot_recommendation
     from slipway import seldon_patch
     from slipway.paths import REPORTS_DIR
     from slipway.reports import write_report

@@ -118,7 +118,7 @@ class Prometheus:
         return answer["data"]
 
     def query_range(self, query: str, *, start: float, end: float, step_s: float) -> dict:
-        """The whole `query_range` answer (status and data), as `deployments.usage.parse_query_range` reads it."""
+        """The whole `query_range` answer (status and data), as `deployments.sizing.usage.parse_query_range` reads it."""
         data = self.get(
             "/api/v1/query_range", {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
         )
