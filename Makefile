@@ -304,7 +304,7 @@ cluster-down: setup ## stop the local control plane (every process by its PID) a
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
 	$(SLIPWAY) undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
 
-# --- progressive delivery (deployments/canary): shadow, then an SLO-gated canary that promotes or rolls back ---
+# --- progressive delivery (deployments/delivery/canary): shadow, then an SLO-gated canary that promotes or rolls back ---
 .PHONY: shadow shadow-off canary canary-abort
 STEPS        ?= 5,10,25,50,100
 INTERVAL     ?= 5m

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from deployments.alerts.command import add_command as register_alerts
-from deployments.canary.command import add_canary_commands as register_canary
-from deployments.canary.command import add_command as register_canary_judge
 from deployments.cluster.command import add_command as register_cluster
+from deployments.delivery.alerts.command import add_command as register_alerts
+from deployments.delivery.canary.command import add_canary_commands as register_canary
+from deployments.delivery.canary.command import add_command as register_canary_judge
 from deployments.render.overlay import namespace_argument
 from deployments.rollout.image_build import add_command as register_image
 from deployments.rollout.placement import add_storage_arguments, place_models

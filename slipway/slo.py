@@ -60,7 +60,7 @@ class Slo(BaseModel):
     p99_ms: float | None = Field(default=None, gt=0)
     max_error_rate: float | None = Field(default=None, ge=0, le=1)
     min_rps: float | None = Field(default=None, ge=0)
-    canary: CanaryPolicy | None = None  # read by the canary judge (deployments/canary); a load test ignores it
+    canary: CanaryPolicy | None = None  # read by the canary judge (deployments/delivery/canary); a load test ignores it
 
     def is_empty(self) -> bool:
         """No limit to check (the canary policy is not a limit)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployments.alerts.rules import (
+from deployments.delivery.alerts.rules import (
     BURN_ALERT,
     LATENCY_ALERT,
     THROUGHPUT_ALERT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.canary.drift import decide_drift, distance, judge_drift
+from deployments.delivery.canary.drift import decide_drift, distance, judge_drift
 from deployments.sizing.prometheus import Prometheus
 from slipway.slo import CanaryPolicy, Slo
 from tests.deployments.canary.series import DEPLOYMENT, SHADOW, STABLE

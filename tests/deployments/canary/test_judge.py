@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from deployments.canary.judge import judge
+from deployments.delivery.canary.judge import judge
 from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.slo import load_slo
 from tests.deployments.canary.series import CANARY, DEPLOYMENT, NAMESPACE_OF, STABLE, serving

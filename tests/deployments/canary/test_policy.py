@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.canary.queries import PredictorQueries
+from deployments.delivery.canary.queries import PredictorQueries
 from deployments.sizing.prometheus import Prometheus, PrometheusError
 from loadtest.config import ConfigError
 from slipway.slo import load_slo

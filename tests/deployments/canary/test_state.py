@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from deployments.canary.command import duration_s
-from deployments.canary.controller import check_steps
-from deployments.canary.live import annotation_path, pointer
-from deployments.canary.state import CanaryState, Holder, StateError
+from deployments.delivery.canary.command import duration_s
+from deployments.delivery.canary.controller import check_steps
+from deployments.delivery.canary.live import annotation_path, pointer
+from deployments.delivery.canary.state import CanaryState, Holder, StateError
 
 
 def _state(holder: Holder, *, renewed_at: float = 1000.0, lease_s: float = 60.0) -> CanaryState:

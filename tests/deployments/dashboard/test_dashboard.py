@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from deployments.canary.queries import FAILURE_COUNTER
+from deployments.delivery.canary.queries import FAILURE_COUNTER
 from deployments.render import kustomize
 from deployments.render.autoscaling import REQUEST_COUNTER
 from deployments.render.dashboard import COMPONENT_DIR, SIDECAR_LABEL, uid

@@ -223,7 +223,7 @@ def test_the_dashboard_reads_kserves_model_container(main_version, schemas):
 
 
 def test_alerts_for_a_kserve_model_name_its_objects(tmp_path):
-    from deployments.alerts.rules import RuleError, SloRules
+    from deployments.delivery.alerts.rules import RuleError, SloRules
     from slipway.slo import load_slo
 
     path = tmp_path / "slo.yaml"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from deployments.canary.queries import PredictorQueries
+from deployments.delivery.canary.queries import PredictorQueries
 from deployments.sizing.prometheus import Prometheus
 from slipway.metric_names import CLASS_LABEL
 from slipway.slo import CanaryPolicy, Slo

@@ -14,8 +14,8 @@ EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
 
 
 def add_command(commands) -> None:
-    from deployments.canary.judge import DEFAULT_WINDOW
-    from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM
+    from deployments.delivery.canary.judge import DEFAULT_WINDOW
+    from deployments.delivery.canary.queries import DEFAULT_LATENCY_HISTOGRAM
     from deployments.render.overlay import CANARY_PREDICTOR
 
     parser = commands.add_parser(
@@ -53,7 +53,7 @@ def cmd_canary_judge(args) -> int:
     import sys
     from pathlib import Path
 
-    from deployments.canary.judge import judge
+    from deployments.delivery.canary.judge import judge
     from deployments.sizing.prometheus import Prometheus, PrometheusError
     from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
@@ -106,7 +106,7 @@ def duration_s(text: str) -> float:
 def _steps(text: str) -> tuple[int, ...]:
     import argparse
 
-    from deployments.canary.controller import check_steps
+    from deployments.delivery.canary.controller import check_steps
 
     try:
         return check_steps([int(part) for part in text.split(",")])
@@ -136,7 +136,7 @@ def _add_target_arguments(parser) -> None:
 
 
 def add_canary_commands(commands) -> None:
-    from deployments.canary.controller import DEFAULT_STEPS
+    from deployments.delivery.canary.controller import DEFAULT_STEPS
 
     parser = commands.add_parser(
         "canary",
@@ -200,8 +200,8 @@ def add_canary_commands(commands) -> None:
 
 def _target(args, *, need_ref: bool):
     """(api, live deployment, version or None), each refusal one line before anything changes."""
-    from deployments.canary.live import LiveDeployment, LiveError
-    from deployments.model_store import StoreRefused, version
+    from deployments.delivery.canary.live import LiveDeployment, LiveError
+    from deployments.delivery.model_store import StoreRefused, version
     from deployments.render.records import RecordError
     from deployments.render.seldon import MODEL_LABEL
     from deployments.rollout.apply import ClusterUnavailable, connect
@@ -258,14 +258,14 @@ def cmd_canary(args) -> int:
 
     from rich.live import Live
 
-    from deployments.canary.controller import CanaryRefused, Controller, Plan, RolledBack
-    from deployments.canary.drift import judge_drift
-    from deployments.canary.judge import judge
-    from deployments.canary.live import LiveError
-    from deployments.canary.predictors import SHADOW_PREDICTOR, STABLE_PREDICTOR
-    from deployments.canary.queries import PredictorQueries
-    from deployments.canary.report import DecisionLog
-    from deployments.model_store import StoreRefused, move_tag
+    from deployments.delivery.canary.controller import CanaryRefused, Controller, Plan, RolledBack
+    from deployments.delivery.canary.drift import judge_drift
+    from deployments.delivery.canary.judge import judge
+    from deployments.delivery.canary.live import LiveError
+    from deployments.delivery.canary.predictors import SHADOW_PREDICTOR, STABLE_PREDICTOR
+    from deployments.delivery.canary.queries import PredictorQueries
+    from deployments.delivery.canary.report import DecisionLog
+    from deployments.delivery.model_store import StoreRefused, move_tag
     from deployments.render.overlay import CANARY_PREDICTOR
     from deployments.rollout.apply import DeployError
     from deployments.rollout.placement import place_models
@@ -356,10 +356,10 @@ def cmd_shadow(args) -> int:
     import json
     import time
 
-    from deployments.canary import live as patches
-    from deployments.canary import predictors
-    from deployments.canary.live import LiveError
-    from deployments.canary.state import SHADOW_ANNOTATION, STATE_ANNOTATION
+    from deployments.delivery.canary import live as patches
+    from deployments.delivery.canary import predictors
+    from deployments.delivery.canary.live import LiveError
+    from deployments.delivery.canary.state import SHADOW_ANNOTATION, STATE_ANNOTATION
     from deployments.rollout.apply import DeployError
     from deployments.rollout.placement import place_models
     from slipway.cli import UserError

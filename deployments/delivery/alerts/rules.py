@@ -2,7 +2,7 @@
 
 The limits a release is load-tested on (`make loadtest SLO=`) and a canary is judged on (`canary-judge --slo`)
 are the ones production is held to; written a second time by hand into alert rules, they drift. The series
-and labels are those deployments/canary/queries.py reads (the PodMonitor's scrape labels), so an alert sees
+and labels are those deployments/delivery/canary/queries.py reads (the PodMonitor's scrape labels), so an alert sees
 what the canary judge sees.
 
 - p50_ms, p95_ms, p99_ms: `histogram_quantile` of the runtime's latency histogram, per predictor.
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from deployments.canary.queries import (
+from deployments.delivery.canary.queries import (
     DEFAULT_LATENCY_HISTOGRAM,
     FAILURE_COUNTER,
     MODEL_SERIES_LABEL,

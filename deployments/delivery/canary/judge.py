@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, RUN_HISTOGRAM, PredictorQueries
+from deployments.delivery.canary.queries import DEFAULT_LATENCY_HISTOGRAM, QUANTILES, RUN_HISTOGRAM, PredictorQueries
 from deployments.sizing.prometheus import Prometheus
 from slipway.slo import CanaryPolicy, Slo
 

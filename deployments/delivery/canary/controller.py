@@ -1,8 +1,8 @@
 """The canary controller: step a new version's share of traffic up while it holds the SLO, then promote it, or
 roll it back at the first broken line.
 
-A run is resumable at every point: what it has done is in the state annotation (deployments/canary/state.py),
-every change is one guarded JSON patch (deployments/canary/live.py), and each phase first looks at what the
+A run is resumable at every point: what it has done is in the state annotation (deployments/delivery/canary/state.py),
+every change is one guarded JSON patch (deployments/delivery/canary/live.py), and each phase first looks at what the
 cluster already shows before acting, so a second run after a kill repeats nothing and skips nothing.
 
     stepping     canary at steps[i]%; every interval: judge -> next step | wait (too few samples) | roll back
@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from deployments.canary import live, predictors
-from deployments.canary.drift import DriftVerdict
-from deployments.canary.judge import Verdict
-from deployments.canary.live import LiveDeployment, LiveError, annotation_path, predictor_index
-from deployments.canary.report import DecisionLog
-from deployments.canary.state import LAST_ANNOTATION, SHADOW_ANNOTATION, STATE_ANNOTATION, CanaryState, Holder
+from deployments.delivery.canary import live, predictors
+from deployments.delivery.canary.drift import DriftVerdict
+from deployments.delivery.canary.judge import Verdict
+from deployments.delivery.canary.live import LiveDeployment, LiveError, annotation_path, predictor_index
+from deployments.delivery.canary.report import DecisionLog
+from deployments.delivery.canary.state import LAST_ANNOTATION, SHADOW_ANNOTATION, STATE_ANNOTATION, CanaryState, Holder
 from deployments.render.overlay import CANARY_PREDICTOR
 from deployments.render.records import ModelVersion
 

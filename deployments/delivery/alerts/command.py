@@ -27,7 +27,7 @@ HEADER = (
 
 
 def add_command(commands) -> None:
-    from deployments.canary.queries import DEFAULT_LATENCY_HISTOGRAM
+    from deployments.delivery.canary.queries import DEFAULT_LATENCY_HISTOGRAM
     from deployments.render.overlay import DEFAULT_NAMESPACE
     from slipway.paths import BUILD_DIR
 
@@ -64,7 +64,7 @@ def add_command(commands) -> None:
 
 
 def cmd_alerts(args) -> int:
-    from deployments.alerts.rules import LINES, RuleError, SloRules, prometheus_rule
+    from deployments.delivery.alerts.rules import LINES, RuleError, SloRules, prometheus_rule
     from slipway import atomic
     from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo

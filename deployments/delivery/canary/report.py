@@ -11,9 +11,9 @@ from typing import Any
 
 from rich.table import Table
 
-from deployments.canary.drift import DriftVerdict
-from deployments.canary.judge import Verdict
-from deployments.canary.state import CanaryState
+from deployments.delivery.canary.drift import DriftVerdict
+from deployments.delivery.canary.judge import Verdict
+from deployments.delivery.canary.state import CanaryState
 from slipway.paths import REPORTS_DIR
 from slipway.reports import read_report, write_report
 
