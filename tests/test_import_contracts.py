@@ -66,6 +66,27 @@ BREAKS = {
         ),
         ("export/leak_circle_two.py", "from export import leak_circle_one\n", ".leak_circle_two -> .leak_circle_one (1 import)"),
     ],
+    "deployments-lifecycle": [
+        # the manifests reaching up into the rollout path
+        (
+            "deployments/render/leak_lifecycle.py",
+            "def apply():\n    from deployments.rollout import apply\n",
+            "deployments.render.leak_lifecycle -> deployments.rollout.apply",
+        ),
+        # siblings: sizing reaching into the rollout path
+        (
+            "deployments/sizing/leak_sibling.py",
+            "def sequence():\n    from deployments.rollout import sequence\n",
+            "deployments.sizing.leak_sibling -> deployments.rollout.sequence",
+        ),
+    ],
+    "deployments-cli-on-top": [
+        (
+            "deployments/delivery/leak_cli.py",
+            "def cli():\n    import deployments.__main__\n",
+            "deployments.delivery.leak_cli -> deployments.__main__",
+        ),
+    ],
     "no-mlserver-in-protocol": [
         # Through another module: the V2 codec imports MLServer's types.
         (
