@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployments.render.seldon import DEPLOYMENT_ID_LABEL
-from deployments.rollout.kube_api import dynamic_client
+from deployments.rollout.kube_api import dynamic_client, present
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
@@ -123,26 +123,30 @@ def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: s
         if hpa.spec.scale_target_ref.kind == "Deployment"
     }
     for deployment in deployments:
-        status = deployment.status
-        wanted = max(deployment.spec.replicas or 0, minimum.get(deployment.metadata.name, 0))
+        metadata, status = present(deployment.metadata), present(deployment.status)
+        wanted = max(deployment.spec.replicas or 0, minimum.get(metadata.name or "", 0))
         if (
-            (status.observed_generation or 0) < deployment.metadata.generation
+            (status.observed_generation or 0) < present(metadata.generation)
             or (status.updated_replicas or 0) < wanted
             or (status.replicas or 0) != wanted
             or (status.available_replicas or 0) < wanted
         ):
             waiting.append(
-                f"{predictor}: Deployment {deployment.metadata.name} has {status.updated_replicas or 0} of "
+                f"{predictor}: Deployment {metadata.name} has {status.updated_replicas or 0} of "
                 f"{wanted} replicas updated, {status.available_replicas or 0} available"
             )
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
     ready = [
         pod
         for pod in pods
-        if pod.metadata.deletion_timestamp is None
-        and any(condition.type == "Ready" and condition.status == "True" for condition in (pod.status.conditions or []))
+        if present(pod.metadata).deletion_timestamp is None
+        and any(condition.type == "Ready" and condition.status == "True" for condition in (present(pod.status).conditions or []))
     ]
-    stale = [pod.metadata.name for pod in ready if (pod.metadata.annotations or {}).get(DIGEST_ANNOTATION) != digest]
+    stale = [
+        present(present(pod.metadata).name)
+        for pod in ready
+        if (present(pod.metadata).annotations or {}).get(DIGEST_ANNOTATION) != digest
+    ]
     if not ready:
         waiting.append(f"{predictor}: no pod is Ready")
     elif stale:
@@ -208,8 +212,8 @@ def ask_served(api, *, namespace: str, name: str, predictors: dict[str, str], ti
         pods = core.list_namespaced_pod(
             namespace, label_selector=f"seldon-deployment-id={name},slipway.io/predictor={predictor}"
         ).items
-        nodes = {pod.spec.node_name for pod in pods if pod.spec.node_name}
-        if nodes and all((core.read_node(node).metadata.annotations or {}).get(FAKE_NODE_ANNOTATION) for node in nodes):
+        nodes = {node for pod in pods if (node := present(pod.spec).node_name)}
+        if nodes and all((present(core.read_node(node).metadata).annotations or {}).get(FAKE_NODE_ANNOTATION) for node in nodes):
             lines.append(
                 f"{predictor}: its pods are on kwok's nodes, where no container runs: /v2/models/{model} "
                 f"was not asked through Service {service}"
@@ -218,7 +222,8 @@ def ask_served(api, *, namespace: str, name: str, predictors: dict[str, str], ti
         deadline, last = time.monotonic() + timeout_s, ""
         while True:
             try:
-                answer = core.connect_get_namespaced_service_proxy_with_path(
+                # the raw urllib3 response (`_preload_content=False`), which the client's types call a str
+                answer: Any = core.connect_get_namespaced_service_proxy_with_path(
                     f"{service}:http", namespace, f"v2/models/{model}", _preload_content=False
                 )
                 metadata = json.loads(answer.data)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from deployments.rollout.apply import DeployError
-from deployments.rollout.kube_api import dynamic_client
+from deployments.rollout.kube_api import dynamic_client, present
 from deployments.rollout.storage_secret import RCLONE_TYPES, decoded, missing_keys, prefix
 
 MINIMUM_OPERATOR = (1, 17, 1)
@@ -82,9 +82,11 @@ def _operator_containers(api) -> Iterator[tuple[str, Any]]:
             raise
         return
     for deployment in deployments:
-        for container in deployment.spec.template.spec.containers:
-            if "seldon-core-operator" in container.image:
-                yield f"Deployment {deployment.metadata.namespace}/{deployment.metadata.name}", container
+        metadata = present(deployment.metadata)
+        pod_spec = present(present(deployment.spec).template.spec)
+        for container in pod_spec.containers:
+            if "seldon-core-operator" in (container.image or ""):
+                yield f"Deployment {metadata.namespace}/{metadata.name}", container
 
 
 def operator_versions(api) -> dict[str, str]:
@@ -100,9 +102,10 @@ def operator_versions(api) -> dict[str, str]:
                 found[where] = tag
         if not found:
             for configmap in client.CoreV1Api(api).list_config_map_for_all_namespaces(label_selector=OPERATOR_LABEL).items:
-                version = (configmap.metadata.labels or {}).get(VERSION_LABEL, "")
+                metadata = present(configmap.metadata)
+                version = (metadata.labels or {}).get(VERSION_LABEL, "")
                 if parse_version(version):
-                    found[f"ConfigMap {configmap.metadata.namespace}/{configmap.metadata.name}"] = version
+                    found[f"ConfigMap {metadata.namespace}/{metadata.name}"] = version
     except ApiException as err:
         if err.status != 403:
             raise
@@ -118,7 +121,10 @@ def check_operator(api) -> str | None:
             f"cannot tell the Seldon Core operator's version (no Deployment or ConfigMap labelled {OPERATOR_LABEL} "
             f"is visible): Slipway needs {minimum} or later"
         )
-    old = {where: version for where, version in versions.items() if parse_version(version) < MINIMUM_OPERATOR}
+    # every version found parses (operator_versions keeps no other)
+    old = {
+        where: version for where, version in versions.items() if (parse_version(version) or MINIMUM_OPERATOR) < MINIMUM_OPERATOR
+    }
     if old:
         where, version = next(iter(old.items()))
         raise DeployError(
@@ -202,7 +208,9 @@ def check_secrets(api, docs: list[dict], namespace: str) -> None:
                 f"secret generic {name} --from-literal={prefix(scheme)}TYPE='{RCLONE_TYPES.get(scheme, scheme)}' ...)"
             ),
         )
-        for scheme in sorted(schemes) if settings is not None else ():
+        if settings is None:  # this user may not read the Secret (403): its keys go unchecked
+            continue
+        for scheme in sorted(schemes):
             if missing := missing_keys(scheme, settings):
                 raise DeployError(
                     f"Secret {namespace}/{name} has no {', '.join(missing)}: the storage initializer "
