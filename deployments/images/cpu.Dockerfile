@@ -2,7 +2,7 @@
 # Only the `serve` extra is installed: no TensorFlow, no training code. Build from the repository root:
 #   docker build -f deployments/images/cpu.Dockerfile -t slipway/mlserver-onnx:0.1.0 .
 # `make image` builds it without a Docker engine (buildah) on a Python 3.11 base made from Debian bookworm's packages
-# (deployments/image_build.py), passed as BASE_IMAGE; the default is the public image that any other build pulls.
+# (deployments/rollout/image_build.py), passed as BASE_IMAGE; the default is the public image that any other build pulls.
 ARG BASE_IMAGE=python:3.11.14-slim-bookworm
 FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
