@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from deployments.kserve.render import render_kserve
-from deployments.render import render
 from slipway.paths import PROJECT_ROOT
+from tests.deployments.rendering import rendering
 
 SCHEMA_DIR = PROJECT_ROOT / "tools" / "grafana-schema"
 CHECK = SCHEMA_DIR / "check.mjs"
@@ -50,11 +50,9 @@ def dashboards(main_version, canary_version) -> dict[str, dict]:
     """Every variant render writes: Seldon's (one JSON for any overlay, names filled per model) and KServe's (its
     model container's name and description)."""
     return {
-        "seldon-cpu": _dashboard(render("cpu", model=main_version, namespace="ml", dashboard=True, engine="builtin")),
-        "seldon-canary": _dashboard(
-            render("canary", model=main_version, canary=canary_version, dashboard=True, engine="builtin")
-        ),
-        "kserve-cpu": _dashboard(render_kserve("cpu", model=main_version, dashboard=True, engine="builtin")),
+        "seldon-cpu": _dashboard(rendering()("cpu", model=main_version, namespace="ml", dashboard=True)),
+        "seldon-canary": _dashboard(rendering()("canary", model=main_version, canary=canary_version, dashboard=True)),
+        "kserve-cpu": _dashboard(rendering(render_kserve)("cpu", model=main_version, dashboard=True)),
     }
 
 
