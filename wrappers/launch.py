@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,10 @@ from slipway.model_repository import RepositoryError, check_unique, settings_fil
 from slipway.runtime_settings import SettingsError
 from slipway.server_process import HOOK, HOOK_ENV
 from wrappers import frontends
+from wrappers.operations.drain import DrainSettingError, drain_seconds
 from wrappers.transport import grpc_transport
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
-DRAIN_ENV = "SLIPWAY_DRAIN_SECONDS"
-DEFAULT_DRAIN_S = 20.0  # within the manifests' terminationGracePeriodSeconds (30), with room to exit
 
 
 class LaunchError(RuntimeError):
@@ -78,24 +77,6 @@ def launch(folder: Path, ready_file: Path | None = None) -> None:
             ) from None
 
 
-def drain_seconds(env: Mapping[str, str] = os.environ) -> float:
-    """How long a stopped server answers the requests in flight (SLIPWAY_DRAIN_SECONDS): under the pod's
-    terminationGracePeriodSeconds (30 in the manifests), after which the kubelet kills it, losing them all."""
-    text = env.get(DRAIN_ENV, "").strip()
-    if not text:
-        return DEFAULT_DRAIN_S
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise LaunchError(
-            f"{DRAIN_ENV}={text!r} is not a number of seconds over 0: set one under the pod's "
-            f"terminationGracePeriodSeconds, or unset it for {DEFAULT_DRAIN_S:g}"
-        )
-    return seconds
-
-
 def _use_the_guard_and_count_models(folder: Path) -> int:
     """The number of settings files MLServer will read under `folder`, having checked that the model repository
     MLServer builds will be Slipway's guarded one (set where unset)."""
@@ -135,7 +116,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
             settings.grpc_max_message_length = body_budget.sized_here()  # REST bodies' budget; MLSERVER_GRPC_MAX_... wins
         server = servers.build(settings, on_unknown_model=metrics.count_unknown_model)
         servers.drain_on_signals(server, drain_seconds())
-    except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError) as err:
+    except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError, DrainSettingError) as err:
         raise LaunchError(first_line(err)) from None
     logger.info(transport)  # once MLServer has set up logging as its settings say (JSON lines, say)
     serving = asyncio.ensure_future(servers.serve(server))

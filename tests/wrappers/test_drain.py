@@ -21,7 +21,7 @@ from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.loopback import wait_until_read
-from wrappers import launch
+from wrappers.operations import drain
 
 pytestmark = pytest.mark.slow
 BODY = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[0.5,1.5,2.5]}]}'
@@ -60,7 +60,7 @@ def _stopped(server: LocalServer, seconds: float = 60) -> int | None:
 
 
 def test_on_sigterm_the_request_in_flight_is_answered_no_new_one_is_accepted_and_it_exits_0(repository):
-    with LocalServer(repository, extra_env={launch.DRAIN_ENV: "60"}) as server:
+    with LocalServer(repository, extra_env={drain.DRAIN_ENV: "60"}) as server:
         held = _in_flight(server)
         wait_until_read(server.http_port)  # the server has the request, but for its last bytes
         os.kill(server.pid, signal.SIGTERM)
@@ -79,7 +79,7 @@ def test_on_sigterm_the_request_in_flight_is_answered_no_new_one_is_accepted_and
 
 
 def test_a_request_that_never_ends_holds_the_stop_no_longer_than_the_drain(repository):
-    env = {launch.DRAIN_ENV: "1", "SLIPWAY_BODY_IDLE_TIMEOUT_S": "600"}  # not ended by the body's idle timeout
+    env = {drain.DRAIN_ENV: "1", "SLIPWAY_BODY_IDLE_TIMEOUT_S": "600"}  # not ended by the body's idle timeout
     with LocalServer(repository, extra_env=env) as server:
         held = _in_flight(server)  # its last bytes never come
         wait_until_read(server.http_port)
@@ -90,9 +90,9 @@ def test_a_request_that_never_ends_holds_the_stop_no_longer_than_the_drain(repos
 
 @pytest.mark.parametrize("value", ["0", "-3", "soon", "inf", "nan"])
 def test_a_drain_that_is_not_a_positive_number_of_seconds_is_refused_naming_the_variable(value):
-    with pytest.raises(launch.LaunchError, match=f"SLIPWAY_DRAIN_SECONDS='{value}' is not a number of seconds over 0"):
-        launch.drain_seconds({launch.DRAIN_ENV: value})
-    assert launch.drain_seconds({}) == launch.DEFAULT_DRAIN_S and launch.drain_seconds({launch.DRAIN_ENV: "2.5"}) == 2.5
+    with pytest.raises(drain.DrainSettingError, match=f"SLIPWAY_DRAIN_SECONDS='{value}' is not a number of seconds over 0"):
+        drain.drain_seconds({drain.DRAIN_ENV: value})
+    assert drain.drain_seconds({}) == drain.DEFAULT_DRAIN_S and drain.drain_seconds({drain.DRAIN_ENV: "2.5"}) == 2.5
 
 
 def test_the_supervisor_of_several_front_ends_reads_the_drain_and_refuses_a_wrong_one(tmp_path, monkeypatch):
@@ -102,6 +102,6 @@ def test_the_supervisor_of_several_front_ends_reads_the_drain_and_refuses_a_wron
     folder = model_folder(
         tmp_path, "echo", identity_graph(tmp_path / "echo.onnx", onnx.TensorProto.FLOAT), extra={"frontends": 2}
     )
-    monkeypatch.setenv(launch.DRAIN_ENV, "soon")
+    monkeypatch.setenv(drain.DRAIN_ENV, "soon")
     with pytest.raises(UserError, match="SLIPWAY_DRAIN_SECONDS='soon' is not a number of seconds over 0"):
         supervisor.main([str(folder)])

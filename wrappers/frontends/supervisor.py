@@ -27,6 +27,7 @@ from slipway.cli import ArgumentParser, UserError, exit_with
 from wrappers.frontends.client import HOST_SOCKET_ENV
 from wrappers.frontends.host import HostError, read_model, serving_file
 from wrappers.mlserver_compat.shared_ports import MULTIPROC_ENV
+from wrappers.operations.drain import DrainSettingError, drain_seconds
 
 HOST_READY_TIMEOUT_S = 600.0  # a TensorRT engine build at the host's first start takes minutes
 STOP_MARGIN_S = 5.0  # past a front end's drain (SLIPWAY_DRAIN_SECONDS), for it to exit, before it is killed
@@ -73,7 +74,7 @@ class Supervisor:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="slipway-frontends-")))
     children: list[_Child] = field(default_factory=list)
     asked_to_stop: bool = False
-    drain_s: float = 20.0  # each front end's SLIPWAY_DRAIN_SECONDS (`wrappers.launch.drain_seconds`)
+    drain_s: float = 20.0  # each front end's SLIPWAY_DRAIN_SECONDS (`wrappers.operations.drain`)
 
     @property
     def socket_path(self) -> Path:
@@ -172,11 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.folder} is not an artifact folder whose model-settings.json sets parameters.extra."
             "frontends above 1; serve it with `python -m wrappers.launch` instead"
         )
-    from wrappers.launch import LaunchError, drain_seconds  # not at the top: the launcher imports this package
-
     try:
         drain_s = drain_seconds()
-    except LaunchError as err:
+    except DrainSettingError as err:
         raise UserError(str(err)) from None
     supervisor = Supervisor(args.folder.resolve(), count, drain_s=drain_s)
     previous = {signum: signal.signal(signum, supervisor.ask_to_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
