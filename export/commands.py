@@ -510,6 +510,11 @@ def cmd_uint8_input(args: argparse.Namespace) -> int:
     try:
         settings = read_json(source / SETTINGS_FILE, f"model settings {source / SETTINGS_FILE}")
         preprocess = ((settings.get("parameters") or {}).get("extra") or {}).get("preprocess") or {}
+        if isinstance(preprocess, dict) and "graph" in preprocess:
+            raise UserError(
+                f"{source} was exported with --split (its preprocessing is a graph of its own): uint8-input "
+                "rewrites an artifact converted without --split"
+            )
         defaults = ImagePreprocessing.model_validate(preprocess)
         normalisation = Normalisation(
             scale=args.scale if args.scale is not None else defaults.scale,

@@ -144,6 +144,19 @@ class TopKPostprocessing(_Strict):
     softmax: bool = Field(default=False, description="Apply a softmax first (for graphs that output logits).")
 
 
+class GraphStage(_Strict):
+    """A stage that is an ONNX graph of its own: layers `export convert --split` cut from the model's ends.
+
+    Served only by a split graph's CPU nodes (`render --split cpu-gpu`), each running its graph on the
+    tensors the node before it answered; the one-pod runtime serves model.onnx, which holds the stages itself.
+    """
+
+    graph: str = Field(
+        description="ONNX file inside the model folder: its inputs are the tensors the node receives, its "
+        "outputs the tensors it answers (named like the next node's inputs)."
+    )
+
+
 class PayloadLogging(_Strict):
     """Send each request and its response (or a sampled share) as CloudEvents to an HTTP collector.
 
@@ -355,11 +368,20 @@ class RuntimeSettings(_Strict):
     )
     warmup_runs: int = Field(default=2, ge=0, description="Runs per warm-up batch size (0: no warm-up).")
     cpu_workers: int | None = Field(default=None, ge=1, description="Threads for pre/post-processing; None: the CPU limit.")
-    preprocess: ImagePreprocessing | None = Field(
-        default=None, description="Decode encoded images into the graph's input; None: clients send tensors."
+    preprocess: ImagePreprocessing | GraphStage | None = Field(
+        default=None,
+        description="Decode encoded images into the graph's input; None: clients send tensors. A GraphStage "
+        "(an object with graph, written by export convert --split) runs only as a split's transformer node.",
     )
-    postprocess: TopKPostprocessing | None = Field(
-        default=None, description="Answer the top-k labels and scores; None: the graph's own outputs."
+    postprocess: TopKPostprocessing | GraphStage | None = Field(
+        default=None,
+        description="Answer the top-k labels and scores; None: the graph's own outputs. A GraphStage runs only "
+        "as a split's output-transformer node.",
+    )
+    split_model: str | None = Field(
+        default=None,
+        description="The graph a split's model node serves between the preprocess and postprocess graphs "
+        "(export convert --split writes it beside model.onnx, which holds all three); None: model.onnx.",
     )
     payload_log: PayloadLogging | None = Field(
         default=None,

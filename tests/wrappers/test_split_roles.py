@@ -52,6 +52,34 @@ def test_each_role_keeps_only_its_stage_and_the_graph_by_absolute_path(tmp_path,
     parse_runtime_settings(extra)  # still valid runtime settings
 
 
+GRAPH_STAGES = {
+    "preprocess": {"graph": "preprocess.onnx"},
+    "postprocess": {"graph": "postprocess.onnx"},
+    "split_model": "split-model.onnx",
+}
+
+
+@pytest.mark.parametrize(
+    "role, implementation, uri",
+    [
+        ("transformer", "wrappers.model.processing_runtime.GraphTransformer", "model.onnx"),
+        ("model", "wrappers.runtime.OnnxRuntime", "split-model.onnx"),
+        ("output-transformer", "wrappers.model.processing_runtime.GraphOutputTransformer", "model.onnx"),
+    ],
+)
+def test_stages_cut_into_graphs_are_served_by_the_graph_transformers_and_the_model_serves_the_cut_graph(
+    tmp_path, role, implementation, uri
+):
+    settings = role_settings(_settings(GRAPH_STAGES), role, "image", tmp_path)
+    assert settings["implementation"] == implementation
+    assert settings["parameters"]["uri"] == str((tmp_path / uri).resolve())
+    extra = settings["parameters"]["extra"]
+    assert "split_model" not in extra
+    config = parse_runtime_settings(extra)
+    # the one-pod runtime runs no graph stage: model.onnx holds them
+    assert configure_stages(config, [], [], tmp_path) == configure_stages(parse_runtime_settings({}), [], [], tmp_path)
+
+
 def test_a_role_whose_stage_the_artifact_lacks_or_an_unknown_role_is_refused_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(RoleError, match=r"sets no parameters.extra.postprocess, which the output-transformer runs"):
         role_settings(_settings({"preprocess": {}}), "output-transformer", "post", tmp_path)

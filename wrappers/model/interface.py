@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.tensor_specs import DYNAMIC, TensorSpec
-from slipway.runtime_settings import RuntimeSettings
+from slipway.runtime_settings import ImagePreprocessing, RuntimeSettings, TopKPostprocessing
 from slipway.v2_wire import BYTES
 from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ImagePreprocessor, ProcessingConfigError, TopK
 
@@ -43,10 +43,11 @@ def configure_stages(
     config: RuntimeSettings, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec], folder: Path
 ) -> Stages:
     preprocessor = topk = image_input = scores_output = None
-    if config.preprocess is not None:
+    # A GraphStage (export convert --split) is inside model.onnx already: only a split's CPU nodes run it apart.
+    if isinstance(config.preprocess, ImagePreprocessing):
         spec = pick(graph_inputs, config.preprocess.input, "preprocess.input", "input")
         preprocessor, image_input = ImagePreprocessor(config.preprocess, spec), spec.name
-    if config.postprocess is not None:
+    if isinstance(config.postprocess, TopKPostprocessing):
         spec = pick(graph_outputs, config.postprocess.output, "postprocess.output", "output")
         clash = {LABELS_OUTPUT, SCORES_OUTPUT} & {s.name for s in graph_outputs if s.name != spec.name}
         if clash:
@@ -103,6 +104,6 @@ def interface(
 ) -> Interface:
     """The stages the settings ask for (`configure_stages`) and what clients then see."""
     stages = configure_stages(config, graph_inputs, graph_outputs, folder)
-    top_k = config.postprocess.k if stages.topk is not None and config.postprocess is not None else None
+    top_k = config.postprocess.k if stages.topk is not None and isinstance(config.postprocess, TopKPostprocessing) else None
     inputs, outputs = advertised(graph_inputs, graph_outputs, fixed_rows, stages.image_input, stages.scores_output, top_k)
     return Interface(stages, inputs, outputs)

@@ -1,7 +1,9 @@
 """The CPU stages served on their own, for a graph split across pods (`wrappers.model.split_roles`).
 
 `ImageTransformer` answers encoded images with the pixel batch the one-pod runtime feeds its session;
-`TopKTransformer` answers a graph's scores with its labels and scores. Both speak V2, so Seldon's executor
+`TopKTransformer` answers a graph's scores with its labels and scores; `GraphTransformer` and
+`GraphOutputTransformer` run a stage that is an ONNX graph of its own (`export convert --split` cuts the
+model's leading preprocessing layers and trailing softmax into them). All speak V2, so Seldon's executor
 chains them around the model (outputs become the next node's inputs), and both build their stage with the
 one-pod runtime's own code (`wrappers.model.interface`), so the arrays are the same. The graph's declared
 inputs and outputs are read through a CPU session closed at load: these servers never run the graph.
@@ -23,7 +25,7 @@ from mlserver.types import InferenceRequest, InferenceResponse, RequestInput, Re
 from engine.cpu_limits import cpu_limit
 from engine.tensor_specs import DYNAMIC, TensorSpec, describe
 from slipway.artifact import ArtifactError
-from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
+from slipway.runtime_settings import GraphStage, RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from slipway.v2_wire import BYTES, TensorError
 from wrappers.model.artifact_checks import verify_folder
 from wrappers.model.interface import Stages, configure_stages
@@ -63,6 +65,7 @@ class _StageServer(MLModel):
             config = parse_runtime_settings(self.settings.parameters.extra if self.settings.parameters else None)
             model_path = Path(await get_model_uri(self.settings, wellknown_filenames=WELLKNOWN_MODEL_FILES))
             verify_folder(model_path.parent, self.name, self.version, config.verify_manifest)
+            self._folder = model_path.parent
             graph_inputs, graph_outputs = declared_tensors(model_path)
             self._setup(
                 config, configure_stages(config, graph_inputs, graph_outputs, model_path.parent), graph_inputs, graph_outputs
@@ -97,7 +100,7 @@ class _StageServer(MLModel):
             self._pool.shutdown(wait=True)
         return True
 
-    async def _on_pool(self, stage: Callable[[np.ndarray], Any], array: np.ndarray) -> Any:
+    async def _on_pool(self, stage: Callable[[Any], Any], array: Any) -> Any:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, stage, array)
         except TensorError as err:
@@ -162,6 +165,60 @@ class TopKTransformer(_StageServer):
         labels, best = await self._on_pool(self._stage, self._codec.decode(scores))
         outputs = [encode(LABELS_OUTPUT, labels, BYTES, False), encode(SCORES_OUTPUT, best, "FP32", False)]
         return self._respond(payload, [_passed_through(item) for item in payload.inputs if item is not scores] + outputs)
+
+
+class GraphTransformer(_StageServer):
+    """A stage that is an ONNX graph of its own (`parameters.extra.preprocess.graph`), run on the CPU: its inputs
+    from the request by name -> its outputs, named like the next node's inputs; other inputs pass."""
+
+    role = "transformer"
+    setting = "preprocess"
+
+    def _setup(
+        self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec]
+    ) -> None:
+        import onnxruntime as ort
+
+        stage = getattr(config, self.setting)
+        if not isinstance(stage, GraphStage):
+            raise ProcessingConfigError(
+                f"the {self.role} runs the graph parameters.extra.{self.setting}.graph names: export the model "
+                "with `python -m export convert --split`"
+            )
+        path = (self._folder / stage.graph).resolve()
+        if not path.is_relative_to(self._folder.resolve()) or not path.is_file():
+            raise ProcessingConfigError(
+                f"{self.setting}.graph {stage.graph!r} is not a file inside the model folder {self._folder}: "
+                "export the model again with `python -m export convert --split`"
+            )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # small graphs: the pool runs requests side by side instead
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._inputs, self._outputs = describe(self._session)
+        self._codec = self._decoder(
+            config, [TensorSpec(spec.name, spec.datatype, (DYNAMIC, *spec.shape[1:])) for spec in self._inputs], [], None
+        )
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self._session.run([spec.name for spec in self._outputs], feeds)
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        _check_id(payload)
+        given = {item.name: item for item in payload.inputs}
+        missing = [spec.name for spec in self._inputs if spec.name not in given]
+        if missing:
+            raise InferenceError(f"model {self.name}: send input(s) {missing}, which the {self.role}'s graph takes")
+        feeds = {spec.name: self._codec.decode(given[spec.name]) for spec in self._inputs}
+        answers = await self._on_pool(self._run, feeds)
+        outputs = [encode(spec.name, array, spec.datatype, False) for spec, array in zip(self._outputs, answers)]
+        return self._respond(payload, outputs + [_passed_through(item) for item in payload.inputs if item.name not in feeds])
+
+
+class GraphOutputTransformer(GraphTransformer):
+    """`GraphTransformer` for the stage after the model (`parameters.extra.postprocess.graph`)."""
+
+    role = "output-transformer"
+    setting = "postprocess"
 
 
 def _check_id(payload: InferenceRequest) -> None:

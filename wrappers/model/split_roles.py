@@ -27,6 +27,12 @@ ROLES = {  # role -> (MLServer implementation, the stage settings it keeps)
     "output-transformer": ("wrappers.model.processing_runtime.TopKTransformer", ("postprocess",)),
 }
 STAGE_SETTINGS = ("preprocess", "postprocess")
+# A stage set as {graph: FILE} (export convert --split) is served by these instead
+GRAPH_ROLES = {
+    "transformer": "wrappers.model.processing_runtime.GraphTransformer",
+    "output-transformer": "wrappers.model.processing_runtime.GraphOutputTransformer",
+}
+SPLIT_MODEL = "split_model"  # the graph the model role serves, where the stages were cut out of it
 ROLE_FOLDER_ENV = "SLIPWAY_ROLE_FOLDER"  # where the role's model-settings.json goes (a writable path)
 
 
@@ -50,7 +56,12 @@ def role_settings(model_settings: dict[str, Any], role: str, name: str, artifact
             )
         if stage not in kept:
             extra.pop(stage, None)
+        elif isinstance(extra[stage], dict) and "graph" in extra[stage]:
+            implementation = GRAPH_ROLES[role]
     uri = Path(parameters.get("uri") or "model.onnx")
+    split_model = extra.pop(SPLIT_MODEL, None)
+    if role == MODEL_ROLE and split_model:  # model.onnx holds the stages too: serve the graph between them
+        uri = Path(split_model)
     parameters.update(uri=str(uri if uri.is_absolute() else (artifact / uri).resolve()), extra=extra)
     return {**model_settings, "name": name, "implementation": implementation, "parameters": parameters}
 
