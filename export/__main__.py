@@ -54,6 +54,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from export.keras_load import ModelLoadError, default_name, load_model, read_custom_objects
     from export.onnx_import import ImportCheckError, check_name
     from export.package import check_out_dir, write_artifact
+    from export.split_stages import SplitError, convert_stages, cut_stages, stage_files, stage_settings
     from export.user_source import demo_rows, user_rows
     from slipway.reports import write_report
 
@@ -69,6 +70,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
         with console.status(f"loading {model_path}"):
             model = load_model(model_path, custom_objects=custom, signature=args.signature)
+        stages = cut_stages(model) if args.split else None  # before converting: a model with nothing to cut is refused
         rows = user_rows(args.data, model, what="held-out") if args.data else demo_rows(model, model_path)
         with console.status("converting to ONNX (tf.function -> tf2onnx)"):
             onnx_bytes = model.to_onnx(args.opset).SerializeToString()
@@ -76,20 +78,29 @@ def cmd_convert(args: argparse.Namespace) -> int:
             source_outputs = model.predict(rows.feeds)
             converted = onnx_outputs(onnx_bytes, rows.feeds)
             parity = outputs_parity(source_outputs, converted)
-    except (ModelLoadError, ImportCheckError, UnsupportedOpsError, ParityError) as err:
-        raise UserError(str(err)) from err
-    scale = max(1.0, max(float(np.abs(array).max()) if array.size else 0.0 for array in source_outputs.values()))
-    if not parity.identical_predictions or parity.max_abs_diff > args.parity_tolerance * scale:
-        raise UserError(
-            f"ONNX and {model.format} "
-            + (
-                f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {rows.count} held-out rows"
-                if not parity.identical_predictions
-                else f"answer {rows.count} held-out rows beyond --parity-tolerance"
+        refuse_parity(parity, source_outputs, f"ONNX and {model.format}", rows.count, args.parity_tolerance)
+        split, split_note, extra_files, extra_settings = None, None, None, None
+        if stages is not None:
+            with console.status("cutting the preprocessing and softmax into graphs of their own (--split)"):
+                graphs = convert_stages(stages, rows.feeds, args.opset, args.parity_tolerance)
+                chained = outputs_parity(source_outputs, graphs.chained)
+            refuse_parity(
+                chained, source_outputs, f"the --split stages chained and {model.format}", rows.count, args.parity_tolerance
             )
-            + f", worst at {parity.worst()} (allowed {args.parity_tolerance * scale:.1e}); nothing was written: check the "
-            f"layers feeding {parity.worst_output!r}, or raise --parity-tolerance if the difference is acceptable"
-        )
+            extra_files, extra_settings = stage_files(graphs), stage_settings()
+            split = {
+                "preprocess_layers": stages.pre_layers,
+                "postprocess_layer": stages.post_layer,
+                "stage_max_abs_diff": graphs.stage_diffs,
+                "chained_parity": chained.as_dict(),
+                "files": sorted(extra_files),
+            }
+            split_note = (
+                f"--split: preprocess {stages.pre_layers or 'identity'}, postprocess {stages.post_layer or 'identity'}; "
+                f"the three graphs chained: max abs diff {chained.max_abs_diff:.2e} -> {', '.join(sorted(extra_files))}"
+            )
+    except (ModelLoadError, ImportCheckError, UnsupportedOpsError, ParityError, SplitError) as err:
+        raise UserError(str(err)) from err
     first = converted[model.output_names[0]]
     manifest = write_artifact(
         out,
@@ -98,6 +109,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         example_inputs={key: array[:EXAMPLE_ROWS] for key, array in rows.feeds.items()},
         example_outputs={key: array[:EXAMPLE_ROWS] for key, array in converted.items()},
         example_labels=rows.labels[:EXAMPLE_ROWS] if rows.labels is not None else None,
+        extra_settings=extra_settings,
+        extra_files=extra_files,
     )
     scores_classes = rows.labels is not None and first.ndim == 2 and first.shape[1] > 1
     accuracy = float((first.argmax(axis=1) == rows.labels).mean()) if scores_classes else None
@@ -117,14 +130,33 @@ def cmd_convert(args: argparse.Namespace) -> int:
             "parity": parity.as_dict(),
             "onnx_test_accuracy": accuracy,
             "data_fingerprint": rows.fingerprint,
-        },
+        }
+        | ({"split": split} if split is not None else {}),
     )
     console.print(
         f"ONNX opset {args.opset}: predictions identical on {parity.samples} held-out rows, "
         f"max abs diff {parity.max_abs_diff:.2e}" + (f", accuracy {accuracy:.4f}" if accuracy is not None else "") + f" -> {out}",
         soft_wrap=True,
     )
+    if split_note is not None:
+        console.print(split_note, soft_wrap=True)
     return 0
+
+
+def refuse_parity(parity, source_outputs: dict, what: str, count: int, tolerance: float) -> None:
+    """One line when the converted answers disagree on a top class or differ beyond the tolerance."""
+    scale = max(1.0, max(float(np.abs(array).max()) if array.size else 0.0 for array in source_outputs.values()))
+    if not parity.identical_predictions or parity.max_abs_diff > tolerance * scale:
+        raise UserError(
+            f"{what} "
+            + (
+                f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {count} held-out rows"
+                if not parity.identical_predictions
+                else f"answer {count} held-out rows beyond --parity-tolerance"
+            )
+            + f", worst at {parity.worst()} (allowed {tolerance * scale:.1e}); nothing was written: check the "
+            f"layers feeding {parity.worst_output!r}, or raise --parity-tolerance if the difference is acceptable"
+        )
 
 
 def opset(text: str) -> int:
@@ -184,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="largest abs difference ONNX may show against the model, times max(1, largest output)",
     )
     convert.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset to write (>= {DEFAULT_OPSET})")
+    convert.add_argument(
+        "--split",
+        action="store_true",
+        help="also cut leading preprocessing layers (Rescaling, Normalization, Resizing, CenterCrop) and a trailing "
+        "softmax into ONNX graphs of their own, for render --split cpu-gpu",
+    )
     convert.set_defaults(func=cmd_convert)
 
     variants = commands.add_parser(
