@@ -87,7 +87,8 @@ def check_artifact(folder: Path) -> None:
     if missing:
         raise SplitError(
             f"{folder}/{SETTINGS_FILE} sets no parameters.extra.{' or '.join(missing)}: --split cpu-gpu "
-            "serves decoding and top-k in pods of their own; export the model with both, or render without it"
+            "serves the pre/post stages in pods of their own; set both (`python -m export convert --split` cuts "
+            "them from the model's own preprocessing layers and softmax), or render without it"
         )
 
 

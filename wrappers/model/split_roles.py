@@ -52,7 +52,7 @@ def role_settings(model_settings: dict[str, Any], role: str, name: str, artifact
         if stage in kept and extra.get(stage) is None:
             raise RoleError(
                 f"{artifact}/{SETTINGS_FILE} sets no parameters.extra.{stage}, which the {role} runs: "
-                f"export the model with it, or render without --split"
+                "set it (`python -m export convert --split` writes both stages), or render without --split"
             )
         if stage not in kept:
             extra.pop(stage, None)
