@@ -194,3 +194,30 @@ def test_a_model_with_nothing_to_cut_is_refused_in_one_line_naming_its_first_lay
     assert "has nothing --split can cut: its first layer 'score' (Dense) is not one of Rescaling" in message, message
     assert "trailing softmax" in message and "without --split" in message and "\n" not in message
     assert not (tmp_path / "out").exists()
+
+
+def test_render_split_cpu_gpu_takes_the_artifact_and_gives_each_pod_its_role(split_artifact):
+    from deployments.records import ModelVersion
+    from slipway.artifact import read_manifest
+    from tests.deployments.rendering import rendering
+
+    artifact = split_artifact["artifact"]
+    version = ModelVersion.model_validate(
+        {
+            "name": "image",
+            "version": "1",
+            "uri": "s3://slipway-models/image/1",
+            "digest": read_manifest(artifact).digest,
+            "tags": [],
+            "created_at": "2026-01-01T00:00:00Z",
+            "local_dir": str(artifact),  # render checks the artifact has both stages (deployments.split.check_artifact)
+        }
+    )
+    rendered = rendering(split_mode="cpu-gpu")("cpu", model=version)
+    post = rendered.seldon_deployment["spec"]["predictors"][0]["graph"]
+    pre = post["children"][0]
+    assert [(n["name"], n["type"]) for n in (post, pre, pre["children"][0])] == [
+        ("image-post", "OUTPUT_TRANSFORMER"),
+        ("image-pre", "TRANSFORMER"),
+        ("image", "MODEL"),
+    ]
