@@ -81,7 +81,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         refuse_parity(parity, source_outputs, f"ONNX and {model.format}", rows.count, args.parity_tolerance)
         split, split_note, extra_files, extra_settings = None, None, None, None
         if stages is not None:
-            with console.status("cutting the preprocessing and softmax into graphs of their own (--split)"):
+            with console.status("cutting the preprocessing and softmax/argmax into graphs of their own (--split)"):
                 graphs = convert_stages(stages, rows.feeds, args.opset, args.parity_tolerance)
                 chained = outputs_parity(source_outputs, graphs.chained)
             refuse_parity(
@@ -90,13 +90,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
             extra_files, extra_settings = stage_files(graphs), stage_settings()
             split = {
                 "preprocess_layers": stages.pre_layers,
-                "postprocess_layer": stages.post_layer,
+                "postprocess_layers": stages.post_layers,
                 "stage_max_abs_diff": graphs.stage_diffs,
                 "chained_parity": chained.as_dict(),
                 "files": sorted(extra_files),
             }
             split_note = (
-                f"--split: preprocess {stages.pre_layers or 'identity'}, postprocess {stages.post_layer or 'identity'}; "
+                f"--split: preprocess {stages.pre_layers or 'identity'}, postprocess {stages.post_layers or 'identity'}; "
                 f"the three graphs chained: max abs diff {chained.max_abs_diff:.2e} -> {', '.join(sorted(extra_files))}"
             )
     except (ModelLoadError, ImportCheckError, UnsupportedOpsError, ParityError, SplitError) as err:
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--split",
         action="store_true",
         help="also cut leading preprocessing layers (Rescaling, Normalization, Resizing, CenterCrop) and a trailing "
-        "softmax into ONNX graphs of their own, for render --split cpu-gpu",
+        "softmax/argmax into ONNX graphs of their own, for render --split cpu-gpu",
     )
     convert.set_defaults(func=cmd_convert)
 

@@ -1,17 +1,19 @@
-"""`export convert --split`: a Keras model's own preprocessing and softmax cut into ONNX graphs of their own.
+"""`export convert --split`: a Keras model's own preprocessing and softmax/argmax cut into ONNX graphs of their own.
 
 The CPU/GPU split (`render --split cpu-gpu`) serves the stages before and after the model in CPU pods of
 their own. Many users keep those stages inside the model: a chain of preprocessing layers right after its
-input (`Rescaling`, `Normalization`, `Resizing`, `CenterCrop`) and a softmax at its end (a `Softmax` or
-softmax `Activation` layer, or a `Dense(activation="softmax")`). Here the model is cut into three Keras
-models sharing its layers and weights: the preprocessing chain, the rest (a softmax Dense keeps its
-logits, the softmax goes), and the softmax. Each is converted like the whole model (`LoadedModel.to_onnx`)
-and checked against Keras on the user's rows (each stage on the answers of the Keras stage before it),
-then the three ONNX graphs chained are checked against the whole Keras model. A side with nothing to cut
-becomes an Identity graph, so the split always has both CPU stages.
+input (`Rescaling`, `Normalization`, `Resizing`, `CenterCrop`) and a softmax and/or argmax at its end (a
+`Softmax` or softmax `Activation` layer, or a `Dense(activation="softmax")`; `keras.ops.argmax`, and an
+integer cast of it). Here the model is cut into three Keras models sharing its layers and weights: the
+preprocessing chain, the rest (a softmax Dense keeps its logits, the softmax goes), and the tail. Each is
+converted like the whole model (`LoadedModel.to_onnx`) and checked against Keras on the user's rows (each
+stage on the answers of the Keras stage before it), then the three ONNX graphs chained are checked against
+the whole Keras model. A side with nothing to cut becomes an Identity graph, so the split always has both
+CPU stages.
 
-The tensors between the stages are named `<input>_preprocessed` and `<output>_logits` (`<output>_core`
-without a softmax): Seldon's executor hands each node's outputs on as the next node's inputs by name.
+The tensors between the stages are named `<input>_preprocessed` and `<output>_logits` (`<output>_scores`
+before an argmax without a softmax, `<output>_core` with no tail): Seldon's executor hands each node's
+outputs on as the next node's inputs by name.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from export.keras_load import LoadedModel
 from export.measure import Feeds
 
 PREPROCESSING_LAYERS = ("Rescaling", "Normalization", "Resizing", "CenterCrop")
+SOFTMAX_KINDS = ("Softmax", "Activation", "Dense")
 PRE_FILE, SPLIT_MODEL_FILE, POST_FILE = "preprocess.onnx", "split-model.onnx", "postprocess.onnx"
 
 
@@ -42,7 +45,7 @@ class Stages:
     core: LoadedModel
     post: LoadedModel
     pre_layers: list[str]
-    post_layer: str | None
+    post_layers: list[str]  # the softmax layer and/or the argmax (and its cast) cut after the model
 
 
 @dataclass
@@ -99,7 +102,8 @@ def cut_stages(model: LoadedModel) -> Stages:
             f"({model.format}, inputs {[spec.name for spec in model.inputs]}, outputs {model.output_names}) is not "
             "one: convert it without --split"
         )
-    layers = [layer for layer in whole.layers if not isinstance(layer, keras.layers.InputLayer)]
+    operations = getattr(whole, "operations", None) or whole.layers  # layers and ops (keras.ops.argmax) alike
+    layers = [layer for layer in operations if not isinstance(layer, keras.layers.InputLayer)]
     tensor, pre_layers, first = symbolic_inputs[0], [], None
     while True:
         users = [layer for layer in layers if any(item is tensor for item in _inputs_of(layer))]
@@ -108,28 +112,42 @@ def cut_stages(model: LoadedModel) -> Stages:
             break
         pre_layers.append(users[0])
         tensor = users[0].output
-    last: Any = next((layer for layer in layers if _output_of(layer) is symbolic_outputs[0]), None)
-    axis = _softmax_axis(last) if last is not None and last not in pre_layers else None
-    if axis is not None and len(_inputs_of(last)) != 1:
-        axis = None
-    if not pre_layers and axis is None:
+
+    def producer(of) -> Any:
+        return next((layer for layer in layers if layer not in pre_layers and _output_of(layer) is of), None)
+
+    # the tail, read backwards from the output: [an int cast of] an argmax, then a softmax before it
+    tail: list[Any] = []
+    core_end = symbolic_outputs[0]
+    last: Any = producer(core_end)
+    if _kind(last) == "Cast" and _kind(producer(_single_input(last))) == "Argmax":
+        tail.insert(0, last)
+        core_end = _single_input(last)
+        last = producer(core_end)
+    if _kind(last) == "Argmax" and _single_input(last) is not None:
+        tail.insert(0, last)
+        core_end = _single_input(last)
+        last = producer(core_end)
+    axis = _softmax_axis(last) if _kind(last) in SOFTMAX_KINDS and _single_input(last) is not None else None
+    if axis is not None:
+        core_end = last.input
+    if not pre_layers and not tail and axis is None:
         described = f"{first.name!r} ({type(first).__name__})" if first is not None else "none"
         ending = f"{last.name!r} ({type(last).__name__})" if last is not None else "unknown"
         raise SplitError(
             f"{model.path} has nothing --split can cut: its first layer {described} is not one of "
-            f"{', '.join(PREPROCESSING_LAYERS)} and its last {ending} applies no softmax; --split needs leading "
-            "preprocessing layers or a trailing softmax (Softmax, or Dense/Activation with activation='softmax'): "
-            "convert it without --split"
+            f"{', '.join(PREPROCESSING_LAYERS)} and its last {ending} is no softmax or argmax; --split needs leading "
+            "preprocessing layers or a trailing softmax (Softmax, or Dense/Activation with activation='softmax') "
+            "or keras.ops.argmax: convert it without --split"
         )
     input_name, output_name = model.inputs[0].name, model.output_names[0]
     between_in = f"{input_name}_preprocessed"
-    between_out = f"{output_name}_logits" if axis is not None else f"{output_name}_core"
+    between_out = f"{output_name}_logits" if axis is not None else f"{output_name}_scores" if tail else f"{output_name}_core"
 
     pre_in = keras.Input(tuple(symbolic_inputs[0].shape[1:]), dtype=symbolic_inputs[0].dtype, name=input_name)
     pre_body = keras.Model(symbolic_inputs[0], tensor, name="preprocess_layers")(pre_in) if pre_layers else pre_in
     pre = keras.Model(pre_in, keras.layers.Identity(name=between_in)(pre_body), name="preprocess")
 
-    core_end = last.input if axis is not None else symbolic_outputs[0]
     core_in = keras.Input(tuple(tensor.shape[1:]), dtype=tensor.dtype, name=between_in)
     core_body = keras.Model(tensor, core_end, name="model_layers")(core_in) if core_end is not tensor else core_in
     if axis is not None and type(last).__name__ == "Dense":  # its logits stay in the model, its softmax goes
@@ -143,17 +161,33 @@ def cut_stages(model: LoadedModel) -> Stages:
     core = keras.Model(core_in, core_out, name="model")
 
     post_in = keras.Input(tuple(core_out.shape[1:]), dtype=core_out.dtype, name=between_out)
-    post_layer = (
-        keras.layers.Softmax(axis=axis, name=output_name) if axis is not None else keras.layers.Identity(name=output_name)
-    )
-    post = keras.Model(post_in, post_layer(post_in), name="postprocess")
+    post_out = keras.layers.Softmax(axis=axis, name=f"{output_name}_softmax")(post_in) if axis is not None else post_in
+    for operation in tail:  # made anew (they hold no weights): the model's own keep names the output may take
+        post_out = (
+            keras.ops.argmax(post_out, axis=operation.axis, keepdims=operation.keepdims)
+            if _kind(operation) == "Argmax"
+            else keras.ops.cast(post_out, operation.dtype)
+        )
+    post = keras.Model(post_in, keras.layers.Identity(name=output_name)(post_out), name="postprocess")
     return Stages(
         _loaded(model, pre),
         _loaded(model, core),
         _loaded(model, post),
         [layer.name for layer in pre_layers],
-        last.name if axis is not None and last is not None else None,
+        ([last.name] if axis is not None else []) + [operation.name for operation in tail],
     )
+
+
+def _kind(operation) -> str | None:
+    return type(operation).__name__ if operation is not None else None
+
+
+def _single_input(operation):
+    """The one tensor an operation was called on, or None (several inputs, or called more than once)."""
+    if operation is None:
+        return None
+    inputs = _inputs_of(operation)
+    return inputs[0] if len(inputs) == 1 else None
 
 
 def _loaded(model: LoadedModel, keras_model) -> LoadedModel:

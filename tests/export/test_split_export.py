@@ -66,7 +66,7 @@ def test_the_artifact_records_the_cut_stages_beside_the_whole_model(split_artifa
         "postprocess.onnx": (["digit_logits"], ["digit"]),
     }
     split = report["split"]
-    assert split["preprocess_layers"] == ["rescale", "normalize", "resize", "crop"] and split["postprocess_layer"] == "digit"
+    assert split["preprocess_layers"] == ["rescale", "normalize", "resize", "crop"] and split["postprocess_layers"] == ["digit"]
     assert set(split["files"]) == SPLIT_FILES and split["chained_parity"]["identical_predictions"]
     assert split["chained_parity"]["max_abs_diff"] < 1e-5 and max(split["stage_max_abs_diff"].values()) < 1e-4
 
@@ -162,10 +162,32 @@ def test_a_softmax_dense_without_preprocessing_is_cut_at_its_logits_with_an_iden
     model.save(tmp_path / "mlp.keras")
     loaded = load_model(tmp_path / "mlp.keras")
     stages = cut_stages(loaded)
-    assert (stages.pre_layers, stages.post_layer) == ([], "answer")
+    assert (stages.pre_layers, stages.post_layers) == ([], ["answer"])
     assert stages.core.output_names == ["answer_logits"] and stages.post.output_names == ["answer"]
     graphs = convert_stages(stages, rows, DEFAULT_OPSET, 1e-3)
     np.testing.assert_allclose(graphs.chained["answer"], np.asarray(model(rows["row"], training=False)), atol=1e-6)
+
+
+def test_a_trailing_argmax_is_cut_with_the_softmax_before_it(tmp_path):
+    import keras
+
+    from export.convert import DEFAULT_OPSET
+    from export.keras_load import load_model
+    from export.split_stages import convert_stages, cut_stages
+
+    inputs = keras.Input((6,), name="row")
+    scores = keras.layers.Dense(4, activation="softmax", name="scores")(keras.layers.Dense(8, activation="relu")(inputs))
+    keras.Model(inputs, keras.ops.cast(keras.ops.argmax(scores, axis=-1), "int64")).save(tmp_path / "labels.keras")
+    loaded = load_model(tmp_path / "labels.keras")
+    stages = cut_stages(loaded)
+    assert stages.post_layers[0] == "scores" and len(stages.post_layers) == 3  # the softmax, the argmax, its cast
+    [output] = loaded.output_names
+    assert stages.core.output_names == [f"{output}_logits"] and stages.post.output_names == [output]
+    rows = {"row": np.random.default_rng(0).normal(0, 2, (32, 6)).astype(np.float32)}
+    graphs = convert_stages(stages, rows, DEFAULT_OPSET, 1e-3)
+    labels = graphs.chained[output]
+    assert labels.dtype == np.int64 and labels.shape == (32,)
+    np.testing.assert_array_equal(labels, loaded.predict(rows)[output])
 
 
 def test_a_model_with_nothing_to_cut_is_refused_in_one_line_naming_its_first_layer(tmp_path, monkeypatch):
