@@ -1,13 +1,14 @@
 """`render --split cpu-gpu`: the CPU stages and the model as three graph nodes, each in pods of its own.
 
 One predictor, a Seldon graph run by Seldon's executor over V2 REST: OUTPUT_TRANSFORMER (top-k) -> TRANSFORMER
-(decode, resize, normalise) -> MODEL. Seldon Core 1.17.1's executor chains V2 nodes over REST only (its V2 gRPC
-client implements no transform calls), renaming each answer's `outputs` to the next request's `inputs`, and
-calls every node by the model name in the client's path (`/v2/models/<model>/infer`): so each pod serves the
-artifact under the model's own name, in its role, while the graph nodes (and containers) are named apart.
-Each node is a componentSpec, so a Deployment and an autoscaler of its own: the model's keeps the overlay's
-resources, placement and autoscaler (GPUs on the GPU overlay); the two CPU ones get CPU requests and a
-CPU-utilization HPA (`wrappers.model.split_roles` runs each role). Applied to a pinned predictor, after GPU placement.
+(decode, resize, normalise) -> MODEL, or the graphs `export convert --split` cut from the model's own layers.
+Seldon Core 1.17.1's executor chains V2 nodes over REST only (its V2 gRPC client implements no transform calls),
+renaming each answer's `outputs` to the next request's `inputs`, and calls every node by the model name in the
+client's path (`/v2/models/<model>/infer`): so each pod serves the artifact under the model's own name, in its
+role, while the graph nodes (and containers) are named apart. Each node is a componentSpec, so a Deployment and an
+autoscaler of its own: the model's keeps the overlay's resources, placement and autoscaler (GPUs on the GPU
+overlay); the two CPU ones get CPU requests and a CPU-utilization HPA (`wrappers.model.split_roles` runs each
+role). Applied to a pinned predictor, after GPU placement.
 """
 
 from __future__ import annotations

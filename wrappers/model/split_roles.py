@@ -4,6 +4,9 @@ A pod of the split form (`render --split cpu-gpu`) runs `python -m wrappers.mode
 the artifact's model-settings.json is rewritten for the role into a folder of its own (the artifact stays
 as published and verified), then served by Slipway's launcher. The model role serves the graph without
 the CPU stages, which the two transformers (`wrappers.model.processing_runtime`) serve in their own pods.
+Stages `export convert --split` cut from the model's own layers are ONNX graphs (`{graph: FILE}`): the
+transformers run those (`GraphTransformer`, `GraphOutputTransformer`) and the model role serves
+`parameters.extra.split_model`, the graph between them, in place of model.onnx, which holds all three.
 """
 
 from __future__ import annotations
