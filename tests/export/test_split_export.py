@@ -41,7 +41,7 @@ def split_artifact(tmp_path_factory):
 def test_the_artifact_records_the_cut_stages_beside_the_whole_model(split_artifact):
     import onnxruntime as ort
 
-    from deployments.split import check_artifact
+    from deployments.render.split import check_artifact
     from slipway.artifact import SETTINGS_FILE, verify_artifact
     from slipway.runtime_settings import parse_runtime_settings
 
@@ -219,7 +219,7 @@ def test_a_model_with_nothing_to_cut_is_refused_in_one_line_naming_its_first_lay
 
 
 def test_render_split_cpu_gpu_takes_the_artifact_and_gives_each_pod_its_role(split_artifact):
-    from deployments.records import ModelVersion
+    from deployments.render.records import ModelVersion
     from slipway.artifact import read_manifest
     from tests.deployments.rendering import rendering
 
@@ -232,7 +232,7 @@ def test_render_split_cpu_gpu_takes_the_artifact_and_gives_each_pod_its_role(spl
             "digest": read_manifest(artifact).digest,
             "tags": [],
             "created_at": "2026-01-01T00:00:00Z",
-            "local_dir": str(artifact),  # render checks the artifact has both stages (deployments.split.check_artifact)
+            "local_dir": str(artifact),  # render checks the artifact has both stages (deployments.render.split.check_artifact)
         }
     )
     rendered = rendering(split_mode="cpu-gpu")("cpu", model=version)
