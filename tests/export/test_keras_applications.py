@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.export import keras_corpus
+from benchmarks import corpus_models as keras_corpus
 
 pytestmark = pytest.mark.slow
 

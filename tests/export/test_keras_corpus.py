@@ -1,6 +1,6 @@
 """Every common shape of Keras model converts with its own names and answers as Keras does, or is refused in one line.
 
-The corpus (tests/export/keras_corpus.py) is built once per run, tiny and with random
+The corpus (benchmarks/corpus_models.py) is built once per run, tiny and with random
 weights, saved as .keras and converted by `python -m export convert` in this process;
 the ONNX graphs are then checked against the in-memory Keras models on the same rows, and
 the dict-I/O model (with the GRU, LSTM, custom-layer, bool-input and mixed-dtype ones) is served by MLServer and asked
@@ -19,9 +19,9 @@ import numpy as np
 import onnx
 import pytest
 
+from benchmarks import corpus_models as keras_corpus
 from export.__main__ import EXAMPLE_ROWS
 from tests.conftest import run_module
-from tests.export import keras_corpus
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,8 @@
 """The shapes of trained Keras model users bring, each built tiny with random weights (nothing downloaded).
 
+The export tests (tests/export/test_keras_corpus.py, test_keras_applications.py) convert and serve them;
+`python -m benchmarks keras-corpus` (benchmarks/keras_corpus.py) times their conversion and their variants.
+
 Every builder returns the model and a dict of rows named like its inputs: the .npz a user
 would pass as --data. Weights are random; only the Normalization layer is adapted (on
 the images it would be trained on), as a user's preprocessing is. The custom-layer model takes its layer
@@ -281,6 +284,8 @@ def import_source(path, module_name: str):
     import sys
 
     spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path} as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
