@@ -28,7 +28,7 @@ STORE        ?= model-store
 KEEP         ?= 5
 
 .PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
-.PHONY: export import profile bench-export bench-slim
+.PHONY: export import profile bench-export bench-slim bench-keras
 
 # export variants, import, profile, bench-export
 MODEL        ?= digits
@@ -141,6 +141,11 @@ bench-export: setup ## digits + MobileNetV2 variants in one run (under the bench
 
 bench-slim: setup ## MobileNetV2 at half the channels vs whole, batch 32 (under the bench lock) -> reports/bench-slim.* + docs/benchmarks.md
 	flock $(BENCH_LOCK) $(SLIPWAY) export bench-slim $(BENCH_SLIM_ARGS)
+
+# The Keras corpus (benchmarks/corpus_models.py): each model converted, made into fp32/int8/fp16 and timed on the CPU.
+BENCH_KERAS_ARGS ?=
+bench-keras: setup ## every Keras corpus model: convert time, parity, ONNX size, rows/s per variant, the chosen one -> reports/keras-corpus.* + docs/benchmarks.md
+	flock $(BENCH_LOCK) $(SLIPWAY) bench-keras $(BENCH_KERAS_ARGS)
 
 test: setup setup-torch tools dashboard-schema image-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -1,12 +1,13 @@
 """`python -m benchmarks`: how fast Slipway's runtime serves (`serving`, `make bench`), against KServe and PyTriton
 (`peers`, `make bench-peers`), one model on CPU vs CUDA vs TensorRT (`gpu`, `make bench-gpu`), and one front end
-vs N (`frontends`), this tree's runtime vs another commit's (`against`), and what one large JSON request costs in
-memory (`body-memory`). `slipway bench`, `slipway bench-peers`
-and `slipway bench-gpu` run the same commands."""
+vs N (`frontends`), this tree's runtime vs another commit's (`against`), what one large JSON request costs in
+memory (`body-memory`), and every Keras corpus model through the export path (`keras-corpus`, `make bench-keras`).
+`slipway bench`, `slipway bench-peers`, `slipway bench-gpu` and `slipway bench-keras` run the same commands."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -237,6 +238,32 @@ def cmd_against(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keras_corpus(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from benchmarks import keras_corpus
+    from slipway.paths import REPORTS_DIR
+    from slipway.readme import BENCHMARKS_PAGE, replace_section
+    from slipway.reports import write_report
+
+    keras_corpus.check_arguments(args)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("keras-corpus", total=keras_corpus.steps(args))
+        payload = keras_corpus.run(args, on_step=lambda steps=1: progress.advance(task, steps))
+    path = write_report(args.report, payload)
+    payload = json.loads(path.read_text())  # stamped with the time and the machine
+    keras_corpus.plot(payload, path.with_suffix(".png"))
+    table = keras_corpus.markdown(payload)
+    if args.update_docs and args.report == "keras-corpus" and replace_section(BENCHMARKS_PAGE, "keras-corpus", table):
+        console.print(f"table in {BENCHMARKS_PAGE} updated from {path}")
+    sys.stdout.write(table)
+    console.print(f"report {path}, plot {REPORTS_DIR / path.with_suffix('.png').name}")
+    failed = [entry["model"] for entry in payload["models"] if "convert_error" in entry or "variants_error" in entry]
+    for name in failed:
+        console.print(f"[red]{name}: not measured (see the table)[/]")
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m benchmarks", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -339,6 +366,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     body_memory_arguments(body_memory)
     body_memory.set_defaults(func=cmd_body_memory)
+    from benchmarks.keras_corpus import add_arguments as keras_corpus_arguments
+
+    corpus = commands.add_parser(
+        "keras-corpus",
+        help="every Keras corpus model: conversion time, parity, ONNX size, fp32/int8/fp16 rows/s, the chosen variant "
+        "(reports/keras-corpus.json)",
+    )
+    keras_corpus_arguments(corpus)
+    corpus.set_defaults(func=cmd_keras_corpus)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -66,6 +66,12 @@ SUBCOMMANDS = (
     ),
     Subcommand("bench-peers", "benchmarks", ("peers",), "Slipway's runtime vs KServe vs PyTriton, one client (make bench-peers)"),
     Subcommand("bench-gpu", "benchmarks", ("gpu",), "CPU vs CUDA vs TensorRT on this machine's GPU (make bench-gpu)"),
+    Subcommand(
+        "bench-keras",
+        "benchmarks",
+        ("keras-corpus",),
+        "every Keras corpus model: convert time, parity, size, rows/s per variant (make bench-keras)",
+    ),
     Subcommand("summary", "slipway", ("summary",), "what each step of the demo produced, from reports/"),
 )
 

@@ -1,6 +1,6 @@
 """The measured sections of the docs' benchmarks page, refreshed in place by the targets that measure them.
 
-`make bench`, `make bench-peers`, `make bench-gpu`, `make bench-export` and `make tune-check` each own the
+`make bench`, `make bench-peers`, `make bench-gpu`, `make bench-export`, `make bench-keras` and `make tune-check` each own the
 text between `<!-- NAME:start -->` and `<!-- NAME:end -->` in docs/benchmarks.md, so a re-run on a quieter machine
 updates the figures without touching the prose around them. (The README once held these sections;
 the module keeps its name so that the commands' imports stay as they were.)
