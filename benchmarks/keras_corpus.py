@@ -334,7 +334,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="corpus models to run (default: all; app-* are keras.applications)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per model (default 3)")
-    parser.add_argument("--seconds", type=float, default=0.5, help="seconds per variant, batch and round (default 0.5)")
+    parser.add_argument("--seconds", type=float, default=0.2, help="seconds per variant, batch and round (default 0.2)")
     parser.add_argument(
         "--export-rounds", type=int, default=3, help="`export variants --measure-rounds`: its own timing for its choice"
     )
