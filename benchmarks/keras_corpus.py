@@ -165,8 +165,11 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, on_step: Callab
     common = [str(keras_path), "--data", str(rows_path), "--name", name, *options]
     seconds, convert, error = run_export(["convert", *common, "--out", str(folder / "artifact")], folder / "reports", "convert")
     on_step()
-    entry: dict[str, Any] = {"model": name, "rows": len(next(iter(rows.values()))), "inputs": {}}
-    entry["inputs"] = {key: {"dtype": str(array.dtype), "shape": ["N", *array.shape[1:]]} for key, array in rows.items()}
+    entry: dict[str, Any] = {
+        "model": name,
+        "rows": len(next(iter(rows.values()))),
+        "inputs": {key: {"dtype": str(array.dtype), "shape": ["N", *array.shape[1:]]} for key, array in rows.items()},
+    }
     if convert is None:
         entry["convert_error"] = error
         on_step(args.rounds + 1)
