@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.export import keras_corpus
+from benchmarks import corpus_models as keras_corpus
 
 pytestmark = pytest.mark.slow
 
