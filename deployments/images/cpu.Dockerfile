@@ -1,10 +1,12 @@
 # Slipway's CPU serving image: MLServer + Slipway's ONNX runtime (the `wrappers` package) + onnxruntime.
 # Only the `serve` extra is installed: no TensorFlow, no training code. Build from the repository root:
 #   docker build -f deployments/images/cpu.Dockerfile -t slipway/mlserver-onnx:0.1.0 .
-# `make image` builds it without a Docker engine (buildah) on a Python 3.11 base made from Debian bookworm's packages
-# (deployments/rollout/image_build.py), passed as BASE_IMAGE; the default is the public image that any other build pulls.
-ARG BASE_IMAGE=python:3.11.14-slim-bookworm
-FROM ${BASE_IMAGE} AS build
+# Both stages start from `base`, the public image any other build pulls. `make image` builds it without a Docker
+# engine (buildah) on a Python 3.11 base made from Debian bookworm's packages instead (deployments/rollout/
+# image_build.py), put in place of this first FROM (`buildah build --from`): the tag stays written here, pinned.
+FROM python:3.11.14-slim-bookworm AS base
+
+FROM base AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # The CA bundle pip trusts where the builder's network needs its own (`make image` mounts the host's for the RUN steps
 # only and names it here): an argument of this stage, so it is in no layer of the image.
@@ -19,7 +21,7 @@ RUN python -m venv /opt/slipway \
  && /opt/slipway/bin/pip install -c constraints.txt ".[serve]" \
  && /opt/slipway/bin/pip check
 
-FROM ${BASE_IMAGE}
+FROM base
 LABEL org.opencontainers.image.title="slipway-mlserver-onnx" \
       org.opencontainers.image.description="MLServer with Slipway's ONNX Runtime runtime (CPU)"
 COPY --from=build /opt/slipway /opt/slipway

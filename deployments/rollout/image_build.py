@@ -1,8 +1,8 @@
 """`make image` and `make push` without a Docker engine: buildah builds deployments/images/cpu.Dockerfile.
 
-The Dockerfile's base (BASE_IMAGE, by default the public python:3.11 slim image) is made here instead of pulled:
+The Dockerfile's base (its first FROM, the public python:3.11 slim image) is made here instead of pulled:
 mmdebstrap writes a root filesystem of Debian bookworm's packages (Python 3.11, venv, CA certificates, passwd for
-useradd), buildah imports it as a local image, and the build is given that image as BASE_IMAGE. The base's tarball and
+useradd), buildah imports it as a local image, and the build puts that image in place of the first FROM (`--from`). The base's tarball and
 buildah's store (with every layer the build cached, `--layers`) live under ~/.cache/slipway/images, so a second build
 reuses both. `push` copies a built image to any registry with the user's credentials (`buildah login` or
 `docker login` wrote them), TLS verified everywhere but on loopback.
@@ -32,7 +32,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # pip's HTTPS, groupadd/useradd; nothing else (mmdebstrap's minbase variant: Essential packages and apt).
 BASE_PACKAGES = ("python3.11", "python3.11-venv", "python-is-python3", "ca-certificates", "passwd")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Where the Dockerfiles take their base from (their ARG BASE_IMAGE default): what `--gpu` reports when it cannot
+# Where the Dockerfiles take their base from (their first FROM): what `--gpu` reports when it cannot
 GPU_BASE = "docker.io/nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 BUILD_TIMEOUT_S = 1800.0
@@ -189,8 +189,8 @@ def build_cpu(tag: str, *, cache: Path = CACHE_DIR, timeout: float = BUILD_TIMEO
         "--isolation",
         "chroot",
         "--pull=never",
-        "--build-arg",
-        f"BASE_IMAGE={base_tag()}",
+        "--from",  # in place of the Dockerfile's first FROM (the public image, its `base` stage)
+        base_tag(),
         "--file",
         str(IMAGES_DIR / "cpu.Dockerfile"),
         "--tag",
