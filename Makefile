@@ -27,7 +27,7 @@ PYTEST_WORKERS ?= 2
 STORE        ?= model-store
 KEEP         ?= 5
 
-.PHONY: help setup setup-torch tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
+.PHONY: help setup setup-torch tools node-tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
 .PHONY: export import profile bench-export bench-slim bench-keras
 
 # export variants, import, profile, bench-export
@@ -147,7 +147,7 @@ BENCH_KERAS_ARGS ?=
 bench-keras: setup ## every Keras corpus model: convert time, parity, ONNX size, rows/s per variant, the chosen one -> reports/keras-corpus.* + docs/benchmarks.md
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-keras $(BENCH_KERAS_ARGS)
 
-test: setup setup-torch tools dashboard-schema image-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
+test: setup setup-torch tools dashboard-schema image-tools node-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 .PHONY: lint test-fast
@@ -347,6 +347,20 @@ image-tools: ## install the daemonless image builder (buildah, skopeo, umoci, mm
 	    echo "make $@: $$missing not installed and apt-get cannot run here as root: install $(IMAGE_TOOLS) with your package manager" >&2; exit 2; fi; \
 	  echo "installing $$missing from Debian's packages"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(IMAGE_TOOLS) >/dev/null; \
+	fi
+
+# a real node's runtime (deployments/cluster/node.py): containerd 1.6, runc 1.1 and the CNI plugins from Debian's packages
+NODE_TOOLS := containerd runc ctr containerd-shim-runc-v2
+NODE_PACKAGES := containerd runc containernetworking-plugins
+
+node-tools: ## install a real node's runtime (containerd, runc, the CNI plugins) from Debian's packages (as root, once)
+	@missing="$$(for tool in $(NODE_TOOLS); do command -v $$tool >/dev/null || echo $$tool; done; \
+	  for plugin in bridge host-local loopback; do [ -x /usr/lib/cni/$$plugin ] || [ -x /opt/cni/bin/$$plugin ] || echo cni-$$plugin; done | xargs)"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "make $@: $$missing not installed and apt-get cannot run here as root: install $(NODE_PACKAGES) with your package manager" >&2; exit 2; fi; \
+	  echo "installing $(NODE_PACKAGES) from Debian's packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES) >/dev/null; \
 	fi
 
 image: setup image-tools ## build the CPU serving image without a Docker engine (buildah; base from Debian's packages, cached in ~/.cache/slipway/images); says why the GPU one cannot be built here

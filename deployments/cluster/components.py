@@ -41,6 +41,7 @@ class Component:
     # files the control plane reads at start, copied from a module into the cache: (module, path in it) -> name
     files: dict[tuple[str, str], str] = field(default_factory=dict)
     test_tool: bool = False  # run by the tests, not part of the running cluster: `make cluster` does not build it
+    node: bool = False  # a real node's part: built by `make cluster-build` and `make cluster NODE=real`, not by kwok's
 
 
 def _kubernetes_ldflags() -> tuple[str, ...]:
@@ -70,6 +71,16 @@ COMPONENTS: tuple[Component, ...] = (
             GoBinary(name, f"k8s.io/kubernetes/cmd/{name}", _kubernetes_ldflags())
             for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
         ),
+    ),
+    # The real node's kubelet (deployments/cluster/node.py), from the same k8s.io/kubernetes module and go.sum as the
+    # control plane's binaries, in a cache folder of its own: a kwok-only `make cluster` neither builds it nor
+    # rebuilds the control plane's folder when it is added.
+    Component(
+        "kubelet",
+        KUBERNETES_VERSION,
+        GO_DIR / "kubernetes",
+        (GoBinary("kubelet", "k8s.io/kubernetes/cmd/kubelet", _kubernetes_ldflags()),),
+        node=True,
     ),
     Component(
         "kwok",
@@ -179,7 +190,8 @@ KSERVE_CRDS = Component(
 )
 COMPONENTS += (KSERVE_CRDS,)
 
-CLUSTER_COMPONENTS = tuple(component for component in COMPONENTS if not component.test_tool)
+CLUSTER_COMPONENTS = tuple(component for component in COMPONENTS if not component.test_tool and not component.node)
+NODE_COMPONENTS = tuple(component for component in COMPONENTS if component.node)
 
 SELDON_FILES = {
     # the operator's own CRD install (`kustomize build config/crd`): the bases plus the patch that spells out
