@@ -293,9 +293,10 @@ secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_A
 
 # --- the local control plane (deployments/cluster): real kube-apiserver, kwok, the Seldon operator ---
 CLUSTER_PORT ?= 16443
+NODE         ?=
 
-cluster: setup ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=); builds it from Go modules the first time
-	$(SLIPWAY) cluster up --port $(CLUSTER_PORT)
+cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers); builds it from Go modules the first time
+	$(SLIPWAY) cluster up --port $(CLUSTER_PORT) $(if $(filter real,$(NODE)),--real-node)
 
 cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them)
 	$(SLIPWAY) cluster build

@@ -19,13 +19,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     from deployments.cluster.build import BuildError
     from deployments.cluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
     from deployments.cluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
+    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from deployments.cluster.objects import NODES
     from deployments.rollout.storage_secret import DEFAULT_SECRET
 
     began = time.monotonic()
     try:
         with console.status("starting the local cluster") as status:
-            state = up(_folder(args), api_port=args.port, on_step=lambda step: status.update(step))
+            state = up(_folder(args), api_port=args.port, real_node=args.real_node, on_step=lambda step: status.update(step))
     except (ClusterError, BuildError) as err:
         raise UserError(str(err)) from err
     console.print(
@@ -35,6 +36,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"{len(state.processes)} processes, logs in {state.folder / 'logs'}",
         soft_wrap=True,
     )
+    if "unavailable" in state.node:  # one line, and the kwok cluster is up regardless
+        console.print(f"[yellow]no real node[/]: {state.node['unavailable']}", soft_wrap=True)
+    elif state.node:
+        console.print(
+            f"real node {state.node['name']} Ready: kubelet {KUBERNETES_VERSION}, {state.node['containerd']}, "
+            f"{state.node['runc']}; pods on {state.node['subnet']} (bridge {state.node['bridge']}); only pods that "
+            f"tolerate the taint {NODE_LABEL}={NODE_LABEL_VALUE}:NoSchedule land there",
+            soft_wrap=True,
+        )
     console.print(
         f"namespace {MODEL_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
         f"the model there and deploys it while the cluster runs; kubectl: export KUBECONFIG={state.kubeconfig}",
@@ -157,6 +167,12 @@ def add_command(commands) -> None:
                 type=int,
                 default=DEFAULT_API_PORT,
                 help=f"the API server's port on 127.0.0.1 (default {DEFAULT_API_PORT})",
+            )
+            action.add_argument(
+                "--real-node",
+                action="store_true",
+                help="also one node that runs containers (kubelet, containerd, runc, CNI bridge; as root), tainted so "
+                "that only pods tolerating it land there (make cluster NODE=real)",
             )
     prove_hpa = actions.add_parser(
         "prove-hpa",

@@ -9,6 +9,7 @@ data, the store's objects) lives in one folder, `build/cluster/` by default, rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -21,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deployments.cluster import objects
-from deployments.cluster.build import build_all
-from deployments.cluster.components import CLUSTER_COMPONENTS, KUBERNETES_VERSION
+from deployments.cluster import node, objects
+from deployments.cluster.build import build_all, cache_root, component_dir
+from deployments.cluster.components import CLUSTER_COMPONENTS, KUBERNETES_VERSION, NODE_COMPONENTS
 from deployments.cluster.pki import ClusterPKI
 from deployments.cluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic
@@ -60,6 +61,8 @@ class ClusterState:
     api_port: int
     processes: list[Process]
     object_store: dict[str, str] = field(default_factory=dict)  # endpoint, access_key, secret_key
+    # the real node (node.py): its name, bridge, subnet, cgroup root, containerd socket; or `unavailable`, the reason
+    node: dict[str, str] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -77,6 +80,7 @@ class ClusterState:
                 "kubernetes": KUBERNETES_VERSION,
                 "processes": [process.as_dict() for process in self.processes],
                 "object_store": self.object_store,
+                "node": self.node,
             },
         )
 
@@ -91,6 +95,7 @@ class ClusterState:
             int(record["api_port"]),
             [Process(**process) for process in record["processes"]],
             record.get("object_store") or {},
+            record.get("node") or {},
         )
 
     def storage_environment(self) -> dict[str, str]:
@@ -186,7 +191,11 @@ class _Starter:
 
     def start(self, name: str, component: str, args: list[str], env: dict[str, str] | None = None) -> Process:
         self.on_step(f"starting {name}")
-        process = start(name, self.bins[component] / "bin" / name, args, log_dir=self.logs, env=env, tied=self.tied)
+        return self.launch(name, self.bins[component] / "bin" / name, args, env)
+
+    def launch(self, name: str, binary: Path, args: list[str], env: dict[str, str] | None = None) -> Process:
+        """Start any binary (the node's containerd is the system's) and record it."""
+        process = start(name, binary, args, log_dir=self.logs, env=env, tied=self.tied)
         self.state.processes.append(process)
         self.state.save()
         return process
@@ -208,10 +217,13 @@ def up(
     *,
     api_port: int = DEFAULT_API_PORT,
     tied: bool = False,
+    real_node: bool = False,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> ClusterState:
     """Build what is missing, then start the whole control plane; return its state. `tied`: every process
-    stops when this one dies (tests); otherwise the cluster outlives the command until `down`."""
+    stops when this one dies (tests); otherwise the cluster outlives the command until `down`. `real_node`: also one
+    node that runs containers (node.py); where the kernel cannot, `state.node["unavailable"]` says why, in one line,
+    and the rest comes up."""
     folder = folder or default_state_dir()
     previous = ClusterState.load(folder)
     if previous is not None and previous.alive():
@@ -225,18 +237,20 @@ def up(
             f"port {api_port} on 127.0.0.1 is in use: stop what listens there or choose another "
             f"port (make cluster CLUSTER_PORT=...)"
         )
-    bins = build_all(CLUSTER_COMPONENTS)
+    bins = build_all(CLUSTER_COMPONENTS + (NODE_COMPONENTS if real_node else ()))
     if folder.exists():
         shutil.rmtree(folder)  # a stopped cluster's leftovers: nothing of it runs (checked above)
     folder.mkdir(parents=True, mode=0o700)  # keys and the store's credentials
     state = ClusterState(folder, api_port, [])
     try:
         _start_all(state, bins, on_step, tied)
+        if real_node:
+            _start_node(state, bins, on_step, tied)
     except BaseException as err:
-        stopped = stop(state.processes)
+        stopped = _stop_all(state)
         state.processes.clear()
         state.save()
-        if isinstance(err, (ClusterError, OSError)) or type(err).__module__.startswith("kubernetes"):
+        if isinstance(err, (ClusterError, OSError, node.NodeError)) or type(err).__module__.startswith("kubernetes"):
             raise ClusterError(
                 f"{first_line(err)}; stopped what had started ({', '.join(stopped) or 'nothing'}), logs in {folder / 'logs'}"
             ) from err
@@ -292,6 +306,11 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={front_proxy.cert}",
             f"--proxy-client-key-file={front_proxy.key}",
+            # to a real node's kubelet (logs, exec, port-forward): a client certificate it accepts, at its InternalIP
+            # (the node's Hostname resolves nowhere)
+            f"--kubelet-client-certificate={pki.pair('apiserver-kubelet-client').cert}",
+            f"--kubelet-client-key={pki.pair('apiserver-kubelet-client').key}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false",
             "--enable-priority-and-fairness=false",
         ],
@@ -330,7 +349,8 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
         [
             f"--kubeconfig={state.kubeconfig}",
             f"--config={kwok_config}",
-            "--manage-all-nodes=true",
+            # kwok's own nodes only: a real node's status and pods are its kubelet's
+            f"--manage-nodes-with-annotation-selector={objects.KWOK_NODE_ANNOTATION}",
             "--node-ip=127.0.0.1",
             f"--node-port={kwok_port}",
             f"--server-address=127.0.0.1:{kwok_port}",
@@ -409,12 +429,62 @@ def _start_object_store(state: ClusterState, starter: _Starter) -> None:
     _wait(store, lambda: _get(state.object_store["endpoint"])[0] == 403, "answering S3 requests")
 
 
+def _start_node(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None], tied: bool) -> None:
+    """The real node, after everything else is up; a kernel that cannot run it leaves the reason in the state."""
+    from deployments.cluster.build import _module_dir, go_binary
+
+    kubernetes = next(component for component in NODE_COMPONENTS if component.name == "kubelet")
+
+    def kubernetes_source() -> Path:
+        with open(component_dir(kubernetes).parent / "pause.build.log", "w") as log:
+            return _module_dir(kubernetes, "k8s.io/kubernetes", go_binary(), log)
+
+    starter = _Starter(state, bins, ClusterPKI(state.folder / "pki"), on_step, tied)
+    try:
+        node.start(
+            folder=state.folder,
+            server=state.server,
+            pki=starter.pki,
+            kubelet=bins["kubelet"] / "bin" / "kubelet",
+            pause_archive=lambda: node.pause_image(cache_root(), kubernetes_source),
+            launch=lambda name, binary, args: starter.launch(name, binary, args),
+            record=state.node,
+            save=state.save,
+            free_port=free_port,
+            api=objects.client(state.kubeconfig),
+            on_step=on_step,
+        )
+    except node.NodeUnavailable as err:
+        _stop_node(state)
+        state.node = {"unavailable": str(err)}
+        state.save()
+
+
+def _stop_node(state: ClusterState) -> list[str]:
+    """Stop the real node's processes (its pods first) and undo what it made outside the folder."""
+    if not state.node or "unavailable" in state.node:
+        return []
+    api = None
+    if any(process.name == "kube-apiserver" for process in state.alive()):
+        with contextlib.suppress(Exception):
+            api = objects.client(state.kubeconfig)
+    stopped = node.drain(state.node, api, state.processes)
+    stopped += stop([process for process in state.processes if process.name in {"kubelet", "containerd"}])
+    node.clean_up(state.node, state.folder)
+    return stopped
+
+
+def _stop_all(state: ClusterState) -> list[str]:
+    stopped = _stop_node(state)
+    return stopped + stop([process for process in state.processes if process.name not in stopped])
+
+
 def down(folder: Path | None = None) -> list[str]:
     """Stop every process the cluster in `folder` recorded and remove the folder; the names stopped."""
     folder = folder or default_state_dir()
     state = ClusterState.load(folder)
     if state is None:
         return []
-    stopped = stop(state.processes)
+    stopped = _stop_all(state)
     shutil.rmtree(folder)
     return stopped

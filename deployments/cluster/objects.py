@@ -51,6 +51,7 @@ KWOK_STAGES = (
 )
 GPU_RESOURCE = "nvidia.com/gpu"
 # name, CPU cores, memory, GPUs: three CPU nodes (replicas spread across them) and one GPU node
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node=fake"  # the nodes kwok manages (not a real node's)
 NODES = (
     ("slipway-cpu-1", "8", "32Gi", 0),
     ("slipway-cpu-2", "8", "32Gi", 0),
@@ -164,7 +165,8 @@ def create_nodes(api, bins: dict[str, Path]) -> None:
 def nodes_ready(api) -> bool:
     from kubernetes import client as k8s
 
-    nodes = k8s.CoreV1Api(api).list_node().items
+    key, value = KWOK_NODE_ANNOTATION.split("=")
+    nodes = [node for node in k8s.CoreV1Api(api).list_node().items if (node.metadata.annotations or {}).get(key) == value]
     return len(nodes) == len(NODES) and all(
         any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])) for node in nodes
     )

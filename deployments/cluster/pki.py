@@ -31,6 +31,9 @@ API_SERVER_NAMES = (
     "kubernetes.default.svc.cluster.local",
 )
 ADMIN_USER, ADMIN_GROUP = "slipway-admin", "system:masters"
+# the API server's identity towards kubelets (logs, exec, port-forward): what kubeadm names apiserver-kubelet-client
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+NODES_GROUP = "system:nodes"  # with a user system:node:<name>: what the Node authorizer lets act for that node
 FRONT_PROXY_USER = "front-proxy-client"
 
 
@@ -145,6 +148,7 @@ class ClusterPKI:
         front_proxy_ca = _sign(folder, "front-proxy-ca", _name("slipway-front-proxy-ca"), None, ca=True)
         _sign(folder, "apiserver", _name("kube-apiserver"), ca, server_names=API_SERVER_NAMES)
         _sign(folder, "admin", _name(ADMIN_USER, ADMIN_GROUP), ca, client=True)
+        _sign(folder, "apiserver-kubelet-client", _name(KUBELET_CLIENT_USER, ADMIN_GROUP), ca, client=True)
         _sign(folder, "front-proxy-client", _name(FRONT_PROXY_USER), front_proxy_ca, client=True)
         _sign(folder, "seldon-webhook", _name("seldon-webhook-service"), ca, server_names=LOOPBACK)
         _sign(folder, "kwok", _name("kwok"), ca, server_names=LOOPBACK)
@@ -158,3 +162,14 @@ class ClusterPKI:
             ),
         )
         return cls(folder)
+
+    def sign_node(self, node: str, address: str) -> tuple[Pair, Pair]:
+        """A real node's kubelet pairs, signed by the cluster's CA: its client certificate (user `system:node:<node>`
+        in group `system:nodes`, as the Node authorizer expects) and its serving certificate for `address`, which the
+        API server and metrics-server reach it at."""
+        ca_cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
+        ca_key = serialization.load_pem_private_key(self.ca.key.read_bytes(), password=None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        _sign(self.folder, f"kubelet-{node}-client", _name(f"system:node:{node}", NODES_GROUP), (ca_cert, ca_key), client=True)
+        _sign(self.folder, f"kubelet-{node}", _name(f"system:node:{node}"), (ca_cert, ca_key), server_names=(address, node))
+        return self.pair(f"kubelet-{node}-client"), self.pair(f"kubelet-{node}")

@@ -1,0 +1,607 @@
+"""One real node beside the kwok nodes: containerd (with runc and the CNI plugins) and a kubelet that runs containers.
+
+Opt-in (`make cluster NODE=real`, `cluster up --real-node`). Everything it writes lives under the cluster's folder
+(`<folder>/node/`); what it makes outside it is recorded in `state.json` before it is made, so that `down` (and a
+failed `up`) undoes it: a Linux bridge with the node's pod subnet and a cgroup root of its own. The settings, each
+with the reason it is there, are in `kubelet_config` and `containerd_config` below and in docs/local-cluster.md.
+
+Where this machine's kernel cannot run containers (no overlayfs, no cgroup controllers, no namespaces, not root),
+`NodeUnavailable` names the missing feature or syscall in one line and the kwok cluster comes up without the node;
+any other failure is a `NodeError` and stops the cluster like any component's.
+
+The node's parts: kubelet from the same k8s.io/kubernetes module as the control plane (components.py), containerd,
+runc and the CNI plugins from the distribution's packages (`make node-tools`: Debian's containerd 1.6, runc 1.1,
+containernetworking-plugins 1.1), and the pause image built from Kubernetes' own pause.c in that module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import random
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from deployments.cluster.pki import ClusterPKI
+from deployments.cluster.processes import Process, last_lines, running, stop
+from slipway import atomic
+
+NODE_NAME = "slipway-node"
+NODE_LABEL = "slipway.dev/node"
+NODE_LABEL_VALUE = "real"
+# Only pods that tolerate this taint (and select the label) land on the real node; the rest stay on kwok's.
+NODE_TAINT = {"key": NODE_LABEL, "value": NODE_LABEL_VALUE, "effect": "NoSchedule"}
+PAUSE_VERSION = "3.10.1"  # build/pause/Makefile's TAG in k8s.io/kubernetes v1.35.4
+PAUSE_IMAGE = f"registry.k8s.io/pause:{PAUSE_VERSION}"
+RUNTIME_TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+CNI_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))  # Debian's containernetworking-plugins, upstream's tarball
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")  # what the kubelet's container manager needs
+POD_SUBNETS = ipaddress.IPv4Network("10.244.0.0/16")  # one /24 of it per node, unused by any route here
+START_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 120.0
+DRAIN_TIMEOUT_S = 30.0
+
+
+class NodeError(RuntimeError):
+    """The real node failed to start or stop: a bug or a broken installation, never hidden."""
+
+
+class NodeUnavailable(NodeError):
+    """This machine cannot run containers; the message names the kernel feature or syscall, in one line."""
+
+
+# ------------------------------------------------------------------ what the machine needs
+
+
+def check_kernel() -> None:
+    """Raise NodeUnavailable naming the first kernel feature (or privilege) a real node needs and does not have."""
+    if os.geteuid() != 0:
+        raise NodeUnavailable("a real node needs root: mount(2), cgroups and network namespaces are root's (run as root)")
+    if "overlay" not in Path("/proc/filesystems").read_text().split():
+        raise NodeUnavailable("the kernel has no overlay filesystem (containerd's overlayfs snapshotter): modprobe overlay")
+    if not (CGROUP_ROOT / "cgroup.controllers").exists():  # cgroup v1 (or hybrid): a hierarchy per controller
+        missing = [name for name in CGROUP_V1_CONTROLLERS if not (CGROUP_ROOT / name / "tasks").exists()]
+        if missing:
+            raise NodeUnavailable(f"cgroup v1 controllers {', '.join(missing)} are not mounted under {CGROUP_ROOT}")
+    else:
+        enabled = (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+        missing = [name for name in ("cpu", "memory", "pids") if name not in enabled]
+        if missing:
+            raise NodeUnavailable(f"cgroup v2 controllers {', '.join(missing)} are not enabled in {CGROUP_ROOT}")
+    # what runc does for each container: new mount, network, PID, IPC and UTS namespaces
+    unshare = shutil.which("unshare")
+    if unshare:
+        result = subprocess.run(
+            [unshare, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "true"], capture_output=True, text=True
+        )
+        if result.returncode != 0:
+            raise NodeUnavailable(f"unshare(CLONE_NEWNS|CLONE_NEWNET|CLONE_NEWPID|...) failed: {result.stderr.strip()}")
+
+
+def tools() -> dict[str, Path]:
+    """containerd's, runc's and the CNI plugins' paths, or a NodeError saying how to install them."""
+    found: dict[str, Path] = {}
+    missing = []
+    for name in RUNTIME_TOOLS:
+        path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+        if path:
+            found[name] = Path(path)
+        else:
+            missing.append(name)
+    cni = next((folder for folder in CNI_DIRS if all((folder / name).is_file() for name in CNI_PLUGINS)), None)
+    if cni is None:
+        missing.append(f"the CNI plugins {', '.join(CNI_PLUGINS)} (in {' or '.join(map(str, CNI_DIRS))})")
+    else:
+        found["cni"] = cni
+    if missing:
+        raise NodeError(
+            f"{', '.join(missing)} not installed: `make node-tools` installs Debian's containerd, runc and "
+            "containernetworking-plugins (as root)"
+        )
+    return found
+
+
+def versions(found: dict[str, Path]) -> dict[str, str]:
+    """The runtime's versions as its binaries report them, for the report and the start line."""
+    out = {}
+    for name, args in (("containerd", ["--version"]), ("runc", ["--version"])):
+        result = subprocess.run([str(found[name]), *args], capture_output=True, text=True)
+        out[name] = (result.stdout.strip().splitlines() or ["?"])[0]
+    return out
+
+
+# ------------------------------------------------------------------ the pause image
+
+
+def pause_image(cache: Path, kubernetes_source: Callable[[], Path]) -> Path:
+    """A docker-archive of the pause image (the pod sandbox containerd holds the pod's namespaces with), built once
+    into `cache`: Kubernetes' own build/pause/linux/pause.c compiled static, as its Makefile does, in an image of one
+    layer running as 65535 like upstream's. `kubernetes_source` gives the k8s.io/kubernetes module's folder."""
+    folder = cache / f"pause-{PAUSE_VERSION}"
+    archive = folder / "pause.tar"
+    if archive.is_file():
+        return archive
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise NodeError(
+            "gcc is not installed: the pause image is compiled from Kubernetes' pause.c (apt-get install gcc libc6-dev)"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    binary = folder / "pause"
+    source = kubernetes_source() / "build" / "pause" / "linux" / "pause.c"
+    result = subprocess.run(
+        [gcc, "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{PAUSE_VERSION}", "-o", str(binary), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise NodeError(f"gcc {source} failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+    subprocess.run(["strip", str(binary)], check=False)
+    atomic.write_bytes(archive, _docker_archive(PAUSE_IMAGE, {"/pause": binary.read_bytes()}, ["/pause"], "65535:65535"))
+    return archive
+
+
+def _docker_archive(reference: str, files: dict[str, bytes], entrypoint: list[str], user: str) -> bytes:
+    """An image of one layer in the `docker save` layout, which `ctr images import` names by its RepoTags."""
+    layer_buffer = io.BytesIO()
+    with tarfile.open(fileobj=layer_buffer, mode="w", format=tarfile.PAX_FORMAT) as layer:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            layer.addfile(info, io.BytesIO(data))
+    layer_bytes = layer_buffer.getvalue()
+    diff_id = hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Entrypoint": entrypoint, "User": user},
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+        },
+        sort_keys=True,
+    ).encode()
+    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [reference], "Layers": [f"{diff_id}/layer.tar"]}]).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data in ((config_name, config), (f"{diff_id}/layer.tar", layer_bytes), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+# ------------------------------------------------------------------ network and cgroups
+
+
+def _pick_subnet() -> ipaddress.IPv4Network:
+    """A /24 of POD_SUBNETS that no address or route on this machine overlaps (another cluster's node included)."""
+    routes = subprocess.run(["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True).stdout
+    addresses = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    used = []
+    for word in (routes + " " + addresses).split():
+        with contextlib.suppress(ValueError):
+            used.append(ipaddress.ip_network(word, strict=False))
+    candidates = [net for net in POD_SUBNETS.subnets(new_prefix=24) if net.network_address.packed[2] >= 64]
+    random.shuffle(candidates)
+    for subnet in candidates:
+        if not any(subnet.overlaps(net) for net in used if net.version == 4):
+            return subnet
+    raise NodeError(f"every /24 of {POD_SUBNETS} is routed on this machine already")
+
+
+def _ip(*args: str) -> None:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = result.stderr.strip()
+        if "Operation not supported" in message or "Unknown device type" in message:
+            raise NodeUnavailable(f"`ip {' '.join(args)}` failed: the kernel has no bridge device ({message})")
+        raise NodeError(f"`ip {' '.join(args)}` failed: {message}")
+
+
+def _make_bridge(name: str, gateway: str, prefix: int) -> None:
+    """The CNI bridge, made before the kubelet starts: its gateway address is the node's InternalIP, which the
+    kubelet must find on an interface (it refuses loopback), and the only address it listens on."""
+    _ip("link", "add", "name", name, "type", "bridge")
+    _ip("addr", "add", f"{gateway}/{prefix}", "dev", name)
+    _ip("link", "set", name, "up")
+
+
+def _cgroup_folders(root: str) -> list[Path]:
+    """The cgroup root's folder in each hierarchy: one per mounted v1 controller (and the unified one), or v2's."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return [CGROUP_ROOT / root.lstrip("/")]
+    folders = []
+    for hierarchy in sorted(CGROUP_ROOT.iterdir()):
+        if hierarchy.is_dir() and not hierarchy.is_symlink() and (hierarchy / "cgroup.procs").exists():
+            folders.append(hierarchy / root.lstrip("/"))
+    return folders
+
+
+def _make_cgroup_root(root: str) -> None:
+    """The kubelet's --cgroup-root, which it requires to exist: a cgroup of this node's own in every hierarchy, so
+    that its pods' cgroups (<root>/kubepods/...) never meet another kubelet's on the same machine."""
+    for folder in _cgroup_folders(root):
+        folder.mkdir(exist_ok=True)
+        for name in ("cpuset.cpus", "cpuset.mems"):  # a v1 cpuset starts empty: no task could join it
+            if (folder / name).exists() and not (folder / name).read_text().strip():
+                (folder / name).write_text((folder.parent / name).read_text())
+
+
+def _remove_cgroup_root(root: str) -> None:
+    for folder in _cgroup_folders(root):
+        if not folder.is_dir():
+            continue
+        for path in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def containerd_config(folder: Path, cni: Path, runc: Path) -> str:
+    """containerd 1.6's configuration (version 2), every path under `folder`: a second containerd on the machine (or
+    another cluster's) shares nothing with this one."""
+    return f"""version = 2
+root = "{folder / "root"}"
+state = "{folder / "state"}"
+# plugins that need block devices or filesystems this node does not use
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{folder / "containerd.sock"}"
+[ttrpc]
+  address = "{folder / "containerd.sock.ttrpc"}"
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{folder / "opt"}"
+[plugins."io.containerd.grpc.v1.cri"]
+  # the pod sandbox: Kubernetes' pause.c, built here and imported at start (no registry is reachable)
+  sandbox_image = "{PAUSE_IMAGE}"
+  # exec, attach and port-forward streams: on loopback only, a free port
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        # cgroupfs, as the kubelet's cgroupDriver: no systemd manages cgroups here (and both must agree)
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni}"
+    conf_dir = "{folder / "net.d"}"
+    max_conf_num = 1
+"""
+
+
+def cni_config(bridge: str, subnet: ipaddress.IPv4Network, gateway: str, data_dir: Path) -> dict:
+    """One bridge network: each pod a veth on the node's bridge with an address of its /24 (host-local IPAM, its
+    leases under the cluster's folder). No masquerading and no portmap: nothing is written to iptables, and pods are
+    reached from the host through the bridge (the kubelet's probes, the tests)."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "slipway",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": str(subnet), "gateway": gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(data_dir),
+                },
+            }
+        ],
+    }
+
+
+def kubelet_config(
+    *,
+    address: str,
+    port: int,
+    healthz_port: int,
+    ca: Path,
+    serving: tuple[Path, Path],
+    runtime: Path,
+    cgroup_root: str,
+    logs: Path,
+) -> dict:
+    """The kubelet's KubeletConfiguration; each setting that differs from its default says why."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # cgroup v1 (this machine's, and many CI runners'): Kubernetes 1.35's kubelet refuses it unless told not to
+        "failCgroupV1": False,
+        # no systemd runs cgroups here; containerd's runc is told the same (SystemdCgroup = false)
+        "cgroupDriver": "cgroupfs",
+        # a cgroup of this node's own (made before the kubelet starts): pod cgroups never meet another kubelet's
+        "cgroupRoot": cgroup_root,
+        "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"],
+        # a developer's machine may have swap: run anyway, and give containers none (the kubelet's default behaviour)
+        "failSwapOn": False,
+        "memorySwap": {"swapBehavior": "NoSwap"},
+        "containerRuntimeEndpoint": f"unix://{runtime}",
+        # served on the bridge's gateway address only (not 0.0.0.0), with a certificate from the cluster's CA that
+        # the API server and metrics-server check; callers must hold a client certificate from that CA
+        "address": address,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "tlsCertFile": str(serving[0]),
+        "tlsPrivateKeyFile": str(serving[1]),
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False}, "x509": {"clientCAFile": str(ca)}},
+        # every client certificate the CA signs is an administrator's or a component's: no per-request check
+        "authorization": {"mode": "AlwaysAllow"},
+        "registerWithTaints": [NODE_TAINT],
+        "podLogsDir": str(logs),
+        # a shared disk is someone else's to fill: evict only when nearly full, and never delete images on its own
+        # (the node's images are imported, not pulled: a deleted one could not come back)
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "maxPods": 20,
+        "serializeImagePulls": False,
+        "resolvConf": "/etc/resolv.conf",
+        "staticPodPath": "",
+        "shutdownGracePeriod": "0s",
+    }
+
+
+def _kubeconfig(path: Path, server: str, ca: Path, client: tuple[Path, Path]) -> None:
+    atomic.write_json(
+        path,
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "node",
+            "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+            "users": [{"name": "node", "user": {"client-certificate": str(client[0]), "client-key": str(client[1])}}],
+            "contexts": [{"name": "node", "context": {"cluster": "local", "user": "node"}}],
+        },
+    )
+    path.chmod(0o600)
+
+
+# ------------------------------------------------------------------ start
+
+
+def ctr(record: dict, *args: str, timeout_s: float = 600.0, namespace: str = "k8s.io") -> subprocess.CompletedProcess:
+    """`ctr` against this node's containerd, in the namespace the CRI plugin (so the kubelet) uses."""
+    return subprocess.run(
+        [record["ctr"], "--address", record["socket"], "--namespace", namespace, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def import_archive(record: dict, archive: Path) -> None:
+    """Import a docker-archive or OCI archive into the node's containerd (unpacked for the overlayfs snapshotter)."""
+    result = ctr(record, "images", "import", str(archive))
+    if result.returncode != 0:
+        raise NodeError(f"ctr images import {archive} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def load_image(record: dict, reference: str, work: Path) -> float:
+    """Copy `reference` (e.g. localhost/slipway/mlserver-onnx:0.1.0) from the image store `make image` builds into
+    (deployments/image_build.py) into the node's containerd, through a docker-archive; the seconds it took."""
+    from deployments import image_build
+
+    began = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    archive = work / "image.tar"
+    try:
+        try:
+            image_build.buildah(image_build.CACHE_DIR, "push", "--quiet", reference, f"docker-archive:{archive}:{reference}")
+        except image_build.ImageBuildError as err:
+            raise NodeError(f"copying {reference} out of {image_build.CACHE_DIR / 'storage'} failed: {err}") from err
+        import_archive(record, archive)
+    finally:
+        archive.unlink(missing_ok=True)
+    return time.monotonic() - began
+
+
+def _wait(process: Process, ready: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not running(process):
+            raise NodeError(f"{process.name} exited while starting: {last_lines(process)} (log: {process.log})")
+        with contextlib.suppress(Exception):
+            if ready():
+                return
+        time.sleep(0.5)
+    raise NodeError(f"{process.name} did not become {what} within {timeout_s:.0f}s: {last_lines(process)} (log: {process.log})")
+
+
+def start(
+    *,
+    folder: Path,
+    server: str,
+    pki: ClusterPKI,
+    kubelet: Path,
+    pause_archive: Callable[[], Path],
+    launch: Callable[[str, Path, list[str]], Process],
+    record: dict,
+    save: Callable[[], None],
+    free_port: Callable[[], int],
+    api,
+    on_step: Callable[[str], None] = lambda step: None,
+) -> None:
+    """Start containerd and the kubelet, and wait until the node is Ready. `record` (the state's `node`) is filled
+    and saved before each thing is made outside `folder`, so that `clean_up` finds it; `launch` starts and records
+    a process."""
+    check_kernel()
+    found = tools()
+    node = folder / "node"
+    node.mkdir(mode=0o700)
+    identity = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:8]
+    subnet = _pick_subnet()
+    gateway = str(next(subnet.hosts()))
+    record.update(
+        name=NODE_NAME,
+        bridge=f"slw{identity}",  # Linux's 15-character limit; one per cluster folder
+        subnet=str(subnet),
+        address=gateway,
+        cgroup_root=f"/slipway-{identity}",
+        socket=str(node / "containerd" / "containerd.sock"),
+        ctr=str(found["ctr"]),
+        **versions(found),
+    )
+    save()
+    on_step(f"making the real node's bridge {record['bridge']} ({subnet}) and cgroup {record['cgroup_root']}")
+    _make_bridge(record["bridge"], gateway, subnet.prefixlen)
+    _make_cgroup_root(record["cgroup_root"])
+
+    on_step("starting containerd")
+    runtime = node / "containerd"
+    (runtime / "net.d").mkdir(parents=True)
+    atomic.write_json(
+        runtime / "net.d" / "10-slipway.conflist", cni_config(record["bridge"], subnet, gateway, node / "cni-leases")
+    )
+    config = runtime / "config.toml"
+    config.write_text(containerd_config(runtime, found["cni"], found["runc"]))
+    # the shims (containerd-shim-runc-v2) are found on PATH, beside containerd
+    containerd = launch("containerd", found["containerd"], [f"--config={config}", "--log-level=warn"])
+    _wait(containerd, lambda: ctr(record, "version", timeout_s=5).returncode == 0, "serving", START_TIMEOUT_S)
+    import_archive(record, pause_archive())
+
+    on_step("starting the kubelet")
+    client, serving = pki.sign_node(NODE_NAME, gateway)
+    kubeconfig = node / "kubelet.kubeconfig"
+    _kubeconfig(kubeconfig, server, pki.ca.cert, (client.cert, client.key))
+    record["kubelet_port"] = str(free_port())
+    kubelet_file = node / "kubelet.json"
+    atomic.write_json(
+        kubelet_file,
+        kubelet_config(
+            address=gateway,
+            port=int(record["kubelet_port"]),
+            healthz_port=(healthz := free_port()),
+            ca=pki.ca.cert,
+            serving=(serving.cert, serving.key),
+            runtime=Path(record["socket"]),
+            cgroup_root=record["cgroup_root"],
+            logs=node / "pod-logs",
+        ),
+    )
+    save()
+    process = launch(
+        "kubelet",
+        kubelet,
+        [
+            f"--config={kubelet_file}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={node / 'kubelet'}",  # not /var/lib/kubelet: pods' volumes and checkpoints stay in the folder
+            f"--cert-dir={node / 'kubelet-pki'}",
+            f"--node-ip={gateway}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-labels={NODE_LABEL}={NODE_LABEL_VALUE}",
+            "--v=1",
+        ],
+    )
+    import urllib.request
+
+    _wait(
+        process,
+        lambda: urllib.request.urlopen(f"http://127.0.0.1:{healthz}/healthz", timeout=2).status == 200,
+        "healthy",
+        START_TIMEOUT_S,
+    )
+    _wait(process, lambda: node_ready(api), "a Ready node", READY_TIMEOUT_S)
+
+
+def node_ready(api) -> bool:
+    from kubernetes import client
+
+    try:
+        node: Any = client.CoreV1Api(api).read_node(NODE_NAME)
+    except client.ApiException:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+# ------------------------------------------------------------------ stop
+
+
+def drain(record: dict, api, processes: list[Process]) -> list[str]:
+    """Before the processes stop: delete the node's pods (the kubelet stops their sandboxes, which tears their
+    network down through CNI), then stop the kubelet, then remove any container containerd still runs, so that no
+    shim outlives containerd."""
+    if api is not None:
+        from kubernetes import client
+
+        core = client.CoreV1Api(api)
+        with contextlib.suppress(Exception):
+            pods: list[Any] = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE_NAME}").items
+            for pod in pods:
+                with contextlib.suppress(client.ApiException):
+                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+            while time.monotonic() < deadline and _tasks(record):
+                time.sleep(0.5)
+    stopped = stop([process for process in processes if process.name == "kubelet"])
+    for task in _tasks(record):
+        ctr(record, "tasks", "kill", "--all", "--signal", "SIGKILL", task, timeout_s=10)
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while time.monotonic() < deadline and _tasks(record):
+        for task in _tasks(record):
+            ctr(record, "tasks", "delete", "--force", task, timeout_s=10)
+        time.sleep(0.2)
+    return stopped
+
+
+def _tasks(record: dict) -> list[str]:
+    if not record.get("socket") or not Path(record["socket"]).exists():
+        return []
+    try:
+        result = ctr(record, "tasks", "list", "--quiet", timeout_s=10)
+    except subprocess.TimeoutExpired:
+        return []
+    return result.stdout.split() if result.returncode == 0 else []
+
+
+def clean_up(record: dict, folder: Path) -> None:
+    """After the processes stopped: unmount what the kubelet and containerd left mounted under `folder`, and remove
+    the bridge and the cgroup root recorded in `record`."""
+    mounts = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split()[4].replace("\\040", " ")
+            if Path(point).is_relative_to(folder.resolve()):
+                mounts.append(point)
+    for point in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+    if record.get("bridge"):
+        subprocess.run(["ip", "link", "delete", record["bridge"]], capture_output=True)
+    if record.get("cgroup_root"):
+        _remove_cgroup_root(record["cgroup_root"])
