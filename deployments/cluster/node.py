@@ -51,6 +51,7 @@ POD_SUBNETS = ipaddress.IPv4Network("10.244.0.0/16")  # one /24 of it per node, 
 START_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 120.0
 DRAIN_TIMEOUT_S = 30.0
+CAP_SYS_RESOURCE = 24  # linux/capability.h
 
 
 class NodeError(RuntimeError):
@@ -110,6 +111,14 @@ def tools() -> dict[str, Path]:
             "containernetworking-plugins (as root)"
         )
     return found
+
+
+def has_capability(bit: int) -> bool:
+    """Whether this process holds capability `bit` (root in a container or a VM's sandbox may not hold them all)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
 
 
 def versions(found: dict[str, Path]) -> dict[str, str]:
@@ -253,9 +262,12 @@ def _remove_cgroup_root(root: str) -> None:
 # ------------------------------------------------------------------ configuration
 
 
-def containerd_config(folder: Path, cni: Path, runc: Path) -> str:
+def containerd_config(folder: Path, cni: Path, runc: Path, *, restrict_oom_score_adj: bool = False) -> str:
     """containerd 1.6's configuration (version 2), every path under `folder`: a second containerd on the machine (or
-    another cluster's) shares nothing with this one."""
+    another cluster's) shares nothing with this one. `restrict_oom_score_adj`: where root lacks CAP_SYS_RESOURCE,
+    runc cannot lower a process's oom_score_adj (the pod sandbox's -998, a Guaranteed pod's -997) and every pod
+    fails to start ("failed to update /proc/self/oom_score_adj: Permission denied"); containerd then raises each
+    to its own score instead."""
     return f"""version = 2
 root = "{folder / "root"}"
 state = "{folder / "state"}"
@@ -278,6 +290,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  restrict_oom_score_adj = {str(restrict_oom_score_adj).lower()}
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -489,7 +502,9 @@ def start(
         runtime / "net.d" / "10-slipway.conflist", cni_config(record["bridge"], subnet, gateway, node / "cni-leases")
     )
     config = runtime / "config.toml"
-    config.write_text(containerd_config(runtime, found["cni"], found["runc"]))
+    config.write_text(
+        containerd_config(runtime, found["cni"], found["runc"], restrict_oom_score_adj=not has_capability(CAP_SYS_RESOURCE))
+    )
     # the shims (containerd-shim-runc-v2) are found on PATH, beside containerd
     containerd = launch("containerd", found["containerd"], [f"--config={config}", "--log-level=warn"])
     _wait(containerd, lambda: ctr(record, "version", timeout_s=5).returncode == 0, "serving", START_TIMEOUT_S)
