@@ -1,0 +1,195 @@
+"""A real node beside the kwok nodes (deployments/cluster/node.py): a kubelet from the control plane's Kubernetes
+module, containerd with runc and the CNI bridge run a pod of the serving image `make image` builds, with a readiness
+probe on MLServer's /v2/health/ready, and the pod answers a V2 request from inside the pod network (its IP, through
+the node's bridge) exactly as the same model answers on loopback. Pod create -> Ready lands in reports/real-node.json.
+
+The node has a cluster of its own (module scope): the package's shared cluster stays kwok only. Where this machine's
+kernel cannot run containers the test skips with the one line the node gave; any other failure fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.deployments.cluster.conftest import MODEL
+
+IMAGE_TAG = "slipway/mlserver-onnx:0.1.0"  # what `make image` builds (Makefile's IMAGE_CPU)
+IMAGE = f"localhost/{IMAGE_TAG}"
+HTTP_PORT = 8080  # MLServer's default: the image sets no MLSERVER_HTTP_PORT
+READY_TIMEOUT_S = 300.0
+PIXELS = {"name": "image", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": [(i % 17) / 16 for i in range(64)]}
+
+
+def test_a_kernel_without_what_a_node_needs_is_named_in_one_line(monkeypatch, tmp_path):
+    """What `up --real-node` reports instead of a node (and the test below skips with): the feature, in one line."""
+    from deployments.cluster import node
+
+    monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
+    with pytest.raises(node.NodeUnavailable, match="needs root") as refused:
+        node.check_kernel()
+    assert "\n" not in str(refused.value)
+    monkeypatch.setattr(node.os, "geteuid", lambda: 0)
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "tasks").touch()
+    monkeypatch.setattr(node, "CGROUP_ROOT", tmp_path)
+    with pytest.raises(node.NodeUnavailable) as refused:
+        node.check_kernel()
+    assert str(refused.value) == f"cgroup v1 controllers cpuacct, cpuset, memory, pids are not mounted under {tmp_path}"
+
+
+def test_a_missing_runtime_is_not_a_kernel_feature(monkeypatch):
+    """A runtime that is not installed fails the cluster (make node-tools installs it): it is never a reason to skip."""
+    from deployments.cluster import node
+
+    monkeypatch.setattr(node.shutil, "which", lambda name, path=None: None)
+    with pytest.raises(node.NodeError, match="make node-tools") as refused:
+        node.tools()
+    assert not isinstance(refused.value, node.NodeUnavailable)
+
+
+@pytest.fixture(scope="module")
+def real_cluster(tmp_path_factory):
+    """A control plane with a real node, stopped by PID afterwards; nothing of the node is left behind."""
+    from deployments.cluster.control_plane import down, up
+    from deployments.cluster.processes import running
+    from slipway.ports import free_port
+
+    folder = tmp_path_factory.mktemp("real-node") / "state"
+    began = time.monotonic()
+    state = up(folder, api_port=free_port(), tied=True, real_node=True)
+    started_s = time.monotonic() - began
+    if "unavailable" in state.node:
+        down(folder)
+        pytest.skip(f"no real node on this machine: {state.node['unavailable']}")
+    record = dict(state.node)
+    processes = list(state.processes)
+    try:
+        yield state, started_s
+    finally:
+        down(folder)
+        assert not any(running(process) for process in processes) and not folder.exists()
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        assert f" {record['bridge']}:" not in links
+        assert not Path("/sys/fs/cgroup/memory", record["cgroup_root"].lstrip("/")).exists()
+        mounts = Path("/proc/self/mountinfo").read_text()
+        assert str(folder) not in mounts
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())
+
+
+def _models_folder(artifact: Path, folder: Path) -> Path:
+    """The digits artifact, readable by the image's user (10001): a hostPath mount shows the folder as it is."""
+    shutil.copytree(artifact, folder)
+    for path in (folder, *folder.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return folder
+
+
+def _pod(namespace: str, models: Path) -> dict:
+    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": MODEL, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {NODE_LABEL: NODE_LABEL_VALUE},
+            "tolerations": [{"key": NODE_LABEL, "operator": "Equal", "value": NODE_LABEL_VALUE, "effect": "NoSchedule"}],
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "mlserver",
+                    "image": IMAGE,
+                    "imagePullPolicy": "Never",  # imported into containerd, from no registry
+                    "ports": [{"name": "http", "containerPort": HTTP_PORT}],
+                    "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": HTTP_PORT}, "periodSeconds": 1},
+                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+                    "volumeMounts": [{"name": "models", "mountPath": "/mnt/models", "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "models", "hostPath": {"path": str(models), "type": "Directory"}}],
+        },
+    }
+
+
+def _wait_ready(core, namespace: str) -> object:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        pod = core.read_namespaced_pod(MODEL, namespace)
+        if any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])):
+            return pod
+        for status in pod.status.container_statuses or []:
+            waiting = status.state.waiting
+            if status.restart_count or (waiting and waiting.reason in ("ErrImageNeverPull", "CreateContainerError")):
+                logs = ""
+                if status.restart_count:
+                    logs = core.read_namespaced_pod_log(MODEL, namespace, previous=True, tail_lines=20)
+                pytest.fail(f"the pod did not start: {status.state} {status.last_state}\n{logs}")
+        time.sleep(0.2)
+    pytest.fail(f"the pod was not Ready within {READY_TIMEOUT_S:.0f}s: {pod.status}")
+
+
+@pytest.mark.slow
+def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digits_artifact, digits_server, tmp_path):
+    from kubernetes import client
+
+    from deployments import image_build
+    from deployments.cluster.components import KUBERNETES_VERSION
+    from deployments.cluster.node import NODE_NAME, load_image
+    from deployments.cluster.objects import client as api_client
+    from slipway import atomic
+    from slipway.paths import REPORTS_DIR
+
+    state, started_s = real_cluster
+    built = image_build.build_cpu(IMAGE_TAG)  # every layer cached after the first `make image`: seconds
+    import_s = load_image(state.node, IMAGE, tmp_path / "image")
+    core = client.CoreV1Api(api_client(state.kubeconfig))
+    core.create_namespace({"metadata": {"name": "real-node"}})
+    models = _models_folder(digits_artifact, tmp_path / "models")
+
+    began = time.monotonic()
+    core.create_namespaced_pod("real-node", _pod("real-node", models))
+    pod = _wait_ready(core, "real-node")
+    ready_s = time.monotonic() - began
+
+    assert pod.spec.node_name == NODE_NAME
+    address = pod.status.pod_ip
+    assert address and address != state.node["address"]
+    base = f"http://{address}:{HTTP_PORT}"
+    with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=10) as answer:
+        assert answer.status == 200
+    began = time.monotonic()
+    in_pod = _post(f"{base}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
+    first_answer_s = time.monotonic() - began
+    on_loopback = _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
+    assert in_pod["model_name"] == MODEL
+    assert [output["data"] for output in in_pod["outputs"]] == [output["data"] for output in on_loopback["outputs"]]
+    # the kubelet's own API, through the API server (its client certificate, the node's serving certificate)
+    assert core.read_namespaced_pod_log(MODEL, "real-node", container="mlserver", tail_lines=50)
+
+    report = {
+        "report": "real-node",
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "kubernetes": KUBERNETES_VERSION,
+        "containerd": state.node["containerd"],
+        "runc": state.node["runc"],
+        "image": {"tag": IMAGE, "id": built.image_id, "size_mb": round(built.size_bytes / 1e6, 1)},
+        "cluster_with_node_up_s": round(started_s, 1),
+        "image_import_s": round(import_s, 1),
+        "pod_create_to_ready_s": round(ready_s, 1),
+        "first_answer_s": round(first_answer_s, 3),
+        "cpu_count": os.cpu_count(),
+    }
+    atomic.write_json(REPORTS_DIR / "real-node.json", report)
