@@ -238,6 +238,8 @@ def up(
             f"port (make cluster CLUSTER_PORT=...)"
         )
     bins = build_all(CLUSTER_COMPONENTS + (NODE_COMPONENTS if real_node else ()))
+    if previous is not None and previous.node and "unavailable" not in previous.node:
+        node.clean_up(previous.node, folder)  # a killed run's node: its containers, mounts, bridge and cgroups
     if folder.exists():
         shutil.rmtree(folder)  # a stopped cluster's leftovers: nothing of it runs (checked above)
     folder.mkdir(parents=True, mode=0o700)  # keys and the store's credentials

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import tarfile
 import time
@@ -595,6 +596,13 @@ def drain(record: dict, api, processes: list[Process]) -> list[str]:
     return stopped
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def _tasks(record: dict) -> list[str]:
     if not record.get("socket") or not Path(record["socket"]).exists():
         return []
@@ -605,9 +613,55 @@ def _tasks(record: dict) -> list[str]:
     return result.stdout.split() if result.returncode == 0 else []
 
 
+def _leftover_pids(record: dict) -> set[int]:
+    """Processes of this node that outlived containerd (its run was killed, not stopped): every process in the node's
+    cgroups (the containers), and the shims this containerd started (their `-address` is its socket)."""
+    pids: set[int] = set()
+    if record.get("cgroup_root"):
+        for folder in _cgroup_folders(record["cgroup_root"]):
+            for procs in folder.rglob("cgroup.procs") if folder.is_dir() else ():
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(pid) for pid in procs.read_text().split())
+    if record.get("socket"):
+        address = os.fsencode(record["socket"])
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    argv = (entry / "cmdline").read_bytes().split(b"\0")
+                    if argv[0].endswith(b"containerd-shim-runc-v2") and address in argv:
+                        pids.add(int(entry.name))
+    pids.discard(os.getpid())
+    return pids
+
+
+def pinned_netns(pids: set[int]) -> list[Path]:
+    """The files under /run/netns (containerd's `cni-*`) that pin the network namespace of one of `pids`: only the
+    node's own sandboxes' (the host's namespace is never one)."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            inodes.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    inodes.discard(os.stat("/proc/self/ns/net").st_ino)
+    found = []
+    for path in Path("/run/netns").glob("cni-*") if inodes else ():
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino in inodes:
+                found.append(path)
+    return found
+
+
 def clean_up(record: dict, folder: Path) -> None:
-    """After the processes stopped: unmount what the kubelet and containerd left mounted under `folder`, and remove
-    the bridge and the cgroup root recorded in `record`."""
+    """After the processes stopped: kill what outlived them (`_leftover_pids`), unmount what the kubelet and
+    containerd left mounted under `folder`, and remove the bridge and the cgroup root recorded in `record`."""
+    leftovers = _leftover_pids(record)
+    pinned = pinned_netns(leftovers)
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while leftovers and time.monotonic() < deadline:
+        leftovers = {pid for pid in leftovers if Path(f"/proc/{pid}").exists() and not _zombie(pid)}
+        time.sleep(0.1)
     mounts = []
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -616,6 +670,9 @@ def clean_up(record: dict, folder: Path) -> None:
                 mounts.append(point)
     for point in sorted(mounts, key=len, reverse=True):
         subprocess.run(["umount", "--lazy", point], capture_output=True)
+    for path in pinned:  # a killed sandbox's network namespace, which containerd pins outside the folder
+        subprocess.run(["umount", str(path)], capture_output=True)
+        path.unlink(missing_ok=True)
     if record.get("bridge"):
         subprocess.run(["ip", "link", "delete", record["bridge"]], capture_output=True)
     if record.get("cgroup_root"):

@@ -193,3 +193,34 @@ def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digit
         "cpu_count": os.cpu_count(),
     }
     atomic.write_json(REPORTS_DIR / "real-node.json", report)
+
+
+@pytest.mark.slow
+def test_a_killed_node_leaves_nothing_behind(real_cluster):
+    """A run killed half way (the kubelet and containerd SIGKILLed while the pod above still runs under its shim):
+    `down` still kills the containers and the shims by PID and removes the mounts, the bridge and the cgroup root
+    (the fixture's teardown checks those)."""
+    import signal
+
+    from deployments.cluster.control_plane import down
+    from deployments.cluster.node import _leftover_pids, pinned_netns
+    from deployments.cluster.processes import running
+
+    state, _ = real_cluster
+    for process in state.processes:
+        if process.name in ("kubelet", "containerd"):
+            os.kill(process.pid, signal.SIGKILL)
+            while running(process):
+                time.sleep(0.05)
+    leftovers = _leftover_pids(state.node)
+    assert leftovers, "the pod's shim and containers should have outlived containerd"
+    netns = pinned_netns(leftovers)
+    assert netns, "the pod's sandbox network namespace, pinned under /run/netns"
+    down(state.folder)
+    assert not any(path.exists() for path in netns)
+    alive = [
+        pid
+        for pid in leftovers
+        if Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    ]
+    assert not alive
