@@ -91,6 +91,22 @@ def check_kernel() -> None:
             raise NodeUnavailable(f"unshare(CLONE_NEWNS|CLONE_NEWNET|CLONE_NEWPID|...) failed: {result.stderr.strip()}")
 
 
+def check_overlay(folder: Path) -> None:
+    """Mount an overlay in `folder` as containerd's snapshotter will: overlayfs refuses some upper file systems (an
+    overlay itself, as in some containers), which /proc/filesystems does not tell."""
+    layers = {name: folder / name for name in ("lower", "upper", "work", "merged")}
+    for path in layers.values():
+        path.mkdir(parents=True)
+    options = f"lowerdir={layers['lower']},upperdir={layers['upper']},workdir={layers['work']}"
+    result = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(layers["merged"])], capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        raise NodeUnavailable(f"mount(2) of an overlay under {folder} failed: {result.stderr.strip() or result.returncode}")
+    subprocess.run(["umount", str(layers["merged"])], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def tools() -> dict[str, Path]:
     """containerd's, runc's and the CNI plugins' paths, or a NodeError saying how to install them."""
     found: dict[str, Path] = {}
@@ -478,6 +494,7 @@ def start(
     found = tools()
     node = folder / "node"
     node.mkdir(mode=0o700)
+    check_overlay(node / "overlay-check")
     identity = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:8]
     subnet = _pick_subnet()
     gateway = str(next(subnet.hosts()))
