@@ -315,6 +315,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "{runc}"
+        # runc's own state (default /run/containerd/runc/<namespace>, shared by every containerd): in the folder, so
+        # that a killed run's containers leave no state behind once the folder is removed
+        Root = "{folder / "runc"}"
         # cgroupfs, as the kubelet's cgroupDriver: no systemd manages cgroups here (and both must agree)
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]

@@ -81,6 +81,9 @@ def real_cluster(tmp_path_factory):
         assert not Path("/sys/fs/cgroup/memory", record["cgroup_root"].lstrip("/")).exists()
         mounts = Path("/proc/self/mountinfo").read_text()
         assert str(folder) not in mounts
+        # runc's state of the node's containers lived in the folder, not in the machine's shared /run/containerd/runc
+        shared = Path("/run/containerd/runc/k8s.io")
+        assert not any(str(folder) in path.read_text() for path in shared.glob("*/state.json"))
 
 
 def _post(url: str, body: dict) -> dict:
