@@ -447,8 +447,8 @@ def import_archive(record: dict, archive: Path) -> None:
 
 def load_image(record: dict, reference: str, work: Path) -> float:
     """Copy `reference` (e.g. localhost/slipway/mlserver-onnx:0.1.0) from the image store `make image` builds into
-    (deployments/image_build.py) into the node's containerd, through a docker-archive; the seconds it took."""
-    from deployments import image_build
+    (deployments/rollout/image_build.py) into the node's containerd, through a docker-archive; the seconds it took."""
+    from deployments.rollout import image_build
 
     began = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
