@@ -34,7 +34,7 @@ VARIANTS = ("fp32", "int8", "fp16")
 BATCHES = (1, 32)
 
 
-def model_names() -> list[str]:
+def corpus_names() -> list[str]:
     """Every corpus model, then every keras.applications architecture (named `app-<name>`)."""
     from benchmarks.corpus_models import APPLICATIONS, CORPUS
 
@@ -356,7 +356,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    names = model_names()
+    names = corpus_names()
     args.models = args.models or names
     unknown = sorted(set(args.models) - set(names))
     if unknown:
