@@ -148,10 +148,10 @@ def _wait_ready(core, namespace: str) -> object:
 def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digits_artifact, digits_server, tmp_path):
     from kubernetes import client
 
-    from deployments.rollout import image_build
     from deployments.cluster.components import KUBERNETES_VERSION
     from deployments.cluster.node import NODE_NAME, load_image
     from deployments.cluster.objects import client as api_client
+    from deployments.rollout import image_build
     from slipway import atomic
     from slipway.paths import REPORTS_DIR
 
