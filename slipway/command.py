@@ -26,10 +26,22 @@ WORKDIR_ENV = "SLIPWAY_WORKDIR"  # slipway.paths reads it (not imported here: it
 @dataclass(frozen=True)
 class Subcommand:
     name: str
-    module: str  # the package whose `__main__.main` runs it
+    module: str  # the package whose command line (CLI_MODULES[module].main) runs it
     first: tuple[str, ...]  # arguments put before the user's (that package's subcommand)
     help: str
 
+
+# The only lazy-import table: each package's command line, imported when its subcommand is chosen, so that
+# `slipway --help` imports none of them (nor TensorFlow, ONNX Runtime or MLServer behind them). Each module has
+# `main(argv)`, and `register(subparsers)` adding its subcommands; its `python -m` shim (__main__.py) calls that main.
+CLI_MODULES = {
+    "export": "export.__main__",
+    "wrappers": "wrappers.cli",
+    "loadtest": "loadtest.__main__",
+    "deployments": "deployments.__main__",
+    "benchmarks": "benchmarks.__main__",
+    "slipway": "slipway.__main__",
+}
 
 SUBCOMMANDS = (
     Subcommand(
@@ -191,7 +203,7 @@ def dispatch(argv: Sequence[str] | None) -> int:
     cli.PROG_RENAMES[" ".join((prog_of_package, *chosen.first))] = f"slipway {chosen.name}"
     if not chosen.first:
         cli.PROG_RENAMES[prog_of_package] = f"slipway {chosen.name}"
-    package_main = importlib.import_module(f"{chosen.module}.__main__").main
+    package_main = importlib.import_module(CLI_MODULES[chosen.module]).main
     return int(package_main([*chosen.first, *argv[1:]]) or 0)
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from slipway.cli import run
-from wrappers.__main__ import main
+from wrappers.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -13,7 +13,7 @@ def no_server(monkeypatch):
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("serve went on to start MLServer")
 
-    monkeypatch.setattr("wrappers.__main__.subprocess.Popen", refuse)
+    monkeypatch.setattr("wrappers.cli.subprocess.Popen", refuse)
 
 
 def serve(capsys, *args: str) -> tuple[int, str]:

@@ -129,6 +129,7 @@ SERVER_SIDE = {
     "wrappers.server",
     "wrappers.launch",
     "wrappers.__main__",
+    "wrappers.cli",
     "wrappers.model_repository",
     "slipway.repository_access",
 }
