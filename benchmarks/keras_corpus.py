@@ -83,7 +83,7 @@ def build_model(name: str, folder: Path) -> tuple[Path, Path, list[str]]:
 
 def run_export(argv: list[str], reports: Path, report: str) -> tuple[float, dict[str, Any] | None, str | None]:
     """`python -m export ARGV` in this process: (seconds, its report or None, the one-line refusal or None)."""
-    from export.__main__ import main
+    from export.cli import main
 
     started = time.perf_counter()
     with reports_in(reports):

@@ -35,7 +35,7 @@ class Subcommand:
 # `slipway --help` imports none of them (nor TensorFlow, ONNX Runtime or MLServer behind them). Each module has
 # `main(argv)`, and `register(subparsers)` adding its subcommands; its `python -m` shim (__main__.py) calls that main.
 CLI_MODULES = {
-    "export": "export.__main__",
+    "export": "export.cli",
     "wrappers": "wrappers.cli",
     "loadtest": "loadtest.__main__",
     "deployments": "deployments.__main__",

@@ -30,7 +30,7 @@ FP16_ATOL = {"resnet50": 0.15}
 @pytest.fixture(scope="module")
 def applications(tmp_path_factory):
     import slipway.reports
-    from export.__main__ import main
+    from export.cli import main
 
     root = tmp_path_factory.mktemp("keras-applications")
     reports_dir = tmp_path_factory.mktemp("reports")

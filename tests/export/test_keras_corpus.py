@@ -20,7 +20,7 @@ import onnx
 import pytest
 
 from benchmarks import corpus_models as keras_corpus
-from export.__main__ import EXAMPLE_ROWS
+from export.cli import EXAMPLE_ROWS
 from tests.conftest import run_module
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ def keras_answers(name: str, model, rows: dict[str, np.ndarray]) -> dict[str, np
 def corpus(tmp_path_factory):
     """Each corpus model built, saved as .keras with its rows as .npz, and converted once into one repository."""
     import slipway.reports
-    from export.__main__ import main
+    from export.cli import main
 
     root = tmp_path_factory.mktemp("keras-corpus")
     repository = root / "repository"
@@ -316,7 +316,7 @@ def test_a_py_function_model_is_refused_naming_the_layer_and_the_fix(tmp_path, r
 
 
 def test_a_parity_failure_names_the_output_the_row_and_the_difference(corpus, tmp_path, monkeypatch):
-    from export.__main__ import main
+    from export.cli import main
     from slipway.cli import UserError
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
@@ -349,7 +349,7 @@ def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants
     """Fine-tuning feeds the model as it was built too: dict inputs and dict targets, under its own dict loss."""
     import keras
 
-    from export.__main__ import main
+    from export.cli import main
     from export.report import ExportReport
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
@@ -397,7 +397,7 @@ def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants
 
 
 def _variants(corpus, out, *options):
-    from export.__main__ import main
+    from export.cli import main
 
     root = corpus["root"]
     command = ["variants", str(root / "dict-io.keras"), "--data", str(root / "dict-io.npz"), "--variants", "fp32,int8,fp16"]

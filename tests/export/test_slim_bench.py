@@ -38,7 +38,7 @@ def tiny_residual_cnn():
 @pytest.fixture
 def bench_slim(monkeypatch, tmp_path):
     """`python -m export bench-slim ...` in this process, reports written under tmp_path."""
-    from export.__main__ import main
+    from export.cli import main
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
     return lambda *args: main(["bench-slim", *map(str, args)])

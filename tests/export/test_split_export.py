@@ -21,7 +21,7 @@ def split_artifact(tmp_path_factory):
     """The corpus image model (Rescaling -> Normalization -> Resizing -> CenterCrop -> conv -> softmax Dense),
     saved as .keras and converted with --split; its Keras model and rows, and the convert report."""
     import slipway.reports
-    from export.__main__ import main
+    from export.cli import main
 
     root = tmp_path_factory.mktemp("split-export")
     model, rows = keras_corpus.image_with_preprocessing()
@@ -193,7 +193,7 @@ def test_a_trailing_argmax_is_cut_with_the_softmax_before_it(tmp_path):
 def test_a_model_with_nothing_to_cut_is_refused_in_one_line_naming_its_first_layer(tmp_path, monkeypatch):
     import keras
 
-    from export.__main__ import main
+    from export.cli import main
     from slipway.cli import UserError
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.__main__ import main as export_main
+from export.cli import main as export_main
 from export.package import write_artifact
 from export.uint8_input import Normalisation, Uint8InputError, with_uint8_input
 from slipway.artifact import load_input_example, verify_artifact

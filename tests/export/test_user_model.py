@@ -53,7 +53,7 @@ def workspace(tmp_path_factory):
 @pytest.fixture
 def convert(monkeypatch, tmp_path):
     """`python -m export convert ...` in this process, its report sent to a folder of the test's own."""
-    from export.__main__ import main
+    from export.cli import main
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
 
@@ -67,7 +67,7 @@ def convert(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def served(workspace, tmp_path_factory):
     """Each model converted from each format into one model repository (one artifact folder per name)."""
-    from export.__main__ import main
+    from export.cli import main
 
     repository = tmp_path_factory.mktemp("repository")
     root, paths = workspace["root"], workspace["paths"]
@@ -272,7 +272,7 @@ def test_other_bad_models_are_refused(convert, tmp_path):
 def user_variants(workspace, tmp_path_factory):
     """`python -m export variants two.keras --data --train` (short fine-tune, short timing): its folder and report."""
     import slipway.reports
-    from export.__main__ import main
+    from export.cli import main
 
     root = workspace["root"]
     rng = np.random.default_rng(1)
@@ -352,7 +352,7 @@ def test_a_user_model_s_int8_variant_serves_over_rest_and_grpc(user_variants):
 @pytest.fixture
 def variants(monkeypatch, tmp_path):
     """`python -m export variants ...` in this process, for requests refused before any work."""
-    from export.__main__ import main
+    from export.cli import main
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
     return lambda *args: main(["variants", *map(str, args)])
@@ -386,7 +386,7 @@ def test_variants_requests_that_cannot_work_are_refused(workspace, variants, tmp
 
 
 def test_a_residual_cnn_slims_across_its_addition_and_stays_within_budget_after_the_fine_tune(workspace, tmp_path, monkeypatch):
-    from export.__main__ import main
+    from export.cli import main
     from export.report import ExportReport
 
     monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from export.__main__ import main
+from export.cli import main
 from slipway.cli import run
 from tests.store.conftest import versions, versions_json
 
