@@ -37,7 +37,7 @@ class Subcommand:
 CLI_MODULES = {
     "export": "export.cli",
     "wrappers": "wrappers.cli",
-    "loadtest": "loadtest.__main__",
+    "loadtest": "loadtest.cli",
     "deployments": "deployments.__main__",
     "benchmarks": "benchmarks.__main__",
     "slipway": "slipway.__main__",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.__main__ import main
+from loadtest.cli import main
 from slipway.cli import EXIT_USER_ERROR, run
 from tests.conftest import json_http_server, run_module
 

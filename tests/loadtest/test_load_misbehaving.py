@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from loadtest.__main__ import main
+from loadtest.cli import main
 from slipway.cli import EXIT_USER_ERROR, run
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import http_server, json_http_server, run_module, send_body

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from loadtest.__main__ import main as loadtest_main
+from loadtest.cli import main as loadtest_main
 from loadtest.tuning.machine import MachineError, gpu_name, resolve_providers
 from loadtest.tuning.measure import Measurement, TableMeasurer
 from loadtest.tuning.search import search, suggest_config
