@@ -39,7 +39,7 @@ CLI_MODULES = {
     "wrappers": "wrappers.cli",
     "loadtest": "loadtest.cli",
     "deployments": "deployments.__main__",
-    "benchmarks": "benchmarks.__main__",
+    "benchmarks": "benchmarks.cli",
     "slipway": "slipway.__main__",
 }
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks import raw
-from benchmarks.__main__ import main as benchmarks_main
+from benchmarks.cli import main as benchmarks_main
 from benchmarks.load import GRPC, pinned, run_load
 from benchmarks.run import parse_cpus
 from engine.providers import CPU

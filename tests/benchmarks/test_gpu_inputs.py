@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from benchmarks.__main__ import main as benchmarks_main
+from benchmarks.cli import main as benchmarks_main
 from benchmarks.gpu import goals, markdown, require_gpu, with_cuda_ratios
 from benchmarks.gpu_served import (
     DEFAULTS,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from benchmarks.__main__ import main as benchmarks_main
+from benchmarks.cli import main as benchmarks_main
 from benchmarks.load import CHILD_PROCESSES, CpuSnapshot
 from benchmarks.peers import envs
 from benchmarks.peers.harness import (
