@@ -38,7 +38,7 @@ CLI_MODULES = {
     "export": "export.cli",
     "wrappers": "wrappers.cli",
     "loadtest": "loadtest.cli",
-    "deployments": "deployments.__main__",
+    "deployments": "deployments.cli",
     "benchmarks": "benchmarks.cli",
     "slipway": "slipway.__main__",
 }

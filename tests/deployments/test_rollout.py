@@ -150,7 +150,7 @@ def test_a_refused_dry_run_apply_uploads_and_applies_nothing(rendered, steps, mo
 
 def test_deploy_prints_each_step_as_the_rollout_takes_it(record_files, steps, monkeypatch, tmp_path, capsys):
     import slipway.reports
-    from deployments import __main__ as cli
+    from deployments import cli
 
     monkeypatch.setattr(slipway.reports, "REPORTS_DIR", tmp_path / "reports")
     monkeypatch.setattr(cli, "_connect", lambda nothing_done: NoCluster())
