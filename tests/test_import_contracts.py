@@ -80,6 +80,14 @@ BREAKS = {
             "deployments.sizing.leak_sibling -> deployments.rollout.sequence",
         ),
     ],
+    "cli-through-the-table": [
+        # a package starting another's command line in-process instead of calling the module that does the work
+        (
+            "loadtest/leak_cli_module.py",
+            "def export_command():\n    from export import cli\n",
+            "loadtest.leak_cli_module -> export.cli",
+        ),
+    ],
     "deployments-cli-on-top": [
         (
             "deployments/delivery/leak_cli.py",

@@ -3,13 +3,14 @@ command's own help under its new name, one line for an unknown subcommand; `pyth
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from slipway.command import DISTRIBUTION, ENVIRONMENT, SUBCOMMANDS
+from slipway.command import CLI_MODULES, DISTRIBUTION, ENVIRONMENT, SUBCOMMANDS
 from slipway.paths import PROJECT_ROOT
 
 SCRIPT = Path(sys.executable).parent / "slipway"
@@ -86,3 +87,22 @@ def test_python_dash_m_still_works_under_its_own_name():
         timeout=120,
     )
     assert result.returncode == 0 and result.stdout.startswith("usage: python -m wrappers serve ")
+
+
+def test_one_table_names_each_package_s_command_line_and_help_loads_none_of_them():
+    """CLI_MODULES is the only lazy-import table: every subcommand's package is in it, each package's module
+    registers its subcommands and is what `python -m PACKAGE` runs, and `slipway --help` imports none of them."""
+    assert {sub.module for sub in SUBCOMMANDS} == set(CLI_MODULES)
+    for package, name in CLI_MODULES.items():
+        module = importlib.import_module(name)
+        assert importlib.import_module(f"{package}.__main__").main is module.main, package
+        if package != "slipway":  # `python -m slipway summary`: one subcommand, no package of its own to register
+            assert callable(module.register), name
+    probe = (
+        "import sys; from slipway.command import dispatch; dispatch(['--help']); "
+        f"print(sorted(m for m in sys.modules if m in {sorted(set(CLI_MODULES.values()) - {'slipway.__main__'})!r} "
+        "or m.split('.')[0] in ('tensorflow', 'keras', 'onnxruntime', 'mlserver', 'locust')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
