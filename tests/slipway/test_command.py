@@ -96,8 +96,7 @@ def test_one_table_names_each_package_s_command_line_and_help_loads_none_of_them
     for package, name in CLI_MODULES.items():
         module = importlib.import_module(name)
         assert importlib.import_module(f"{package}.__main__").main is module.main, package
-        if package != "slipway":  # `python -m slipway summary`: one subcommand, no package of its own to register
-            assert callable(module.register), name
+        assert callable(module.register), name
     probe = (
         "import sys; from slipway.command import dispatch; dispatch(['--help']); "
         f"print(sorted(m for m in sys.modules if m in {sorted(set(CLI_MODULES.values()) - {'slipway.__main__'})!r} "
