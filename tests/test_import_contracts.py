@@ -87,6 +87,12 @@ BREAKS = {
             "def export_command():\n    from export import cli\n",
             "loadtest.leak_cli_module -> export.cli",
         ),
+        # a sub-package's parser module added by anything but its package's cli.py
+        (
+            "loadtest/leak_tuner_cli.py",
+            "def tune():\n    from loadtest.tuning import cli\n",
+            "loadtest.leak_tuner_cli -> loadtest.tuning.cli",
+        ),
     ],
     "deployments-cli-on-top": [
         (
