@@ -22,6 +22,7 @@ from export.store.lineage import gather
 from export.store.records import TagMove, VersionRecord, diff_records, flatten
 from export.store.refs import RefError, parse_ref, parse_tag_ref
 from export.store.store import DEFAULT_STORE, ModelStore, check_publish
+from slipway.artifact import ArtifactError, read_manifest
 from slipway.cli import UserError, console
 
 out = Console(highlight=False, soft_wrap=True)
@@ -63,7 +64,6 @@ def _metric(text: str) -> tuple[str, float]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from slipway.artifact import ArtifactError, read_manifest
 
     metrics = dict(_metric(text) for text in args.metric)
     try:

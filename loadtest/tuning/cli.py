@@ -8,8 +8,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
+from slipway import atomic
 from slipway.cli import UserError, console, one_line
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, REPORTS_DIR
+from slipway.reports import write_report
 
 if TYPE_CHECKING:
     from loadtest.tuning.machine import Provider
@@ -213,7 +217,6 @@ def _providers_here(args: argparse.Namespace) -> tuple[list[Provider], list[bool
 
 
 def _space_and_slo(args: argparse.Namespace):
-    from pydantic import ValidationError
 
     from loadtest.config import ConfigError
     from loadtest.tuning.space import GPU_VARIANTS, TUNABLE_VARIANTS, SearchSpace, discover_variants
@@ -253,7 +256,6 @@ def _space_and_slo(args: argparse.Namespace):
 
 
 def _measurer(args, space, slo):
-    from pydantic import ValidationError
 
     from loadtest.tuning.measure import LiveMeasurer
 
@@ -340,9 +342,7 @@ def cmd_tune_check(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from loadtest.tuning.check import CheckError, check_grid_size, check_markdown, plot_check, run_check
-    from slipway import atomic
     from slipway.readme import BENCHMARKS_PAGE, replace_section
-    from slipway.reports import write_report
 
     space, slo, notes = _space_and_slo(args)
     try:

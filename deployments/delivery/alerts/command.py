@@ -11,6 +11,11 @@ from pathlib import Path
 
 import yaml
 
+from deployments.render.overlay import DEFAULT_NAMESPACE
+from slipway import atomic
+from slipway.cli import UserError, console
+from slipway.paths import BUILD_DIR
+
 
 class _Dumper(yaml.SafeDumper):
     """Multi-line PromQL as YAML block text, the way people write rule files."""
@@ -28,8 +33,6 @@ HEADER = (
 
 def add_command(commands) -> None:
     from deployments.delivery.canary.queries import DEFAULT_LATENCY_HISTOGRAM
-    from deployments.render.overlay import DEFAULT_NAMESPACE
-    from slipway.paths import BUILD_DIR
 
     parser = commands.add_parser(
         "alerts",
@@ -65,8 +68,6 @@ def add_command(commands) -> None:
 
 def cmd_alerts(args) -> int:
     from deployments.delivery.alerts.rules import LINES, RuleError, SloRules, prometheus_rule
-    from slipway import atomic
-    from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 
     try:

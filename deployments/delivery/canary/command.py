@@ -6,8 +6,20 @@ canary-judge exit status: 0 promote-step, 1 fail (the SLO lines it broke on stde
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+import time
 from pathlib import Path
 
+from deployments.delivery.canary import predictors
+from deployments.render.overlay import CANARY_PREDICTOR, DEFAULT_NAMESPACE, namespace_argument
+from deployments.render.records import DEFAULT_STORAGE_ROOT, RecordError
+from deployments.render.seldon import MODEL_LABEL
+from deployments.rollout.apply import ClusterUnavailable, DeployError, connect, wait_rolled_out
+from deployments.rollout.placement import add_storage_arguments, place_models
+from deployments.sizing.prometheus import Prometheus, PrometheusError
+from slipway.cli import UserError, console
 from slipway.paths import EXAMPLE_SLO, MODEL_STORE_DIR
 
 EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
@@ -16,7 +28,6 @@ EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
 def add_command(commands) -> None:
     from deployments.delivery.canary.judge import DEFAULT_WINDOW
     from deployments.delivery.canary.queries import DEFAULT_LATENCY_HISTOGRAM
-    from deployments.render.overlay import CANARY_PREDICTOR
 
     parser = commands.add_parser(
         "canary-judge",
@@ -49,13 +60,8 @@ def add_command(commands) -> None:
 
 
 def cmd_canary_judge(args) -> int:
-    import json
-    import sys
-    from pathlib import Path
 
     from deployments.delivery.canary.judge import judge
-    from deployments.sizing.prometheus import Prometheus, PrometheusError
-    from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 
     try:
@@ -90,7 +96,6 @@ _DURATION = {"s": 1, "m": 60, "h": 3600}
 
 def duration_s(text: str) -> float:
     """`90s`, `5m`, `1h` or a number of seconds."""
-    import argparse
 
     unit = text[-1:] if text[-1:] in _DURATION else "s"
     number = text[:-1] if text[-1:] in _DURATION else text
@@ -104,7 +109,6 @@ def duration_s(text: str) -> float:
 
 
 def _steps(text: str) -> tuple[int, ...]:
-    import argparse
 
     from deployments.delivery.canary.controller import check_steps
 
@@ -116,9 +120,6 @@ def _steps(text: str) -> tuple[int, ...]:
 
 
 def _add_target_arguments(parser) -> None:
-    from deployments.render.overlay import DEFAULT_NAMESPACE, namespace_argument
-    from deployments.render.records import DEFAULT_STORAGE_ROOT
-    from deployments.rollout.placement import add_storage_arguments
 
     parser.add_argument("--ref", help="the new version in the model store: NAME:NUMBER (digits:4) or NAME@TAG")
     parser.add_argument("--store", type=Path, default=MODEL_STORE_DIR, help=f"the model store (default {MODEL_STORE_DIR})")
@@ -202,10 +203,6 @@ def _target(args, *, need_ref: bool):
     """(api, live deployment, version or None), each refusal one line before anything changes."""
     from deployments.delivery.canary.live import LiveDeployment, LiveError
     from deployments.delivery.model_store import StoreRefused, version
-    from deployments.render.records import RecordError
-    from deployments.render.seldon import MODEL_LABEL
-    from deployments.rollout.apply import ClusterUnavailable, connect
-    from slipway.cli import UserError
 
     model = None
     if need_ref:
@@ -237,13 +234,11 @@ def _target(args, *, need_ref: bool):
 
 
 def console_print(text: str) -> None:
-    from slipway.cli import console
 
     console.print(text, soft_wrap=True, markup=False)
 
 
 def _wait(api, live, args):
-    from deployments.rollout.apply import wait_rolled_out
 
     def wait(digests: dict[str, str], on_poll) -> None:
         wait_rolled_out(
@@ -266,11 +261,6 @@ def cmd_canary(args) -> int:
     from deployments.delivery.canary.queries import PredictorQueries
     from deployments.delivery.canary.report import DecisionLog
     from deployments.delivery.model_store import StoreRefused, move_tag
-    from deployments.render.overlay import CANARY_PREDICTOR
-    from deployments.rollout.apply import DeployError
-    from deployments.rollout.placement import place_models
-    from deployments.sizing.prometheus import Prometheus, PrometheusError
-    from slipway.cli import UserError, console
     from slipway.slo import ConfigError, load_slo
 
     window = args.window or f"{round(args.interval)}s"
@@ -353,16 +343,10 @@ def cmd_canary(args) -> int:
 
 
 def cmd_shadow(args) -> int:
-    import json
-    import time
 
     from deployments.delivery.canary import live as patches
-    from deployments.delivery.canary import predictors
     from deployments.delivery.canary.live import LiveError
     from deployments.delivery.canary.state import SHADOW_ANNOTATION, STATE_ANNOTATION
-    from deployments.rollout.apply import DeployError
-    from deployments.rollout.placement import place_models
-    from slipway.cli import UserError
 
     api, live, sdep, model = _target(args, need_ref=not args.remove)
     annotations = sdep["metadata"].get("annotations") or {}

@@ -6,16 +6,34 @@ missing history, a bad flag, an output folder in the way) is refused with one li
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from deployments.render.autoscaling import REQUEST_COUNTER, RPS_METRIC
-from deployments.sizing.recommend.sizing import SAFETY_MARGIN, RecommendError, is_capacity
-from deployments.sizing.usage import Kind, UsageError
+from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil, check_gpu_histories, fetch_gpu, load_gpu
+from deployments.sizing.recommend.gpu_sizing import FLAGS, GpuSettings, recommend_gpu
+from deployments.sizing.recommend.sizing import (
+    SAFETY_MARGIN,
+    TARGET_UTILIZATION,
+    RecommendError,
+    is_capacity,
+    mib,
+    recommend,
+    with_gpu,
+)
+from deployments.sizing.usage import Kind, UsageError, fetch_usage, load_usage, parse_duration
+from slipway.atomic import check_replaceable, file_in_the_way
+from slipway.cli import UserError, console
+from slipway.paths import BUILD_DIR, REPORTS_DIR
+from slipway.reports import read_report
 
 if TYPE_CHECKING:
-    from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil
-    from deployments.sizing.recommend.gpu_sizing import GpuSettings
     from deployments.sizing.recommend.prescale_settings import PrescaleSettings
 
 DEFAULT_QUERIES: dict[Kind, str] = {
@@ -33,8 +51,6 @@ GPU_QUERIES = {
 
 def capacity_from_tune(reports_dir: Path | None = None) -> float | None:
     """The per-replica capacity at the SLO that `make tune` measured, if it ran."""
-    from slipway.paths import REPORTS_DIR
-    from slipway.reports import read_report
 
     report = read_report("tune", reports_dir) or {}
     deployment = report.get("deployment") or {}
@@ -50,7 +66,6 @@ def capacity_from_tune(reports_dir: Path | None = None) -> float | None:
 
 def add_command(commands) -> None:
     """Register `python -m deployments recommend`."""
-    from slipway.paths import BUILD_DIR
 
     parser = commands.add_parser(
         "recommend",
@@ -132,7 +147,6 @@ def _check_out_dir(out_dir: Path) -> None:
     """Refuse an --out-dir that cannot hold the overlays (it or a folder above it is a file, or the pre-scaling folder
     holds files this command did not write) before any work."""
     from deployments.sizing.recommend.outputs import PRESCALE_DIR
-    from slipway.atomic import check_replaceable, file_in_the_way
 
     overlay = Path(out_dir) / "overlay"
     folder = overlay if overlay.exists() and not overlay.is_dir() else file_in_the_way(overlay)
@@ -143,10 +157,8 @@ def _check_out_dir(out_dir: Path) -> None:
 
 def prescale_settings(args) -> PrescaleSettings:
     """The pre-scaling flags as typed settings; a bad one is one line naming its flag."""
-    from pydantic import ValidationError
 
     from deployments.sizing.recommend.prescale_settings import FLAGS, PrescaleSettings
-    from deployments.sizing.usage import parse_duration
 
     def duration(flag: str, text: str) -> float:
         if text.strip() in ("0", "0s", "0m", "0h"):
@@ -174,9 +186,6 @@ def prescale_settings(args) -> PrescaleSettings:
 
 def gpu_settings(args) -> GpuSettings:
     """The GPU flags as typed settings; a bad one is one line naming its flag."""
-    from pydantic import ValidationError
-
-    from deployments.sizing.recommend.gpu_sizing import FLAGS, GpuSettings
 
     try:
         return GpuSettings(target_utilization=args.gpu_target, memory_warning=args.gpu_memory_warning)
@@ -193,7 +202,6 @@ def gpu_settings(args) -> GpuSettings:
 def gpu_histories(args, url: str | None, window: tuple[float, float, float] | None) -> tuple[GpuUtil, GpuMemory] | None:
     """The GPU histories: both files, or with Prometheus (`window`: start, end, step) both queries; None where
     there are none (a model on CPUs: its queries match no series)."""
-    from deployments.sizing.recommend.gpu_history import fetch_gpu, load_gpu
 
     files = {"gpu-util": args.gpu_util, "gpu-memory": args.gpu_memory}
     if any(files.values()):
@@ -225,18 +233,9 @@ def gpu_histories(args, url: str | None, window: tuple[float, float, float] | No
 
 def cmd_recommend(args) -> int:
     """Read the histories, size, plan ahead of the pattern, write; every user mistake is one line (exit 2)."""
-    import json
-    import os
-    import sys
-    import time
 
-    from deployments.sizing.recommend.gpu_history import check_gpu_histories
-    from deployments.sizing.recommend.gpu_sizing import recommend_gpu
     from deployments.sizing.recommend.outputs import write_outputs
     from deployments.sizing.recommend.prescale import plan_prescale
-    from deployments.sizing.recommend.sizing import TARGET_UTILIZATION, mib, recommend, with_gpu
-    from deployments.sizing.usage import fetch_usage, load_usage, parse_duration
-    from slipway.cli import UserError, console
 
     try:
         _check_out_dir(args.out_dir)
