@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rich.progress import Progress
 
 from slipway import atomic
-from slipway.cli import ArgumentParser, UserError, console, one_line
+from slipway.cli import UserError, console, dispatch, one_line
 from slipway.paths import REPORTS_DIR
 from slipway.readme import BENCHMARKS_PAGE, replace_section
 from slipway.reports import write_report
@@ -358,8 +358,4 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return dispatch(PROG, __doc__, register, argv)

@@ -38,7 +38,7 @@ from deployments.rollout.preflight import check_namespace_exists
 from deployments.rollout.sequence import DEFAULT_WAIT_S, Rollout, roll_out
 from deployments.rollout.storage_secret import DEFAULT_SECRET, SCHEMES, SecretError, secret_manifest, settings_from_environment
 from deployments.sizing.recommend import add_command as register_recommend
-from slipway.cli import ArgumentParser, UserError, console
+from slipway.cli import UserError, console, dispatch
 from slipway.files import FileProblem
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 from slipway.reports import write_report
@@ -612,8 +612,4 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return dispatch(PROG, __doc__.splitlines()[0], register, argv)

@@ -23,7 +23,7 @@ from export.onnx_import import ImportCheckError, check_name
 from export.package import check_out_dir, write_artifact
 from export.store.cli import add_versions_parser
 from export.train import TrainConfig, train
-from slipway.cli import ArgumentParser, UserError, console
+from slipway.cli import UserError, console, dispatch
 from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
 from slipway.readme import BENCHMARKS_PAGE
 from slipway.reports import write_report
@@ -395,8 +395,4 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return dispatch(PROG, __doc__, register, argv)

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from loadtest.tuning.cli import add_commands as add_tune_commands
 from slipway import atomic
-from slipway.cli import ArgumentParser, UserError, console
+from slipway.cli import UserError, console, dispatch
 from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
 from slipway.reports import write_report
 
@@ -279,8 +279,4 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return dispatch(PROG, __doc__, register, argv)

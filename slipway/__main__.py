@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from slipway.cli import ArgumentParser, exit_with
+from slipway.cli import ArgumentParser, dispatch, exit_with
 from slipway.summary import summary_table
 
 PROG = "python -m slipway"
@@ -28,11 +28,7 @@ def register(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    return dispatch(PROG, __doc__, register, argv)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,16 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] 
         return 130
 
 
+def dispatch(prog: str, description: str, register: Callable[[Any], None], argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` with the subcommands `register` adds to a parser named `prog`, and run the one chosen: every
+    package's `cli.main`."""
+    parser = ArgumentParser(prog=prog, description=description)
+    commands = parser.add_subparsers(dest="command", required=True)
+    register(commands)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
 def exit_with(main: Callable[[Sequence[str] | None], int | None]) -> None:
     """`sys.exit(run(main))`, for `__main__` modules."""
     sys.exit(run(main))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slipway.child import stop_with_parent
-from slipway.cli import ArgumentParser, UserError
+from slipway.cli import UserError, dispatch
 from slipway.local_server import ServerError, model_names
 from slipway.paths import DEMO_ARTIFACT_DIR
 from slipway.repository_access import RepositoryAccess
@@ -113,8 +113,4 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog=PROG, description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    register(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return dispatch(PROG, __doc__, register, argv)
