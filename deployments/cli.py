@@ -53,7 +53,6 @@ MANIFESTS_DIR = BUILD_DIR / "manifests"
 
 
 def _add_render_arguments(command: argparse.ArgumentParser) -> None:
-
     command.add_argument(
         "--engine",
         default="seldon",
@@ -363,7 +362,6 @@ class _ConsoleProgress:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-
     if args.engine != "seldon":
         raise UserError(
             f"deploy --engine {args.engine} is not built yet: render with `python -m deployments render --engine "
@@ -435,7 +433,6 @@ def register_deploy(commands) -> None:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
-
     try:
         version = _models(argparse.Namespace(**{**vars(args), "canary_record": None, "canary_model_uri": None}))[0]
     except RecordError as err:
@@ -450,7 +447,6 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def register_upload(commands) -> None:
-
     command = commands.add_parser(
         "upload",
         help="put a version's artifact folder at its modelUri and verify it",
@@ -474,7 +470,6 @@ def register_upload(commands) -> None:
 
 
 def cmd_secret(args: argparse.Namespace) -> int:
-
     try:
         if args.engine == "kserve":
             from deployments.kserve.render import STORAGE_SECRET
@@ -509,7 +504,6 @@ def cmd_secret(args: argparse.Namespace) -> int:
 
 
 def register_secret(commands) -> None:
-
     command = commands.add_parser(
         "secret",
         help="write the storage Secret the pods pull models with, from your environment",
@@ -542,7 +536,6 @@ def register_secret(commands) -> None:
 
 
 def cmd_undeploy(args: argparse.Namespace) -> int:
-
     if args.wait < 0:
         raise UserError(f"--wait {args.wait:g}: give the seconds to wait, 0 or more (0: do not wait); nothing was deleted")
     api = _connect(
@@ -569,7 +562,6 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
 
 
 def register_undeploy(commands) -> None:
-
     command = commands.add_parser(
         "undeploy",
         help="delete what deploy applied for one model",

@@ -182,7 +182,6 @@ def _load(args, endpoint, shape, slo, *, host: str, watch_pid: int | None, model
 
 
 def _print_run(run) -> None:
-
     table = Table(title=f"stopped: {run.stopped}" if run.stopped else None)
     for column in ("step", "users", "req/s", "p50 ms", "p95 ms", "p99 ms", "failures", "server cores"):
         table.add_column(column, justify="right")
