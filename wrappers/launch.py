@@ -26,7 +26,7 @@ from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.model_repository import RepositoryError, check_unique, settings_files
 from slipway.runtime_settings import SettingsError
 from slipway.server_process import HOOK, HOOK_ENV
-from wrappers import frontends
+from wrappers import frontends, process_state
 from wrappers.operations.drain import DrainSettingError, drain_seconds
 from wrappers.transport import grpc_transport
 
@@ -96,10 +96,10 @@ def _use_the_guard_and_count_models(folder: Path) -> int:
 async def _serve(folder: Path, expected: int, ready_file: Path | None, transport: str) -> None:
     from wrappers import repository_api
     from wrappers.mlserver_compat import IncompatibleMLServer, connections, servers
-    from wrappers.operations import metrics
     from wrappers.transport import body_budget
     from wrappers.transport.connection_rules import ConnectionLimits
 
+    state = process_state.begin()  # the process's registries, which the models loaded below reach (current())
     try:
         repository_api.install()  # before MLServer builds anything; MLServer's repository class calls it too
         settings, models = await servers.load_settings(str(folder))
@@ -114,7 +114,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
         connections.limit_http_connections(ConnectionLimits.from_env())  # every uvicorn server MLServer starts
         if settings.grpc_max_message_length is None:  # grpc's own receive limit, 4 MiB, refuses a single image batch
             settings.grpc_max_message_length = body_budget.sized_here()  # REST bodies' budget; MLSERVER_GRPC_MAX_... wins
-        server = servers.build(settings, on_unknown_model=metrics.count_unknown_model)
+        server = servers.build(settings, on_unknown_model=state.metrics.count_unknown_model)
         servers.drain_on_signals(server, drain_seconds())
     except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError, DrainSettingError) as err:
         raise LaunchError(first_line(err)) from None

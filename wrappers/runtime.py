@@ -41,7 +41,7 @@ from engine.tensor_specs import TensorSpec, describe
 from slipway.artifact import ArtifactError
 from slipway.runtime_settings import RuntimeSettings, SettingsError, check_model_name, parse_runtime_settings
 from slipway.v2_wire import TensorError
-from wrappers import mlserver_glue
+from wrappers import mlserver_glue, process_state
 from wrappers.defaults import gpu as gpu_choice
 from wrappers.defaults import resolve as serving_defaults
 from wrappers.defaults.choice import EVENT_LOOP_SPIN_US, MEASURED
@@ -235,7 +235,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
 
     def _start_workers(self) -> None:
         """The inference threads (behind the batcher, each warmed up), the CPU pool for pre/post-processing, the metrics."""
-        self._metrics = ModelMetrics.for_model(self.name, self.version)
+        self._metrics = ModelMetrics.for_model(process_state.current().metrics, self.name, self.version)
         workers = self._config.cpu_workers or max(1, int(cpu_limit()))
         self._cpu_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"cpu-{self.name}")
         runner = self._runner

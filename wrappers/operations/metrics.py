@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 
 # The series' names and labels are the contract with the dashboards, alerts and canary queries: the core's.
@@ -59,43 +59,43 @@ _BUCKETS = {name: _SECONDS_BUCKETS for name in _HELP} | {BATCH_ROWS: _ROWS_BUCKE
 _LABELS = {REQUEST_SECONDS: (*LABELS, PROTOCOL_LABEL)}
 
 
-_created: dict[str, Histogram] = {}
-_unknown: list[Counter] = []  # created at the first request for an unknown model
+class MetricSeries:
+    """The histograms and counters the runtime creates as it serves, one of each name per registry: held by the
+    process's state (`wrappers.process_state`), so that a test can count in a registry of its own."""
 
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self._created: dict[str, Histogram] = {}
+        self._unknown: Counter | None = None  # created at the first request for an unknown model
+        self._requests: dict[tuple[str, str, str], Histogram] = {}
 
-def count_unknown_model() -> None:
-    """An inference request named a model or version this server does not serve. Counted in one series: MLServer
-    labels its own request metrics with the name a client sent, a series per name, unbounded (`servers.build`)."""
-    if not _unknown:
-        _unknown.append(
-            Counter(
+    def count_unknown_model(self) -> None:
+        """An inference request named a model or version this server does not serve. Counted in one series:
+        MLServer labels its own request metrics with the name a client sent, a series per name, unbounded
+        (`servers.build`)."""
+        if self._unknown is None:
+            self._unknown = Counter(
                 UNKNOWN_MODEL_REQUESTS,
                 "Inference requests for a model or version this server does not serve (answered 404 / NOT_FOUND)",
-                registry=REGISTRY,
+                registry=self.registry,
             )
-        )
-    _unknown[0].inc()
+        self._unknown.inc()
 
+    def histogram(self, name: str) -> Histogram:
+        """The histogram `name`, created on first use (models share it by label)."""
+        if name not in self._created:
+            labels = _LABELS.get(name, LABELS)
+            self._created[name] = Histogram(name, _HELP[name], labelnames=labels, buckets=_BUCKETS[name], registry=self.registry)
+        return self._created[name]
 
-def _histogram(name: str) -> Histogram:
-    """The process-wide histogram `name`, created on first use (models share it by label)."""
-    if name not in _created:
-        labels = _LABELS.get(name, LABELS)
-        _created[name] = Histogram(name, _HELP[name], labelnames=labels, buckets=_BUCKETS[name], registry=REGISTRY)
-    return _created[name]
-
-
-_requests: dict[tuple[str, str, str], Histogram] = {}
-
-
-def observe_request(model: str, version: str | None, protocol: str, seconds: float) -> None:
-    """One answered inference request for `model` (as the client named it; only a served model answers, so the
-    series stay as many as the models served), `protocol` "rest" or "grpc"."""
-    key = (model, version or "", protocol)
-    child = _requests.get(key)
-    if child is None:
-        child = _requests[key] = _histogram(REQUEST_SECONDS).labels(*key)
-    child.observe(seconds)
+    def observe_request(self, model: str, version: str | None, protocol: str, seconds: float) -> None:
+        """One answered inference request for `model` (as the client named it; only a served model answers, so
+        the series stay as many as the models served), `protocol` "rest" or "grpc"."""
+        key = (model, version or "", protocol)
+        child = self._requests.get(key)
+        if child is None:
+            child = self._requests[key] = self.histogram(REQUEST_SECONDS).labels(*key)
+        child.observe(seconds)
 
 
 @dataclass(frozen=True)
@@ -109,11 +109,11 @@ class ModelMetrics:
     postprocess_seconds: Histogram
 
     @classmethod
-    def for_model(cls, name: str, version: str | None) -> ModelMetrics:
+    def for_model(cls, series: MetricSeries, name: str, version: str | None) -> ModelMetrics:
         labels = {"model_name": name, "model_version": version or ""}
 
         def bound(metric: str) -> Histogram:
-            return _histogram(metric).labels(**labels)
+            return series.histogram(metric).labels(**labels)
 
         return cls(
             inference_seconds=bound(INFERENCE_SECONDS),

@@ -29,8 +29,8 @@ from typing import Any
 
 from mlserver.errors import InferenceError, MLServerError
 
+from wrappers import process_state
 from wrappers.mlserver_compat.rest_app import check_router_layer, mlserver_rest_apps, wrap_router
-from wrappers.operations.metrics import observe_request
 from wrappers.transport import body_budget
 from wrappers.transport.body_rules import (
     BodyError,
@@ -114,7 +114,7 @@ class BoundedBodies:
 
         await self._forward(scope, large, replay, send_noting_status)
         if 200 <= status < 300:  # answered by a served model: its name is one of the server's, not any a client sends
-            observe_request(infer[1], infer[2], "rest", time.perf_counter() - started)
+            process_state.current().metrics.observe_request(infer[1], infer[2], "rest", time.perf_counter() - started)
 
     async def _forward(self, scope, large: bool, replay, send) -> None:
         if not large:

@@ -29,9 +29,9 @@ from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, Parameters, RequestInput, ResponseOutput, TensorData
 
 from slipway.v2_wire import BYTES, REGION, TensorError, from_raw, to_raw
+from wrappers import process_state
 from wrappers.mlserver_compat.grpc_path import MLServerConverters, pb, replace_grpc_converters
 from wrappers.operations.loaded_models import LoadedModels
-from wrappers.operations.metrics import observe_request
 from wrappers.transport import grpc_rules
 
 _NO_DATA = np.empty(0, dtype=np.uint8)
@@ -150,7 +150,7 @@ def _response_from_types(cls, type_object: InferenceResponse, use_raw: bool = Fa
     started = _started.get()
     if started is not None:
         _started.set(None)
-        observe_request(started[0], started[1], "grpc", time.perf_counter() - started[2])
+        process_state.current().metrics.observe_request(started[0], started[1], "grpc", time.perf_counter() - started[2])
     return response
 
 
