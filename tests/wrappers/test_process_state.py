@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry
 
 from slipway.metric_names import REQUEST_SECONDS, UNKNOWN_MODEL_REQUESTS
+from slipway.v2_wire import Location
 from wrappers import process_state
 from wrappers.operations.metrics import MetricSeries, ModelMetrics
 from wrappers.process_state import ProcessState
+from wrappers.shm.regions import Regions, SharedMemoryError
 
 
-def _fresh() -> ProcessState:
-    return ProcessState(metrics=MetricSeries(CollectorRegistry()))
+def _fresh(shared_memory: Path = Path("/nonexistent")) -> ProcessState:
+    return ProcessState(metrics=MetricSeries(CollectorRegistry()), regions=Regions(shared_memory))
 
 
 def test_the_process_keeps_one_state_and_a_replaced_one_lasts_only_its_block():
@@ -33,3 +39,18 @@ def test_a_fresh_state_counts_in_its_own_registry_from_zero():
             value = series.registry.get_sample_value
             assert value(f"{UNKNOWN_MODEL_REQUESTS}_total") == 1
             assert value(f"{REQUEST_SECONDS}_count", {"model_name": "digits", "model_version": "", "protocol": "rest"}) == 2
+
+
+def test_the_regions_clients_register_are_the_state_s_the_requests_read_through(tmp_path):
+    """The request paths (`wrappers.shm.api`, `wrappers.shm.tensors`, which import MLServer and so are served, not
+    imported, here) read the regions as `process_state.current().regions`: a fresh state has none of another's."""
+    values = np.arange(4, dtype=np.float32)
+    (tmp_path / "block").write_bytes(values.tobytes())
+    where = Location("in", 0, values.nbytes)
+    with process_state.replaced(_fresh(tmp_path)) as state:
+        state.regions.register("in", "/block", 0, values.nbytes)
+        np.testing.assert_array_equal(process_state.current().regions.read(where, "FP32", [1, 4], "image"), values)
+        with process_state.replaced(_fresh(tmp_path)):
+            with pytest.raises(SharedMemoryError, match="no shared-memory region named 'in'"):
+                process_state.current().regions.read(where, "FP32", [1, 4], "image")
+        assert [region["name"] for region in process_state.current().regions.status()] == ["in"]

@@ -7,7 +7,7 @@ protos and offers no way to add methods, so the first model that turns shared me
 adds a handler for Triton's three methods to the server the launcher (`wrappers.launch`)
 handed over (gRPC servers look handlers up per call). Without one, the log says so, and
 registering over REST still serves gRPC requests: the regions are the server process's
-(`wrappers.shm.regions.REGIONS`). Everything here answers only while a loaded model has
+(`wrappers.process_state`'s `regions`). Everything here answers only while a loaded model has
 `parameters.extra.shared_memory: true`: registering lets a network client map the pod's
 shared memory and have outputs written into it, which a server should not allow unasked.
 """
@@ -25,9 +25,10 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from mlserver.handlers import custom_handler
 
+from wrappers import process_state
 from wrappers.mlserver_compat.grpc_path import add_to_running_grpc_servers
 from wrappers.operations.loaded_models import LoadedModels
-from wrappers.shm.regions import REGIONS, SharedMemoryError
+from wrappers.shm.regions import Regions, SharedMemoryError
 from wrappers.transport import rest_json
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def disable(model) -> None:
     """The model unloads: once no loaded model enables shared memory, all regions are forgotten."""
     _enabling_models.discard(model)
     if not _enabling_models:
-        REGIONS.unregister()
+        _regions().unregister()
 
 
 class SharedMemoryEndpoints:
@@ -57,23 +58,28 @@ class SharedMemoryEndpoints:
         except SharedMemoryError as err:
             return _error(str(err))
         key, offset, byte_size = body.get("key"), body.get("offset", 0), body.get("byte_size")
-        return _answer(lambda: REGIONS.register(region_name, key, offset, byte_size))
+        return _answer(lambda: _regions().register(region_name, key, offset, byte_size))
 
     @custom_handler(rest_path=f"{_PREFIX}/region/{{region_name}}/unregister")
     async def shm_unregister(self, region_name: str) -> Response:
-        return _answer(lambda: REGIONS.unregister(region_name))
+        return _answer(lambda: _regions().unregister(region_name))
 
     @custom_handler(rest_path=f"{_PREFIX}/unregister")
     async def shm_unregister_all(self) -> Response:
-        return _answer(REGIONS.unregister)
+        return _answer(lambda: _regions().unregister())
 
     @custom_handler(rest_path=f"{_PREFIX}/region/{{region_name}}/status", rest_method="GET")
     async def shm_status(self, region_name: str) -> Response:
-        return _answer(lambda: REGIONS.status(region_name), with_result=True)
+        return _answer(lambda: _regions().status(region_name), with_result=True)
 
     @custom_handler(rest_path=f"{_PREFIX}/status", rest_method="GET")
     async def shm_status_all(self) -> Response:
-        return _answer(REGIONS.status, with_result=True)
+        return _answer(lambda: _regions().status(), with_result=True)
+
+
+def _regions() -> Regions:
+    """The process's regions, looked up at each request (a test may serve with a fresh state)."""
+    return process_state.current().regions
 
 
 def _if_enabled(action: Callable[[], Any]) -> Any:
@@ -138,14 +144,14 @@ def _grpc_handler() -> grpc.GenericRpcHandler:
         )
 
     def register(request) -> None:
-        REGIONS.register(request.name, request.key, request.offset, request.byte_size)
+        _regions().register(request.name, request.key, request.offset, request.byte_size)
 
     def unregister(request) -> None:
-        REGIONS.unregister(request.name or None)
+        _regions().unregister(request.name or None)
 
     def status(request) -> Any:
         response = messages["SystemSharedMemoryStatusResponse"]()
-        for region in REGIONS.status(request.name or None):
+        for region in _regions().status(request.name or None):
             response.regions[region["name"]].CopyFrom(response.RegionStatus(**region))
         return response
 

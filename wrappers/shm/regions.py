@@ -8,7 +8,8 @@ be written into a region the same way. The bytes never cross gRPC or HTTP: for a
 MobileNetV2 image, moving them through gRPC is most of what a request costs the server and
 the client outside the run itself (docs/benchmarks.md, "Where the rest of the MobileNetV2 gap is").
 
-Regions belong to the server process, as in Triton; `wrappers.shm.api` registers
+Regions belong to the server process, as in Triton (its `Regions` are the process state's,
+`wrappers.process_state`); `wrappers.shm.api` registers
 them over REST and gRPC. This module has no MLServer import: it opens, checks, reads and writes. The
 parameter names and `Location` are the wire format's (`slipway.v2_wire`), shared with clients.
 """
@@ -200,9 +201,6 @@ class Regions:
                 "register it first at /v2/systemsharedmemory/region/NAME/register"
             )
         return region
-
-
-REGIONS = Regions()
 
 
 def location(parameters: Any, tensor: str) -> Location | None:

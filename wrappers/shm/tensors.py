@@ -14,7 +14,8 @@ from mlserver.types import InferenceRequest, Parameters, ResponseOutput, TensorD
 
 from engine.tensor_specs import TensorSpec
 from slipway.v2_wire import BYTE_SIZE, OFFSET, REGION, Location
-from wrappers.shm.regions import REGIONS, SharedMemoryError, location
+from wrappers import process_state
+from wrappers.shm.regions import SharedMemoryError, location
 
 
 def carries_data(data: object) -> bool:
@@ -42,7 +43,7 @@ class SharedTensors:
             raise SharedMemoryError(
                 f"input {spec.name!r} names a shared-memory region and carries data too; send one or the other"
             )
-        return REGIONS.read(where, spec.datatype, list(shape), spec.name)
+        return process_state.current().regions.read(where, spec.datatype, list(shape), spec.name)
 
     def outputs(self, payload: InferenceRequest) -> dict[str, Location]:
         """The requested outputs to write into shared memory, checked before the run."""
@@ -52,7 +53,7 @@ class SharedTensors:
             if shared:
                 self.check_on()
                 for name, where in shared.items():
-                    REGIONS.region(where.region).start(where, name)
+                    process_state.current().regions.region(where.region).start(where, name)
         except SharedMemoryError as err:
             raise InferenceError(str(err)) from err
         return shared
@@ -60,7 +61,7 @@ class SharedTensors:
     def write(self, name: str, array: np.ndarray, datatype: str, where: Location) -> ResponseOutput:
         """Write an output into its region; the response says where, and carries no data."""
         try:
-            written = REGIONS.write(where, array, datatype, name)
+            written = process_state.current().regions.write(where, array, datatype, name)
         except SharedMemoryError as err:
             raise InferenceError(str(err)) from err
         parameters = Parameters(**{REGION: where.region, OFFSET: where.offset, BYTE_SIZE: written})
