@@ -14,6 +14,7 @@ from wrappers import process_state
 from wrappers.operations.metrics import MetricSeries, ModelMetrics
 from wrappers.process_state import ProcessState
 from wrappers.shm.regions import Regions, SharedMemoryError
+from wrappers.transport.body_budget import DEFAULT_BODY_BYTES, MIB
 
 
 def _fresh(shared_memory: Path = Path("/nonexistent")) -> ProcessState:
@@ -54,3 +55,12 @@ def test_the_regions_clients_register_are_the_state_s_the_requests_read_through(
             with pytest.raises(SharedMemoryError, match="no shared-memory region named 'in'"):
                 process_state.current().regions.read(where, "FP32", [1, 4], "image")
         assert [region["name"] for region in process_state.current().regions.status()] == ["in"]
+
+
+def test_a_fresh_state_admits_the_default_body_until_a_load_sizes_it():
+    with process_state.replaced(_fresh()) as state:
+        assert (state.body_limit.bytes, state.body_limit.large) == (DEFAULT_BODY_BYTES, None)
+        state.body_limit.bytes = MIB  # as `body_layer.install` sizes it at a load
+        with process_state.replaced(_fresh()):
+            assert process_state.current().body_limit.bytes == DEFAULT_BODY_BYTES
+        assert process_state.current().body_limit.bytes == MIB

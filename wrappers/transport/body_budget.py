@@ -11,7 +11,9 @@ large ones cannot stack their peaks.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from slipway.runtime_settings import SettingsError
@@ -23,6 +25,15 @@ JSON_AMPLIFICATION = 16  # a JSON body of numbers at its peak, bytes held per by
 BODY_LIMIT_ENV = "SLIPWAY_MAX_BODY_BYTES"
 UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as the largest page-aligned 64-bit number
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass
+class BodyLimit:
+    """The limit the process admits REST bodies up to now, and the turn large ones take: the process state's
+    (`wrappers.process_state`), sized again at each model's load (`wrappers.transport.body_layer.install`)."""
+
+    bytes: int = DEFAULT_BODY_BYTES
+    large: asyncio.Semaphore | None = None  # made on the event loop, at the first large body
 
 
 class BodyBudgetError(SettingsError):

@@ -53,19 +53,15 @@ _inflaters = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-infla
 LARGE_SHARE = 4  # a body over 1/LARGE_SHARE of the limit is large: large ones are answered one at a time
 
 
-class _Limit:
-    bytes = body_budget.DEFAULT_BODY_BYTES  # sized again at each model's load (`install`)
-    large: asyncio.Semaphore | None = None  # made on the event loop, at the first large body
-
-
 def install() -> None:
     """Size the limit for this process as it now is, and put the layer in front of the router of each MLServer
     REST app in this process (once per app). BodyBudgetError for a SLIPWAY_MAX_BODY_BYTES that is not a size."""
     check_router_layer()  # also where no app runs here (a worker process): a moved target fails every load alike
-    _Limit.bytes = body_budget.sized_here()
+    sized = process_state.current().body_limit
+    sized.bytes = body_budget.sized_here()
     logger.info(
         "REST bodies admitted up to %d MiB (%s=%s; memory limit %s, %d MiB held now)",
-        _Limit.bytes >> 20,
+        sized.bytes >> 20,
         body_budget.BODY_LIMIT_ENV,
         os.environ.get(body_budget.BODY_LIMIT_ENV, "unset"),
         f"{limit >> 20} MiB" if (limit := body_budget.memory_limit()) else "none",
@@ -77,7 +73,7 @@ def install() -> None:
 
 def limit() -> int:
     """The largest body this process admits now."""
-    return _Limit.bytes
+    return process_state.current().body_limit.bytes
 
 
 class BoundedBodies:
@@ -93,12 +89,13 @@ class BoundedBodies:
         started = time.perf_counter()
         infer = _INFER_PATH.match(scope["path"])
         headers = headers_of(scope)
-        body = await read_body(receive, headers, _Limit.bytes)
+        budget = process_state.current().body_limit
+        body = await read_body(receive, headers, budget.bytes)
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":
-            body = await _inflated(body, encoding, _Limit.bytes)
+            body = await _inflated(body, encoding, budget.bytes)
             scope = uncompressed(scope, len(body))
-        large = len(body) * LARGE_SHARE > _Limit.bytes
+        large = len(body) * LARGE_SHARE > budget.bytes
         replay = replaying(body, receive)
         del body  # the route behind holds it only as long as it needs it: no frame here keeps it to the answer's end
         if infer is None:
@@ -120,9 +117,10 @@ class BoundedBodies:
         if not large:
             await self.app(scope, replay, send)
             return
-        if _Limit.large is None:
-            _Limit.large = asyncio.Semaphore(1)
-        async with _Limit.large:  # its decoding peak is a multiple of its size: one such at a time
+        budget = process_state.current().body_limit
+        if budget.large is None:
+            budget.large = asyncio.Semaphore(1)
+        async with budget.large:  # its decoding peak is a multiple of its size: one such at a time
             await self.app(scope, replay, send)
 
 
