@@ -64,3 +64,12 @@ def test_a_fresh_state_admits_the_default_body_until_a_load_sizes_it():
         with process_state.replaced(_fresh()):
             assert process_state.current().body_limit.bytes == DEFAULT_BODY_BYTES
         assert process_state.current().body_limit.bytes == MIB
+
+
+def test_the_payload_logs_and_fast_paths_series_are_the_state_s_too():
+    with process_state.replaced(_fresh()) as state:
+        series = state.metrics
+        first = series.counter("slipway_payload_events_sent", "sent", ("model_name", "model_version", "type"))
+        assert series.counter("slipway_payload_events_sent", "sent", ("model_name", "model_version", "type")) is first
+        series.gauge("slipway_fast_path_enabled", "on", ("path",), multiprocess_mode="max").labels(path="grpc_raw").set(1)
+        assert series.registry.get_sample_value("slipway_fast_path_enabled", {"path": "grpc_raw"}) == 1

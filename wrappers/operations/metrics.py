@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -60,14 +60,33 @@ _LABELS = {REQUEST_SECONDS: (*LABELS, PROTOCOL_LABEL)}
 
 
 class MetricSeries:
-    """The histograms and counters the runtime creates as it serves, one of each name per registry: held by the
-    process's state (`wrappers.process_state`), so that a test can count in a registry of its own."""
+    """The histograms, counters and gauges the runtime creates as it serves (its own, the payload log's, the fast
+    paths'), one of each name per registry: held by the process's state (`wrappers.process_state`), so that a test
+    can count in a registry of its own."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         self.registry = registry
         self._created: dict[str, Histogram] = {}
         self._unknown: Counter | None = None  # created at the first request for an unknown model
         self._requests: dict[tuple[str, str, str], Histogram] = {}
+        self._counters: dict[str, Counter] = {}
+        self._gauges: dict[str, Gauge] = {}
+
+    def counter(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> Counter:
+        """The counter `name`, created on first use (models share it by label; other modules name their own)."""
+        if name not in self._counters:
+            self._counters[name] = Counter(name, documentation, labelnames=labelnames, registry=self.registry)
+        return self._counters[name]
+
+    def gauge(
+        self, name: str, documentation: str, labelnames: tuple[str, ...], multiprocess_mode: Literal["all", "max"] = "all"
+    ) -> Gauge:
+        """The gauge `name`, created on first use."""
+        if name not in self._gauges:
+            self._gauges[name] = Gauge(
+                name, documentation, labelnames=labelnames, registry=self.registry, multiprocess_mode=multiprocess_mode
+            )
+        return self._gauges[name]
 
     def count_unknown_model(self) -> None:
         """An inference request named a model or version this server does not serve. Counted in one series:

@@ -32,9 +32,10 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import Counter
 
 from slipway.runtime_settings import PayloadLogging
+from wrappers import process_state
 from wrappers.operations.payload_events import Kind, Origin, Redaction, build
 
 logger = logging.getLogger(__name__)
@@ -49,14 +50,10 @@ SHUTDOWN_GRACE_S = 2.0  # after unload, what is queued is still sent for this lo
 # How a kept-alive connection that the collector closed while idle fails, before any answer.
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
-_counters: dict[str, Counter] = {}
-
 
 def _counter(name: str, documentation: str, label: str) -> Counter:
-    """The process-wide counter `name`, created on first use (models share it by label)."""
-    if name not in _counters:
-        _counters[name] = Counter(name, documentation, labelnames=("model_name", "model_version", label), registry=REGISTRY)
-    return _counters[name]
+    """The process-wide counter `name` (the process state's), created on first use (models share it by label)."""
+    return process_state.current().metrics.counter(name, documentation, ("model_name", "model_version", label))
 
 
 class _Failed(Exception):

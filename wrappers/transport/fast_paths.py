@@ -10,30 +10,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from prometheus_client import REGISTRY, Gauge
+from prometheus_client import Gauge
 
+from wrappers import process_state
 from wrappers.mlserver_compat import IncompatibleMLServer
 
 logger = logging.getLogger(__name__)
 
 FAST_PATH_ENABLED = "slipway_fast_path_enabled"
 GRPC_RAW, REST_JSON, REST_INFER, PIN_EVENT_LOOP = "grpc_raw", "rest_json", "rest_infer", "pin_event_loop"
-_gauge: list[Gauge] = []
 
 
 def enabled_gauge() -> Gauge:
     """1 while the path serves in this process, 0 once it was turned off for want of its extension point."""
-    if not _gauge:
-        _gauge.append(
-            Gauge(
-                FAST_PATH_ENABLED,
-                "Whether a fast path that extends MLServer is on (0: this MLServer lacks what it extends; see the log)",
-                labelnames=("path",),
-                registry=REGISTRY,
-                multiprocess_mode="max",
-            )
-        )
-    return _gauge[0]
+    return process_state.current().metrics.gauge(
+        FAST_PATH_ENABLED,
+        "Whether a fast path that extends MLServer is on (0: this MLServer lacks what it extends; see the log)",
+        labelnames=("path",),
+        multiprocess_mode="max",
+    )
 
 
 def turn_on(path: str, install: Callable[[], None], *, fallback: bool) -> bool:
