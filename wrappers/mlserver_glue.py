@@ -74,15 +74,15 @@ def extend_mlserver(model: MLModel, config: RuntimeSettings) -> bool:
     Shared memory needs the raw gRPC path and the REST parser, so never falls back."""
     fallback = config.fast_path_fallback and not config.shared_memory
     if not model.settings.cache_enabled:  # MLServer's response cache serialises requests to JSON: lists only
-        fast_paths.turn_on(fast_paths.GRPC_RAW, partial(grpc_raw.fast_models.add, model), fallback=fallback)
-        rest_infer.array_models.add(model)
+        fast_paths.turn_on(fast_paths.GRPC_RAW, partial(grpc_raw.fast_models().add, model), fallback=fallback)
+        rest_infer.array_models().add(model)
     fast_paths.turn_on(fast_paths.REST_JSON, rest_json.install, fallback=fallback)
     rest_bodies.install()  # every route's body within a limit, inflated off the event loop
     if config.fast_rest_route:
-        fast_paths.turn_on(fast_paths.REST_INFER, partial(rest_infer.fast_models.add, model), fallback=fallback)
+        fast_paths.turn_on(fast_paths.REST_INFER, partial(rest_infer.fast_models().add, model), fallback=fallback)
     if config.shared_memory:
         shared_memory_api.enable(model)
-        grpc_raw.shared_memory_models.add(model)
+        grpc_raw.shared_memory_models().add(model)
     return config.pin_event_loop and fast_paths.turn_on(
         fast_paths.PIN_EVENT_LOOP, cpu_pinning.check_poller_thread, fallback=fallback
     )
@@ -90,12 +90,12 @@ def extend_mlserver(model: MLModel, config: RuntimeSettings) -> bool:
 
 def withdraw(model: MLModel) -> None:
     """Take the model off every fast path and guard it was added to (unload)."""
-    grpc_raw.fast_models.discard(model)
-    grpc_raw.shared_memory_models.discard(model)
-    rest_infer.fast_models.discard(model)
-    rest_infer.array_models.discard(model)
+    grpc_raw.fast_models().discard(model)
+    grpc_raw.shared_memory_models().discard(model)
+    rest_infer.fast_models().discard(model)
+    rest_infer.array_models().discard(model)
     shared_memory_api.disable(model)
-    cpu_pinning.pinned_models.discard(model)
+    cpu_pinning.pinned_models().discard(model)
 
 
 def check_before_mlserver_batching(model: MLModel, decoder: RequestDecoder, shared: SharedTensors) -> None:

@@ -1,7 +1,7 @@
 """The one owner of the serving process's registries: made once by the launcher, reached by models through `current()`.
 
 What a process serves with beyond one model (the metric series it created, the shared-memory regions clients
-registered, the REST body limit sized at each load) lives in one `ProcessState`, not in module globals: the launcher
+registered, the REST body limit sized at each load, the switches models turn on) lives in one `ProcessState`, not in module globals: the launcher
 (`wrappers.launch`) begins it before MLServer builds anything, the runtimes and the request paths reach it through
 `current()`, and a test makes a fresh one (`replaced`) instead of resetting globals by hand. A process the launcher
 did not start (an MLServer worker, a front end) gets one at first use.
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from wrappers.operations.loaded_models import Switches
 from wrappers.operations.metrics import MetricSeries
 from wrappers.shm.regions import Regions
 from wrappers.transport.body_budget import BodyLimit
@@ -27,6 +28,7 @@ class ProcessState:
     metrics: MetricSeries = field(default_factory=MetricSeries)
     regions: Regions = field(default_factory=Regions)  # the shared-memory regions clients registered
     body_limit: BodyLimit = field(default_factory=BodyLimit)  # the REST bodies admitted, sized at each load
+    switches: Switches = field(default_factory=Switches)  # which loaded models turned each fast path or pin on
 
 
 _current: list[ProcessState] = []  # the one state of this process, once begun (a list: set without `global`)

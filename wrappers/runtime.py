@@ -281,7 +281,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         json_logs.enter_request(payload.id, self.name, self.version)
         if self._pin_at_first_request:
             self._pin_at_first_request = False
-            cpu_pinning.pinned_models.add(self)
+            cpu_pinning.pinned_models().add(self)
         request_inputs = self._decoder.checked_inputs(payload)
         wanted = self._decoder.requested_outputs(payload)
         shared_outputs = self._shared.outputs(payload)

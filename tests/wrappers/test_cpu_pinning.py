@@ -50,16 +50,16 @@ def test_the_loop_and_the_grpc_poller_share_the_last_cpu_until_no_owner_is_left(
     me = threading.get_native_id()
     first, second = SimpleNamespace(name="a"), SimpleNamespace(name="b")
     try:
-        cpu_pinning.pinned_models.add(first)
-        cpu_pinning.pinned_models.add(second)  # shares the pin
+        cpu_pinning.pinned_models().add(first)
+        cpu_pinning.pinned_models().add(second)  # shares the pin
         assert _allowed(os.getpid(), me) == {max(CPUS)}
         assert _allowed(os.getpid(), poller.native_id) == {max(CPUS)}
         assert _allowed(os.getpid(), bystander.native_id) == CPUS
-        cpu_pinning.pinned_models.discard(first)
+        cpu_pinning.pinned_models().discard(first)
         assert _allowed(os.getpid(), me) == {max(CPUS)}, "the second model still asks for the pin"
     finally:
-        cpu_pinning.pinned_models.discard(first)
-        cpu_pinning.pinned_models.discard(second)
+        cpu_pinning.pinned_models().discard(first)
+        cpu_pinning.pinned_models().discard(second)
         stop.set()
         poller.join()
         bystander.join()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -73,3 +74,16 @@ def test_the_payload_logs_and_fast_paths_series_are_the_state_s_too():
         assert series.counter("slipway_payload_events_sent", "sent", ("model_name", "model_version", "type")) is first
         series.gauge("slipway_fast_path_enabled", "on", ("path",), multiprocess_mode="max").labels(path="grpc_raw").set(1)
         assert series.registry.get_sample_value("slipway_fast_path_enabled", {"path": "grpc_raw"}) == 1
+
+
+def test_a_switch_is_one_per_name_in_a_state_and_a_fresh_state_has_every_switch_off():
+    installed: list[str] = []
+    model = SimpleNamespace(name="digits")
+    with process_state.replaced(_fresh()) as state:
+        switch = state.switches.named("rest_infer.fast", install=lambda: installed.append("on"))
+        switch.add(model)
+        assert state.switches.named("rest_infer.fast") is switch and "digits" in switch
+        with process_state.replaced(_fresh()):
+            assert "digits" not in process_state.current().switches.named("rest_infer.fast")
+        switch.discard(model)
+        assert not switch and installed == ["on"]

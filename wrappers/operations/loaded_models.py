@@ -43,3 +43,19 @@ class LoadedModels:
 
     def __bool__(self) -> bool:
         return bool(self._instances)
+
+
+class Switches:
+    """The process's switches, by name: the process state's (`wrappers.process_state`), each made the first time
+    a module asks for it with its `install` and `uninstall`."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, LoadedModels] = {}
+
+    def named(
+        self, name: str, install: Callable[[], None] | None = None, uninstall: Callable[[], None] | None = None
+    ) -> LoadedModels:
+        switch = self._by_name.get(name)
+        if switch is None:
+            switch = self._by_name[name] = LoadedModels(install, uninstall)
+        return switch

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 
+from wrappers import process_state
 from wrappers.mlserver_compat.grpc_threads import GRPC_POLLER_TARGET, check_poller_thread, grpc_poller_threads
 from wrappers.operations.loaded_models import LoadedModels
 
@@ -56,5 +57,6 @@ def _unpin() -> None:
     _before.clear()
 
 
-# The models that asked for the pin: the first pins (from the event loop), the last to leave unpins.
-pinned_models = LoadedModels(install=_pin, uninstall=_unpin)
+def pinned_models() -> LoadedModels:
+    """The models that asked for the pin: the first pins (from the event loop), the last to leave unpins."""
+    return process_state.current().switches.named("cpu_pinning.pinned", install=_pin, uninstall=_unpin)

@@ -34,17 +34,21 @@ from wrappers.transport import rest_json
 logger = logging.getLogger(__name__)
 _PREFIX = "/v2/systemsharedmemory"
 _GRPC_SERVICE = "inference.GRPCInferenceService"
-_enabling_models = LoadedModels(install=lambda: _serve_grpc_registration())  # defined below
+
+
+def _enabling_models() -> LoadedModels:
+    """The loaded models with shared memory on; the first adds the gRPC registration methods."""
+    return process_state.current().switches.named("shm.enabled", install=_serve_grpc_registration)
 
 
 def enable(model) -> None:
-    _enabling_models.add(model)
+    _enabling_models().add(model)
 
 
 def disable(model) -> None:
     """The model unloads: once no loaded model enables shared memory, all regions are forgotten."""
-    _enabling_models.discard(model)
-    if not _enabling_models:
+    _enabling_models().discard(model)
+    if not _enabling_models():
         _regions().unregister()
 
 
@@ -83,7 +87,7 @@ def _regions() -> Regions:
 
 
 def _if_enabled(action: Callable[[], Any]) -> Any:
-    if not _enabling_models:
+    if not _enabling_models():
         raise SharedMemoryError(
             "system shared memory is off in this server; set parameters.extra.shared_memory=true "
             "in a model's model-settings.json to turn it on"

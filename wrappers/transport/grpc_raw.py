@@ -46,10 +46,14 @@ def _install() -> None:
     _mlserver = replace_grpc_converters(_request_to_types, _response_from_types, _answer_raw)
 
 
-# The models whose raw gRPC requests go through NumPy; adding one installs the converters.
-fast_models = LoadedModels(install=_install)
-# The models served with shared memory on: only their inputs may lie in a region instead of the request.
-shared_memory_models = LoadedModels()
+def fast_models() -> LoadedModels:
+    """The models whose raw gRPC requests go through NumPy; adding one installs the converters."""
+    return process_state.current().switches.named("grpc_raw.fast", install=_install)
+
+
+def shared_memory_models() -> LoadedModels:
+    """The models served with shared memory on: only their inputs may lie in a region instead of the request."""
+    return process_state.current().switches.named("grpc_raw.shared_memory")
 
 
 def _answer_raw(request: pb.ModelInferRequest) -> bool:
@@ -62,15 +66,15 @@ def _has_shared_inputs(request: pb.ModelInferRequest) -> bool:
     """Inputs naming a region, for a model that reads regions; any other model gets its raw buffers as sent,
     and the runtime says it does not use shared memory."""
     return (
-        request.model_name in fast_models
-        and request.model_name in shared_memory_models
+        request.model_name in fast_models()
+        and request.model_name in shared_memory_models()
         and any(REGION in tensor.parameters for tensor in request.inputs)
     )
 
 
 def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
     _started.set((pb_object.model_name, pb_object.model_version, time.perf_counter()))
-    if pb_object.model_name not in fast_models:
+    if pb_object.model_name not in fast_models():
         return _mlserver.request_to_types(pb_object)
     for tensor in pb_object.inputs:
         if tensor.HasField("contents"):
@@ -86,7 +90,7 @@ def _request_to_types(cls, pb_object: pb.ModelInferRequest) -> InferenceRequest:
     if pb_object.outputs:
         request.outputs = [_mlserver.requested_output_to_types(o) for o in pb_object.outputs]
     raw_contents = pb_object.raw_input_contents
-    reads_regions = pb_object.model_name in shared_memory_models
+    reads_regions = pb_object.model_name in shared_memory_models()
     empty = []
     for tensor in request.inputs:
         if tensor.data.root:

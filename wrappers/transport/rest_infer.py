@@ -40,6 +40,7 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, TensorData
 
+from wrappers import process_state
 from wrappers.mlserver_compat import rest_app as mlserver_rest
 from wrappers.operations.loaded_models import LoadedModels
 from wrappers.protocol import binary_data
@@ -64,11 +65,15 @@ def _install() -> None:
             logger.info("REST infer requests for wrappers.runtime models are answered without FastAPI's per-request work")
 
 
-# The models whose REST infer requests this route answers; adding one installs the route (once per REST app).
-fast_models = LoadedModels(install=_install)
-# Those whose requests may carry arrays, as the raw gRPC path's do: not where MLServer's response cache is on (it
-# writes each request as JSON, lists only). A large body's lists of floats come to them as arrays.
-array_models = LoadedModels()
+def fast_models() -> LoadedModels:
+    """The models whose REST infer requests this route answers; adding one installs the route (once per REST app)."""
+    return process_state.current().switches.named("rest_infer.fast", install=_install)
+
+
+def array_models() -> LoadedModels:
+    """Those whose requests may carry arrays, as the raw gRPC path's do: not where MLServer's response cache is on
+    (it writes each request as JSON, lists only). A large body's lists of floats come to them as arrays."""
+    return process_state.current().switches.named("rest_infer.arrays")
 
 
 class FastInferRoute:
@@ -82,14 +87,14 @@ class FastInferRoute:
         name, version = scope["path_params"]["model_name"], scope["path_params"].get("model_version")
         headers = headers_of(scope)
         binary = binary_data.HEADER in headers
-        if name not in fast_models or not (binary or _is_json(headers)):
+        if name not in fast_models() or not (binary or _is_json(headers)):
             await self._mlserver_route.handle(scope, receive, send)
             return
         body = await read_body(receive, headers, limit())  # what the layer hands on: one message, within the limit
         if binary or len(body) <= INLINE_BODY_BYTES:  # binary tensors are sliced, not parsed: cheap at any size
             payload = _payload(body, headers, binary)
         else:
-            as_arrays = name in array_models
+            as_arrays = name in array_models()
             payload = await asyncio.get_running_loop().run_in_executor(_json_threads, _large_payload, body, as_arrays)
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
