@@ -204,7 +204,9 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
             image_input=self._image_input,
             shared=self._shared,
         )
-        self._classes = PredictedClasses.for_outputs(self.name, self.version, graph_outputs, self._scores_output)
+        self._classes = PredictedClasses.for_outputs(
+            process_state.current().metrics, self.name, self.version, graph_outputs, self._scores_output
+        )
         sizes = run_planning.warm_up_sizes(self._buckets, self._config.warmup_batch_sizes, self._config.warmup_runs)
         self._warm = WarmUp(self.name, self._graph_inputs, self._graph_output_names, sizes, self._config.warmup_runs)
         self._start_workers()  # every run slot warms up on its own thread here

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from slipway.metric_names import REQUEST_SECONDS, UNKNOWN_MODEL_REQUESTS
+from slipway.metric_names import CLASS_LABEL, PREDICTED_CLASS, REQUEST_SECONDS, SETTING, UNKNOWN_MODEL_REQUESTS
 from slipway.v2_wire import Location
 from wrappers import process_state
-from wrappers.operations.metrics import MetricSeries, ModelMetrics
+from wrappers.operations.metrics import MetricSeries, ModelMetrics, PredictedClasses
 from wrappers.process_state import ProcessState
 from wrappers.shm.regions import Regions, SharedMemoryError
 from wrappers.transport.body_budget import DEFAULT_BODY_BYTES, MIB
@@ -87,3 +87,19 @@ def test_a_switch_is_one_per_name_in_a_state_and_a_fresh_state_has_every_switch_
             assert "digits" not in process_state.current().switches.named("rest_infer.fast")
         switch.discard(model)
         assert not switch and installed == ["on"]
+
+
+def test_a_fresh_state_publishes_settings_and_class_tallies_in_its_own_registry():
+    outputs = [SimpleNamespace(name="probabilities", datatype="FP32", shape=(-1, 10))]
+    with process_state.replaced(_fresh()) as state:
+        series = state.metrics
+        series.publish_settings("digits", "1", {"intra_op_threads": (2, "measured")})
+        tally = PredictedClasses.for_outputs(series, "digits", "1", outputs)
+        assert tally is not None and PredictedClasses.for_outputs(series, "digits", "1", outputs) is tally
+        tally.count([np.eye(10, dtype=np.float32)[[3, 3]]])
+        value = series.registry.get_sample_value
+        assert (
+            value(SETTING, {"model_name": "digits", "model_version": "1", "setting": "intra_op_threads", "source": "measured"})
+            == 2
+        )
+        assert value(f"{PREDICTED_CLASS}_total", {"model_name": "digits", "model_version": "1", CLASS_LABEL: "3"}) == 2

@@ -25,8 +25,8 @@ from engine.runner import SessionRunner
 from engine.session import create_session
 from engine.tensor_specs import TensorSpec
 from slipway.runtime_settings import RuntimeSettings
+from wrappers import process_state
 from wrappers.defaults.choice import DEFAULT, EXPLICIT, MEASURED, Choice
-from wrappers.operations.metrics import publish_settings
 from wrappers.running.bucket_sessions import BucketRunner, build, per_bucket, runs_on_cuda
 from wrappers.running.warm_up import zeros
 
@@ -179,7 +179,9 @@ def plan_buckets(
     runner = build(model_path, config, buckets, copies=config.inference_threads if on_cuda else 1)
     for choice in choices.values():
         logger.info("%s: %s %s (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
-    publish_settings(model, version, {name: (_gauge_value(choice.value), choice.source) for name, choice in choices.items()})
+    process_state.current().metrics.publish_settings(
+        model, version, {name: (_gauge_value(choice.value), choice.source) for name, choice in choices.items()}
+    )
     return BucketPlan(runner, config, choices)
 
 

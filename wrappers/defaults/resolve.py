@@ -21,6 +21,7 @@ from engine.runner import SessionRunner
 from engine.session import session_options, spins_within_runs
 from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.runtime_settings import RuntimeSettings
+from wrappers import process_state
 from wrappers.defaults import measurement as load_measurement
 from wrappers.defaults.choice import (
     BUSY_INTRA_OP_THREADS,
@@ -32,7 +33,6 @@ from wrappers.defaults.choice import (
     Value,
     choose,
 )
-from wrappers.operations.metrics import publish_settings
 from wrappers.running.planning import gpu_merge_rows
 from wrappers.running.warm_up import zeros
 from wrappers.running.width import WidthRunner
@@ -158,7 +158,9 @@ def resolve(
         logger.info("%s: %s %g (%s): %s", model, choice.setting, choice.value, choice.source, choice.reason)
     if measured is not None:
         logger.info("%s: timing the model at load took %.0f ms", model, 1000 * (time.perf_counter() - started))
-    publish_settings(model, version, {name: (choice.number, choice.source) for name, choice in choices.items()})
+    process_state.current().metrics.publish_settings(
+        model, version, {name: (choice.number, choice.source) for name, choice in choices.items()}
+    )
     chosen = settings.model_copy(update={name: choice.value for name, choice in choices.items()})
     same_session = choices[INTRA_OP_THREADS].value == session_threads and bool(
         choices[SPIN_WITHIN_RUNS].value

@@ -33,6 +33,7 @@ from slipway.cli import ArgumentParser, UserError, exit_with, first_line
 from slipway.files import FileProblem, read_json
 from slipway.runtime_settings import RuntimeSettings, SettingsError, TopKPostprocessing, parse_runtime_settings
 from slipway.v2_wire import BYTES
+from wrappers import process_state
 from wrappers.defaults.choice import Choice
 from wrappers.defaults.gpu import plan_buckets
 from wrappers.defaults.resolve import resolve_for_session
@@ -90,7 +91,7 @@ def serving_file(socket_path: Path) -> Path:
 def _scores_index(name: str, version: str | None, outputs: list[TensorSpec], config: RuntimeSettings) -> int | None:
     """Which output's arg-max is counted per class, by the runtime's rule (`PredictedClasses.for_outputs`)."""
     scores = config.postprocess.output if isinstance(config.postprocess, TopKPostprocessing) else None
-    if PredictedClasses.for_outputs(name, version, outputs, scores) is None:
+    if PredictedClasses.for_outputs(process_state.current().metrics, name, version, outputs, scores) is None:
         return None
     return next((index for index, spec in enumerate(outputs) if spec.name == scores), 0)
 

@@ -57,6 +57,7 @@ _HELP = {
 }
 _BUCKETS = {name: _SECONDS_BUCKETS for name in _HELP} | {BATCH_ROWS: _ROWS_BUCKETS}
 _LABELS = {REQUEST_SECONDS: (*LABELS, PROTOCOL_LABEL)}
+_SOURCES = ("measured", "explicit", "default")
 
 
 class MetricSeries:
@@ -71,6 +72,39 @@ class MetricSeries:
         self._requests: dict[tuple[str, str, str], Histogram] = {}
         self._counters: dict[str, Counter] = {}
         self._gauges: dict[str, Gauge] = {}
+        # Served from the state's start (as from the module's import before): the class tallies and two gauges.
+        self.class_tallies = _ClassTallies()
+        registry.register(self.class_tallies)
+        self._settings_gauge = Gauge(
+            SETTING,
+            "A serving setting's value at load, and where it came from (source: measured at load, "
+            "explicit in model-settings.json, or the fixed default)",
+            labelnames=(*LABELS, "setting", "source"),
+            registry=registry,
+        )
+        self._polling_gauge = Gauge(
+            POLLING,
+            "1 while the event loop polls after this model's inline runs because its requests "
+            "come back to back within the window (event_loop_spin_us chosen at load), else 0",
+            labelnames=LABELS,
+            registry=registry,
+        )
+
+    def publish_settings(self, name: str, version: str | None, values: dict[str, tuple[float, str]]) -> None:
+        """Set slipway_setting for each `setting: (value, source)`, dropping the series a previous load of the
+        same model version left under another source."""
+        for setting, (value, source) in values.items():
+            for other in _SOURCES:
+                if other != source:
+                    try:
+                        self._settings_gauge.remove(name, version or "", setting, other)
+                    except KeyError:
+                        pass
+            self._settings_gauge.labels(name, version or "", setting, source).set(value)
+
+    def publish_polling(self, name: str, version: str | None, polling: bool) -> None:
+        """Set slipway_event_loop_polling for one model version."""
+        self._polling_gauge.labels(name, version or "").set(1 if polling else 0)
 
     def counter(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> Counter:
         """The counter `name`, created on first use (models share it by label; other modules name their own)."""
@@ -167,7 +201,9 @@ class PredictedClasses:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_outputs(cls, name: str, version: str | None, outputs: list, scores: str | None = None) -> PredictedClasses | None:
+    def for_outputs(
+        cls, series: MetricSeries, name: str, version: str | None, outputs: list, scores: str | None = None
+    ) -> PredictedClasses | None:
         """Counting for the scores output (`scores`, else the graph's first output) where it looks like one:
         floats shaped [rows, classes] with 2 to MAX_CLASSES classes; None for any other model. A model loaded
         again under the same name and version keeps counting where it was."""
@@ -178,11 +214,11 @@ class PredictedClasses:
         if spec.datatype not in _FLOAT_TYPES or len(spec.shape) != 2 or not 2 <= spec.shape[1] <= MAX_CLASSES:
             return None
         counter = cls(name, version, index, spec.shape[1])
-        previous = _CLASS_TALLIES.tallies.get(counter.labels)
+        previous = series.class_tallies.tallies.get(counter.labels)
         if previous is not None and len(previous._counts) == len(counter._counts):
             previous._index = index
             return previous
-        _CLASS_TALLIES.tallies[counter.labels] = counter
+        series.class_tallies.tallies[counter.labels] = counter
         return counter
 
     def count(self, outputs: list[np.ndarray]) -> None:
@@ -220,44 +256,3 @@ class _ClassTallies:
             for winner, count in tally.snapshot():
                 family.add_metric([*labels, str(winner)], count)
         yield family
-
-
-_CLASS_TALLIES = _ClassTallies()
-REGISTRY.register(_CLASS_TALLIES)
-
-
-_SOURCES = ("measured", "explicit", "default")
-_settings_gauge = Gauge(
-    SETTING,
-    "A serving setting's value at load, and where it came from (source: measured at load, "
-    "explicit in model-settings.json, or the fixed default)",
-    labelnames=(*LABELS, "setting", "source"),
-    registry=REGISTRY,
-)
-
-
-def publish_settings(name: str, version: str | None, values: dict[str, tuple[float, str]]) -> None:
-    """Set slipway_setting for each `setting: (value, source)`, dropping the series a previous load of the
-    same model version left under another source."""
-    for setting, (value, source) in values.items():
-        for other in _SOURCES:
-            if other != source:
-                try:
-                    _settings_gauge.remove(name, version or "", setting, other)
-                except KeyError:
-                    pass
-        _settings_gauge.labels(name, version or "", setting, source).set(value)
-
-
-_polling_gauge = Gauge(
-    POLLING,
-    "1 while the event loop polls after this model's inline runs because its requests "
-    "come back to back within the window (event_loop_spin_us chosen at load), else 0",
-    labelnames=LABELS,
-    registry=REGISTRY,
-)
-
-
-def publish_polling(name: str, version: str | None, polling: bool) -> None:
-    """Set slipway_event_loop_polling for one model version."""
-    _polling_gauge.labels(name, version or "").set(1 if polling else 0)

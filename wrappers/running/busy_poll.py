@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from slipway.runtime_settings import RuntimeSettings
-from wrappers.operations.metrics import publish_polling
+from wrappers import process_state
 from wrappers.running.poll_gate import PollGate
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def for_model(config: RuntimeSettings, *, chosen: bool, inline: bool, model: str
         return RunPolling(window_s)
 
     def changed(polling: bool) -> None:
-        publish_polling(model, version, polling)
+        process_state.current().metrics.publish_polling(model, version, polling)
         logger.info(
             "%s: the event loop %s after inline runs: requests %s within %d us of the answer before them",
             model,
@@ -143,5 +143,5 @@ def for_model(config: RuntimeSettings, *, chosen: bool, inline: bool, model: str
             config.event_loop_spin_us,
         )
 
-    publish_polling(model, version, False)
+    process_state.current().metrics.publish_polling(model, version, False)
     return RunPolling(window_s, PollGate(window_s), changed)
