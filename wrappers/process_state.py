@@ -1,16 +1,18 @@
 """The one owner of the serving process's registries: made once by the launcher, reached by models through `current()`.
 
 What a process serves with beyond one model (the metric series it created, the shared-memory regions clients
-registered, the REST body limit sized at each load, the switches models turn on) lives in one `ProcessState`, not in module globals: the launcher
-(`wrappers.launch`) begins it before MLServer builds anything, the runtimes and the request paths reach it through
-`current()`, and a test makes a fresh one (`replaced`) instead of resetting globals by hand. A process the launcher
-did not start (an MLServer worker, a front end) gets one at first use.
+registered, the REST body limit sized at each load, the switches models turn on, the body threads) lives in one
+`ProcessState`, not in module globals: the launcher (`wrappers.launch`) begins it before MLServer builds anything,
+the runtimes and the request paths reach it through `current()`, and a test makes a fresh one (`replaced`) instead
+of resetting globals by hand. A process the launcher did not start (an MLServer worker, a front end) gets one at
+first use.
 It imports nothing of MLServer: the pure modules whose state it holds stay importable without a server.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -18,6 +20,10 @@ from wrappers.operations.loaded_models import Switches
 from wrappers.operations.metrics import MetricSeries
 from wrappers.shm.regions import Regions
 from wrappers.transport.body_budget import BodyLimit
+
+
+def _two_threads(prefix: str) -> ThreadPoolExecutor:
+    return field(default_factory=lambda: ThreadPoolExecutor(max_workers=2, thread_name_prefix=prefix))
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,10 @@ class ProcessState:
     regions: Regions = field(default_factory=Regions)  # the shared-memory regions clients registered
     body_limit: BodyLimit = field(default_factory=BodyLimit)  # the REST bodies admitted, sized at each load
     switches: Switches = field(default_factory=Switches)  # which loaded models turned each fast path or pin on
+    # Bounds on what request bodies make the process hold: two inflate at a time (`body_layer`), two large JSON
+    # bodies are parsed or answers written at a time (`rest_infer`); others wait their turn. Threads start at use.
+    inflaters: ThreadPoolExecutor = _two_threads("slipway-inflate")
+    json_threads: ThreadPoolExecutor = _two_threads("slipway-json")
 
 
 _current: list[ProcessState] = []  # the one state of this process, once begun (a list: set without `global`)

@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mlserver.errors import InferenceError, MLServerError
@@ -47,9 +46,6 @@ logger = logging.getLogger(__name__)
 
 _WITHOUT_BODY = frozenset({"GET", "HEAD", "OPTIONS"})
 _INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")  # MLServer's two infer routes
-# Bodies inflate on these threads (zlib lets go of the GIL), so a big one stalls no other request; two at a time
-# keep what compressed requests can make the server hold to twice the limit. Others wait their turn.
-_inflaters = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-inflate")
 LARGE_SHARE = 4  # a body over 1/LARGE_SHARE of the limit is large: large ones are answered one at a time
 
 
@@ -167,6 +163,9 @@ async def _inflated(body: bytes, encoding: str, limit: int) -> bytes | bytearray
     """The body inflated on a worker thread; HTTP 413 or 400 (by MLServer's error handler) for what `inflate` refuses."""
     try:
         window = zlib_window(encoding)
-        return await asyncio.get_running_loop().run_in_executor(_inflaters, inflate, body, encoding, window, limit)
+        # On the process's inflating threads (zlib lets go of the GIL), so a big body stalls no other request; two
+        # at a time keep what compressed requests can make the server hold to twice the limit. Others wait.
+        inflaters = process_state.current().inflaters
+        return await asyncio.get_running_loop().run_in_executor(inflaters, inflate, body, encoding, window, limit)
     except BodyError as err:
         raise _refusal(err) from None

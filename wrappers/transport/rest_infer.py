@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from mlserver.errors import InferenceError
@@ -53,8 +52,7 @@ logger = logging.getLogger(__name__)
 OCTET_STREAM = "application/octet-stream"
 JSON = "application/json"
 INLINE_ANSWER_VALUES = 1 << 15  # an answer of up to this many values is written as JSON on the event loop
-# Larger ones on these threads, two at a time (as bodies inflate in `body_layer`); others wait their turn.
-_json_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slipway-json")
+# Larger ones on the process state's json_threads, two at a time (as bodies inflate in `body_layer`); others wait.
 
 
 def _install() -> None:
@@ -95,7 +93,9 @@ class FastInferRoute:
             payload = _payload(body, headers, binary)
         else:
             as_arrays = name in array_models()
-            payload = await asyncio.get_running_loop().run_in_executor(_json_threads, _large_payload, body, as_arrays)
+            payload = await asyncio.get_running_loop().run_in_executor(
+                process_state.current().json_threads, _large_payload, body, as_arrays
+            )
         if payload is None:
             await self._mlserver_route.handle(scope, replaying(body, receive), send)
             return
@@ -109,7 +109,9 @@ class FastInferRoute:
         else:
             long = None if binary_outputs else _long_arrays(result)
             loop = asyncio.get_running_loop()
-            answer = await loop.run_in_executor(_json_threads, _answer, result, binary_outputs, response_headers, long)
+            answer = await loop.run_in_executor(
+                process_state.current().json_threads, _answer, result, binary_outputs, response_headers, long
+            )
         await answer(scope, receive, send)
 
 
