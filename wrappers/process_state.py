@@ -11,6 +11,7 @@ It imports nothing of MLServer: the pure modules whose state it holds stay impor
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -42,13 +43,15 @@ class ProcessState:
 
 
 _current: list[ProcessState] = []  # the one state of this process, once begun (a list: set without `global`)
+_beginning = threading.Lock()  # two threads' first use must not make two: the second would register every series again
 
 
 def begin(state: ProcessState | None = None) -> ProcessState:
     """This process's state, made now (the launcher's call, before any model loads) unless one was begun already."""
-    if not _current:
-        _current.append(state if state is not None else ProcessState())
-    return _current[0]
+    with _beginning:
+        if not _current:
+            _current.append(state if state is not None else ProcessState())
+        return _current[0]
 
 
 def current() -> ProcessState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -103,3 +105,24 @@ def test_a_fresh_state_publishes_settings_and_class_tallies_in_its_own_registry(
             == 2
         )
         assert value(f"{PREDICTED_CLASS}_total", {"model_name": "digits", "model_version": "1", CLASS_LABEL: "3"}) == 2
+
+
+def test_first_uses_on_many_threads_at_once_make_one_state(monkeypatch):
+    made: list[ProcessState] = []
+
+    def make() -> ProcessState:  # each in a registry of its own, counted
+        made.append(_fresh())
+        return made[-1]
+
+    monkeypatch.setattr(process_state, "ProcessState", make)
+    with process_state.replaced(_fresh()):
+        process_state._current.clear()  # as in a process no launcher began: the first use makes it
+        barrier = threading.Barrier(8)
+
+        def first_use() -> ProcessState:
+            barrier.wait()
+            return process_state.current()
+
+        with ThreadPoolExecutor(8) as pool:
+            states = list(pool.map(lambda _: first_use(), range(8)))
+        assert len(made) == 1 and all(state is made[0] for state in states), "two made: every series registered twice"
