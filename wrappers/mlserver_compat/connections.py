@@ -18,6 +18,7 @@ from wrappers.transport.connection_rules import ConnectionLimits, answer
 
 _STARTUP = "uvicorn.Server.startup"
 LINGER_S = 2.0  # how long a refused connection's last bytes are read and dropped before it is closed
+IDLE_DRAIN_S = 2.0  # how long an idle kept-alive connection waits for one last request once the server drains
 _PROTOCOL = "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol"
 _CALLBACKS = {
     "connection_made": ("self", "transport"),
@@ -28,6 +29,7 @@ _CALLBACKS = {
     "on_headers_complete": ("self",),
     "on_body": ("self", "body"),
     "on_message_complete": ("self",),
+    "shutdown": ("self",),
 }
 
 
@@ -83,6 +85,7 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             self._limit_timer: asyncio.TimerHandle | None = None
             self._header_bytes = self._header_lines = 0
             self._in_headers, self._in_body, self._draining = True, False, False
+            self._last_request = False  # the server drains: the next request is answered with Connection: close
             self._arm(limits.header_timeout_s, 408, "Request Timeout", limits.headers_late)
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -91,7 +94,7 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            if self._limit_timer is None:  # else the connection's first request: its timer runs since connect
+            if self._limit_timer is None or self._last_request:  # else the first request: its timer runs since connect
                 self._arm(limits.header_timeout_s, 408, "Request Timeout", limits.headers_late)
 
         def on_header(self, name: bytes, value: bytes) -> None:
@@ -106,6 +109,8 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
                 return  # no request cycle starts: the rest of what the parser holds is dropped
             self._arm(limits.body_idle_timeout_s, 408, "Request Timeout", limits.body_idle)
             super().on_headers_complete()
+            if self._last_request and self.cycle is not None:
+                self.cycle.keep_alive = False
 
         def on_body(self, body: bytes) -> None:
             if not self._draining:
@@ -131,6 +136,27 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
                 refusal = limits.headers_refusal(self._header_bytes, self._header_lines)
                 if refusal is not None:
                     self._refuse(431, "Request Header Fields Too Large", refusal)
+
+        def shutdown(self) -> None:
+            """The server drains. A connection answering a request closes once it is answered (uvicorn's way). An idle
+            one is not closed at once, as uvicorn would: its client may have sent its next request as the drain began,
+            and closing would reset the connection under that request, lost (the client cannot tell whether it was
+            served). It stays open for at most IDLE_DRAIN_S: a request that arrives meanwhile is answered, with
+            `Connection: close`; a connection still idle then is closed."""
+            cycle = getattr(self, "cycle", None)
+            if self._draining or self.transport.is_closing() or (cycle is not None and not cycle.response_complete):
+                super().shutdown()
+                return
+            self._last_request = True
+            if not self._header_bytes:  # else a request has begun: its header timer runs, and it is answered
+                self._disarm()
+                self._limit_timer = asyncio.get_running_loop().call_later(IDLE_DRAIN_S, self._close_if_idle)
+
+        def _close_if_idle(self) -> None:
+            self._limit_timer = None
+            cycle = getattr(self, "cycle", None)
+            if not self._header_bytes and (cycle is None or cycle.response_complete):
+                self.transport.close()
 
         def _arm(self, seconds: float, status: int, reason: str, message: Any) -> None:
             self._disarm()
