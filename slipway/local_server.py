@@ -210,6 +210,15 @@ class LocalServer(LoopbackServer):
             return "it is still starting"
         return failure_reason(self._workdir / FAILURE_FILE, status)
 
+    def wait(self, seconds: float) -> int | None:
+        """The server's exit code once it has exited (told to stop by a signal, say), or None if it runs `seconds` on."""
+        if self._process is None:
+            return None
+        try:
+            return self._process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+
     def stop(self) -> None:
         """Stop the server, then remove its working folder (log, metrics) unless it crashed meanwhile."""
         crashed = self._process is not None and self._process.poll() not in (None, 0)
