@@ -1,7 +1,8 @@
 """`python -m benchmarks`: how fast Slipway's runtime serves (`serving`, `make bench`), against KServe and PyTriton
 (`peers`, `make bench-peers`), one model on CPU vs CUDA vs TensorRT (`gpu`, `make bench-gpu`), and one front end
 vs N (`frontends`), this tree's runtime vs another commit's (`against`), what one large JSON request costs in
-memory (`body-memory`), and every Keras corpus model through the export path (`keras-corpus`, `make bench-keras`).
+memory (`body-memory`), what hostile clients make a server spend (`hostile-load`), and every Keras corpus model
+through the export path (`keras-corpus`, `make bench-keras`).
 `slipway bench`, `slipway bench-peers`, `slipway bench-gpu` and `slipway bench-keras` run the same commands."""
 
 from __future__ import annotations
@@ -202,6 +203,31 @@ def cmd_body_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hostile_load(args: argparse.Namespace) -> int:
+    from benchmarks import hostile_load
+
+    if min(args.mib, args.trickling, args.unknown_names, args.malformed, args.clients, args.sigterm_runs) < 1:
+        raise UserError("--mib, --trickling, --unknown-names, --malformed, --clients and --sigterm-runs must be at least 1")
+    tier = hostile_load.tier_of(args)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("hostile-load", total=hostile_load.steps(tier))
+        payload = hostile_load.run(tier, on_step=lambda: progress.advance(task))
+    path = write_report("hostile-load", payload)
+    hostile_load.plot(payload, REPORTS_DIR / "hostile-load.png")
+    for side, figures in payload["servers"].items():
+        console.print(
+            f"{side}: {figures['rss']['bytes_held_per_byte_sent']} bytes held per byte of a {tier.body_mib} MiB body; "
+            f"small requests' p99 during it {figures['small_requests']['during_the_large_body']['p99_ms']} ms; "
+            f"{figures['slowloris']['held_by_the_server']} of {tier.trickling} trickling connections held; "
+            f"{figures['unknown_models']['series_after']} metric series after {2 * tier.unknown_names} unknown names; "
+            f"log bytes per malformed request REST {figures['malformed']['rest_log_bytes_per_request']}, "
+            f"gRPC {figures['malformed']['grpc_log_bytes_per_request']}; lost on SIGTERM {figures['sigterm']['lost']}",
+            soft_wrap=True,
+        )
+    console.print(f"report {path}, plot {REPORTS_DIR / 'hostile-load.png'}")
+    return 0
+
+
 def cmd_against(args: argparse.Namespace) -> int:
     from benchmarks import against
 
@@ -346,6 +372,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     body_memory_arguments(body_memory)
     body_memory.set_defaults(func=cmd_body_memory)
+    from benchmarks.hostile_load import add_arguments as hostile_load_arguments
+
+    hostile = commands.add_parser(
+        "hostile-load",
+        help="what hostile clients make a server spend (memory, stalls, connections, series, log bytes, requests lost "
+        "on SIGTERM), Slipway vs plain MLServer (reports/hostile-load.json)",
+    )
+    hostile_load_arguments(hostile)
+    hostile.set_defaults(func=cmd_hostile_load)
     from benchmarks.keras_corpus import add_arguments as keras_corpus_arguments
 
     corpus = commands.add_parser(

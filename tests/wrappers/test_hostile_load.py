@@ -1,0 +1,64 @@
+"""The hostile-load tier, small (issue 47): `benchmarks.hostile_load`'s probes against a real server started as the pod
+starts it, checking what each must leave behind, never how fast (`python -m benchmarks hostile-load` measures that,
+beside plain MLServer's, in reports/hostile-load.json). Each probe is bounded in count and time."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.body_memory import json_body, peak_growth
+from benchmarks.hostile_load import MIB, Tier, malformed, served, server_env, sigterm, trickling, unknown_names
+from wrappers.operations.refusal_logs import BURST
+from wrappers.transport.body_budget import JSON_AMPLIFICATION
+
+pytestmark = pytest.mark.slow
+TIER = Tier(body_mib=8, trickling=20, header_timeout_s=2, unknown_names=40, malformed=3 * BURST, clients=8, drain_s=10)
+LINE_BYTES = 256  # at most, one refusal's WARNING line
+
+
+@pytest.fixture(scope="module")
+def env():
+    body, _ = json_body(TIER.body_mib * MIB)
+    return server_env(TIER, len(body))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, env):
+    with served(tmp_path_factory.mktemp("hostile"), "slipway", env) as running:
+        yield running
+
+
+def test_an_admitted_body_grows_the_server_by_less_than_the_budget_assumes(server):
+    body, count = json_body(TIER.body_mib * MIB)
+    grown = peak_growth(server, body, count)
+    assert grown["bytes_held_per_byte_sent"] < JSON_AMPLIFICATION, grown  # the body limit is sized by this factor
+
+
+def test_no_trickling_connection_is_held_after_the_header_timeout(server):
+    held = trickling(server, TIER.trickling, hold_s=TIER.header_timeout_s + 60)  # it ends once all are closed
+    assert held["held_by_the_server"] == 0 and held["open_at_the_clients"] == 0, held
+    assert held["serving_after_s"] is not None, held
+
+
+def test_unknown_model_names_add_no_series_past_the_first(server):
+    figures = unknown_names(server, TIER.unknown_names)
+    assert figures["rest_statuses_of_the_second_half"] == {"404": TIER.unknown_names // 2}, figures
+    assert figures["grpc_codes_of_the_second_half"] == {"NOT_FOUND": TIER.unknown_names // 2}, figures
+    assert figures["series_after"] == figures["series_after_half"], figures  # the second half added none
+
+
+def test_malformed_requests_log_a_bounded_number_of_lines_and_no_traceback(server):
+    figures = malformed(server, TIER.malformed)
+    assert figures["rest_statuses"] == {"400": TIER.malformed} and figures["grpc_codes"] == {"INVALID_ARGUMENT": TIER.malformed}
+    assert figures["tracebacks"] == 0, figures
+    # the burst, and what the rate lets through meanwhile: a few lines, not one per request
+    assert figures["rest_log_bytes"] + figures["grpc_log_bytes"] <= (BURST + 10) * LINE_BYTES, figures
+    assert figures["serving_after_s"] is not None, figures
+
+
+def test_sigterm_under_8_rest_clients_loses_none_and_the_server_exits_0(tmp_path, env):
+    with served(tmp_path, "slipway", env) as running:
+        figures = sigterm(running, TIER.clients, TIER.drain_s, protocols=("rest",))
+    rest = figures["requests"]["rest"]
+    assert figures["exit_code"] == 0 and rest["answered"] > 0, figures
+    assert rest["lost"] == 0, figures["lost_as"]  # every request sent was answered, or refused before it was taken
