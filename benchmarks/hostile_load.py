@@ -35,10 +35,10 @@ import numpy as np
 
 from benchmarks.body_memory import PLAIN, SLIPWAY, identity_folder, json_body, peak_growth, small_requests_during
 from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
+from slipway.drain import DEFAULT_DRAIN_S, DRAIN_ENV
 from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK
 from slipway.v2_requests import grpc_request
-from wrappers.operations.drain import DEFAULT_DRAIN_S, DRAIN_ENV
 from wrappers.transport.connection_rules import ConnectionLimits
 
 MIB = 1 << 20

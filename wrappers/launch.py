@@ -23,11 +23,11 @@ from typing import Any
 
 from slipway import atomic
 from slipway.cli import ArgumentParser, UserError, exit_with, first_line
+from slipway.drain import DrainSettingError, drain_seconds
 from slipway.model_repository import RepositoryError, check_unique, settings_files
 from slipway.runtime_settings import SettingsError
 from slipway.server_process import HOOK, HOOK_ENV
 from wrappers import frontends, process_state
-from wrappers.operations.drain import DrainSettingError, drain_seconds
 from wrappers.transport import grpc_transport
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go

@@ -15,13 +15,13 @@ import time
 import onnx
 import pytest
 
+from slipway import drain
 from slipway.cli import UserError
 from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.loopback import wait_until_read
-from wrappers.operations import drain
 
 pytestmark = pytest.mark.slow
 BODY = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[0.5,1.5,2.5]}]}'

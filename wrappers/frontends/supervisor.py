@@ -24,10 +24,10 @@ from pathlib import Path
 from slipway import atomic
 from slipway.child import stop_with_parent
 from slipway.cli import ArgumentParser, UserError, exit_with
+from slipway.drain import DrainSettingError, drain_seconds
 from wrappers.frontends.client import HOST_SOCKET_ENV
 from wrappers.frontends.host import HostError, read_model, serving_file
 from wrappers.mlserver_compat.shared_ports import MULTIPROC_ENV
-from wrappers.operations.drain import DrainSettingError, drain_seconds
 
 HOST_READY_TIMEOUT_S = 600.0  # a TensorRT engine build at the host's first start takes minutes
 STOP_MARGIN_S = 5.0  # past a front end's drain (SLIPWAY_DRAIN_SECONDS), for it to exit, before it is killed
@@ -74,7 +74,7 @@ class Supervisor:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="slipway-frontends-")))
     children: list[_Child] = field(default_factory=list)
     asked_to_stop: bool = False
-    drain_s: float = 20.0  # each front end's SLIPWAY_DRAIN_SECONDS (`wrappers.operations.drain`)
+    drain_s: float = 20.0  # each front end's SLIPWAY_DRAIN_SECONDS (`slipway.drain`)
 
     @property
     def socket_path(self) -> Path:

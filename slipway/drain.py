@@ -1,8 +1,9 @@
 """How long a stopped server answers the requests in flight: SLIPWAY_DRAIN_SECONDS.
 
-Read by the launcher (`wrappers.launch`), which drains on SIGTERM, and by the supervisor of several front ends
-(`wrappers.frontends.supervisor`), which waits out its front ends' drain before it kills one. A leaf, so that
-neither imports the other for it.
+Read by the launcher (`wrappers.launch`), which drains on SIGTERM, by the supervisor of several front ends
+(`wrappers.frontends.supervisor`), which waits out its front ends' drain before it kills one, and by rendering
+(`deployments.render.stopping`), which checks that the pod's grace period holds the preStop hook and the drain. In
+the shared core, so that the server and the manifests read the one rule.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from collections.abc import Mapping
 
 DRAIN_ENV = "SLIPWAY_DRAIN_SECONDS"
-DEFAULT_DRAIN_S = 20.0  # within the manifests' terminationGracePeriodSeconds (30), with room to exit
+DEFAULT_DRAIN_S = 20.0  # the manifests: a 5 s preStop sleep, this, 5 s to exit: their grace period of 30 s
 
 
 class DrainSettingError(ValueError):
