@@ -24,6 +24,7 @@ from deployments.render import autoscaling, seldon
 from deployments.render.dashboard import is_dashboard
 from deployments.render.overlay import COMMON_LABELS, Rendered, RenderError, RenderOptions, render
 from deployments.render.seldon import MODEL_LABEL, PREDICTOR_LABEL
+from deployments.render.stopping import native_sleep
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 
 # The Secret the predictor's ServiceAccount lists for s3:// URIs, in KServe's form (AWS_* keys, s3-* annotations).
@@ -140,6 +141,7 @@ def _runtime(predictor: dict, component: dict, namespace: str) -> tuple[dict, di
     env += [{"name": name, "value": value} for name, value in PORT_ENV.items()]
     env.append({"name": "MLSERVER_MODEL_NAME", "value": graph_name})  # the JSON logs' model_name before the first load
     container["env"] = env
+    native_sleep(container)  # KServe reads the pod with Kubernetes 1.32's types: the hook needs no sleep binary
     labels = {**COMMON_LABELS, "app.kubernetes.io/name": graph_name, MODEL_LABEL: graph_name}
     spec: dict[str, Any] = {
         "supportedModelFormats": [{"name": api.MODEL_FORMAT, "version": "1", "autoSelect": False}],

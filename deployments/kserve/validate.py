@@ -18,6 +18,7 @@ from typing import Any
 
 from deployments.kserve import api
 from deployments.render import seldon
+from deployments.render.stopping import stop_errors
 from deployments.render.validate import (
     ValidationReport,
     _selects,
@@ -261,6 +262,7 @@ def validate_kserve(docs: list[dict[str, Any]], *, schemas: dict[str, dict | Non
                 pod = merged_pod(doc, runtime)
                 pods[doc.get("metadata", {}).get("name")] = (pod_labels(doc), pod)
                 report.errors.extend(pod_security_errors(f"{label}/predictor", pod))
+                report.errors.extend(stop_errors(f"{label}/predictor", pod, api.CONTAINER_NAME))
             layer = "" if schema is None else f"KServe {CRD_FILES[kind][1]} CRD schema, "
             report.checked.append(f"{label} ({layer}KServe rules, Pod Security restricted)")
         elif kind == "PodMonitor":

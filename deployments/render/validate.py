@@ -21,6 +21,7 @@ import yaml
 
 from deployments.render import seldon
 from deployments.render.split import EXECUTOR_PORTS
+from deployments.render.stopping import stop_errors
 from slipway.paths import SELDON_CRD_SCHEMA
 
 KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
@@ -167,6 +168,7 @@ def _component_errors(where: str, component: dict, graph_name: str | None) -> li
     if component.get("hpaSpec") or component.get("kedaSpec"):
         errors.extend(requests_errors(where, component.get("spec", {})))
     errors.extend(container_metric_errors(where, component.get("hpaSpec", {}).get("metricsv2", []), component.get("spec", {})))
+    errors.extend(stop_errors(where, component.get("spec", {}), graph_name or ""))
     for container in component.get("spec", {}).get("containers", []):
         resources = container.get("resources", {})
         gpus = resources.get("limits", {}).get(GPU_RESOURCE)
