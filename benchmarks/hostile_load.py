@@ -405,7 +405,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     from slipway.plots import pyplot, save_png
 
     plt = pyplot()
-    names = list(payload["servers"])
+    names = sorted(payload["servers"], key=lambda name: name != "slipway")  # Slipway first (the report sorts its keys)
     servers = [payload["servers"][name] for name in names]
     tier = payload["tier"]
     panels: list[tuple[str, list[float]]] = [
@@ -429,16 +429,22 @@ def plot(payload: dict[str, Any], path: Path) -> None:
             "log bytes per malformed\nrequest (REST + gRPC)",
             [s["malformed"]["rest_log_bytes_per_request"] + s["malformed"]["grpc_log_bytes_per_request"] for s in servers],
         ),
-        (
-            f"requests lost on SIGTERM\n({tier['clients']} clients per protocol, {tier['sigterm_runs']} runs)",
-            [s["sigterm"]["lost"]["rest"] + s["sigterm"]["lost"]["grpc"] for s in servers],
-        ),
     ]
-    figure, axes = plt.subplots(1, len(panels), figsize=(3 * len(panels), 3.6))
+    figure, axes = plt.subplots(1, len(panels) + 1, figsize=(3 * (len(panels) + 1), 3.6))
     for axis, (title, values) in zip(axes, panels):
-        bars = axis.bar(names, values, color=["tab:blue", "tab:gray"][: len(names)], alpha=0.8)
+        bars = axis.bar(names, values, color=["tab:blue" if name == "slipway" else "tab:gray" for name in names], alpha=0.8)
         axis.bar_label(bars, fmt="%g", fontsize=7)
         axis.set_title(title, fontsize=8)
+    lost = axes[-1]  # per protocol: REST and gRPC lose requests for different reasons
+    for offset, protocol, color in ((-0.2, "rest", "tab:orange"), (0.2, "grpc", "tab:green")):
+        values = [s["sigterm"]["lost"][protocol] for s in servers]
+        bars = lost.bar([i + offset for i in range(len(names))], values, 0.4, label=protocol, color=color, alpha=0.8)
+        lost.bar_label(bars, fmt="%g", fontsize=7)
+    lost.set_xticks(range(len(names)))
+    lost.set_xticklabels(names)
+    lost.legend(fontsize=7)
+    lost.set_title(f"requests lost on SIGTERM ({tier['clients']} clients\nper protocol, {tier['sigterm_runs']} runs)", fontsize=8)
+    for axis in axes:
         axis.tick_params(axis="x", labelsize=7, rotation=20)
         axis.tick_params(axis="y", labelsize=7)
     save_png(figure, path)
