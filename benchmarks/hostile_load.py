@@ -66,7 +66,7 @@ class Tier:
     latency_seconds: float = 60.0  # at most, for the small requests during the large body
 
 
-def server_env(tier: Tier, body_bytes: int) -> dict[str, str]:
+def limits_env(tier: Tier, body_bytes: int) -> dict[str, str]:
     """Both sides get the same environment; Slipway's launcher reads the limits, plain MLServer none of them."""
     return {
         "SLIPWAY_MAX_BODY_BYTES": str(body_bytes + MIB),
@@ -360,7 +360,7 @@ def sigterm(server: LocalServer, clients: int, drain_s: float, protocols: tuple[
 def measure(side: str, tier: Tier, root: Path, on_step: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Every probe against `side`, each on the same server but the SIGTERM one, which starts one per run."""
     body, count = json_body(tier.body_mib * MIB)
-    env = server_env(tier, len(body))
+    env = limits_env(tier, len(body))
     figures: dict[str, Any] = {}
     with served(root / side, side, env) as server:
         figures["rss"] = peak_growth(server, body, count)

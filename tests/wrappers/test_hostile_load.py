@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.body_memory import json_body, peak_growth
-from benchmarks.hostile_load import MIB, Tier, malformed, served, server_env, sigterm, trickling, unknown_names
+from benchmarks.hostile_load import MIB, Tier, limits_env, malformed, served, sigterm, trickling, unknown_names
 from wrappers.operations.refusal_logs import BURST
 from wrappers.transport.body_budget import JSON_AMPLIFICATION
 
@@ -19,7 +19,7 @@ LINE_BYTES = 256  # at most, one refusal's WARNING line
 @pytest.fixture(scope="module")
 def env():
     body, _ = json_body(TIER.body_mib * MIB)
-    return server_env(TIER, len(body))
+    return limits_env(TIER, len(body))
 
 
 @pytest.fixture(scope="module")
