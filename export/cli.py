@@ -6,8 +6,6 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from export.commands import (
     VARIANTS_DIR,
     add_export_options,
@@ -22,6 +20,7 @@ from export.convert import DEFAULT_OPSET, ParityError, UnsupportedOpsError, onnx
 from export.onnx_import import ImportCheckError, check_name
 from export.package import check_out_dir, write_artifact
 from export.store.cli import add_versions_parser
+from export.tolerance import FP32_TOLERANCE, worst_beyond
 from export.train import TrainConfig, train
 from slipway.cli import UserError, console, dispatch
 from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
@@ -78,14 +77,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
             source_outputs = model.predict(rows.feeds)
             converted = onnx_outputs(onnx_bytes, rows.feeds)
             parity = outputs_parity(source_outputs, converted)
-        refuse_parity(parity, source_outputs, f"ONNX and {model.format}", rows.count, args.parity_tolerance)
+        refuse_parity(parity, source_outputs, converted, f"ONNX and {model.format}", rows.count, args.parity_tolerance)
         split, split_note, extra_files, extra_settings = None, None, None, None
         if stages is not None:
             with console.status("cutting the preprocessing and softmax/argmax into graphs of their own (--split)"):
                 graphs = convert_stages(stages, rows.feeds, args.opset, args.parity_tolerance)
                 chained = outputs_parity(source_outputs, graphs.chained)
             refuse_parity(
-                chained, source_outputs, f"the --split stages chained and {model.format}", rows.count, args.parity_tolerance
+                chained,
+                source_outputs,
+                graphs.chained,
+                f"the --split stages chained and {model.format}",
+                rows.count,
+                args.parity_tolerance,
             )
             extra_files, extra_settings = stage_files(graphs), stage_settings()
             split = {
@@ -143,20 +147,28 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def refuse_parity(parity, source_outputs: dict, what: str, count: int, tolerance: float) -> None:
-    """One line when the converted answers disagree on a top class or differ beyond the tolerance."""
-    scale = max(1.0, max(float(np.abs(array).max()) if array.size else 0.0 for array in source_outputs.values()))
-    if not parity.identical_predictions or parity.max_abs_diff > tolerance * scale:
-        raise UserError(
-            f"{what} "
-            + (
-                f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {count} held-out rows"
-                if not parity.identical_predictions
-                else f"answer {count} held-out rows beyond --parity-tolerance"
-            )
-            + f", worst at {parity.worst()} (allowed {tolerance * scale:.1e}); nothing was written: check the "
-            f"layers feeding {parity.worst_output!r}, or raise --parity-tolerance if the difference is acceptable"
+def refuse_parity(parity, source_outputs: dict, converted: dict, what: str, count: int, tolerance: float) -> None:
+    """One line when the converted answers disagree on a top class, or an output differs beyond its allowance
+    (`export.tolerance`: `tolerance` times max(1, that output's largest value))."""
+    beyond = worst_beyond(source_outputs, converted, tolerance)
+    if parity.identical_predictions and beyond is None:
+        return
+    if not parity.identical_predictions:
+        problem = (
+            f"disagree on the top class of {1 - parity.top1_agreement:.2%} of {count} held-out rows, worst at {parity.worst()}"
         )
+        output = parity.worst_output
+    else:
+        assert beyond is not None
+        output, row, diff, limit = beyond
+        problem = (
+            f"answer {count} held-out rows beyond --parity-tolerance, worst at output {output!r}, row {row}: "
+            f"abs diff {diff:.2e} (allowed {limit:.1e})"
+        )
+    raise UserError(
+        f"{what} {problem}; nothing was written: check the layers feeding {output!r}, or raise --parity-tolerance "
+        "if the difference is acceptable"
+    )
 
 
 def opset(text: str) -> int:
@@ -210,8 +222,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     convert.add_argument(
         "--parity-tolerance",
         type=float,
-        default=1e-3,
-        help="largest abs difference ONNX may show against the model, times max(1, largest output)",
+        default=FP32_TOLERANCE,
+        help=f"largest abs difference ONNX may show against the model on an output, times max(1, its largest value) "
+        f"(default {FP32_TOLERANCE:g}, as export variants' --fp32-tolerance)",
     )
     convert.add_argument("--opset", type=opset, default=DEFAULT_OPSET, help=f"ONNX opset to write (>= {DEFAULT_OPSET})")
     convert.add_argument(

@@ -11,6 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
+from export.tolerance import FP16_TOLERANCE, FP32_TOLERANCE
 from slipway import atomic
 from slipway.cli import UserError, console, one_line
 from slipway.paths import BUILD_DIR
@@ -465,8 +466,19 @@ def add_export_options(parser: argparse.ArgumentParser, *, variants_help: str | 
         help="the largest abs difference on output NAME (repeatable) against the model a variant was made from, times "
         "max(1, its largest value), for every variant (int8 too): for outputs without classes (scores, values)",
     )
-    parser.add_argument("--fp32-tolerance", type=float, default=1e-4, help="max abs diff allowed for fp32 variants")
-    parser.add_argument("--fp16-tolerance", type=float, default=1e-2, help="max abs diff allowed for fp16 variants")
+    parser.add_argument(
+        "--fp32-tolerance",
+        type=float,
+        default=FP32_TOLERANCE,
+        help=f"max abs diff allowed for fp32 variants, times max(1, the output's largest value) (default {FP32_TOLERANCE:g}, "
+        "as export convert's --parity-tolerance)",
+    )
+    parser.add_argument(
+        "--fp16-tolerance",
+        type=float,
+        default=FP16_TOLERANCE,
+        help=f"max abs diff allowed for fp16 variants, times max(1, the output's largest value) (default {FP16_TOLERANCE:g})",
+    )
     parser.add_argument(
         "--optimize-for",
         choices=["latency", "throughput"],

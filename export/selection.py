@@ -4,7 +4,8 @@ Accuracy is what users care about, so the main budget is the accuracy drop again
 reference model, in percentage points. Without labels accuracy is unknown, and the same
 budget applies to the share of rows whose top-1 answer changed (a stricter proxy).
 Float variants must also reproduce the model they were converted from, within a
-tolerance scaled to the output's magnitude: a conversion bug shows there first.
+tolerance scaled to the output's magnitude (export.tolerance, the rule `export convert`
+checks its parity by): a conversion bug shows there first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from export.evaluate import OutputQuality, Quality
+from export.tolerance import FP16_TOLERANCE, FP32_TOLERANCE, allowed
 
 OptimizeFor = Literal["latency", "throughput"]
 ROUNDING = 1e-9  # (1 - 0.99) * 100 is 1.0000000000000009: a drop of exactly the budget is within it
@@ -32,8 +34,12 @@ class Budget(BaseModel):
     """Limits a variant must stay within; validated once where the command line is read."""
 
     accuracy_points: float = Field(default=0.5, ge=0, description="largest accuracy drop, in percentage points")
-    fp32_tolerance: float = Field(default=1e-4, ge=0, description="max abs diff of an fp32 variant, per unit of output scale")
-    fp16_tolerance: float = Field(default=1e-2, ge=0, description="max abs diff of an fp16 variant, per unit of output scale")
+    fp32_tolerance: float = Field(
+        default=FP32_TOLERANCE, ge=0, description="max abs diff of an fp32 variant, per unit of output scale (export.tolerance)"
+    )
+    fp16_tolerance: float = Field(
+        default=FP16_TOLERANCE, ge=0, description="max abs diff of an fp16 variant, per unit of output scale (export.tolerance)"
+    )
     outputs: dict[str, OutputLimit] = Field(
         default_factory=dict,
         description="per named output (--output-budget, --output-tolerance); an output's own points "
@@ -90,7 +96,7 @@ def judge(quality: Quality, precision: Precision, budget: Budget, outputs: tuple
         met.append(f"{basis} {lost:.2f} points <= budget {budget.accuracy_points:g}")
     tolerance = {"fp32": budget.fp32_tolerance, "fp16": budget.fp16_tolerance}.get(precision)
     if tolerance is not None and quality.max_abs_diff is not None:
-        limit = tolerance * max(1.0, quality.reference_scale)
+        limit = allowed(tolerance, quality.reference_scale)
         if quality.max_abs_diff > limit:
             return Verdict(False, f"max abs diff {quality.max_abs_diff:.2e} > {precision} tolerance {limit:.1e}")
     for output in outputs:
@@ -106,7 +112,7 @@ def judge(quality: Quality, precision: Precision, budget: Budget, outputs: tuple
                 )
             met.append(f"output {output.name!r} {output.disagreement_points:.2f} points <= {limits.points:g}")
         if limits.tolerance is not None:
-            limit = limits.tolerance * max(1.0, output.scale)
+            limit = allowed(limits.tolerance, output.scale)
             if output.max_abs_diff > limit:
                 return Verdict(
                     False, f"output {output.name!r}: max abs diff {output.max_abs_diff:.2e} > its tolerance {limit:.1e}"

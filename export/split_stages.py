@@ -27,6 +27,7 @@ from export.convert import onnx_outputs, outputs_parity
 from export.keras_io import read_interface
 from export.keras_load import LoadedModel
 from export.measure import Feeds
+from export.tolerance import worst_beyond
 
 PREPROCESSING_LAYERS = ("Rescaling", "Normalization", "Resizing", "CenterCrop")
 SOFTMAX_KINDS = ("Softmax", "Activation", "Dense")
@@ -196,18 +197,21 @@ def _loaded(model: LoadedModel, keras_model) -> LoadedModel:
 
 
 def convert_stages(stages: Stages, feeds: Feeds, opset: int, tolerance: float) -> StageGraphs:
-    """Each stage to ONNX, checked on the answers of the Keras stage before it (within `tolerance` times
-    max(1, its largest answer)); then the graphs chained on `feeds`."""
+    """Each stage to ONNX, checked on the answers of the Keras stage before it (`export.tolerance`'s rule); then
+    the graphs chained on `feeds`."""
     graphs, diffs, stage_feeds = [], {}, feeds
     for label, stage in (("preprocess", stages.pre), ("model", stages.core), ("postprocess", stages.post)):
         onnx_bytes = stage.to_onnx(opset).SerializeToString()
         expected = stage.predict(stage_feeds)
-        parity = outputs_parity(expected, onnx_outputs(onnx_bytes, stage_feeds))
-        allowed = tolerance * max(1.0, max(float(np.abs(array).max()) if array.size else 0.0 for array in expected.values()))
-        if parity.max_abs_diff > allowed:
+        converted = onnx_outputs(onnx_bytes, stage_feeds)
+        parity = outputs_parity(expected, converted)
+        beyond = worst_beyond(expected, converted, tolerance)
+        if beyond is not None:
+            output, row, diff, limit = beyond
             raise SplitError(
-                f"the {label} stage's ONNX graph answers beyond --parity-tolerance, worst at {parity.worst()} "
-                f"(allowed {allowed:.1e}); nothing was written: convert without --split, or raise --parity-tolerance"
+                f"the {label} stage's ONNX graph answers beyond --parity-tolerance, worst at output {output!r}, row {row}: "
+                f"abs diff {diff:.2e} (allowed {limit:.1e}); nothing was written: convert without --split, or raise "
+                "--parity-tolerance"
             )
         diffs[label] = parity.max_abs_diff
         graphs.append(onnx_bytes)
