@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from export.tolerance import FP32_TOLERANCE
 from slipway.cli import UserError
 
 VARIANTS = ("fp32", "int8", "fp16")
@@ -190,8 +191,6 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, on_step: Callab
         str(args.export_rounds),
         "--measure-seconds",
         str(args.export_seconds),
-        "--fp32-tolerance",
-        str(args.fp32_tolerance),
     ]
     entry["variants_seconds"], report, error = run_export(variants_argv, folder / "reports", "variants")
     on_step()
@@ -235,7 +234,7 @@ def run(args: argparse.Namespace, on_step: Callable[..., None] = lambda steps=1:
         "rounds": args.rounds,
         "seconds_per_round": args.seconds,
         "export_measure": {"rounds": args.export_rounds, "seconds": args.export_seconds},
-        "fp32_tolerance": args.fp32_tolerance,
+        "fp32_tolerance": FP32_TOLERANCE,  # export convert's and export variants' one default (export.tolerance)
         "load_average": {"before": load_before, "after": os.getloadavg()[0]},
         "cores": os.cpu_count(),
         "wall_seconds": time.perf_counter() - started,
@@ -342,13 +341,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--export-rounds", type=int, default=3, help="`export variants --measure-rounds`: its own timing for its choice"
     )
     parser.add_argument("--export-seconds", type=float, default=0.1, help="`export variants --measure-seconds` (default 0.1)")
-    parser.add_argument(
-        "--fp32-tolerance",
-        type=float,
-        default=1e-3,
-        help="`export variants --fp32-tolerance`: by default convert's own --parity-tolerance (1e-3), which the "
-        "conversion was accepted under (variants' default, 1e-4, rejects ResNet50's fp32 graph that convert accepts)",
-    )
     parser.add_argument(
         "--report", default="keras-corpus", help="report name: reports/<name>.json and .png (default keras-corpus)"
     )
