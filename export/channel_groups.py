@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from export.keras_copy import finalize_states
+
 PRODUCERS = ("Conv2D", "Dense")
 # Layers that act on each channel by itself: the channel map passes through unchanged.
 PER_CHANNEL = (
@@ -222,4 +224,5 @@ def narrow_model(model, narrow: Plan):
             keep = narrow.kept(source)
             weights = [w[keep] for w in weights]
         slim.get_layer(layer.name).set_weights(weights)
+    finalize_states(slim)  # an adapted Normalization's mean and variance, made from the weights just set
     return slim

@@ -180,14 +180,6 @@ def plan(source: Source, requested: list[Variant]) -> list[Variant]:
     return order
 
 
-def _clone(model):
-    import keras
-
-    copy = keras.models.clone_model(model)
-    copy.set_weights(model.get_weights())
-    return copy
-
-
 def build(source: Source, variant: Variant, parents: dict[Variant, Built], config: ExportConfig) -> Built:
     """Make one variant from the source (or its parent, already built)."""
     import onnx
@@ -230,6 +222,7 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
             conversion_references=parent.conversion_references,
         )
 
+    from export.keras_copy import copy_model
     from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
 
     rate = config.fine_tune_learning_rate or source.training.learning_rate or DEFAULT_FINE_TUNE_RATE
@@ -237,7 +230,7 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     train, val, steps = source.training.datasets(settings.batch_size, seed=settings.seed)
     if variant is Variant.pruned:
         keras_model = prune_magnitude(
-            _clone(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps
+            copy_model(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps
         )
         details = {"sparsity": config.sparsity, "schedule": "polynomial (power 3)", "fine_tune_epochs": settings.epochs}
     else:
