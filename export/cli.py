@@ -274,6 +274,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="your SavedModel: the signature to convert (default: serving_default, or its only one)",
     )
+    variants.add_argument(
+        "--split",
+        action="store_true",
+        help="your Keras model: cut its preprocessing and softmax/argmax as convert --split does, and give every "
+        "variant those stage graphs and its own graph between them, for render --split cpu-gpu",
+    )
     variants.add_argument("--keras-model", type=Path, default=DEFAULT_TRAIN_DIR / "model.keras", help="the trained digits model")
     variants.add_argument("--sparsity", type=float, default=0.75, help="pruned: share of Conv/Dense weights set to zero")
     variants.add_argument("--slim-fraction", type=float, default=0.5, help="slim: share of filters and hidden units removed")

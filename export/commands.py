@@ -146,9 +146,10 @@ def cmd_variants(args: argparse.Namespace) -> int:
     from export.pipeline import check_out_dir
 
     if args.model in KERAS_MODELS and not Path(args.model).exists():
-        if args.data or args.train or args.calibration or args.signature:
+        if args.data or args.train or args.calibration or args.signature or args.split:
             raise UserError(
-                f"--data, --train, --calibration and --signature are for your own model: pass its path instead of {args.model!r}"
+                f"--data, --train, --calibration, --signature and --split are for your own model: pass its path instead "
+                f"of {args.model!r}"
             )
         config = export_config(args, ALL_VARIANTS if args.model == "digits" else FLOAT_VARIANTS)
         out = args.out or VARIANTS_DIR / args.model
@@ -175,6 +176,7 @@ def user_model_source(args: argparse.Namespace):
     from export.pipeline import check_out_dir
     from export.prune import can_slim
     from export.sources import keras_file_source
+    from export.split_variants import SplitError, split_source
     from export.user_source import training_rows, user_rows
 
     path = Path(args.model)
@@ -214,7 +216,10 @@ def user_model_source(args: argparse.Namespace):
                 opset=config.opset,
                 calibration_rows=config.calibration_rows,
             )
-    except (ModelLoadError, ImportCheckError, UnsupportedOpsError) as err:
+        if args.split:
+            with console.status(f"cutting {path}'s preprocessing and softmax/argmax into graphs of their own (--split)"):
+                source.split = split_source(model, rows.feeds, source.calibration, config.opset, config.budget.fp32_tolerance)
+    except (ModelLoadError, ImportCheckError, UnsupportedOpsError, SplitError) as err:
         raise UserError(str(err)) from err
     if args.variants is None and training is not None and not can_slim(model.keras_model):
         warnings.append(

@@ -41,6 +41,7 @@ class Source:
     original_bytes: bytes | None = None  # the ONNX file as imported
     keras_path: Path | None = None  # the trained Keras file: lineage finds its training config beside it
     references: dict[str, np.ndarray] | None = None  # every output of the source model by name (None: only `reference`)
+    split: Any = None  # export.split_variants.SplitSource: the stages every variant keeps (`variants --split`)
 
     @property
     def baseline_name(self) -> str:

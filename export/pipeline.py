@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -125,6 +126,8 @@ class Built:
     conversion_reference: np.ndarray
     details: dict = field(default_factory=dict)
     conversion_references: dict[str, np.ndarray] | None = None  # every output of that model, by name (None: the first)
+    keras_model: Any = None  # pruned and slim: the fine-tuned Keras model the variant was converted from
+    split_core: bytes | None = None  # --split: the variant's graph between the stages (export.split_variants)
 
 
 @dataclass
@@ -181,7 +184,45 @@ def plan(source: Source, requested: list[Variant]) -> list[Variant]:
 
 
 def build(source: Source, variant: Variant, parents: dict[Variant, Built], config: ExportConfig) -> Built:
-    """Make one variant from the source (or its parent, already built)."""
+    """Make one variant from the source (or its parent, already built); with --split, its graph between the stages too."""
+    built = _build_whole(source, variant, parents, config)
+    if source.split is not None:
+        built.split_core = _build_split_core(source, variant, parents, config, built)
+    return built
+
+
+def _build_split_core(
+    source: Source, variant: Variant, parents: dict[Variant, Built], config: ExportConfig, built: Built
+) -> bytes:
+    """The variant's graph between the stages, made the way the whole variant is (export.split_variants)."""
+    import onnx
+
+    from export.float16 import to_float16
+    from export.optimize import optimize_graph
+    from export.quantize import quantize_int8
+    from export.split_variants import fine_tuned_core
+
+    split = source.split
+    if variant is Variant.fp32:
+        return optimize_graph(onnx.ModelProto.FromString(split.core)).SerializeToString()
+    if variant in NEEDS_TRAINING:
+        return optimize_graph(fine_tuned_core(split, built.keras_model, config.opset)).SerializeToString()
+    parent = parents[PARENT[variant]].split_core
+    assert parent is not None, "a parent is built before its children, its split core with it"
+    if PRECISION[variant] == "int8":
+        quantized = quantize_int8(
+            onnx.ModelProto.FromString(parent),
+            split.core_calibration,
+            target=config.target,
+            method=config.calibration_method,
+            fixed_batch=source.fixed_batch,
+        )
+        return quantized.SerializeToString()
+    return to_float16(onnx.ModelProto.FromString(parent)).SerializeToString()
+
+
+def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built], config: ExportConfig) -> Built:
+    """Make one variant's whole graph from the source (or its parent, already built)."""
     import onnx
 
     from export.convert import keras_to_onnx
@@ -252,7 +293,7 @@ def build(source: Source, variant: Variant, parents: dict[Variant, Built], confi
     onnx_model = keras_to_onnx(keras_model, opset=config.opset, input_names=input_names, output_names=output_names)
     model_bytes = optimize_graph(onnx_model).SerializeToString()
     references = dict(zip(output_names, answers)) if output_names else None
-    return Built(variant, model_bytes, answers[0], details, references)
+    return Built(variant, model_bytes, answers[0], details, references, keras_model=keras_model)
 
 
 def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
@@ -272,7 +313,30 @@ def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
             output_quality(name, by_name[name], source.references[name], made_from[name]) for name in source.io_names[1]
         )
     verdict = judge(quality, PRECISION[built.variant], budget, outputs)
+    if built.split_core is not None:
+        verdict = _judge_split(source, built, by_name, budget, verdict)
     return Judged(built, quality, verdict, onnx_size(built.model_bytes), outputs)
+
+
+def _judge_split(source: Source, built: Built, whole: dict[str, np.ndarray], budget: Budget, verdict: Verdict) -> Verdict:
+    """The variant's stages chained against its whole graph on the held-out rows: recorded in its details, and a
+    variant whose chain strays beyond its budget is rejected (the split would answer otherwise than one pod)."""
+    from export.split_variants import chained, split_verdict
+
+    name = source.io_names[1][0] if source.io_names else next(iter(whole))
+    answers = chained(source.split, built.split_core, source.evaluation)[name]
+    against = output_quality(name, answers, whole[name], whole[name])
+    within, said = split_verdict(against, PRECISION[built.variant], budget)
+    built.details["split"] = {
+        "preprocess_layers": source.split.pre_layers,
+        "postprocess_layers": source.split.post_layers,
+        "against_whole": against.as_dict(),
+    }
+    if not verdict.accepted:
+        return verdict
+    if not within:
+        return Verdict(False, f"its --split stages chained: {said}")
+    return Verdict(True, f"{verdict.reason}; --split stages chained: {said}")
 
 
 def timing_feeds(source: Source) -> tuple[Feeds, Feeds]:
@@ -393,6 +457,14 @@ def run_export(
                 "derived_from": PARENT[j.built.variant].value if PARENT[j.built.variant] else "source",
                 "details": j.built.details,
             }
+            extra_files = {VARIANT_FILE: (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()}
+            extra_settings = None
+            if j.built.split_core is not None:  # the stages, and this variant's graph between them
+                from export.split_stages import stage_settings
+                from export.split_variants import split_files
+
+                extra_files.update(split_files(source.split, j.built.split_core))
+                extra_settings = stage_settings()
             digests[j.built.variant.value] = write_artifact(
                 staging / j.built.variant.value,
                 onnx_bytes=j.built.model_bytes,
@@ -400,7 +472,8 @@ def run_export(
                 example_inputs=inputs,
                 example_outputs=example_outputs(j.built.model_bytes, inputs),
                 example_labels=labels,
-                extra_files={VARIANT_FILE: (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()},
+                extra_files=extra_files,
+                extra_settings=extra_settings,
             ).digest
     return ExportResult(judged, speeds, source.baseline_size(), chosen, reason, Path(out_dir), digests, timed_on)
 

@@ -87,7 +87,10 @@ def _softmax_axis(layer) -> int | None:
     return None
 
 
-def cut_stages(model: LoadedModel) -> Stages:
+WITHOUT_SPLIT = "convert it without --split"  # what a refusal tells the user to do instead (variants says its own)
+
+
+def cut_stages(model: LoadedModel, instead: str = WITHOUT_SPLIT) -> Stages:
     """The model as preprocessing, core and softmax models (see the module's doc); refused in one line when
     it is not a one-input, one-output functional or Sequential Keras model, or has nothing to cut."""
     import keras
@@ -101,7 +104,7 @@ def cut_stages(model: LoadedModel) -> Stages:
         raise SplitError(
             f"--split cuts a functional or Sequential Keras model with one input and one output; {model.path} "
             f"({model.format}, inputs {[spec.name for spec in model.inputs]}, outputs {model.output_names}) is not "
-            "one: convert it without --split"
+            f"one: {instead}"
         )
     operations = getattr(whole, "operations", None) or whole.layers  # layers and ops (keras.ops.argmax) alike
     layers = [layer for layer in operations if not isinstance(layer, keras.layers.InputLayer)]
@@ -139,7 +142,7 @@ def cut_stages(model: LoadedModel) -> Stages:
             f"{model.path} has nothing --split can cut: its first layer {described} is not one of "
             f"{', '.join(PREPROCESSING_LAYERS)} and its last {ending} is no softmax or argmax; --split needs leading "
             "preprocessing layers or a trailing softmax (Softmax, or Dense/Activation with activation='softmax') "
-            "or keras.ops.argmax: convert it without --split"
+            f"or keras.ops.argmax: {instead}"
         )
     input_name, output_name = model.inputs[0].name, model.output_names[0]
     between_in = f"{input_name}_preprocessed"
@@ -196,7 +199,9 @@ def _loaded(model: LoadedModel, keras_model) -> LoadedModel:
     return LoadedModel(model.path, model.format, interface.inputs, interface.output_names, keras_model, interface=interface)
 
 
-def convert_stages(stages: Stages, feeds: Feeds, opset: int, tolerance: float) -> StageGraphs:
+def convert_stages(
+    stages: Stages, feeds: Feeds, opset: int, tolerance: float, instead: str = f"{WITHOUT_SPLIT}, or raise --parity-tolerance"
+) -> StageGraphs:
     """Each stage to ONNX, checked on the answers of the Keras stage before it (`export.tolerance`'s rule); then
     the graphs chained on `feeds`."""
     graphs, diffs, stage_feeds = [], {}, feeds
@@ -209,9 +214,8 @@ def convert_stages(stages: Stages, feeds: Feeds, opset: int, tolerance: float) -
         if beyond is not None:
             output, row, diff, limit = beyond
             raise SplitError(
-                f"the {label} stage's ONNX graph answers beyond --parity-tolerance, worst at output {output!r}, row {row}: "
-                f"abs diff {diff:.2e} (allowed {limit:.1e}); nothing was written: convert without --split, or raise "
-                "--parity-tolerance"
+                f"the {label} stage's ONNX graph answers beyond the tolerance, worst at output {output!r}, row {row}: "
+                f"abs diff {diff:.2e} (allowed {limit:.1e}); nothing was written: {instead}"
             )
         diffs[label] = parity.max_abs_diff
         graphs.append(onnx_bytes)
