@@ -195,6 +195,28 @@ def image_with_preprocessing(seed: int = 0):
     return keras.Model(inputs, outputs, name="image"), {"image": images[:ROWS]}
 
 
+def image_and_measurements(seed: int = 0):
+    """{image [N, 8, 8, 3] in 0..255, measurements [N, 4]} -> {label (softmax 3), value [N, 1]}: only the image has
+    its preprocessing inside (Rescaling, an adapted Normalization), only label a softmax; not in CORPUS (the
+    --split tests' model with several inputs and outputs)."""
+    import keras
+
+    rng = _rng(seed)
+    images = rng.uniform(0, 255, (ROWS * 2, 8, 8, 3)).astype(np.float32)
+    normalize = keras.layers.Normalization(name="normalize")
+    normalize.adapt(images[ROWS:] / 255.0)
+    image, measurements = keras.Input((8, 8, 3), name="image"), keras.Input((4,), name="measurements")
+    x = normalize(keras.layers.Rescaling(1 / 255.0, name="rescale")(image))
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(keras.layers.Conv2D(4, 3, activation="relu", name="conv")(x))
+    joined = keras.layers.Concatenate(name="join")([x, keras.layers.Dense(4, activation="relu", name="branch")(measurements)])
+    outputs = {
+        "label": keras.layers.Dense(3, activation="softmax", name="label_head")(joined),
+        "value": keras.layers.Dense(1, name="value_head")(joined),
+    }
+    model = keras.Model({"image": image, "measurements": measurements}, outputs, name="image_and_measurements")
+    return model, {"image": images[:ROWS], "measurements": rng.normal(0, 1, (ROWS, 4)).astype(np.float32)}
+
+
 def token_gru(seed: int = 0, length: int = 7):
     """tokens int64 [N, T] (any T) -> Embedding -> GRU -> sentiment (softmax 2): a text model fed integer tokens."""
     import keras

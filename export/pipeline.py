@@ -319,24 +319,31 @@ def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
 
 
 def _judge_split(source: Source, built: Built, whole: dict[str, np.ndarray], budget: Budget, verdict: Verdict) -> Verdict:
-    """The variant's stages chained against its whole graph on the held-out rows: recorded in its details, and a
-    variant whose chain strays beyond its budget is rejected (the split would answer otherwise than one pod)."""
+    """The variant's stages chained against its whole graph on the held-out rows, output by output: recorded in its
+    details, and a variant whose chain strays beyond its budget is rejected (the split would answer otherwise than
+    one pod)."""
     from export.split_variants import chained, split_verdict
 
-    name = source.io_names[1][0] if source.io_names else next(iter(whole))
-    answers = chained(source.split, built.split_core, source.evaluation)[name]
-    against = output_quality(name, answers, whole[name], whole[name])
-    within, said = split_verdict(against, PRECISION[built.variant], budget)
+    answers = chained(source.split, built.split_core, source.evaluation)
+    names = source.io_names[1] if source.io_names else list(whole)
+    against, said, broken = {}, [], None
+    for name in names:
+        quality = output_quality(name, answers[name], whole[name], whole[name])
+        within, reason = split_verdict(quality, PRECISION[built.variant], budget)
+        against[name] = quality.as_dict()
+        reason = f"output {name!r} {reason}" if len(names) > 1 else reason
+        said.append(reason)
+        broken = broken or (None if within else reason)
     built.details["split"] = {
         "preprocess_layers": source.split.pre_layers,
         "postprocess_layers": source.split.post_layers,
-        "against_whole": against.as_dict(),
+        "against_whole": against,
     }
     if not verdict.accepted:
         return verdict
-    if not within:
-        return Verdict(False, f"its --split stages chained: {said}")
-    return Verdict(True, f"{verdict.reason}; --split stages chained: {said}")
+    if broken is not None:
+        return Verdict(False, f"its --split stages chained: {broken}")
+    return Verdict(True, f"{verdict.reason}; --split stages chained: {'; '.join(said)}")
 
 
 def timing_feeds(source: Source) -> tuple[Feeds, Feeds]:

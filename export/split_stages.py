@@ -14,6 +14,11 @@ CPU stages.
 The tensors between the stages are named `<input>_preprocessed` and `<output>_logits` (`<output>_scores`
 before an argmax without a softmax, `<output>_core` with no tail): Seldon's executor hands each node's
 outputs on as the next node's inputs by name.
+
+A model with several inputs or outputs is cut per name: each input's own chain of preprocessing layers goes
+into the preprocessing graph, each output's own softmax/argmax into the tail graph. An input with no chain
+(beside one with a chain) passes the transformer under its own name, as an output with no softmax passes the
+output transformer (`wrappers.model.processing_runtime`): the stage graphs take only what they cut.
 """
 
 from __future__ import annotations
@@ -91,95 +96,178 @@ WITHOUT_SPLIT = "convert it without --split"  # what a refusal tells the user to
 
 
 def cut_stages(model: LoadedModel, instead: str = WITHOUT_SPLIT) -> Stages:
-    """The model as preprocessing, core and softmax models (see the module's doc); refused in one line when
-    it is not a one-input, one-output functional or Sequential Keras model, or has nothing to cut."""
+    """The model as preprocessing, core and softmax models (see the module's doc), each input and output on its
+    own; refused in one line when it is not a functional or Sequential Keras model, or has nothing to cut."""
     import keras
 
     whole: Any = model.keras_model
-    try:
-        symbolic_inputs, symbolic_outputs = list(whole.inputs), list(whole.outputs)
-    except (AttributeError, ValueError):
-        symbolic_inputs = symbolic_outputs = []
-    if whole is None or len(symbolic_inputs) != 1 or len(symbolic_outputs) != 1:
+    symbolic_inputs, symbolic_outputs = _symbolic(whole, "input"), _symbolic(whole, "output")
+    if whole is None or not symbolic_inputs or not symbolic_outputs:
         raise SplitError(
-            f"--split cuts a functional or Sequential Keras model with one input and one output; {model.path} "
-            f"({model.format}, inputs {[spec.name for spec in model.inputs]}, outputs {model.output_names}) is not "
-            f"one: {instead}"
+            f"--split cuts a functional or Sequential Keras model; {model.path} ({model.format}, inputs "
+            f"{[spec.name for spec in model.inputs]}, outputs {model.output_names}) is not one: {instead}"
         )
+    interface = read_interface(whole)  # the names, in the order of the flattened inputs and outputs
+    input_names, output_names = [spec.name for spec in interface.inputs], list(interface.output_names)
     operations = getattr(whole, "operations", None) or whole.layers  # layers and ops (keras.ops.argmax) alike
     layers = [layer for layer in operations if not isinstance(layer, keras.layers.InputLayer)]
-    tensor, pre_layers, first = symbolic_inputs[0], [], None
-    while True:
-        users = [layer for layer in layers if any(item is tensor for item in _inputs_of(layer))]
-        first = first or (users[0] if users else None)
-        if len(users) != 1 or type(users[0]).__name__ not in PREPROCESSING_LAYERS or _output_of(users[0]) is symbolic_outputs[0]:
-            break
-        pre_layers.append(users[0])
-        tensor = users[0].output
+
+    # each input's chain of preprocessing layers, read forwards
+    chains: dict[str, tuple[Any, Any, list]] = {}  # input name -> (its tensor, the chain's end, the chain's layers)
+    firsts: list[Any] = []
+    for name, start in zip(input_names, symbolic_inputs):
+        tensor, chain, first = start, [], None
+        while True:
+            users = [layer for layer in layers if any(item is tensor for item in _inputs_of(layer))]
+            first = first or (users[0] if users else None)
+            if (
+                len(users) != 1
+                or type(users[0]).__name__ not in PREPROCESSING_LAYERS
+                or any(_output_of(users[0]) is output for output in symbolic_outputs)
+            ):
+                break
+            chain.append(users[0])
+            tensor = users[0].output
+        firsts.append(first)
+        if chain:
+            chains[name] = (start, tensor, chain)
+    cut = [layer for _, _, chain in chains.values() for layer in chain]
 
     def producer(of) -> Any:
-        return next((layer for layer in layers if layer not in pre_layers and _output_of(layer) is of), None)
+        return next((layer for layer in layers if layer not in cut and _output_of(layer) is of), None)
 
-    # the tail, read backwards from the output: [an int cast of] an argmax, then a softmax before it
-    tail: list[Any] = []
-    core_end = symbolic_outputs[0]
-    last: Any = producer(core_end)
-    if _kind(last) == "Cast" and _kind(producer(_single_input(last))) == "Argmax":
-        tail.insert(0, last)
-        core_end = _single_input(last)
-        last = producer(core_end)
-    if _kind(last) == "Argmax" and _single_input(last) is not None:
-        tail.insert(0, last)
-        core_end = _single_input(last)
-        last = producer(core_end)
-    axis = _softmax_axis(last) if _kind(last) in SOFTMAX_KINDS and _single_input(last) is not None else None
-    if axis is not None:
-        core_end = last.input
-    if not pre_layers and not tail and axis is None:
-        described = f"{first.name!r} ({type(first).__name__})" if first is not None else "none"
-        ending = f"{last.name!r} ({type(last).__name__})" if last is not None else "unknown"
+    # each output's tail, read backwards: [an int cast of] an argmax, then a softmax before it
+    tails: dict[str, tuple[Any, Any, int | None, list]] = {}  # output name -> (core end, softmax layer, axis, ops)
+    lasts: list[Any] = []
+    for name, output in zip(output_names, symbolic_outputs):
+        tail: list[Any] = []
+        core_end = output
+        last: Any = producer(core_end)
+        if _kind(last) == "Cast" and _kind(producer(_single_input(last))) == "Argmax":
+            tail.insert(0, last)
+            core_end = _single_input(last)
+            last = producer(core_end)
+        if _kind(last) == "Argmax" and _single_input(last) is not None:
+            tail.insert(0, last)
+            core_end = _single_input(last)
+            last = producer(core_end)
+        axis = _softmax_axis(last) if _kind(last) in SOFTMAX_KINDS and _single_input(last) is not None else None
+        if axis is not None:
+            core_end = last.input
+        lasts.append(last)
+        if tail or axis is not None:
+            tails[name] = (core_end, last, axis, tail)
+    if not chains and not tails:
+        described = ", ".join(f"{layer.name!r} ({type(layer).__name__})" for layer in firsts if layer is not None) or "none"
+        ending = ", ".join(f"{layer.name!r} ({type(layer).__name__})" for layer in lasts if layer is not None) or "unknown"
+        several = len(firsts) > 1 or len(lasts) > 1
         raise SplitError(
-            f"{model.path} has nothing --split can cut: its first layer {described} is not one of "
-            f"{', '.join(PREPROCESSING_LAYERS)} and its last {ending} is no softmax or argmax; --split needs leading "
-            "preprocessing layers or a trailing softmax (Softmax, or Dense/Activation with activation='softmax') "
-            f"or keras.ops.argmax: {instead}"
+            f"{model.path} has nothing --split can cut: "
+            + (
+                f"its inputs' first layers {described} are none of {', '.join(PREPROCESSING_LAYERS)} and its outputs' "
+                f"last {ending} no softmax or argmax"
+                if several
+                else f"its first layer {described} is not one of {', '.join(PREPROCESSING_LAYERS)} and its last "
+                f"{ending} is no softmax or argmax"
+            )
+            + "; --split needs leading preprocessing layers or a trailing softmax (Softmax, or Dense/Activation with "
+            f"activation='softmax') or keras.ops.argmax: {instead}"
         )
-    input_name, output_name = model.inputs[0].name, model.output_names[0]
-    between_in = f"{input_name}_preprocessed"
-    between_out = f"{output_name}_logits" if axis is not None else f"{output_name}_scores" if tail else f"{output_name}_core"
 
-    pre_in = keras.Input(tuple(symbolic_inputs[0].shape[1:]), dtype=symbolic_inputs[0].dtype, name=input_name)
-    pre_body = keras.Model(symbolic_inputs[0], tensor, name="preprocess_layers")(pre_in) if pre_layers else pre_in
-    pre = keras.Model(pre_in, keras.layers.Identity(name=between_in)(pre_body), name="preprocess")
+    # the tensors between the stages: where nothing is cut on a side, every name there passes an Identity
+    pre_names = list(chains) or input_names
+    post_names = list(tails) or output_names
 
-    core_in = keras.Input(tuple(tensor.shape[1:]), dtype=tensor.dtype, name=between_in)
-    core_body = keras.Model(tensor, core_end, name="model_layers")(core_in) if core_end is not tensor else core_in
-    if axis is not None and type(last).__name__ == "Dense":  # its logits stay in the model, its softmax goes
-        config = {**last.get_config(), "activation": "linear", "name": between_out}
-        logits = type(last).from_config(config)
-        logits.build(tuple(core_end.shape))
-        logits.set_weights(last.get_weights())
-        core_out = logits(core_body)
-    else:
-        core_out = keras.layers.Identity(name=between_out)(core_body)
-    core = keras.Model(core_in, core_out, name="model")
+    def between_in(name: str) -> str:
+        return f"{name}_preprocessed" if name in pre_names else name
 
-    post_in = keras.Input(tuple(core_out.shape[1:]), dtype=core_out.dtype, name=between_out)
-    post_out = keras.layers.Softmax(axis=axis, name=f"{output_name}_softmax")(post_in) if axis is not None else post_in
-    for operation in tail:  # made anew (they hold no weights): the model's own keep names the output may take
-        post_out = (
-            keras.ops.argmax(post_out, axis=operation.axis, keepdims=operation.keepdims)
-            if _kind(operation) == "Argmax"
-            else keras.ops.cast(post_out, operation.dtype)
-        )
-    post = keras.Model(post_in, keras.layers.Identity(name=output_name)(post_out), name="postprocess")
+    def between_out(name: str) -> str:
+        if name not in post_names:
+            return name  # no tail: the core answers it under its own name, and it passes the post stage
+        if name not in tails:
+            return f"{name}_core"
+        return f"{name}_logits" if tails[name][2] is not None else f"{name}_scores"
+
+    starts = {name: (chains[name][1] if name in chains else tensor) for name, tensor in zip(input_names, symbolic_inputs)}
+    ends = {name: (tails[name][0] if name in tails else tensor) for name, tensor in zip(output_names, symbolic_outputs)}
+
+    def symbolic_input(name: str, like) -> Any:
+        return keras.Input(tuple(like.shape[1:]), dtype=like.dtype, name=name)
+
+    pre_ins = {name: symbolic_input(name, tensor) for name, tensor in zip(input_names, symbolic_inputs) if name in pre_names}
+    pre_outs = {}
+    for name, tensor in pre_ins.items():
+        if name in chains:
+            start, end, _ = chains[name]
+            tensor = keras.Model(start, end, name=f"{name}_preprocess_layers")(tensor)
+        pre_outs[between_in(name)] = keras.layers.Identity(name=between_in(name))(tensor)
+    pre = keras.Model(pre_ins, pre_outs, name="preprocess")
+
+    core_ins = {between_in(name): symbolic_input(between_in(name), starts[name]) for name in input_names}
+    unique_ends = list({id(tensor): tensor for tensor in ends.values()}.values())
+    body = keras.Model([starts[name] for name in input_names], unique_ends, name="model_layers")(
+        [core_ins[between_in(name)] for name in input_names]
+    )
+    body = body if isinstance(body, (list, tuple)) else [body]
+    core_outs = {}
+    for name in output_names:
+        tensor = body[next(i for i, end in enumerate(unique_ends) if end is ends[name])]
+        last = tails[name][1] if name in tails else None
+        if name in tails and tails[name][2] is not None and type(last).__name__ == "Dense":  # its logits stay, its softmax goes
+            config = {**last.get_config(), "activation": "linear", "name": between_out(name)}
+            logits = type(last).from_config(config)
+            logits.build(tuple(ends[name].shape))
+            logits.set_weights(last.get_weights())
+            core_outs[between_out(name)] = logits(tensor)
+        else:
+            core_outs[between_out(name)] = keras.layers.Identity(name=between_out(name))(tensor)
+    core = keras.Model(core_ins, core_outs, name="model")
+
+    post_ins = {between_out(name): symbolic_input(between_out(name), core_outs[between_out(name)]) for name in post_names}
+    post_outs = {}
+    for name in post_names:
+        answer = post_ins[between_out(name)]
+        if name in tails:
+            _, _, axis, tail = tails[name]
+            if axis is not None:
+                answer = keras.layers.Softmax(axis=axis, name=f"{name}_softmax")(answer)
+            for operation in tail:  # made anew (they hold no weights): the model's own keep names the output may take
+                answer = (
+                    keras.ops.argmax(answer, axis=operation.axis, keepdims=operation.keepdims)
+                    if _kind(operation) == "Argmax"
+                    else keras.ops.cast(answer, operation.dtype)
+                )
+        post_outs[name] = keras.layers.Identity(name=name)(answer)
+    post = keras.Model(post_ins, post_outs, name="postprocess")
     return Stages(
         _loaded(model, pre),
         _loaded(model, core),
         _loaded(model, post),
-        [layer.name for layer in pre_layers],
-        ([last.name] if axis is not None else []) + [operation.name for operation in tail],
+        [layer.name for layer in cut],
+        list(
+            dict.fromkeys(  # a softmax two outputs are cut at (its scores, and the argmax of them) is named once
+                layer_name
+                for _, last, axis, tail in tails.values()
+                for layer_name in ([last.name] if axis is not None else []) + [operation.name for operation in tail]
+            )
+        ),
     )
+
+
+def _symbolic(model, side: str) -> list:
+    """A functional model's symbolic inputs or outputs, flat in the order its interface names them (a dict's keys
+    sorted); a Sequential's one; none for a subclassed model or a SavedModel."""
+    import keras
+
+    if model is None:
+        return []
+    try:
+        return keras.tree.flatten(getattr(model, side))
+    except (AttributeError, ValueError):  # a Sequential loaded from a file may answer only to `inputs`/`outputs`
+        try:
+            return list(getattr(model, f"{side}s"))
+        except (AttributeError, ValueError):
+            return []
 
 
 def _kind(operation) -> str | None:
@@ -203,12 +291,13 @@ def convert_stages(
     stages: Stages, feeds: Feeds, opset: int, tolerance: float, instead: str = f"{WITHOUT_SPLIT}, or raise --parity-tolerance"
 ) -> StageGraphs:
     """Each stage to ONNX, checked on the answers of the Keras stage before it (`export.tolerance`'s rule); then
-    the graphs chained on `feeds`."""
+    the graphs chained on `feeds` (`chain`)."""
     graphs, diffs, stage_feeds = [], {}, feeds
     for label, stage in (("preprocess", stages.pre), ("model", stages.core), ("postprocess", stages.post)):
         onnx_bytes = stage.to_onnx(opset).SerializeToString()
-        expected = stage.predict(stage_feeds)
-        converted = onnx_outputs(onnx_bytes, stage_feeds)
+        taken = {spec.name: stage_feeds[spec.name] for spec in stage.inputs}
+        expected = stage.predict(taken)
+        converted = onnx_outputs(onnx_bytes, taken)
         parity = outputs_parity(expected, converted)
         beyond = worst_beyond(expected, converted, tolerance)
         if beyond is not None:
@@ -219,11 +308,21 @@ def convert_stages(
             )
         diffs[label] = parity.max_abs_diff
         graphs.append(onnx_bytes)
-        stage_feeds = expected  # named like the next stage's input
-    chained = feeds
-    for onnx_bytes in graphs:
-        chained = onnx_outputs(onnx_bytes, chained)
-    return StageGraphs(graphs[0], graphs[1], graphs[2], diffs, chained)
+        stage_feeds = {**{key: array for key, array in stage_feeds.items() if key not in taken}, **expected}
+    return StageGraphs(graphs[0], graphs[1], graphs[2], diffs, chain(graphs, feeds))
+
+
+def chain(graphs: list[bytes], feeds: Feeds) -> dict[str, np.ndarray]:
+    """The stage graphs run in turn on `feeds`, as the split's nodes run them: each takes its inputs by name, and what
+    it does not take passes on beside its answers (an input with no preprocessing, an output with no softmax)."""
+    import onnx
+
+    tensors = dict(feeds)
+    for graph in graphs:
+        names = [item.name for item in onnx.ModelProto.FromString(graph).graph.input]
+        taken = {name: tensors.pop(name) for name in names}
+        tensors.update(onnx_outputs(graph, taken))
+    return tensors
 
 
 def stage_files(graphs: StageGraphs) -> dict[str, bytes]:

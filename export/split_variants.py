@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from export.convert import onnx_outputs
 from export.evaluate import OutputQuality
 from export.keras_copy import copy_model
 from export.keras_io import read_interface
@@ -27,6 +26,7 @@ from export.split_stages import (
     PRE_FILE,
     SPLIT_MODEL_FILE,
     SplitError,
+    chain,
     convert_stages,
     cut_stages,
 )
@@ -67,7 +67,7 @@ def split_source(model: LoadedModel, evaluation: Feeds, calibration: Feeds, opse
         graphs.post,
         stages.pre_layers,
         stages.post_layers,
-        onnx_outputs(graphs.pre, calibration),
+        chain([graphs.pre], calibration),  # the inputs it does not take pass, as the transformer passes them
         model,
     )
 
@@ -97,10 +97,7 @@ def _copy(loaded: LoadedModel, keras_model) -> LoadedModel:
 
 def chained(split: SplitSource, core: bytes, feeds: Feeds) -> dict[str, np.ndarray]:
     """The preprocessing graph, `core` and the softmax/argmax graph chained on `feeds`: what the split serves."""
-    answers = feeds
-    for graph in (split.pre, core, split.post):
-        answers = onnx_outputs(graph, answers)
-    return answers
+    return chain([split.pre, core, split.post], feeds)
 
 
 def split_files(split: SplitSource, core: bytes) -> dict[str, bytes]:

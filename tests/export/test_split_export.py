@@ -1,5 +1,6 @@
 """`export convert --split`: the corpus image model's own preprocessing and softmax cut into graphs of their own,
-recorded in the artifact, and served by the split's three roles with the whole model's answers (REST and gRPC)."""
+recorded in the artifact, and served by the split's three roles with the whole model's answers (REST and gRPC);
+a model of two inputs and two outputs cut per name, the rest passing the stages by name."""
 
 from __future__ import annotations
 
@@ -243,3 +244,83 @@ def test_render_split_cpu_gpu_takes_the_artifact_and_gives_each_pod_its_role(spl
         ("image-pre", "TRANSFORMER"),
         ("image", "MODEL"),
     ]
+
+
+@pytest.fixture(scope="module")
+def multi_split(tmp_path_factory):
+    """A model of two inputs and two outputs (`image_and_measurements`) converted with --split: only the image is
+    preprocessed inside, only label has a softmax."""
+    import slipway.reports
+    from export.cli import main
+
+    root = tmp_path_factory.mktemp("split-multi")
+    model, rows = keras_corpus.image_and_measurements()
+    model.save(root / "mixed.keras")
+    np.savez(root / "mixed.npz", **rows)
+    before, slipway.reports.REPORTS_DIR = slipway.reports.REPORTS_DIR, root / "reports"
+    try:
+        command = ["convert", str(root / "mixed.keras"), "--data", str(root / "mixed.npz"), "--name", "mixed"]
+        assert main([*command, "--out", str(root / "artifact"), "--split"]) == 0
+        report = json.loads((root / "reports" / "convert.json").read_text())
+    finally:
+        slipway.reports.REPORTS_DIR = before
+    return {"artifact": root / "artifact", "model": model, "rows": rows, "report": report}
+
+
+def test_each_input_and_output_is_cut_on_its_own_and_the_rest_passes_by_name(multi_split):
+    import onnxruntime as ort
+
+    from export.split_stages import chain
+
+    artifact, rows = multi_split["artifact"], multi_split["rows"]
+    names = {}
+    for file in SPLIT_FILES:
+        session = ort.InferenceSession(str(artifact / file), providers=["CPUExecutionProvider"])
+        names[file] = (sorted(i.name for i in session.get_inputs()), sorted(o.name for o in session.get_outputs()))
+    assert names == {
+        "preprocess.onnx": (["image"], ["image_preprocessed"]),  # measurements has no chain: it passes the transformer
+        "split-model.onnx": (["image_preprocessed", "measurements"], ["label_logits", "value"]),
+        "postprocess.onnx": (["label_logits"], ["label"]),  # value has no softmax: it passes the output transformer
+    }
+    split = multi_split["report"]["split"]
+    assert (split["preprocess_layers"], split["postprocess_layers"]) == (["rescale", "normalize"], ["label_head"])
+    graphs = [(artifact / file).read_bytes() for file in ("preprocess.onnx", "split-model.onnx", "postprocess.onnx")]
+    answers = chain(graphs, rows)
+    keras_answers = {key: np.asarray(value) for key, value in multi_split["model"](rows, training=False).items()}
+    assert sorted(answers) == ["label", "value"]
+    for output in ("label", "value"):
+        np.testing.assert_allclose(answers[output], keras_answers[output], atol=1e-5)
+
+
+def test_the_split_roles_of_a_two_input_two_output_model_answer_as_the_whole_model(multi_split, tmp_path):
+    from slipway.local_server import LocalServer
+    from tests.wrappers.v2 import post
+    from wrappers.model.split_roles import write_role_folder
+
+    artifact, rows = multi_split["artifact"], multi_split["rows"]
+    gpu_root, cpu_root = tmp_path / "gpu-pod", tmp_path / "cpu-pod"
+    write_role_folder(artifact, "model", "mixed", gpu_root)
+    write_role_folder(artifact, "transformer", "mixed-pre", cpu_root)
+    write_role_folder(artifact, "output-transformer", "mixed-post", cpu_root)
+    shutil.copytree(artifact, cpu_root / "mixed")
+    body = {
+        "inputs": [
+            {"name": name, "datatype": "FP32", "shape": list(rows[name][:5].shape), "data": rows[name][:5].ravel().tolist()}
+            for name in ("image", "measurements")
+        ]
+    }
+    with LocalServer(gpu_root, ready_timeout_s=120) as gpu, LocalServer(cpu_root, ready_timeout_s=120) as cpu:
+        status, one_pod = post(f"{cpu.http_url}/v2/models/mixed/infer", body)
+        assert status == 200, one_pod
+        status, pixels = post(f"{cpu.http_url}/v2/models/mixed-pre/infer", body)
+        assert status == 200, pixels
+        assert sorted(t["name"] for t in pixels["outputs"]) == ["image_preprocessed", "measurements"]
+        status, logits = post(f"{gpu.http_url}/v2/models/mixed/infer", chain(pixels))
+        assert status == 200, logits
+        status, split = post(f"{cpu.http_url}/v2/models/mixed-post/infer", chain(logits))
+        assert status == 200, split
+    got = {t["name"]: np.asarray(t["data"], np.float32).reshape(t["shape"]) for t in split["outputs"]}
+    whole = {t["name"]: np.asarray(t["data"], np.float32).reshape(t["shape"]) for t in one_pod["outputs"]}
+    assert sorted(got) == sorted(whole) == ["label", "value"]
+    for output in ("label", "value"):
+        np.testing.assert_allclose(got[output], whole[output], atol=1e-5)

@@ -98,9 +98,9 @@ def test_each_variants_stages_chained_answer_as_its_whole_graph_within_its_budge
     assert recorded["preprocess_layers"] == ["rescale", "normalize", "resize", "crop"] and recorded["postprocess_layers"] == [
         "digit"
     ]
-    assert recorded["against_whole"]["max_abs_diff"] == pytest.approx(float(np.abs(got - whole).max()), abs=1e-6)
+    assert recorded["against_whole"]["digit"]["max_abs_diff"] == pytest.approx(float(np.abs(got - whole).max()), abs=1e-6)
     changed = float((got.argmax(axis=1) != whole.argmax(axis=1)).mean()) * 100
-    assert recorded["against_whole"]["disagreement_points"] == pytest.approx(changed)
+    assert recorded["against_whole"]["digit"]["disagreement_points"] == pytest.approx(changed)
     assert row.status == "accepted" and "--split stages chained: top-1 disagreement with the whole variant" in row.reason
     if variant in ("fp32", "slim"):  # the same float32 arithmetic, cut in three
         np.testing.assert_allclose(got, whole, atol=1e-5)
@@ -182,3 +182,32 @@ def test_a_model_with_nothing_to_cut_is_refused_before_any_variant_is_built(tmp_
 
     with pytest.raises(UserError, match="--split are for your own model: pass its path instead of 'digits'"):
         main(["variants", "digits", "--split"])
+
+
+def test_a_two_input_two_output_model_keeps_its_stages_per_name_in_every_variant(tmp_path, monkeypatch):
+    from export.cli import main
+    from export.report import ExportReport
+    from export.split_stages import chain
+
+    monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
+    model, rows = keras_corpus.image_and_measurements()
+    model.save(tmp_path / "mixed.keras")
+    np.savez(tmp_path / "mixed.npz", **rows)
+    command = ["variants", str(tmp_path / "mixed.keras"), "--data", str(tmp_path / "mixed.npz"), "--variants", "fp32,int8"]
+    assert main([*command, "--split", "--measure-rounds", "1", "--measure-seconds", "0.02", "--out", str(tmp_path / "out")]) == 0
+    report = ExportReport.model_validate_json((tmp_path / "reports" / "export.json").read_text())
+    for row in report.variants:
+        folder = tmp_path / "out" / row.name
+        core = onnx.load(folder / "split-model.onnx").graph
+        assert sorted(i.name for i in core.input) == ["image_preprocessed", "measurements"], row.name
+        assert sorted(o.name for o in core.output) == ["label_logits", "value"], row.name
+        graphs = [(folder / file).read_bytes() for file in ("preprocess.onnx", "split-model.onnx", "postprocess.onnx")]
+        answers, whole = chain(graphs, rows), _run(folder / "model.onnx", rows)
+        assert set(row.details["split"]["against_whole"]) == {"label", "value"}, row.name
+        for output in ("label", "value"):
+            recorded = row.details["split"]["against_whole"][output]["max_abs_diff"]
+            assert recorded == pytest.approx(float(np.abs(answers[output] - whole[output]).max()), abs=1e-6), (row.name, output)
+        if row.name == "fp32":
+            assert row.status == "accepted" and "output 'value' max abs diff from the whole variant" in row.reason
+            for output in ("label", "value"):
+                np.testing.assert_allclose(answers[output], whole[output], atol=1e-5)
