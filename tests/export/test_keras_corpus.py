@@ -3,8 +3,8 @@
 The corpus (benchmarks/corpus_models.py) is built once per run, tiny and with random
 weights, saved as .keras and converted by `python -m export convert` in this process;
 the ONNX graphs are then checked against the in-memory Keras models on the same rows, and
-the dict-I/O model (with the GRU, LSTM, custom-layer, bool-input and mixed-dtype ones) is served by MLServer and asked
-over REST and gRPC with tritonclient, by its own input and output names. What no ONNX
+every model is published to a version store, served from it by MLServer and asked over REST and gRPC with
+tritonclient, by its own input and output names. What no ONNX
 graph can hold (a StringLookup, a tf.py_function) is refused by the command run as a
 user runs it: one line, exit 2, no traceback.
 """
@@ -209,19 +209,27 @@ def test_a_token_model_takes_any_sequence_length(name, build, output, corpus):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
-# dict I/O; int64, bool inputs; int64, bool outputs; an LSTM; a custom layer (the server needs no class: it is ONNX)
-SERVED = ("dict-io", "tokens", "transformer", "mixed", "lstm", "custom-layer")
+# Every corpus model: dict I/O; int64, bool inputs; int64, bool outputs; an LSTM; a custom layer (the server needs no
+# class: it is ONNX); the Sequential, nested and subclassed ones; the image model with its preprocessing inside.
+SERVED = tuple(keras_corpus.CORPUS)
 
 
-def test_the_dict_model_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_path):
+def test_every_corpus_model_publishes_and_serves_over_rest_and_grpc_by_its_own_names(corpus, tmp_path, capsys):
+    """Each artifact is published to a version store as a user publishes it, and what the store holds is served."""
     import shutil
 
+    from export.cli import main
     from loadtest.smoke import check_grpc, check_http
     from slipway.local_server import LocalServer
 
-    served = tmp_path / "repository"
+    served, store = tmp_path / "repository", tmp_path / "store"
     for name in SERVED:
-        shutil.copytree(corpus["repository"] / name, served / name)
+        capsys.readouterr()
+        command = ["versions", "publish", str(corpus["repository"] / name), "--store", str(store), "--json"]
+        assert main([*command, "--reports", str(tmp_path / "no-reports")]) == 0, name
+        record = json.loads(capsys.readouterr().out)
+        assert (record["name"], record["version"]) == (name, "1"), record
+        shutil.copytree(store / "artifacts" / name / "1", served / name)
     with np.load(served / "dict-io" / "input-example.npz") as example:
         expected = keras_answers(
             "dict-io",
