@@ -106,20 +106,26 @@ def split_files(split: SplitSource, core: bytes) -> dict[str, bytes]:
 
 
 def split_verdict(answers: OutputQuality, precision: Precision, budget: Budget) -> tuple[bool, str]:
-    """Do the chained graphs answer as the whole variant does (`answers`: the chain against the whole variant),
-    within the variant's budget: its top-1 answers (or integer values) and, for fp32 and fp16, its tolerance?"""
+    """Do the chained graphs answer as the whole variant does (`answers`: the chain against the whole variant, one
+    output), within the variant's budget: its top-1 answers (or integer values) within the output's own points or
+    the accuracy budget; its values within the output's own `--output-tolerance` and, for fp32 and fp16, within
+    their tolerance?"""
+    own = budget.outputs.get(answers.name)
+    points = own.points if own is not None and own.points is not None else budget.accuracy_points
     said = []
     if answers.disagreement_points is not None:
-        if answers.disagreement_points > budget.accuracy_points + ROUNDING:
+        if answers.disagreement_points > points + ROUNDING:
             return False, (
-                f"top-1 disagreement with the whole variant {answers.disagreement_points:.2f} points > budget "
-                f"{budget.accuracy_points:g}"
+                f"top-1 disagreement with the whole variant {answers.disagreement_points:.2f} points > budget {points:g}"
             )
         said.append(f"top-1 disagreement with the whole variant {answers.disagreement_points:.2f} points")
-    tolerance = {"fp32": budget.fp32_tolerance, "fp16": budget.fp16_tolerance}.get(precision)
-    if tolerance is not None:
+    tolerances = {"fp32": budget.fp32_tolerance, "fp16": budget.fp16_tolerance}
+    limits = [(f"{precision} tolerance", tolerances[precision])] if precision in tolerances else []
+    if own is not None and own.tolerance is not None:
+        limits.append(("its tolerance", own.tolerance))
+    for what, tolerance in limits:
         limit = allowed(tolerance, answers.scale)
         if answers.max_abs_diff > limit:
-            return False, f"max abs diff from the whole variant {answers.max_abs_diff:.2e} > {precision} tolerance {limit:.1e}"
+            return False, f"max abs diff from the whole variant {answers.max_abs_diff:.2e} > {what} {limit:.1e}"
     said.append(f"max abs diff from the whole variant {answers.max_abs_diff:.1e}")
     return True, ", ".join(said)

@@ -162,6 +162,17 @@ def test_a_chain_that_strays_from_its_whole_variant_beyond_the_budget_is_rejecte
     assert within is accepted and said in reason, reason
 
 
+def test_an_outputs_own_budget_judges_its_chain_too():
+    from export.evaluate import OutputQuality
+    from export.selection import Budget
+    from export.split_variants import split_verdict
+
+    budget = Budget(outputs={"label": {"points": 5}, "value": {"tolerance": 0.01}})
+    assert split_verdict(OutputQuality("label", 2.0, 0.1, 1.0), "int8", budget)[0]  # 2 points <= its own 5
+    within, reason = split_verdict(OutputQuality("value", None, 0.05, 2.0), "int8", budget)
+    assert not within and reason == "max abs diff from the whole variant 5.00e-02 > its tolerance 2.0e-02", reason
+
+
 def test_a_model_with_nothing_to_cut_is_refused_before_any_variant_is_built(tmp_path, monkeypatch):
     import keras
 
