@@ -82,6 +82,17 @@ COMPONENTS: tuple[Component, ...] = (
         (GoBinary("kubelet", "k8s.io/kubernetes/cmd/kubelet", _kubernetes_ldflags()),),
         node=True,
     ),
+    # The real node's Service data path: kube-proxy from the same k8s.io/kubernetes v1.35.4, in a module folder of its
+    # own (go/kube-proxy: the control plane's go.mod less what kube-proxy does not import, plus knftables, netlink and
+    # ipvs, every shared module at the same version), so that adding it changes neither the control plane's nor the
+    # kubelet's cache key, and Go's build cache serves the packages they share.
+    Component(
+        "kube-proxy",
+        KUBERNETES_VERSION,
+        GO_DIR / "kube-proxy",
+        (GoBinary("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy", _kubernetes_ldflags()),),
+        node=True,
+    ),
     Component(
         "kwok",
         "v0.7.0",
