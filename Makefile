@@ -351,10 +351,10 @@ image-tools: ## install the daemonless image builder (buildah, skopeo, umoci, mm
 	fi
 
 # a real node's runtime (deployments/cluster/node.py): containerd 1.6, runc 1.1 and the CNI plugins from Debian's packages
-NODE_TOOLS := containerd runc ctr containerd-shim-runc-v2
-NODE_PACKAGES := containerd runc containernetworking-plugins
+NODE_TOOLS := containerd runc ctr containerd-shim-runc-v2 iptables-restore
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables
 
-node-tools: ## install a real node's runtime (containerd, runc, the CNI plugins) from Debian's packages (as root, once)
+node-tools: ## install a real node's runtime (containerd, runc, the CNI plugins, iptables for kube-proxy) from Debian's packages (as root, once)
 	@missing="$$(for tool in $(NODE_TOOLS); do command -v $$tool >/dev/null || echo $$tool; done; \
 	  for plugin in bridge host-local loopback; do [ -x /usr/lib/cni/$$plugin ] || [ -x /opt/cni/bin/$$plugin ] || echo cni-$$plugin; done | xargs)"; \
 	if [ -n "$$missing" ]; then \

@@ -448,6 +448,7 @@ def _start_node(state: ClusterState, bins: dict[str, Path], on_step: Callable[[s
             server=state.server,
             pki=starter.pki,
             kubelet=bins["kubelet"] / "bin" / "kubelet",
+            kube_proxy=bins["kube-proxy"] / "bin" / "kube-proxy",
             pause_archive=lambda: node.pause_image(cache_root(), kubernetes_source),
             launch=lambda name, binary, args: starter.launch(name, binary, args),
             record=state.node,
@@ -471,7 +472,7 @@ def _stop_node(state: ClusterState) -> list[str]:
         with contextlib.suppress(Exception):
             api = objects.client(state.kubeconfig)
     stopped = node.drain(state.node, api, state.processes)
-    stopped += stop([process for process in state.processes if process.name in {"kubelet", "containerd"}])
+    stopped += stop([process for process in state.processes if process.name in {"kube-proxy", "kubelet", "containerd"}])
     node.clean_up(state.node, state.folder)
     return stopped
 

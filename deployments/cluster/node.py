@@ -9,9 +9,11 @@ Where this machine's kernel cannot run containers (no overlayfs, no cgroup contr
 `NodeUnavailable` names the missing feature or syscall in one line and the kwok cluster comes up without the node;
 any other failure is a `NodeError` and stops the cluster like any component's.
 
-The node's parts: kubelet from the same k8s.io/kubernetes module as the control plane (components.py), containerd,
-runc and the CNI plugins from the distribution's packages (`make node-tools`: Debian's containerd 1.6, runc 1.1,
-containernetworking-plugins 1.1), and the pause image built from Kubernetes' own pause.c in that module.
+The node's parts: kubelet and kube-proxy from the same k8s.io/kubernetes module as the control plane (components.py),
+containerd, runc, the CNI plugins and iptables from the distribution's packages (`make node-tools`: Debian's
+containerd 1.6, runc 1.1, containernetworking-plugins 1.1, iptables 1.8), and the pause image built from Kubernetes'
+own pause.c in that module. kube-proxy (iptables mode) writes the machine's nat and filter tables, which are one per
+machine: one real node runs at a time, and `down` removes its chains (and the kubelet's) when it stops.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ NODE_LABEL_VALUE = "real"
 NODE_TAINT = {"key": NODE_LABEL, "value": NODE_LABEL_VALUE, "effect": "NoSchedule"}
 PAUSE_VERSION = "3.10.1"  # build/pause/Makefile's TAG in k8s.io/kubernetes v1.35.4
 PAUSE_IMAGE = f"registry.k8s.io/pause:{PAUSE_VERSION}"
-RUNTIME_TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
+RUNTIME_TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "iptables-restore")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 CNI_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))  # Debian's containernetworking-plugins, upstream's tarball
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -53,6 +55,10 @@ START_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 120.0
 DRAIN_TIMEOUT_S = 30.0
 CAP_SYS_RESOURCE = 24  # linux/capability.h
+# What `kube-proxy --cleanup` leaves in the machine's tables: the kubelet's chains (KUBE-FIREWALL, jumped to from
+# INPUT and OUTPUT; its canary; the hint that tells iptables-nft from legacy), which kube-proxy also makes, and
+# kube-proxy's own canary in mangle.
+LEFTOVER_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-PROXY-CANARY", "KUBE-IPTABLES-HINT")
 
 
 class NodeError(RuntimeError):
@@ -124,10 +130,31 @@ def tools() -> dict[str, Path]:
         found["cni"] = cni
     if missing:
         raise NodeError(
-            f"{', '.join(missing)} not installed: `make node-tools` installs Debian's containerd, runc and "
-            "containernetworking-plugins (as root)"
+            f"{', '.join(missing)} not installed: `make node-tools` installs Debian's containerd, runc, "
+            "containernetworking-plugins and iptables (as root)"
         )
     return found
+
+
+def check_iptables(iptables: Path) -> None:
+    """kube-proxy's iptables mode needs the nat table (ip_tables/nf_tables with NAT); NodeUnavailable if it is not
+    there."""
+    result = subprocess.run([str(iptables), "-w", "5", "-t", "nat", "-S", "POSTROUTING"], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise NodeUnavailable(f"`iptables -t nat` failed, so kube-proxy cannot route Services: {message}")
+
+
+def processes_named(name: str) -> list[int]:
+    """The PIDs of processes whose program is `name` (a kube-proxy or kubelet of another cluster on this machine)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+                if argv0 and os.path.basename(argv0) == os.fsencode(name) and not _zombie(int(entry.name)):
+                    pids.append(int(entry.name))
+    return pids
 
 
 def has_capability(bit: int) -> bool:
@@ -410,6 +437,34 @@ def kubelet_config(
     }
 
 
+def kube_proxy_config(*, kubeconfig: Path, cluster_cidr: str, node_ip: str, healthz_port: int, metrics_port: int) -> dict:
+    """kube-proxy's KubeProxyConfiguration; each setting that differs from its default says why."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": NODE_NAME,  # the Node it reads its addresses from, as the kubelet registered it
+        # iptables (not nftables): Debian's iptables (its nf_tables backend) is what `make node-tools` installs and
+        # what the kubelet already uses; the nftables mode needs the `nft` tool besides
+        "mode": "iptables",
+        # traffic to a ClusterIP from outside the node's pod /24 (the host, the tests) is masqueraded to the bridge's
+        # address, so that the pod's reply comes back through the node
+        "detectLocalMode": "ClusterCIDR",
+        "clusterCIDR": cluster_cidr,
+        # NodePorts on the node's own address only (default: every address of the machine)
+        "nodePortAddresses": [f"{node_ip}/32"],
+        # no NodePorts on 127.0.0.1: they need route_localnet=1, a machine-wide sysctl
+        "iptables": {"localhostNodePorts": False},
+        # 0: leave the machine's conntrack table size and timeouts as they are (machine-wide sysctls)
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        # served on loopback, on free ports (defaults: 0.0.0.0:10256 and 127.0.0.1:10249)
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        # root without CAP_SYS_RESOURCE cannot lower it to the default -999
+        "oomScoreAdj": 0,
+    }
+
+
 def _kubeconfig(path: Path, server: str, ca: Path, client: tuple[Path, Path]) -> None:
     atomic.write_json(
         path,
@@ -482,6 +537,7 @@ def start(
     server: str,
     pki: ClusterPKI,
     kubelet: Path,
+    kube_proxy: Path,
     pause_archive: Callable[[], Path],
     launch: Callable[[str, Path, list[str]], Process],
     record: dict,
@@ -490,11 +546,17 @@ def start(
     api,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> None:
-    """Start containerd and the kubelet, and wait until the node is Ready. `record` (the state's `node`) is filled
-    and saved before each thing is made outside `folder`, so that `clean_up` finds it; `launch` starts and records
-    a process."""
+    """Start containerd and the kubelet, wait until the node is Ready, then start kube-proxy and wait until it has
+    written its chains. `record` (the state's `node`) is filled and saved before each thing is made outside `folder`,
+    so that `clean_up` finds it; `launch` starts and records a process."""
     check_kernel()
     found = tools()
+    check_iptables(found["iptables"])
+    if others := processes_named("kube-proxy"):
+        raise NodeError(
+            f"kube-proxy (pid {others[0]}) already runs on this machine and owns its iptables Service chains: stop its "
+            "cluster (`make cluster-down`) before starting another real node"
+        )
     node = folder / "node"
     node.mkdir(mode=0o700)
     check_overlay(node / "overlay-check")
@@ -509,6 +571,8 @@ def start(
         cgroup_root=f"/slipway-{identity}",
         socket=str(node / "containerd" / "containerd.sock"),
         ctr=str(found["ctr"]),
+        # the kubelet writes iptables chains too: `clean_up` removes them, and kube-proxy's, with this binary
+        kube_proxy=str(kube_proxy),
         **versions(found),
     )
     save()
@@ -574,6 +638,44 @@ def start(
         START_TIMEOUT_S,
     )
     _wait(process, lambda: node_ready(api), "a Ready node", READY_TIMEOUT_S)
+    _start_kube_proxy(node, server, pki, kube_proxy, launch, record, free_port, found["iptables"], on_step)
+
+
+def _start_kube_proxy(
+    node: Path,
+    server: str,
+    pki: ClusterPKI,
+    binary: Path,
+    launch: Callable[[str, Path, list[str]], Process],
+    record: dict,
+    free_port: Callable[[], int],
+    iptables: Path,
+    on_step: Callable[[str], None],
+) -> None:
+    on_step("starting kube-proxy")
+    client = pki.sign_kube_proxy()
+    kubeconfig = node / "kube-proxy.kubeconfig"
+    _kubeconfig(kubeconfig, server, pki.ca.cert, (client.cert, client.key))
+    config = node / "kube-proxy.json"
+    atomic.write_json(
+        config,
+        kube_proxy_config(
+            kubeconfig=kubeconfig,
+            cluster_cidr=record["subnet"],
+            node_ip=record["address"],
+            healthz_port=(healthz := free_port()),
+            metrics_port=free_port(),
+        ),
+    )
+    process = launch("kube-proxy", binary, [f"--config={config}", "--v=1"])
+    import urllib.request
+
+    def synced() -> bool:
+        healthy = urllib.request.urlopen(f"http://127.0.0.1:{healthz}/healthz", timeout=2).status == 200
+        chains = subprocess.run([str(iptables), "-w", "5", "-t", "nat", "-S"], capture_output=True, text=True).stdout
+        return healthy and "-N KUBE-SERVICES" in chains
+
+    _wait(process, synced, "synced (its KUBE-SERVICES chain in the nat table)", START_TIMEOUT_S)
 
 
 def node_ready(api) -> bool:
@@ -670,9 +772,34 @@ def pinned_netns(pids: set[int]) -> list[Path]:
     return found
 
 
+def remove_chains(kube_proxy: str) -> None:
+    """kube-proxy's chains (`kube-proxy --cleanup`: its Service, endpoint, masquerade and firewall chains in nat and
+    filter) and what that leaves (LEFTOVER_CHAINS), in the IPv4 and IPv6 tables; nothing while another kubelet or
+    kube-proxy on this machine still runs (the chains are the machine's, and would be theirs too)."""
+    if processes_named("kube-proxy") or processes_named("kubelet"):
+        return
+    if Path(kube_proxy).is_file():
+        # exits non-zero where it cannot tear down IPVS (no ip_vs module): what it removed is checked below, not that
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run([kube_proxy, "--cleanup"], capture_output=True, timeout=60)
+    for name in ("iptables", "ip6tables"):
+        tool = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+        if tool is None:
+            continue
+        for chain in ("INPUT", "OUTPUT"):
+            for _ in range(5):  # one jump each, unless a run that was killed while adding it added it twice
+                if subprocess.run([tool, "-w", "5", "-D", chain, "-j", "KUBE-FIREWALL"], capture_output=True).returncode:
+                    break
+        for table in ("mangle", "nat", "filter"):
+            for chain in LEFTOVER_CHAINS:
+                subprocess.run([tool, "-w", "5", "-t", table, "-F", chain], capture_output=True)
+                subprocess.run([tool, "-w", "5", "-t", table, "-X", chain], capture_output=True)
+
+
 def clean_up(record: dict, folder: Path) -> None:
     """After the processes stopped: kill what outlived them (`_leftover_pids`), unmount what the kubelet and
-    containerd left mounted under `folder`, and remove the bridge and the cgroup root recorded in `record`."""
+    containerd left mounted under `folder`, remove the bridge and the cgroup root recorded in `record`, and the
+    iptables chains kube-proxy and the kubelet wrote."""
     leftovers = _leftover_pids(record)
     pinned = pinned_netns(leftovers)
     for pid in leftovers:
@@ -697,3 +824,5 @@ def clean_up(record: dict, folder: Path) -> None:
         subprocess.run(["ip", "link", "delete", record["bridge"]], capture_output=True)
     if record.get("cgroup_root"):
         _remove_cgroup_root(record["cgroup_root"])
+    if record.get("kube_proxy"):
+        remove_chains(record["kube_proxy"])

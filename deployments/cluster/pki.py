@@ -35,6 +35,7 @@ ADMIN_USER, ADMIN_GROUP = "slipway-admin", "system:masters"
 KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 NODES_GROUP = "system:nodes"  # with a user system:node:<name>: what the Node authorizer lets act for that node
 FRONT_PROXY_USER = "front-proxy-client"
+KUBE_PROXY_USER = "system:kube-proxy"  # bound to ClusterRole system:node-proxier by the API server's bootstrap policy
 
 
 @dataclass(frozen=True)
@@ -173,3 +174,12 @@ class ClusterPKI:
         _sign(self.folder, f"kubelet-{node}-client", _name(f"system:node:{node}", NODES_GROUP), (ca_cert, ca_key), client=True)
         _sign(self.folder, f"kubelet-{node}", _name(f"system:node:{node}"), (ca_cert, ca_key), server_names=(address, node))
         return self.pair(f"kubelet-{node}-client"), self.pair(f"kubelet-{node}")
+
+    def sign_kube_proxy(self) -> Pair:
+        """kube-proxy's client certificate: user `system:kube-proxy`, which the API server's bootstrap RBAC binds to the
+        ClusterRole `system:node-proxier` (read Services, EndpointSlices and Nodes; write Events)."""
+        ca_cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
+        ca_key = serialization.load_pem_private_key(self.ca.key.read_bytes(), password=None)
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        _sign(self.folder, "kube-proxy", _name(KUBE_PROXY_USER), (ca_cert, ca_key), client=True)
+        return self.pair("kube-proxy")

@@ -1,7 +1,8 @@
 """A real node beside the kwok nodes (deployments/cluster/node.py): a kubelet from the control plane's Kubernetes
 module, containerd with runc and the CNI bridge run a pod of the serving image `make image` builds, with a readiness
 probe on MLServer's /v2/health/ready, and the pod answers a V2 request from inside the pod network (its IP, through
-the node's bridge) exactly as the same model answers on loopback. Pod create -> Ready lands in reports/real-node.json.
+the node's bridge), and through a ClusterIP Service (kube-proxy's iptables rules), exactly as the same model answers on
+loopback. Pod create -> Ready lands in reports/real-node.json.
 
 The node has a cluster of its own (module scope): the package's shared cluster stays kwok only. Where this machine's
 kernel cannot run containers the test skips with the one line the node gave; any other failure fails it.
@@ -84,6 +85,10 @@ def real_cluster(tmp_path_factory):
         # runc's state of the node's containers lived in the folder, not in the machine's shared /run/containerd/runc
         shared = Path("/run/containerd/runc/k8s.io")
         assert not any(str(folder) in path.read_text() for path in shared.glob("*/state.json"))
+        # kube-proxy's chains and the kubelet's are gone from the machine's tables
+        for table in ("nat", "filter", "mangle"):
+            rules = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True).stdout
+            assert "KUBE-" not in rules, rules
 
 
 def _post(url: str, body: dict) -> dict:
@@ -106,7 +111,7 @@ def _pod(namespace: str, models: Path) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": MODEL, "namespace": namespace},
+        "metadata": {"name": MODEL, "namespace": namespace, "labels": {"app": MODEL}},
         "spec": {
             "nodeSelector": {NODE_LABEL: NODE_LABEL_VALUE},
             "tolerations": [{"key": NODE_LABEL, "operator": "Equal", "value": NODE_LABEL_VALUE, "effect": "NoSchedule"}],
@@ -125,6 +130,27 @@ def _pod(namespace: str, models: Path) -> dict:
             "volumes": [{"name": "models", "hostPath": {"path": str(models), "type": "Directory"}}],
         },
     }
+
+
+def _service(namespace: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": MODEL, "namespace": namespace},
+        "spec": {"selector": {"app": MODEL}, "ports": [{"name": "http", "port": 80, "targetPort": HTTP_PORT}]},
+    }
+
+
+def _post_until_routed(url: str, body: dict, timeout_s: float = 30.0) -> dict:
+    """The first answer through a Service: kube-proxy writes its rules within a second or so of the EndpointSlice."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return _post(url, body)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _wait_ready(core, namespace: str) -> object:
@@ -179,6 +205,15 @@ def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digit
     on_loopback = _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
     assert in_pod["model_name"] == MODEL
     assert [output["data"] for output in in_pod["outputs"]] == [output["data"] for output in on_loopback["outputs"]]
+
+    # through a ClusterIP Service: kube-proxy's DNAT from the host to the pod, masqueraded to the node's bridge address
+    service = core.create_namespaced_service("real-node", _service("real-node"))
+    cluster_ip = service.spec.cluster_ip
+    assert cluster_ip and cluster_ip != address
+    began = time.monotonic()
+    routed = _post_until_routed(f"http://{cluster_ip}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
+    service_routed_s = time.monotonic() - began
+    assert [output["data"] for output in routed["outputs"]] == [output["data"] for output in on_loopback["outputs"]]
     # the kubelet's own API, through the API server (its client certificate, the node's serving certificate)
     assert core.read_namespaced_pod_log(MODEL, "real-node", container="mlserver", tail_lines=50)
 
@@ -193,6 +228,7 @@ def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digit
         "image_import_s": round(import_s, 1),
         "pod_create_to_ready_s": round(ready_s, 1),
         "first_answer_s": round(first_answer_s, 3),
+        "service_create_to_first_answer_s": round(service_routed_s, 2),
         "cpu_count": os.cpu_count(),
     }
     atomic.write_json(REPORTS_DIR / "real-node.json", report)
@@ -200,9 +236,9 @@ def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digit
 
 @pytest.mark.slow
 def test_a_killed_node_leaves_nothing_behind(real_cluster):
-    """A run killed half way (the kubelet and containerd SIGKILLed while the pod above still runs under its shim):
-    `down` still kills the containers and the shims by PID and removes the mounts, the bridge and the cgroup root
-    (the fixture's teardown checks those)."""
+    """A run killed half way (kube-proxy, the kubelet and containerd SIGKILLed while the pod above still runs under its
+    shim): `down` still kills the containers and the shims by PID and removes the mounts, the bridge, the cgroup root
+    and the iptables chains (the fixture's teardown checks those)."""
     import signal
 
     from deployments.cluster.control_plane import down
@@ -211,7 +247,7 @@ def test_a_killed_node_leaves_nothing_behind(real_cluster):
 
     state, _ = real_cluster
     for process in state.processes:
-        if process.name in ("kubelet", "containerd"):
+        if process.name in ("kube-proxy", "kubelet", "containerd"):
             os.kill(process.pid, signal.SIGKILL)
             while running(process):
                 time.sleep(0.05)
