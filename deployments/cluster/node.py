@@ -201,14 +201,27 @@ def pause_image(cache: Path, kubernetes_source: Callable[[], Path]) -> Path:
     if result.returncode != 0:
         raise NodeError(f"gcc {source} failed: {(result.stderr.strip().splitlines() or ['no output'])[-1]}")
     subprocess.run(["strip", str(binary)], check=False)
-    atomic.write_bytes(archive, _docker_archive(PAUSE_IMAGE, {"/pause": binary.read_bytes()}, ["/pause"], "65535:65535"))
+    atomic.write_bytes(archive, docker_archive(PAUSE_IMAGE, {"/pause": binary.read_bytes()}, ["/pause"], "65535:65535"))
     return archive
 
 
-def _docker_archive(reference: str, files: dict[str, bytes], entrypoint: list[str], user: str) -> bytes:
-    """An image of one layer in the `docker save` layout, which `ctr images import` names by its RepoTags."""
+def docker_archive(
+    reference: str,
+    files: dict[str, bytes],
+    entrypoint: list[str],
+    user: str,
+    *,
+    env: tuple[str, ...] = (),
+    directories: tuple[str, ...] = (),
+) -> bytes:
+    """An image of one layer in the `docker save` layout, which `ctr images import` names by its RepoTags and skopeo
+    pushes: `files` executable (0755), `directories` world-writable and sticky (as /tmp is), `env` as KEY=VALUE."""
     layer_buffer = io.BytesIO()
     with tarfile.open(fileobj=layer_buffer, mode="w", format=tarfile.PAX_FORMAT) as layer:
+        for name in directories:
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o1777, 0
+            layer.addfile(info)
         for name, data in files.items():
             info = tarfile.TarInfo(name.lstrip("/"))
             info.size, info.mode, info.mtime = len(data), 0o755, 0
@@ -219,7 +232,7 @@ def _docker_archive(reference: str, files: dict[str, bytes], entrypoint: list[st
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": entrypoint, "User": user},
+            "config": {"Entrypoint": entrypoint, "User": user, **({"Env": list(env)} if env else {})},
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
         },
         sort_keys=True,
