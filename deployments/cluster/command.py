@@ -42,7 +42,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         console.print(
             f"real node {state.node['name']} Ready: kubelet {KUBERNETES_VERSION}, {state.node['containerd']}, "
             f"{state.node['runc']}; pods on {state.node['subnet']} (bridge {state.node['bridge']}); only pods that "
-            f"tolerate the taint {NODE_LABEL}={NODE_LABEL_VALUE}:NoSchedule land there",
+            f"tolerate the taint {NODE_LABEL}={NODE_LABEL_VALUE}:NoSchedule land there; they reach the S3 store at "
+            f"{state.object_store['pods_endpoint']}, which Secret {DEFAULT_SECRET} names",
             soft_wrap=True,
         )
     console.print(
@@ -137,7 +138,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(f"{process.name:24} pid {process.pid:<8} {'running' if process.pid in alive else '[red]stopped[/]'}")
     console.print(f"KUBECONFIG={state.kubeconfig}", soft_wrap=True)
     if state.object_store:
-        console.print(f"S3 store at {state.object_store['endpoint']} (keys in {state.folder / 'state.json'})", soft_wrap=True)
+        pods = (
+            f", for the real node's pods at {state.object_store['pods_endpoint']}"
+            if "pods_endpoint" in state.object_store
+            else ""
+        )
+        console.print(
+            f"S3 store at {state.object_store['endpoint']}{pods} (keys in {state.folder / 'state.json'})", soft_wrap=True
+        )
     return 0 if len(alive) == len(state.processes) else 1
 
 

@@ -99,11 +99,12 @@ class ClusterState:
         )
 
     def storage_environment(self) -> dict[str, str]:
-        """The object store's address and keys as the AWS variables `make secret` (and any S3 tool) reads."""
+        """The object store's address and keys as the AWS variables `make secret` (and any S3 tool) reads: with a real
+        node, the address its pods reach it at (which this machine reaches too)."""
         return {
             "AWS_ACCESS_KEY_ID": self.object_store["access_key"],
             "AWS_SECRET_ACCESS_KEY": self.object_store["secret_key"],
-            "AWS_ENDPOINT_URL": self.object_store["endpoint"],
+            "AWS_ENDPOINT_URL": self.object_store.get("pods_endpoint") or self.object_store["endpoint"],
         }
 
     def alive(self) -> list[Process]:
@@ -461,6 +462,26 @@ def _start_node(state: ClusterState, bins: dict[str, Path], on_step: Callable[[s
         _stop_node(state)
         state.node = {"unavailable": str(err)}
         state.save()
+        return
+    _serve_store_to_pods(state, starter)
+
+
+def _serve_store_to_pods(state: ClusterState, starter: _Starter) -> None:
+    """The object store where the node's pods reach it: a second versitygw over the same folder with the same keys, on
+    the node's bridge address (a pod's 127.0.0.1 is its own). The storage Secret of namespace `slipway` names that
+    address from now on, and so does `storage_environment` (this machine reaches the bridge's address too)."""
+    port = free_port()
+    endpoint = f"http://{state.node['address']}:{port}"
+    store = starter.launch(
+        "versitygw-pods",
+        starter.bins["object-store"] / "bin" / "versitygw",
+        [f"--port={state.node['address']}:{port}", "--quiet", "posix", str(state.folder / "objects")],
+        env={"ROOT_ACCESS_KEY_ID": state.object_store["access_key"], "ROOT_SECRET_ACCESS_KEY": state.object_store["secret_key"]},
+    )
+    _wait(store, lambda: _get(endpoint)[0] == 403, "answering S3 requests on the node's address")
+    state.object_store["pods_endpoint"] = endpoint
+    state.save()
+    objects.create_namespace(objects.client(state.kubeconfig), MODEL_NAMESPACE, state.storage_environment())
 
 
 def _stop_node(state: ClusterState) -> list[str]:
