@@ -10,6 +10,7 @@ kernel cannot run containers the test skips with the one line the node gave; any
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -89,6 +90,62 @@ def real_cluster(tmp_path_factory):
         for table in ("nat", "filter", "mangle"):
             rules = subprocess.run(["iptables", "-t", table, "-S"], capture_output=True, text=True, check=True).stdout
             assert "KUBE-" not in rules, rules
+
+
+@pytest.fixture(scope="module")
+def serving_image(real_cluster, tmp_path_factory):
+    """The serving image `make image` builds, imported into the node's containerd once: (built, import seconds)."""
+    from deployments.cluster.node import load_image
+    from deployments.rollout import image_build
+
+    state, _ = real_cluster
+    built = image_build.build_cpu(IMAGE_TAG)  # every layer cached after the first `make image`: seconds
+    return built, load_image(state.node, IMAGE, tmp_path_factory.mktemp("image"))
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """A CNCF Distribution registry on a free loopback port (the node's containerd pulls from it over HTTP)."""
+    from deployments.cluster.build import build_all
+    from deployments.cluster.components import COMPONENTS
+    from tests.deployments.test_image_check import _registry
+
+    binary = build_all(tuple(c for c in COMPONENTS if c.name == "registry"))["registry"] / "bin" / "registry"
+    with _registry(binary, tmp_path_factory.mktemp("registry")) as host:
+        yield host
+
+
+@pytest.fixture(scope="module")
+def initializer_image(real_cluster, registry, tmp_path_factory):
+    """The rclone storage initializer built here, pushed to the registry and named in seldon-config:
+    (reference, digest, archive MB, seconds to build and push)."""
+    from deployments.cluster import storage_initializer
+    from deployments.cluster.build import build_all
+    from deployments.cluster.components import COMPONENTS
+    from deployments.cluster.objects import client as api_client
+
+    state, _ = real_cluster
+    rclone = build_all(tuple(c for c in COMPONENTS if c.name == "rclone"))["rclone"] / "bin" / "rclone"
+    image = f"{registry}/{storage_initializer.REPOSITORY}:{storage_initializer.TAG}"
+    began = time.monotonic()
+    archive = storage_initializer.archive(rclone, tmp_path_factory.mktemp("initializer") / "image.tar", image)
+    digest = storage_initializer.push(archive, image)
+    seconds = time.monotonic() - began
+    storage_initializer.configure_operator(api_client(state.kubeconfig), image)
+    return image, digest, round(archive.stat().st_size / 1e6, 1), round(seconds, 1)
+
+
+def _report(**fields) -> None:
+    """Add `fields` to reports/real-node.json (each test of this module writes its own)."""
+    from slipway import atomic
+    from slipway.paths import REPORTS_DIR
+
+    path = REPORTS_DIR / "real-node.json"
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        report = {"report": "real-node"}
+    atomic.write_json(path, {**report, **fields, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
 
 def _post(url: str, body: dict) -> dict:
@@ -171,19 +228,17 @@ def _wait_ready(core, namespace: str) -> object:
 
 
 @pytest.mark.slow
-def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digits_artifact, digits_server, tmp_path):
+def test_a_pod_of_the_serving_image_answers_on_the_real_node(
+    real_cluster, serving_image, digits_artifact, digits_server, tmp_path
+):
     from kubernetes import client
 
     from deployments.cluster.components import KUBERNETES_VERSION
-    from deployments.cluster.node import NODE_NAME, load_image
+    from deployments.cluster.node import NODE_NAME
     from deployments.cluster.objects import client as api_client
-    from deployments.rollout import image_build
-    from slipway import atomic
-    from slipway.paths import REPORTS_DIR
 
     state, started_s = real_cluster
-    built = image_build.build_cpu(IMAGE_TAG)  # every layer cached after the first `make image`: seconds
-    import_s = load_image(state.node, IMAGE, tmp_path / "image")
+    built, import_s = serving_image
     core = client.CoreV1Api(api_client(state.kubeconfig))
     core.create_namespace({"metadata": {"name": "real-node"}})
     models = _models_folder(digits_artifact, tmp_path / "models")
@@ -217,21 +272,124 @@ def test_a_pod_of_the_serving_image_answers_on_the_real_node(real_cluster, digit
     # the kubelet's own API, through the API server (its client certificate, the node's serving certificate)
     assert core.read_namespaced_pod_log(MODEL, "real-node", container="mlserver", tail_lines=50)
 
-    report = {
-        "report": "real-node",
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "kubernetes": KUBERNETES_VERSION,
-        "containerd": state.node["containerd"],
-        "runc": state.node["runc"],
-        "image": {"tag": IMAGE, "id": built.image_id, "size_mb": round(built.size_bytes / 1e6, 1)},
-        "cluster_with_node_up_s": round(started_s, 1),
-        "image_import_s": round(import_s, 1),
-        "pod_create_to_ready_s": round(ready_s, 1),
-        "first_answer_s": round(first_answer_s, 3),
-        "service_create_to_first_answer_s": round(service_routed_s, 2),
-        "cpu_count": os.cpu_count(),
+    _report(
+        kubernetes=KUBERNETES_VERSION,
+        containerd=state.node["containerd"],
+        runc=state.node["runc"],
+        image={"tag": IMAGE, "id": built.image_id, "size_mb": round(built.size_bytes / 1e6, 1)},
+        cluster_with_node_up_s=round(started_s, 1),
+        image_import_s=round(import_s, 1),
+        pod_create_to_ready_s=round(ready_s, 1),
+        first_answer_s=round(first_answer_s, 3),
+        service_create_to_first_answer_s=round(service_routed_s, 2),
+        cpu_count=os.cpu_count(),
+    )
+
+
+# what the model container runs after the storage initializer: each file under /mnt/models and its sha256, as JSON
+HASH_FILES = (
+    "import hashlib, json, pathlib; root = pathlib.Path('/mnt/models'); "
+    "print(json.dumps({str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() "
+    "for p in sorted(root.rglob('*')) if p.is_file()}))"
+)
+
+
+def _initializer_pod(namespace: str, image: str, uri: str, secret: str) -> dict:
+    """A pod on the real node whose init container is what Seldon 1.17.1's operator adds for a `modelUri`
+    (controllers/model_initializer_injector.go): `<uri> /mnt/models` as its arguments, an emptyDir there, the Secret
+    as its environment; Slipway's pod security context (uid 10001)."""
+    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
+    from deployments.cluster.storage_initializer import MOUNT_PATH
+
+    volume = "digits-provision-location"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "initializer", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {NODE_LABEL: NODE_LABEL_VALUE},
+            "tolerations": [{"key": NODE_LABEL, "operator": "Equal", "value": NODE_LABEL_VALUE, "effect": "NoSchedule"}],
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+            "initContainers": [
+                {
+                    "name": "digits-model-initializer",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "args": [uri, MOUNT_PATH],
+                    "envFrom": [{"secretRef": {"name": secret}}],
+                    "volumeMounts": [{"name": volume, "mountPath": MOUNT_PATH}],
+                }
+            ],
+            "containers": [
+                {
+                    "name": "digits",
+                    "image": IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", HASH_FILES],
+                    "volumeMounts": [{"name": volume, "mountPath": MOUNT_PATH, "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": volume, "emptyDir": {}}],
+        },
     }
-    atomic.write_json(REPORTS_DIR / "real-node.json", report)
+
+
+@pytest.mark.slow
+def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
+    real_cluster, serving_image, initializer_image, digits_artifact, tmp_path
+):
+    """The rclone storage initializer, built here and pushed to a registry, configured as the operator's image in
+    seldon-config; containerd pulls it, and it copies the version from the S3 store into the pod with the Secret."""
+    from fsspec.core import url_to_fs
+    from kubernetes import client
+
+    from deployments.cluster import storage_initializer
+    from deployments.cluster.control_plane import BUCKET, MODEL_NAMESPACE
+    from deployments.cluster.objects import client as api_client
+    from deployments.rollout.storage_secret import DEFAULT_SECRET, fsspec_options, read_settings
+
+    state, _ = real_cluster
+    api = api_client(state.kubeconfig)
+    image, digest, size_mb, built_s = initializer_image
+    assert storage_initializer.configured_image(api) == image
+
+    # the namespace's Secret names the store where pods reach it (the node's bridge address, not 127.0.0.1)
+    settings = read_settings(api, DEFAULT_SECRET, MODEL_NAMESPACE)
+    assert settings is not None
+    assert settings["RCLONE_CONFIG_S3_ENDPOINT"] == state.object_store["pods_endpoint"]
+    assert state.node["address"] in settings["RCLONE_CONFIG_S3_ENDPOINT"]
+    fs, _ = url_to_fs("s3://", **fsspec_options("s3", settings))
+    expected = {}
+    for path in sorted(digits_artifact.rglob("*")):
+        if path.is_file():
+            name = str(path.relative_to(digits_artifact))
+            fs.put_file(str(path), f"{BUCKET}/initializer/digits/{name}")
+            expected[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+
+    core = client.CoreV1Api(api)
+    uri = f"s3://{BUCKET}/initializer/digits"
+    core.create_namespaced_pod(MODEL_NAMESPACE, _initializer_pod(MODEL_NAMESPACE, image, uri, DEFAULT_SECRET))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while (pod := core.read_namespaced_pod("initializer", MODEL_NAMESPACE)).status.phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, f"the pod did not finish within {READY_TIMEOUT_S:.0f}s: {pod.status}"
+        time.sleep(0.5)
+    initializer = core.read_namespaced_pod_log("initializer", MODEL_NAMESPACE, container="digits-model-initializer")
+    assert pod.status.phase == "Succeeded", initializer
+    # pulled from the registry: the digest skopeo pushed
+    assert pod.status.init_container_statuses[0].image_id.endswith(digest), pod.status.init_container_statuses[0]
+    hashes = json.loads(core.read_namespaced_pod_log("initializer", MODEL_NAMESPACE, container="digits").strip().splitlines()[-1])
+    assert hashes == expected
+    core.delete_namespaced_pod("initializer", MODEL_NAMESPACE, grace_period_seconds=0)
+    _report(
+        storage_initializer={
+            "image": image,
+            "digest": digest,
+            "size_mb": size_mb,
+            "build_and_push_s": built_s,
+        }
+    )
 
 
 @pytest.mark.slow
