@@ -392,6 +392,155 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
     )
 
 
+# The digits demo's cpu overlay, placed on the real node: a user's overlay on top of it (as `make deploy OVERLAY=` takes
+# one) selecting the node's label and tolerating its taint (kwok's nodes would take the pods otherwise), naming the
+# storage initializer built here, and sized for a 2-core node (one replica of half a core; the cpu overlay asks 2 x 1).
+REAL_NODE_PATCH = """\
+- op: add
+  path: /spec/predictors/0/componentSpecs/0/spec/nodeSelector
+  value: {{"{label}": "{value}"}}
+- op: add
+  path: /spec/predictors/0/componentSpecs/0/spec/tolerations
+  value: [{{key: "{label}", operator: Equal, value: "{value}", effect: NoSchedule}}]
+- op: replace
+  path: /spec/predictors/0/graph/storageInitializerImage
+  value: "{initializer}"
+- op: replace
+  path: /spec/predictors/0/componentSpecs/0/spec/containers/0/resources/requests
+  value: {{cpu: 500m, memory: 512Mi}}
+- op: replace
+  path: /spec/predictors/0/componentSpecs/0/hpaSpec/minReplicas
+  value: 1
+- op: replace
+  path: /spec/predictors/0/componentSpecs/0/hpaSpec/maxReplicas
+  value: 2
+"""
+LATENCY_REQUESTS = 200  # the short bounded run: in the cluster (through the Service) and on loopback, one at a time
+
+
+def _real_node_overlay(folder: Path, initializer: str) -> Path:
+    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
+    from slipway.paths import PROJECT_ROOT
+
+    folder.mkdir(parents=True)
+    cpu = os.path.relpath(PROJECT_ROOT / "deployments" / "overlays" / "cpu", folder)  # kustomize takes no absolute path
+    (folder / "kustomization.yaml").write_text(
+        f"resources: [{cpu}]\npatches:\n  - path: real-node.yaml\n    target:\n      kind: SeldonDeployment\n"
+    )
+    (folder / "real-node.yaml").write_text(
+        REAL_NODE_PATCH.format(label=NODE_LABEL, value=NODE_LABEL_VALUE, initializer=initializer)
+    )
+    return folder
+
+
+def _latencies(call, count: int) -> dict[str, float]:
+    import statistics
+
+    seconds = []
+    for _ in range(count):
+        began = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - began)
+    cuts = statistics.quantiles(seconds, n=100)
+    return {"p50_ms": round(cuts[49] * 1000, 2), "p99_ms": round(cuts[98] * 1000, 2), "requests": count}
+
+
+@pytest.mark.slow
+def test_make_deploy_serves_the_digits_model_from_the_real_node(
+    real_cluster, serving_image, initializer_image, digits_artifact, digits_server, reports_env
+):
+    """`deploy` (what `make deploy` runs) of the digits demo onto the real node: the operator's Deployment, the storage
+    initializer pulling the version from the S3 store with the Secret, Slipway's runtime Ready; V2 REST and gRPC
+    through the Service's ClusterIP answer what the model answers on loopback; `undeploy` returns once the pods are
+    gone."""
+    import numpy as np
+    from kubernetes import client
+
+    from deployments.cluster.control_plane import MODEL_NAMESPACE
+    from deployments.cluster.node import NODE_NAME
+    from deployments.cluster.objects import client as api_client
+    from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
+    from tests.conftest import run_module
+    from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
+
+    state, _ = real_cluster
+    image, digest, _, _ = initializer_image
+    core = client.CoreV1Api(api_client(state.kubeconfig))
+    env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
+    overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay", image)
+    began = time.monotonic()
+    result = run_module(
+        "deployments",
+        "deploy",
+        "--namespace",
+        MODEL_NAMESPACE,
+        "--wait",
+        str(int(READY_TIMEOUT_S)),
+        "--model-dir",
+        str(digits_artifact),
+        "--overlay",
+        str(overlay),
+        "--image",
+        IMAGE,  # imported into the node's containerd (serving_image): no registry holds it
+        "--image-pull-policy",
+        "IfNotPresent",
+        env=env,
+    )
+    deploy_s = time.monotonic() - began
+    # deploy asked the Service itself (through the API server's service proxy) before it returned
+    assert f"default: Service {MODEL}-default answers /v2/models/{MODEL}" in result.stderr, result.stderr
+
+    pods = core.list_namespaced_pod(MODEL_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
+    assert pods and all(pod.spec.node_name == NODE_NAME for pod in pods)
+    pod = pods[0]
+    ready = next(c for c in pod.status.conditions if c.type == "Ready")
+    assert ready.status == "True"
+    (initializer,) = pod.status.init_container_statuses
+    assert initializer.image_id.endswith(digest) and initializer.state.terminated.exit_code == 0
+    # Ready: Slipway's runtime loaded what the initializer pulled, after checking it against the digest render pinned
+    container = next(c for c in pod.spec.containers if c.name == MODEL)
+    pinned = {item.name: item.value for item in container.env}[EXPECTED_DIGESTS_ENV]
+    assert pinned.startswith(f"{MODEL}=") and pinned.endswith(verify_artifact(digits_artifact).digest)
+    create_to_ready_s = (ready.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
+
+    service = core.read_namespaced_service(f"{MODEL}-default", MODEL_NAMESPACE)
+    ports = {port.name: port.port for port in service.spec.ports}
+    rest = f"http://{service.spec.cluster_ip}:{ports['http']}/v2/models/{MODEL}/infer"
+    began = time.monotonic()
+    in_cluster = _post_until_routed(rest, {"inputs": [PIXELS]})
+    first_answer_s = time.monotonic() - began
+    on_loopback = _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
+    assert [o["data"] for o in in_cluster["outputs"]] == [o["data"] for o in on_loopback["outputs"]]
+    pixels = np.array(PIXELS["data"], dtype=np.float32)
+    grpc = GrpcClient(f"{service.spec.cluster_ip}:{ports['grpc']}")
+    try:
+        answer = grpc.infer(raw_request(MODEL, {"image": ("FP32", PIXELS["shape"], pixels.tobytes())}))
+        assert raw_output(answer).ravel().tolist() == on_loopback["outputs"][0]["data"]
+    finally:
+        grpc.close()
+    latency = {
+        "in_cluster": _latencies(lambda: _post(rest, {"inputs": [PIXELS]}), LATENCY_REQUESTS),
+        "loopback": _latencies(
+            lambda: _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]}), LATENCY_REQUESTS
+        ),
+    }
+
+    began = time.monotonic()
+    result = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
+    undeploy_s = time.monotonic() - began
+    assert "gone after" in result.stderr, result.stderr
+    assert not core.list_namespaced_pod(MODEL_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
+    _report(
+        deploy={
+            "deploy_s": round(deploy_s, 1),
+            "pod_create_to_ready_s": create_to_ready_s,
+            "first_answer_through_service_s": round(first_answer_s, 3),
+            "rest_latency": latency,
+            "undeploy_s": round(undeploy_s, 1),
+        }
+    )
+
+
 @pytest.mark.slow
 def test_a_killed_node_leaves_nothing_behind(real_cluster):
     """A run killed half way (kube-proxy, the kubelet and containerd SIGKILLed while the pod above still runs under its
