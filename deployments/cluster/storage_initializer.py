@@ -61,12 +61,16 @@ def archive(rclone: Path, out: Path, reference: str = f"{REPOSITORY}:{TAG}") -> 
 
 def push(archive_path: Path, destination: str) -> str:
     """Copy the archive to `destination` (registry/repository:tag), TLS verified except on loopback; its digest."""
-    from deployments.rollout.image_build import LOOPBACK_HOSTS, check_destination
+    from deployments.rollout.image_build import LOOPBACK_HOSTS, ImageBuildError, check_destination
 
+    try:
+        registry = check_destination(destination).registry
+    except ImageBuildError as err:
+        raise InitializerError(f"storage initializer: {err}") from err
     skopeo = shutil.which("skopeo")
     if skopeo is None:
         raise InitializerError("skopeo is not installed: `make image-tools` installs it (as root)")
-    loopback = check_destination(destination).registry.rsplit(":", 1)[0] in LOOPBACK_HOSTS
+    loopback = registry.rsplit(":", 1)[0] in LOOPBACK_HOSTS
     with tempfile.TemporaryDirectory(prefix="slipway-initializer-") as folder:
         digest_file = Path(folder) / "digest"
         result = subprocess.run(

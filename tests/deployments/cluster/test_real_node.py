@@ -57,6 +57,45 @@ def test_a_missing_runtime_is_not_a_kernel_feature(monkeypatch):
     assert not isinstance(refused.value, node.NodeUnavailable)
 
 
+def test_the_storage_initializer_refuses_a_destination_without_a_registry_in_one_line(tmp_path):
+    from deployments.cluster import storage_initializer
+
+    with pytest.raises(storage_initializer.InitializerError, match="names no registry host") as refused:
+        storage_initializer.push(tmp_path / "image.tar", "team/rclone-storage-initializer:1")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(storage_initializer.InitializerError, match="make cluster-build"):
+        storage_initializer.archive(tmp_path / "no-rclone", tmp_path / "image.tar")
+    assert not (tmp_path / "image.tar").exists()
+
+
+@pytest.mark.slow  # builds rclone from its module where `make cluster-build` has not
+def test_the_storage_initializer_image_keeps_seldons_contract_and_its_rclone_runs(tmp_path):
+    """What the operator relies on (entrypoint `rclone copy`, so that its args are `<modelUri> /mnt/models`) and what
+    Seldon's image sets (user 8888, RCLONE_VERBOSE=1); the binary in the layer runs on its own (static, no libc)."""
+    import tarfile
+
+    from deployments.cluster import storage_initializer
+    from deployments.cluster.build import build_all
+    from deployments.cluster.components import COMPONENTS
+
+    rclone = build_all(tuple(c for c in COMPONENTS if c.name == "rclone"))["rclone"] / "bin" / "rclone"
+    archive = storage_initializer.archive(rclone, tmp_path / "image.tar", "registry.example.com/init:1")
+    with tarfile.open(archive) as image:
+        (manifest,) = json.loads(image.extractfile("manifest.json").read())
+        config = json.loads(image.extractfile(manifest["Config"]).read())["config"]
+        assert manifest["RepoTags"] == ["registry.example.com/init:1"]
+        with tarfile.open(fileobj=image.extractfile(manifest["Layers"][0])) as layer:
+            binary = layer.getmember("usr/local/bin/rclone")
+            assert binary.mode & 0o111 and layer.getmember("tmp").isdir()
+            layer.extract(binary, tmp_path / "root", filter="fully_trusted")
+    assert config["Entrypoint"] == ["rclone", "copy"] and config["User"] == storage_initializer.USER == "8888"
+    assert "RCLONE_VERBOSE=1" in config["Env"]
+    result = subprocess.run(
+        [str(tmp_path / "root" / "usr/local/bin/rclone"), "version"], env={}, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0 and result.stdout.startswith(f"rclone v{storage_initializer.TAG}"), result
+
+
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory):
     """A control plane with a real node, stopped by PID afterwards; nothing of the node is left behind."""
