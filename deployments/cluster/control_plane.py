@@ -238,6 +238,11 @@ def up(
             f"port {api_port} on 127.0.0.1 is in use: stop what listens there or choose another "
             f"port (make cluster CLUSTER_PORT=...)"
         )
+    if real_node:
+        try:
+            node.check_no_other_node()  # before anything starts: a second real node would share its iptables chains
+        except node.NodeError as err:
+            raise ClusterError(str(err)) from err
     bins = build_all(CLUSTER_COMPONENTS + (NODE_COMPONENTS if real_node else ()))
     if previous is not None and previous.node and "unavailable" not in previous.node:
         node.clean_up(previous.node, folder)  # a killed run's node: its containers, mounts, bridge and cgroups

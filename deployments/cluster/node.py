@@ -157,6 +157,15 @@ def processes_named(name: str) -> list[int]:
     return pids
 
 
+def check_no_other_node() -> None:
+    """kube-proxy's chains are the machine's: a NodeError naming the running kube-proxy, if there is one."""
+    if others := processes_named("kube-proxy"):
+        raise NodeError(
+            f"kube-proxy (pid {others[0]}) already runs on this machine and owns its iptables Service chains: stop its "
+            "cluster (`make cluster-down`) before starting another real node"
+        )
+
+
 def has_capability(bit: int) -> bool:
     """Whether this process holds capability `bit` (root in a container or a VM's sandbox may not hold them all)."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -565,11 +574,7 @@ def start(
     check_kernel()
     found = tools()
     check_iptables(found["iptables"])
-    if others := processes_named("kube-proxy"):
-        raise NodeError(
-            f"kube-proxy (pid {others[0]}) already runs on this machine and owns its iptables Service chains: stop its "
-            "cluster (`make cluster-down`) before starting another real node"
-        )
+    check_no_other_node()
     node = folder / "node"
     node.mkdir(mode=0o700)
     check_overlay(node / "overlay-check")
