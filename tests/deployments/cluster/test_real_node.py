@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from slipway.ports import free_port
 from tests.deployments.cluster.conftest import MODEL
 
 IMAGE_TAG = "slipway/mlserver-onnx:0.1.0"  # what `make image` builds (Makefile's IMAGE_CPU)
@@ -55,6 +56,16 @@ def test_a_missing_runtime_is_not_a_kernel_feature(monkeypatch):
     with pytest.raises(node.NodeError, match="make node-tools") as refused:
         node.tools()
     assert not isinstance(refused.value, node.NodeUnavailable)
+
+
+def test_a_second_real_node_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    """kube-proxy's iptables chains are the machine's: while one runs, `up --real-node` starts nothing."""
+    from deployments.cluster import control_plane, node
+
+    monkeypatch.setattr(node, "processes_named", lambda name: [4242] if name == "kube-proxy" else [])
+    with pytest.raises(control_plane.ClusterError, match=r"kube-proxy \(pid 4242\) already runs .*make cluster-down"):
+        control_plane.up(tmp_path / "state", api_port=free_port(), real_node=True)
+    assert not (tmp_path / "state").exists()
 
 
 def test_the_storage_initializer_refuses_a_destination_without_a_registry_in_one_line(tmp_path):
