@@ -797,7 +797,8 @@ def remove_chains(kube_proxy: str) -> None:
     if processes_named("kube-proxy") or processes_named("kubelet"):
         return
     if Path(kube_proxy).is_file():
-        # exits non-zero where it cannot tear down IPVS (no ip_vs module): what it removed is checked below, not that
+        # its exit status is not relied on (IPVS or nftables teardown can fail where those are absent); the chains
+        # that remain are removed by name below
         with contextlib.suppress(subprocess.TimeoutExpired):
             subprocess.run([kube_proxy, "--cleanup"], capture_output=True, timeout=60)
     for name in ("iptables", "ip6tables"):
