@@ -150,7 +150,7 @@ def build_all(components: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]
     if todo:
         console.print(
             f"building {', '.join(f'{c.name} {c.version}' for c in todo)} from Go modules into "
-            f"{cache_root()} (once: about 20 minutes on 2 cores with the module downloads, 35 with the tests' tools, 9 more for a real node's kubelet; later starts take seconds)",
+            f"{cache_root()} (once: about 20 minutes on 2 cores with the module downloads, 35 with the tests' tools, 10 more for a real node's kubelet and kube-proxy; later starts take seconds)",
             soft_wrap=True,
         )
     with Progress(
