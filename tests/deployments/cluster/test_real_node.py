@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -575,6 +576,29 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
         ),
     }
 
+    # `make loadtest HOST=` against the in-cluster endpoint: headless Locust, bounded, every request answered
+    result = run_module(
+        "loadtest",
+        "run",
+        "--host",
+        f"http://{service.spec.cluster_ip}:{ports['http']}",
+        "--model-dir",
+        str(digits_artifact),
+        "--users",
+        "2",
+        "--duration",
+        "10",
+        "--name",
+        "real-node-loadtest",
+        env=env,
+    )
+    whole = re.search(
+        r"whole run: (\d+) requests, ([\d.]+) req/s, p50 ([\d.]+) ms, p95 ([\d.]+) ms, p99 ([\d.]+) ms, (\d+) failures",
+        result.stdout + result.stderr,
+    )
+    assert whole and int(whole[1]) > 0 and whole[6] == "0", result.stdout + result.stderr
+    loadtest = {"requests": int(whole[1]), "rps": float(whole[2]), "p50_ms": float(whole[3]), "p99_ms": float(whole[5])}
+
     began = time.monotonic()
     result = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
     undeploy_s = time.monotonic() - began
@@ -586,6 +610,7 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
             "pod_create_to_ready_s": create_to_ready_s,
             "first_answer_through_service_s": round(first_answer_s, 3),
             "rest_latency": latency,
+            "loadtest_2_users_10s": loadtest,
             "undeploy_s": round(undeploy_s, 1),
         }
     )
