@@ -222,9 +222,11 @@ def docker_archive(
     *,
     env: tuple[str, ...] = (),
     directories: tuple[str, ...] = (),
+    labels: dict[str, str] | None = None,
 ) -> bytes:
     """An image of one layer in the `docker save` layout, which `ctr images import` names by its RepoTags and skopeo
-    pushes: `files` executable (0755), `directories` world-writable and sticky (as /tmp is), `env` as KEY=VALUE."""
+    pushes: `files` executable (0755), `directories` world-writable and sticky (as /tmp is), `env` as KEY=VALUE,
+    `labels` in its configuration."""
     layer_buffer = io.BytesIO()
     with tarfile.open(fileobj=layer_buffer, mode="w", format=tarfile.PAX_FORMAT) as layer:
         for name in directories:
@@ -241,7 +243,12 @@ def docker_archive(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": entrypoint, "User": user, **({"Env": list(env)} if env else {})},
+            "config": {
+                "Entrypoint": entrypoint,
+                "User": user,
+                **({"Env": list(env)} if env else {}),
+                **({"Labels": labels} if labels else {}),
+            },
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
         },
         sort_keys=True,

@@ -54,6 +54,9 @@ def archive(rclone: Path, out: Path, reference: str = f"{REPOSITORY}:{TAG}") -> 
             USER,
             env=(f"PATH={IMAGE_PATH}", "RCLONE_VERBOSE=1"),  # not 2: that would log the Secret's values
             directories=("/tmp",),
+            # the reference in the configuration, so that each reference is an image of its own ID: containerd 1.6's
+            # CRI loses an imported reference (ImagePull of localhost/...) once it pulls another one with the same ID
+            labels={"org.opencontainers.image.ref.name": reference},
         ),
     )
     return out
