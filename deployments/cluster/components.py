@@ -130,8 +130,16 @@ COMPONENTS: tuple[Component, ...] = (
         GO_DIR / "object-store",
         (GoBinary("versitygw", "github.com/versity/versitygw/cmd/versitygw"),),
     ),
-    # rclone as Seldon's storage initializer runs it: the tests pull what deploy uploaded with the Secret's settings.
-    Component("rclone", "v1.76.0", GO_DIR / "rclone", (GoBinary("rclone", "slipway.local/cluster/rclone"),), test_tool=True),
+    # rclone as Seldon's storage initializer runs it: the tests pull what deploy uploaded with the Secret's settings, and
+    # a real node runs it as the operator's storage initializer image (storage_initializer.py).
+    Component(
+        "rclone",
+        "v1.76.0",
+        GO_DIR / "rclone",
+        (GoBinary("rclone", "slipway.local/cluster/rclone"),),
+        test_tool=True,
+        node=True,
+    ),
     # An OCI registry (CNCF Distribution) and crane, which pushes images to it without Docker: the tests of
     # `deploy --check-image` resolve real pushed references (deployments/rollout/image_check.py).
     Component(

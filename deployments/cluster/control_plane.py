@@ -469,6 +469,25 @@ def _start_node(state: ClusterState, bins: dict[str, Path], on_step: Callable[[s
         state.save()
         return
     _serve_store_to_pods(state, starter)
+    _load_storage_initializer(state, bins, on_step)
+
+
+def _load_storage_initializer(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None]) -> None:
+    """Seldon's storage initializer as the node can run it (storage_initializer.py): imported into the node's
+    containerd and named in the operator's seldon-config, so that a graph without its own storageInitializerImage
+    pulls its modelUri with it."""
+    from deployments.cluster import storage_initializer
+
+    on_step(f"importing the storage initializer {storage_initializer.NODE_IMAGE} into the real node")
+    archive = state.folder / "node" / "storage-initializer.tar"
+    try:
+        storage_initializer.archive(bins["rclone"] / "bin" / "rclone", archive, storage_initializer.NODE_IMAGE)
+        node.import_archive(state.node, archive)
+    except storage_initializer.InitializerError as err:
+        raise ClusterError(str(err)) from err
+    finally:
+        archive.unlink(missing_ok=True)
+    storage_initializer.configure_operator(objects.client(state.kubeconfig), storage_initializer.NODE_IMAGE)
 
 
 def _serve_store_to_pods(state: ClusterState, starter: _Starter) -> None:

@@ -26,6 +26,9 @@ from slipway import atomic
 RCLONE = next(component for component in COMPONENTS if component.name == "rclone")
 REPOSITORY = "slipway/rclone-storage-initializer"
 TAG = RCLONE.version.removeprefix("v")  # the rclone inside: 1.76.0
+# what `cluster up --real-node` imports into the node's containerd and names in seldon-config (no registry needed: the
+# operator's init container pulls IfNotPresent)
+NODE_IMAGE = f"localhost/{REPOSITORY}:{TAG}"
 USER = "8888"  # Seldon's image's; a pod's runAsUser (Slipway's base: 10001) overrides it
 MOUNT_PATH = "/mnt/models"  # the operator's DefaultModelLocalMountPath
 CA_BUNDLES = (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pki/tls/certs/ca-bundle.crt"))
