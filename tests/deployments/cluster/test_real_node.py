@@ -345,7 +345,7 @@ HASH_FILES = (
 )
 
 
-def _initializer_pod(namespace: str, image: str, uri: str, secret: str) -> dict:
+def _initializer_pod(name: str, namespace: str, image: str, uri: str, secret: str) -> dict:
     """A pod on the real node whose init container is what Seldon 1.17.1's operator adds for a `modelUri`
     (controllers/model_initializer_injector.go): `<uri> /mnt/models` as its arguments, an emptyDir there, the Secret
     as its environment; Slipway's pod security context (uid 10001)."""
@@ -356,7 +356,7 @@ def _initializer_pod(namespace: str, image: str, uri: str, secret: str) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "initializer", "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "nodeSelector": {NODE_LABEL: NODE_LABEL_VALUE},
             "tolerations": [{"key": NODE_LABEL, "operator": "Equal", "value": NODE_LABEL_VALUE, "effect": "NoSchedule"}],
@@ -385,6 +385,18 @@ def _initializer_pod(namespace: str, image: str, uri: str, secret: str) -> dict:
             "volumes": [{"name": volume, "emptyDir": {}}],
         },
     }
+
+
+@pytest.mark.slow
+def test_up_names_the_initializer_it_imported_into_the_node_in_seldon_config(real_cluster):
+    """Without any registry: `up --real-node` imports the initializer into the node and points the operator at it."""
+    from deployments.cluster import storage_initializer
+    from deployments.cluster.node import ctr
+    from deployments.cluster.objects import client as api_client
+
+    state, _ = real_cluster
+    assert storage_initializer.configured_image(api_client(state.kubeconfig)) == storage_initializer.NODE_IMAGE
+    assert storage_initializer.NODE_IMAGE in ctr(state.node, "images", "ls", "--quiet").stdout.split()
 
 
 @pytest.mark.slow
@@ -421,18 +433,20 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
 
     core = client.CoreV1Api(api)
     uri = f"s3://{BUCKET}/initializer/digits"
-    core.create_namespaced_pod(MODEL_NAMESPACE, _initializer_pod(MODEL_NAMESPACE, image, uri, DEFAULT_SECRET))
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while (pod := core.read_namespaced_pod("initializer", MODEL_NAMESPACE)).status.phase not in ("Succeeded", "Failed"):
-        assert time.monotonic() < deadline, f"the pod did not finish within {READY_TIMEOUT_S:.0f}s: {pod.status}"
-        time.sleep(0.5)
-    initializer = core.read_namespaced_pod_log("initializer", MODEL_NAMESPACE, container="digits-model-initializer")
-    assert pod.status.phase == "Succeeded", initializer
-    # pulled from the registry: the digest skopeo pushed
-    assert pod.status.init_container_statuses[0].image_id.endswith(digest), pod.status.init_container_statuses[0]
-    hashes = json.loads(core.read_namespaced_pod_log("initializer", MODEL_NAMESPACE, container="digits").strip().splitlines()[-1])
-    assert hashes == expected
-    core.delete_namespaced_pod("initializer", MODEL_NAMESPACE, grace_period_seconds=0)
+    # the pushed image (pulled from the registry: the digest skopeo pushed), then the one `up` imported into the node
+    for name, source in (("initializer", image), ("initializer-node", storage_initializer.NODE_IMAGE)):
+        core.create_namespaced_pod(MODEL_NAMESPACE, _initializer_pod(name, MODEL_NAMESPACE, source, uri, DEFAULT_SECRET))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while (pod := core.read_namespaced_pod(name, MODEL_NAMESPACE)).status.phase not in ("Succeeded", "Failed"):
+            assert time.monotonic() < deadline, f"the pod did not finish within {READY_TIMEOUT_S:.0f}s: {pod.status}"
+            time.sleep(0.5)
+        initializer = core.read_namespaced_pod_log(name, MODEL_NAMESPACE, container="digits-model-initializer")
+        assert pod.status.phase == "Succeeded", initializer
+        if source == image:
+            assert pod.status.init_container_statuses[0].image_id.endswith(digest), pod.status.init_container_statuses[0]
+        hashes = json.loads(core.read_namespaced_pod_log(name, MODEL_NAMESPACE, container="digits").strip().splitlines()[-1])
+        assert hashes == expected
+        core.delete_namespaced_pod(name, MODEL_NAMESPACE, grace_period_seconds=0)
     _report(
         storage_initializer={
             "image": image,
