@@ -458,8 +458,10 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
 
 
 # The digits demo's cpu overlay, placed on the real node: a user's overlay on top of it (as `make deploy OVERLAY=` takes
-# one) selecting the node's label and tolerating its taint (kwok's nodes would take the pods otherwise), naming the
-# storage initializer built here, and sized for a 2-core node (one replica of half a core; the cpu overlay asks 2 x 1).
+# one) selecting the node's label and tolerating its taint (kwok's nodes would take the pods otherwise), dropping the
+# base's pin of Seldon's public initializer image (the graph's storageInitializerImage wins over seldon-config) so
+# that the operator injects the one seldon-config names, and sized for a 2-core node (one replica of half a core; the
+# cpu overlay asks 2 x 1).
 REAL_NODE_PATCH = """\
 - op: add
   path: /spec/predictors/0/componentSpecs/0/spec/nodeSelector
@@ -467,9 +469,8 @@ REAL_NODE_PATCH = """\
 - op: add
   path: /spec/predictors/0/componentSpecs/0/spec/tolerations
   value: [{{key: "{label}", operator: Equal, value: "{value}", effect: NoSchedule}}]
-- op: replace
+- op: remove
   path: /spec/predictors/0/graph/storageInitializerImage
-  value: "{initializer}"
 - op: replace
   path: /spec/predictors/0/componentSpecs/0/spec/containers/0/resources/requests
   value: {{cpu: 500m, memory: 512Mi}}
@@ -483,7 +484,7 @@ REAL_NODE_PATCH = """\
 LATENCY_REQUESTS = 200  # the short bounded run: in the cluster (through the Service) and on loopback, one at a time
 
 
-def _real_node_overlay(folder: Path, initializer: str) -> Path:
+def _real_node_overlay(folder: Path) -> Path:
     from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from slipway.paths import PROJECT_ROOT
 
@@ -492,9 +493,7 @@ def _real_node_overlay(folder: Path, initializer: str) -> Path:
     (folder / "kustomization.yaml").write_text(
         f"resources: [{cpu}]\npatches:\n  - path: real-node.yaml\n    target:\n      kind: SeldonDeployment\n"
     )
-    (folder / "real-node.yaml").write_text(
-        REAL_NODE_PATCH.format(label=NODE_LABEL, value=NODE_LABEL_VALUE, initializer=initializer)
-    )
+    (folder / "real-node.yaml").write_text(REAL_NODE_PATCH.format(label=NODE_LABEL, value=NODE_LABEL_VALUE))
     return folder
 
 
@@ -521,6 +520,7 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     import numpy as np
     from kubernetes import client
 
+    from deployments.cluster import storage_initializer
     from deployments.cluster.control_plane import MODEL_NAMESPACE
     from deployments.cluster.node import NODE_NAME
     from deployments.cluster.objects import client as api_client
@@ -532,7 +532,7 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     image, digest, _, _ = initializer_image
     core = client.CoreV1Api(api_client(state.kubeconfig))
     env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
-    overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay", image)
+    overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay")
     began = time.monotonic()
     result = run_module(
         "deployments",
@@ -560,6 +560,8 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     pod = pods[0]
     ready = next(c for c in pod.status.conditions if c.type == "Ready")
     assert ready.status == "True"
+    # the operator injected the initializer seldon-config names (the pushed one), and containerd pulled its digest
+    assert [c.image for c in pod.spec.init_containers] == [image] == [storage_initializer.configured_image(core.api_client)]
     (initializer,) = pod.status.init_container_statuses
     assert initializer.image_id.endswith(digest) and initializer.state.terminated.exit_code == 0
     # Ready: Slipway's runtime loaded what the initializer pulled, after checking it against the digest render pinned
