@@ -5,7 +5,8 @@ SHELL := /bin/bash
 PYTHON_BIN ?= python3.11
 VENV       ?= .venv
 PY         := $(VENV)/bin/python
-# Every target below runs Slipway's one command (slipway/command.py), which `make setup` installs.
+# Every target below runs Slipway's one command (slipway/command.py), which `make setup` installs; the local cluster's
+# run the checkout's development package, `python -m localcluster`.
 SLIPWAY    := $(VENV)/bin/slipway
 EXTRAS     ?= serve,export,loadtest,deploy,dev
 ifeq ($(GPU),1)
@@ -22,7 +23,7 @@ HOST         ?= 127.0.0.1
 IMAGE        ?=
 PYTEST_ARGS  ?=
 # pytest-xdist workers for `make test` and `make test-fast` (0: one process); the cluster tests stay together on one
-# worker, beside the rest of the suite on the other (tests/deployments/cluster/conftest.py)
+# worker, beside the rest of the suite on the other (tests/localcluster/conftest.py)
 PYTEST_WORKERS ?= 2
 STORE        ?= model-store
 KEEP         ?= 5
@@ -291,21 +292,21 @@ upload: versions-resolve ## upload MODEL_DIR (or VERSION=/TAG=) to its modelUri 
 secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_APPLICATION_CREDENTIALS with SCHEME=gs), never to a file
 	$(SLIPWAY) secret --engine $(ENGINE) --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
 
-# --- the local control plane (deployments/cluster): real kube-apiserver, kwok, the Seldon operator ---
+# --- the local control plane (localcluster): real kube-apiserver, kwok, the Seldon operator ---
 CLUSTER_PORT ?= 16443
 NODE         ?=
 
 cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers); builds it from Go modules the first time
-	$(SLIPWAY) cluster up --port $(CLUSTER_PORT) $(if $(filter real,$(NODE)),--real-node)
+	$(PY) -m localcluster up --port $(CLUSTER_PORT) $(if $(filter real,$(NODE)),--real-node)
 
 cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them)
-	$(SLIPWAY) cluster build
+	$(PY) -m localcluster build
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
-	$(SLIPWAY) cluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)
+	$(PY) -m localcluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)
 
 cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
-	$(SLIPWAY) cluster down
+	$(PY) -m localcluster down
 
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
 	$(SLIPWAY) undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
@@ -350,7 +351,7 @@ image-tools: ## install the daemonless image builder (buildah, skopeo, umoci, mm
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(IMAGE_TOOLS) >/dev/null; \
 	fi
 
-# a real node's runtime (deployments/cluster/node.py): containerd 1.6, runc 1.1 and the CNI plugins from Debian's packages
+# a real node's runtime (localcluster/node.py): containerd 1.6, runc 1.1 and the CNI plugins from Debian's packages
 NODE_TOOLS := containerd runc ctr containerd-shim-runc-v2 iptables-restore
 NODE_PACKAGES := containerd runc containernetworking-plugins iptables
 
@@ -430,6 +431,6 @@ bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBindi
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-gpu $(BENCH_GPU_ARGS)
 
 clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.* and cluster-hpa.*)
-	@if [ -f build/cluster/state.json ]; then $(SLIPWAY) cluster down; fi
+	@if [ -f build/cluster/state.json ]; then $(PY) -m localcluster down; fi
 	rm -rf build .pytest_cache
 	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -delete 2>/dev/null || true

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from deployments.cluster.command import add_command as register_cluster
 from deployments.delivery.alerts.command import add_command as register_alerts
 from deployments.delivery.canary.command import add_canary_commands as register_canary
 from deployments.delivery.canary.command import add_command as register_canary_judge
@@ -591,7 +590,6 @@ REGISTRARS: list[Callable] = [
     register_recommend,
     register_canary_judge,
     register_canary,
-    register_cluster,
     register_image,
     register_alerts,
 ]

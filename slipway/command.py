@@ -67,7 +67,6 @@ SUBCOMMANDS = (
     ),
     Subcommand("canary-judge", "deployments", ("canary-judge",), "judge a canary against the stable predictor from Prometheus"),
     Subcommand("alerts", "deployments", ("alerts",), "Prometheus alerts from an SLO file (make alerts)"),
-    Subcommand("cluster", "deployments", ("cluster",), "the local control plane: build, up, down, prove-hpa"),
     Subcommand("image", "deployments", ("image",), "build the serving image without Docker (buildah), push it (make image)"),
     Subcommand("deployments", "deployments", (), "every deployments command (python -m deployments)"),
     Subcommand(
@@ -87,6 +86,12 @@ SUBCOMMANDS = (
     Subcommand("summary", "slipway", ("summary",), "what each step of the demo produced, from reports/"),
 )
 
+# What a checkout's development packages do, which the wheel does not ship: said where they run, not "no subcommand".
+CHECKOUT_ONLY = {
+    "cluster": "the local cluster is a development tool of a Slipway checkout: clone the repository and run "
+    "`make cluster` there (python -m localcluster)",
+}
+
 # Read by the commands (where they are read: see docs/); listed in `slipway --help`.
 ENVIRONMENT = (
     (
@@ -102,8 +107,11 @@ ENVIRONMENT = (
     ("SLIPWAY_REPOSITORY_API", "serve: MLServer's repository API, closed (default) or open"),
     ("SLIPWAY_REPOSITORY_TOKEN", "serve: the bearer token the open repository API admits"),
     ("SLIPWAY_SELDON_CRD", "render: the SeldonDeployment CRD to validate against"),
-    ("SLIPWAY_CLUSTER_DIR", "cluster: the local cluster's folder (default build/cluster)"),
-    ("SLIPWAY_CLUSTER_CACHE", "cluster: its built binaries (default ~/.cache/slipway/cluster)"),
+    ("SLIPWAY_CLUSTER_DIR", "deploy, undeploy: where a checkout's local cluster (make cluster) runs (default build/cluster)"),
+    (
+        "SLIPWAY_CLUSTER_CACHE",
+        "render --engine kserve: the local cluster's build cache with KServe's CRDs (default ~/.cache/slipway/cluster)",
+    ),
     ("KUBECONFIG", "deploy, undeploy: the cluster (else the local cluster's while it runs, else ~/.kube/config)"),
     (
         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL",
@@ -194,6 +202,8 @@ def dispatch(argv: Sequence[str] | None) -> int:
         print(f"slipway {version()}")
         return 0
     chosen = next((sub for sub in SUBCOMMANDS if sub.name == argv[0]), None)
+    if chosen is None and argv[0] in CHECKOUT_ONLY:
+        raise cli.UserError(CHECKOUT_ONLY[argv[0]])
     if chosen is None:
         names = ", ".join(sub.name for sub in SUBCOMMANDS)
         raise cli.UserError(f"slipway has no subcommand {argv[0]!r}: choose one of {names} (see `slipway --help`)")

@@ -41,12 +41,13 @@ DEMO_ARTIFACT_DIR = BUILD_DIR / "artifacts" / DEMO_MODEL_NAME
 # Shipped with the packages (pyproject.toml's [tool.setuptools.package-data]).
 EXAMPLE_SLO = PACKAGE_ROOT / "loadtest" / "slo.example.yaml"
 # The SeldonDeployment CRD (with its openAPIV3Schema) from the vendored Seldon Core 1.17.1 operator module,
-# the same file the local cluster installs (deployments/cluster); SLIPWAY_SELDON_CRD points elsewhere. Only a
-# checkout holds third_party/: installed, validation skips the CRD schema unless SLIPWAY_SELDON_CRD names one.
+# the same file the local cluster installs (localcluster); SLIPWAY_SELDON_CRD points elsewhere. Only a
+# checkout holds localcluster/third_party/: installed, validation skips the CRD schema unless SLIPWAY_SELDON_CRD names one.
 SELDON_CRD_SCHEMA = Path(
     os.environ.get(
         "SLIPWAY_SELDON_CRD",
         PROJECT_ROOT
+        / "localcluster"
         / "third_party"
         / "seldon-core-operator"
         / "config"

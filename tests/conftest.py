@@ -27,7 +27,7 @@ from tests.commands import run_command
 TRAIN_EPOCHS = "25"
 # Folders whose tests one pytest-xdist worker runs together, in their order (see pytest_xdist_make_scheduler)
 TOGETHER = (
-    "tests/deployments/cluster/",  # one control plane (package scope) for them all; they mostly wait on its controllers
+    "tests/localcluster/",  # one control plane (package scope) for them all; they mostly wait on its controllers
     "tests/benchmarks/",  # one at a time: each measures, and test_bench checks /dev/shm for the psm_ blocks they make
 )
 
@@ -198,7 +198,7 @@ def digits_server(digits_artifact):
 
 @pytest.fixture(scope="session")
 def seldon_crd_schema() -> dict:
-    """The SeldonDeployment CRD's v1 schema from the vendored operator module (third_party/)."""
+    """The SeldonDeployment CRD's v1 schema from the vendored operator module (localcluster/third_party/)."""
     from deployments.render.validate import load_crd_schema
 
     schema = load_crd_schema(SELDON_CRD_SCHEMA)

@@ -6,6 +6,10 @@ not guessed; kept in one place so rendering and validation agree.
 
 from __future__ import annotations
 
+# The release Slipway renders for; the local cluster caches its CRDs (component CRDS_COMPONENT) for validation.
+KSERVE_VERSION = "v0.15.2"
+CRDS_COMPONENT = "kserve-crds"
+
 GROUP = "serving.kserve.io"
 RUNTIME_API_VERSION = f"{GROUP}/v1alpha1"
 RUNTIME_KIND = "ServingRuntime"

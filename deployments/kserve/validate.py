@@ -1,7 +1,7 @@
 """Validate a KServe rendering offline: KServe's own CRD schemas, the rules its controller applies, Pod Security.
 
 Layers: the ServingRuntime (v1alpha1) and InferenceService (v1beta1) against the openAPIV3Schema of KServe's CRDs
-at the release Slipway renders for (cached from its Go module, `deployments.cluster.components.KSERVE_CRDS`), with
+at the release Slipway renders for (cached from its Go module, `localcluster.components.KSERVE_CRDS`), with
 fields the schema does not know refused (the API server would drop them without a word); KServe's rules that no
 schema states (a runtime that speaks the protocol and format the model asks for, a storageUri the storage
 initializer can pull, RawDeployment); Pod Security "restricted" on the pod KServe will build from both; the core
@@ -28,6 +28,7 @@ from deployments.render.validate import (
     pod_security_errors,
     requests_errors,
 )
+from slipway.local_cluster import component_dir
 
 CRD_DIR_ENV = "SLIPWAY_KSERVE_CRDS"
 CRD_FILES = {
@@ -38,13 +39,10 @@ _POD_FIELDS_OF_PREDICTOR = ("model", "labels", "annotations", "minReplicas", "ma
 
 
 def crd_dir() -> Path:
-    """`SLIPWAY_KSERVE_CRDS`, else the cluster cache's copy of KServe's CRDs (`python -m deployments cluster build`)."""
+    """`SLIPWAY_KSERVE_CRDS`, else the cluster cache's copy of KServe's CRDs (`make cluster-build`)."""
     if explicit := os.environ.get(CRD_DIR_ENV):
         return Path(explicit)
-    from deployments.cluster.build import component_dir
-    from deployments.cluster.components import KSERVE_CRDS
-
-    return component_dir(KSERVE_CRDS) / "share"
+    return component_dir(api.CRDS_COMPONENT, api.KSERVE_VERSION) / "share"
 
 
 def load_schemas(folder: Path | None = None) -> dict[str, dict | None]:
@@ -249,8 +247,7 @@ def validate_kserve(docs: list[dict[str, Any]], *, schemas: dict[str, dict | Non
             schema = schemas.get(kind)
             if schema is None:
                 report.skipped.append(
-                    f"{label}: KServe's CRD schema not found in {crd_dir()}; run `python -m deployments cluster build` "
-                    f"or set {CRD_DIR_ENV}"
+                    f"{label}: KServe's CRD schema not found in {crd_dir()}; run `make cluster-build` or set {CRD_DIR_ENV}"
                 )
             else:
                 report.errors.extend(_schema_errors(label, schema, doc))

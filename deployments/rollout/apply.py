@@ -14,6 +14,7 @@ from typing import Any
 
 from deployments.render.seldon import DEPLOYMENT_ID_LABEL
 from deployments.rollout.kube_api import dynamic_client, present
+from slipway.local_cluster import running_kubeconfig
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
@@ -48,13 +49,11 @@ def connect(timeout_s: float = 5.0, on_note: Callable[[str], None] = lambda note
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    from deployments.cluster.control_plane import running_cluster
-
-    local = None if os.environ.get("KUBECONFIG") else running_cluster()
+    local = None if os.environ.get("KUBECONFIG") else running_kubeconfig()
     if local is not None:
-        on_note(f"using the local cluster (KUBECONFIG={local.kubeconfig}); set KUBECONFIG to deploy elsewhere")
+        on_note(f"using the local cluster (KUBECONFIG={local}); set KUBECONFIG to deploy elsewhere")
     try:
-        config.load_kube_config(config_file=str(local.kubeconfig) if local else None)
+        config.load_kube_config(config_file=str(local) if local else None)
     except (ConfigException, FileNotFoundError, TypeError) as err:
         try:
             config.load_incluster_config()

@@ -199,8 +199,8 @@ def registry(tmp_path_factory):
     from tests.deployments.test_image_check import PASSWORD, USER, _registry
 
     bcrypt = pytest.importorskip("bcrypt")
-    from deployments.cluster.build import build_all
-    from deployments.cluster.components import COMPONENTS
+    from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
 
     binary = build_all(tuple(c for c in COMPONENTS if c.name == "registry"))["registry"] / "bin" / "registry"
     folder = tmp_path_factory.mktemp("push-registry")

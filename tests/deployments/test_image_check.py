@@ -198,8 +198,8 @@ def _docker_config(folder: Path, logins: dict[str, tuple[str, str]], **extra) ->
 
 @pytest.fixture(scope="module")
 def tools() -> dict[str, Path]:
-    from deployments.cluster.build import build_all
-    from deployments.cluster.components import COMPONENTS
+    from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
 
     built = build_all(tuple(component for component in COMPONENTS if component.name in ("registry", "crane")))
     return {"registry": built["registry"] / "bin" / "registry", "crane": built["crane"] / "bin" / "crane"}
@@ -208,7 +208,7 @@ def tools() -> dict[str, Path]:
 @contextmanager
 def _registry(binary: Path, folder: Path, auth: dict | None = None) -> Iterator[str]:
     """A registry on a free loopback port storing into `folder`, tied to this process, stopped by PID after."""
-    from deployments.cluster.processes import last_lines, running, start, stop
+    from localcluster.processes import last_lines, running, start, stop
 
     port = free_port()
     config = {

@@ -1,6 +1,6 @@
 """The storage Secret made from the environment and read back as fsspec options, and the upload's guarantees
 on a filesystem every machine has: a pvc:// claim mounted here. (The S3 road, with a real S3 server and
-rclone, runs on the local cluster: tests/deployments/cluster/test_storage.py.)"""
+rclone, runs on the local cluster: tests/localcluster/test_storage.py.)"""
 
 from __future__ import annotations
 

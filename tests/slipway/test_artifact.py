@@ -103,7 +103,7 @@ def test_pins_are_read_per_model_and_version():
 _CORE_ONLY = """
 import importlib.abc, sys
 BLOCKED = {"mlserver", "onnxruntime", "onnx", "tensorflow", "tf2onnx", "starlette", "fastapi", "grpc", "tritonclient",
-           "engine", "wrappers", "export", "loadtest", "deployments", "benchmarks"}
+           "engine", "wrappers", "export", "loadtest", "deployments", "benchmarks", "localcluster"}
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in BLOCKED:

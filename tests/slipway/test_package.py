@@ -72,7 +72,7 @@ def test_the_wheel_holds_slipway_s_packages_and_no_tests_data_or_records(wheel):
     assert top == PACKAGES
     assert not [name for name in names if "/tests/" in name or name.startswith("tests/") or "/test_" in name]
     assert not [name for name in names if name.endswith((".npz", ".onnx", ".keras", ".png", ".pyc"))]
-    assert not [name for name in names if name.startswith(("reports/", "build/", "docs/", "third_party/"))]
+    assert not [name for name in names if name.startswith(("reports/", "build/", "docs/", "localcluster/"))]
     assert "wrappers/runtime.py" in names and "deployments/base/seldondeployment.yaml" in names
     # The artifact contract in the shared core; the benchmarks beside the serving package, not inside it.
     assert "slipway/artifact.py" in names and "benchmarks/__main__.py" in names
@@ -236,11 +236,14 @@ def test_from_the_checkout_outputs_stay_in_the_checkout_whatever_the_current_dir
     )
 
 
-def test_installed_slipway_says_the_local_cluster_is_built_from_a_checkout(installed, tmp_path):
-    code = (
-        "from deployments.cluster.build import BuildError, build_all\n"
-        "try:\n    build_all()\nexcept BuildError as err:\n    print(err)"
+def test_installed_slipway_sends_the_local_cluster_to_a_checkout(installed, tmp_path):
+    """The wheel ships no local cluster (a development package): its command says where it runs, in one line."""
+    command = "import sys; from slipway.command import main; main(sys.argv[1:])"
+    result = _run_installed(installed, tmp_path, "-c", command, "cluster", "up")
+    assert result.returncode == 2
+    assert " ".join(result.stderr.split()) == " ".join(
+        "error: the local cluster is a development tool of a Slipway checkout: clone the repository and run `make cluster` "
+        "there (python -m localcluster)".split()
     )
-    result = _run_installed(installed, tmp_path, "-c", code)
-    assert result.returncode == 0, result.stderr
-    assert "the local cluster is built from a checkout; clone Slipway's repository and run `make cluster` there" in result.stdout
+    imported = _run_installed(installed, tmp_path, "-c", "import localcluster")
+    assert "No module named 'localcluster'" in imported.stderr

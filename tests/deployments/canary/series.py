@@ -1,6 +1,6 @@
 """Recorded series of a stable and a canary predictor in a real Prometheus: written as OpenMetrics text, backfilled
 into a TSDB with `promtool tsdb create-blocks-from openmetrics`, served by `prometheus` (both built from
-Prometheus' Go module, deployments/cluster/components.py) on a free loopback port, tied to the test run and
+Prometheus' Go module, localcluster/components.py) on a free loopback port, tied to the test run and
 stopped by PID.
 
 Each scenario is a namespace of its own holding one SeldonDeployment (`digits`) with a stable predictor
@@ -193,8 +193,8 @@ class Recorded:
 
 @pytest.fixture(scope="session")
 def prometheus_tools() -> dict[str, Path]:
-    from deployments.cluster.build import build_all
-    from deployments.cluster.components import COMPONENTS
+    from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
 
     built = build_all(tuple(component for component in COMPONENTS if component.name == "prometheus"))
     return {name: built["prometheus"] / "bin" / name for name in ("prometheus", "promtool")}
@@ -231,7 +231,7 @@ def serving(
     """Prometheus over a copy of the recorded blocks on a free loopback port (no scraping); its URL.
     `web_config`: the --web.config.file contents (e.g. basic auth users); `headers`: what the readiness
     probe sends then."""
-    from deployments.cluster.processes import last_lines, running, start, stop
+    from localcluster.processes import last_lines, running, start, stop
 
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copytree(recorded.blocks, folder / "data")

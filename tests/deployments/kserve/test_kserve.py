@@ -9,12 +9,12 @@ import json
 import pytest
 import yaml
 
-from deployments.cluster.build import build_component, go_binary
-from deployments.cluster.components import KSERVE_CRDS
 from deployments.kserve import api
 from deployments.kserve.render import STORAGE_SECRET, render_kserve
 from deployments.kserve.validate import CRD_DIR_ENV, load_schemas, validate_kserve
 from deployments.render.overlay import RenderError
+from localcluster.build import build_component, go_binary
+from localcluster.components import KSERVE_CRDS
 from slipway.artifact import EXPECTED_DIGESTS_ENV
 from tests.conftest import run_module
 from tests.deployments.rendering import rendering

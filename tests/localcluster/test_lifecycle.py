@@ -23,8 +23,7 @@ pytestmark = pytest.mark.slow
 
 def _up(folder: Path, port: int, env: dict | None = None, check: bool = False):
     return run_module(
-        "deployments",
-        "cluster",
+        "localcluster",
         "up",
         "--dir",
         str(folder),
@@ -77,7 +76,7 @@ def test_a_busy_port_is_named(tmp_path):
 
 
 def test_a_component_failing_half_way_stops_every_process_started_before_it(tmp_path):
-    from deployments.cluster.build import build_all
+    from localcluster.build import build_all
     from slipway.ports import free_port
 
     built = build_all()
@@ -106,7 +105,7 @@ def test_ctrl_c_while_starting_stops_what_had_started(tmp_path):
 
     state = tmp_path / "state"
     command = subprocess.Popen(
-        [sys.executable, "-m", "deployments", "cluster", "up", "--dir", str(state), "--port", str(free_port())],
+        [sys.executable, "-m", "localcluster", "up", "--dir", str(state), "--port", str(free_port())],
         cwd=PROJECT_ROOT,
         stderr=subprocess.PIPE,
         text=True,
@@ -124,7 +123,7 @@ def test_ctrl_c_while_starting_stops_what_had_started(tmp_path):
         assert all(_gone(process["pid"]) for process in started)
     finally:
         command.kill()
-        run_module("deployments", "cluster", "down", "--dir", str(state))  # whatever a failure above left running
+        run_module("localcluster", "down", "--dir", str(state))  # whatever a failure above left running
 
 
 def test_down_stops_everything_and_removes_the_state(tmp_path):
@@ -137,10 +136,10 @@ def test_down_stops_everything_and_removes_the_state(tmp_path):
     pids = _pids(state)
     assert len(pids) == 8 and not any(_gone(pid) for pid in pids)
     started = {pid: _start_time(pid) for pid in pids}
-    status = run_module("deployments", "cluster", "status", "--dir", str(state))
+    status = run_module("localcluster", "status", "--dir", str(state))
     assert status.stderr.count("running") == 8
-    down = run_module("deployments", "cluster", "down", "--dir", str(state), env={"COLUMNS": "400"})
+    down = run_module("localcluster", "down", "--dir", str(state), env={"COLUMNS": "400"})
     assert "stopped versitygw, seldon-operator, metrics-server" in down.stderr and not state.exists()
     assert all(_gone(pid, started[pid]) for pid in pids)
-    assert "nothing to stop" in run_module("deployments", "cluster", "down", "--dir", str(state)).stderr
+    assert "nothing to stop" in run_module("localcluster", "down", "--dir", str(state)).stderr
     assert os.listdir(tmp_path) == []

@@ -1,27 +1,31 @@
-"""`python -m deployments cluster build|up|down|status|prove-hpa`: the local control plane from the command line."""
+"""`python -m localcluster build|up|down|status|prove-hpa` (`make cluster`): the local control
+plane from a checkout's command line."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from slipway.cli import UserError, console
+from slipway.cli import UserError, console, dispatch
+
+PROG = "python -m localcluster"
 
 
 def _folder(args: argparse.Namespace) -> Path:
-    from deployments.cluster.control_plane import default_state_dir
+    from localcluster.control_plane import default_state_dir
 
     return args.dir or default_state_dir()
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from deployments.cluster.build import BuildError
-    from deployments.cluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
-    from deployments.cluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
-    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
-    from deployments.cluster.objects import NODES
     from deployments.rollout.storage_secret import DEFAULT_SECRET
+    from localcluster.build import BuildError
+    from localcluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
+    from localcluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
+    from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
+    from localcluster.objects import NODES
 
     began = time.monotonic()
     try:
@@ -56,7 +60,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from deployments.cluster.build import BuildError, build_all
+    from localcluster.build import BuildError, build_all
 
     began = time.monotonic()
     try:
@@ -72,7 +76,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from deployments.cluster.control_plane import down
+    from localcluster.control_plane import down
 
     folder = _folder(args)
     began = time.monotonic()
@@ -87,9 +91,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_prove_hpa(args: argparse.Namespace) -> int:
     from kubernetes import client
 
-    from deployments.cluster.autoscaling_proof import ProofFailed, prove, write
-    from deployments.cluster.control_plane import running_cluster
-    from deployments.cluster.objects import client as api_client
+    from localcluster.autoscaling_proof import ProofFailed, prove, write
+    from localcluster.control_plane import running_cluster
+    from localcluster.objects import client as api_client
 
     state = running_cluster(_folder(args))
     if state is None:
@@ -127,7 +131,7 @@ def cmd_prove_hpa(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from deployments.cluster.control_plane import ClusterState
+    from localcluster.control_plane import ClusterState
 
     state = ClusterState.load(_folder(args))
     if state is None or not state.processes:
@@ -149,16 +153,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if len(alive) == len(state.processes) else 1
 
 
-def add_command(commands) -> None:
-    from deployments.cluster.control_plane import DEFAULT_API_PORT
+def register(actions: argparse._SubParsersAction) -> None:
+    """Add the local cluster's actions (build, up, down, status, prove-hpa) to its parser's `actions`."""
+    from localcluster.control_plane import DEFAULT_API_PORT
 
-    command = commands.add_parser(
-        "cluster",
-        help="a local control plane (kube-apiserver, kwok, the Seldon operator)",
-        description="Start, stop or inspect the local Kubernetes control plane that "
-        "`deploy` is tested on: real components on loopback, no containers.",
-    )
-    actions = command.add_subparsers(dest="action", required=True)
     for name, func, text in (
         ("build", cmd_build, "build the binaries from Go modules into the cache (once)"),
         ("up", cmd_up, "build what is missing, start everything, write the kubeconfig"),
@@ -199,3 +197,13 @@ def add_command(commands) -> None:
     )
     prove_hpa.add_argument("--timeout", type=float, default=240.0, help="seconds each phase may take (default 240)")
     prove_hpa.set_defaults(func=cmd_prove_hpa)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(
+        PROG,
+        "Start, stop or inspect the local Kubernetes control plane that `deploy` is tested on: real components "
+        "on loopback, from a checkout of Slipway (not part of the installed package).",
+        register,
+        argv,
+    )

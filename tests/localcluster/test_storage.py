@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.deployments.cluster.conftest import MODEL, SECRET, STORAGE_ENV, digest_of, make_namespace, records
-from tests.deployments.cluster.test_deploy import _deploy, _nothing_of_ours, _one_line_error, _sdep
+from tests.localcluster.conftest import MODEL, SECRET, STORAGE_ENV, digest_of, make_namespace, records
+from tests.localcluster.test_deploy import _deploy, _nothing_of_ours, _one_line_error, _sdep
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +33,8 @@ def _initializer_pull(api, namespace: str, out: Path) -> Path:
     the Secret its envFrom names, read back from the API server."""
     from kubernetes import client
 
-    from deployments.cluster.build import build_all
     from deployments.rollout.storage_secret import read_settings
+    from localcluster.build import build_all
 
     deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
     initializer = deployment.spec.template.spec.init_containers[0]
@@ -54,7 +55,7 @@ def test_make_secret_writes_the_environment_s_keys_and_never_shows_them(api, clu
     namespace = make_namespace(api, "secret", secret=False)
     result = subprocess.run(
         ["make", "--no-print-directory", "secret", f"NAMESPACE={namespace}"],
-        cwd=Path(__file__).parents[3],
+        cwd=PROJECT_ROOT,
         env={**os.environ, **cluster_env, **STORAGE_ENV},
         capture_output=True,
         text=True,
@@ -156,7 +157,7 @@ def test_a_secret_that_cannot_write_the_bucket_stops_deploy_before_anything_is_a
 def test_a_canary_needs_an_operator_that_routes_traffic(api, cluster_env, digits_artifact, tmp_path):
     from kubernetes import client
 
-    from deployments.cluster.objects import OPERATOR_DEPLOYMENT, SELDON_NAMESPACE, register_operator
+    from localcluster.objects import OPERATOR_DEPLOYMENT, SELDON_NAMESPACE, register_operator
 
     apps = client.AppsV1Api(api)
     namespace = make_namespace(api, "no-ingress")
@@ -201,7 +202,7 @@ def test_the_readme_s_path_make_deploy_on_a_fresh_local_cluster_ends_served_with
     assert read_settings(api, SECRET, "slipway")["RCLONE_CONFIG_S3_ENDPOINT"] == STORAGE_ENV["AWS_ENDPOINT_URL"]
     result = subprocess.run(
         ["make", "--no-print-directory", "deploy", f"MODEL_DIR={digits_artifact}", "WAIT=120"],
-        cwd=Path(__file__).parents[3],
+        cwd=PROJECT_ROOT,
         env={**os.environ, **cluster_env},
         capture_output=True,
         text=True,

@@ -17,8 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from deployments.cluster.components import COMPONENTS, Component
+from localcluster.components import COMPONENTS, Component
+from slipway import local_cluster
 from slipway.cli import console
+from slipway.local_cluster import cache_root
 
 BUILD_RECORD = "build.json"
 
@@ -27,15 +29,8 @@ class BuildError(RuntimeError):
     """A build could not run or failed; the message names the cause and the log."""
 
 
-def cache_root() -> Path:
-    """`SLIPWAY_CLUSTER_CACHE`, else `~/.cache/slipway/cluster` (XDG_CACHE_HOME respected)."""
-    if explicit := os.environ.get("SLIPWAY_CLUSTER_CACHE"):
-        return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slipway" / "cluster"
-
-
 def component_dir(component: Component) -> Path:
-    return cache_root() / f"{component.name}-{component.version}"
+    return local_cluster.component_dir(component.name, component.version)
 
 
 def go_binary() -> str:
@@ -138,12 +133,6 @@ def build_all(components: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]
     """Every component's cache folder, building what is missing with a progress line per component."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    absent = [component.name for component in components if not (component.module_dir / "go.mod").is_file()]
-    if absent:  # an installed Slipway: the wheel ships neither the Go modules nor third_party/
-        raise BuildError(
-            f"no Go module for {', '.join(absent)} (looked in {components[0].module_dir.parent}): the local "
-            f"cluster is built from a checkout; clone Slipway's repository and run `make cluster` there"
-        )
     go = go_binary()
     keys = {component.name: _build_key(component, go) for component in components}
     todo = [component for component in components if not is_built(component, keys[component.name])]

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deployments.kserve import api as kserve_api
 from slipway.paths import PROJECT_ROOT
 
 GO_DIR = Path(__file__).resolve().parent / "go"
-SELDON_OPERATOR_DIR = PROJECT_ROOT / "third_party" / "seldon-core-operator"
+SELDON_OPERATOR_DIR = PROJECT_ROOT / "localcluster" / "third_party" / "seldon-core-operator"
 
 KUBERNETES_VERSION = "v1.35.4"
 SELDON_OPERATOR_VERSION = "1.17.1"
@@ -72,7 +73,7 @@ COMPONENTS: tuple[Component, ...] = (
             for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
         ),
     ),
-    # The real node's kubelet (deployments/cluster/node.py), from the same k8s.io/kubernetes module and go.sum as the
+    # The real node's kubelet (localcluster/node.py), from the same k8s.io/kubernetes module and go.sum as the
     # control plane's binaries, in a cache folder of its own: a kwok-only `make cluster` neither builds it nor
     # rebuilds the control plane's folder when it is added.
     Component(
@@ -196,10 +197,9 @@ COMPONENTS: tuple[Component, ...] = (
 
 # KServe's own CRDs (files only, nothing built), at the release Slipway renders for: `render --engine kserve`
 # validates its ServingRuntime and InferenceService against their openAPIV3Schema (deployments/kserve).
-KSERVE_VERSION = "v0.15.2"
 KSERVE_CRDS = Component(
-    "kserve-crds",
-    KSERVE_VERSION,
+    kserve_api.CRDS_COMPONENT,
+    kserve_api.KSERVE_VERSION,
     GO_DIR / "kserve-crds",
     (),
     files={

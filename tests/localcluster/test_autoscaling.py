@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from deployments.cluster.control_plane import HPA_SYNC_S
+from localcluster.control_plane import HPA_SYNC_S
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.deployments.cluster.conftest import make_namespace
+from tests.localcluster.conftest import make_namespace
 
 pytestmark = pytest.mark.slow
 
@@ -66,8 +66,7 @@ def test_the_hpa_scales_up_on_usage_and_down_within_its_behavior(api, cluster, c
         env=cluster_env,
     )
     result = run_module(
-        "deployments",
-        "cluster",
+        "localcluster",
         "prove-hpa",
         "--dir",
         str(cluster.folder),

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from slipway.artifact import SETTINGS_FILE, write_manifest
-from tests.deployments.cluster.conftest import MODEL, make_namespace
-from tests.deployments.cluster.test_deploy import _deploy
+from tests.localcluster.conftest import MODEL, make_namespace
+from tests.localcluster.test_deploy import _deploy
 
 pytestmark = pytest.mark.slow
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deployments.conftest import record_files  # noqa: F401 (a fixture: the version records deploy reads)
+
 MODEL = "digits"
 SECRET = "slipway-model-storage"
 STORAGE_ENV: dict[str, str] = {}  # the running test cluster's object store, as AWS_* variables (set by `cluster`)
@@ -17,8 +19,8 @@ STORAGE_ENV: dict[str, str] = {}  # the running test cluster's object store, as 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory):
     """A local control plane of its own on a free port, stopped by PID afterwards."""
-    from deployments.cluster.control_plane import down, up
-    from deployments.cluster.processes import running
+    from localcluster.control_plane import down, up
+    from localcluster.processes import running
     from slipway.ports import free_port
 
     folder = tmp_path_factory.mktemp("cluster") / "state"
@@ -35,7 +37,7 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="package")
 def api(cluster):
-    from deployments.cluster.objects import client
+    from localcluster.objects import client
 
     return client(cluster.kubeconfig)
 
@@ -50,7 +52,7 @@ def make_namespace(api, name: str, *, secret: bool = True) -> str:
     from the store's keys) unless `secret` is false."""
     from kubernetes import client
 
-    from deployments.cluster.objects import create_namespace
+    from localcluster.objects import create_namespace
 
     if secret:
         create_namespace(api, name, STORAGE_ENV)

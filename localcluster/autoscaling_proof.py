@@ -39,7 +39,7 @@ def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> 
     """A ResourceUsage of `cpu` for every pod `selector` matches (pods the HPA adds get theirs at the next sample)."""
     from kubernetes import client
 
-    from deployments.cluster.objects import apply
+    from localcluster.objects import apply
 
     pods = [
         pod.metadata.name

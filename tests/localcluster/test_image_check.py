@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import run_module
-from tests.deployments.cluster.conftest import make_namespace
-from tests.deployments.cluster.test_deploy import _nothing_of_ours, _one_line_error
 from tests.deployments.test_image_check import IMAGE, _push, _registry, tools  # noqa: F401 (tools: a fixture)
+from tests.localcluster.conftest import make_namespace
+from tests.localcluster.test_deploy import _nothing_of_ours, _one_line_error
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ from deployments.kserve.render import render_kserve
 from deployments.kserve.validate import validate_kserve
 from deployments.render.records import ModelVersion
 from deployments.rollout.apply import DeployError, apply
-from tests.deployments.cluster.conftest import make_namespace
 from tests.deployments.conftest import record
 from tests.deployments.rendering import rendering
+from tests.localcluster.conftest import make_namespace
 
 render = rendering(render_kserve)
 

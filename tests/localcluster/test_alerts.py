@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_module
-from tests.deployments.cluster.conftest import MODEL, make_namespace
+from tests.localcluster.conftest import MODEL, make_namespace
 
 pytestmark = pytest.mark.slow
 

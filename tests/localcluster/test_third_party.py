@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from deployments.cluster.components import SELDON_OPERATOR_DIR
+from localcluster.components import SELDON_OPERATOR_DIR
 
 PROVENANCE = SELDON_OPERATOR_DIR / "PROVENANCE.tsv"
 

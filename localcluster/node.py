@@ -34,8 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deployments.cluster.pki import ClusterPKI
-from deployments.cluster.processes import Process, last_lines, running, stop
+from localcluster.pki import ClusterPKI
+from localcluster.processes import Process, last_lines, running, stop
 from slipway import atomic
 
 NODE_NAME = "slipway-node"

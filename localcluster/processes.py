@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from slipway.child import stop_with_parent
+from slipway.local_cluster import process_runs
 
 STOP_GRACE_S = 3.0
 
@@ -55,15 +56,7 @@ def start(
 
 def running(process: Process) -> bool:
     """Whether `process.pid` is still alive and still runs `process.binary` (not a zombie, not a reused PID)."""
-    try:
-        stat = Path(f"/proc/{process.pid}/stat").read_text()
-        command = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")[:2]
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[1].split()[0] == "Z":
-        _reap(process.pid)
-        return False
-    return os.fsencode(process.binary) in command  # argv[0], or argv[1] under a script's interpreter
+    return process_runs(process.pid, process.binary)
 
 
 def _reap(pid: int) -> None:

@@ -1,4 +1,4 @@
-"""A real node beside the kwok nodes (deployments/cluster/node.py): a kubelet from the control plane's Kubernetes
+"""A real node beside the kwok nodes (localcluster/node.py): a kubelet from the control plane's Kubernetes
 module, containerd with runc and the CNI bridge run a pod of the serving image `make image` builds, with a readiness
 probe on MLServer's /v2/health/ready, and the pod answers a V2 request from inside the pod network (its IP, through
 the node's bridge), and through a ClusterIP Service (kube-proxy's iptables rules), exactly as the same model answers on
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from slipway.ports import free_port
-from tests.deployments.cluster.conftest import MODEL
+from tests.localcluster.conftest import MODEL
 
 IMAGE_TAG = "slipway/mlserver-onnx:0.1.0"  # what `make image` builds (Makefile's IMAGE_CPU)
 IMAGE = f"localhost/{IMAGE_TAG}"
@@ -34,7 +34,7 @@ PIXELS = {"name": "image", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": [(
 
 def test_a_kernel_without_what_a_node_needs_is_named_in_one_line(monkeypatch, tmp_path):
     """What `up --real-node` reports instead of a node (and the test below skips with): the feature, in one line."""
-    from deployments.cluster import node
+    from localcluster import node
 
     monkeypatch.setattr(node.os, "geteuid", lambda: 1000)
     with pytest.raises(node.NodeUnavailable, match="needs root") as refused:
@@ -51,7 +51,7 @@ def test_a_kernel_without_what_a_node_needs_is_named_in_one_line(monkeypatch, tm
 
 def test_a_missing_runtime_is_not_a_kernel_feature(monkeypatch):
     """A runtime that is not installed fails the cluster (make node-tools installs it): it is never a reason to skip."""
-    from deployments.cluster import node
+    from localcluster import node
 
     monkeypatch.setattr(node.shutil, "which", lambda name, path=None: None)
     with pytest.raises(node.NodeError, match="make node-tools") as refused:
@@ -61,7 +61,7 @@ def test_a_missing_runtime_is_not_a_kernel_feature(monkeypatch):
 
 def test_a_second_real_node_is_refused_before_anything_starts(monkeypatch, tmp_path):
     """kube-proxy's iptables chains are the machine's: while one runs, `up --real-node` starts nothing."""
-    from deployments.cluster import control_plane, node
+    from localcluster import control_plane, node
 
     monkeypatch.setattr(node, "processes_named", lambda name: [4242] if name == "kube-proxy" else [])
     with pytest.raises(control_plane.ClusterError, match=r"kube-proxy \(pid 4242\) already runs .*make cluster-down"):
@@ -70,7 +70,7 @@ def test_a_second_real_node_is_refused_before_anything_starts(monkeypatch, tmp_p
 
 
 def test_the_storage_initializer_refuses_a_destination_without_a_registry_in_one_line(tmp_path):
-    from deployments.cluster import storage_initializer
+    from localcluster import storage_initializer
 
     with pytest.raises(storage_initializer.InitializerError, match="names no registry host") as refused:
         storage_initializer.push(tmp_path / "image.tar", "team/rclone-storage-initializer:1")
@@ -86,9 +86,9 @@ def test_the_storage_initializer_image_keeps_seldons_contract_and_its_rclone_run
     Seldon's image sets (user 8888, RCLONE_VERBOSE=1); the binary in the layer runs on its own (static, no libc)."""
     import tarfile
 
-    from deployments.cluster import storage_initializer
-    from deployments.cluster.build import build_all
-    from deployments.cluster.components import COMPONENTS
+    from localcluster import storage_initializer
+    from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
 
     rclone = build_all(tuple(c for c in COMPONENTS if c.name == "rclone"))["rclone"] / "bin" / "rclone"
     archive = storage_initializer.archive(rclone, tmp_path / "image.tar", "registry.example.com/init:1")
@@ -111,8 +111,8 @@ def test_the_storage_initializer_image_keeps_seldons_contract_and_its_rclone_run
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory):
     """A control plane with a real node, stopped by PID afterwards; nothing of the node is left behind."""
-    from deployments.cluster.control_plane import down, up
-    from deployments.cluster.processes import running
+    from localcluster.control_plane import down, up
+    from localcluster.processes import running
     from slipway.ports import free_port
 
     folder = tmp_path_factory.mktemp("real-node") / "state"
@@ -146,8 +146,8 @@ def real_cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def serving_image(real_cluster, tmp_path_factory):
     """The serving image `make image` builds, imported into the node's containerd once: (built, import seconds)."""
-    from deployments.cluster.node import load_image
     from deployments.rollout import image_build
+    from localcluster.node import load_image
 
     state, _ = real_cluster
     built = image_build.build_cpu(IMAGE_TAG)  # every layer cached after the first `make image`: seconds
@@ -157,8 +157,8 @@ def serving_image(real_cluster, tmp_path_factory):
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     """A CNCF Distribution registry on a free loopback port (the node's containerd pulls from it over HTTP)."""
-    from deployments.cluster.build import build_all
-    from deployments.cluster.components import COMPONENTS
+    from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
     from tests.deployments.test_image_check import _registry
 
     binary = build_all(tuple(c for c in COMPONENTS if c.name == "registry"))["registry"] / "bin" / "registry"
@@ -170,10 +170,10 @@ def registry(tmp_path_factory):
 def initializer_image(real_cluster, registry, tmp_path_factory):
     """The rclone storage initializer built here, pushed to the registry and named in seldon-config:
     (reference, digest, archive MB, seconds to build and push)."""
-    from deployments.cluster import storage_initializer
-    from deployments.cluster.build import build_all
-    from deployments.cluster.components import COMPONENTS
-    from deployments.cluster.objects import client as api_client
+    from localcluster import storage_initializer
+    from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
+    from localcluster.objects import client as api_client
 
     state, _ = real_cluster
     rclone = build_all(tuple(c for c in COMPONENTS if c.name == "rclone"))["rclone"] / "bin" / "rclone"
@@ -214,7 +214,7 @@ def _models_folder(artifact: Path, folder: Path) -> Path:
 
 
 def _pod(namespace: str, models: Path) -> dict:
-    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
+    from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
 
     return {
         "apiVersion": "v1",
@@ -284,9 +284,9 @@ def test_a_pod_of_the_serving_image_answers_on_the_real_node(
 ):
     from kubernetes import client
 
-    from deployments.cluster.components import KUBERNETES_VERSION
-    from deployments.cluster.node import NODE_NAME
-    from deployments.cluster.objects import client as api_client
+    from localcluster.components import KUBERNETES_VERSION
+    from localcluster.node import NODE_NAME
+    from localcluster.objects import client as api_client
 
     state, started_s = real_cluster
     built, import_s = serving_image
@@ -349,8 +349,8 @@ def _initializer_pod(name: str, namespace: str, image: str, uri: str, secret: st
     """A pod on the real node whose init container is what Seldon 1.17.1's operator adds for a `modelUri`
     (controllers/model_initializer_injector.go): `<uri> /mnt/models` as its arguments, an emptyDir there, the Secret
     as its environment; Slipway's pod security context (uid 10001)."""
-    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
-    from deployments.cluster.storage_initializer import MOUNT_PATH
+    from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
+    from localcluster.storage_initializer import MOUNT_PATH
 
     volume = "digits-provision-location"
     return {
@@ -390,9 +390,9 @@ def _initializer_pod(name: str, namespace: str, image: str, uri: str, secret: st
 @pytest.mark.slow
 def test_up_names_the_initializer_it_imported_into_the_node_in_seldon_config(real_cluster):
     """Without any registry: `up --real-node` imports the initializer into the node and points the operator at it."""
-    from deployments.cluster import storage_initializer
-    from deployments.cluster.node import ctr
-    from deployments.cluster.objects import client as api_client
+    from localcluster import storage_initializer
+    from localcluster.node import ctr
+    from localcluster.objects import client as api_client
 
     state, _ = real_cluster
     assert storage_initializer.configured_image(api_client(state.kubeconfig)) == storage_initializer.NODE_IMAGE
@@ -408,10 +408,10 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
     from fsspec.core import url_to_fs
     from kubernetes import client
 
-    from deployments.cluster import storage_initializer
-    from deployments.cluster.control_plane import BUCKET, MODEL_NAMESPACE
-    from deployments.cluster.objects import client as api_client
     from deployments.rollout.storage_secret import DEFAULT_SECRET, fsspec_options, read_settings
+    from localcluster import storage_initializer
+    from localcluster.control_plane import BUCKET, MODEL_NAMESPACE
+    from localcluster.objects import client as api_client
 
     state, _ = real_cluster
     api = api_client(state.kubeconfig)
@@ -485,7 +485,7 @@ LATENCY_REQUESTS = 200  # the short bounded run: in the cluster (through the Ser
 
 
 def _real_node_overlay(folder: Path) -> Path:
-    from deployments.cluster.node import NODE_LABEL, NODE_LABEL_VALUE
+    from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from slipway.paths import PROJECT_ROOT
 
     folder.mkdir(parents=True)
@@ -520,10 +520,10 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     import numpy as np
     from kubernetes import client
 
-    from deployments.cluster import storage_initializer
-    from deployments.cluster.control_plane import MODEL_NAMESPACE
-    from deployments.cluster.node import NODE_NAME
-    from deployments.cluster.objects import client as api_client
+    from localcluster import storage_initializer
+    from localcluster.control_plane import MODEL_NAMESPACE
+    from localcluster.node import NODE_NAME
+    from localcluster.objects import client as api_client
     from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
     from tests.conftest import run_module
     from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
@@ -639,9 +639,9 @@ def test_a_killed_node_leaves_nothing_behind(real_cluster):
     and the iptables chains (the fixture's teardown checks those)."""
     import signal
 
-    from deployments.cluster.control_plane import down
-    from deployments.cluster.node import _leftover_pids, pinned_netns
-    from deployments.cluster.processes import running
+    from localcluster.control_plane import down
+    from localcluster.node import _leftover_pids, pinned_netns
+    from localcluster.processes import running
 
     state, _ = real_cluster
     for process in state.processes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import shutil
 import ssl
@@ -22,18 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deployments.cluster import node, objects
-from deployments.cluster.build import build_all, cache_root, component_dir
-from deployments.cluster.components import CLUSTER_COMPONENTS, KUBERNETES_VERSION, NODE_COMPONENTS
-from deployments.cluster.pki import ClusterPKI
-from deployments.cluster.processes import Process, last_lines, running, start, stop
-from slipway import atomic
+from localcluster import node, objects
+from localcluster.build import build_all, cache_root, component_dir
+from localcluster.components import CLUSTER_COMPONENTS, KUBERNETES_VERSION, NODE_COMPONENTS
+from localcluster.pki import ClusterPKI
+from localcluster.processes import Process, last_lines, running, start, stop
+from slipway import atomic, local_cluster
 from slipway.cli import first_line
-from slipway.paths import BUILD_DIR
 from slipway.ports import free_port, port_in_use
 
 DEFAULT_API_PORT = 16443
-STATE_FILE = "state.json"
 MODEL_NAMESPACE = "slipway"  # `make deploy`'s default NAMESPACE: made at start, with the store's Secret
 BUCKET = "slipway-models"  # the bucket of `deploy`'s default storage root, s3://slipway-models
 SERVICE_CIDR = "10.96.0.0/16"
@@ -50,7 +47,7 @@ class ClusterError(RuntimeError):
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("SLIPWAY_CLUSTER_DIR", BUILD_DIR / "cluster"))
+    return local_cluster.state_dir()
 
 
 @dataclass
@@ -66,7 +63,7 @@ class ClusterState:
 
     @property
     def kubeconfig(self) -> Path:
-        return self.folder / "kubeconfig"
+        return self.folder / local_cluster.KUBECONFIG_FILE
 
     @property
     def server(self) -> str:
@@ -74,7 +71,7 @@ class ClusterState:
 
     def save(self) -> None:
         atomic.write_json(
-            self.folder / STATE_FILE,
+            self.folder / local_cluster.STATE_FILE,
             {
                 "api_port": self.api_port,
                 "kubernetes": KUBERNETES_VERSION,
@@ -87,7 +84,7 @@ class ClusterState:
     @classmethod
     def load(cls, folder: Path) -> ClusterState | None:
         try:
-            record = json.loads((folder / STATE_FILE).read_text())
+            record = json.loads((folder / local_cluster.STATE_FILE).read_text())
         except (OSError, ValueError):
             return None
         return cls(
@@ -439,7 +436,7 @@ def _start_object_store(state: ClusterState, starter: _Starter) -> None:
 
 def _start_node(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None], tied: bool) -> None:
     """The real node, after everything else is up; a kernel that cannot run it leaves the reason in the state."""
-    from deployments.cluster.build import _module_dir, go_binary
+    from localcluster.build import _module_dir, go_binary
 
     kubernetes = next(component for component in NODE_COMPONENTS if component.name == "kubelet")
 
@@ -476,7 +473,7 @@ def _load_storage_initializer(state: ClusterState, bins: dict[str, Path], on_ste
     """Seldon's storage initializer as the node can run it (storage_initializer.py): imported into the node's
     containerd and named in the operator's seldon-config, so that a graph without its own storageInitializerImage
     pulls its modelUri with it."""
-    from deployments.cluster import storage_initializer
+    from localcluster import storage_initializer
 
     on_step(f"importing the storage initializer {storage_initializer.NODE_IMAGE} into the real node")
     archive = state.folder / "node" / "storage-initializer.tar"

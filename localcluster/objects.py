@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from deployments.cluster.components import SELDON_FILES, SELDON_OPERATOR_VERSION
-from deployments.cluster.pki import ClusterPKI
+from localcluster.components import SELDON_FILES, SELDON_OPERATOR_VERSION
+from localcluster.pki import ClusterPKI
 from slipway import atomic
 
 FIELD_MANAGER = "slipway-cluster"

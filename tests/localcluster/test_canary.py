@@ -33,7 +33,7 @@ from tests.deployments.canary.series import (
     prometheus_tools,  # noqa: F401 (fixture)
     serving,
 )
-from tests.deployments.cluster.conftest import MODEL, make_namespace
+from tests.localcluster.conftest import MODEL, make_namespace
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import yaml
 
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.deployments.cluster.conftest import MODEL, SECRET, digest_of, make_namespace, records
+from tests.localcluster.conftest import MODEL, SECRET, digest_of, make_namespace, records
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def _rendered_sdep(out: Path) -> dict:
 def test_the_control_plane_is_real_and_refuses_a_second_start(cluster, api):
     from kubernetes import client
 
-    from deployments.cluster.control_plane import ClusterError, up
+    from localcluster.control_plane import ClusterError, up
 
     assert client.VersionApi(api).get_code().git_version == "v1.35.4"
     nodes = client.CoreV1Api(api).list_node().items
@@ -472,7 +472,7 @@ def test_an_operator_older_than_1_17_1_stops_deploy(api, cluster_env, digits_art
     """The version comes from the operator's Deployment (its image tag), else Helm's label on seldon-config."""
     from kubernetes import client
 
-    from deployments.cluster.objects import OPERATOR_DEPLOYMENT, SELDON_CONFIGMAP, SELDON_NAMESPACE, register_operator
+    from localcluster.objects import OPERATOR_DEPLOYMENT, SELDON_CONFIGMAP, SELDON_NAMESPACE, register_operator
 
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = make_namespace(api, "old-operator")
@@ -514,8 +514,8 @@ def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_
     """Last: it removes the CRD (and with it every SeldonDeployment) and installs it again."""
     from kubernetes import client
 
-    from deployments.cluster.build import build_all
-    from deployments.cluster.objects import install_crds
+    from localcluster.build import build_all
+    from localcluster.objects import install_crds
 
     namespace = make_namespace(api, "no-crd")
     extensions = client.ApiextensionsV1Api(api)

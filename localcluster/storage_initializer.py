@@ -19,8 +19,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from deployments.cluster.components import COMPONENTS
-from deployments.cluster.node import docker_archive
+from localcluster.components import COMPONENTS
+from localcluster.node import docker_archive
 from slipway import atomic
 
 RCLONE = next(component for component in COMPONENTS if component.name == "rclone")
@@ -105,7 +105,7 @@ def configure_operator(api, image: str) -> None:
     ConfigMap at each reconcile, so SeldonDeployments applied from now on get it."""
     from kubernetes import client
 
-    from deployments.cluster.objects import SELDON_CONFIGMAP, SELDON_NAMESPACE
+    from localcluster.objects import SELDON_CONFIGMAP, SELDON_NAMESPACE
 
     core = client.CoreV1Api(api)
     configmap = core.read_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE)
@@ -120,7 +120,7 @@ def configured_image(api) -> str:
     """The image the operator's `seldon-config` names for its storage initializer."""
     from kubernetes import client
 
-    from deployments.cluster.objects import SELDON_CONFIGMAP, SELDON_NAMESPACE
+    from localcluster.objects import SELDON_CONFIGMAP, SELDON_NAMESPACE
 
     configmap = client.CoreV1Api(api).read_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE)
     return json.loads((configmap.data or {})["storageInitializer"])["image"]
