@@ -57,8 +57,14 @@ class Numerics:
         return asdict(self)
 
 
+class NumericsError(ValueError):
+    """An artifact's model.onnx cannot be read as ONNX; the message names the file and what to do."""
+
+
 def read_numerics(folder: Path) -> Numerics | None:
-    """The numerics of an artifact folder: from its variant.json where it says, else from model.onnx; None without either."""
+    """The numerics of an artifact folder: from its variant.json where it says, else from model.onnx; None without either.
+
+    A model.onnx that is not ONNX (truncated, another format) is a `NumericsError`, not a parser's traceback."""
     folder = Path(folder)
     recorded = _from_variant_file(folder / VARIANT_FILE)
     if recorded is not None and (recorded.precision != "int8" or recorded.int8_format):
@@ -67,8 +73,17 @@ def read_numerics(folder: Path) -> Numerics | None:
     if not model.is_file():
         return recorded
     import onnx
+    from google.protobuf.message import DecodeError
 
-    precision, int8_format = graph_numerics(onnx.load(str(model), load_external_data=False))
+    try:
+        graph = onnx.load(str(model), load_external_data=False)
+    except (DecodeError, ValueError) as err:
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise NumericsError(
+            f"{model} is not an ONNX model ({why}): export the artifact again "
+            "(python -m export convert, or python -m export import MODEL.onnx) or give the folder that holds it"
+        ) from err
+    precision, int8_format = graph_numerics(graph)
     return Numerics(precision, int8_format, recorded.variant if recorded else None, "model.onnx")
 
 

@@ -42,13 +42,16 @@ def check_variant(predictor: str, version: ModelVersion) -> str | None:
     Where nothing on this machine says what the version computes in (a record in object storage published without
     `lineage.numerics`), warn rather than refuse: refusing would block every such record, fp16 ones included.
     """
-    from slipway.precision import Numerics, read_numerics
+    from slipway.precision import Numerics, NumericsError, read_numerics
 
-    numerics = read_numerics(version.local_dir) if version.local_dir else None
+    where = f"{version.name} v{version.version} (predictor {predictor})"
+    try:
+        numerics = read_numerics(version.local_dir) if version.local_dir else None
+    except NumericsError as err:
+        raise PlacementError(f"{where}: {err}") from err
     found = version.lineage.get("numerics") if isinstance(version.lineage, dict) else None
     if numerics is None and isinstance(found, dict) and found.get("precision"):
         numerics = Numerics(found["precision"], found.get("int8_format"), found.get("variant"), "the record's lineage")
-    where = f"{version.name} v{version.version} (predictor {predictor})"
     if numerics is None:
         return (
             f"{where}: nothing says whether it is fp32, fp16 or int8, and a GPU must not serve the CPU's U8S8 "

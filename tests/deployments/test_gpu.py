@@ -489,3 +489,14 @@ def test_front_ends_are_set_in_the_model_container_with_cpus_for_them_and_the_ho
 def test_a_front_end_count_that_cannot_serve_is_refused_in_one_line(main_version, count, options, message):
     with pytest.raises(RenderError, match=message):
         render("gpu", model=main_version, frontends_count=count, **options)
+
+
+def test_a_model_file_that_is_not_onnx_is_one_line_naming_it_not_a_parser_traceback(tmp_path):
+    folder = artifact(tmp_path / "a", float_model(np.float32), {"variant": "int8", "precision": "int8"})
+    (folder / "model.onnx").write_bytes(b"\x08\x07not an onnx graph at all")  # variant.json leaves the format to the graph
+    write_manifest(folder)
+    with pytest.raises(RenderError) as refused:
+        render("gpu", model=ModelVersion.from_artifact(folder))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"{folder / 'model.onnx'} is not an ONNX model" in message and "export the artifact again" in message
