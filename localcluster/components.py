@@ -43,6 +43,7 @@ class Component:
     files: dict[tuple[str, str], str] = field(default_factory=dict)
     test_tool: bool = False  # run by the tests, not part of the running cluster: `make cluster` does not build it
     node: bool = False  # a real node's part: built by `make cluster-build` and `make cluster NODE=real`, not by kwok's
+    optional: bool = False  # opt-in (`make cluster KEDA=1`): not built nor started unless asked for
 
 
 def _kubernetes_ldflags() -> tuple[str, ...]:
@@ -195,6 +196,46 @@ COMPONENTS: tuple[Component, ...] = (
     ),
 )
 
+# KEDA's operator, its metrics API server (the external metrics the HPAs it writes read) and its admission webhooks,
+# built from the module at the release whose CRDs the `crds` component applies. Opt-in: a cold build compiles every
+# scaler's client library (docs/local-cluster.md gives the time), so `make cluster KEDA=1` asks for it.
+KEDA_VERSION = "v2.21.0"
+KEDA = Component(
+    "keda",
+    KEDA_VERSION,
+    GO_DIR / "keda",
+    tuple(
+        GoBinary(
+            name,
+            f"github.com/kedacore/keda/v2/cmd/{package}",
+            (f"-X github.com/kedacore/keda/v2/version.Version={KEDA_VERSION.removeprefix('v')}",),
+        )
+        for name, package in (
+            ("keda-operator", "operator"),
+            ("keda-adapter", "adapter"),
+            ("keda-admission-webhooks", "webhooks"),
+        )
+    ),
+    files={
+        # every kind the operator's controllers watch: it does not start while one is unknown to the API server
+        ("github.com/kedacore/keda/v2", f"config/crd/bases/{group}_{kind}.yaml"): f"crd-keda-{kind}.yaml"
+        for group, kind in (
+            ("keda.sh", "scaledobjects"),
+            ("keda.sh", "scaledjobs"),
+            ("keda.sh", "triggerauthentications"),
+            ("keda.sh", "clustertriggerauthentications"),
+            ("eventing.keda.sh", "cloudeventsources"),
+            ("eventing.keda.sh", "clustercloudeventsources"),
+        )
+    }
+    | {
+        ("github.com/kedacore/keda/v2", "config/webhooks/validation_webhooks.yaml"): "keda-webhooks.yaml",
+        ("github.com/kedacore/keda/v2", "config/metrics-server/api_service.yaml"): "keda-api-service.yaml",
+    },
+    optional=True,
+)
+COMPONENTS += (KEDA,)
+
 # KServe's own CRDs (files only, nothing built), at the release Slipway renders for: `render --engine kserve`
 # validates its ServingRuntime and InferenceService against their openAPIV3Schema (deployments/kserve).
 KSERVE_CRDS = Component(
@@ -209,7 +250,9 @@ KSERVE_CRDS = Component(
 )
 COMPONENTS += (KSERVE_CRDS,)
 
-CLUSTER_COMPONENTS = tuple(component for component in COMPONENTS if not component.test_tool and not component.node)
+CLUSTER_COMPONENTS = tuple(
+    component for component in COMPONENTS if not component.test_tool and not component.node and not component.optional
+)
 NODE_COMPONENTS = tuple(component for component in COMPONENTS if component.node)
 
 SELDON_FILES = {
