@@ -295,12 +295,13 @@ secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_A
 # --- the local control plane (localcluster): real kube-apiserver, kwok, the Seldon operator ---
 CLUSTER_PORT ?= 16443
 NODE         ?=
+KEDA         ?=
 
-cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers); builds it from Go modules the first time
-	$(PY) -m localcluster up --port $(CLUSTER_PORT) $(if $(filter real,$(NODE)),--real-node)
+cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers; KEDA=1 adds KEDA); builds it from Go modules the first time
+	$(PY) -m localcluster up --port $(CLUSTER_PORT) $(if $(filter real,$(NODE)),--real-node) $(if $(KEDA),--keda)
 
-cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them)
-	$(PY) -m localcluster build
+cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them; KEDA=1 adds KEDA's)
+	$(PY) -m localcluster build $(if $(KEDA),--keda)
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
 	$(PY) -m localcluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)

@@ -22,7 +22,7 @@ def _folder(args: argparse.Namespace) -> Path:
 def cmd_up(args: argparse.Namespace) -> int:
     from deployments.rollout.storage_secret import DEFAULT_SECRET
     from localcluster.build import BuildError
-    from localcluster.components import KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
+    from localcluster.components import KEDA_VERSION, KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
     from localcluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
     from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from localcluster.objects import NODES
@@ -30,13 +30,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     began = time.monotonic()
     try:
         with console.status("starting the local cluster") as status:
-            state = up(_folder(args), api_port=args.port, real_node=args.real_node, on_step=lambda step: status.update(step))
+            state = up(
+                _folder(args),
+                api_port=args.port,
+                real_node=args.real_node,
+                with_keda=args.keda,
+                on_step=lambda step: status.update(step),
+            )
     except (ClusterError, BuildError) as err:
         raise UserError(str(err)) from err
     console.print(
         f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
         f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
-        f"webhooks, metrics-server, an S3 store (versitygw) at {state.object_store['endpoint']}; "
+        f"webhooks, metrics-server, {f'KEDA {KEDA_VERSION} (operator, metrics API server, webhooks), ' if args.keda else ''}"
+        f"an S3 store (versitygw) at {state.object_store['endpoint']}; "
         f"{len(state.processes)} processes, logs in {state.folder / 'logs'}",
         soft_wrap=True,
     )
@@ -61,10 +68,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from localcluster.build import BuildError, build_all
+    from localcluster.components import COMPONENTS
 
     began = time.monotonic()
     try:
-        folders = build_all()
+        folders = build_all(tuple(component for component in COMPONENTS if args.keda or not component.optional))
     except BuildError as err:
         raise UserError(str(err)) from err
     console.print(
@@ -167,6 +175,13 @@ def register(actions: argparse._SubParsersAction) -> None:
         if name != "build":  # the binaries' cache is one per machine (SLIPWAY_CLUSTER_CACHE)
             action.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
         action.set_defaults(func=func)
+        if name in ("build", "up"):
+            action.add_argument(
+                "--keda",
+                action="store_true",
+                help="also KEDA's operator, metrics API server and admission webhooks (make cluster KEDA=1; its first "
+                "build takes long, docs/local-cluster.md)",
+            )
         if name == "up":
             action.add_argument(
                 "--port",

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster import node, objects
+from localcluster import keda, node, objects
 from localcluster.build import build_all, cache_root, component_dir
-from localcluster.components import CLUSTER_COMPONENTS, KUBERNETES_VERSION, NODE_COMPONENTS
+from localcluster.components import CLUSTER_COMPONENTS, KEDA, KUBERNETES_VERSION, NODE_COMPONENTS
 from localcluster.pki import ClusterPKI
 from localcluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic, local_cluster
@@ -216,12 +216,13 @@ def up(
     api_port: int = DEFAULT_API_PORT,
     tied: bool = False,
     real_node: bool = False,
+    with_keda: bool = False,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> ClusterState:
     """Build what is missing, then start the whole control plane; return its state. `tied`: every process
     stops when this one dies (tests); otherwise the cluster outlives the command until `down`. `real_node`: also one
     node that runs containers (node.py); where the kernel cannot, `state.node["unavailable"]` says why, in one line,
-    and the rest comes up."""
+    and the rest comes up. `with_keda`: also KEDA's operator, metrics API server and webhooks (keda.py)."""
     folder = folder or default_state_dir()
     previous = ClusterState.load(folder)
     if previous is not None and previous.alive():
@@ -240,7 +241,7 @@ def up(
             node.check_no_other_node()  # before anything starts: a second real node would share its iptables chains
         except node.NodeError as err:
             raise ClusterError(str(err)) from err
-    bins = build_all(CLUSTER_COMPONENTS + (NODE_COMPONENTS if real_node else ()))
+    bins = build_all(CLUSTER_COMPONENTS + (NODE_COMPONENTS if real_node else ()) + ((KEDA,) if with_keda else ()))
     if previous is not None and previous.node and "unavailable" not in previous.node:
         node.clean_up(previous.node, folder)  # a killed run's node: its containers, mounts, bridge and cgroups
     if folder.exists():
@@ -249,6 +250,8 @@ def up(
     state = ClusterState(folder, api_port, [])
     try:
         _start_all(state, bins, on_step, tied)
+        if with_keda:
+            _start_keda(state, bins, on_step, tied)
         if real_node:
             _start_node(state, bins, on_step, tied)
     except BaseException as err:
@@ -408,6 +411,28 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     on_step(f"making namespace {MODEL_NAMESPACE}, bucket {BUCKET} and the storage Secret")
     objects.create_bucket(state.storage_environment(), BUCKET)
     objects.create_namespace(api, MODEL_NAMESPACE, state.storage_environment())
+
+
+def _start_keda(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None], tied: bool) -> None:
+    """KEDA's objects, then its three processes, with the `keda` certificate in a folder of the state."""
+    pki = ClusterPKI(state.folder / "pki")
+    starter = _Starter(state, bins, pki, on_step, tied)
+    api = objects.client(state.kubeconfig)
+    adapter_port, webhook_port = free_port(), free_port()
+    on_step("installing KEDA's CRDs, external metrics API and webhooks")
+    keda.install(api, bins["keda"] / "share", adapter_port=adapter_port, webhook_port=webhook_port, ca=pki.ca.cert)
+    keda.start(
+        lambda name, args, env: starter.start(name, "keda", args, env),
+        lambda process, ready, what: _wait(process, ready, what),
+        api=api,
+        kubeconfig=state.kubeconfig,
+        certs=keda.write_certs(state.folder / "keda-certs", pki),
+        ca=pki.ca.cert,
+        adapter_port=adapter_port,
+        webhook_port=webhook_port,
+        free_port=free_port,
+        status=lambda url: _get(url)[0],
+    )
 
 
 def _start_object_store(state: ClusterState, starter: _Starter) -> None:

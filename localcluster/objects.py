@@ -87,24 +87,27 @@ def apply(api, doc: dict[str, Any]) -> None:
     )
 
 
-def _documents(path: Path) -> list[dict]:
+def documents(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 def install_crds(api, bins: dict[str, Path]) -> None:
     """Every CRD the overlays and kwok need, then wait until the API server serves each."""
-    from kubernetes import client as k8s
-
     from deployments.render.kustomize import build_with_kubectl
 
     docs = [
         *build_with_kubectl(SELDON_FILES["crd"]),
-        *(doc for component, name in CRD_FILES for doc in _documents(bins[component] / "share" / name)),
+        *(doc for component, name in CRD_FILES for doc in documents(bins[component] / "share" / name)),
     ]
-    names = []
     for doc in docs:
         apply(api, doc)
-        names.append(doc["metadata"]["name"])
+    wait_established(api, [doc["metadata"]["name"] for doc in docs])
+
+
+def wait_established(api, names: list[str]) -> None:
+    """Wait until the API server serves each of the CRDs `names` (60 s at most in all)."""
+    from kubernetes import client as k8s
+
     extensions = k8s.ApiextensionsV1Api(api)
     deadline = time.monotonic() + 60
     for name in names:
@@ -119,7 +122,7 @@ def install_crds(api, bins: dict[str, Path]) -> None:
 
 def write_kwok_config(path: Path, bins: dict[str, Path]) -> Path:
     """kwok's stages (nodes Ready with a lease heartbeat; pods Ready, completed, deleted) from its module."""
-    docs = [doc for name in KWOK_STAGES for doc in _documents(bins["kwok"] / "share" / name)]
+    docs = [doc for name in KWOK_STAGES for doc in documents(bins["kwok"] / "share" / name)]
     atomic.write_text(path, yaml.safe_dump_all(docs, sort_keys=False))
     return path
 
@@ -128,7 +131,7 @@ def create_nodes(api, bins: dict[str, Path]) -> None:
     """The fake nodes; kwok's Metric that serves their resource metrics to metrics-server, and its baseline usage
     for every pod (1m CPU, 1Mi, or what the pod's `kwok.x-k8s.io/usage-*` annotations say), so each pod has metrics."""
     for name in ("kwok-metrics-resource.yaml", "kwok-usage-from-annotation.yaml"):
-        for doc in _documents(bins["kwok"] / "share" / name):
+        for doc in documents(bins["kwok"] / "share" / name):
             apply(api, doc)
     for name, cpu, memory, gpus in NODES:
         capacity = {"cpu": cpu, "memory": memory, "pods": "110", **({GPU_RESOURCE: str(gpus)} if gpus else {})}
@@ -221,13 +224,13 @@ def write_webhook_certs(folder: Path, pki: ClusterPKI) -> Path:
 def install_seldon_config(api, webhook_port: int, ca: Path) -> None:
     """The operator's namespace, its `seldon-config` ConfigMap and its validating webhooks, from its module."""
     apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SELDON_NAMESPACE}})
-    configmap = _documents(SELDON_FILES["configmap"])[0]
+    configmap = documents(SELDON_FILES["configmap"])[0]
     # labelled as Seldon's Helm chart labels it: `deploy`'s preflight reads the operator's version there
     labels = {**configmap["metadata"].get("labels", {}), "app.kubernetes.io/version": SELDON_OPERATOR_VERSION}
     configmap["metadata"] = {"name": SELDON_CONFIGMAP, "namespace": SELDON_NAMESPACE, "labels": labels}
     apply(api, configmap)
     ca_bundle = base64.b64encode(ca.read_bytes()).decode()
-    for doc in _documents(SELDON_FILES["webhooks"]):
+    for doc in documents(SELDON_FILES["webhooks"]):
         doc["metadata"] = {"name": SELDON_WEBHOOKS}
         for webhook in doc["webhooks"]:
             path = webhook["clientConfig"]["service"]["path"]
@@ -237,7 +240,7 @@ def install_seldon_config(api, webhook_port: int, ca: Path) -> None:
 
 def seldon_operator_env() -> dict[str, str]:
     """The operator's environment as its module's manager Deployment sets it, with OPERATOR_ENV's changes."""
-    manager = _documents(SELDON_FILES["manager"])
+    manager = documents(SELDON_FILES["manager"])
     deployment = next(doc for doc in manager if doc.get("kind") == "Deployment")
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
     env = {item["name"]: str(item.get("value", "")) for item in container.get("env", []) if "valueFrom" not in item}
@@ -248,7 +251,7 @@ def register_operator(api) -> None:
     """The operator's Deployment as its kustomize install makes it, with the image and environment of the process
     that runs on this machine, at 0 replicas: tools that inspect a cluster (deploy's preflight reads the image's
     version and the ingress settings) see what they would see on a real one."""
-    manager = _documents(SELDON_FILES["manager"])
+    manager = documents(SELDON_FILES["manager"])
     deployment = next(doc for doc in manager if doc.get("kind") == "Deployment")
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "manager")
     container["image"] = f"seldonio/seldon-core-operator:{SELDON_OPERATOR_VERSION}"

@@ -30,6 +30,10 @@ API_SERVER_NAMES = (
     "kubernetes.default.svc",
     "kubernetes.default.svc.cluster.local",
 )
+KEDA_NAMES = (
+    *LOOPBACK,
+    *(f"{service}.keda.svc" for service in ("keda-operator", "keda-metrics-apiserver", "keda-admission-webhooks")),
+)
 ADMIN_USER, ADMIN_GROUP = "slipway-admin", "system:masters"
 # the API server's identity towards kubelets (logs, exec, port-forward): what kubeadm names apiserver-kubelet-client
 KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
@@ -154,6 +158,9 @@ class ClusterPKI:
         _sign(folder, "seldon-webhook", _name("seldon-webhook-service"), ca, server_names=LOOPBACK)
         _sign(folder, "kwok", _name("kwok"), ca, server_names=LOOPBACK)
         _sign(folder, "metrics-server", _name("metrics-server"), ca, server_names=(*LOOPBACK, "metrics-server.kube-system.svc"))
+        # KEDA's one pair, as its own cert rotation makes it: the operator's gRPC metrics service, the adapter (its
+        # client there, and the external metrics API's server) and the admission webhooks all present it
+        _sign(folder, "keda", _name("keda"), ca, server_names=KEDA_NAMES, client=True)
         service_account = ec.generate_private_key(ec.SECP256R1())
         _write_key(folder / "service-account.key", service_account)
         atomic.write_bytes(
