@@ -71,6 +71,12 @@ def is_built(component: Component, key: str) -> bool:
     )
 
 
+def cached(component: Component) -> bool:
+    """Whether `component` is built in the cache for its go.mod, go.sum and this machine's Go (False without Go)."""
+    go = shutil.which("go")
+    return go is not None and is_built(component, _build_key(component, go))
+
+
 def _module_dir(component: Component, module: str, go: str, log) -> Path:
     """Where the Go module cache holds `module` at the version `component`'s go.mod pins (downloading it)."""
     result = subprocess.run(
