@@ -146,7 +146,7 @@ def _plot(scenarios: dict[str, dict[str, Any]], path: Path) -> None:
             metric_axis.plot(
                 seconds, [sample["metrics"].get(metric) for sample in samples], alpha=0.5, linewidth=1, label=metric[:40]
             )
-        metric_axis.set_ylabel("what the HPA read (per replica: AverageValue)", fontsize=8)
+        metric_axis.set_ylabel("as the HPA read it (AverageValue: per replica)", fontsize=8)
         for before, after in zip(samples, samples[1:]):
             if after["phase"] != before["phase"]:
                 axis.axvline(after["seconds"], color="grey", linewidth=0.8)

@@ -103,13 +103,23 @@ def _namespace(api, keda_cluster, name: str) -> str:
 
 
 def _artifact(tmp_path: Path) -> Path:
-    """An artifact folder `deploy` uploads and pins by digest, whose model no container loads (kwok runs none)."""
+    """An artifact folder `deploy` uploads and pins by digest: a one-node ONNX graph no container loads (kwok runs
+    none)."""
     from slipway.artifact import SETTINGS_FILE, write_manifest
 
     folder = tmp_path / "artifact"
     folder.mkdir()
     (folder / SETTINGS_FILE).write_text(json.dumps({"name": MODEL, "parameters": {"version": "1"}}))
-    (folder / "model.onnx").write_bytes(b"no model: the pods run on kwok's nodes")
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "identity",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    onnx.save(helper.make_model(graph), folder / "model.onnx")  # the gpu overlay reads its numerics
     write_manifest(folder)
     return folder
 
@@ -429,8 +439,9 @@ def test_the_cron_pre_scaling_overlay_raises_the_floor_for_its_window_and_lowers
 
 def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, env, series, tmp_path):
     """The gpu overlay with gpu-util: its query averages DCGM_FI_DEV_GPU_UTIL over the model container's cards (two
-    here) against 70% (metricType Value: replicas x average / 70). Cards at 15%: 1 replica; at 92%: up to the 4 the
-    component allows; at 6%: back to 1."""
+    here) against 70%. metricType Value: the HPA asks for ceil(Ready pods x average / 70), and kwok's GPU node has
+    two cards, so two pods are Ready at most. Cards at 15%: 1 replica; at 92%: ceil(2 x 92 / 70) = 3, the third
+    Pending, and no further below the component's maximum of 4; at 6%: back to 1."""
     from localcluster.keda_proof import record, watch
 
     exporter, url = series
@@ -460,18 +471,31 @@ def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, e
     began = time.monotonic()
     watched = {"namespace": namespace, "deployment": DEPLOYMENT, "scaled_object": scaled.metadata.name}
 
-    def reads(samples) -> bool:
-        return samples[-1].replicas == 1 and any(value is not None for value in samples[-1].metrics.values())
+    def reads(samples) -> bool:  # the HPA has read the cards (0 before Prometheus scraped them: `or vector(0)`)
+        return samples[-1].replicas == 1 and any(value for value in samples[-1].metrics.values())
 
     watch(api, **watched, until=reads, phase=lambda: phase["now"], timeout_s=120, samples=samples, began=began)
-    idle_reading = next(v for v in samples[-1].metrics.values() if v is not None)
+    idle_reading = next(v for v in samples[-1].metrics.values() if v)
     set_cards("busy")
+    busy_since = time.monotonic()
     watch(
         api,
         **watched,
-        until=lambda s: s[-1].replicas == 4,
+        until=lambda s: s[-1].replicas == 3,
         phase=lambda: phase["now"],
         timeout_s=240,
+        samples=samples,
+        began=began,
+    )
+    # held there once the minute's average holds only busy samples: the Pending pod counts for nothing, so nothing
+    # asks for a 4th
+    held_until = busy_since + 80
+    watch(
+        api,
+        **watched,
+        until=lambda s: time.monotonic() > held_until,
+        phase=lambda: phase["now"],
+        timeout_s=120,
         samples=samples,
         began=began,
     )
@@ -489,7 +513,7 @@ def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, e
     path = record(
         "gpu_utilization",
         {
-            "description": "gpu-util trigger (DCGM_FI_DEV_GPU_UTIL, metricType Value, 70%), cards 15% -> 92% -> 6%",
+            "description": "gpu-util trigger (DCGM_FI_DEV_GPU_UTIL, Value, 70%), cards 15% -> 92% -> 6%, 2 GPUs",
             "namespace": namespace,
             "query": trigger.metadata.query,
             "threshold_percent": 70,
@@ -503,6 +527,9 @@ def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, e
     report = json.loads(path.read_text())["scenarios"]["gpu_utilization"]
     assert abs(idle_reading - 15) < 1  # the average of this container's two cards, as the HPA read it
     busy = [s for s in samples if s.phase == "cards at 92%"]
-    assert max(s.replicas for s in samples) == 4 and busy[-1].replicas == 4 and samples[-1].replicas == 1
+    assert max(s.replicas for s in samples) == 3 and busy[-1].replicas == 3 and busy[-1].ready == 2
+    assert samples[-1].replicas == 1
+    busy_readings = [v for s in busy for v in s.metrics.values() if v is not None]
+    assert abs(max(busy_readings) - 92) < 1  # the cards' average once the minute's window holds only busy samples
     assert all(change["phase"] == "cards at 92%" for change in report["scaled"] if change["to"] > change["from"])
     assert all(change["phase"] == "cards at 6%" for change in report["scaled"] if change["to"] < change["from"])
