@@ -432,6 +432,6 @@ bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBindi
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-gpu $(BENCH_GPU_ARGS)
 
 clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.*, cluster-hpa.* and keda-scaling.*)
-	@if [ -f build/cluster/state.json ]; then $(SLIPWAY) cluster down; fi
+	@if [ -f build/cluster/state.json ]; then $(PY) -m localcluster down; fi
 	rm -rf build .pytest_cache
 	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -not -name 'keda-scaling.*' -delete 2>/dev/null || true
