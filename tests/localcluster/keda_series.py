@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,9 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from deployments.render.autoscaling import GPU_UTIL_METRIC, REQUEST_COUNTER
-from slipway.ports import free_port
+from slipway.ports import LOOPBACK, free_port
+from tests.deployments.canary.series import prometheus
 
-LOOPBACK = "127.0.0.1"
 SCRAPE_S = 1
 TICK_S = 0.2
 DCGM_LABELS = ("gpu", "UUID", "Hostname", "modelName", "device", "pod", "namespace", "container")
@@ -117,40 +115,14 @@ class Exporter:
 @contextmanager
 def scraping(binary: Path, target: str, folder: Path) -> Iterator[str]:
     """Prometheus scraping `target` every SCRAPE_S on a free loopback port, stopped by PID afterwards; its URL."""
-    from localcluster.processes import last_lines, running, start, stop
-
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "prometheus.yml").write_text(
         f"global:\n  scrape_interval: {SCRAPE_S}s\n  evaluation_interval: {SCRAPE_S}s\n"
         f"scrape_configs:\n  - job_name: models\n    honor_labels: true\n    static_configs:\n      - targets: ['{target}']\n"
     )
-    port = free_port()
-    process = start(
-        "prometheus",
-        binary,
-        [
-            f"--config.file={folder / 'prometheus.yml'}",
-            f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address={LOOPBACK}:{port}",
-            "--log.level=warn",
-        ],
-        log_dir=folder,
-        tied=True,
-    )
-    url = f"http://{LOOPBACK}:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert running(process), f"prometheus exited: {last_lines(process)}"
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                assert time.monotonic() < deadline, f"prometheus was not ready in 60 s: {last_lines(process)}"
-                time.sleep(0.1)
+    args = [f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}", "--log.level=warn"]
+    with prometheus(binary, folder, args) as url:
         yield url
-    finally:
-        assert stop([process]) == ["prometheus"] and not running(process)
 
 
 def query(url: str, expr: str) -> float | None:

@@ -225,29 +225,13 @@ def recorded(tmp_path_factory, prometheus_tools) -> Recorded:
 
 
 @contextmanager
-def serving(
-    binary: Path, recorded: Recorded, folder: Path, *, web_config: str | None = None, headers: dict[str, str] | None = None
-) -> Iterator[str]:
-    """Prometheus over a copy of the recorded blocks on a free loopback port (no scraping); its URL.
-    `web_config`: the --web.config.file contents (e.g. basic auth users); `headers`: what the readiness
-    probe sends then."""
+def prometheus(binary: Path, folder: Path, args: list[str], *, headers: dict[str, str] | None = None) -> Iterator[str]:
+    """Prometheus with `args` on a free loopback port, its log in `folder`, until it is ready; its URL. Stopped by
+    PID afterwards. `headers`: what the readiness probe sends (a web config's credentials)."""
     from localcluster.processes import last_lines, running, start, stop
 
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(recorded.blocks, folder / "data")
-    (folder / "prometheus.yml").write_text(f"global:\n  scrape_interval: {SCRAPE_S}s\n")
     port = free_port()
-    args = [
-        f"--config.file={folder / 'prometheus.yml'}",
-        f"--storage.tsdb.path={folder / 'data'}",
-        f"--web.listen-address={LOOPBACK}:{port}",
-        "--storage.tsdb.retention.time=30d",
-        "--log.level=warn",
-    ]
-    if web_config is not None:
-        (folder / "web.yml").write_text(web_config)
-        args.append(f"--web.config.file={folder / 'web.yml'}")
-    process = start("prometheus", binary, args, log_dir=folder, tied=True)
+    process = start("prometheus", binary, [*args, f"--web.listen-address={LOOPBACK}:{port}"], log_dir=folder, tied=True)
     url = f"http://{LOOPBACK}:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -262,6 +246,29 @@ def serving(
         yield url
     finally:
         assert stop([process]) == ["prometheus"] and not running(process)
+
+
+@contextmanager
+def serving(
+    binary: Path, recorded: Recorded, folder: Path, *, web_config: str | None = None, headers: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Prometheus over a copy of the recorded blocks on a free loopback port (no scraping); its URL.
+    `web_config`: the --web.config.file contents (e.g. basic auth users); `headers`: what the readiness
+    probe sends then."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(recorded.blocks, folder / "data")
+    (folder / "prometheus.yml").write_text(f"global:\n  scrape_interval: {SCRAPE_S}s\n")
+    args = [
+        f"--config.file={folder / 'prometheus.yml'}",
+        f"--storage.tsdb.path={folder / 'data'}",
+        "--storage.tsdb.retention.time=30d",
+        "--log.level=warn",
+    ]
+    if web_config is not None:
+        (folder / "web.yml").write_text(web_config)
+        args.append(f"--web.config.file={folder / 'web.yml'}")
+    with prometheus(binary, folder, args, headers=headers) as url:
+        yield url
 
 
 @pytest.fixture(scope="package")
