@@ -439,10 +439,12 @@ def test_time_around_the_run_is_in_the_request_histogram(digits_server, example)
     def grew(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
-    assert grew(f"slipway_request_seconds_count{rest}}}") == 1
-    assert grew(f'slipway_request_seconds_bucket{rest},le="0.25"}}') == 0
+    # Counted as "requests above 0.25 s grew", not "the count grew by exactly one": another test's late
+    # request on the same server may land between the two scrapes.
+    above = grew(f"slipway_request_seconds_count{rest}}}") - grew(f'slipway_request_seconds_bucket{rest},le="0.25"}}')
+    assert above >= 1
     assert grew(f"slipway_request_seconds_sum{rest}}}") >= 0.3
-    assert grew('slipway_inference_seconds_count{model_name="digits",model_version=""}') == 1
+    assert grew('slipway_inference_seconds_count{model_name="digits",model_version=""}') >= 1
 
 
 def test_responses_are_not_gzipped_freed_memory_stays_in_the_heap_and_http_is_parsed_in_c(digits_server, example):
