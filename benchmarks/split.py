@@ -3,7 +3,7 @@
 Per model, one artifact with both CPU stages (decode/resize/normalise, top-k) is served two ways, side by side
 in alternating rounds on this machine: the one-pod form (one server does it all) and the split form as
 `render --split cpu-gpu` deploys it, each role in a server of its own under the model's name
-(`wrappers.model.split_roles`), behind Seldon Core 1.17.1's executor running the same graph over V2 REST. Clients
+(`wrappers.roles.serve`), behind Seldon Core 1.17.1's executor running the same graph over V2 REST. Clients
 send encoded images in V2 JSON. On one machine the split form pays its extra hops with the same cores: the figures are the hops' cost, not the
 scaling gain (which needs the GPU pod and the CPU pods on machines of their own).
 
@@ -37,7 +37,7 @@ from benchmarks.models import BENCH_DIR, MODELS, BenchModel
 from slipway.artifact import SETTINGS_FILE, write_manifest
 from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK, free_port
-from wrappers.model.split_roles import MODEL_ROLE, ROLES, write_role_folder
+from wrappers.roles.serve import MODEL_ROLE, ROLES, write_role_folder
 
 FORMS = ("one-pod", "split")
 TOP_K = 5

@@ -18,7 +18,7 @@ outputs on as the next node's inputs by name.
 A model with several inputs or outputs is cut per name: each input's own chain of preprocessing layers goes
 into the preprocessing graph, each output's own softmax/argmax into the tail graph. An input with no chain
 (beside one with a chain) passes the transformer under its own name, as an output with no softmax passes the
-output transformer (`wrappers.model.processing_runtime`): the stage graphs take only what they cut.
+output transformer (`wrappers.roles.stages`): the stage graphs take only what they cut.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ renaming each answer's `outputs` to the next request's `inputs`, and calls every
 client's path (`/v2/models/<model>/infer`): so each pod serves the artifact under the model's own name, in its
 role, while the graph nodes (and containers) are named apart. Each node is a componentSpec, so a Deployment and an
 autoscaler of its own: the model's keeps the overlay's resources, placement and autoscaler (GPUs on the GPU
-overlay); the two CPU ones get CPU requests and a CPU-utilization HPA (`wrappers.model.split_roles` runs each
+overlay); the two CPU ones get CPU requests and a CPU-utilization HPA (`wrappers.roles.serve` runs each
 role). Applied to a pinned predictor, after GPU placement.
 """
 
@@ -22,7 +22,7 @@ from slipway.artifact import SETTINGS_FILE
 
 SPLITS = ("cpu-gpu",)
 NO_ENGINE = "seldon.io/no-engine"
-ROLE_COMMAND = ["python", "-m", "wrappers.model.split_roles"]
+ROLE_COMMAND = ["python", "-m", "wrappers.roles.serve"]
 ARTIFACT_DIR = "/mnt/models"  # where Seldon's storage initializer puts each node's modelUri
 # (graph type, role, node name suffix) for the two CPU nodes, in graph order from the root
 CPU_NODES = (("OUTPUT_TRANSFORMER", "output-transformer", "-post"), ("TRANSFORMER", "transformer", "-pre"))

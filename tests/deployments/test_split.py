@@ -47,7 +47,7 @@ def test_the_gpu_overlay_splits_into_three_nodes_with_the_gpu_and_its_placement_
     for name, role in (("digits-pre", "transformer"), ("digits-post", "output-transformer")):
         component = components[name]
         container = component["spec"]["containers"][0]
-        assert container["args"] == ["python", "-m", "wrappers.model.split_roles", role, "/mnt/models", "--name", "digits"]
+        assert container["args"] == ["python", "-m", "wrappers.roles.serve", role, "/mnt/models", "--name", "digits"]
         assert "nvidia.com/gpu" not in _limits(component) and "nodeSelector" not in component["spec"]
         assert "tolerations" not in component["spec"] and "pdbSpec" not in component and "kedaSpec" not in component
         assert [v["name"] for v in component["spec"]["volumes"]] == ["tmp"]

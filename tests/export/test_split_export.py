@@ -75,9 +75,9 @@ def test_the_artifact_records_the_cut_stages_beside_the_whole_model(split_artifa
 @pytest.fixture(scope="module")
 def split_servers(split_artifact, tmp_path_factory):
     """The model role (the "GPU" pod) beside the whole artifact served in one pod, and both CPU roles, as
-    `python -m wrappers.model.split_roles` writes them for the pods render --split cpu-gpu makes."""
+    `python -m wrappers.roles.serve` writes them for the pods render --split cpu-gpu makes."""
     from slipway.local_server import LocalServer
-    from wrappers.model.split_roles import write_role_folder
+    from wrappers.roles.serve import write_role_folder
 
     artifact = split_artifact["artifact"]
     gpu_root, cpu_root = tmp_path_factory.mktemp("gpu-pod"), tmp_path_factory.mktemp("cpu-pod")
@@ -295,7 +295,7 @@ def test_each_input_and_output_is_cut_on_its_own_and_the_rest_passes_by_name(mul
 def test_the_split_roles_of_a_two_input_two_output_model_answer_as_the_whole_model(multi_split, tmp_path):
     from slipway.local_server import LocalServer
     from tests.wrappers.v2 import post
-    from wrappers.model.split_roles import write_role_folder
+    from wrappers.roles.serve import write_role_folder
 
     artifact, rows = multi_split["artifact"], multi_split["rows"]
     gpu_root, cpu_root = tmp_path / "gpu-pod", tmp_path / "cpu-pod"

@@ -113,7 +113,7 @@ def test_each_variants_stages_chained_answer_as_its_whole_graph_within_its_budge
 def test_the_chosen_variant_served_split_answers_as_it_does_in_one_pod(split_variants, tmp_path):
     from slipway.local_server import LocalServer
     from tests.wrappers.v2 import post
-    from wrappers.model.split_roles import write_role_folder
+    from wrappers.roles.serve import write_role_folder
 
     chosen = split_variants["out"] / split_variants["report"].chosen.name
     gpu_root, cpu_root = tmp_path / "gpu-pod", tmp_path / "cpu-pod"

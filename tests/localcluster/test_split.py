@@ -48,7 +48,7 @@ def test_the_split_graph_gets_a_deployment_and_an_hpa_per_node_and_the_gpu_only_
         assert container.args[:4] == [
             "python",
             "-m",
-            "wrappers.model.split_roles",
+            "wrappers.roles.serve",
             {MODEL: "model", f"{MODEL}-pre": "transformer", f"{MODEL}-post": "output-transformer"}[name],
         ]
     # the executor, which runs the graph, sits in the first component's pods: the model's

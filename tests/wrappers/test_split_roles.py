@@ -19,7 +19,7 @@ from slipway.runtime_settings import parse_runtime_settings
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, post
 from wrappers.model.interface import configure_stages
-from wrappers.model.split_roles import ROLE_FOLDER_ENV, RoleError, main, role_settings, write_role_folder
+from wrappers.roles.serve import ROLE_FOLDER_ENV, RoleError, main, role_settings, write_role_folder
 
 STAGES = {"preprocess": {}, "postprocess": {"k": 3, "labels_file": "labels.txt"}, "max_batch_rows": 8}
 LABELS = [f"digit-{i}" for i in range(10)]
@@ -37,9 +37,9 @@ def _settings(extra):
 @pytest.mark.parametrize(
     "role, implementation, stages",
     [
-        ("transformer", "wrappers.model.processing_runtime.ImageTransformer", {"preprocess"}),
+        ("transformer", "wrappers.roles.stages.ImageTransformer", {"preprocess"}),
         ("model", "wrappers.runtime.OnnxRuntime", set()),
-        ("output-transformer", "wrappers.model.processing_runtime.TopKTransformer", {"postprocess"}),
+        ("output-transformer", "wrappers.roles.stages.TopKTransformer", {"postprocess"}),
     ],
 )
 def test_each_role_keeps_only_its_stage_and_the_graph_by_absolute_path(tmp_path, role, implementation, stages):
@@ -62,9 +62,9 @@ GRAPH_STAGES = {
 @pytest.mark.parametrize(
     "role, implementation, uri",
     [
-        ("transformer", "wrappers.model.processing_runtime.GraphTransformer", "model.onnx"),
+        ("transformer", "wrappers.roles.stages.GraphTransformer", "model.onnx"),
         ("model", "wrappers.runtime.OnnxRuntime", "split-model.onnx"),
-        ("output-transformer", "wrappers.model.processing_runtime.GraphOutputTransformer", "model.onnx"),
+        ("output-transformer", "wrappers.roles.stages.GraphOutputTransformer", "model.onnx"),
     ],
 )
 def test_stages_cut_into_graphs_are_served_by_the_graph_transformers_and_the_model_serves_the_cut_graph(

@@ -1,1 +1,1 @@
-"""The model's stages, the roles served apart, and the checks on the artifact folder."""
+"""The model's stages and the checks on the artifact folder."""

@@ -1,9 +1,9 @@
 """Serve one artifact as one node of a split graph: `transformer`, `model` or `output-transformer`.
 
-A pod of the split form (`render --split cpu-gpu`) runs `python -m wrappers.model.split_roles ROLE FOLDER --name MODEL`:
+A pod of the split form (`render --split cpu-gpu`) runs `python -m wrappers.roles.serve ROLE FOLDER --name MODEL`:
 the artifact's model-settings.json is rewritten for the role into a folder of its own (the artifact stays
 as published and verified), then served by Slipway's launcher. The model role serves the graph without
-the CPU stages, which the two transformers (`wrappers.model.processing_runtime`) serve in their own pods.
+the CPU stages, which the two transformers (`wrappers.roles.stages`) serve in their own pods.
 Stages `export convert --split` cut from the model's own layers are ONNX graphs (`{graph: FILE}`): the
 transformers run those (`GraphTransformer`, `GraphOutputTransformer`) and the model role serves
 `parameters.extra.split_model`, the graph between them, in place of model.onnx, which holds all three.
@@ -25,15 +25,15 @@ from slipway.cli import UserError, exit_with
 
 MODEL_ROLE = "model"
 ROLES = {  # role -> (MLServer implementation, the stage settings it keeps)
-    "transformer": ("wrappers.model.processing_runtime.ImageTransformer", ("preprocess",)),
+    "transformer": ("wrappers.roles.stages.ImageTransformer", ("preprocess",)),
     MODEL_ROLE: ("wrappers.runtime.OnnxRuntime", ()),
-    "output-transformer": ("wrappers.model.processing_runtime.TopKTransformer", ("postprocess",)),
+    "output-transformer": ("wrappers.roles.stages.TopKTransformer", ("postprocess",)),
 }
 STAGE_SETTINGS = ("preprocess", "postprocess")
 # A stage set as {graph: FILE} (export convert --split) is served by these instead
 GRAPH_ROLES = {
-    "transformer": "wrappers.model.processing_runtime.GraphTransformer",
-    "output-transformer": "wrappers.model.processing_runtime.GraphOutputTransformer",
+    "transformer": "wrappers.roles.stages.GraphTransformer",
+    "output-transformer": "wrappers.roles.stages.GraphOutputTransformer",
 }
 SPLIT_MODEL = "split_model"  # the graph the model role serves, where the stages were cut out of it
 ROLE_FOLDER_ENV = "SLIPWAY_ROLE_FOLDER"  # where the role's model-settings.json goes (a writable path)
@@ -81,7 +81,7 @@ def write_role_folder(artifact: Path, role: str, name: str, out: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m wrappers.model.split_roles", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m wrappers.roles.serve", description=__doc__.splitlines()[0])
     parser.add_argument("role", choices=list(ROLES))
     parser.add_argument("folder", type=Path, help="the artifact folder")
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""The CPU stages served on their own, for a graph split across pods (`wrappers.model.split_roles`).
+"""The CPU stages served on their own, for a graph split across pods (`wrappers.roles.serve`).
 
 `ImageTransformer` answers encoded images with the pixel batch the one-pod runtime feeds its session;
 `TopKTransformer` answers a graph's scores with its labels and scores; `GraphTransformer` and
