@@ -48,7 +48,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="a file written once every model has loaded, and every front end serves (for a parent process)",
     )
+    parser.add_argument(
+        "--front-end",
+        action="store_true",
+        help="serve as one of a model's front ends (wrappers.frontends' supervisor starts them): bind the ports with "
+        "SO_REUSEPORT beside the sibling front ends, and answer metrics scrapes with the sum of them all",
+    )
     args = parser.parse_args(argv)
+    if args.front_end:  # before the launcher builds MLServer's servers (wrappers.mlserver_compat.shared_ports)
+        from wrappers.mlserver_compat import shared_ports
+
+        shared_ports.share_uvicorn_ports()
+        shared_ports.serve_metrics_of_all_processes()
     if frontends.supervises(args.folder):  # `frontends: N` > 1: a session host and N of these (wrappers.frontends)
         return frontends.supervise(args.folder, args.failure_file, args.ready_file)
     try:

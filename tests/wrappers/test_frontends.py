@@ -384,7 +384,7 @@ def test_two_front_ends_answer_like_one_and_a_dead_host_stops_them_all(digits_ar
     body = {"inputs": [json_input("image", images)]}
     with LocalServer(folder) as server:
         children = {child: child.cmdline() for child in psutil.Process(server.pid).children()}
-        front_ends = [child for child, command in children.items() if "wrappers.frontends.front_end" in command]
+        front_ends = [child for child, command in children.items() if "--front-end" in command]
         host = next(child for child, command in children.items() if "wrappers.frontends.host" in command)
         assert len(front_ends) == 2
         from wrappers.frontends.host import serving_file

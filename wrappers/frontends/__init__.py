@@ -59,7 +59,7 @@ def supervise(folder: Path, failure_file: Path | None, ready_file: Path | None =
 
 
 def shares_ports() -> bool:
-    """Whether this process's servers bind with SO_REUSEPORT (a front end: `front_end`)."""
+    """Whether this process's servers bind with SO_REUSEPORT (a front end: `wrappers.launch --front-end`)."""
     from wrappers.mlserver_compat.shared_ports import sharing
 
     return sharing()

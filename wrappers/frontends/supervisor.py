@@ -1,8 +1,8 @@
 """Start a model's session host and its N front ends, watch them, and stop them all by PID.
 
 `python -m wrappers.frontends FOLDER` serves an artifact folder whose settings say `frontends: N`: one
-session host (`host`, which owns the session) and N front ends (`front_end`: Slipway's launcher on ports
-shared with SO_REUSEPORT), each told where the host listens. MLServer's settings come from the environment
+session host (`host`, which owns the session) and N front ends (`python -m wrappers.launch --front-end`:
+Slipway's launcher on ports shared with SO_REUSEPORT), each told where the host listens. MLServer's settings come from the environment
 as for the launcher (`MLSERVER_*`). Where any of them exits unasked, the host crashed or a front end failed
 to load, the others are stopped and the supervisor exits non-zero with one line naming which and why:
 a front end never waits on a host that is gone (it stops itself too, `client`), and nothing is left behind.
@@ -99,7 +99,7 @@ class Supervisor:
                 )
             time.sleep(_POLL_S)
         for index in range(self.frontends):
-            self._spawn(f"front end {index + 1}", ["wrappers.frontends.front_end", str(self.model_dir)], env)
+            self._spawn(f"front end {index + 1}", ["wrappers.launch", str(self.model_dir), "--front-end"], env)
         deadline = time.monotonic() + HOST_READY_TIMEOUT_S
         while self._serving() < self.frontends and not self.asked_to_stop:  # every one loaded, or one failed
             if time.monotonic() > deadline:
