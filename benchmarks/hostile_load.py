@@ -39,7 +39,7 @@ from slipway.drain import DEFAULT_DRAIN_S, DRAIN_ENV
 from slipway.local_server import LocalServer
 from slipway.ports import LOOPBACK
 from slipway.v2_requests import grpc_request
-from wrappers.transport.connection_rules import ConnectionLimits
+from wrappers.limits.connection_rules import ConnectionLimits
 
 MIB = 1 << 20
 SMALL = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[0.5,1.5,2.5]}]}'

@@ -106,9 +106,9 @@ def _use_the_guard_and_count_models(folder: Path) -> int:
 
 async def _serve(folder: Path, expected: int, ready_file: Path | None, transport: str) -> None:
     from wrappers import repository_api
+    from wrappers.limits import body_budget
+    from wrappers.limits.connection_rules import ConnectionLimits
     from wrappers.mlserver_compat import IncompatibleMLServer, connections, servers
-    from wrappers.transport import body_budget
-    from wrappers.transport.connection_rules import ConnectionLimits
 
     state = process_state.begin()  # the process's registries, which the models loaded below reach (current())
     try:

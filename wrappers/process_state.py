@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from wrappers.limits.body_budget import BodyLimit
 from wrappers.operations.loaded_models import Switches
 from wrappers.operations.metrics import MetricSeries
 from wrappers.shm.regions import Regions
-from wrappers.transport.body_budget import BodyLimit
 
 
 def _two_threads(prefix: str) -> ThreadPoolExecutor:

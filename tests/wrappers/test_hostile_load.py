@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.body_memory import json_body, peak_growth
 from benchmarks.hostile_load import MIB, Tier, limits_env, malformed, served, sigterm, trickling, unknown_names
+from wrappers.limits.body_budget import JSON_AMPLIFICATION
 from wrappers.operations.refusal_logs import BURST
-from wrappers.transport.body_budget import JSON_AMPLIFICATION
 
 pytestmark = pytest.mark.slow
 TIER = Tier(body_mib=8, trickling=20, header_timeout_s=2, unknown_names=40, malformed=3 * BURST, clients=8, drain_s=10)

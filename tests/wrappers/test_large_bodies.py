@@ -20,7 +20,7 @@ from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph, onnx_model
 from tests.wrappers.folders import model_folder
 from tests.wrappers.loopback import wait_until_read
-from wrappers.transport.body_budget import BODY_LIMIT_ENV, MIB
+from wrappers.limits.body_budget import BODY_LIMIT_ENV, MIB
 
 pytestmark = pytest.mark.slow
 LARGE = 32 * MIB

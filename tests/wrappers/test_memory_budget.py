@@ -1,5 +1,5 @@
 """One request cannot take the server past its memory limit (issue 47): a server started inside a real memory cgroup
-sizes the bodies it admits by the memory left there (`wrappers.transport.body_budget`), answers a larger one 413
+sizes the bodies it admits by the memory left there (`wrappers.limits.body_budget`), answers a larger one 413
 before reading it, and serves one just under that size without being killed; gRPC messages get the same bound,
 where grpc's own 4 MiB refused a single batch of images."""
 
@@ -28,7 +28,7 @@ from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import raw_request
-from wrappers.transport.body_budget import JSON_AMPLIFICATION, MIB
+from wrappers.limits.body_budget import JSON_AMPLIFICATION, MIB
 
 pytestmark = pytest.mark.slow
 MEMORY_LIMIT = 1 << 30  # a small pod's

@@ -319,7 +319,7 @@ def shared_ports():
 def connection_limits():
     from uvicorn.protocols.http import httptools_impl
     from wrappers.mlserver_compat import connections
-    from wrappers.transport.connection_rules import ConnectionLimits
+    from wrappers.limits.connection_rules import ConnectionLimits
     del httptools_impl.HttpToolsProtocol.on_headers_complete
     connections.limit_http_connections(ConnectionLimits())
 

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry
 from slipway.metric_names import CLASS_LABEL, PREDICTED_CLASS, REQUEST_SECONDS, SETTING, UNKNOWN_MODEL_REQUESTS
 from slipway.v2_wire import Location
 from wrappers import process_state
+from wrappers.limits.body_budget import DEFAULT_BODY_BYTES, MIB
 from wrappers.operations.metrics import MetricSeries, ModelMetrics, PredictedClasses
 from wrappers.process_state import ProcessState
 from wrappers.shm.regions import Regions, SharedMemoryError
-from wrappers.transport.body_budget import DEFAULT_BODY_BYTES, MIB
 
 
 def _fresh(shared_memory: Path = Path("/nonexistent")) -> ProcessState:

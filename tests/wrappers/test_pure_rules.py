@@ -21,12 +21,13 @@ from hypothesis.extra import numpy as hnp
 from engine.tensor_specs import DYNAMIC, TensorSpec
 from slipway.runtime_settings import RuntimeSettings
 from slipway.v2_wire import BYTES, REGION, V2_TO_NUMPY, TensorError, from_raw, to_raw
+from wrappers.limits import body_budget
 from wrappers.model.interface import advertised, batchable, pick
 from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
 from wrappers.protocol import request_rules
 from wrappers.protocol.tensors import from_json, response_data
 from wrappers.running import planning as run_planning
-from wrappers.transport import body_budget, body_rules, grpc_rules
+from wrappers.transport import body_rules, grpc_rules
 from wrappers.transport.json_parsing import loads, parse
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -28,7 +28,7 @@ from slipway.ports import LOOPBACK
 from slipway.repository_access import API_ENV
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import scrape
-from wrappers.transport.body_budget import BODY_LIMIT_ENV, DEFAULT_BODY_BYTES
+from wrappers.limits.body_budget import BODY_LIMIT_ENV, DEFAULT_BODY_BYTES
 from wrappers.transport.json_tensors import INLINE_BODY_BYTES
 
 pytestmark = pytest.mark.slow

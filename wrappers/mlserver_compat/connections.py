@@ -1,5 +1,5 @@
 """Limits on each HTTP connection of MLServer's uvicorn servers: headers' size and count, how long headers and a
-body may take, how many connections at once (`wrappers.transport.connection_rules` says what and why).
+body may take, how many connections at once (`wrappers.limits.connection_rules` says what and why).
 
 MLServer builds its uvicorn servers with no way to pass a protocol or limits, and uvicorn's httptools protocol has
 no header limit nor a header timeout. `limit_http_connections` wraps `uvicorn.Server.startup`: with the config
@@ -13,8 +13,8 @@ import asyncio
 import socket
 from typing import Any
 
+from wrappers.limits.connection_rules import ConnectionLimits, answer
 from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function
-from wrappers.transport.connection_rules import ConnectionLimits, answer
 
 _STARTUP = "uvicorn.Server.startup"
 LINGER_S = 2.0  # how long a refused connection's last bytes are read and dropped before it is closed

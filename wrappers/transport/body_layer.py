@@ -6,7 +6,7 @@ and on any other that takes a body (the model repository's, custom endpoints suc
 registration). Deflate they do not read at all.
 
 One layer in front of MLServer's router, inside its error handlers, takes each body first: past the
-limit `wrappers.transport.body_budget` sizes at each load (by its Content-Length, before a byte is read; else as
+limit `wrappers.limits.body_budget` sizes at each load (by its Content-Length, before a byte is read; else as
 its bytes arrive, never holding the rest) it answers HTTP 413 naming the limit. A body over a quarter of the limit
 waits for the one before it to be answered, so that two large ones never stack their decoding peaks. A compressed body (`Content-Encoding: gzip`
 or `deflate`, `tritonclient.http`'s `request_compression_algorithm`) is inflated on a worker thread,
@@ -29,8 +29,8 @@ from typing import Any
 from mlserver.errors import InferenceError, MLServerError
 
 from wrappers import process_state
+from wrappers.limits import body_budget
 from wrappers.mlserver_compat.rest_app import check_router_layer, mlserver_rest_apps, wrap_router
-from wrappers.transport import body_budget
 from wrappers.transport.body_rules import (
     BodyError,
     BodyTooLarge,

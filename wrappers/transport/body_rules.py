@@ -1,6 +1,6 @@
 """The rules for a REST request body, as functions of headers and bytes (no server): its size and its encoding.
 
-A body may hold at most the server's limit (`wrappers.transport.body_budget` sizes it), sent or inflated; a
+A body may hold at most the server's limit (`wrappers.limits.body_budget` sizes it), sent or inflated; a
 compressed one (gzip, deflate) is inflated in steps, so a body claiming more than the limit is refused having made
 no more, and a truncated or trailing stream is refused too. Each refusal is a `BodyError` whose message says what
 to send (`BodyTooLarge` for the limit); `wrappers.transport.body_layer` applies the rules in front of MLServer's
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 
-from wrappers.transport.body_budget import BODY_LIMIT_ENV, JSON_AMPLIFICATION
+from wrappers.limits.body_budget import BODY_LIMIT_ENV, JSON_AMPLIFICATION
 
 INFLATE_STEP = 4 << 20  # inflated per zlib call: one step's copy holds the GIL briefly, whatever the body claims
 ZLIB_WINDOW = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
