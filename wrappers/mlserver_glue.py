@@ -21,13 +21,12 @@ from slipway.runtime_settings import RuntimeSettings
 from wrappers import repository_api
 from wrappers.mlserver_compat import model as mlserver_model
 from wrappers.operations import refusal_logs
+from wrappers.protocol.shared_tensors import SharedTensors
 from wrappers.protocol.v2_codec import RequestDecoder
 from wrappers.running import cpu_pinning
-from wrappers.shm import api as shared_memory_api
 from wrappers.shm.regions import location
-from wrappers.shm.tensors import SharedTensors
 from wrappers.transport import body_layer as rest_bodies
-from wrappers.transport import fast_paths, grpc_raw, rest_infer, rest_json
+from wrappers.transport import fast_paths, grpc_raw, rest_infer, rest_json, shm_endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def extend_mlserver(model: MLModel, config: RuntimeSettings) -> bool:
     if config.fast_rest_route:
         fast_paths.turn_on(fast_paths.REST_INFER, partial(rest_infer.fast_models().add, model), fallback=fallback)
     if config.shared_memory:
-        shared_memory_api.enable(model)
+        shm_endpoints.enable(model)
         grpc_raw.shared_memory_models().add(model)
     return config.pin_event_loop and fast_paths.turn_on(
         fast_paths.PIN_EVENT_LOOP, cpu_pinning.check_poller_thread, fallback=fallback
@@ -94,7 +93,7 @@ def withdraw(model: MLModel) -> None:
     grpc_raw.shared_memory_models().discard(model)
     rest_infer.fast_models().discard(model)
     rest_infer.array_models().discard(model)
-    shared_memory_api.disable(model)
+    shm_endpoints.disable(model)
     cpu_pinning.pinned_models().discard(model)
 
 

@@ -13,7 +13,7 @@ settings chosen where the model is timed, `wrappers.defaults.resolve`), requests
 `wrappers.protocol.v2_codec` under `wrappers.protocol.request_rules`, runs planned by `wrappers.running.planning` and merged on
 threads of their own by `wrappers.running.batching` (tiny ones inline on the event loop), pre/post-processing runs on
 a CPU pool (`wrappers.model.interface`), tensors may come and go through shared memory
-(`wrappers.shm.tensors`), MLServer is met in `wrappers.mlserver_glue`, run metrics go to `wrappers.operations.metrics`
+(`wrappers.protocol.shared_tensors`), MLServer is met in `wrappers.mlserver_glue`, run metrics go to `wrappers.operations.metrics`
 and the loaded heap is frozen out of the collector's passes (`wrappers.operations.heap`)."""
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from wrappers.operations.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_U
 from wrappers.operations.heap import freeze_loaded_heap, thaw_heap_after_unload
 from wrappers.operations.metrics import ModelMetrics, PredictedClasses
 from wrappers.protocol.request_rules import ort_message
+from wrappers.protocol.shared_tensors import SharedTensors
 from wrappers.protocol.v2_codec import RequestDecoder, encode, let_go_of_json_data, rows
 from wrappers.repository_api import RepositoryApiError
 from wrappers.running import busy_poll, cpu_pinning
@@ -66,8 +67,7 @@ from wrappers.running.bucket_sessions import BucketRunner
 from wrappers.running.planning import BatchingConfigError
 from wrappers.running.warm_up import WarmUp, WarmUpError
 from wrappers.running.width import WidthRunner
-from wrappers.shm.api import SharedMemoryEndpoints
-from wrappers.shm.tensors import SharedTensors
+from wrappers.transport.shm_endpoints import SharedMemoryEndpoints
 
 logger = logging.getLogger(__name__)
 

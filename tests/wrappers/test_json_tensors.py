@@ -9,8 +9,8 @@ import numpy as np
 import orjson
 import pytest
 
+from wrappers.protocol.json_parsing import parse
 from wrappers.transport import json_tensors
-from wrappers.transport.json_parsing import parse
 
 
 @pytest.fixture(autouse=True)

@@ -46,7 +46,7 @@ def test_a_fresh_state_counts_in_its_own_registry_from_zero():
 
 
 def test_the_regions_clients_register_are_the_state_s_the_requests_read_through(tmp_path):
-    """The request paths (`wrappers.shm.api`, `wrappers.shm.tensors`, which import MLServer and so are served, not
+    """The request paths (`wrappers.transport.shm_endpoints`, `wrappers.protocol.shared_tensors`, which import MLServer and so are served, not
     imported, here) read the regions as `process_state.current().regions`: a fresh state has none of another's."""
     values = np.arange(4, dtype=np.float32)
     (tmp_path / "block").write_bytes(values.tobytes())

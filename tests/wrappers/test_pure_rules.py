@@ -25,10 +25,10 @@ from wrappers.limits import body_budget
 from wrappers.model.interface import advertised, batchable, pick
 from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
 from wrappers.protocol import request_rules
+from wrappers.protocol.json_parsing import loads, parse
 from wrappers.protocol.tensors import from_json, response_data
 from wrappers.running import planning as run_planning
 from wrappers.transport import body_rules, grpc_rules
-from wrappers.transport.json_parsing import loads, parse
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 buckets_st = st.lists(st.integers(1, 64), min_size=1, max_size=6, unique=True).map(sorted)

@@ -2,7 +2,7 @@
 
 MLServer 1.7 has no hook for how a `ModelInferRequest` becomes an `InferenceRequest` (it unpacks raw
 contents into Python lists with `struct`), nor for adding gRPC methods to its server. `wrappers.transport.grpc_raw`
-swaps the two converters and the servicer's `_GetReturnRaw`; `wrappers.shm.api` adds Triton's
+swaps the two converters and the servicer's `_GetReturnRaw`; `wrappers.transport.shm_endpoints` adds Triton's
 shared-memory methods to the server once it runs. What they touch is checked here first.
 """
 

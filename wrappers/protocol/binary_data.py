@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from slipway.cli import one_line
 from slipway.v2_wire import BINARY_DATA_OUTPUT, BINARY_DATA_SIZE, BINARY_HEADER, BYTES, REGION, TensorError, from_raw, to_raw
-from wrappers.transport import rest_json
+from wrappers.protocol import json_parsing
 
 HEADER = BINARY_HEADER.lower()  # as ASGI gives header names
 SIZE = BINARY_DATA_SIZE
@@ -44,7 +44,7 @@ def request_from_body(body: bytes, header: str) -> InferenceRequest:
             "bytes of the JSON request at the start of the body"
         )
     try:
-        payload = InferenceRequest.model_validate(rest_json.parse(body[:length], empty_data_for=(REGION, SIZE)))
+        payload = InferenceRequest.model_validate(json_parsing.parse(body[:length], empty_data_for=(REGION, SIZE)))
     except ValidationError as err:
         raise BinaryDataError(f"the body's first {length} bytes are not a V2 inference request: {one_line(err)}") from None
     except ValueError as err:

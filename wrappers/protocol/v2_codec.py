@@ -2,7 +2,7 @@
 
 Inputs come in four forms, each decoded once: raw gRPC contents already a checked NumPy view
 (`wrappers.transport.grpc_raw`), arrays MLServer's adaptive batching merged, JSON lists (`wrappers.protocol.tensors`), or a
-shared-memory location (`wrappers.shm.tensors`). The checks themselves are `wrappers.protocol.request_rules`;
+shared-memory location (`wrappers.protocol.shared_tensors`). The checks themselves are `wrappers.protocol.request_rules`;
 a failed one is HTTP 400 (gRPC INVALID_ARGUMENT) and nothing runs.
 """
 
@@ -16,9 +16,9 @@ from engine.tensor_specs import TensorSpec
 from slipway.v2_wire import BYTES, TensorError
 from wrappers.protocol import request_rules
 from wrappers.protocol.request_rules import RequestError
+from wrappers.protocol.shared_tensors import SharedTensors
 from wrappers.protocol.tensors import from_json, response_data
 from wrappers.shm.regions import SharedMemoryError, location
-from wrappers.shm.tensors import SharedTensors
 
 # What the rules refuse in a request: each becomes MLServer's HTTP 400 (gRPC INVALID_ARGUMENT), message unchanged.
 # (try/except, not a context manager: nothing is paid per request where nothing is refused.)

@@ -32,10 +32,10 @@ from wrappers.model.interface import Stages, configure_stages
 from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingConfigError
 from wrappers.operations import refusal_logs
 from wrappers.protocol.request_rules import RequestError, check_request_id
+from wrappers.protocol.shared_tensors import SharedTensors
 from wrappers.protocol.v2_codec import RequestDecoder, encode
 from wrappers.running.planning import request_row_limit
 from wrappers.runtime import WELLKNOWN_MODEL_FILES, ModelLoadError
-from wrappers.shm.tensors import SharedTensors
 
 
 def declared_tensors(model_path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:

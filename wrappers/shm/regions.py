@@ -9,7 +9,7 @@ MobileNetV2 image, moving them through gRPC is most of what a request costs the 
 the client outside the run itself (docs/benchmarks.md, "Where the rest of the MobileNetV2 gap is").
 
 Regions belong to the server process, as in Triton (its `Regions` are the process state's,
-`wrappers.process_state`); `wrappers.shm.api` registers
+`wrappers.process_state`); `wrappers.transport.shm_endpoints` registers
 them over REST and gRPC. This module has no MLServer import: it opens, checks, reads and writes. The
 parameter names and `Location` are the wire format's (`slipway.v2_wire`), shared with clients.
 """

@@ -42,8 +42,8 @@ from mlserver.types import InferenceRequest, InferenceResponse, TensorData
 from wrappers import process_state
 from wrappers.mlserver_compat import rest_app as mlserver_rest
 from wrappers.operations.loaded_models import LoadedModels
-from wrappers.protocol import binary_data
-from wrappers.transport import json_tensors, rest_json
+from wrappers.protocol import binary_data, json_parsing
+from wrappers.transport import json_tensors
 from wrappers.transport.body_layer import headers_of, limit, read_body, replaying
 from wrappers.transport.json_tensors import INLINE_BODY_BYTES
 
@@ -150,7 +150,7 @@ def _large_payload(body: bytes, arrays: bool) -> InferenceRequest | None:
     if not arrays:
         return _payload(body, {}, False)
     try:
-        document, parsed = json_tensors.parse_large(body, rest_json.parse)
+        document, parsed = json_tensors.parse_large(body, json_parsing.parse)
         request = InferenceRequest.model_validate(document)
     except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
         return None
@@ -167,7 +167,7 @@ def _payload(body: bytes, headers: dict[str, str], binary: bool) -> InferenceReq
         except binary_data.BinaryDataError as err:
             raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler
     try:
-        return InferenceRequest.model_validate(rest_json.parse(body))
+        return InferenceRequest.model_validate(json_parsing.parse(body))
     except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
         return None
 

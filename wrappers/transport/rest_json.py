@@ -18,7 +18,7 @@ It swaps MLServer's `Request.json` once, for the whole REST server: the result i
 dict for every model, so other runtimes in the server see no difference, but for one thing:
 an input that names a shared-memory region (`wrappers.shm.regions`) may come without
 `data`, as the V2 extension has it, and is given an empty `data` for MLServer's schema.
-The parsing itself is `wrappers.transport.json_parsing`, which has no MLServer import.
+The parsing itself is `wrappers.protocol.json_parsing`, which has no MLServer import.
 """
 
 from __future__ import annotations
@@ -26,11 +26,7 @@ from __future__ import annotations
 import logging
 
 from wrappers.mlserver_compat.rest_app import replace_request_json
-from wrappers.transport.json_parsing import fastsimdjson
-from wrappers.transport.json_parsing import loads as loads  # re-exported: REST endpoints parse their bodies alike
-from wrappers.transport.json_parsing import (
-    parse as parse,  # re-exported: the fast REST route and the binary extension parse alike
-)
+from wrappers.protocol.json_parsing import fastsimdjson, parse
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ Python binding) parses it into the same Python objects about 1.6x faster than or
 What simdjson refuses is handed to `json.loads`, so bodies parse exactly as before. `json.loads` refuses
 three kinds of body with errors other than its JSONDecodeError (invalid UTF-8, nesting deeper than Python's
 recursion limit, an integer over Python's 4300 digits): those become JSONDecodeErrors too, saying what was
-wrong. No MLServer import: `wrappers.transport.rest_json` puts `parse` into MLServer's requests.
+wrong. No MLServer import: `wrappers.transport.rest_json` puts `parse` into MLServer's requests; the fast REST route,
+the binary extension and the shared-memory endpoints parse their bodies with it alike.
 """
 
 from __future__ import annotations

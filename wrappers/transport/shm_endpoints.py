@@ -28,8 +28,8 @@ from mlserver.handlers import custom_handler
 from wrappers import process_state
 from wrappers.mlserver_compat.grpc_path import add_to_running_grpc_servers
 from wrappers.operations.loaded_models import LoadedModels
+from wrappers.protocol import json_parsing
 from wrappers.shm.regions import Regions, SharedMemoryError
-from wrappers.transport import rest_json
 
 logger = logging.getLogger(__name__)
 _PREFIX = "/v2/systemsharedmemory"
@@ -106,7 +106,7 @@ def _answer(action: Callable[[], Any], with_result: bool = False) -> Response:
 def _json_object(body: bytes) -> dict:
     expected = 'send a JSON object: {"key": "/name", "offset": 0, "byte_size": N}'
     try:
-        parsed = rest_json.loads(body) if body else None
+        parsed = json_parsing.loads(body) if body else None
     except json.JSONDecodeError as err:
         raise SharedMemoryError(f"the body is not JSON ({err}); {expected}") from None
     if not isinstance(parsed, dict):
