@@ -55,14 +55,14 @@ from wrappers.model.processing import LABELS_OUTPUT, SCORES_OUTPUT, ProcessingCo
 from wrappers.operations import json_logs, payload_log
 from wrappers.operations.heap import REFREEZE_AFTER_UNLOAD_S as REFREEZE_AFTER_UNLOAD_S  # re-exported: the tests wait on it
 from wrappers.operations.heap import freeze_loaded_heap, thaw_heap_after_unload
-from wrappers.operations.metrics import ModelMetrics, PredictedClasses
+from wrappers.operations.metrics import BatchStats, ModelMetrics, PredictedClasses
 from wrappers.protocol.request_rules import ort_message
 from wrappers.protocol.shared_tensors import SharedTensors
 from wrappers.protocol.v2_codec import RequestDecoder, encode, let_go_of_json_data, rows
 from wrappers.repository_api import RepositoryApiError
 from wrappers.running import busy_poll, cpu_pinning
 from wrappers.running import planning as run_planning
-from wrappers.running.batching import BatchStats, RowBatcher, run_in_buckets
+from wrappers.running.batching import RowBatcher, run_in_buckets
 from wrappers.running.bucket_sessions import BucketRunner
 from wrappers.running.planning import BatchingConfigError
 from wrappers.running.warm_up import WarmUp, WarmUpError
@@ -213,7 +213,7 @@ class OnnxRuntime(SharedMemoryEndpoints, MLModel):
         if self._mlserver_batching:
             mlserver_glue.check_before_mlserver_batching(self, self._decoder, self._shared)
         self._pin_at_first_request = mlserver_glue.extend_mlserver(self, self._config)
-        self._payload_log = payload_log.start(self._config.payload_log, self.name, self.version)
+        self._payload_log = payload_log.start(self._config.payload_log, self.name, self.version, process_state.current().metrics)
         if self._payload_log is not None:  # outermost: it logs each request as its client sent it
             # an instance attribute shadows the method (MLServer calls self.predict); setattr: mypy forbids assigning it
             setattr(self, "predict", self._payload_log.wrap(self.predict))  # noqa: B010

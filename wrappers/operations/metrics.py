@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -34,14 +34,22 @@ from slipway.metric_names import (
     UNKNOWN_MODEL_REQUESTS,
 )
 
-if TYPE_CHECKING:
-    from wrappers.running.batching import BatchStats
-
 _SECONDS_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
     0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 _ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass
+class BatchStats:
+    """What one run did, as the metrics record it: its rows and each request's wait (`wrappers.running.batching`
+    reports each of its runs so)."""
+
+    rows: int
+    run_seconds: float
+    queue_seconds: list[float]
+
 
 MAX_CLASSES = 1000  # a scores output wider than this is not counted: a series per class would flood Prometheus
 _FLOAT_TYPES = {"FP16", "FP32", "FP64", "BF16"}

@@ -32,10 +32,8 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from prometheus_client import Counter
-
 from slipway.runtime_settings import PayloadLogging
-from wrappers import process_state
+from wrappers.operations.metrics import MetricSeries
 from wrappers.operations.payload_events import Kind, Origin, Redaction, build
 
 logger = logging.getLogger(__name__)
@@ -51,11 +49,6 @@ SHUTDOWN_GRACE_S = 2.0  # after unload, what is queued is still sent for this lo
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
-def _counter(name: str, documentation: str, label: str) -> Counter:
-    """The process-wide counter `name` (the process state's), created on first use (models share it by label)."""
-    return process_state.current().metrics.counter(name, documentation, ("model_name", "model_version", label))
-
-
 class _Failed(Exception):
     """An event the collector did not take; `reason` is one of REASONS."""
 
@@ -67,7 +60,7 @@ class _Failed(Exception):
 class PayloadLog:
     """One model version's payload logging: `wrap` its predict, `close` it at unload."""
 
-    def __init__(self, settings: PayloadLogging, origin: Origin) -> None:
+    def __init__(self, settings: PayloadLogging, origin: Origin, series: MetricSeries) -> None:
         self._settings = settings
         self._origin = origin
         self._redaction = Redaction(settings.redact)
@@ -80,8 +73,11 @@ class PayloadLog:
         self._connection: http.client.HTTPConnection | None = None
         self._paused_until = 0.0
         labels = (origin.model, origin.version)
-        sent = _counter(SENT, "Payload-log events the collector took (2xx)", "type")
-        dropped = _counter(DROPPED, "Payload-log events dropped, never sent or not taken, by reason", "reason")
+        # The process's counters (its state's series), created by the first model that logs: models share them by label.
+        sent = series.counter(SENT, "Payload-log events the collector took (2xx)", ("model_name", "model_version", "type"))
+        dropped = series.counter(
+            DROPPED, "Payload-log events dropped, never sent or not taken, by reason", ("model_name", "model_version", "reason")
+        )
         self._sent = {kind: sent.labels(*labels, kind) for kind in ("request", "response")}
         self._dropped = {reason: dropped.labels(*labels, reason) for reason in REASONS}
         self._thread = threading.Thread(target=self._drain, name=f"payload-log-{origin.model}", daemon=True)
@@ -213,8 +209,9 @@ class PayloadLog:
             self._connection = None
 
 
-def start(settings: PayloadLogging | None, model: str, version: str | None) -> PayloadLog | None:
-    """The model's payload log where its settings ask for one; None where they do not."""
+def start(settings: PayloadLogging | None, model: str, version: str | None, series: MetricSeries) -> PayloadLog | None:
+    """The model's payload log where its settings ask for one, counting in `series` (the process state's); None where
+    they do not."""
     if settings is None:
         return None
     origin = Origin.for_model(model, version, settings)
@@ -226,4 +223,4 @@ def start(settings: PayloadLogging | None, model: str, version: str | None) -> P
         settings.queue_size,
         origin.source,
     )
-    return PayloadLog(settings, origin)
+    return PayloadLog(settings, origin, series)

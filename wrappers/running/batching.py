@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 # The padding plans live in `wrappers.running.planning`; re-exported for the batcher's callers.
+from wrappers.operations.metrics import BatchStats
 from wrappers.running.planning import GPU_LARGEST_BUCKET as GPU_LARGEST_BUCKET
 from wrappers.running.planning import BatchingConfigError as BatchingConfigError
 from wrappers.running.planning import bucket_chunks, bucket_for
@@ -48,15 +49,6 @@ class _Pending:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     queued_at: float = field(default_factory=time.perf_counter)
-
-
-@dataclass
-class BatchStats:
-    """What one run did, for the metrics: its rows and each request's wait."""
-
-    rows: int
-    run_seconds: float
-    queue_seconds: list[float]
 
 
 class RowBatcher:
