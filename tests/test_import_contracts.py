@@ -101,6 +101,22 @@ BREAKS = {
             "deployments.delivery.leak_cli -> deployments.__main__",
         ),
     ],
+    "wrappers-wings": [
+        # a lower wing reaching up: the regions asking for the state that holds them
+        (
+            "wrappers/shm/leak_wing.py",
+            "def state():\n    from wrappers import process_state\n",
+            "wrappers.shm.leak_wing -> wrappers.process_state",
+        ),
+        # siblings on one floor: the protocol reaching into the run planning
+        (
+            "wrappers/protocol/leak_sibling.py",
+            "def planning():\n    from wrappers.running import planning\n",
+            "wrappers.protocol.leak_sibling -> wrappers.running.planning",
+        ),
+        # a new wing that takes no floor: every child of wrappers is named
+        ("wrappers/leak_unplaced.py", "", "- wrappers.leak_unplaced"),
+    ],
     "no-mlserver-in-protocol": [
         # Through another module: the V2 codec imports MLServer's types.
         (
