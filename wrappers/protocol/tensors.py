@@ -9,6 +9,7 @@ No MLServer import: tests can use these functions directly.
 from __future__ import annotations
 
 import struct
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def _numbers(flat: list, datatype: str, name: str) -> np.ndarray:
         found = sorted({type(item).__name__ for item in flat if not isinstance(item, allowed)})
         got = ", ".join(found) or "an integer too large for a float"
         raise TensorError(f"input {name!r}: {datatype} data must be {wanted}, got {got}") from err
-    dtype = np.dtype(V2_TO_NUMPY[datatype])
+    dtype: np.dtype[Any] = np.dtype(V2_TO_NUMPY[datatype])
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         if values.size and (values.min() < info.min or values.max() > info.max):
@@ -93,7 +94,7 @@ def _range(datatype: str) -> str:
     return f"{info.min}..{info.max}"
 
 
-def _is_flat(data: object) -> bool:
+def _is_flat(data: object) -> TypeGuard[list[Any]]:
     """A list whose first element is not a list: try it as flat; struct.pack refuses it otherwise."""
     return isinstance(data, list) and (not data or not isinstance(data[0], list))
 

@@ -60,7 +60,7 @@ def install() -> None:
         sized.bytes >> 20,
         body_budget.BODY_LIMIT_ENV,
         os.environ.get(body_budget.BODY_LIMIT_ENV, "unset"),
-        f"{limit >> 20} MiB" if (limit := body_budget.memory_limit()) else "none",
+        f"{memory >> 20} MiB" if (memory := body_budget.memory_limit()) else "none",
         body_budget.resident_bytes() >> 20,
     )
     for app in mlserver_rest_apps():
@@ -86,6 +86,7 @@ class BoundedBodies:
         infer = _INFER_PATH.match(scope["path"])
         headers = headers_of(scope)
         budget = process_state.current().body_limit
+        body: bytes | bytearray  # as sent, then inflated where it came compressed
         body = await read_body(receive, headers, budget.bytes)
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding != "identity":
