@@ -42,9 +42,9 @@ def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> 
     from localcluster.objects import apply
 
     pods = [
-        pod.metadata.name
+        meta.name
         for pod in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
-        if pod.metadata.deletion_timestamp is None
+        if (meta := pod.metadata) is not None and meta.deletion_timestamp is None
     ]
     for pod in pods:
         apply(
@@ -74,7 +74,7 @@ def _sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
         round(time.monotonic() - began, 1),
         phase,
         deployment.spec.replicas or 0,
-        deployment.status.ready_replicas or 0,
+        (deployment.status.ready_replicas if deployment.status else None) or 0,
         utilization,
     )
 
@@ -114,7 +114,7 @@ def prove(
     autoscaling = client.AutoscalingV2Api(api)
     hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)
     target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
-    selector = ",".join(f"{key}={value}" for key, value in target.spec.selector.match_labels.items())
+    selector = ",".join(f"{key}={value}" for key, value in (target.spec.selector.match_labels or {}).items())
     container = container or _model_container(hpa, target)
     began = time.monotonic()
     samples: list[Sample] = []

@@ -111,10 +111,12 @@ def cmd_prove_hpa(args: argparse.Namespace) -> int:
         )
     api = api_client(state.kubeconfig)
     names = [
-        hpa.metadata.name for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(args.namespace).items
+        meta.name
+        for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(args.namespace).items
+        if (meta := hpa.metadata) is not None
     ]
     hpa = args.hpa or (names[0] if len(names) == 1 else None)
-    if hpa not in names:
+    if hpa is None or hpa not in names:
         raise UserError(f"namespace {args.namespace} has HPAs {names or 'none'}: name one with --hpa (deploy a model first)")
     try:
         result = prove(

@@ -127,6 +127,11 @@ def _get(url: str, *, context: ssl.SSLContext | None = None, timeout_s: float = 
         return err.code, err.read().decode(errors="replace")
 
 
+def _answers_ok(url: str, context: ssl.SSLContext) -> Callable[[], bool]:
+    """A readiness check for `_wait`: `url` answers 200."""
+    return lambda: _get(url, context=context)[0] == 200
+
+
 def _wait(process: Process, ready: Callable[[], bool], what: str, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Poll `ready` until it holds; raise naming the process's log if it exits or the time runs out."""
     deadline = time.monotonic() + timeout_s
@@ -258,7 +263,9 @@ def up(
         stopped = _stop_all(state)
         state.processes.clear()
         state.save()
-        if isinstance(err, (ClusterError, OSError, node.NodeError)) or type(err).__module__.startswith("kubernetes"):
+        if isinstance(err, (ClusterError, OSError, node.NodeError)) or (
+            isinstance(err, Exception) and type(err).__module__.startswith("kubernetes")
+        ):
             raise ClusterError(
                 f"{first_line(err)}; stopped what had started ({', '.join(stopped) or 'nothing'}), logs in {folder / 'logs'}"
             ) from err
@@ -324,7 +331,7 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
         ],
     )
     admin = _admin_context(pki)
-    _wait(apiserver, lambda: _get(f"{state.server}/readyz", context=admin)[0] == 200, "ready")
+    _wait(apiserver, _answers_ok(f"{state.server}/readyz", admin), "ready")
     write_kubeconfig(state.kubeconfig, state.server, pki)
 
     controller_manager_port, scheduler_port = free_port(), free_port()
@@ -342,7 +349,7 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     )
     scheduler = starter.start("kube-scheduler", "kubernetes", [*starter.kube_args(scheduler_port), "--leader-elect=false"])
     for process, port in ((controller_manager, controller_manager_port), (scheduler, scheduler_port)):
-        _wait(process, lambda port=port: _get(f"https://127.0.0.1:{port}/healthz", context=_unverified())[0] == 200, "healthy")
+        _wait(process, _answers_ok(f"https://127.0.0.1:{port}/healthz", _unverified()), "healthy")
 
     on_step("installing CRDs, nodes and the Seldon operator's configuration")
     api = objects.client(state.kubeconfig)
@@ -368,7 +375,7 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
             "--node-lease-duration-seconds=40",  # kwok renews each node's Lease: the heartbeat the node controller reads
         ],
     )
-    _wait(kwok, lambda: _get(f"https://127.0.0.1:{kwok_port}/healthz", context=_unverified())[0] == 200, "healthy")
+    _wait(kwok, _answers_ok(f"https://127.0.0.1:{kwok_port}/healthz", _unverified()), "healthy")
     objects.create_nodes(api, bins)
     _wait(kwok, lambda: objects.nodes_ready(api), "Ready on every node")
 

@@ -13,8 +13,9 @@ import base64
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -104,6 +105,16 @@ def install_crds(api, bins: dict[str, Path]) -> None:
     wait_established(api, [doc["metadata"]["name"] for doc in docs])
 
 
+class _Status(Protocol):
+    @property
+    def conditions(self) -> Sequence[Any] | None: ...
+
+
+def _conditions(status: _Status | None) -> Sequence[Any]:
+    """The conditions of a Kubernetes object's status: none before the object has a status, or the status any."""
+    return (status.conditions if status is not None else None) or []
+
+
 def wait_established(api, names: list[str]) -> None:
     """Wait until the API server serves each of the CRDs `names` (60 s at most in all)."""
     from kubernetes import client as k8s
@@ -113,7 +124,7 @@ def wait_established(api, names: list[str]) -> None:
     for name in names:
         while not any(
             condition.type == "Established" and condition.status == "True"
-            for condition in (extensions.read_custom_resource_definition(name).status.conditions or [])
+            for condition in _conditions(extensions.read_custom_resource_definition(name).status)
         ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {name} is not Established after 60s")
@@ -169,9 +180,13 @@ def nodes_ready(api) -> bool:
     from kubernetes import client as k8s
 
     key, value = KWOK_NODE_ANNOTATION.split("=")
-    nodes = [node for node in k8s.CoreV1Api(api).list_node().items if (node.metadata.annotations or {}).get(key) == value]
+    nodes = [
+        node
+        for node in k8s.CoreV1Api(api).list_node().items
+        if node.metadata and (node.metadata.annotations or {}).get(key) == value
+    ]
     return len(nodes) == len(NODES) and all(
-        any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])) for node in nodes
+        any(c.type == "Ready" and c.status == "True" for c in _conditions(node.status)) for node in nodes
     )
 
 
@@ -208,7 +223,7 @@ def api_service_available(api, name: str) -> bool:
     from kubernetes import client as k8s
 
     status = k8s.ApiregistrationV1Api(api).read_api_service(name).status
-    return any(c.type == "Available" and c.status == "True" for c in (status.conditions or []))
+    return any(c.type == "Available" and c.status == "True" for c in _conditions(status))
 
 
 def write_webhook_certs(folder: Path, pki: ClusterPKI) -> Path:
