@@ -129,8 +129,9 @@ def walk(model) -> tuple[Groups, dict[str, list[Segments]], dict[str, Segments]]
         kind = type(layer).__name__
         if kind == "InputLayer":
             continue
-        ins = [maps.get(id(tensor)) for tensor in node.input_tensors]
-        if any(segments is None for segments in ins):
+        taken = [maps.get(id(tensor)) for tensor in node.input_tensors]
+        ins = [segments for segments in taken if segments is not None]
+        if len(ins) != len(taken):
             raise ChannelGroupError(f"layer {layer.name!r} takes a tensor from outside the model's graph")
         outs = node.output_tensors
         layer_inputs[layer.name] = ins

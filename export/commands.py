@@ -39,6 +39,7 @@ def export_config(args: argparse.Namespace, default_variants: str):
     from pydantic import ValidationError
 
     from export.pipeline import ExportConfig
+    from export.selection import Budget
 
     try:
         return ExportConfig(
@@ -50,12 +51,14 @@ def export_config(args: argparse.Namespace, default_variants: str):
             slim_fraction=args.slim_fraction,
             fine_tune_epochs=args.fine_tune_epochs,
             fine_tune_learning_rate=args.fine_tune_learning_rate,
-            budget={
-                "accuracy_points": args.accuracy_budget,
-                "fp32_tolerance": args.fp32_tolerance,
-                "fp16_tolerance": args.fp16_tolerance,
-                "outputs": output_limits(getattr(args, "output_budget", None), getattr(args, "output_tolerance", None)),
-            },
+            budget=Budget.model_validate(
+                {
+                    "accuracy_points": args.accuracy_budget,
+                    "fp32_tolerance": args.fp32_tolerance,
+                    "fp16_tolerance": args.fp16_tolerance,
+                    "outputs": output_limits(getattr(args, "output_budget", None), getattr(args, "output_tolerance", None)),
+                }
+            ),
             optimize_for=args.optimize_for,
             measure_rounds=args.measure_rounds,
             measure_seconds=args.measure_seconds,

@@ -36,8 +36,8 @@ class Parity:
     worst_output: str | None = None  # where the largest difference is (outputs_parity): the output and its row
     worst_row: int | None = None
 
-    def as_dict(self) -> dict:
-        found = {
+    def as_dict(self) -> dict[str, object]:
+        found: dict[str, object] = {
             "samples": self.samples,
             "top1_agreement": self.top1_agreement,
             "max_abs_diff": self.max_abs_diff,

@@ -19,9 +19,10 @@ import json
 import re
 import sys
 import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class LoadedModel:
     inputs: list[InputSpec]
     output_names: list[str]
     keras_model: object | None  # None for a SavedModel: answers come from its serving signature
-    signature: object | None = None
+    signature: Callable[..., Mapping[str, Any]] | None = None
     owner: object | None = None  # a SavedModel's loaded object: its variables live as long as it does
     interface: KerasInterface | None = None  # how the Keras model is called (None for a SavedModel)
 
@@ -65,6 +66,7 @@ class LoadedModel:
     def call(self, *tensors) -> dict:
         """The model on tensors in input order, as a dict of outputs by name (what the ONNX graph is named after)."""
         if self.keras_model is None:
+            assert self.signature is not None, "a SavedModel is loaded with its serving signature"
             answers = self.signature(**{spec.name: tensor for spec, tensor in zip(self.inputs, tensors)})
             return {name: answers[name] for name in self.output_names}
         assert self.interface is not None, "a Keras model is loaded with its interface"
@@ -197,7 +199,7 @@ def read_custom_objects(spec: str) -> dict:
         if module_name.endswith(".py"):
             file = Path(module_name)
             loader_spec = importlib.util.spec_from_file_location(file.stem, file)
-            if loader_spec is None or not file.is_file():
+            if loader_spec is None or loader_spec.loader is None or not file.is_file():
                 raise FileNotFoundError(f"no file {file}")
             module = importlib.util.module_from_spec(loader_spec)
             loader_spec.loader.exec_module(module)

@@ -16,7 +16,9 @@ from typing import Any, Literal
 import numpy as np
 import onnx
 
+from export.data import Splits
 from export.measure import Feeds, Runner, SizeStats, gzip_size, keras_runner, onnx_runner, onnx_size
+from export.training_rows import TrainingRows
 
 
 @dataclass
@@ -35,8 +37,8 @@ class Source:
     reference: np.ndarray  # the source model's first output on the evaluation rows
     fixed_batch: int | None = None
     keras_model: Any = None  # a keras.Model (Keras ships no types); None for an imported ONNX file
-    splits: object | None = None  # export.data.Splits: the demo's data (its fingerprint is lineage)
-    training: object | None = None  # export.user_source.TrainingRows: rows and loss to fine-tune pruned/slim on
+    splits: Splits | None = None  # the demo's data (its fingerprint is lineage)
+    training: TrainingRows | None = None  # rows and loss to fine-tune pruned/slim on
     io_names: tuple[list[str], list[str]] | None = None  # a user model's input and output names (None: the demo's)
     original_bytes: bytes | None = None  # the ONNX file as imported
     keras_path: Path | None = None  # the trained Keras file: lineage finds its training config beside it

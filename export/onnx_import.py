@@ -181,12 +181,13 @@ def synthetic_rows(inputs: list[InputSpec], rows: int, seed: int) -> Feeds:
             raise ImportCheckError(
                 f"input {spec.name!r} is {spec.dtype}: synthetic rows cannot stand in for it; pass --calibration DATA.npz"
             )
-        if any(dim is None for dim in spec.shape[1:]):
+        sizes = [dim for dim in spec.shape[1:] if dim is not None]
+        if len(sizes) < len(spec.shape) - 1:
             raise ImportCheckError(
                 f"input {spec.name!r} has open dimensions {spec.describe()}: synthetic rows need fixed sizes; pass --calibration DATA.npz"
             )
         batch = spec.shape[0] or rows
-        feeds[spec.name] = rng.random((batch, *spec.shape[1:])).astype(spec.dtype)
+        feeds[spec.name] = rng.random((batch, *sizes)).astype(spec.dtype)
     return feeds
 
 
@@ -210,6 +211,7 @@ def onnx_source(
         )
     if labels is not None:
         evaluation, label_array = read_rows(labels, checked.inputs, what="labelled", with_labels=True)
+        assert label_array is not None, "with_labels: read_rows refuses an archive without labels"
         evaluation_note = f"{labels}, {len(label_array)} labelled rows"
     elif not synthetic and len(next(iter(calibration_rows.values()))) >= 10:
         total = len(next(iter(calibration_rows.values())))

@@ -207,7 +207,7 @@ def _build_split_core(
         return optimize_graph(onnx.ModelProto.FromString(split.core)).SerializeToString()
     if variant in NEEDS_TRAINING:
         return optimize_graph(fine_tuned_core(split, built.keras_model, config.opset)).SerializeToString()
-    parent = parents[PARENT[variant]].split_core
+    parent = _built_parent(variant, parents).split_core
     assert parent is not None, "a parent is built before its children, its split core with it"
     if PRECISION[variant] == "int8":
         quantized = quantize_int8(
@@ -219,6 +219,13 @@ def _build_split_core(
         )
         return quantized.SerializeToString()
     return to_float16(onnx.ModelProto.FromString(parent)).SerializeToString()
+
+
+def _built_parent(variant: Variant, parents: dict[Variant, Built]) -> Built:
+    """The variant's parent, built already: the pipeline builds each parent before its children."""
+    parent = PARENT[variant]
+    assert parent is not None and parent in parents, f"{variant.value} is made from its parent, built before it"
+    return parents[parent]
 
 
 def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built], config: ExportConfig) -> Built:
@@ -238,8 +245,8 @@ def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built]
             source.reference,
             conversion_references=source.references,
         )
-    parent = parents.get(PARENT[variant])
     if PRECISION[variant] == "int8":
+        parent = _built_parent(variant, parents)
         quantized = quantize_int8(
             onnx.ModelProto.FromString(parent.model_bytes),
             source.calibration,
@@ -256,6 +263,7 @@ def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built]
         }
         return Built(variant, quantized.SerializeToString(), parent.conversion_reference, details, parent.conversion_references)
     if variant is Variant.fp16:
+        parent = _built_parent(variant, parents)
         return Built(
             variant,
             to_float16(onnx.ModelProto.FromString(parent.model_bytes)).SerializeToString(),
@@ -266,9 +274,11 @@ def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built]
     from export.keras_copy import copy_model
     from export.prune import FineTune, fine_tune, nonzero_parameters, prune_filters, prune_magnitude
 
-    rate = config.fine_tune_learning_rate or source.training.learning_rate or DEFAULT_FINE_TUNE_RATE
-    settings = FineTune(epochs=config.fine_tune_epochs, learning_rate=rate, loss=source.training.loss)
-    train, val, steps = source.training.datasets(settings.batch_size, seed=settings.seed)
+    training = source.training
+    assert training is not None, "variants that need training are refused for a source without training rows"
+    rate = config.fine_tune_learning_rate or training.learning_rate or DEFAULT_FINE_TUNE_RATE
+    settings = FineTune(epochs=config.fine_tune_epochs, learning_rate=rate, loss=training.loss)
+    train, val, steps = training.datasets(settings.batch_size, seed=settings.seed)
     if variant is Variant.pruned:
         keras_model = prune_magnitude(
             copy_model(source.keras_model), train, val, sparsity=config.sparsity, fine_tune=settings, steps_per_epoch=steps
@@ -282,12 +292,12 @@ def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built]
             "fine_tune_epochs": settings.epochs,
             "fine_tune_learning_rate": rate,
             "learning_rate_schedule": "a tenth for the last quarter of the epochs",
-            "best_epoch_kept": source.training.val_inputs is not None,
+            "best_epoch_kept": training.val_inputs is not None,
             "keras_parameters": int(keras_model.count_params()),
         }
     details["keras_nonzero_parameters"] = nonzero_parameters(keras_model)
-    if source.training.note:
-        details["fine_tuned_on"] = source.training.note
+    if training.note:
+        details["fine_tuned_on"] = training.note
     input_names, output_names = source.io_names or (None, None)
     answers = predict_outputs(keras_runner(keras_model, input_names or list(source.evaluation)), source.evaluation)
     onnx_model = keras_to_onnx(keras_model, opset=config.opset, input_names=input_names, output_names=output_names)
@@ -314,17 +324,19 @@ def evaluate(source: Source, built: Built, budget: Budget) -> Judged:
         )
     verdict = judge(quality, PRECISION[built.variant], budget, outputs)
     if built.split_core is not None:
-        verdict = _judge_split(source, built, by_name, budget, verdict)
+        verdict = _judge_split(source, built, built.split_core, by_name, budget, verdict)
     return Judged(built, quality, verdict, onnx_size(built.model_bytes), outputs)
 
 
-def _judge_split(source: Source, built: Built, whole: dict[str, np.ndarray], budget: Budget, verdict: Verdict) -> Verdict:
+def _judge_split(
+    source: Source, built: Built, split_core: bytes, whole: dict[str, np.ndarray], budget: Budget, verdict: Verdict
+) -> Verdict:
     """The variant's stages chained against its whole graph on the held-out rows, output by output: recorded in its
     details, and a variant whose chain strays beyond its budget is rejected (the split would answer otherwise than
     one pod)."""
     from export.split_variants import chained, split_verdict
 
-    answers = chained(source.split, built.split_core, source.evaluation)
+    answers = chained(source.split, split_core, source.evaluation)
     names = source.io_names[1] if source.io_names else list(whole)
     against, said, broken = {}, [], None
     for name in names:
@@ -461,7 +473,7 @@ def run_export(
                 "variant": j.built.variant.value,
                 "precision": PRECISION[j.built.variant],
                 "source": {"kind": source.kind, "sha256": source.sha256},  # no paths: equal content, equal digest
-                "derived_from": PARENT[j.built.variant].value if PARENT[j.built.variant] else "source",
+                "derived_from": parent.value if (parent := PARENT[j.built.variant]) else "source",
                 "details": j.built.details,
             }
             extra_files = {VARIANT_FILE: (json.dumps(lineage, indent=2, sort_keys=True) + "\n").encode()}

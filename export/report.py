@@ -150,6 +150,7 @@ def build_report(source: Source, config: ExportConfig, result: ExportResult, war
     )
     fp32 = next((row for row in rows if row.name == "fp32"), None)
     chosen_row = next(row for row in rows if row.name == result.chosen)
+    assert chosen_row.path is not None, "the chosen variant is one that was written"
     return ExportReport(
         model=source.name,
         source={"kind": source.kind, "description": source.description, "sha256": source.sha256},
