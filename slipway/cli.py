@@ -62,12 +62,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(
         self,
-        *args: Any,
         prog: str | None = None,
         formatter_class: type[argparse.HelpFormatter] = DefaultsHelpFormatter,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, prog=renamed_prog(prog), formatter_class=formatter_class, **kwargs)  # type: ignore[misc]
+        super().__init__(prog=renamed_prog(prog), formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         console.print(

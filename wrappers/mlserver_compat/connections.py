@@ -72,6 +72,7 @@ def limit_http_connections(limits: ConnectionLimits) -> None:
             config.limit_concurrency = limits.max_connections
         return await startup(self, sockets)
 
+    # uvicorn has no hook for its protocol class: its method is replaced (mypy forbids that), marked as limiting.
     startup_within_limits.limits_connections = True  # type: ignore[attr-defined]
     uvicorn.Server.startup = startup_within_limits  # type: ignore[method-assign]
 

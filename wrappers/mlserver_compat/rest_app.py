@@ -38,6 +38,7 @@ JSON_CACHE = "_json"
 # `mlserver.codecs`) and its V2 header helpers, for the fast infer route; checked by `check_responses` before
 # that route is installed.
 JsonResponse: Any = getattr(mlserver_responses, "Response", None)
+# Typed as the callables they are; getattr's None (hence the ignores) is one MLServer dropped, refused by check_responses.
 insert_headers: Callable[..., Any] = getattr(mlserver.utils, "insert_headers", None)  # type: ignore[assignment]
 extract_headers: Callable[..., Any] = getattr(mlserver.utils, "extract_headers", None)  # type: ignore[assignment]
 encode_json: Callable[[Any], bytes] = getattr(mlserver_json, "encode_to_json_bytes", None)  # type: ignore[assignment]
@@ -147,13 +148,13 @@ def check_router_layer() -> None:
         raise IncompatibleMLServer("starlette.routing.Router.__call__", "does not call the router's middleware_stack")
 
 
-def wrap_router(app: FastAPI, layer: Callable[[Any], Any]) -> None:
+def wrap_router(app: FastAPI, layer: type) -> None:
     """Put `layer(router's app)` between MLServer's middleware and its routes: inside its error handlers, so that
     what the layer raises is answered as MLServer answers errors; once per app (`layer` is a class)."""
     check_router_layer()
     router = app.router
     current = require(router, "middleware_stack", "starlette.routing.Router.middleware_stack")
-    if not isinstance(current, layer):  # type: ignore[arg-type]
+    if not isinstance(current, layer):
         router.middleware_stack = layer(current)
 
 
@@ -181,12 +182,16 @@ def check_infer_routes() -> None:
     _infer_routes(probe_app())
 
 
+class _InferRoute(Route):
+    """A route `insert_infer_routes` put in an app: what tells an app that has them already."""
+
+
 def insert_infer_routes(app: FastAPI, route_app: Callable[[Any, Any], Any]) -> bool:
     """Serve POSTs to MLServer's infer paths by `route_app(mlserver_route, data_plane)` ahead of MLServer's own
     routes, inside all of MLServer's middleware, once per app; the ASGI app it returns may hand a request on to
     `mlserver_route.handle` and calls `data_plane.infer(payload, name, version)` as MLServer's endpoint does.
     False where the app has them already."""
-    if any(getattr(route, "slipway_infer_route", False) for route in app.router.routes):
+    if any(isinstance(route, _InferRoute) for route in app.router.routes):
         return False
     planes = {}
     for path, mlserver_route in _infer_routes(app).items():
@@ -194,9 +199,7 @@ def insert_infer_routes(app: FastAPI, route_app: Callable[[Any, Any], Any]) -> b
         require_function(data_plane, "infer", "mlserver.handlers.DataPlane.infer", ("payload", "name", "version"), is_async=True)
         planes[path] = (mlserver_route, data_plane)
     for path, (mlserver_route, data_plane) in planes.items():
-        route = Route(path, route_app(mlserver_route, data_plane), methods=["POST"])
-        route.slipway_infer_route = True  # type: ignore[attr-defined]
-        app.router.routes.insert(0, route)
+        app.router.routes.insert(0, _InferRoute(path, route_app(mlserver_route, data_plane), methods=["POST"]))
     return True
 
 

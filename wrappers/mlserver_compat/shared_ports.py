@@ -60,6 +60,7 @@ def share_uvicorn_ports() -> None:
             return await startup(self, [shared])
         return await startup(self, sockets)
 
+    # uvicorn has no hook for the socket it binds: its method is replaced (mypy forbids that), marked for `sharing`.
     startup_on_a_shared_port.shares_ports = True  # type: ignore[attr-defined]
     uvicorn.Server.startup = startup_on_a_shared_port  # type: ignore[method-assign]
 

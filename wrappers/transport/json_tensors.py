@@ -51,7 +51,7 @@ def parse_large(body: bytes, parse: Callable[[bytes], Any]) -> tuple[Any, dict[i
     for index, tensor in enumerate(inputs if isinstance(inputs, list) else []):
         if not isinstance(tensor, dict) or not isinstance(data := tensor.get("data"), str) or data not in spans:
             continue
-        span, dtype = spans.pop(data), FLOAT_DTYPES.get(tensor.get("datatype"))  # type: ignore[arg-type]
+        span, dtype = spans.pop(data), FLOAT_DTYPES.get(tensor.get("datatype", ""))
         values = _floats(span, dtype, parse) if dtype is not None else parse(b"[" + span + b"]")
         if isinstance(values, np.ndarray):
             arrays[index], tensor["data"] = values, []
