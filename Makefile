@@ -15,17 +15,21 @@ endif
 comma      := ,
 STAMP      := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-MODEL_DIR    ?= build/artifacts/digits
-HTTP_PORT    ?= 8080
-GRPC_PORT    ?= 8081
-METRICS_PORT ?= 8082
-HOST         ?= 127.0.0.1
+# Left unset, a setting is not passed and the command's own default holds (`slipway COMMAND --help` says which: the
+# demo's artifact for MODEL_DIR, loopback and ports 8080-8082 for `serve`, ./model-store for STORE, namespace slipway):
+# each default lives in one place, the command line it belongs to. `$(call flag,--option,$(VAR))` passes VAR if set.
+flag = $(if $(2),$(1) $(2))
+MODEL_DIR    ?=
+HTTP_PORT    ?=
+GRPC_PORT    ?=
+METRICS_PORT ?=
+HOST         ?=
 IMAGE        ?=
 PYTEST_ARGS  ?=
 # pytest-xdist workers for `make test` and `make test-fast` (0: one process); the cluster tests stay together on one
 # worker, beside the rest of the suite on the other (tests/localcluster/conftest.py)
 PYTEST_WORKERS ?= 2
-STORE        ?= model-store
+STORE        ?=
 KEEP         ?= 5
 
 .PHONY: help setup setup-torch tools node-tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
@@ -57,10 +61,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: setup ## the whole road on the digits model: train, convert, serve, query, load test, render
 	$(SLIPWAY) export train
-	$(SLIPWAY) export convert --out $(MODEL_DIR)
-	$(SLIPWAY) smoke --model-dir $(MODEL_DIR)
-	$(SLIPWAY) loadtest --model-dir $(MODEL_DIR) --shape step --max-users 16 --slo loadtest/slo.example.yaml
-	$(SLIPWAY) render --model-dir $(MODEL_DIR) $(if $(IMAGE),--image $(IMAGE))
+	$(SLIPWAY) export convert $(call flag,--out,$(MODEL_DIR))
+	$(SLIPWAY) smoke $(call flag,--model-dir,$(MODEL_DIR))
+	$(SLIPWAY) loadtest $(call flag,--model-dir,$(MODEL_DIR)) --shape step --max-users 16 --slo loadtest/slo.example.yaml
+	$(SLIPWAY) render $(call flag,--model-dir,$(MODEL_DIR)) $(call flag,--image,$(IMAGE))
 	$(SLIPWAY) summary
 
 train: setup ## train the digits CNN (reports/train.json, TensorBoard logs under build/train)
@@ -74,26 +78,26 @@ USER_MODEL_ARGS = $(if $(DATA),--data $(DATA)) $(if $(filter command line,$(orig
   $(if $(CUSTOM_OBJECTS),--custom-objects $(CUSTOM_OBJECTS))
 
 convert: setup ## convert the trained model (or KERAS_MODEL= with DATA=) to ONNX, check parity, write the artifact folder
-	$(if $(filter command line,$(origin KERAS_MODEL)),$(SLIPWAY) export convert $(KERAS_MODEL) $(USER_MODEL_ARGS) \
-	  $(if $(filter command line,$(origin MODEL_DIR)),--out $(MODEL_DIR)),$(SLIPWAY) export convert --out $(MODEL_DIR))
+	$(SLIPWAY) export convert $(if $(filter command line,$(origin KERAS_MODEL)),$(KERAS_MODEL) $(USER_MODEL_ARGS)) \
+	  $(call flag,--out,$(MODEL_DIR))
 
 serve: setup ## serve MODEL_DIR with MLServer in the foreground (HTTP_PORT, GRPC_PORT, METRICS_PORT, HOST)
-	$(SLIPWAY) serve --model-dir $(MODEL_DIR) --host $(HOST) \
-	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(SLIPWAY) serve $(call flag,--model-dir,$(MODEL_DIR)) $(call flag,--host,$(HOST)) $(call flag,--http-port,$(HTTP_PORT)) \
+	  $(call flag,--grpc-port,$(GRPC_PORT)) $(call flag,--metrics-port,$(METRICS_PORT))
 
 smoke: setup ## start MLServer on MODEL_DIR, check REST and gRPC answers with tritonclient, stop it
-	$(SLIPWAY) smoke --model-dir $(MODEL_DIR)
+	$(SLIPWAY) smoke $(call flag,--model-dir,$(MODEL_DIR))
 
 # --- load tests (loadtest/) -------------------------------------------------
 # `make loadtest` serves MODEL_DIR locally for the run unless HOST= is given on the command
-# line (HOST's default above is only the address `make serve` binds to).
+# line (HOST from elsewhere is only the address `make serve` binds to).
 SHAPE         ?= step
 PROTOCOL      ?= rest
 SLO           ?=
 LOADTEST_ARGS ?=
 
 loadtest: setup ## load-test a local server on MODEL_DIR or HOST=url; SHAPE=step|constant|spike|soak PROTOCOL=rest|grpc SLO=file.yaml
-	$(SLIPWAY) loadtest --model-dir $(MODEL_DIR) --shape $(SHAPE) --protocol $(PROTOCOL) \
+	$(SLIPWAY) loadtest $(call flag,--model-dir,$(MODEL_DIR)) --shape $(SHAPE) --protocol $(PROTOCOL) \
 	  $(if $(filter command line,$(origin HOST)),--host $(HOST)) $(if $(SLO),--slo $(SLO)) $(LOADTEST_ARGS)
 
 # --- tuning and resource recommendations (loadtest/tuning, deployments/sizing/recommend/) ---
@@ -105,7 +109,7 @@ CPU            ?=
 MEMORY         ?=
 RPS            ?=
 RECOMMEND_ARGS ?=
-TUNE_SPACE     := --model-dir $(MODEL_DIR) $(foreach v,$(VARIANTS),--variant $(v))
+TUNE_SPACE     := $(call flag,--model-dir,$(MODEL_DIR)) $(foreach v,$(VARIANTS),--variant $(v))
 
 tune: setup ## search serving specs by real step loads (VARIANTS="fp32=DIR int8=DIR", TUNE_ARGS=): reports/tune.json, build/tune/
 	flock $(BENCH_LOCK) $(SLIPWAY) tune $(TUNE_SPACE) $(TUNE_ARGS)
@@ -190,12 +194,12 @@ $(TORCH_STAMP): pyproject.toml constraints.txt | $(STAMP)
 # ---- deployments: manifests, deploy, images ------------------------------------------------
 # VERSION= or TAG= pins the manifests to a version in the model store; without them they are
 # rendered for MODEL_DIR (the demo's unpublished artifact). Canary: CANARY_VERSION= or CANARY_TAG=.
-OVERLAY          ?= cpu
+OVERLAY          ?=
 # ENGINE=kserve: a ServingRuntime + InferenceService (RawDeployment) instead of a SeldonDeployment (docs/deploying.md).
-ENGINE           ?= seldon
-AUTOSCALING      ?= cpu
+ENGINE           ?=
+AUTOSCALING      ?=
 HPA_METRIC_SOURCE ?=
-NAMESPACE        ?= slipway
+NAMESPACE        ?=
 MODEL_NAME       ?= digits
 VERSION          ?=
 TAG              ?=
@@ -229,9 +233,9 @@ DASHBOARD        ?=
 STORAGE_ROOT     ?=
 STORAGE_ENDPOINT ?=
 PVC_MOUNT        ?=
-SCHEME           ?= s3
-DRY_RUN          ?= none
-WAIT             ?= 300
+SCHEME           ?=
+DRY_RUN          ?=
+WAIT             ?=
 # PUSH=1: `make deploy` first pushes the images to IMAGE_REPO, then deploys the one for OVERLAY from there and
 # checks, before anything is applied, that every model image resolves in its registry (--check-image).
 PUSH             ?=
@@ -247,11 +251,11 @@ TOOLS_STAMP      := $(TOOLS_VENV)/.installed-checkov-$(CHECKOV_VERSION)
 # Ask the model store for a version record: $(1) = NAME@VERSION-or-TAG, $(2) = the file (written whole or not at all).
 define version_record
 	@mkdir -p $(dir $(2))
-	@$(SLIPWAY) versions show $(1) --store $(STORE) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
+	@$(SLIPWAY) versions show $(1) $(call flag,--store,$(STORE)) --json > $(2).tmp || { rm -f $(2).tmp; exit 1; }
 	@mv $(2).tmp $(2)
 endef
-RENDER_ARGS = --engine $(ENGINE) --overlay $(OVERLAY) --autoscaling $(AUTOSCALING) --namespace $(NAMESPACE) \
-  $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
+RENDER_ARGS = $(call flag,--engine,$(ENGINE)) $(call flag,--overlay,$(OVERLAY)) $(call flag,--autoscaling,$(AUTOSCALING)) \
+  $(call flag,--namespace,$(NAMESPACE)) $(if $(VERSION)$(TAG),--version-record $(RECORD),$(call flag,--model-dir,$(MODEL_DIR))) \
   $(if $(CANARY_VERSION)$(CANARY_TAG),--canary-record $(CANARY_RECORD)) \
   $(if $(CANARY_PERCENT),--canary-percent $(CANARY_PERCENT)) $(if $(IMAGE),--image $(IMAGE)) \
   $(if $(IMAGE_PULL_POLICY),--image-pull-policy $(IMAGE_PULL_POLICY)) \
@@ -276,67 +280,68 @@ manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into bui
 .PHONY: alerts
 alerts: setup ## Prometheus alerts from SLO=slo.yaml's lines for MODEL_NAME in NAMESPACE -> build/manifests/alerts (PrometheusRule + rule file)
 	@test -n "$(SLO)" || { echo "usage: make alerts SLO=slo.yaml [NAMESPACE=slipway MODEL_NAME=digits]" >&2; exit 2; }
-	$(SLIPWAY) alerts --slo $(SLO) --namespace $(NAMESPACE) --model $(MODEL_NAME) --engine $(ENGINE)
+	$(SLIPWAY) alerts --slo $(SLO) $(call flag,--namespace,$(NAMESPACE)) --model $(MODEL_NAME) $(call flag,--engine,$(ENGINE))
 
 STORAGE_ARGS = $(if $(STORAGE_ENDPOINT),--storage-endpoint $(STORAGE_ENDPOINT)) $(if $(PVC_MOUNT),--pvc-mount $(PVC_MOUNT))
 
 deploy: versions-resolve $(if $(filter 1,$(PUSH)),push) ## upload + verify the model's bytes, server-side apply to the current context, wait until the pods serve it (DRY_RUN=server|client, WAIT=s, PUSH=1 IMAGE_REPO=)
 	$(SLIPWAY) deploy $(RENDER_ARGS) $(STORAGE_ARGS) $(if $(filter 1,$(PUSH)),--image $(PUSHED_IMAGE) --check-image) \
-	  --dry-run $(DRY_RUN) --wait $(WAIT)
+	  $(call flag,--dry-run,$(DRY_RUN)) $(call flag,--wait,$(WAIT))
 
 upload: versions-resolve ## upload MODEL_DIR (or VERSION=/TAG=) to its modelUri with the storage Secret's credentials, and verify it
-	$(SLIPWAY) upload --namespace $(NAMESPACE) $(STORAGE_ARGS) \
-	  $(if $(VERSION)$(TAG),--version-record $(RECORD),--model-dir $(MODEL_DIR)) \
+	$(SLIPWAY) upload $(call flag,--namespace,$(NAMESPACE)) $(STORAGE_ARGS) \
+	  $(if $(VERSION)$(TAG),--version-record $(RECORD),$(call flag,--model-dir,$(MODEL_DIR))) \
 	  $(if $(MODEL_URI),--model-uri $(MODEL_URI)) $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_APPLICATION_CREDENTIALS with SCHEME=gs), never to a file
-	$(SLIPWAY) secret --engine $(ENGINE) --namespace $(NAMESPACE) --scheme $(SCHEME) --dry-run $(DRY_RUN)
+	$(SLIPWAY) secret $(call flag,--engine,$(ENGINE)) $(call flag,--namespace,$(NAMESPACE)) $(call flag,--scheme,$(SCHEME)) \
+	  $(call flag,--dry-run,$(DRY_RUN))
 
 # --- the local control plane (localcluster): real kube-apiserver, kwok, the Seldon operator ---
-CLUSTER_PORT ?= 16443
+CLUSTER_PORT ?=
 NODE         ?=
 KEDA         ?=
 
 cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers; KEDA=1 adds KEDA); builds it from Go modules the first time
-	$(PY) -m localcluster up --port $(CLUSTER_PORT) $(if $(filter real,$(NODE)),--real-node) $(if $(KEDA),--keda)
+	$(PY) -m localcluster up $(call flag,--port,$(CLUSTER_PORT)) $(if $(filter real,$(NODE)),--real-node) $(if $(KEDA),--keda)
 
 cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them; KEDA=1 adds KEDA's)
 	$(PY) -m localcluster build $(if $(KEDA),--keda)
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
-	$(PY) -m localcluster prove-hpa --namespace $(NAMESPACE) --container $(MODEL_NAME)
+	$(PY) -m localcluster prove-hpa $(call flag,--namespace,$(NAMESPACE)) --container $(MODEL_NAME)
 
 cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
 	$(PY) -m localcluster down
 
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
-	$(SLIPWAY) undeploy --name $(MODEL_NAME) --namespace $(NAMESPACE)
+	$(SLIPWAY) undeploy --name $(MODEL_NAME) $(call flag,--namespace,$(NAMESPACE))
 
 # --- progressive delivery (deployments/delivery/canary): shadow, then an SLO-gated canary that promotes or rolls back ---
 .PHONY: shadow shadow-off canary canary-abort
-STEPS        ?= 5,10,25,50,100
-INTERVAL     ?= 5m
-PROMOTE_TAG  ?= champion
+STEPS        ?=
+INTERVAL     ?=
+PROMOTE_TAG  ?=
 CANARY_SLO    = $(if $(SLO),$(SLO),loadtest/slo.example.yaml)
 NEW_VERSION   = $(if $(VERSION),$(MODEL_NAME):$(VERSION),$(if $(TAG),$(MODEL_NAME)@$(TAG)))
 NEED_VERSION  = @test -n "$(VERSION)$(TAG)" || { echo "usage: make $@ VERSION=4 (or TAG=challenger): the store's version to bring in" >&2; exit 2; }
 
 shadow: setup ## run VERSION=|TAG= as a shadow beside the serving version: a copy of every request, its answers dropped
 	$(NEED_VERSION)
-	$(SLIPWAY) shadow --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) $(STORAGE_ARGS) \
+	$(SLIPWAY) shadow --ref $(NEW_VERSION) $(call flag,--store,$(STORE)) $(call flag,--namespace,$(NAMESPACE)) $(STORAGE_ARGS) \
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 shadow-off: setup ## remove the shadow from MODEL_NAME's SeldonDeployment
-	$(SLIPWAY) shadow --remove --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
+	$(SLIPWAY) shadow --remove --deployment $(MODEL_NAME) $(call flag,--namespace,$(NAMESPACE))
 
 canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVAL=5m SLO=file]: promotes (tag PROMOTE_TAG) or rolls back; PROMETHEUS_URL
 	$(NEED_VERSION)
-	$(SLIPWAY) canary --ref $(NEW_VERSION) --store $(STORE) --namespace $(NAMESPACE) --steps $(STEPS) \
-	  --interval $(INTERVAL) --slo $(CANARY_SLO) --promote-tag $(PROMOTE_TAG) $(STORAGE_ARGS) \
+	$(SLIPWAY) canary --ref $(NEW_VERSION) $(call flag,--store,$(STORE)) $(call flag,--namespace,$(NAMESPACE)) \
+	  $(call flag,--steps,$(STEPS)) $(call flag,--interval,$(INTERVAL)) --slo $(CANARY_SLO) $(call flag,--promote-tag,$(PROMOTE_TAG)) $(STORAGE_ARGS) \
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 canary-abort: setup ## roll back MODEL_NAME's canary in progress now (weights 100/0, canary removed, tag unchanged)
-	$(SLIPWAY) canary --abort --deployment $(MODEL_NAME) --namespace $(NAMESPACE)
+	$(SLIPWAY) canary --abort --deployment $(MODEL_NAME) $(call flag,--namespace,$(NAMESPACE))
 
 IMAGE_REPO ?=
 # The daemonless builder: buildah builds the Dockerfile, mmdebstrap makes its base from Debian's packages, skopeo asks
@@ -399,22 +404,22 @@ $(GRAFANA_SCHEMA_STAMP): $(GRAFANA_SCHEMA_DIR)/package.json $(GRAFANA_SCHEMA_DIR
 .PHONY: publish versions promote rollback gc
 
 publish: setup ## publish MODEL_DIR as the next version of MODEL_NAME in STORE (TAG= to tag it)
-	$(SLIPWAY) versions publish $(MODEL_DIR) --model $(MODEL_NAME) --store $(STORE) $(if $(TAG),--tag $(TAG))
+	$(SLIPWAY) versions publish $(MODEL_DIR) --model $(MODEL_NAME) $(call flag,--store,$(STORE)) $(call flag,--tag,$(TAG))
 
 versions: setup ## list the versions in STORE, newest first
-	$(SLIPWAY) versions list --store $(STORE)
+	$(SLIPWAY) versions list $(call flag,--store,$(STORE))
 
 promote: setup ## point TAG at VERSION of MODEL_NAME (make promote TAG=champion VERSION=3)
 	@test -n "$(TAG)" -a -n "$(VERSION)" || { echo "usage: make promote TAG=champion VERSION=3" >&2; exit 2; }
-	$(SLIPWAY) versions promote $(MODEL_NAME)@$(TAG) $(MODEL_NAME):$(VERSION) --store $(STORE)
+	$(SLIPWAY) versions promote $(MODEL_NAME)@$(TAG) $(MODEL_NAME):$(VERSION) $(call flag,--store,$(STORE))
 
 rollback: setup ## move TAG of MODEL_NAME back to its previous version, then redeploy it (TAG=champion)
 	@test -n "$(TAG)" || { echo "usage: make rollback TAG=champion" >&2; exit 2; }
-	$(SLIPWAY) versions rollback $(MODEL_NAME)@$(TAG) --store $(STORE)
+	$(SLIPWAY) versions rollback $(MODEL_NAME)@$(TAG) $(call flag,--store,$(STORE))
 	$(MAKE) deploy TAG=$(TAG)
 
 gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; never one a tag needs
-	$(SLIPWAY) versions gc --keep $(KEEP) --store $(STORE)
+	$(SLIPWAY) versions gc --keep $(KEEP) $(call flag,--store,$(STORE))
 
 # --- benchmarks/ (python -m benchmarks serving, gpu): serving benchmarks (issue 4) ---------
 BENCH_ARGS     ?=

@@ -24,6 +24,7 @@ from export.store.refs import RefError, parse_ref, parse_tag_ref
 from export.store.store import DEFAULT_STORE, ModelStore, check_publish
 from slipway.artifact import ArtifactError, read_manifest
 from slipway.cli import UserError, console
+from slipway.paths import DEMO_ARTIFACT_DIR
 
 out = Console(highlight=False, soft_wrap=True)
 ACCURACY_KEYS = ("accuracy", "onnx_test_accuracy", "train.test_accuracy")
@@ -290,7 +291,13 @@ def add_versions_parser(commands: argparse._SubParsersAction) -> None:
         return parser
 
     publish = command("publish", cmd_publish, "store an artifact folder as the model's next version (same content: same version)")
-    publish.add_argument("artifact_dir", type=Path, help="artifact folder (model.onnx, model-settings.json, manifest.json)")
+    publish.add_argument(
+        "artifact_dir",
+        type=Path,
+        nargs="?",
+        default=DEMO_ARTIFACT_DIR,
+        help="artifact folder (model.onnx, model-settings.json, manifest.json; default: the demo's)",
+    )
     publish.add_argument("--model", help="model name (default: the name in the folder's model-settings.json)")
     publish.add_argument("--tag", help="point this tag at the version (e.g. v1.0, champion)")
     publish.add_argument("--variant", help="export variant to record (default: from reports/export.json)")
