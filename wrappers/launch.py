@@ -109,6 +109,7 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
     from wrappers.limits import body_budget
     from wrappers.limits.connection_rules import ConnectionLimits
     from wrappers.mlserver_compat import IncompatibleMLServer, connections, servers
+    from wrappers.transport.grpc_drain import DrainGate
 
     state = process_state.begin()  # the process's registries, which the models loaded below reach (current())
     try:
@@ -125,8 +126,9 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
         connections.limit_http_connections(ConnectionLimits.from_env())  # every uvicorn server MLServer starts
         if settings.grpc_max_message_length is None:  # grpc's own receive limit, 4 MiB, refuses a single image batch
             settings.grpc_max_message_length = body_budget.sized_here()  # REST bodies' budget; MLSERVER_GRPC_MAX_... wins
-        server = servers.build(settings, on_unknown_model=state.metrics.count_unknown_model)
-        servers.drain_on_signals(server, drain_seconds())
+        gate = DrainGate()  # the gRPC server's first interceptor: refuses new calls once the drain begins
+        server = servers.build(settings, gate, on_unknown_model=state.metrics.count_unknown_model)
+        servers.drain_on_signals(server, drain_seconds(), gate)
     except (repository_api.RepositoryApiError, IncompatibleMLServer, SettingsError, DrainSettingError) as err:
         raise LaunchError(first_line(err)) from None
     logger.info(transport)  # once MLServer has set up logging as its settings say (JSON lines, say)

@@ -7,13 +7,17 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import time
 
+import grpc
+import numpy as np
 import onnx
 import pytest
+from tritonclient.grpc import service_pb2
 
 from slipway import drain
 from slipway.cli import UserError
@@ -22,6 +26,8 @@ from slipway.ports import LOOPBACK
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.loopback import wait_until_read
+from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
+from wrappers.transport.grpc_drain import REFUSAL
 
 pytestmark = pytest.mark.slow
 BODY = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[0.5,1.5,2.5]}]}'
@@ -106,6 +112,55 @@ def test_a_request_begun_on_a_kept_alive_connection_as_the_drain_starts_is_answe
             answer = _answer(sock)
             assert answer.status == 200 and json.loads(answer.read())["outputs"][0]["data"] == [0.5, 1.5, 2.5]
             assert answer.getheader("connection") == "close"  # the client knows to open its next one elsewhere
+        assert _stopped(server) == 0, server.log_path.read_text()[-2000:]
+
+
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+def _calls_taken(server: LocalServer) -> int:
+    """How many ModelStreamInfer calls have passed the server's interceptors to their handler (with MLSERVER_DEBUG,
+    MLServer's logging interceptor logs each call's method as it passes)."""
+    return server.log_path.read_text().count(STREAM)
+
+
+def test_on_sigterm_a_grpc_call_taken_is_answered_and_a_new_one_is_refused_unavailable(repository):
+    """grpc's own stop cancels (CANCELLED) the calls it has taken but not handed to a handler, and those arriving until
+    the clients read its GOAWAY: the drain refuses new calls UNAVAILABLE first, which a client may send again, and
+    answers the ones taken (here a stream opened before the signal, its request sent after it)."""
+    x = np.array([0.5, 1.5, 2.5], np.float32)
+    request = raw_request("echo", {"x": ("FP32", [3], x.tobytes())})
+    with LocalServer(repository, extra_env={drain.DRAIN_ENV: "60", "MLSERVER_DEBUG": "true"}) as server:
+        client = GrpcClient(server.grpc_target)
+        held: queue.Queue = queue.Queue()
+        stream = client.channel.stream_stream(  # MLServer's stream answers ModelInferResponse, not Triton's wrapper
+            STREAM,
+            request_serializer=service_pb2.ModelInferRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelInferResponse.FromString,
+        )
+        answers = stream(iter(held.get, None), timeout=60)
+        for _ in range(400):  # bounded: until the handler has the call (it waits for the stream's first request)
+            if _calls_taken(server):
+                break
+            time.sleep(0.05)
+        assert _calls_taken(server) == 1
+        os.kill(server.pid, signal.SIGTERM)
+        late = GrpcClient(server.grpc_target)
+        for _ in range(200):  # bounded: a call sent in the instant before the signal is handled is still answered
+            try:
+                late.infer(request)
+            except grpc.RpcError as refused:
+                assert refused.code() == grpc.StatusCode.UNAVAILABLE and refused.details() == REFUSAL, refused
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("no call refused after SIGTERM")
+        late.close()
+        held.put(request)
+        held.put(None)
+        answered = list(answers)
+        assert len(answered) == 1 and raw_output(answered[0]).tolist() == [0.5, 1.5, 2.5]
+        client.close()
         assert _stopped(server) == 0, server.log_path.read_text()[-2000:]
 
 

@@ -56,9 +56,12 @@ def test_malformed_requests_log_a_bounded_number_of_lines_and_no_traceback(serve
     assert figures["serving_after_s"] is not None, figures
 
 
-def test_sigterm_under_8_rest_clients_loses_none_and_the_server_exits_0(tmp_path, env):
+def test_sigterm_under_8_clients_per_protocol_loses_none_and_the_server_exits_0(tmp_path, env):
     with served(tmp_path, "slipway", env) as running:
-        figures = sigterm(running, TIER.clients, TIER.drain_s, protocols=("rest",))
-    rest = figures["requests"]["rest"]
-    assert figures["exit_code"] == 0 and rest["answered"] > 0, figures
-    assert rest["lost"] == 0, figures["lost_as"]  # every request sent was answered, or refused before it was taken
+        figures = sigterm(running, TIER.clients, TIER.drain_s)
+    assert figures["exit_code"] == 0, figures
+    for protocol in ("rest", "grpc"):
+        requests = figures["requests"][protocol]
+        assert requests["answered"] > 0 and requests["refused"] == TIER.clients, figures  # each client stops at one refusal
+        # every request sent was answered, or refused before it was taken (a refused connection, 503, UNAVAILABLE)
+        assert requests["lost"] == 0, figures["lost_as"]

@@ -246,6 +246,11 @@ def server_start():
     del servers.MLServer.start
     asyncio.run(servers.load_settings("."))
 
+def grpc_interceptors():
+    from wrappers.mlserver_compat import servers
+    del servers.grpc_server.aio  # a module that builds its gRPC server some other way
+    servers.check_grpc_interceptors()
+
 def data_plane():
     import asyncio
     from wrappers.mlserver_compat import servers
@@ -361,6 +366,7 @@ TARGETS = {
     "json_encoder": ("REST responses and headers", "mlserver.codecs.json.encode_to_json_bytes"),
     "server_start": ("server built and started by the launcher", "mlserver.server.MLServer.start"),
     "data_plane": ("server built and started by the launcher", "mlserver.handlers.DataPlane.infer_stream"),
+    "grpc_interceptors": ("gRPC server's first interceptor (the drain)", "mlserver.grpc.server.aio"),
     "shared_ports": ("ports shared by several front ends", "uvicorn.Server.startup"),
     "model_context": ("model context in log lines", "mlserver.context.model_name_var"),
     "connection_limits": (

@@ -114,6 +114,7 @@ def extension_points() -> dict[str, Callable[[], object]]:
     return {
         "mlserver version": check_version,
         "server built and started by the launcher": servers.check_server_points,
+        "gRPC server's first interceptor (the drain)": servers.check_grpc_interceptors,
         "gRPC raw converters": grpc_path.check_converters,
         "gRPC handlers on the running server": grpc_path.check_running_servers,
         "gRPC poller thread": grpc_threads.check_poller_thread,

@@ -4,7 +4,9 @@
 and starts it with the models, and hands its REST app and gRPC server to no one; it logs a model that fails
 to load and exits 0. `wrappers.launch` does the same steps itself through the functions here, so that the
 REST app (built with the server) and the gRPC server (built as it starts serving) are handed to
-`running` as they are made, and each model's load is awaited by the launcher, which sees why one fails.
+`running` as they are made, and each model's load is awaited by the launcher, which sees why one fails. The gRPC
+server is built with Slipway's drain gate as its first interceptor (`wrappers.transport.grpc_drain`), and on SIGTERM
+the launcher drains both servers (`drain_on_signals`) instead of MLServer's stop.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from mlserver.cli import serve as mlserver_cli
@@ -22,11 +25,14 @@ from mlserver.handlers.dataplane import DataPlane
 from mlserver.registry import MultiModelRegistry
 from mlserver.server import MLServer
 
-from wrappers.mlserver_compat import require, require_function, running
+from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
+from wrappers.transport.grpc_drain import REFUSING_AT_MOST_S, DrainGate
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
 _SERVER = "mlserver.server.MLServer"
 _GRPC = "mlserver.grpc.server.GRPCServer"
+_AIO = "mlserver.grpc.server.aio"
+_AIO_SERVER = ("migration_thread_pool", "handlers", "interceptors", "options", "maximum_concurrent_rpcs", "compression")
 
 
 def check_server_points() -> None:
@@ -62,14 +68,57 @@ async def load_settings(folder: str) -> tuple[Any, list[Any]]:
     return await mlserver_cli.load_settings(folder)
 
 
-def build(settings: Any, on_unknown_model: Callable[[], None] = lambda: None) -> Any:
-    """`MLServer(settings)`, its REST app handed to `running` now and its gRPC server as soon as it is built.
+def check_grpc_interceptors() -> Any:
+    """What `build` reaches to put an interceptor first on MLServer's gRPC server: `GRPCServer._create_server` builds
+    it with `aio.server(..., interceptors=...)`, `aio` read from its module's globals (grpc.aio); returns that."""
+    aio = require(grpc_server, "aio", _AIO)
+    require_function(aio, "server", f"{_AIO}.server", _AIO_SERVER)
+    create = require_function(require(grpc_server, "GRPCServer", _GRPC), "_create_server", f"{_GRPC}._create_server", ("self",))
+    if not {"aio", "server", "_interceptors"} <= set(create.__code__.co_names):
+        raise IncompatibleMLServer(f"{_GRPC}._create_server", "no longer builds its server with aio.server(interceptors=...)")
+    return aio
+
+
+class _AioWithInterceptor:
+    """grpc.aio, but for `server`, which puts `first` ahead of the interceptors it is given (keyword only, as
+    MLServer passes them) and records that it was called."""
+
+    def __init__(self, aio: Any, first: Any) -> None:
+        self._aio, self._first, self.called = aio, first, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._aio, name)
+
+    def server(self, *args: Any, interceptors: Any = None, **kwargs: Any) -> Any:
+        self.called = True
+        return self._aio.server(*args, interceptors=[self._first, *(interceptors or ())], **kwargs)
+
+
+@contextmanager
+def _interceptor_first(interceptor: Any) -> Iterator[None]:
+    """While the block runs (MLServer's `_create_server`, on the event loop's thread), MLServer's gRPC server module
+    builds its server with `interceptor` first; IncompatibleMLServer where it did not build one through it."""
+    aio = check_grpc_interceptors()
+    swapped = _AioWithInterceptor(aio, interceptor)
+    grpc_server.aio = swapped
+    try:
+        yield
+    finally:
+        grpc_server.aio = aio
+    if not swapped.called:
+        raise IncompatibleMLServer(f"{_GRPC}._create_server", "built its server without calling aio.server")
+
+
+def build(settings: Any, gate: DrainGate, on_unknown_model: Callable[[], None] = lambda: None) -> Any:
+    """`MLServer(settings)`, its REST app handed to `running` now and its gRPC server as soon as it is built, with
+    `gate` as its first interceptor (`drain_on_signals` closes it).
 
     Its data plane answers an inference request for a model (or version) the registry does not hold before MLServer's
     request metrics see it (`on_unknown_model` counts it instead): MLServer labels them with the name the client sent,
     five series for each name, so a client could grow the metrics endpoint without bound. Call it on the running
     event loop (MLServer installs its signal handlers there)."""
     check_server_points()
+    check_grpc_interceptors()
     running.mark_launched()
     server = MLServer(settings)
     app = require(require(server, "_rest_server", f"{_SERVER}._rest_server"), "_app", "mlserver.rest.server.RESTServer._app")
@@ -80,7 +129,8 @@ def build(settings: Any, on_unknown_model: Callable[[], None] = lambda: None) ->
     _answer_unknown_models_first(require(server, "_data_plane", f"{_SERVER}._data_plane"), registry, on_unknown_model)
 
     def create_and_hand_over() -> Any:
-        built = create_server()
+        with _interceptor_first(gate):
+            built = create_server()
         running.add_grpc_server(built)
         return built
 
@@ -147,14 +197,15 @@ def model_identity(model_settings: Any) -> tuple[str, str | None, str]:
     return model_settings.name, model_settings.version, str(getattr(model_settings, "_source", None) or "?")
 
 
-def drain_on_signals(server: Any, grace_s: float) -> None:
+def drain_on_signals(server: Any, grace_s: float, gate: DrainGate) -> None:
     """On SIGTERM (SIGINT, SIGQUIT) stop accepting on REST and gRPC at once, answer what each has accepted for at most
     `grace_s`, then stop. Call it on the running event loop, after `build` (it replaces the handlers MLServer added).
 
     MLServer's own handler stopped gRPC first, with 5 s of grace, REST accepting new connections meanwhile, then REST
     with no bound: one request that never ended (a client that stops sending its body) kept the process until the
     pod's grace period ran out and it was killed, losing every request still in flight; and with parallel workers it
-    closed their pool first, under the requests they were answering."""
+    closed their pool first, under the requests they were answering. And its gRPC stop cancelled the calls grpc had
+    taken but not yet handed to a handler (`gate`, `wrappers.transport.grpc_drain`, says why it refuses them instead)."""
     rest = require(server, "_rest_server", f"{_SERVER}._rest_server")
     grpc = require(server, "_grpc_server", f"{_SERVER}._grpc_server")
     require_function(rest, "stop", "mlserver.rest.server.RESTServer.stop", ("sig",), is_async=True)
@@ -165,13 +216,16 @@ def drain_on_signals(server: Any, grace_s: float) -> None:
         if draining:
             logger.info("signal %d: already draining (at most %g s)", sig, grace_s)
             return
-        draining.append(loop.create_task(_drain(server, rest, grpc, sig, grace_s)))
+        gate.close()  # now, before the loop takes another call: each new one is refused UNAVAILABLE
+        draining.append(loop.create_task(_drain(server, rest, grpc, gate, sig, grace_s)))
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
         loop.add_signal_handler(sig, on_signal, sig)
 
 
-async def _drain(server: Any, rest: Any, grpc: Any, sig: int, grace_s: float) -> None:
+async def _drain(server: Any, rest: Any, grpc: Any, gate: DrainGate, sig: int, grace_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
     logger.info(
         "signal %d: accepting no more requests, answering those in flight for at most %g s (SLIPWAY_DRAIN_SECONDS)",
         sig,
@@ -183,11 +237,13 @@ async def _drain(server: Any, rest: Any, grpc: Any, sig: int, grace_s: float) ->
     await rest.stop(sig)  # uvicorn closes its listener and idle connections now, the others once answered
     grpc_server = getattr(grpc, "_server", None)  # made as gRPC starts serving
     if grpc_server is not None:
-        await grpc_server.stop(grace_s)  # refuses new RPCs now, cancels those in flight after grace_s
+        # grpc's stop kills the calls it has not handed to a handler: stop it once the refused clients stop sending
+        if not await gate.quiet(at_most_s=min(REFUSING_AT_MOST_S, grace_s)):
+            logger.info("gRPC clients still send after %d refusals: stopping gRPC regardless", gate.refused)
+        await grpc_server.stop(max(deadline - loop.time(), 0.0))  # then cancels the calls still in flight
     if uvicorn_server is not None:
-        deadline = asyncio.get_running_loop().time() + grace_s + 1
         state = uvicorn_server.server_state
-        while (state.connections or state.tasks) and asyncio.get_running_loop().time() < deadline:
+        while (state.connections or state.tasks) and loop.time() < deadline + 1:
             await asyncio.sleep(0.05)
     for part, method in (("_inference_pool_registry", "close"), ("_kafka_server", "stop")):
         found = getattr(server, part, None)
