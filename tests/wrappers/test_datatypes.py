@@ -7,6 +7,8 @@ with INVALID_ARGUMENT (REST: 400) naming the input, the datatype and what to sen
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from slipway.v2_wire import V2_TO_NUMPY, to_raw, unpack_bytes
 from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.v2 import error_text, post, raw_request
+from wrappers.transport.json_tensors import INLINE_BODY_BYTES
 
 pytestmark = pytest.mark.slow
 ONNX_TYPES = {
@@ -105,7 +108,8 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("repository")
     graphs = tmp_path_factory.mktemp("graphs")
     for datatype, onnx_type in ONNX_TYPES.items():
-        model_folder(root, datatype.lower(), identity_graph(graphs / f"{datatype}.onnx", onnx_type))
+        graph = identity_graph(graphs / f"{datatype}.onnx", onnx_type)
+        model_folder(root, datatype.lower(), graph, extra={"max_request_rows": 1 << 17})  # a large JSON body's rows
     with LocalServer(root) as running:
         yield running
 
@@ -266,6 +270,30 @@ def test_rest_json_out_of_range_or_of_another_type_is_400(server, datatype, data
     good = [item.decode() for item in sent] if datatype == "BYTES" else sent.tolist()
     status, body = post(url, {"inputs": [{"name": "x", "datatype": datatype, "shape": [1], "data": good}]})
     assert status == 200 and body["outputs"][0]["data"] == good, body
+
+
+@pytest.mark.parametrize(
+    "datatype, wrong, expected",
+    [
+        ("INT8", 128, "values must fit INT8 (-128..127)"),
+        ("INT64", 1.0, "INT64 data must be integers, got float"),
+        ("UINT64", -1, "values must fit UINT64 (0..18446744073709551615)"),
+    ],
+)
+def test_a_large_rest_json_integer_tensor_comes_back_exact_and_a_wrong_value_in_it_is_400(server, datatype, wrong, expected):
+    """Past INLINE_BODY_BYTES a list of integers is parsed a piece at a time into an array; what the runtime refuses in
+    a short list it refuses in a long one, with the same message."""
+    info = np.iinfo(V2_TO_NUMPY[datatype])
+    sent = np.resize(np.array([info.min, info.max, 0, 1, info.max // 3], dtype=info.dtype), 80_000)
+    url = f"{server.http_url}/v2/models/{datatype.lower()}/infer"
+    body = {"inputs": [{"name": "x", "datatype": datatype, "shape": [sent.size], "data": sent.tolist()}]}
+    assert len(json.dumps(body)) > INLINE_BODY_BYTES
+    status, answer = post(url, body)
+    assert status == 200, answer
+    assert_exact(np.array(answer["outputs"][0]["data"], dtype=sent.dtype), sent)
+    body["inputs"][0]["data"][-2] = wrong
+    status, answer = post(url, body)
+    assert status == 400 and f"input 'x': {expected}" in error_text(answer), answer
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -38,10 +38,41 @@ def test_a_long_list_of_floats_becomes_an_array_of_its_datatype_and_the_rest_par
     assert document["inputs"][0].pop("data") == [] and document == whole
 
 
+INTEGERS = "[" + ", ".join(str(value) for value in list(range(-60, 61, 3)) + [7, -0, 127, 100, -128]) + "]"
+
+
+@pytest.mark.parametrize("datatype", ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"])
+def test_a_long_list_of_integers_becomes_an_array_of_its_datatype(datatype):
+    data = INTEGERS if datatype.startswith("INT") else INTEGERS.replace("-", "")  # unsigned: the same magnitudes
+    body = _request(data, datatype, id="r-1")
+    document, arrays = json_tensors.parse_large(body, parse)
+    whole = parse(body)
+    dtype = json_tensors.INTEGER_DTYPES[datatype]
+    assert list(arrays) == [0] and arrays[0].dtype == dtype
+    assert arrays[0].tolist() == whole["inputs"][0].pop("data")  # every value as sent
+    assert document["inputs"][0].pop("data") == [] and document == whole
+
+
+def test_the_widest_integers_keep_every_digit():
+    values = [2**63 - 1, -(2**63), 0, 2**53 + 1] * 10
+    document, arrays = json_tensors.parse_large(_request(json.dumps(values), "INT64"), parse)
+    assert arrays[0].tolist() == values
+    unsigned = [2**64 - 1, 2**63, 1] * 10
+    document, arrays = json_tensors.parse_large(_request(json.dumps(unsigned), "UINT64"), parse)
+    assert arrays[0].dtype == np.uint64 and arrays[0].tolist() == unsigned
+
+
 @pytest.mark.parametrize(
     "data, datatype",
     [
-        (NUMBERS, "INT64"),  # integers are checked as a list, by the runtime
+        (NUMBERS, "INT64"),  # fractions among integers are checked as a list, by the runtime
+        (INTEGERS.replace(", 7,", ", 7.0,"), "INT64"),  # even a whole one
+        (INTEGERS.replace(", 7,", ", 7e0,"), "INT64"),
+        (INTEGERS.replace(", 7,", ", true,"), "INT32"),  # so are booleans among integers
+        (INTEGERS.replace(", 7,", ", null,"), "INT32"),
+        (INTEGERS.replace(", 7,", ", 128,"), "INT8"),  # and a value out of the datatype's range
+        (INTEGERS.replace(", 7,", ", -1,"), "UINT64"),
+        (INTEGERS.replace(", 7,", f", {2**64},"), "UINT64"),
         (NUMBERS.replace(", 7,", ", true,"), "FP32"),  # so are booleans among floats
         ("[" + ", ".join(["[1.5, 2.5]"] * 40) + "]", "FP32"),  # nested
         ("[" + ", ".join(['"a,b]"'] * 40) + "]", "BYTES"),  # strings, one with a bracket

@@ -1,14 +1,17 @@
-"""Large V2 JSON bodies parsed a piece at a time, each flat list of floats straight into an array.
+"""Large V2 JSON bodies parsed a piece at a time, each flat list of floats or integers straight into an array.
 
 A JSON parser builds the whole document in one call that holds the GIL throughout: on a worker thread it stalls the
 event loop just as much as on the loop itself, since the loop cannot run a line of Python until the call returns.
-And it builds a Python float per value (an object and a pointer, several times the text). Here an input's `data`
-that is a flat list of numbers, of a float datatype, past `PIECE_BYTES` is cut out of the body before the rest is
-parsed, then parsed `PIECE_BYTES` at a time into an array of the input's datatype: between pieces the thread runs
-Python again, where the event loop takes the GIL back (`sys.getswitchinterval`), and the request holds the array
-(what the raw gRPC path hands the runtime), not a list. Pieces are parsed by the same parser, so a malformed number
-is refused as before; what is not such a list (nested lists, strings, integer datatypes, `data` elsewhere than in
-an input) is parsed as it would have been. No MLServer import: `wrappers.transport.rest_infer` calls it.
+And it builds a Python float or int per value (an object and a pointer, several times the text). Here an input's
+`data` that is a flat list of numbers, of a float or integer datatype, past `PIECE_BYTES` is cut out of the body
+before the rest is parsed, then parsed `PIECE_BYTES` at a time into an array of the input's datatype: between pieces
+the thread runs Python again, where the event loop takes the GIL back (`sys.getswitchinterval`), and the request
+holds the array (what the raw gRPC path hands the runtime), not a list. Pieces are parsed by the same parser, so a
+malformed number is refused as before. A list the runtime would refuse or read leniently (an integer list holding a
+fraction, an exponent, true/false or a value out of the datatype's range; true/false among floats) and what is not
+such a list (nested lists, strings, `data` elsewhere than in an input) is parsed whole, as it would have been, so
+the runtime's checks answer it as before. Strings stay a Python object each: ONNX Runtime takes a string tensor as
+an array of them. No MLServer import: `wrappers.transport.rest_infer` calls it.
 """
 
 from __future__ import annotations
@@ -24,13 +27,24 @@ PIECE_BYTES = 256 << 10  # parsed in one call: as long
 PIECE_VALUES = 1 << 15  # encoded in one call, about as long
 _NONCE = os.urandom(8).hex()  # in every marker: no client writes one by chance
 FLOAT_DTYPES = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
+INTEGER_DTYPES = {
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+}
 _KEY = b'"data"'
 _WHITESPACE = (b" ", b"\t", b"\r", b"\n")
 _NUMBERS = b"0123456789+-.eE \t\r\n,"  # all a flat list of JSON numbers holds
+_INTEGERS = b"0123456789- \t\r\n,"  # all a flat list of JSON integers holds: no fraction, no exponent
 
 
 def parse_large(body: bytes, parse: Callable[[bytes], Any]) -> tuple[Any, dict[int, np.ndarray]]:
-    """`parse(body)`, but where an input's `data` is a flat list of numbers of a float datatype longer than
+    """`parse(body)`, but where an input's `data` is a flat list of numbers of a float or integer datatype longer than
     PIECE_BYTES, that input's `data` is left empty and the numbers come back beside the document as an array of the
     datatype, by the input's index (validating an array as a list would walk it, holding the GIL). ValueError (a
     JSONDecodeError among them) where `parse` would refuse the body."""
@@ -51,8 +65,13 @@ def parse_large(body: bytes, parse: Callable[[bytes], Any]) -> tuple[Any, dict[i
     for index, tensor in enumerate(inputs if isinstance(inputs, list) else []):
         if not isinstance(tensor, dict) or not isinstance(data := tensor.get("data"), str) or data not in spans:
             continue
-        span, dtype = spans.pop(data), FLOAT_DTYPES.get(tensor.get("datatype", ""))
-        values = _floats(span, dtype, parse) if dtype is not None else parse(b"[" + span + b"]")
+        span, datatype = spans.pop(data), tensor.get("datatype", "")
+        if datatype in FLOAT_DTYPES:
+            values = _numbers(span, FLOAT_DTYPES[datatype], _NUMBERS, parse)
+        elif datatype in INTEGER_DTYPES:
+            values = _numbers(span, INTEGER_DTYPES[datatype], _INTEGERS, parse)
+        else:
+            values = parse(b"[" + span + b"]")
         if isinstance(values, np.ndarray):
             arrays[index], tensor["data"] = values, []
         else:
@@ -109,22 +128,26 @@ def _skip(body: bytes, position: int) -> int:
     return position
 
 
-def _floats(span: bytes, dtype: Any, parse: Callable[[bytes], Any]) -> np.ndarray | list:
+def _numbers(span: bytes, dtype: Any, allowed: bytes, parse: Callable[[bytes], Any]) -> np.ndarray | list:
     """The numbers between `[` and `]` as an array, parsed a piece at a time; a list as `parse` reads it where they
-    are not numbers alone (true/false, null: the runtime checks those as any JSON list). ValueError where `parse`
-    would refuse the list."""
+    are not such numbers alone (bytes other than `allowed`: true/false, null, a fraction among integers) or do not fit
+    `dtype` (an integer out of its range): the runtime checks those as any JSON list. ValueError where `parse` would
+    refuse the list."""
     pieces: list[np.ndarray] = []
     position, size = 0, len(span)
     while position < size:
         end = span.find(b",", min(size, position + PIECE_BYTES))
         end = size if end < 0 else end
         piece = span[position:end]
-        if piece.translate(None, _NUMBERS):  # not numbers alone
+        if piece.translate(None, allowed):  # not such numbers alone
             return parse(b"[" + span + b"]")
         values = parse(b"[" + piece + b"]")
         if not values:  # nothing between two commas, or after the last one
             raise ValueError("a list of numbers with an empty value in it")
-        pieces.append(np.asarray(values, dtype=dtype))
+        try:
+            pieces.append(np.asarray(values, dtype=dtype))
+        except OverflowError:  # an integer out of the datatype's range: the runtime says which range
+            return parse(b"[" + span + b"]")
         position = end + 1
     if span.rstrip().endswith(b","):
         raise ValueError("a list of numbers that ends with a comma")
