@@ -41,6 +41,8 @@ SMALL_INTERVAL_S = 0.01  # a small request is due every 10 ms
 SMALL_ALONE = 200  # small requests timed alone, before the large body
 SMALL_MOST = 5000  # at most this many while the large body is answered (and at most `seconds`)
 NUMBER = b"0.123456789,"  # one FP32 value as JSON text: 12 bytes
+INTEGER = b"31415,"  # one INT64 value as JSON text (a token id, say): 6 bytes
+ONNX_TYPES = {"FP32": TensorProto.FLOAT, "INT64": TensorProto.INT64}
 IR_VERSION, OPSET = 8, 17  # what ONNX Runtime reads
 
 
@@ -58,30 +60,32 @@ class Server(Protocol):
     def pid(self) -> int | None: ...
 
 
-def identity_folder(root: Path, implementation: str) -> Path:
-    """A model folder: y = x over [N] FP32, served by `implementation`, no row limit to speak of."""
-    folder = root / implementation / "echo"
+def identity_folder(root: Path, implementation: str, name: str = "echo", datatype: str = "FP32") -> Path:
+    """A model folder: y = x over [N] of `datatype` (FP32, INT64), served by `implementation`, no row limit to speak
+    of; `root/implementation/name`, so that several are a model repository."""
+    folder = root / implementation / name
     folder.mkdir(parents=True)
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
         "identity",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("x", ONNX_TYPES[datatype], ["N"])],
+        [helper.make_tensor_value_info("y", ONNX_TYPES[datatype], ["N"])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     onnx.save(model, folder / "model.onnx")
     parameters = {"uri": "./model.onnx", "extra": {"max_request_rows": 1 << 28}}
-    settings = {"name": "echo", "implementation": implementation, "parameters": parameters}
+    settings = {"name": name, "implementation": implementation, "parameters": parameters}
     (folder / SETTINGS_FILE).write_text(json.dumps(settings))
     write_manifest(folder)
     return folder
 
 
-def json_body(size: int) -> tuple[bytes, int]:
-    """A V2 JSON request of about `size` bytes of FP32 numbers, and how many numbers it holds."""
-    count = size // len(NUMBER)
-    head = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[%d],"data":[' % count
-    return head + (NUMBER * count)[:-1] + b"]}]}", count
+def json_body(size: int, datatype: str = "FP32") -> tuple[bytes, int]:
+    """A V2 JSON request of about `size` bytes of FP32 (or INT64) numbers, and how many numbers it holds."""
+    number = INTEGER if datatype == "INT64" else NUMBER
+    count = size // len(number)
+    head = b'{"inputs":[{"name":"x","datatype":"%s","shape":[%d],"data":[' % (datatype.encode(), count)
+    return head + (number * count)[:-1] + b"]}]}", count
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -91,14 +95,14 @@ def _status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"/proc/{pid}/status has no {field}")
 
 
-def peak_growth(server: Server, body: bytes, count: int) -> dict[str, Any]:
-    """Reset the server's peak RSS, send `body`, and read how far the peak rose over the RSS before it."""
+def peak_growth(server: Server, body: bytes, count: int, model: str = "echo") -> dict[str, Any]:
+    """Reset the server's peak RSS, send `body` to `model`, and read how far the peak rose over the RSS before it."""
     pid = server.pid
     assert pid is not None
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS now
     before = _status_kib(pid, "VmRSS") * 1024
     request = urllib.request.Request(
-        f"{server.http_url}/v2/models/echo/infer", data=body, headers={"Content-Type": "application/json"}
+        f"{server.http_url}/v2/models/{model}/infer", data=body, headers={"Content-Type": "application/json"}
     )
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=600) as answer:
@@ -183,7 +187,7 @@ def small_requests_during(server: Server, body: bytes, seconds: float = 120.0) -
 
 
 @contextmanager
-def _served(folder: Path, implementation: str, env: dict[str, str], rev: str | None) -> Iterator[Server]:
+def served_at(folder: Path, implementation: str, env: dict[str, str], rev: str | None) -> Iterator[Server]:
     """`folder` served by this tree (Slipway's launcher or plain `mlserver start`), or by REV's tree."""
     if rev is None:
         with LocalServer(folder, extra_env=env, launcher=implementation == SLIPWAY) as server:
@@ -218,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     try:
         for side, implementation, rev in sides:
-            with _served(identity_folder(root / side, implementation), implementation, env, rev) as server:
+            with served_at(identity_folder(root / side, implementation), implementation, env, rev) as server:
                 runs = [peak_growth(server, body, count) for _ in range(args.rounds)]
                 latency = small_requests_during(server, body)
             growth = sorted(run["bytes_held_per_byte_sent"] for run in runs)

@@ -209,20 +209,29 @@ def cmd_hostile_load(args: argparse.Namespace) -> int:
     if min(args.mib, args.trickling, args.unknown_names, args.malformed, args.clients, args.sigterm_runs) < 1:
         raise UserError("--mib, --trickling, --unknown-names, --malformed, --clients and --sigterm-runs must be at least 1")
     tier = hostile_load.tier_of(args)
+    from benchmarks.against import resolve
+
+    against = tuple(resolve(rev) for rev in args.against)
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("hostile-load", total=hostile_load.steps(tier))
-        payload = hostile_load.run(tier, on_step=lambda: progress.advance(task))
+        task = progress.add_task("hostile-load", total=hostile_load.steps(tier, against))
+        payload = hostile_load.run(tier, against, on_step=lambda: progress.advance(task))
     path = write_report("hostile-load", payload)
     hostile_load.plot(payload, REPORTS_DIR / "hostile-load.png")
     for side, figures in payload["servers"].items():
         console.print(
-            f"{side}: {figures['rss']['bytes_held_per_byte_sent']} bytes held per byte of a {tier.body_mib} MiB body; "
+            f"{side}: {figures['rss']['bytes_held_per_byte_sent']} bytes held per byte of a {tier.body_mib} MiB body "
+            f"(INT64: {figures['rss_int64']['bytes_held_per_byte_sent']}); "
             f"small requests' p99 during it {figures['small_requests']['during_the_large_body']['p99_ms']} ms; "
             f"{figures['slowloris']['held_by_the_server']} of {tier.trickling} trickling connections held; "
             f"{figures['unknown_models']['series_after']} metric series after {2 * tier.unknown_names} unknown names; "
             f"log bytes per malformed request REST {figures['malformed']['rest_log_bytes_per_request']}, "
             f"gRPC {figures['malformed']['grpc_log_bytes_per_request']}; lost on SIGTERM {figures['sigterm']['lost']}",
             soft_wrap=True,
+        )
+    for side, figures in payload["rss_at"].items():
+        console.print(
+            f"{side}: {figures['rss']['bytes_held_per_byte_sent']} bytes held per byte of a {tier.body_mib} MiB body "
+            f"(INT64: {figures['rss_int64']['bytes_held_per_byte_sent']})"
         )
     console.print(f"report {path}, plot {REPORTS_DIR / 'hostile-load.png'}")
     return 0

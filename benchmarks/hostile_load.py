@@ -1,11 +1,13 @@
 """What hostile clients can make a server spend (issue 47), measured on Slipway's launcher and on plain MLServer side
-by side: peak resident memory grown per byte of one admitted JSON body, small requests' p99 while it is answered,
+by side: peak resident memory grown per byte of one admitted JSON body (of FP32 numbers, and of INT64 ones; with
+`--against REV`, REV's launcher too), small requests' p99 while it is answered,
 connections still held after the header timeout by clients trickling header bytes (slowloris), metric series and
 bytes after requests for made-up model names, log bytes per malformed request (REST and gRPC), and requests lost
 when the server is sent SIGTERM under 8 clients per protocol.
 
-Each server serves the same identity graph on loopback (`benchmarks.body_memory.identity_folder`; plain `mlserver
-start` serves it with `benchmarks.plain_runtime`, as `body-memory` does), each probe bounded in count and time. The
+Each server serves the same identity graphs, FP32 and INT64, on loopback (`benchmarks.body_memory.identity_folder`;
+plain `mlserver start` serves them with `benchmarks.plain_runtime`, as `body-memory` does), each probe bounded in count
+and time. The
 SIGTERM probe ends its server, so it starts one of its own per run. `python -m benchmarks hostile-load`
 (reports/hostile-load.json and a plot beside it; the figures are in docs/security.md);
 tests/wrappers/test_hostile_load.py runs a small one and checks the behaviours, not the speeds.
@@ -33,7 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.body_memory import PLAIN, SLIPWAY, identity_folder, json_body, peak_growth, small_requests_during
+from benchmarks.body_memory import (
+    PLAIN,
+    SLIPWAY,
+    identity_folder,
+    json_body,
+    peak_growth,
+    served_at,
+    small_requests_during,
+)
 from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
 from slipway.drain import DEFAULT_DRAIN_S, DRAIN_ENV
 from slipway.local_server import LocalServer
@@ -49,6 +59,7 @@ TRICKLE_EVERY_S = 0.5  # a trickling connection sends one more header byte this 
 SIGTERM_AFTER_S = 1.0  # the clients' load before the server is told to stop
 CLIENT_DEADLINE_S = 60.0  # no client of the SIGTERM probe runs longer
 SIDES = {"slipway": SLIPWAY, "plain_mlserver": PLAIN}
+INT_MODEL = "echo-int64"  # beside "echo" (FP32): the same identity over INT64
 
 
 @dataclass(frozen=True)
@@ -75,14 +86,33 @@ def limits_env(tier: Tier, body_bytes: int) -> dict[str, str]:
     }
 
 
+def identity_repository(root: Path, implementation: str) -> Path:
+    """A model repository of two identity models served by `implementation`: `echo` (FP32) and INT_MODEL (INT64)."""
+    identity_folder(root, implementation, INT_MODEL, "INT64")
+    return identity_folder(root, implementation).parent
+
+
 @contextmanager
 def served(root: Path, side: str, env: dict[str, str]) -> Iterator[LocalServer]:
-    """The identity model served by `side`: Slipway's launcher or plain `mlserver start`, on loopback."""
+    """The identity models served by `side`: Slipway's launcher or plain `mlserver start`, on loopback."""
     implementation = SIDES[side]
-    folder = identity_folder(root, implementation)
-    with LocalServer(folder, extra_env=env, launcher=implementation == SLIPWAY) as server:
+    repository = identity_repository(root, implementation)
+    with LocalServer(repository, extra_env=env, launcher=implementation == SLIPWAY) as server:
         yield server
-    shutil.rmtree(folder.parent, ignore_errors=True)
+    shutil.rmtree(repository, ignore_errors=True)
+
+
+def bodies(tier: Tier) -> dict[str, tuple[bytes, int]]:
+    """The admitted JSON bodies, each of about `tier.body_mib` MiB, and how many numbers each holds, by datatype."""
+    return {datatype: json_body(tier.body_mib * MIB, datatype) for datatype in ("FP32", "INT64")}
+
+
+def rss(server: Any, sent: dict[str, tuple[bytes, int]]) -> dict[str, Any]:
+    """Peak bytes held per byte of each admitted body (`rss`: FP32, `rss_int64`: INT64)."""
+    return {
+        "rss": peak_growth(server, *sent["FP32"]),
+        "rss_int64": peak_growth(server, *sent["INT64"], model=INT_MODEL),
+    }
 
 
 def serving_after_s(server: LocalServer, seconds: float = 30.0) -> float | None:
@@ -359,11 +389,12 @@ def sigterm(server: LocalServer, clients: int, drain_s: float, protocols: tuple[
 
 def measure(side: str, tier: Tier, root: Path, on_step: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Every probe against `side`, each on the same server but the SIGTERM one, which starts one per run."""
-    body, count = json_body(tier.body_mib * MIB)
-    env = limits_env(tier, len(body))
+    sent = bodies(tier)
+    body = sent["FP32"][0]
+    env = limits_env(tier, max(len(body) for body, _ in sent.values()))
     figures: dict[str, Any] = {}
     with served(root / side, side, env) as server:
-        figures["rss"] = peak_growth(server, body, count)
+        figures.update(rss(server, sent))
         on_step()
         figures["small_requests"] = small_requests_during(server, body, tier.latency_seconds)
         on_step()
@@ -387,17 +418,30 @@ def measure(side: str, tier: Tier, root: Path, on_step: Callable[[], None] = lam
     return figures
 
 
-def steps(tier: Tier) -> int:
-    return len(SIDES) * (5 + tier.sigterm_runs)
+def measure_at(commit: str, tier: Tier, root: Path) -> dict[str, Any]:
+    """The memory probes alone against `commit`'s launcher (its tree unpacked as `python -m benchmarks against` does)."""
+    sent = bodies(tier)
+    env = limits_env(tier, max(len(body) for body, _ in sent.values()))
+    with served_at(identity_repository(root / commit[:12], SLIPWAY), SLIPWAY, env, commit) as server:
+        return rss(server, sent)
 
 
-def run(tier: Tier, on_step: Callable[[], None] = lambda: None) -> dict[str, Any]:
+def steps(tier: Tier, against: tuple[str, ...] = ()) -> int:
+    return len(SIDES) * (5 + tier.sigterm_runs) + len(against)
+
+
+def run(tier: Tier, against: tuple[str, ...] = (), on_step: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """Every probe on each side; with `against` (commits), the memory probes on each commit's launcher too."""
     root = Path(tempfile.mkdtemp(prefix="slipway-hostile-load-"))
+    rss_at: dict[str, Any] = {}
     try:
         servers = {side: measure(side, tier, root, on_step) for side in SIDES}
+        for commit in against:
+            rss_at[f"slipway_at_{commit[:12]}"] = measure_at(commit, tier, root)
+            on_step()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {"tier": tier.__dict__, "load_average": os.getloadavg()[0], "servers": servers}
+    return {"tier": tier.__dict__, "load_average": os.getloadavg()[0], "servers": servers, "rss_at": rss_at}
 
 
 def plot(payload: dict[str, Any], path: Path) -> None:
@@ -412,6 +456,10 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         (
             f"peak bytes held per byte\nof one {tier['body_mib']} MiB body",
             [s["rss"]["bytes_held_per_byte_sent"] for s in servers],
+        ),
+        (
+            f"peak bytes held per byte\nof one {tier['body_mib']} MiB INT64 body",
+            [s["rss_int64"]["bytes_held_per_byte_sent"] for s in servers],
         ),
         (
             "small requests' p99 (ms)\nduring the large body",
@@ -463,6 +511,13 @@ def tier_of(args: argparse.Namespace) -> Tier:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = Tier()
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        action="append",
+        default=[],
+        help="also measure the memory probes on REV's launcher (a commit id, tag or branch; repeatable)",
+    )
     parser.add_argument("--mib", type=int, default=defaults.body_mib, help="the admitted JSON body in MiB (default 32)")
     parser.add_argument("--trickling", type=int, default=defaults.trickling, help="slowloris connections (default 100)")
     parser.add_argument(

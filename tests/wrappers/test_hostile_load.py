@@ -7,7 +7,17 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.body_memory import json_body, peak_growth
-from benchmarks.hostile_load import MIB, Tier, limits_env, malformed, served, sigterm, trickling, unknown_names
+from benchmarks.hostile_load import (
+    INT_MODEL,
+    MIB,
+    Tier,
+    limits_env,
+    malformed,
+    served,
+    sigterm,
+    trickling,
+    unknown_names,
+)
 from wrappers.limits.body_budget import JSON_AMPLIFICATION
 from wrappers.operations.refusal_logs import BURST
 
@@ -28,9 +38,10 @@ def server(tmp_path_factory, env):
         yield running
 
 
-def test_an_admitted_body_grows_the_server_by_less_than_the_budget_assumes(server):
-    body, count = json_body(TIER.body_mib * MIB)
-    grown = peak_growth(server, body, count)
+@pytest.mark.parametrize(("datatype", "model"), [("FP32", "echo"), ("INT64", INT_MODEL)])
+def test_an_admitted_body_grows_the_server_by_less_than_the_budget_assumes(server, datatype, model):
+    body, count = json_body(TIER.body_mib * MIB, datatype)
+    grown = peak_growth(server, body, count, model)
     assert grown["bytes_held_per_byte_sent"] < JSON_AMPLIFICATION, grown  # the body limit is sized by this factor
 
 
