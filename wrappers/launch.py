@@ -108,8 +108,8 @@ async def _serve(folder: Path, expected: int, ready_file: Path | None, transport
     from wrappers import repository_api
     from wrappers.limits import body_budget
     from wrappers.limits.connection_rules import ConnectionLimits
+    from wrappers.limits.grpc_drain import DrainGate
     from wrappers.mlserver_compat import IncompatibleMLServer, connections, servers
-    from wrappers.transport.grpc_drain import DrainGate
 
     state = process_state.begin()  # the process's registries, which the models loaded below reach (current())
     try:

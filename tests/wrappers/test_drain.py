@@ -27,7 +27,7 @@ from tests.graphs import identity_graph
 from tests.wrappers.folders import model_folder
 from tests.wrappers.loopback import wait_until_read
 from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
-from wrappers.transport.grpc_drain import REFUSAL
+from wrappers.limits.grpc_drain import REFUSAL
 
 pytestmark = pytest.mark.slow
 BODY = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[0.5,1.5,2.5]}]}'

@@ -5,7 +5,7 @@ and starts it with the models, and hands its REST app and gRPC server to no one;
 to load and exits 0. `wrappers.launch` does the same steps itself through the functions here, so that the
 REST app (built with the server) and the gRPC server (built as it starts serving) are handed to
 `running` as they are made, and each model's load is awaited by the launcher, which sees why one fails. The gRPC
-server is built with Slipway's drain gate as its first interceptor (`wrappers.transport.grpc_drain`), and on SIGTERM
+server is built with Slipway's drain gate as its first interceptor (`wrappers.limits.grpc_drain`), and on SIGTERM
 the launcher drains both servers (`drain_on_signals`) instead of MLServer's stop.
 """
 
@@ -25,8 +25,8 @@ from mlserver.handlers.dataplane import DataPlane
 from mlserver.registry import MultiModelRegistry
 from mlserver.server import MLServer
 
+from wrappers.limits.grpc_drain import REFUSING_AT_MOST_S, DrainGate
 from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
-from wrappers.transport.grpc_drain import REFUSING_AT_MOST_S, DrainGate
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
 _SERVER = "mlserver.server.MLServer"
@@ -205,7 +205,7 @@ def drain_on_signals(server: Any, grace_s: float, gate: DrainGate) -> None:
     with no bound: one request that never ended (a client that stops sending its body) kept the process until the
     pod's grace period ran out and it was killed, losing every request still in flight; and with parallel workers it
     closed their pool first, under the requests they were answering. And its gRPC stop cancelled the calls grpc had
-    taken but not yet handed to a handler (`gate`, `wrappers.transport.grpc_drain`, says why it refuses them instead)."""
+    taken but not yet handed to a handler (`gate`, `wrappers.limits.grpc_drain`, says why it refuses them instead)."""
     rest = require(server, "_rest_server", f"{_SERVER}._rest_server")
     grpc = require(server, "_grpc_server", f"{_SERVER}._grpc_server")
     require_function(rest, "stop", "mlserver.rest.server.RESTServer.stop", ("sig",), is_async=True)
