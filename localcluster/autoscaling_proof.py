@@ -58,7 +58,8 @@ def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> 
         )
 
 
-def _sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
+def sample(api, namespace: str, hpa, began: float, phase: str) -> Sample:
+    """The HPA's target Deployment (replicas, Ready) and the HPA's CPU utilization now, `began` the phases' clock."""
     from kubernetes import client
 
     deployment = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
@@ -103,7 +104,7 @@ def prove(
     high: str = "900m",
     low: str = "50m",
     timeout_s: float = 240.0,
-    on_sample: Callable[[Sample], None] = lambda sample: None,
+    on_sample: Callable[[Sample], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Drive usage to `high` until the HPA reaches its maximum, then to `low` until it is back at its minimum.
     The usage is the `container`'s (default: the one the HPA's CPU metric names)."""
@@ -127,16 +128,16 @@ def prove(
             while True:
                 _set_usage(api, namespace, selector, container, cpu)
                 hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)
-                sample = _sample(api, namespace, hpa, began, phase)
-                samples.append(sample)
-                on_sample(sample)
-                if sample.replicas == goal and sample.ready == goal:
+                now = sample(api, namespace, hpa, began, phase)
+                samples.append(now)
+                on_sample(now)
+                if now.replicas == goal and now.ready == goal:
                     break
                 if time.monotonic() > deadline:
                     raise ProofFailed(
                         f"with every pod at {cpu} CPU the HPA {namespace}/{hpa_name} did not reach {goal} "
-                        f"replicas within {timeout_s:.0f}s (at {sample.replicas}, utilization "
-                        f"{sample.utilization}%)"
+                        f"replicas within {timeout_s:.0f}s (at {now.replicas}, utilization "
+                        f"{now.utilization}%)"
                     )
                 time.sleep(SAMPLE_EVERY_S)
     finally:
@@ -154,15 +155,26 @@ def prove(
         "max_replicas": hpa.spec.max_replicas,
         "behavior": behavior,
         "phase_started_s": phases,
-        "samples": [asdict(sample) for sample in samples],
+        "samples": [asdict(each) for each in samples],
     }
 
 
 def write(result: dict[str, Any], reports_dir: Path | None = None) -> Path:
     """The JSON report, and a PNG of replicas and utilization over time beside it; returns the JSON's path."""
+    path = write_report(REPORT, result, reports_dir)
+    plot(
+        result,
+        path.with_suffix(".png"),
+        title=f"HPA {result['namespace']}/{result['hpa']} on the local cluster (kwok usage, metrics-server)",
+        phase_labels={phase: f"usage {usage}/pod" for phase, usage in result["usage_per_pod"].items()},
+    )
+    return path
+
+
+def plot(result: dict[str, Any], path: Path, *, title: str, phase_labels: dict[str, str]) -> None:
+    """Replicas, Ready pods and the HPA's CPU utilization over `result`'s samples, each phase's start marked, as a PNG."""
     from slipway.plots import pyplot, save_png
 
-    path = write_report(REPORT, result, reports_dir)
     samples = result["samples"]
     plt = pyplot()
     figure, replicas_axis = plt.subplots(figsize=(8, 4))
@@ -179,12 +191,9 @@ def write(result: dict[str, Any], reports_dir: Path | None = None) -> Path:
     utilization_axis.set_ylabel("CPU utilization, %")
     for phase, started in result["phase_started_s"].items():
         replicas_axis.axvline(started, color="grey", linewidth=0.8)
-        replicas_axis.annotate(
-            f"usage {result['usage_per_pod'][phase]}/pod", (started, result["max_replicas"] + 0.5), fontsize=8, color="grey"
-        )
+        replicas_axis.annotate(phase_labels[phase], (started, result["max_replicas"] + 0.5), fontsize=8, color="grey")
     lines = replicas_axis.get_legend_handles_labels()
     more = utilization_axis.get_legend_handles_labels()
     replicas_axis.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right", fontsize=8)
-    replicas_axis.set_title(f"HPA {result['namespace']}/{result['hpa']} on the local cluster (kwok usage, metrics-server)")
-    save_png(figure, path.with_suffix(".png"))
-    return path
+    replicas_axis.set_title(title)
+    save_png(figure, path)
