@@ -220,6 +220,10 @@ REPOSITORY_TOKEN_SECRET ?=
 GPU_NODE_SELECTOR ?=
 GPU_TOLERATIONS  ?=
 TRT_CACHE_CLAIM  ?=
+# Any overlay: every pod on nodes with these KEY=VALUE labels, tolerating these KEY[=VALUE][:EFFECT] taints (added to
+# the overlay's), e.g. the local cluster's real node: NODE_SELECTOR=slipway.dev/node=real TOLERATIONS=slipway.dev/node=real:NoSchedule
+NODE_SELECTOR    ?=
+TOLERATIONS      ?=
 # SPLIT=cpu-gpu: decoding/resizing and top-k in CPU pods of their own around the model's (a Seldon graph run by its
 # executor), each with its own autoscaler (docs/manifests.md).
 SPLIT            ?=
@@ -268,6 +272,7 @@ RENDER_ARGS = $(call flag,--engine,$(ENGINE)) $(call flag,--overlay,$(OVERLAY)) 
   $(if $(HPA_METRIC_SOURCE),--hpa-metric-source $(HPA_METRIC_SOURCE)) \
   $(foreach label,$(GPU_NODE_SELECTOR),--gpu-node-selector $(label)) \
   $(foreach taint,$(GPU_TOLERATIONS),--gpu-toleration $(taint)) $(if $(TRT_CACHE_CLAIM),--trt-cache-claim $(TRT_CACHE_CLAIM)) \
+  $(foreach label,$(NODE_SELECTOR),--node-selector $(label)) $(foreach taint,$(TOLERATIONS),--toleration $(taint)) \
   $(if $(filter 1,$(DASHBOARD)),--dashboard) $(if $(SPLIT),--split $(SPLIT)) $(if $(FRONTENDS),--frontends $(FRONTENDS))
 
 versions-resolve: setup

@@ -116,6 +116,22 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
         "parameters.extra.shared_memory: true)",
     )
     command.add_argument(
+        "--node-selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="every pod only on nodes with this label (repeatable; added to the overlay's), e.g. "
+        "slipway.dev/node=real for the local cluster's real node",
+    )
+    command.add_argument(
+        "--toleration",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="every pod tolerates this taint, as `kubectl taint` writes it (repeatable; added to the overlay's), "
+        "e.g. slipway.dev/node=real:NoSchedule",
+    )
+    command.add_argument(
         "--gpu-node-selector",
         action="append",
         default=[],
@@ -243,6 +259,8 @@ def _render_options(args: argparse.Namespace, main, canary):
         hpa_metric_source=args.hpa_metric_source,
         gpu_node_selector=tuple(args.gpu_node_selector),
         gpu_tolerations=tuple(args.gpu_toleration),
+        node_selector=tuple(args.node_selector),
+        tolerations=tuple(args.toleration),
         trt_cache_claim=args.trt_cache_claim,
         repository_api=args.repository_api,
         repository_token_secret=args.repository_token_secret,

@@ -11,18 +11,13 @@ import re
 from collections.abc import Iterator, Sequence
 
 from deployments.render import seldon
+from deployments.render.placement import PlacementError, parse_node_selector, parse_toleration
 from deployments.render.records import ModelVersion
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TENSORRT_CACHE_VOLUME = "tensorrt-cache"
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 GPU_EXPORT = "python -m export variants --target gpu"  # how to make the variant a GPU serves
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-class PlacementError(ValueError):
-    """A GPU option Kubernetes would refuse, or one that has nothing to apply to; the message says what to pass."""
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")  # a claim's name
 
 
 def gpu_pod_specs(sdep: dict) -> Iterator[tuple[str, dict]]:
@@ -72,64 +67,6 @@ def check_variant(predictor: str, version: ModelVersion) -> str | None:
     return None
 
 
-def parse_node_selector(items: Sequence[str]) -> dict[str, str]:
-    """`KEY=VALUE` pairs as a nodeSelector, each key and value checked as Kubernetes checks labels."""
-    selector: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise PlacementError(
-                f"--gpu-node-selector {item!r} is not KEY=VALUE (e.g. cloud.google.com/gke-accelerator=nvidia-l4)"
-            )
-        _check_key(key, f"--gpu-node-selector {item!r}")
-        _check_value(value, f"--gpu-node-selector {item!r}")
-        if key in selector:
-            raise PlacementError(f"--gpu-node-selector names {key!r} twice: a node has one value per label")
-        selector[key] = value
-    return selector
-
-
-def parse_toleration(text: str) -> dict[str, str]:
-    """`KEY[=VALUE][:EFFECT]`, as `kubectl taint` writes taints: with a value it tolerates that value only
-    (operator Equal), without one every value (Exists); without an effect, every effect."""
-    rest, colon, effect = text.rpartition(":") if ":" in text else (text, "", "")
-    key, equals, value = rest.partition("=")
-    where = f"--gpu-toleration {text!r}"
-    _check_key(key, where)
-    toleration = {"key": key, "operator": "Equal" if equals else "Exists"}
-    if equals:
-        _check_value(value, where)
-        toleration["value"] = value
-    if colon:
-        if effect not in TAINT_EFFECTS:
-            raise PlacementError(f"{where}: effect {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
-        toleration["effect"] = effect
-    return toleration
-
-
-def _check_key(key: str, where: str) -> None:
-    """A label or taint key: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        raise PlacementError(
-            f"{where}: key prefix {prefix!r} is not a DNS subdomain (lower-case letters, digits, "
-            "'-' and '.', e.g. cloud.google.com)"
-        )
-    if not _NAME.match(name):
-        raise PlacementError(
-            f"{where}: key name {name!r} must be 1-63 letters, digits, '-', '_' or '.', starting "
-            "and ending with a letter or digit"
-        )
-
-
-def _check_value(value: str, where: str) -> None:
-    if value and not _NAME.match(value):
-        raise PlacementError(
-            f"{where}: value {value!r} must be at most 63 letters, digits, '-', '_' or '.', starting "
-            "and ending with a letter or digit"
-        )
-
-
 def check_claim(name: str) -> str:
     if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
         raise PlacementError(
@@ -152,8 +89,8 @@ def place(
     Placement options on a rendering without GPU pods are refused: pinning CPU pods to GPU nodes wastes GPUs,
     and ignoring the options would hide that the overlay is not the one meant.
     """
-    selector = parse_node_selector(node_selector) if node_selector else None
-    parsed = [parse_toleration(text) for text in tolerations]
+    selector = parse_node_selector(node_selector, "--gpu-node-selector") if node_selector else None
+    parsed = [parse_toleration(text, "--gpu-toleration") for text in tolerations]
     claim = check_claim(cache_claim) if cache_claim is not None else None
     pods = list(gpu_pod_specs(sdep))
     if not pods:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
-from deployments.render import autoscaling, frontends, gpu, kustomize, seldon, split
+from deployments.render import autoscaling, frontends, gpu, kustomize, placement, seldon, split
 from deployments.render.dashboard import COMPONENT_DIR as DASHBOARD_COMPONENT
 from deployments.render.dashboard import DashboardError, is_dashboard
 from deployments.render.dashboard import pin as pin_dashboard
@@ -133,6 +133,8 @@ class RenderOptions:
     hpa_metric_source: str = "container"
     gpu_node_selector: tuple[str, ...] = ()
     gpu_tolerations: tuple[str, ...] = ()
+    node_selector: tuple[str, ...] = ()
+    tolerations: tuple[str, ...] = ()
     trt_cache_claim: str | None = None
     repository_api: str = "closed"
     repository_token_secret: str | None = None
@@ -141,7 +143,7 @@ class RenderOptions:
     frontends_count: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("gpu_node_selector", "gpu_tolerations"):  # as argparse's `append` gives them
+        for name in ("gpu_node_selector", "gpu_tolerations", "node_selector", "tolerations"):  # as argparse's `append` gives them
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("model", "canary"):  # an instance, never a dict a model could be made of
@@ -225,7 +227,9 @@ def render(overlay: str | Path, options: RenderOptions) -> Rendered:
         _mount_shared_memory(sdeps[0], options.shared_memory)
     pin_env(sdeps[0], repository_env)
     _pin_env_value(sdeps[0], NAMESPACE_ENV, namespace)  # the payload log's events say where they come from
-    try:  # GPU pods: the variant measured for GPUs, node placement (`KEY=VALUE`, `KEY[=VALUE][:EFFECT]`), TensorRT cache
+    # GPU pods: the variant measured for GPUs, node placement (`KEY=VALUE`, `KEY[=VALUE][:EFFECT]`), TensorRT cache;
+    # then every pod's placement
+    try:
         warnings = gpu.place(
             sdeps[0],
             models,
@@ -233,6 +237,7 @@ def render(overlay: str | Path, options: RenderOptions) -> Rendered:
             tolerations=options.gpu_tolerations,
             cache_claim=options.trt_cache_claim,
         )
+        placement.place(sdeps[0], node_selector=options.node_selector, tolerations=options.tolerations)
     except gpu.PlacementError as err:
         raise RenderError(str(err)) from err
     if options.frontends_count is not None:  # N front ends and a session host per pod: $SLIPWAY_FRONTENDS, CPUs for them
