@@ -32,7 +32,7 @@ PYTEST_WORKERS ?= 2
 STORE        ?=
 KEEP         ?= 5
 
-.PHONY: help setup setup-torch tools node-tools cluster cluster-build cluster-hpa cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
+.PHONY: help setup setup-torch tools node-tools cluster cluster-build cluster-hpa cluster-image cluster-down versions-resolve demo train convert serve smoke loadtest tune tune-check recommend manifests deploy upload secret undeploy image image-tools push test clean bench bench-gpu bench-peers
 .PHONY: export import profile bench-export bench-slim bench-keras
 
 # export variants, import, profile, bench-export
@@ -315,6 +315,9 @@ cluster-build: setup ## build the local control plane's binaries from Go modules
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
 	$(PY) -m localcluster prove-hpa $(call flag,--namespace,$(NAMESPACE)) --container $(MODEL_NAME)
+
+cluster-image: setup ## import the serving image `make image` built into the real node's containerd (make cluster NODE=real runs)
+	$(PY) -m localcluster load-image --image localhost/$(IMAGE_CPU)
 
 cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
 	$(PY) -m localcluster down

@@ -1,4 +1,4 @@
-"""`python -m localcluster build|up|down|status|prove-hpa` (`make cluster`): the local control
+"""`python -m localcluster build|up|down|status|prove-hpa|load-image` (`make cluster`): the local control
 plane from a checkout's command line."""
 
 from __future__ import annotations
@@ -140,6 +140,36 @@ def cmd_prove_hpa(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_load_image(args: argparse.Namespace) -> int:
+    """Import a serving image `make image` built into the real node's containerd, where no registry holds it."""
+    from deployments.rollout import image_build
+    from localcluster.control_plane import running_cluster
+    from localcluster.node import NodeError, load_image
+
+    state = running_cluster(_folder(args))
+    if state is None:
+        raise UserError(f"no local cluster runs from {_folder(args)}: start one with a real node (make cluster NODE=real)")
+    if not state.node or "unavailable" in state.node:
+        why = f" ({state.node['unavailable']})" if state.node else ""
+        raise UserError(f"the local cluster in {state.folder} has no real node{why}: start it with make cluster NODE=real")
+    try:
+        image_build.buildah(image_build.CACHE_DIR, "images", "--quiet", args.image)
+    except image_build.ImageBuildError as err:
+        raise UserError(
+            f"{args.image} is not in the image store {image_build.CACHE_DIR / 'storage'}: build it with make image"
+        ) from err
+    try:
+        seconds = load_image(state.node, args.image, state.folder / "node" / "image-import")
+    except NodeError as err:
+        raise UserError(str(err)) from err
+    console.print(
+        f"imported {args.image} into {state.node['name']}'s containerd in {seconds:.0f}s; deploy onto the node with "
+        f"IMAGE={args.image} IMAGE_PULL_POLICY=IfNotPresent (docs/local-cluster.md)",
+        soft_wrap=True,
+    )
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from localcluster.control_plane import ClusterState
 
@@ -164,7 +194,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def register(actions: argparse._SubParsersAction) -> None:
-    """Add the local cluster's actions (build, up, down, status, prove-hpa) to its parser's `actions`."""
+    """Add the local cluster's actions (build, up, down, status, prove-hpa, load-image) to its parser's `actions`."""
     from localcluster.control_plane import DEFAULT_API_PORT
 
     for name, func, text in (
@@ -214,6 +244,19 @@ def register(actions: argparse._SubParsersAction) -> None:
     )
     prove_hpa.add_argument("--timeout", type=float, default=240.0, help="seconds each phase may take (default 240)")
     prove_hpa.set_defaults(func=cmd_prove_hpa)
+    load = actions.add_parser(
+        "load-image",
+        help="import a serving image `make image` built into the real node's containerd (make cluster-image)",
+        description="Copy an image from the store `make image` builds into (~/.cache/slipway/images) into the real "
+        "node's containerd, which pulls from no registry here; pods then run it with imagePullPolicy IfNotPresent.",
+    )
+    load.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
+    load.add_argument(
+        "--image",
+        default="localhost/slipway/mlserver-onnx:0.1.0",
+        help="the image's reference in that store (default localhost/slipway/mlserver-onnx:0.1.0, what make image builds)",
+    )
+    load.set_defaults(func=cmd_load_image)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -67,6 +68,28 @@ def test_a_second_real_node_is_refused_before_anything_starts(monkeypatch, tmp_p
     with pytest.raises(control_plane.ClusterError, match=r"kube-proxy \(pid 4242\) already runs .*make cluster-down"):
         control_plane.up(tmp_path / "state", api_port=free_port(), real_node=True)
     assert not (tmp_path / "state").exists()
+
+
+def test_importing_the_serving_image_without_a_real_node_is_refused_in_one_line(tmp_path):
+    """`make cluster-image` (load-image) names what is missing: a running cluster, then its real node."""
+    from localcluster.control_plane import ClusterState
+    from localcluster.processes import Process
+    from tests.conftest import run_module
+
+    result = run_module("localcluster", "load-image", "--dir", str(tmp_path / "none"), check=False)
+    assert result.returncode == 2 and "no local cluster runs from" in result.stderr and "NODE=real" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    folder = tmp_path / "kwok-only"
+    folder.mkdir()
+    # a cluster whose only recorded process is this one (never stopped: nothing here calls `down`)
+    this = Process("pytest", os.getpid(), sys.executable, str(folder / "pytest.log"))
+    ClusterState(folder, 16443, [this], node={"unavailable": "cgroup v1 controllers pids are not mounted"}).save()
+    result = run_module("localcluster", "load-image", "--dir", str(folder), check=False)
+    assert result.returncode == 2, result
+    assert result.stderr.strip() == (
+        f"error: the local cluster in {folder} has no real node (cgroup v1 controllers pids are not mounted): "
+        "start it with make cluster NODE=real"
+    )
 
 
 def test_the_storage_initializer_refuses_a_destination_without_a_registry_in_one_line(tmp_path):
@@ -147,11 +170,16 @@ def real_cluster(tmp_path_factory):
 def serving_image(real_cluster, tmp_path_factory):
     """The serving image `make image` builds, imported into the node's containerd once: (built, import seconds)."""
     from deployments.rollout import image_build
-    from localcluster.node import load_image
+    from localcluster.node import NODE_NAME
+    from tests.conftest import run_module
 
     state, _ = real_cluster
     built = image_build.build_cpu(IMAGE_TAG)  # every layer cached after the first `make image`: seconds
-    return built, load_image(state.node, IMAGE, tmp_path_factory.mktemp("image"))
+    began = time.monotonic()
+    # what `make cluster-image` runs
+    result = run_module("localcluster", "load-image", "--dir", str(state.folder), "--image", IMAGE)
+    assert f"imported {IMAGE} into {NODE_NAME}'s containerd" in result.stdout + result.stderr, result
+    return built, time.monotonic() - began
 
 
 @pytest.fixture(scope="module")
