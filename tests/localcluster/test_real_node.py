@@ -660,6 +660,224 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     )
 
 
+# The HPA on the model container's real CPU: the real-node overlay plus the standalone HPA of the autoscaling-behavior
+# component (Seldon 1.17.1's hpaSpec has no `behavior`), sized for the test: 1 -> 2 replicas, one pod at a time, and
+# down 30 s after the load instead of the component's 300 s window, at most 100% per 15 s. The controller-manager's
+# HPA sync period is the local cluster's 2 s (HPA_SYNC_S), metrics-server's scrape 10 s (METRIC_RESOLUTION_S).
+# The model container asks for 200m: on two cores shared with the load generator (and, in `make test`, the rest of
+# the suite) it got 300-320m under the load, short of 70% of the real-node overlay's 500m.
+HPA_WINDOW_DOWN_S = 30
+HPA_CPU_REQUEST_M = 200
+HPA_REQUEST_PATCH = f"""
+- op: replace
+  path: /spec/predictors/0/componentSpecs/0/spec/containers/0/resources/requests/cpu
+  value: {HPA_CPU_REQUEST_M}m
+"""
+HPA_PATCH = f"""
+- op: replace
+  path: /spec/minReplicas
+  value: 1
+- op: replace
+  path: /spec/maxReplicas
+  value: 2
+- op: replace
+  path: /spec/behavior
+  value:
+    scaleUp:
+      stabilizationWindowSeconds: 0
+      policies: [{{type: Pods, value: 1, periodSeconds: 15}}]
+    scaleDown:
+      stabilizationWindowSeconds: {HPA_WINDOW_DOWN_S}
+      policies: [{{type: Percent, value: 100, periodSeconds: 15}}]
+"""
+# The bounded load: `loadtest run --host` (what `make loadtest HOST=` runs: headless Locust) against the Service's
+# ClusterIP for LOAD_S; Locust's users keep their connections, so the pod the HPA adds may see little of it.
+LOAD_USERS = 2
+LOAD_S = 90
+HPA_TIMEOUT_S = 180.0  # each phase's wait for the replicas the HPA should reach
+
+
+def _hpa_overlay(folder: Path) -> Path:
+    """The real-node overlay with the standalone-HPA component and the test's behaviour (HPA_PATCH)."""
+    from slipway.paths import PROJECT_ROOT
+
+    placed = _real_node_overlay(folder / "real-node")
+    component = os.path.relpath(PROJECT_ROOT / "deployments" / "components" / "autoscaling-behavior", folder / "hpa")
+    (folder / "hpa").mkdir()
+    (folder / "hpa" / "kustomization.yaml").write_text(
+        f"resources: [{os.path.relpath(placed, folder / 'hpa')}]\ncomponents: [{component}]\n"
+        "patches:\n  - path: behavior.yaml\n    target: {kind: HorizontalPodAutoscaler}\n"
+        "  - path: request.yaml\n    target: {kind: SeldonDeployment}\n"
+    )
+    (folder / "hpa" / "behavior.yaml").write_text(HPA_PATCH)
+    (folder / "hpa" / "request.yaml").write_text(HPA_REQUEST_PATCH)
+    return folder / "hpa"
+
+
+def _top(api, namespace: str, selector: str, container: str) -> dict[str, dict[str, int]]:
+    """What `kubectl top pod --containers` shows of `container`: per pod, metrics-server's CPU (millicores) and memory
+    (MiB) from the kubelet's /metrics/resource."""
+    from kubernetes import client
+    from kubernetes.utils import parse_quantity
+
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "metrics.k8s.io", "v1beta1", namespace, "pods", label_selector=selector
+    )
+    return {
+        item["metadata"]["name"]: {
+            "cpu_m": int(parse_quantity(usage["usage"]["cpu"]) * 1000),
+            "memory_mib": int(parse_quantity(usage["usage"]["memory"]) / 2**20),
+        }
+        for item in listed["items"]
+        for usage in item["containers"]
+        if usage["name"] == container
+    }
+
+
+@pytest.mark.slow
+def test_the_hpa_scales_the_model_container_on_its_real_cpu(
+    real_cluster, serving_image, initializer_image, digits_artifact, reports_env, tmp_path
+):
+    """metrics-server reads the real kubelet's /metrics/resource, so the model container's CPU is what
+    `kubectl top` shows; the rendered HPA (ContainerResource cpu at 70% of the request) takes the Deployment 1 -> 2
+    under a bounded load through the Service's ClusterIP and back to 1 once the load stops and its window passes.
+    Each change of replicas, with what the HPA and metrics-server read then, lands in reports/real-node.json (`hpa`)
+    and reports/real-node-hpa.png."""
+    from dataclasses import asdict
+
+    from kubernetes import client
+
+    from localcluster import autoscaling_proof
+    from localcluster.control_plane import HPA_SYNC_S, METRIC_RESOLUTION_S, MODEL_NAMESPACE
+    from localcluster.node import NODE_NAME
+    from localcluster.objects import client as api_client
+    from slipway.paths import PROJECT_ROOT, REPORTS_DIR
+    from tests.conftest import run_module
+
+    state, _ = real_cluster
+    api = api_client(state.kubeconfig)
+    core, autoscaling = client.CoreV1Api(api), client.AutoscalingV2Api(api)
+    env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
+    run_module(
+        "deployments",
+        "deploy",
+        "--namespace",
+        MODEL_NAMESPACE,
+        "--wait",
+        str(int(READY_TIMEOUT_S)),
+        "--model-dir",
+        str(digits_artifact),
+        "--overlay",
+        str(_hpa_overlay(tmp_path / "overlays")),
+        "--image",
+        IMAGE,
+        "--image-pull-policy",
+        "IfNotPresent",
+        env=env,
+    )
+    hpa_name = f"{MODEL}-default"
+    hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, MODEL_NAMESPACE)
+    target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, MODEL_NAMESPACE)
+    selector = ",".join(f"{key}={value}" for key, value in target.spec.selector.match_labels.items())
+    service = core.read_namespaced_service(f"{MODEL}-default", MODEL_NAMESPACE)
+    http = next(port.port for port in service.spec.ports if port.name == "http")
+
+    began = time.monotonic()
+    samples: list[dict] = []
+    phases: dict[str, float] = {}
+
+    def sample(phase: str) -> dict:
+        hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, MODEL_NAMESPACE)
+        now = asdict(autoscaling_proof.sample(api, MODEL_NAMESPACE, hpa, began, phase))
+        now["top"] = _top(api, MODEL_NAMESPACE, selector, MODEL)
+        samples.append(now)
+        return now
+
+    def wait_for(phase: str, until, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while not until(now := sample(phase)):
+            assert time.monotonic() < deadline, f"{phase}: not reached within {timeout_s:.0f}s: {samples[-5:]}"
+            time.sleep(autoscaling_proof.SAMPLE_EVERY_S)
+        return now
+
+    # idle: metrics-server has the container's usage from the kubelet, and the HPA reads it (below its target)
+    phases["idle"] = 0.0
+    idle = wait_for("idle", lambda s: s["top"] and s["utilization"] is not None, 6 * METRIC_RESOLUTION_S)
+    assert idle["replicas"] == 1 and idle["utilization"] < 70, idle
+    log = tmp_path / "loadtest.log"
+    with log.open("w") as out:
+        load = subprocess.Popen(
+            [sys.executable, "-m", "loadtest", "run", "--host", f"http://{service.spec.cluster_ip}:{http}"]
+            + ["--model-dir", str(digits_artifact), "--users", str(LOAD_USERS), "--duration", str(LOAD_S)]
+            + ["--name", "real-node-hpa"],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        phases["load"] = round(time.monotonic() - began, 1)
+        wait_for("load", lambda s: load.poll() is not None, LOAD_S + 60)
+    finally:
+        if load.poll() is None:
+            load.kill()
+        load.wait()
+    output = log.read_text()
+    phases["after"] = round(time.monotonic() - began, 1)
+    wait_for("after", lambda s: s["replicas"] == 1 and s["ready"] == 1, HPA_WINDOW_DOWN_S + HPA_TIMEOUT_S)
+
+    whole = re.search(r"whole run: (\d+) requests, ([\d.]+) req/s, .*?, (\d+) failures", output)
+    assert whole and int(whole[1]) > 0 and whole[3] == "0", output
+    pods = core.list_namespaced_pod(MODEL_NAMESPACE, label_selector=selector).items
+    assert all(pod.spec.node_name == NODE_NAME for pod in pods)
+    loaded = [s for s in samples if s["phase"] == "load"]
+    after = [s for s in samples if s["phase"] == "after"]
+    # why it scaled: the model container's real CPU, above 70% of its request, as the HPA and `top` read it
+    assert max(s["utilization"] or 0 for s in loaded) > 70
+    assert max(top["cpu_m"] for s in loaded for top in s["top"].values()) > 0.7 * HPA_CPU_REQUEST_M
+    # up to both replicas Ready during the load, never past the maximum; down only after the load and its window
+    assert any(s["replicas"] == 2 and s["ready"] == 2 for s in loaded) and max(s["replicas"] for s in samples) == 2
+    seen_low = next(s["seconds"] for s in after if s["utilization"] is not None and s["utilization"] < 70)
+    first_down = next(s["seconds"] for s in after if s["replicas"] < 2)
+    assert first_down - seen_low >= HPA_WINDOW_DOWN_S - HPA_SYNC_S - 2 * autoscaling_proof.SAMPLE_EVERY_S
+
+    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
+    events = [
+        {
+            "seconds": b["seconds"],
+            "phase": b["phase"],
+            "replicas": [a["replicas"], b["replicas"]],
+            "hpa_cpu_utilization_percent": b["utilization"],
+            "top": b["top"],
+        }
+        for a, b in zip(samples, samples[1:])
+        if a["replicas"] != b["replicas"]
+    ]
+    result = {
+        "hpa": hpa_name,
+        "metrics": [metric.to_dict() for metric in hpa.spec.metrics],
+        "behavior": hpa.spec.behavior.to_dict(),
+        "min_replicas": hpa.spec.min_replicas,
+        "max_replicas": hpa.spec.max_replicas,
+        "cpu_request_m": HPA_CPU_REQUEST_M,
+        "hpa_sync_s": HPA_SYNC_S,
+        "metric_resolution_s": METRIC_RESOLUTION_S,
+        "load": {"users": LOAD_USERS, "seconds": LOAD_S, "requests": int(whole[1]), "rps": float(whole[2]), "failures": 0},
+        "phase_started_s": phases,
+        "scale_events": events,
+        "load_to_scale_up_s": round(events[0]["seconds"] - phases["load"], 1),
+        "load_end_to_scale_down_s": round(events[-1]["seconds"] - phases["after"], 1),
+        "samples": samples,
+    }
+    autoscaling_proof.plot(
+        result,
+        REPORTS_DIR / "real-node-hpa.png",
+        title=f"HPA {MODEL_NAMESPACE}/{hpa_name} on the real node (the container's CPU, from the kubelet)",
+        phase_labels={"idle": "idle", "load": f"Locust, {LOAD_USERS} users", "after": "load stopped"},
+    )
+    _report(hpa=result)
+
+
 @pytest.mark.slow
 def test_a_killed_node_leaves_nothing_behind(real_cluster):
     """A run killed half way (kube-proxy, the kubelet and containerd SIGKILLed while the pod above still runs under its
