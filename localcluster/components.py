@@ -250,6 +250,38 @@ KSERVE_CRDS = Component(
 )
 COMPONENTS += (KSERVE_CRDS,)
 
+# KServe's controller (cmd/manager: the InferenceService, TrainedModel and InferenceGraph controllers and the admission
+# webhooks), from the module at the release whose CRDs KSERVE_CRDS holds, with every CRD it reads, its webhooks and its
+# `inferenceservice-config` (localcluster/kserve.py). Opt-in (`make cluster KSERVE=1`): its cold build compiles
+# Knative's, Istio's and the cloud SDKs' clients (docs/local-cluster.md gives the time).
+KSERVE_MODULE = "github.com/kserve/kserve"
+KSERVE_CRD_KINDS = (
+    "inferenceservices",
+    "servingruntimes",
+    "clusterservingruntimes",
+    "clusterstoragecontainers",
+    "inferencegraphs",
+    "trainedmodels",
+    "localmodelcaches",
+    "localmodelnodegroups",
+    "localmodelnodes",
+)
+KSERVE = Component(
+    "kserve",
+    kserve_api.KSERVE_VERSION,
+    GO_DIR / "kserve",
+    (GoBinary("kserve-manager", f"{KSERVE_MODULE}/cmd/manager"),),
+    files={
+        (KSERVE_MODULE, f"config/crd/full/serving.kserve.io_{kind}.yaml"): f"crd-kserve-{kind}.yaml" for kind in KSERVE_CRD_KINDS
+    }
+    | {
+        (KSERVE_MODULE, "config/webhook/manifests.yaml"): "kserve-webhooks.yaml",
+        (KSERVE_MODULE, "config/configmap/inferenceservice.yaml"): "kserve-inferenceservice-config.yaml",
+    },
+    optional=True,
+)
+COMPONENTS += (KSERVE,)
+
 CLUSTER_COMPONENTS = tuple(
     component for component in COMPONENTS if not component.test_tool and not component.node and not component.optional
 )
