@@ -306,12 +306,14 @@ secret: setup ## write the storage Secret into NAMESPACE from AWS_* (or GOOGLE_A
 CLUSTER_PORT ?=
 NODE         ?=
 KEDA         ?=
+KSERVE       ?=
+KSERVE_FLAG   = $(if $(KSERVE)$(filter kserve,$(ENGINE)),--kserve)
 
-cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers; KEDA=1 adds KEDA); builds it from Go modules the first time
-	$(PY) -m localcluster up $(call flag,--port,$(CLUSTER_PORT)) $(if $(filter real,$(NODE)),--real-node) $(if $(KEDA),--keda)
+cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernetes control plane with the Seldon operator on loopback (CLUSTER_PORT=; NODE=real adds a node that runs containers; KEDA=1 adds KEDA; KSERVE=1 or ENGINE=kserve adds KServe's controller); builds it from Go modules the first time
+	$(PY) -m localcluster up $(call flag,--port,$(CLUSTER_PORT)) $(if $(filter real,$(NODE)),--real-node) $(if $(KEDA),--keda) $(KSERVE_FLAG)
 
-cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them; KEDA=1 adds KEDA's)
-	$(PY) -m localcluster build $(if $(KEDA),--keda)
+cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them; KEDA=1 adds KEDA's, KSERVE=1 KServe's)
+	$(PY) -m localcluster build $(if $(KEDA),--keda) $(KSERVE_FLAG)
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
 	$(PY) -m localcluster prove-hpa $(call flag,--namespace,$(NAMESPACE)) --container $(MODEL_NAME)

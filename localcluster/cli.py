@@ -22,7 +22,7 @@ def _folder(args: argparse.Namespace) -> Path:
 def cmd_up(args: argparse.Namespace) -> int:
     from deployments.rollout.storage_secret import DEFAULT_SECRET
     from localcluster.build import BuildError
-    from localcluster.components import KEDA_VERSION, KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
+    from localcluster.components import KEDA_VERSION, KSERVE, KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
     from localcluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
     from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from localcluster.objects import NODES
@@ -35,6 +35,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 api_port=args.port,
                 real_node=args.real_node,
                 with_keda=args.keda,
+                with_kserve=args.kserve,
                 on_step=lambda step: status.update(step),
             )
     except (ClusterError, BuildError) as err:
@@ -43,6 +44,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"[green]local cluster ready[/] in {time.monotonic() - began:.0f}s: Kubernetes {KUBERNETES_VERSION} at "
         f"{state.server}, {len(NODES)} kwok nodes, Seldon Core operator {SELDON_OPERATOR_VERSION} with its "
         f"webhooks, metrics-server, {f'KEDA {KEDA_VERSION} (operator, metrics API server, webhooks), ' if args.keda else ''}"
+        f"{f'KServe {KSERVE.version} (controller, webhooks; RawDeployment), ' if args.kserve else ''}"
         f"an S3 store (versitygw) at {state.object_store['endpoint']}; "
         f"{len(state.processes)} processes, logs in {state.folder / 'logs'}",
         soft_wrap=True,
@@ -66,13 +68,20 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _asked_for(args: argparse.Namespace, component: str) -> bool:
+    """Whether the opt-in `component` (keda, kserve) is asked for by its flag."""
+    return bool(getattr(args, component))
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from localcluster.build import BuildError, build_all
     from localcluster.components import COMPONENTS
 
     began = time.monotonic()
     try:
-        folders = build_all(tuple(component for component in COMPONENTS if args.keda or not component.optional))
+        folders = build_all(
+            tuple(component for component in COMPONENTS if not component.optional or _asked_for(args, component.name))
+        )
     except BuildError as err:
         raise UserError(str(err)) from err
     console.print(
@@ -213,6 +222,12 @@ def register(actions: argparse._SubParsersAction) -> None:
                 action="store_true",
                 help="also KEDA's operator, metrics API server and admission webhooks (make cluster KEDA=1; its first "
                 "build takes long, docs/local-cluster.md)",
+            )
+            action.add_argument(
+                "--kserve",
+                action="store_true",
+                help="also KServe's controller and admission webhooks, RawDeployment mode (make cluster KSERVE=1 or "
+                "ENGINE=kserve; its first build takes long, docs/local-cluster.md)",
             )
         if name == "up":
             action.add_argument(

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster import keda, node, objects
+from localcluster import keda, kserve, node, objects
 from localcluster.build import build_all, cache_root, component_dir
-from localcluster.components import CLUSTER_COMPONENTS, KEDA, KUBERNETES_VERSION, NODE_COMPONENTS
+from localcluster.components import CLUSTER_COMPONENTS, KEDA, KSERVE, KUBERNETES_VERSION, NODE_COMPONENTS
 from localcluster.pki import ClusterPKI
 from localcluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic, local_cluster
@@ -222,12 +222,14 @@ def up(
     tied: bool = False,
     real_node: bool = False,
     with_keda: bool = False,
+    with_kserve: bool = False,
     on_step: Callable[[str], None] = lambda step: None,
 ) -> ClusterState:
     """Build what is missing, then start the whole control plane; return its state. `tied`: every process
     stops when this one dies (tests); otherwise the cluster outlives the command until `down`. `real_node`: also one
     node that runs containers (node.py); where the kernel cannot, `state.node["unavailable"]` says why, in one line,
-    and the rest comes up. `with_keda`: also KEDA's operator, metrics API server and webhooks (keda.py)."""
+    and the rest comes up. `with_keda`: also KEDA's operator, metrics API server and webhooks (keda.py).
+    `with_kserve`: also KServe's controller and its webhooks (kserve.py)."""
     folder = folder or default_state_dir()
     previous = ClusterState.load(folder)
     if previous is not None and previous.alive():
@@ -246,7 +248,12 @@ def up(
             node.check_no_other_node()  # before anything starts: a second real node would share its iptables chains
         except node.NodeError as err:
             raise ClusterError(str(err)) from err
-    bins = build_all(CLUSTER_COMPONENTS + (NODE_COMPONENTS if real_node else ()) + ((KEDA,) if with_keda else ()))
+    bins = build_all(
+        CLUSTER_COMPONENTS
+        + (NODE_COMPONENTS if real_node else ())
+        + ((KEDA,) if with_keda else ())
+        + ((KSERVE,) if with_kserve else ())
+    )
     if previous is not None and previous.node and "unavailable" not in previous.node:
         node.clean_up(previous.node, folder)  # a killed run's node: its containers, mounts, bridge and cgroups
     if folder.exists():
@@ -257,6 +264,8 @@ def up(
         _start_all(state, bins, on_step, tied)
         if with_keda:
             _start_keda(state, bins, on_step, tied)
+        if with_kserve:
+            _start_kserve(state, bins, on_step, tied)
         if real_node:
             _start_node(state, bins, on_step, tied)
     except BaseException as err:
@@ -436,6 +445,25 @@ def _start_keda(state: ClusterState, bins: dict[str, Path], on_step: Callable[[s
         certs=keda.write_certs(state.folder / "keda-certs", pki),
         ca=pki.ca.cert,
         adapter_port=adapter_port,
+        webhook_port=webhook_port,
+        free_port=free_port,
+        status=lambda url: _get(url)[0],
+    )
+
+
+def _start_kserve(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None], tied: bool) -> None:
+    """KServe's CRDs, ConfigMap and webhooks, then its manager, with the `kserve-webhook` certificate in its TMPDIR."""
+    pki = ClusterPKI(state.folder / "pki")
+    starter = _Starter(state, bins, pki, on_step, tied)
+    webhook_port = free_port()
+    on_step("installing KServe's CRDs, inferenceservice-config and webhooks")
+    kserve.install(objects.client(state.kubeconfig), bins["kserve"] / "share", webhook_port=webhook_port, ca=pki.ca.cert)
+    kserve.start(
+        lambda args, env: starter.start("kserve-manager", "kserve", args, env),
+        lambda process, ready, what: _wait(process, ready, what),
+        kubeconfig=state.kubeconfig,
+        tmp=kserve.write_certs(state.folder / "kserve-manager", pki),
+        ca=pki.ca.cert,
         webhook_port=webhook_port,
         free_port=free_port,
         status=lambda url: _get(url)[0],

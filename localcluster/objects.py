@@ -292,11 +292,15 @@ def create_bucket(storage_env: dict[str, str], bucket: str) -> None:
 
 
 def create_namespace(api, name: str, storage_env: dict[str, str]) -> None:
-    """A namespace for models, with the storage Secret the base's envSecretRefName names, as `make secret` writes it."""
+    """A namespace for models, with the storage Secrets as `make secret` writes them: Seldon's, which the base's
+    envSecretRefName names, and KServe's, which `render --engine kserve`'s ServiceAccount lists."""
+    from deployments.kserve.render import STORAGE_SECRET
+    from deployments.kserve.storage import s3_secret
     from deployments.rollout.storage_secret import DEFAULT_SECRET, secret_manifest, settings_from_environment
 
     apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     apply(api, secret_manifest(DEFAULT_SECRET, name, settings_from_environment("s3", storage_env)[0]))
+    apply(api, s3_secret(STORAGE_SECRET, name, storage_env)[0])
 
 
 def webhook_answers(port: int, ca: Path) -> bool:

@@ -156,6 +156,7 @@ class ClusterPKI:
         _sign(folder, "apiserver-kubelet-client", _name(KUBELET_CLIENT_USER, ADMIN_GROUP), ca, client=True)
         _sign(folder, "front-proxy-client", _name(FRONT_PROXY_USER), front_proxy_ca, client=True)
         _sign(folder, "seldon-webhook", _name("seldon-webhook-service"), ca, server_names=LOOPBACK)
+        _sign(folder, "kserve-webhook", _name("kserve-webhook-server-service"), ca, server_names=LOOPBACK)
         _sign(folder, "kwok", _name("kwok"), ca, server_names=LOOPBACK)
         _sign(folder, "metrics-server", _name("metrics-server"), ca, server_names=(*LOOPBACK, "metrics-server.kube-system.svc"))
         # KEDA's one pair, as its own cert rotation makes it: the operator's gRPC metrics service, the adapter (its
