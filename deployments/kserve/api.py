@@ -44,6 +44,13 @@ def predictor_name(isvc_name: str) -> str:
     return f"{isvc_name}-{PREDICTOR_COMPONENT}"
 
 
+def hpa_name(isvc_name: str) -> str:
+    """Slipway's HPA on the predictor Deployment. Not `predictor_name`: KServe's HPA reconciler gets the HPA of that
+    name, updates one it does not own into its own, and deletes its own under the `external` class, so a rendered HPA
+    of that name is gone within a reconcile (seen on the local cluster with KServe's controller)."""
+    return f"{predictor_name(isvc_name)}-hpa"
+
+
 def runtime_name(model: str) -> str:
     return f"slipway-{model}"
 

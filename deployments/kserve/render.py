@@ -219,7 +219,7 @@ def _hpa(hpa_spec: dict, isvc: dict) -> dict:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _metadata(api.predictor_name(name), isvc["metadata"]["namespace"], _labels(isvc)),
+        "metadata": _metadata(api.hpa_name(name), isvc["metadata"]["namespace"], _labels(isvc)),
         "spec": spec,
     }
 
@@ -227,7 +227,7 @@ def _hpa(hpa_spec: dict, isvc: dict) -> dict:
 def _retarget(hpa: dict, isvc: dict) -> dict:
     hpa = copy.deepcopy(hpa)
     name = isvc["metadata"]["name"]
-    hpa["metadata"]["name"] = api.predictor_name(name)
+    hpa["metadata"]["name"] = api.hpa_name(name)
     hpa["spec"]["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment", "name": api.predictor_name(name)}
     autoscaling.pin_model_container(hpa["spec"].get("metrics", []), api.CONTAINER_NAME, aliases=(name,))
     return hpa
@@ -249,7 +249,7 @@ def _pdb(pdb_spec: dict, isvc: dict) -> dict:
 
 def _dashboard(doc: dict) -> dict:
     """The dashboard's resource panels read the model container by name: KServe's is `kserve-container` (its pods,
-    `<model>-predictor-...`, and the HPA, `<model>-predictor`, already match the panels' `$model-.+`)."""
+    `<model>-predictor-...`, and the HPA, `<model>-predictor-hpa`, already match the panels' `$model-.+`)."""
     doc = copy.deepcopy(doc)
     for key, text in doc.get("data", {}).items():
         if DASHBOARD_CONTAINER_SELECTOR not in text:

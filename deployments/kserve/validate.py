@@ -207,6 +207,11 @@ def cross_resource_errors(docs: list[dict], pods: dict[str, tuple[dict, dict]]) 
                     f"({', '.join(api.predictor_name(name) for name in pods)})"
                 )
                 continue
+            if doc.get("metadata", {}).get("name") == api.predictor_name(owner):
+                errors.append(
+                    f"{label}: KServe's controller takes an HPA named {api.predictor_name(owner)} over (its own HPA's "
+                    f"name) and deletes it under autoscalerClass external; name it {api.hpa_name(owner)}"
+                )
             errors += requests_errors(label, pods[owner][1])
             errors += container_metric_errors(label, spec.get("metrics", []), pods[owner][1])
         elif kind in ("PodDisruptionBudget", "NetworkPolicy", "PodMonitor"):

@@ -34,7 +34,7 @@ def test_the_rendered_objects_pass_the_api_server_s_dry_run(api, namespace, vers
     docs = render(overlay, model=version, namespace=namespace, autoscaling_mode=mode, dashboard=dashboard).docs
     assert validate_kserve(docs).ok
     applied = apply(api, docs, namespace=namespace, dry_run=True)
-    assert {"ServingRuntime/slipway-digits", "InferenceService/digits", "HorizontalPodAutoscaler/digits-predictor"} <= set(
+    assert {"ServingRuntime/slipway-digits", "InferenceService/digits", "HorizontalPodAutoscaler/digits-predictor-hpa"} <= set(
         applied
     )
 

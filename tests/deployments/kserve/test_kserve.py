@@ -84,6 +84,7 @@ def test_one_version_as_a_runtime_and_a_raw_inference_service(main_version):
     assert account["secrets"] == [{"name": STORAGE_SECRET}]  # where KServe looks for S3 credentials
     hpa = _kind(docs, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "digits-predictor"
+    assert hpa["metadata"]["name"] == "digits-predictor-hpa"  # not KServe's own HPA's name, which its controller takes
     assert {m["containerResource"]["container"] for m in hpa["spec"]["metrics"]} == {"kserve-container"}
     assert _kind(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == {
         "serving.kserve.io/inferenceservice": "digits",
@@ -125,6 +126,10 @@ def _broken(docs, change):
             "readOnlyRootFilesystem must be true",
         ),
         (lambda d: d["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"].update(name="digits"), "not the predictor Deployment"),
+        (
+            lambda d: d["HorizontalPodAutoscaler"]["metadata"].update(name="digits-predictor"),
+            "takes an HPA named digits-predictor over",
+        ),
         (
             lambda d: d["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].update(component="transformer"),
             "matches no predictor pod",
