@@ -369,8 +369,9 @@ class _ConsoleProgress:
             yield lambda state: status.update(f"{name}: {state}")
 
     def rolled_out(self, rendered, url: str | None) -> None:
+        state = "Ready" if rendered.summary().get("serving_engine") == "kserve" else "Available"
         console.print(
-            f"[green]{rendered.name} is Available[/], its Ready pods serving "
+            f"[green]{rendered.name} is {state}[/], its Ready pods serving "
             f"{', '.join(f'{p} v{m.version}' for p, m in rendered.models.items())}",
             soft_wrap=True,
         )
@@ -379,11 +380,6 @@ class _ConsoleProgress:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    if args.engine != "seldon":
-        raise UserError(
-            f"deploy --engine {args.engine} is not built yet: render with `python -m deployments render --engine "
-            f"{args.engine}` and apply build/manifests/<overlay>/all.yaml yourself; nothing was applied"
-        )
     # no cluster: one line, before any work
     api = None if args.dry_run == "client" else _connect("nothing was applied. To render only, run `make manifests`")
     rendered = render_validated(args)
@@ -410,7 +406,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         return 0
     for line in result.served:
         console.print(line, soft_wrap=True)
-    console.print(f"inference: POST <your Seldon gateway>{rendered.inference_path}", soft_wrap=True)
+    if args.engine == "kserve":  # RawDeployment: the predictor's Service is the address, no gateway in front
+        console.print(f"inference inside the cluster: POST {rendered.inference_path}", soft_wrap=True)
+    else:
+        console.print(f"inference: POST <your Seldon gateway>{rendered.inference_path}", soft_wrap=True)
     print(rendered.inference_path)
     return 0
 
@@ -438,7 +437,8 @@ def register_deploy(commands) -> None:
         type=float,
         default=DEFAULT_WAIT_S,
         metavar="SECONDS",
-        help=f"how long to wait for the SeldonDeployment to be Available (default {DEFAULT_WAIT_S:.0f}; 0: do not wait)",
+        help=f"how long to wait for the SeldonDeployment to be Available, or the InferenceService Ready, with the "
+        f"version on every pod (default {DEFAULT_WAIT_S:.0f}; 0: do not wait)",
     )
     command.add_argument(
         "--check-image",
@@ -582,9 +582,9 @@ def register_undeploy(commands) -> None:
     command = commands.add_parser(
         "undeploy",
         help="delete what deploy applied for one model",
-        description="Delete the SeldonDeployment, HPA, PodMonitor, NetworkPolicy and "
-        "ServiceAccount Slipway applied for one model (found by its labels), and wait until they, the operator's "
-        "Deployments, Services, HPAs and budgets, and the pods are gone.",
+        description="Delete the SeldonDeployment (or KServe's InferenceService and ServingRuntime), HPA, budget, "
+        "PodMonitor, NetworkPolicy and ServiceAccount Slipway applied for one model (found by its labels), and wait "
+        "until they, the operator's Deployments, Services, HPAs and budgets, and the pods are gone.",
     )
     command.add_argument("--name", default="digits", help="the model name (default digits)")
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)

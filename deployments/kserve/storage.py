@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from deployments.kserve import api
+from deployments.rollout.kube_api import present
 from deployments.rollout.storage_secret import SecretError, secret_manifest
 
 
@@ -52,3 +53,30 @@ def s3_secret(name: str, namespace: str, environ: Mapping[str, str]) -> tuple[di
     if annotations:
         manifest["metadata"]["annotations"] = annotations
     return manifest, used
+
+
+def upload_settings(cluster, name: str, namespace: str) -> dict[str, str] | None:
+    """KServe's Secret `name` read back as the rclone settings `deploy`'s upload uses, so that it writes with the
+    pods' keys to the endpoint they read from; None where it is missing, unreadable or not in KServe's form."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from deployments.rollout.storage_secret import decoded, settings_from_environment
+
+    try:
+        secret = client.CoreV1Api(cluster).read_namespaced_secret(name, namespace)
+    except ApiException as err:
+        if err.status in (403, 404):
+            return None
+        raise
+    keys = decoded(secret)
+    if not all(keys.get(key) for key in api.S3_KEYS):
+        return None
+    annotations = present(secret.metadata).annotations or {}
+    environ = {key: keys[key] for key in api.S3_KEYS}
+    if endpoint := annotations.get(api.S3_ENDPOINT_ANNOTATION):
+        scheme = "http" if annotations.get(api.S3_HTTPS_ANNOTATION) == "0" else "https"
+        environ["AWS_ENDPOINT_URL"] = f"{scheme}://{endpoint}"
+    if region := annotations.get(api.S3_REGION_ANNOTATION):
+        environ["AWS_REGION"] = region
+    return settings_from_environment("s3", environ)[0]

@@ -19,9 +19,13 @@ from slipway.local_cluster import running_kubeconfig
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
 # Kinds `undeploy` removes, found by our labels. Seldon deletes what it created (Deployments,
-# Services, its HPAs and budgets) with the SeldonDeployment.
+# Services, its HPAs and budgets) with the SeldonDeployment, KServe what it created with the InferenceService (the
+# runtime after it, which the controller reads while it still reconciles).
 OWNED_KINDS = (
     ("machinelearning.seldon.io/v1", "SeldonDeployment"),
+    ("serving.kserve.io/v1beta1", "InferenceService"),
+    ("serving.kserve.io/v1alpha1", "ServingRuntime"),
+    ("policy/v1", "PodDisruptionBudget"),  # KServe's rendering's own budget (Seldon's is the operator's)
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
@@ -106,16 +110,16 @@ def api_message(err) -> str:
 DIGEST_ANNOTATION = "slipway.io/model-digest"  # render puts it on each predictor; Seldon copies it onto the pods
 
 
-def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: str) -> list[str]:
-    """What keeps one predictor from serving `digest`: Deployments mid-rollout or below their HPA's minimum
-    (Seldon creates them with one replica; the HPA raises that within a sync), Ready pods of another version."""
+def pods_waiting(api, namespace: str, *, selector: str, label: str, digest: str, not_created: str) -> list[str]:
+    """What keeps the Deployments and pods matching `selector` (one predictor's, `label` in the lines) from serving
+    `digest`: none yet (`not_created` says so), a Deployment mid-rollout or below its HPA's minimum (an operator
+    creates it with one replica; the HPA raises that within a sync), Ready pods of another version."""
     from kubernetes import client
 
-    selector = f"seldon-deployment-id={name},slipway.io/predictor={predictor}"
     waiting = []
     deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace, label_selector=selector).items
     if not deployments:
-        return [f"{predictor}: Seldon has not created its Deployment yet"]
+        return [f"{label}: {not_created}"]
     minimum = {
         hpa.spec.scale_target_ref.name: hpa.spec.min_replicas or 1
         for hpa in client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
@@ -131,7 +135,7 @@ def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: s
             or (status.available_replicas or 0) < wanted
         ):
             waiting.append(
-                f"{predictor}: Deployment {metadata.name} has {status.updated_replicas or 0} of "
+                f"{label}: Deployment {metadata.name} has {status.updated_replicas or 0} of "
                 f"{wanted} replicas updated, {status.available_replicas or 0} available"
             )
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items
@@ -147,9 +151,9 @@ def _predictor_waiting(api, namespace: str, name: str, predictor: str, digest: s
         if (present(pod.metadata).annotations or {}).get(DIGEST_ANNOTATION) != digest
     ]
     if not ready:
-        waiting.append(f"{predictor}: no pod is Ready")
+        waiting.append(f"{label}: no pod is Ready")
     elif stale:
-        waiting.append(f"{predictor}: {len(stale)} of {len(ready)} Ready pods serve another version ({', '.join(stale)})")
+        waiting.append(f"{label}: {len(stale)} of {len(ready)} Ready pods serve another version ({', '.join(stale)})")
     return waiting
 
 
@@ -178,7 +182,14 @@ def wait_rolled_out(
             raise DeployError(f"SeldonDeployment {namespace}/{name} Failed: {description}")
         waiting = [] if state == "Available" else [f"Seldon says {state}{': ' + description if description else ''}"]
         for predictor, digest in digests.items():
-            waiting += _predictor_waiting(api, namespace, name, predictor, digest)
+            waiting += pods_waiting(
+                api,
+                namespace,
+                selector=f"{DEPLOYMENT_ID_LABEL}={name},slipway.io/predictor={predictor}",
+                label=predictor,
+                digest=digest,
+                not_created="Seldon has not created its Deployment yet",
+            )
         on_state("; ".join(waiting) or "Available")
         if not waiting:
             return status
@@ -193,75 +204,86 @@ FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok's nodes: pods are Ready ther
 
 
 def ask_served(api, *, namespace: str, name: str, predictors: dict[str, str], timeout_s: float = 60.0) -> list[str]:
-    """Ask each predictor's Service for its model's metadata (`GET /v2/models/<model>`, through the API server's
-    service proxy) until it answers 200; return what was learnt, a line per predictor.
+    """Ask each predictor's Service for its model's metadata (`ask_service`); return a line per predictor."""
+    return [
+        ask_service(
+            api,
+            namespace=namespace,
+            label=predictor,
+            service=f"{name}-{predictor}",
+            selector=f"{DEPLOYMENT_ID_LABEL}={name},slipway.io/predictor={predictor}",
+            model=model,
+            container=model,
+            timeout_s=timeout_s,
+        )
+        for predictor, model in predictors.items()
+    ]
+
+
+def ask_service(
+    api, *, namespace: str, label: str, service: str, selector: str, model: str, container: str, timeout_s: float = 60.0
+) -> str:
+    """Ask `service` (port `http`) for `model`'s metadata (`GET /v2/models/<model>`, through the API server's service
+    proxy) until it answers 200; return what was learnt, in a line starting with `label`.
 
     Ready pods say the kubelet's probes passed; this says the Service routes to a server that has the model
-    loaded. Where the pods sit on kwok's nodes no container runs to answer, and it says so instead of asking.
-    """
+    loaded. Where the pods (`selector`) sit on kwok's nodes no container runs to answer, and it says so instead of
+    asking."""
     import json
 
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(api)
-    lines = []
-    for predictor, model in predictors.items():
-        service = f"{name}-{predictor}"
-        pods = core.list_namespaced_pod(
-            namespace, label_selector=f"seldon-deployment-id={name},slipway.io/predictor={predictor}"
-        ).items
-        nodes = {node for pod in pods if (node := present(pod.spec).node_name)}
-        if nodes and all((present(core.read_node(node).metadata).annotations or {}).get(FAKE_NODE_ANNOTATION) for node in nodes):
-            lines.append(
-                f"{predictor}: its pods are on kwok's nodes, where no container runs: /v2/models/{model} "
-                f"was not asked through Service {service}"
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    nodes = {node for pod in pods if (node := present(pod.spec).node_name)}
+    if nodes and all((present(core.read_node(node).metadata).annotations or {}).get(FAKE_NODE_ANNOTATION) for node in nodes):
+        return (
+            f"{label}: its pods are on kwok's nodes, where no container runs: /v2/models/{model} "
+            f"was not asked through Service {service}"
+        )
+    deadline, last = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            # the raw urllib3 response (`_preload_content=False`), which the client's types call a str
+            answer: Any = core.connect_get_namespaced_service_proxy_with_path(
+                f"{service}:http", namespace, f"v2/models/{model}", _preload_content=False
             )
-            continue
-        deadline, last = time.monotonic() + timeout_s, ""
-        while True:
-            try:
-                # the raw urllib3 response (`_preload_content=False`), which the client's types call a str
-                answer: Any = core.connect_get_namespaced_service_proxy_with_path(
-                    f"{service}:http", namespace, f"v2/models/{model}", _preload_content=False
-                )
-                metadata = json.loads(answer.data)
-                lines.append(
-                    f"{predictor}: Service {service} answers /v2/models/{model} "
-                    f"(versions {metadata.get('versions') or 'unnamed'})"
-                )
-                break
-            except ApiException as err:
-                last = f"{err.status} {err.reason}"
-                if err.status == 403:
-                    lines.append(f"{predictor}: may not use the API server's service proxy (403): /v2/models/{model} not asked")
-                    break
-            if time.monotonic() > deadline:
-                raise DeployError(
-                    f"the pods are Ready, but Service {namespace}/{service} does not answer "
-                    f"/v2/models/{model} after {timeout_s:.0f}s ({last}): kubectl logs -n {namespace} "
-                    f"-l seldon-deployment-id={name} -c {model}"
-                )
-            time.sleep(POLL_INTERVAL_S)
-    return lines
+            metadata = json.loads(answer.data)
+            return f"{label}: Service {service} answers /v2/models/{model} (versions {metadata.get('versions') or 'unnamed'})"
+        except ApiException as err:
+            last = f"{err.status} {err.reason}"
+            if err.status == 403:
+                return f"{label}: may not use the API server's service proxy (403): /v2/models/{model} not asked"
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"the pods are Ready, but Service {namespace}/{service} does not answer "
+                f"/v2/models/{model} after {timeout_s:.0f}s ({last}): kubectl logs -n {namespace} "
+                f"-l {selector} -c {container}"
+            )
+        time.sleep(POLL_INTERVAL_S)
 
 
-# What Seldon's operator makes for a SeldonDeployment (owned by it), and the pods under them: `undeploy` waits for these.
-SELDON_CHILD_KINDS = (
+# What Seldon's operator makes for a SeldonDeployment and KServe's for an InferenceService (owned by them), and the
+# pods under them (by the label each puts on its pods): `undeploy` waits for these.
+CHILD_KINDS = (
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "Ingress"),  # KServe's, where its ingress creation is on
 )
+POD_LABELS = {"SeldonDeployment": DEPLOYMENT_ID_LABEL, "InferenceService": "serving.kserve.io/inferenceservice"}
 UNDEPLOY_TIMEOUT_S = 180.0
 
 
 @dataclass
 class Deleted:
-    """What `delete` removed, and the SeldonDeployments among it (name -> uid) whose children are still going."""
+    """What `delete` removed, and the SeldonDeployments and InferenceServices among it (uid -> the label selector of
+    their pods) whose children are still going."""
 
     names: list[str] = field(default_factory=list)
-    seldon_deployments: dict[str, str] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
 
 
 def delete(api, *, namespace: str, model: str) -> Deleted:
@@ -283,14 +305,14 @@ def delete(api, *, namespace: str, model: str) -> Deleted:
             except NotFoundError:
                 continue
             deleted.names.append(f"{kind}/{item.metadata.name}")
-            if kind == "SeldonDeployment":
-                deleted.seldon_deployments[item.metadata.name] = item.metadata.uid
+            if kind in POD_LABELS:
+                deleted.owners[item.metadata.uid] = f"{POD_LABELS[kind]}={item.metadata.name}"
     return deleted
 
 
 def still_present(api, *, namespace: str, deleted: Deleted) -> list[str]:
-    """Of what `delete` removed, what the API server still holds: the objects themselves, the operator's children
-    of the SeldonDeployments (owned by them), and the pods of those SeldonDeployments."""
+    """Of what `delete` removed, what the API server still holds: the objects themselves, the operators' children
+    of the SeldonDeployments and InferenceServices (owned by them), and their pods."""
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
     dynamic = dynamic_client(api)
@@ -303,8 +325,8 @@ def still_present(api, *, namespace: str, deleted: Deleted) -> list[str]:
         except NotFoundError:
             continue
         left.append(name)
-    owners = set(deleted.seldon_deployments.values())
-    for api_version, kind in SELDON_CHILD_KINDS:
+    owners = set(deleted.owners)
+    for api_version, kind in CHILD_KINDS:
         try:
             resource = dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError:
@@ -313,11 +335,8 @@ def still_present(api, *, namespace: str, deleted: Deleted) -> list[str]:
             if {ref.uid for ref in item.metadata.ownerReferences or []} & owners:
                 left.append(f"{kind}/{item.metadata.name}")
     pods = dynamic.resources.get(api_version="v1", kind="Pod")
-    for name in deleted.seldon_deployments:
-        left += [
-            f"Pod/{pod.metadata.name}"
-            for pod in pods.get(namespace=namespace, label_selector=f"{DEPLOYMENT_ID_LABEL}={name}").items
-        ]
+    for selector in deleted.owners.values():
+        left += [f"Pod/{pod.metadata.name}" for pod in pods.get(namespace=namespace, label_selector=selector).items]
     return left
 
 

@@ -41,11 +41,16 @@ def add_storage_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _storage_settings(api, secret: str | None, namespace: str, scheme: str) -> dict[str, str]:
-    """The storage Secret's rclone settings, so the upload uses the pods' credentials; where this user may not
-    read it (or there is no cluster), the same settings made from this machine's environment."""
+    """The storage Secret's rclone settings (Seldon's as they are, KServe's converted), so the upload uses the pods'
+    credentials; where this user may not read it (or there is no cluster), the same settings made from this machine's
+    environment."""
     from deployments.rollout.storage_secret import SecretError, read_settings, settings_from_environment
 
     settings = read_settings(api, secret, namespace) if api is not None and secret else None
+    if secret and settings is not None and not any(key.startswith("RCLONE_CONFIG_") for key in settings):
+        from deployments.kserve.storage import upload_settings
+
+        settings = upload_settings(api, secret, namespace)  # KServe's form: AWS_* keys, s3-* annotations
     if settings is not None:
         return settings
     if scheme == "pvc":

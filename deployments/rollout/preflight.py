@@ -271,7 +271,8 @@ def preflight(api, docs: list[dict[str, Any]], namespace: str, *, check_images: 
             missing.append(f"{api_version} {kind} (install {PROVIDERS.get(kind, 'its operator')})")
     if missing:
         raise DeployError(f"the cluster does not serve {'; '.join(missing)}")
-    warnings = [warning for warning in (check_operator(api), check_ingress(api, docs)) if warning]
+    seldon = any(doc["kind"] == "SeldonDeployment" for doc in docs)  # KServe's controller: deployments.kserve.rollout
+    warnings = [warning for warning in (check_operator(api) if seldon else None, check_ingress(api, docs)) if warning]
     check_secrets(api, docs, namespace)
     check_env_secrets(api, docs, namespace)
     if check_images:

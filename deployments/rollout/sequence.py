@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from deployments.kserve import api as kserve
+from deployments.kserve import rollout as kserve_rollout
 from deployments.render import seldon
 from deployments.render.overlay import Rendered
-from deployments.rollout.apply import DeployError, apply, ask_served, wait_rolled_out
+from deployments.rollout.apply import DeployError, apply, ask_served, ask_service, wait_rolled_out
 from deployments.rollout.placement import StorageAccess, place_models
 from deployments.rollout.preflight import preflight
 
@@ -50,15 +52,20 @@ class Rollout:
                 "(a client dry run renders and validates only, and sends nothing)"
             )
         kinds = [doc.get("kind") for doc in self.rendered.docs]
-        if kinds.count(seldon.KIND) != 1:
+        counts = (kinds.count(seldon.KIND), kinds.count(kserve.ISVC_KIND))
+        if sorted(counts) != [0, 1]:
             raise RolloutError(
-                f"the rendering holds {kinds.count(seldon.KIND)} SeldonDeployments; a rollout applies and waits for one "
-                "(--engine seldon): apply other renderings' all.yaml yourself"
+                f"the rendering holds {counts[0]} SeldonDeployments and {counts[1]} InferenceServices; a rollout applies "
+                "and waits for one of either (--engine seldon or kserve): apply other renderings' all.yaml yourself"
             )
 
     @property
     def namespace(self) -> str:
         return self.rendered.namespace
+
+    @property
+    def kserve(self) -> bool:
+        return kserve_rollout.is_kserve(self.rendered.docs)
 
     @property
     def storage(self) -> StorageAccess:
@@ -120,6 +127,9 @@ def roll_out(api: Any, rollout: Rollout, progress: RolloutProgress | None = None
     rendered, namespace = rollout.rendered, rollout.namespace
     for warning in preflight(api, rendered.docs, namespace, check_images=rollout.check_images):
         progress.warning(warning)
+    if rollout.kserve:
+        for warning in kserve_rollout.check_cluster(api, rendered.docs, namespace):
+            progress.warning(warning)
     # the API server and its webhooks check everything before any byte is uploaded, the upload before anything is applied
     applied = apply(api, rendered.docs, namespace=namespace, dry_run=True)
     place_models(api, _placements(rendered), rollout.storage, check_only=rollout.dry_run == "server")
@@ -129,14 +139,19 @@ def roll_out(api: Any, rollout: Rollout, progress: RolloutProgress | None = None
     progress.applied(applied, namespace)
     if rollout.wait_s <= 0:
         return RolloutResult(applied=tuple(applied), dry_run=False)
-    digests = {predictor: version.digest for predictor, version in rendered.models.items()}
-    with progress.waiting(rendered.name, rollout.wait_s) as on_state:
-        status = wait_rolled_out(
-            api, namespace=namespace, name=rendered.name, digests=digests, timeout_s=rollout.wait_s, on_state=on_state
+    if rollout.kserve:
+        url, served = _wait_kserve(api, rollout, progress)
+    else:
+        digests = {predictor: version.digest for predictor, version in rendered.models.items()}
+        with progress.waiting(rendered.name, rollout.wait_s) as on_state:
+            status = wait_rolled_out(
+                api, namespace=namespace, name=rendered.name, digests=digests, timeout_s=rollout.wait_s, on_state=on_state
+            )
+        url = (status.get("address") or {}).get("url")
+        progress.rolled_out(rendered, url)
+        served = ask_served(
+            api, namespace=namespace, name=rendered.name, predictors={p: m.name for p, m in rendered.models.items()}
         )
-    url = (status.get("address") or {}).get("url")
-    progress.rolled_out(rendered, url)
-    served = ask_served(api, namespace=namespace, name=rendered.name, predictors={p: m.name for p, m in rendered.models.items()})
     return RolloutResult(
         applied=tuple(applied),
         dry_run=False,
@@ -146,8 +161,34 @@ def roll_out(api: Any, rollout: Rollout, progress: RolloutProgress | None = None
     )
 
 
+def _wait_kserve(api, rollout: Rollout, progress: RolloutProgress) -> tuple[str | None, list[str]]:
+    """Wait until the InferenceService is Ready with the version's pods, then ask its predictor's Service: KServe's
+    address inside the cluster, and what the Service answered."""
+    rendered, namespace = rollout.rendered, rollout.namespace
+    version = rendered.models["default"]
+    with progress.waiting(rendered.name, rollout.wait_s) as on_state:
+        status = kserve_rollout.wait_ready(
+            api, namespace=namespace, name=rendered.name, digest=version.digest, timeout_s=rollout.wait_s, on_state=on_state
+        )
+    address = (status.get("address") or {}).get("url")  # the predictor Service's, in raw mode
+    url = f"{address}/v2/models/{version.name}/infer" if address else None
+    progress.rolled_out(rendered, url)
+    served = ask_service(
+        api,
+        namespace=namespace,
+        label=kserve.PREDICTOR_COMPONENT,
+        service=kserve.predictor_name(rendered.name),
+        selector=kserve_rollout.pod_selector(rendered.name),
+        model=version.name,
+        container=kserve.CONTAINER_NAME,
+    )
+    return url, [served]
+
+
 def _placements(rendered: Rendered) -> list[tuple[Any, str | None]]:
     """(version, the Secret its pods pull with) for each predictor, once per URI."""
+    if kserve_rollout.is_kserve(rendered.docs):
+        return [(rendered.models["default"], kserve_rollout.storage_secret(rendered.docs))]
     graphs = {p["name"]: p["graph"] for p in rendered.seldon_deployment["spec"]["predictors"]}
     placements = {
         version.uri: (version, graphs[predictor].get("envSecretRefName")) for predictor, version in rendered.models.items()

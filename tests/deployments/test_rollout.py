@@ -89,9 +89,11 @@ def test_a_dry_run_that_is_not_a_rollout_is_refused_naming_the_choices(rendered,
         Rollout(rendered=rendered, dry_run=dry_run)
 
 
-def test_a_rendering_without_one_seldon_deployment_is_refused_before_the_cluster(main_version):
+def test_a_rendering_without_one_seldon_deployment_or_inference_service_is_refused_before_the_cluster(main_version):
     kserve = render_kserve("cpu", RenderOptions(model=main_version, engine="builtin"))
-    with pytest.raises(RolloutError, match="holds 0 SeldonDeployments; a rollout applies and waits for one"):
+    assert Rollout(rendered=kserve).kserve  # one InferenceService: a rollout of its own
+    kserve.docs = [doc for doc in kserve.docs if doc["kind"] != "InferenceService"]
+    with pytest.raises(RolloutError, match="holds 0 SeldonDeployments and 0 InferenceServices; a rollout applies"):
         roll_out(NoCluster(), Rollout(rendered=kserve))
     assert issubclass(RolloutError, DeployError)  # the CLI's one-line error, as for every step's refusal
 
