@@ -338,7 +338,7 @@ NEED_VERSION  = @test -n "$(VERSION)$(TAG)" || { echo "usage: make $@ VERSION=4 
 
 shadow: setup ## run VERSION=|TAG= as a shadow beside the serving version: a copy of every request, its answers dropped
 	$(NEED_VERSION)
-	$(SLIPWAY) shadow --ref $(NEW_VERSION) $(call flag,--store,$(STORE)) $(call flag,--namespace,$(NAMESPACE)) $(STORAGE_ARGS) \
+	$(SLIPWAY) shadow $(call flag,--engine,$(ENGINE)) --ref $(NEW_VERSION) $(call flag,--store,$(STORE)) $(call flag,--namespace,$(NAMESPACE)) $(STORAGE_ARGS) \
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 shadow-off: setup ## remove the shadow from MODEL_NAME's SeldonDeployment
@@ -346,7 +346,7 @@ shadow-off: setup ## remove the shadow from MODEL_NAME's SeldonDeployment
 
 canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVAL=5m SLO=file]: promotes (tag PROMOTE_TAG) or rolls back; PROMETHEUS_URL
 	$(NEED_VERSION)
-	$(SLIPWAY) canary --ref $(NEW_VERSION) $(call flag,--store,$(STORE)) $(call flag,--namespace,$(NAMESPACE)) \
+	$(SLIPWAY) canary $(call flag,--engine,$(ENGINE)) --ref $(NEW_VERSION) $(call flag,--store,$(STORE)) $(call flag,--namespace,$(NAMESPACE)) \
 	  $(call flag,--steps,$(STEPS)) $(call flag,--interval,$(INTERVAL)) --slo $(CANARY_SLO) $(call flag,--promote-tag,$(PROMOTE_TAG)) $(STORAGE_ARGS) \
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 

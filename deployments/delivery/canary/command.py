@@ -133,7 +133,23 @@ def _add_target_arguments(parser) -> None:
     parser.add_argument(
         "--wait", type=float, default=300.0, metavar="SECONDS", help="how long a predictor may take to roll out (default 300)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("seldon", "kserve"),
+        default="seldon",
+        help="what serves the model (default seldon); kserve is refused in one line: RawDeployment has no traffic split",
+    )
     add_storage_arguments(parser)
+
+
+def _refuse_kserve(args, what: str) -> None:
+    """The one line a canary or shadow of a KServe InferenceService gets, before anything is read or changed."""
+    if args.engine == "kserve":
+        raise UserError(
+            f"{what} --engine kserve is not built, nothing was changed: KServe's RawDeployment has no traffic split or "
+            "mirror (its canaryTrafficPercent needs Knative Serving), and two InferenceServices behind one route need "
+            "a weighted Gateway API HTTPRoute or ingress, which the local cluster does not run; use --engine seldon"
+        )
 
 
 def add_canary_commands(commands) -> None:
@@ -263,6 +279,7 @@ def cmd_canary(args) -> int:
     from deployments.delivery.model_store import StoreRefused, move_tag
     from slipway.slo import ConfigError, load_slo
 
+    _refuse_kserve(args, "canary")
     window = args.window or f"{round(args.interval)}s"
     try:
         slo = load_slo(args.slo)
@@ -348,6 +365,7 @@ def cmd_shadow(args) -> int:
     from deployments.delivery.canary.live import LiveError
     from deployments.delivery.canary.state import SHADOW_ANNOTATION, STATE_ANNOTATION
 
+    _refuse_kserve(args, "shadow")
     api, live, sdep, model = _target(args, need_ref=not args.remove)
     annotations = sdep["metadata"].get("annotations") or {}
     index = patches.predictor_index(sdep, predictors.SHADOW_PREDICTOR)

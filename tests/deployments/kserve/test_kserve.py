@@ -181,6 +181,16 @@ def test_render_engine_kserve_refuses_a_canary_in_one_line(record_files, reports
     assert "--engine kserve renders one version" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["canary", "shadow"])
+def test_a_canary_or_shadow_of_kserve_is_refused_in_one_line_before_the_cluster(command, reports_env):
+    env = {**reports_env, "KUBECONFIG": "/nonexistent"}  # the refusal comes first: no cluster is asked
+    result = run_module("deployments", command, "--engine", "kserve", "--ref", "digits:3", env=env, check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"{command} --engine kserve is not built, nothing was changed" in errors[0]
+    assert "RawDeployment has no traffic split" in errors[0]
+
+
 def test_the_storage_secret_in_kserves_form():
     from deployments.kserve.storage import s3_secret
 
