@@ -39,7 +39,7 @@ CRD_FILES = (
     ("kwok", "crd-kwok-resourceusages.yaml"),
     ("kwok", "crd-kwok-metrics.yaml"),
     # KServe's kinds, so that `render --engine kserve`'s objects go through the API server's own checks
-    # (server-side dry run); its controller and webhooks do not run here yet
+    # (server-side dry run); its controller and webhooks run with `up --kserve` (kserve.py)
     ("kserve-crds", "crd-servingruntimes.yaml"),
     ("kserve-crds", "crd-inferenceservices.yaml"),
 )
