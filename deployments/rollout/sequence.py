@@ -3,7 +3,9 @@
 `python -m deployments deploy` renders and validates, builds a `Rollout` from its arguments and calls `roll_out`;
 it prints what the `RolloutProgress` hears on the way and the `RolloutResult` at the end. The order is the one that
 leaves nothing half done: the API server and its webhooks check every object (a dry-run apply) before any byte is
-uploaded, and the bytes are where the pods pull them from, verified, before anything is applied.
+uploaded, and the bytes are where the pods pull them from, verified, before anything is applied. A rendering holds
+one SeldonDeployment or one InferenceService; only the engine's own checks and wait differ (KServe's in
+deployments/kserve/rollout.py).
 """
 
 from __future__ import annotations
@@ -139,25 +141,29 @@ def roll_out(api: Any, rollout: Rollout, progress: RolloutProgress | None = None
     progress.applied(applied, namespace)
     if rollout.wait_s <= 0:
         return RolloutResult(applied=tuple(applied), dry_run=False)
-    if rollout.kserve:
-        url, served = _wait_kserve(api, rollout, progress)
-    else:
-        digests = {predictor: version.digest for predictor, version in rendered.models.items()}
-        with progress.waiting(rendered.name, rollout.wait_s) as on_state:
-            status = wait_rolled_out(
-                api, namespace=namespace, name=rendered.name, digests=digests, timeout_s=rollout.wait_s, on_state=on_state
-            )
-        url = (status.get("address") or {}).get("url")
-        progress.rolled_out(rendered, url)
-        served = ask_served(
-            api, namespace=namespace, name=rendered.name, predictors={p: m.name for p, m in rendered.models.items()}
-        )
+    url, served = (_wait_kserve if rollout.kserve else _wait_seldon)(api, rollout, progress)
     return RolloutResult(
         applied=tuple(applied),
         dry_run=False,
         waited=True,
         url=url,
         served=tuple(served),
+    )
+
+
+def _wait_seldon(api, rollout: Rollout, progress: RolloutProgress) -> tuple[str | None, list[str]]:
+    """Wait until the SeldonDeployment is Available with every predictor's version on its pods, then ask each
+    predictor's Service: Seldon's address inside the cluster, and what the Services answered."""
+    rendered, namespace = rollout.rendered, rollout.namespace
+    digests = {predictor: version.digest for predictor, version in rendered.models.items()}
+    with progress.waiting(rendered.name, rollout.wait_s) as on_state:
+        status = wait_rolled_out(
+            api, namespace=namespace, name=rendered.name, digests=digests, timeout_s=rollout.wait_s, on_state=on_state
+        )
+    url = (status.get("address") or {}).get("url")
+    progress.rolled_out(rendered, url)
+    return url, ask_served(
+        api, namespace=namespace, name=rendered.name, predictors={p: m.name for p, m in rendered.models.items()}
     )
 
 

@@ -173,3 +173,30 @@ def test_deploy_prints_each_step_as_the_rollout_takes_it(record_files, steps, mo
     ]
     assert out == "/seldon/models/digits/v2/models/digits/infer\n"
     assert steps[2][2] == StorageAccess(namespace="models", storage_endpoint="http://localhost:9000")
+
+
+def test_a_kserve_rollout_takes_the_same_steps_with_kserve_s_checks_secret_and_wait(steps, monkeypatch, main_version):
+    from deployments.kserve import rollout as kserve_rollout
+    from deployments.kserve.render import STORAGE_SECRET
+
+    kserve = render_kserve("cpu", RenderOptions(model=main_version, namespace="models", engine="builtin"))
+    monkeypatch.setattr(kserve_rollout, "check_cluster", lambda api, docs, ns: steps.append(("kserve checks", ns)) or [])
+
+    def wait_ready(api, *, namespace, name, digest, timeout_s, on_state):
+        steps.append(("wait", name, digest, timeout_s))
+        return {"address": {"url": "http://digits-predictor.models.svc.cluster.local"}}
+
+    monkeypatch.setattr(kserve_rollout, "wait_ready", wait_ready)
+    monkeypatch.setattr(rollout_module, "ask_service", lambda api, **target: f"{target['label']}: {target['service']}")
+    progress = Recorded()
+    result = roll_out(NoCluster(), Rollout(rendered=kserve, wait_s=30), progress)
+    assert steps == [
+        ("preflight", False),
+        ("kserve checks", "models"),
+        ("apply", "models", True),
+        ("place", [(main_version.uri, STORAGE_SECRET)], StorageAccess(namespace="models"), False),
+        ("apply", "models", False),
+        ("wait", "digits", main_version.digest, 30),
+    ]
+    assert result.url == "http://digits-predictor.models.svc.cluster.local/v2/models/digits/infer"
+    assert result.served == ("predictor: digits-predictor",)
