@@ -121,12 +121,14 @@ def build_component(component: Component, go: str) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".building"))
     log_path = final.parent / f"{final.name}.build.log"
+    began = time.monotonic()
     try:
         with open(log_path, "w") as log:
             _build_into(component, staging, go, log)
-        (staging / BUILD_RECORD).write_text(
-            json.dumps({"key": key, "component": component.name, "version": component.version}, indent=2)
-        )
+        record: dict[str, object] = {"key": key, "component": component.name, "version": component.version}
+        # how long it took, with whatever Go's own build cache held: the cold figures in docs/local-cluster.md
+        record |= {"build_s": round(time.monotonic() - began, 1), "cpu_count": os.cpu_count()}
+        (staging / BUILD_RECORD).write_text(json.dumps(record, indent=2))
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
