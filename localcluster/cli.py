@@ -68,19 +68,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _asked_for(args: argparse.Namespace, component: str) -> bool:
-    """Whether the opt-in `component` (keda, kserve) is asked for by its flag."""
-    return bool(getattr(args, component))
-
-
 def cmd_build(args: argparse.Namespace) -> int:
     from localcluster.build import BuildError, build_all
     from localcluster.components import COMPONENTS
 
     began = time.monotonic()
     try:
+        # an opt-in component (keda, kserve) when its flag of the same name asks for it
         folders = build_all(
-            tuple(component for component in COMPONENTS if not component.optional or _asked_for(args, component.name))
+            tuple(component for component in COMPONENTS if not component.optional or getattr(args, component.name))
         )
     except BuildError as err:
         raise UserError(str(err)) from err
