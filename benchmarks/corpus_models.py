@@ -12,6 +12,8 @@ what an ONNX graph cannot (a StringLookup, a tf.py_function), for the refusals.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from export import tf_env  # noqa: F401
@@ -338,6 +340,23 @@ def application(name: str, seed: int = 0):
     images = (synthetic_images(APPLICATION_ROWS * 2, IMAGE, seed + 1) + 1) * 127.5
     settle_batch_norm(model, images[APPLICATION_ROWS:])
     return model, {model.layers[0].name: images[:APPLICATION_ROWS]}
+
+
+TRAINING_SEEDS = (1, 2, 3, 4)  # rows from four more draws: 4 x 48 for a corpus model, 4 x 16 for an application
+
+
+def training_inputs(name: str, model, layers=None) -> dict[str, np.ndarray]:
+    """Rows of the same kind as corpus model `name`'s own rows, drawn with other seeds (each draw's model is
+    dropped): what its pruned variant fine-tunes on, its own answers on them being the targets. `layers` is the
+    user's module for the custom-layer model; `model` names an application's input."""
+    if name.startswith("app-"):
+        from export.sources import synthetic_images
+
+        count = APPLICATION_ROWS * len(TRAINING_SEEDS)
+        return {model.layers[0].name: (synthetic_images(count, IMAGE, seed=100 + TRAINING_SEEDS[0]) + 1) * 127.5}
+    build: Any = CORPUS[name]  # the custom-layer builder takes the user's layers first
+    draws = [(build(layers, seed=seed) if name in CUSTOM_SOURCES else build(seed=seed))[1] for seed in TRAINING_SEEDS]
+    return {key: np.concatenate([rows[key] for rows in draws]) for key in draws[0]}
 
 
 def string_lookup_model():

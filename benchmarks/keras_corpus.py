@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import numpy as np
 from export.tolerance import FP32_TOLERANCE
 from slipway.cli import UserError
 
-VARIANTS = ("fp32", "int8", "fp16")
+VARIANTS = ("fp32", "int8", "fp16", "pruned")  # pruned: where the model has training rows (write_training_rows)
 BATCHES = (1, 32)
 
 
@@ -55,31 +56,64 @@ def reports_in(folder: Path) -> Iterator[None]:
         yield
 
 
-def build_model(name: str, folder: Path) -> tuple[Path, Path, list[str]]:
-    """Build `name`, save it as folder/<name>.keras with its rows as .npz; returns both and the extra command options
-    (--custom-objects for the model with a layer of the user's own)."""
+@dataclass(frozen=True)
+class BuiltModel:
+    """A corpus model saved as a user would hand it over: the .keras file, its rows, the extra command options
+    (--custom-objects for the model with a layer of the user's own), and its training rows for the pruned variant
+    (None, with the reason, where it has none)."""
+
+    keras_path: Path
+    rows_path: Path
+    options: list[str]
+    train_path: Path | None
+    no_training: str | None
+
+
+def build_model(name: str, folder: Path) -> BuiltModel:
+    """Build `name` and save it as folder/<name>.keras, with its rows and training rows as .npz."""
     from benchmarks import corpus_models
 
     folder.mkdir(parents=True, exist_ok=True)
     keras_path, rows_path, options = folder / f"{name}.keras", folder / f"{name}.npz", []
     builders: dict[str, Any] = corpus_models.CORPUS  # their signatures differ: the custom-layer one takes the layers
-    if name.startswith("app-"):
-        model, rows = corpus_models.application(name.removeprefix("app-"))
-    elif name in corpus_models.CUSTOM_SOURCES:
-        layers = folder / f"{name.replace('-', '_')}_layers.py"
-        layers.write_text(corpus_models.CUSTOM_SOURCES[name])
-        try:
-            model, rows = builders[name](corpus_models.import_source(layers, layers.stem))
-            model.save(keras_path)
-        finally:
-            sys.modules.pop(layers.stem, None)
-        options = ["--custom-objects", f"{layers}:CUSTOM_OBJECTS"]
-    else:
-        model, rows = builders[name]()
-    if not keras_path.exists():
+    layers = None
+    try:
+        if name.startswith("app-"):
+            model, rows = corpus_models.application(name.removeprefix("app-"))
+        elif name in corpus_models.CUSTOM_SOURCES:
+            source = folder / f"{name.replace('-', '_')}_layers.py"
+            source.write_text(corpus_models.CUSTOM_SOURCES[name])
+            layers = corpus_models.import_source(source, source.stem)
+            options = ["--custom-objects", f"{source}:CUSTOM_OBJECTS"]
+            model, rows = builders[name](layers)
+        else:
+            model, rows = builders[name]()
         model.save(keras_path)
-    np.savez(rows_path, **rows)
-    return keras_path, rows_path, options
+        np.savez(rows_path, **rows)
+        train_path, no_training = write_training_rows(name, model, layers, folder / f"{name}-train.npz")
+    finally:
+        if layers is not None:  # registered while Keras saves the model; the user's module stays theirs
+            sys.modules.pop(layers.__name__, None)
+    return BuiltModel(keras_path, rows_path, options, train_path, no_training)
+
+
+def write_training_rows(name: str, model, layers, path: Path) -> tuple[Path | None, str | None]:
+    """More rows of the model's kind, labelled with the model's own answers (the corpus has no labels: a pruned
+    variant fine-tunes to answer as the model it was cut from), saved as the .npz `--train` reads. A model with an
+    output that is not floating-point has no gradient to fine-tune through: (None, why)."""
+    from benchmarks.corpus_models import training_inputs
+    from export.keras_io import read_interface
+
+    interface = read_interface(model)
+    inputs = training_inputs(name, model, layers)
+    answers = interface.call(model, [inputs[spec.name] for spec in interface.inputs])
+    targets = {output: np.asarray(answer) for output, answer in answers.items()}
+    integral = [output for output, target in targets.items() if not np.issubdtype(target.dtype, np.floating)]
+    if integral:
+        return None, f"output {', '.join(integral)} is not floating-point: no gradient to fine-tune a pruned variant on"
+    arrays: dict[str, Any] = {**inputs, **targets}
+    np.savez(path, **arrays)
+    return path, None
 
 
 def run_export(argv: list[str], reports: Path, report: str) -> tuple[float, dict[str, Any] | None, str | None]:
@@ -160,10 +194,10 @@ def measure_variants(
 def bench_model(name: str, work: Path, args: argparse.Namespace, on_step: Callable[..., None]) -> dict[str, Any]:
     """One model through convert, variants and the timing rounds: its entry of the report."""
     folder = work / name
-    keras_path, rows_path, options = build_model(name, folder)
-    rows = dict(np.load(rows_path))
+    built = build_model(name, folder)
+    rows = dict(np.load(built.rows_path))
     on_step()
-    common = [str(keras_path), "--data", str(rows_path), "--name", name, *options]
+    common = [str(built.keras_path), "--data", str(built.rows_path), "--name", name, *built.options]
     seconds, convert, error = run_export(["convert", *common, "--out", str(folder / "artifact")], folder / "reports", "convert")
     on_step()
     entry: dict[str, Any] = {
@@ -182,7 +216,7 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, on_step: Callab
         "variants",
         *common,
         "--variants",
-        ",".join(VARIANTS),
+        ",".join(variant for variant in VARIANTS if variant != "pruned" or built.train_path),
         "--out",
         str(folder / "variants"),
         "--report",
@@ -192,6 +226,10 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, on_step: Callab
         "--measure-seconds",
         str(args.export_seconds),
     ]
+    if built.train_path:  # fine-tuned towards the model's own answers: a squared error on every output
+        variants_argv += ["--train", str(built.train_path), "--loss", "mse", "--fine-tune-epochs", str(args.fine_tune_epochs)]
+    else:
+        entry["pruned_skipped"] = built.no_training
     entry["variants_seconds"], report, error = run_export(variants_argv, folder / "reports", "variants")
     on_step()
     if report is None:
@@ -234,6 +272,7 @@ def run(args: argparse.Namespace, on_step: Callable[..., None] = lambda steps=1:
         "rounds": args.rounds,
         "seconds_per_round": args.seconds,
         "export_measure": {"rounds": args.export_rounds, "seconds": args.export_seconds},
+        "fine_tune_epochs": args.fine_tune_epochs,
         "fp32_tolerance": FP32_TOLERANCE,  # export convert's and export variants' one default (export.tolerance)
         "load_average": {"before": load_before, "after": os.getloadavg()[0]},
         "cores": os.cpu_count(),
@@ -268,15 +307,18 @@ def markdown(payload: dict[str, Any]) -> str:
         f"{payload['created_at'][:10]}. rows/s: ONNX Runtime on the CPU in the server's session, median of "
         f"{payload['rounds']} interleaved rounds of {payload['seconds_per_round']:g} s per variant and batch; "
         "in brackets, the median per-round ratio over fp32. Parity: the largest abs difference between ONNX and "
-        "Keras on the model's rows (`export convert`); chosen: what `export variants` picks within its accuracy budget.",
+        "Keras on the model's rows (`export convert`); chosen: what `export variants` picks within its accuracy budget. "
+        f"pruned: 75% of the Conv/Dense weights zeroed, fine-tuned {payload['fine_tune_epochs']} epochs (squared error) "
+        "towards the model's own answers on four more draws of its kind of rows.",
         "",
-        "| model | convert s | parity (max abs diff) | top-1 same | ONNX KiB | int8 KiB | fp32 rows/s b1 | int8 rows/s b1 "
-        "| fp16 rows/s b1 | fp32 rows/s b32 | int8 rows/s b32 | fp16 rows/s b32 | within budget | chosen |",
-        "|---|--:|--:|:-:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|",
+        "| model | convert s | parity (max abs diff) | top-1 same | ONNX KiB | int8 KiB | "
+        + " | ".join(f"{variant} rows/s b{batch}" for batch in BATCHES for variant in VARIANTS)
+        + " | within budget | chosen |",
+        "|---|--:|--:|:-:|--:|--:|" + "--:|" * (len(BATCHES) * len(VARIANTS)) + "---|---|",
     ]
     for entry in payload["models"]:
         if "convert_error" in entry:
-            lines.append(f"| {entry['model']} | refused: {entry['convert_error']} |" + " |" * 12)
+            lines.append(f"| {entry['model']} | refused: {entry['convert_error']} |" + " |" * (6 + len(BATCHES) * len(VARIANTS)))
             continue
         parity = entry["parity"]
         variants = entry.get("variants", {})
@@ -301,6 +343,9 @@ def markdown(payload: dict[str, Any]) -> str:
     ]
     if rejected:
         lines += ["", "Rejected by the accuracy budget:", "", *(f"- {line}" for line in rejected)]
+    skipped = [f"{entry['model']}: {entry['pruned_skipped']}" for entry in payload["models"] if entry.get("pruned_skipped")]
+    if skipped:
+        lines += ["", "No pruned variant:", "", *(f"- {line}" for line in skipped)]
     return "\n".join(lines) + "\n"
 
 
@@ -316,7 +361,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     for axis, batch in zip(axes, BATCHES):
         for index, variant in enumerate(VARIANTS):
             values = [entry["variants"].get(variant, {}).get(f"batch_{batch}", {}).get("rows_per_s", 0.0) for entry in models]
-            axis.barh(positions + (index - 1) * height, values, height, label=variant)
+            axis.barh(positions + (index - (len(VARIANTS) - 1) / 2) * height, values, height, label=variant)
         axis.set_xscale("log")
         axis.set_xlabel(f"rows/s at batch {batch} (CPU, ONNX Runtime)")
         axis.grid(axis="x", alpha=0.3)
@@ -342,6 +387,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--export-seconds", type=float, default=0.1, help="`export variants --measure-seconds` (default 0.1)")
     parser.add_argument(
+        "--fine-tune-epochs", type=int, default=4, help="`export variants --fine-tune-epochs` for pruned (default 4)"
+    )
+    parser.add_argument(
         "--report", default="keras-corpus", help="report name: reports/<name>.json and .png (default keras-corpus)"
     )
     parser.add_argument("--no-docs", dest="update_docs", action="store_false", help="leave docs/benchmarks.md alone")
@@ -353,5 +401,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     unknown = sorted(set(args.models) - set(names))
     if unknown:
         raise UserError(f"unknown corpus models {unknown}: choose from {names}")
-    if args.rounds < 1 or args.export_rounds < 1 or args.seconds <= 0 or args.export_seconds <= 0:
-        raise UserError("--rounds and --export-rounds must be at least 1, --seconds and --export-seconds positive")
+    if args.rounds < 1 or args.export_rounds < 1 or args.fine_tune_epochs < 1 or args.seconds <= 0 or args.export_seconds <= 0:
+        raise UserError(
+            "--rounds, --export-rounds and --fine-tune-epochs must be at least 1, --seconds and --export-seconds positive"
+        )

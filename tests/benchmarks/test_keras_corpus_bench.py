@@ -1,7 +1,7 @@
 """`python -m benchmarks keras-corpus` run as a user runs it, on the smallest corpus model with tiny seconds.
 
 The whole corpus takes minutes (`make bench-keras`); here the MLP goes through the same command: built, converted,
-made into fp32/int8/fp16, timed in two rounds, and written as JSON and PNG. Every figure must be a measurement.
+made into fp32/int8/fp16 and a pruned variant fine-tuned on its own answers, timed in two rounds, and written as JSON and PNG. Every figure must be a measurement.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def positive(value) -> bool:
 def test_the_benchmark_measures_every_figure_of_a_corpus_model(tmp_path):
     env = {"SLIPWAY_REPORTS_DIR": str(tmp_path / "reports"), "SLIPWAY_BUILD_DIR": str(tmp_path / "build")}
     arguments = ["keras-corpus", "--models", "mlp", "--rounds", "2", "--seconds", "0.02", "--export-seconds", "0.02"]
+    arguments += ["--fine-tune-epochs", "1"]
     result = run_module("benchmarks", *arguments, "--no-docs", env=env, warm=False, timeout=300)
     assert "| mlp |" in result.stdout, result.stdout
 
@@ -36,7 +37,7 @@ def test_the_benchmark_measures_every_figure_of_a_corpus_model(tmp_path):
     parity = entry["parity"]
     assert parity["samples"] == entry["rows"] == 48 and parity["identical_predictions"] is True
     assert isinstance(parity["max_abs_diff"], float) and 0 <= parity["max_abs_diff"] < 1e-3
-    assert set(entry["variants"]) == {"fp32", "int8", "fp16"}
+    assert set(entry["variants"]) == {"fp32", "int8", "fp16", "pruned"} and "pruned_skipped" not in entry
     assert entry["chosen"] in entry["variants"] and entry["variants"][entry["chosen"]]["status"] == "accepted"
     for name, variant in entry["variants"].items():
         assert variant["status"] in ("accepted", "rejected") and positive(variant["file_bytes"]), name
