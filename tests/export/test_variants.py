@@ -184,7 +184,7 @@ def test_missing_and_corrupt_models_are_refused(tmp_path, module_reports_env):
     "args, expected",
     [
         (["--variants", "fp32,int4"], "unknown variant(s) ['int4']"),
-        (["--accuracy-budget", "-1"], "invalid export options: budget.accuracy_points"),
+        (["--accuracy-budget", "-1"], "invalid export options: accuracy_points"),
         (["--sparsity", "1.5"], "invalid export options: sparsity"),
     ],
 )
