@@ -39,7 +39,7 @@ from deployments.rollout.storage_secret import DEFAULT_SECRET, SCHEMES, SecretEr
 from deployments.sizing.recommend import add_command as register_recommend
 from slipway.cli import UserError, console, dispatch
 from slipway.files import FileProblem
-from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
 from slipway.reports import write_report
 from slipway.runtime_settings import SettingsError
 
@@ -586,7 +586,7 @@ def register_undeploy(commands) -> None:
         "PodMonitor, NetworkPolicy and ServiceAccount Slipway applied for one model (found by its labels), and wait "
         "until they, the operator's Deployments, Services, HPAs and budgets, and the pods are gone.",
     )
-    command.add_argument("--name", default="digits", help="the model name (default digits)")
+    command.add_argument("--name", default=DEMO_MODEL_NAME, help=f"the model name (default {DEMO_MODEL_NAME})")
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
     command.add_argument(
         "--wait",

@@ -23,7 +23,7 @@ from export.store.cli import add_versions_parser
 from export.tolerance import FP32_TOLERANCE, worst_beyond
 from export.train import TrainConfig, train
 from slipway.cli import UserError, console, dispatch
-from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
+from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME, artifact_dir
 from slipway.readme import BENCHMARKS_PAGE
 from slipway.reports import write_report
 
@@ -64,7 +64,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise UserError(f"no trained model at {model_path}: run `python -m export train` first or pass MODEL")
     try:
         name = check_name(args.name or (DEMO_MODEL_NAME if args.model_path is None else default_name(model_path)))
-        out = args.out or BUILD_DIR / "artifacts" / name
+        out = args.out or artifact_dir(name)
         check_out_dir(out)  # before TensorFlow loads and converts
         custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
         with console.status(f"loading {model_path}"):

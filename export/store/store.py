@@ -443,6 +443,11 @@ class ModelStore:
                 raise StoreError(self._not_found(conn, Ref(model, tag=tag)))
             return [_move(row) for row in events]
 
+    def models(self) -> builtins.list[str]:
+        """Every model holding a published version, by name."""
+        with self._read() as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT model FROM versions WHERE state = 'ready' ORDER BY model")]
+
     def models_with_tag(self, tag: str) -> builtins.list[str]:
         with self._read() as conn:
             return [r[0] for r in conn.execute("SELECT model FROM tags WHERE tag = ? ORDER BY model", (tag,))]
