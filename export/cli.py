@@ -241,7 +241,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     variants.add_argument(
         "model",
         nargs="?",
-        default="digits",
+        default=DEMO_MODEL_NAME,
         metavar="MODEL",
         help="digits (the trained demo CNN), mobilenetv2 (random weights, synthetic data), or your own "
         "model: a .keras file, an .h5 file or a SavedModel folder (with --data)",
@@ -325,7 +325,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     profile = commands.add_parser("profile", help="run ONNX Runtime's profiler on one variant: top operators, trace for Perfetto")
     profile.add_argument("variant", metavar="VARIANT", help="a variant name (fp32, int8, ...) or an artifact folder")
-    profile.add_argument("--model", default="digits", help="whose variants (a folder under --variants-dir)")
+    profile.add_argument("--model", default=DEMO_MODEL_NAME, help="whose variants (a folder under --variants-dir)")
     profile.add_argument("--variants-dir", type=Path, default=VARIANTS_DIR)
     profile.add_argument("--batch-size", type=int, default=1)
     profile.add_argument("--runs", type=int, default=200, help="profiled runs (after 5 unprofiled warm-up runs)")

@@ -21,10 +21,10 @@ from export.store.db import StoreError
 from export.store.lineage import gather
 from export.store.records import TagMove, VersionRecord, diff_records, flatten
 from export.store.refs import Ref, RefError, parse_ref, parse_tag_ref
-from export.store.store import DEFAULT_STORE, ModelStore, check_publish
+from export.store.store import ModelStore, check_publish
 from slipway.artifact import ArtifactError, read_manifest
 from slipway.cli import UserError, console
-from slipway.paths import DEMO_ARTIFACT_DIR, artifact_dir
+from slipway.paths import DEMO_ARTIFACT_DIR, MODEL_STORE_DIR, artifact_dir
 
 out = Console(highlight=False, soft_wrap=True)
 ACCURACY_KEYS = ("accuracy", "onnx_test_accuracy", "train.test_accuracy")
@@ -295,7 +295,7 @@ def add_versions_parser(commands: argparse._SubParsersAction) -> None:
     )
     sub = versions.add_subparsers(dest="versions_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", default=DEFAULT_STORE, help=f"store folder holding store.db (default: {DEFAULT_STORE})")
+    common.add_argument("--store", default=MODEL_STORE_DIR, help=f"store folder holding store.db (default: {MODEL_STORE_DIR})")
     common.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
     def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> argparse.ArgumentParser:

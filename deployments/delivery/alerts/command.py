@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from deployments.render.overlay import DEFAULT_NAMESPACE
 from slipway import atomic
 from slipway.cli import UserError, console
+from slipway.cluster_names import DEFAULT_NAMESPACE
 from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
 
 

@@ -13,13 +13,14 @@ import time
 from pathlib import Path
 
 from deployments.delivery.canary import predictors
-from deployments.render.overlay import CANARY_PREDICTOR, DEFAULT_NAMESPACE, namespace_argument
+from deployments.render.overlay import CANARY_PREDICTOR, namespace_argument
 from deployments.render.records import DEFAULT_STORAGE_ROOT, RecordError
 from deployments.render.seldon import MODEL_LABEL
 from deployments.rollout.apply import ClusterUnavailable, DeployError, connect, wait_rolled_out
 from deployments.rollout.placement import add_storage_arguments, place_models
 from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.cli import UserError, console
+from slipway.cluster_names import DEFAULT_NAMESPACE
 from slipway.paths import DEMO_MODEL_NAME, EXAMPLE_SLO, MODEL_STORE_DIR
 
 EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
@@ -44,7 +45,7 @@ def add_command(commands) -> None:
         help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
     )
-    parser.add_argument("--namespace", default="slipway", help="where the model runs (default slipway)")
+    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE})")
     parser.add_argument(
         "--deployment",
         default=DEMO_MODEL_NAME,

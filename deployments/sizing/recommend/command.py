@@ -30,6 +30,7 @@ from deployments.sizing.recommend.sizing import (
 from deployments.sizing.usage import Kind, UsageError, fetch_usage, load_usage, parse_duration
 from slipway.atomic import check_replaceable, file_in_the_way
 from slipway.cli import UserError, console
+from slipway.cluster_names import DEFAULT_NAMESPACE
 from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME, REPORTS_DIR
 from slipway.reports import read_report
 
@@ -83,7 +84,9 @@ def add_command(commands) -> None:
         help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
     )
-    history.add_argument("--namespace", default="slipway", help="where the model runs (default slipway, as make deploy)")
+    history.add_argument(
+        "--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE}, as make deploy)"
+    )
     history.add_argument(
         "--model", default=DEMO_MODEL_NAME, help=f"the SeldonDeployment / container / model name (default {DEMO_MODEL_NAME})"
     )
