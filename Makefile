@@ -200,7 +200,10 @@ ENGINE           ?=
 AUTOSCALING      ?=
 HPA_METRIC_SOURCE ?=
 NAMESPACE        ?=
-MODEL_NAME       ?= digits
+# The model's name in the store and on the cluster: MODEL_NAME=, else NAME= when given (the name `make convert` and
+# `make import` wrote); unset, the commands' own: publish takes the artifact's, a store reference without its name
+# (:3, @champion) the store's only model or the only one carrying the tag, the rest the demo's (slipway/paths.py).
+MODEL_NAME       ?= $(if $(filter command line,$(origin NAME)),$(NAME))
 VERSION          ?=
 TAG              ?=
 CANARY_VERSION   ?=
@@ -284,8 +287,8 @@ manifests: versions-resolve ## render + validate OVERLAY=cpu|gpu|canary into bui
 
 .PHONY: alerts
 alerts: setup ## Prometheus alerts from SLO=slo.yaml's lines for MODEL_NAME in NAMESPACE -> build/manifests/alerts (PrometheusRule + rule file)
-	@test -n "$(SLO)" || { echo "usage: make alerts SLO=slo.yaml [NAMESPACE=slipway MODEL_NAME=digits]" >&2; exit 2; }
-	$(SLIPWAY) alerts --slo $(SLO) $(call flag,--namespace,$(NAMESPACE)) --model $(MODEL_NAME) $(call flag,--engine,$(ENGINE))
+	@test -n "$(SLO)" || { echo "usage: make alerts SLO=slo.yaml [NAMESPACE= MODEL_NAME=]" >&2; exit 2; }
+	$(SLIPWAY) alerts --slo $(SLO) $(call flag,--namespace,$(NAMESPACE)) $(call flag,--model,$(MODEL_NAME)) $(call flag,--engine,$(ENGINE))
 
 STORAGE_ARGS = $(if $(STORAGE_ENDPOINT),--storage-endpoint $(STORAGE_ENDPOINT)) $(if $(PVC_MOUNT),--pvc-mount $(PVC_MOUNT))
 
@@ -316,7 +319,7 @@ cluster-build: setup ## build the local control plane's binaries from Go modules
 	$(PY) -m localcluster build $(if $(KEDA),--keda) $(KSERVE_FLAG)
 
 cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG)
-	$(PY) -m localcluster prove-hpa $(call flag,--namespace,$(NAMESPACE)) --container $(MODEL_NAME)
+	$(PY) -m localcluster prove-hpa $(call flag,--namespace,$(NAMESPACE)) $(call flag,--container,$(MODEL_NAME))
 
 cluster-image: setup ## import the serving image `make image` built into the real node's containerd (make cluster NODE=real runs)
 	$(PY) -m localcluster load-image --image localhost/$(IMAGE_CPU)
@@ -325,7 +328,7 @@ cluster-down: setup ## stop the local control plane (every process by its PID) a
 	$(PY) -m localcluster down
 
 undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
-	$(SLIPWAY) undeploy --name $(MODEL_NAME) $(call flag,--namespace,$(NAMESPACE))
+	$(SLIPWAY) undeploy $(call flag,--name,$(MODEL_NAME)) $(call flag,--namespace,$(NAMESPACE))
 
 # --- progressive delivery (deployments/delivery/canary): shadow, then an SLO-gated canary that promotes or rolls back ---
 .PHONY: shadow shadow-off canary canary-abort
@@ -342,7 +345,7 @@ shadow: setup ## run VERSION=|TAG= as a shadow beside the serving version: a cop
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 shadow-off: setup ## remove the shadow from MODEL_NAME's SeldonDeployment
-	$(SLIPWAY) shadow --remove --deployment $(MODEL_NAME) $(call flag,--namespace,$(NAMESPACE))
+	$(SLIPWAY) shadow --remove $(call flag,--deployment,$(MODEL_NAME)) $(call flag,--namespace,$(NAMESPACE))
 
 canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVAL=5m SLO=file]: promotes (tag PROMOTE_TAG) or rolls back; PROMETHEUS_URL
 	$(NEED_VERSION)
@@ -351,7 +354,7 @@ canary: setup ## SLO-gated canary of VERSION=|TAG= [STEPS=5,10,25,50,100 INTERVA
 	  $(if $(STORAGE_ROOT),--storage-root $(STORAGE_ROOT))
 
 canary-abort: setup ## roll back MODEL_NAME's canary in progress now (weights 100/0, canary removed, tag unchanged)
-	$(SLIPWAY) canary --abort --deployment $(MODEL_NAME) $(call flag,--namespace,$(NAMESPACE))
+	$(SLIPWAY) canary --abort $(call flag,--deployment,$(MODEL_NAME)) $(call flag,--namespace,$(NAMESPACE))
 
 IMAGE_REPO ?=
 # The daemonless builder: buildah builds the Dockerfile, mmdebstrap makes its base from Debian's packages, skopeo asks
@@ -413,19 +416,19 @@ $(GRAFANA_SCHEMA_STAMP): $(GRAFANA_SCHEMA_DIR)/package.json $(GRAFANA_SCHEMA_DIR
 # --- model store: python -m export versions ---------------------------------------------
 .PHONY: publish versions promote rollback gc
 
-publish: setup ## publish MODEL_DIR as the next version of MODEL_NAME in STORE (TAG= to tag it)
-	$(SLIPWAY) versions publish $(MODEL_DIR) --model $(MODEL_NAME) $(call flag,--store,$(STORE)) $(call flag,--tag,$(TAG))
+publish: setup ## publish MODEL_DIR as the next version of its model (MODEL_NAME= renames it) in STORE (TAG= to tag it)
+	$(SLIPWAY) versions publish $(MODEL_DIR) $(call flag,--model,$(MODEL_NAME)) $(call flag,--store,$(STORE)) $(call flag,--tag,$(TAG))
 
 versions: setup ## list the versions in STORE, newest first
 	$(SLIPWAY) versions list $(call flag,--store,$(STORE))
 
 promote: setup ## point TAG at VERSION of MODEL_NAME (make promote TAG=champion VERSION=3)
 	@test -n "$(TAG)" -a -n "$(VERSION)" || { echo "usage: make promote TAG=champion VERSION=3" >&2; exit 2; }
-	$(SLIPWAY) versions promote $(MODEL_NAME)@$(TAG) $(MODEL_NAME):$(VERSION) $(call flag,--store,$(STORE))
+	$(SLIPWAY) versions promote $(TAG) $(MODEL_NAME):$(VERSION) $(call flag,--store,$(STORE))
 
 rollback: setup ## move TAG of MODEL_NAME back to its previous version, then redeploy it (TAG=champion)
 	@test -n "$(TAG)" || { echo "usage: make rollback TAG=champion" >&2; exit 2; }
-	$(SLIPWAY) versions rollback $(MODEL_NAME)@$(TAG) $(call flag,--store,$(STORE))
+	$(SLIPWAY) versions rollback $(TAG) $(call flag,--model,$(MODEL_NAME)) $(call flag,--store,$(STORE))
 	$(MAKE) deploy TAG=$(TAG)
 
 gc: setup ## delete versions beyond the newest KEEP (default 5) of each model; never one a tag needs

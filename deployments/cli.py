@@ -20,7 +20,6 @@ from deployments.render.kustomize import KustomizeError
 from deployments.render.overlay import (
     DEFAULT_INGRESS_NAMESPACE,
     DEFAULT_MONITORING_NAMESPACE,
-    DEFAULT_NAMESPACE,
     OVERLAYS,
     Rendered,
     RenderError,
@@ -38,8 +37,9 @@ from deployments.rollout.sequence import DEFAULT_WAIT_S, Rollout, roll_out
 from deployments.rollout.storage_secret import DEFAULT_SECRET, SCHEMES, SecretError, secret_manifest, settings_from_environment
 from deployments.sizing.recommend import add_command as register_recommend
 from slipway.cli import UserError, console, dispatch
+from slipway.cluster_names import DEFAULT_NAMESPACE
 from slipway.files import FileProblem
-from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
 from slipway.reports import write_report
 from slipway.runtime_settings import SettingsError
 
@@ -169,7 +169,7 @@ def _add_render_arguments(command: argparse.ArgumentParser) -> None:
         help="the Secret (in --namespace) whose key "
         "'token' holds the repository API's bearer token; the pods read it through secretKeyRef",
     )
-    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the model runs")
     command.add_argument(
         "--ingress-namespace",
         type=namespace_argument,
@@ -542,7 +542,7 @@ def register_secret(commands) -> None:
         help=f"the Secret (default {DEFAULT_SECRET}, the base's envSecretRefName; with --engine kserve "
         "slipway-model-storage-kserve)",
     )
-    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the Secret goes")
     command.add_argument(
         "--dry-run",
         choices=("none", "server", "client"),
@@ -586,8 +586,8 @@ def register_undeploy(commands) -> None:
         "PodMonitor, NetworkPolicy and ServiceAccount Slipway applied for one model (found by its labels), and wait "
         "until they, the operator's Deployments, Services, HPAs and budgets, and the pods are gone.",
     )
-    command.add_argument("--name", default="digits", help="the model name (default digits)")
-    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE)
+    command.add_argument("--name", default=DEMO_MODEL_NAME, help=f"the model name (default {DEMO_MODEL_NAME})")
+    command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the model runs")
     command.add_argument(
         "--wait",
         type=float,

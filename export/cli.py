@@ -23,7 +23,7 @@ from export.store.cli import add_versions_parser
 from export.tolerance import FP32_TOLERANCE, worst_beyond
 from export.train import TrainConfig, train
 from slipway.cli import UserError, console, dispatch
-from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
+from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME, artifact_dir
 from slipway.readme import BENCHMARKS_PAGE
 from slipway.reports import write_report
 
@@ -64,7 +64,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise UserError(f"no trained model at {model_path}: run `python -m export train` first or pass MODEL")
     try:
         name = check_name(args.name or (DEMO_MODEL_NAME if args.model_path is None else default_name(model_path)))
-        out = args.out or BUILD_DIR / "artifacts" / name
+        out = args.out or artifact_dir(name)
         check_out_dir(out)  # before TensorFlow loads and converts
         custom = read_custom_objects(args.custom_objects) if args.custom_objects else None
         with console.status(f"loading {model_path}"):
@@ -241,7 +241,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     variants.add_argument(
         "model",
         nargs="?",
-        default="digits",
+        default=DEMO_MODEL_NAME,
         metavar="MODEL",
         help="digits (the trained demo CNN), mobilenetv2 (random weights, synthetic data), or your own "
         "model: a .keras file, an .h5 file or a SavedModel folder (with --data)",
@@ -325,7 +325,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     profile = commands.add_parser("profile", help="run ONNX Runtime's profiler on one variant: top operators, trace for Perfetto")
     profile.add_argument("variant", metavar="VARIANT", help="a variant name (fp32, int8, ...) or an artifact folder")
-    profile.add_argument("--model", default="digits", help="whose variants (a folder under --variants-dir)")
+    profile.add_argument("--model", default=DEMO_MODEL_NAME, help="whose variants (a folder under --variants-dir)")
     profile.add_argument("--variants-dir", type=Path, default=VARIANTS_DIR)
     profile.add_argument("--batch-size", type=int, default=1)
     profile.add_argument("--runs", type=int, default=200, help="profiled runs (after 5 unprofiled warm-up runs)")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slipway.cli import UserError, console, dispatch
+from slipway.cluster_names import DEFAULT_NAMESPACE
 
 PROG = "python -m localcluster"
 
@@ -23,7 +24,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from deployments.rollout.storage_secret import DEFAULT_SECRET
     from localcluster.build import BuildError
     from localcluster.components import KEDA_VERSION, KSERVE, KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
-    from localcluster.control_plane import BUCKET, MODEL_NAMESPACE, ClusterError, up
+    from localcluster.control_plane import BUCKET, ClusterError, up
     from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from localcluster.objects import NODES
 
@@ -60,7 +61,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
     console.print(
-        f"namespace {MODEL_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
+        f"namespace {DEFAULT_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
         f"the model there and deploys it while the cluster runs; kubectl: export KUBECONFIG={state.kubeconfig}",
         soft_wrap=True,
     )
@@ -246,7 +247,7 @@ def register(actions: argparse._SubParsersAction) -> None:
         "low until it is back at its minimum, within the HPA's own behaviour.",
     )
     prove_hpa.add_argument("--dir", type=Path, help="the cluster's folder (default build/cluster, or SLIPWAY_CLUSTER_DIR)")
-    prove_hpa.add_argument("--namespace", default="slipway")
+    prove_hpa.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="where the model runs")
     prove_hpa.add_argument("--hpa", help="the HPA (default: the namespace's only one)")
     prove_hpa.add_argument(
         "--container",

@@ -28,10 +28,10 @@ from localcluster.pki import ClusterPKI
 from localcluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic, local_cluster
 from slipway.cli import first_line
+from slipway.cluster_names import DEFAULT_NAMESPACE
 from slipway.ports import free_port, port_in_use
 
 DEFAULT_API_PORT = 16443
-MODEL_NAMESPACE = "slipway"  # `make deploy`'s default NAMESPACE: made at start, with the store's Secret
 BUCKET = "slipway-models"  # the bucket of `deploy`'s default storage root, s3://slipway-models
 SERVICE_CIDR = "10.96.0.0/16"
 READY_TIMEOUT_S = 90.0
@@ -424,9 +424,9 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     objects.register_operator(api)
 
     _start_object_store(state, starter)
-    on_step(f"making namespace {MODEL_NAMESPACE}, bucket {BUCKET} and the storage Secret")
+    on_step(f"making namespace {DEFAULT_NAMESPACE}, bucket {BUCKET} and the storage Secret")
     objects.create_bucket(state.storage_environment(), BUCKET)
-    objects.create_namespace(api, MODEL_NAMESPACE, state.storage_environment())
+    objects.create_namespace(api, DEFAULT_NAMESPACE, state.storage_environment())
 
 
 def _start_keda(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None], tied: bool) -> None:
@@ -562,7 +562,7 @@ def _serve_store_to_pods(state: ClusterState, starter: _Starter) -> None:
     _wait(store, lambda: _get(endpoint)[0] == 403, "answering S3 requests on the node's address")
     state.object_store["pods_endpoint"] = endpoint
     state.save()
-    objects.create_namespace(objects.client(state.kubeconfig), MODEL_NAMESPACE, state.storage_environment())
+    objects.create_namespace(objects.client(state.kubeconfig), DEFAULT_NAMESPACE, state.storage_environment())
 
 
 def _stop_node(state: ClusterState) -> list[str]:

@@ -35,8 +35,15 @@ REPORTS_DIR = Path(os.environ.get("SLIPWAY_REPORTS_DIR", WORKDIR / "reports"))
 BUILD_DIR = Path(os.environ.get("SLIPWAY_BUILD_DIR", WORKDIR / "build"))
 # Relative to the current directory unless a working folder is given (the store's documented default, ./model-store).
 MODEL_STORE_DIR = WORKDIR / "model-store" if _GIVEN_WORKDIR else Path("model-store")
-DEMO_MODEL_NAME = "digits"
-DEMO_ARTIFACT_DIR = BUILD_DIR / "artifacts" / DEMO_MODEL_NAME
+DEMO_MODEL_NAME = "digits"  # the one default model name: the demo's, wherever no artifact or MODEL_NAME says another
+
+
+def artifact_dir(name: str) -> Path:
+    """Where `export convert` writes the artifact of the model called `name` (build/artifacts/NAME)."""
+    return BUILD_DIR / "artifacts" / name
+
+
+DEMO_ARTIFACT_DIR = artifact_dir(DEMO_MODEL_NAME)
 
 # Shipped with the packages (pyproject.toml's [tool.setuptools.package-data]).
 EXAMPLE_SLO = PACKAGE_ROOT / "loadtest" / "slo.example.yaml"

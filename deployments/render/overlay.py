@@ -30,20 +30,20 @@ from deployments.render.repository_api import RepositoryApiError, container_env,
 from deployments.render.seldon import MODEL_LABEL, PREDICTOR_LABEL
 from slipway import atomic
 from slipway.artifact import EXPECTED_DIGESTS_ENV
+from slipway.cluster_names import DEFAULT_NAMESPACE, NAMESPACE_ENV
 
 DEPLOYMENTS_DIR = Path(__file__).resolve().parent.parent  # the shipped manifests sit in deployments/, beside this package
 OVERLAYS_DIR = DEPLOYMENTS_DIR / "overlays"
 OVERLAYS = ("cpu", "gpu", "canary")
-DEFAULT_NAMESPACE = "slipway"
 # Who may call the model (the NetworkPolicy): Seldon's gateway runs in Istio's namespace by default
 # (Ambassador's is usually `ambassador`); Prometheus, which scrapes the metrics port, in `monitoring`.
 DEFAULT_INGRESS_NAMESPACE = "istio-system"
 DEFAULT_MONITORING_NAMESPACE = "monitoring"
 CANARY_PREDICTOR = "canary"
-NAMESPACE_ENV = "SLIPWAY_NAMESPACE"  # read by wrappers/operations/payload_events.py (ce-source, ce-namespace)
 ADAPTER_RULES_FILE = "prometheus-adapter-rules.yaml"
 RENDERING_FILE = "rendering.json"  # what was rendered, from what: also how a later run knows the folder is ours
-COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", "app.kubernetes.io/managed-by": "slipway"}
+MANAGED_BY = "app.kubernetes.io/managed-by"  # what Slipway applied carries it: undeploy and the canary find theirs by it
+COMMON_LABELS = {"app.kubernetes.io/part-of": "slipway", MANAGED_BY: "slipway"}
 SHARED_MEMORY_VOLUME = "dshm"
 SHARED_MEMORY_PATH = "/dev/shm"
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -290,7 +290,7 @@ def _split(sdep: dict, mode: str, model: ModelVersion, docs: list[dict]) -> None
 def check_namespace(namespace: str) -> str:
     """The API server refuses every object in a namespace that is not a DNS-1123 label: refuse it before writing any."""
     if not isinstance(namespace, str) or not _DNS_1123_LABEL.match(namespace):
-        suggestion = re.sub(r"[^a-z0-9-]+", "-", str(namespace).lower()).strip("-")[:63].strip("-") or "slipway"
+        suggestion = re.sub(r"[^a-z0-9-]+", "-", str(namespace).lower()).strip("-")[:63].strip("-") or DEFAULT_NAMESPACE
         raise RenderError(
             f"namespace {namespace!r} is not a DNS-1123 label: use at most 63 lower-case letters, digits "
             f"and '-', starting and ending with a letter or digit (e.g. {suggestion})"

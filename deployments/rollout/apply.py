@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployments.render.seldon import DEPLOYMENT_ID_LABEL
+from deployments.render.overlay import COMMON_LABELS, MANAGED_BY
+from deployments.render.seldon import DEPLOYMENT_ID_LABEL, MODEL_LABEL
 from deployments.rollout.kube_api import dynamic_client, present
 from slipway.local_cluster import running_kubeconfig
 
@@ -292,7 +293,7 @@ def delete(api, *, namespace: str, model: str) -> Deleted:
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
     dynamic = dynamic_client(api)
-    selector = f"app.kubernetes.io/managed-by=slipway,slipway.io/model={model}"
+    selector = ",".join(f"{key}={value}" for key, value in {MANAGED_BY: COMMON_LABELS[MANAGED_BY], MODEL_LABEL: model}.items())
     deleted = Deleted()
     for api_version, kind in OWNED_KINDS:
         try:

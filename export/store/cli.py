@@ -20,11 +20,11 @@ from rich.table import Table
 from export.store.db import StoreError
 from export.store.lineage import gather
 from export.store.records import TagMove, VersionRecord, diff_records, flatten
-from export.store.refs import RefError, parse_ref, parse_tag_ref
-from export.store.store import DEFAULT_STORE, ModelStore, check_publish
+from export.store.refs import Ref, RefError, parse_ref, parse_tag_ref
+from export.store.store import ModelStore, check_publish
 from slipway.artifact import ArtifactError, read_manifest
 from slipway.cli import UserError, console
-from slipway.paths import DEMO_ARTIFACT_DIR
+from slipway.paths import DEMO_ARTIFACT_DIR, MODEL_STORE_DIR, artifact_dir
 
 out = Console(highlight=False, soft_wrap=True)
 ACCURACY_KEYS = ("accuracy", "onnx_test_accuracy", "train.test_accuracy")
@@ -53,6 +53,18 @@ def _tag(store: ModelStore, text: str, model: str | None) -> tuple[str, str]:
     return model, tag
 
 
+def _ref(store: ModelStore, text: str) -> Ref:
+    """A reference; without its name (`:3`, `:latest`, `@champion`, as `make` passes them when MODEL_NAME is unset),
+    the model the store knows it by: the only model it holds, or the only one carrying that tag."""
+    if not text.startswith((":", "@")):
+        return parse_ref(text)
+    models = store.models_with_tag(text[1:]) if text.startswith("@") else store.models()
+    if len(models) != 1:
+        where = f"models {', '.join(models)} all match" if models else "no model matches"
+        raise StoreError(f"reference {text!r} names no model and {where}: write NAME{text} (make: MODEL_NAME=NAME)")
+    return parse_ref(models[0] + text)
+
+
 def _metric(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
     try:
@@ -65,7 +77,8 @@ def _metric(text: str) -> tuple[str, float]:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-
+    if args.artifact_dir is None:  # the folder `export convert` wrote for --model, else the demo's
+        args.artifact_dir = artifact_dir(args.model) if args.model else DEMO_ARTIFACT_DIR
     metrics = dict(_metric(text) for text in args.metric)
     try:
         source_digest = read_manifest(args.artifact_dir).digest
@@ -153,14 +166,14 @@ def _show_record(record: VersionRecord) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        record = store.get(parse_ref(args.ref))
+        record = store.get(_ref(store, args.ref))
     _emit(args, record.model_dump(), lambda: _show_record(record))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        record = store.verify(parse_ref(args.ref))
+        record = store.verify(_ref(store, args.ref))
     _emit(
         args,
         {**record.model_dump(), "verified": True},
@@ -181,10 +194,10 @@ def _print_move(move: TagMove) -> None:
 
 def cmd_promote(args: argparse.Namespace) -> int:
     model, tag = parse_tag_ref(args.tag, None)
-    ref = parse_ref(args.ref)
-    if model is not None and model != ref.model:
-        raise UserError(f"tag {args.tag!r} belongs to model {model!r} but {args.ref!r} is a version of {ref.model!r}")
     with _open(args) as store:
+        ref = _ref(store, args.ref)
+        if model is not None and model != ref.model:
+            raise UserError(f"tag {args.tag!r} belongs to model {model!r} but {args.ref!r} is a version of {ref.model!r}")
         move = store.promote(tag, ref)
     _emit(args, move.model_dump(), lambda: _print_move(move))
     return 0
@@ -216,7 +229,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        a, b = store.get(parse_ref(args.a)), store.get(parse_ref(args.b))
+        a, b = store.get(_ref(store, args.a)), store.get(_ref(store, args.b))
     rows = diff_records(a, b)
 
     def human() -> None:
@@ -282,7 +295,7 @@ def add_versions_parser(commands: argparse._SubParsersAction) -> None:
     )
     sub = versions.add_subparsers(dest="versions_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", default=DEFAULT_STORE, help=f"store folder holding store.db (default: {DEFAULT_STORE})")
+    common.add_argument("--store", default=MODEL_STORE_DIR, help=f"store folder holding store.db (default: {MODEL_STORE_DIR})")
     common.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
     def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> argparse.ArgumentParser:
@@ -295,8 +308,8 @@ def add_versions_parser(commands: argparse._SubParsersAction) -> None:
         "artifact_dir",
         type=Path,
         nargs="?",
-        default=DEMO_ARTIFACT_DIR,
-        help="artifact folder (model.onnx, model-settings.json, manifest.json; default: the demo's)",
+        help="artifact folder (model.onnx, model-settings.json, manifest.json; default: the one `export convert` "
+        "wrote for --model, else the demo's)",
     )
     publish.add_argument("--model", help="model name (default: the name in the folder's model-settings.json)")
     publish.add_argument("--tag", help="point this tag at the version (e.g. v1.0, champion)")

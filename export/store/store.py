@@ -48,7 +48,6 @@ from slipway.cli import one_line
 from slipway.files import FileProblem, read_json
 from slipway.paths import MODEL_STORE_DIR
 
-DEFAULT_STORE = str(MODEL_STORE_DIR)  # ./model-store, or model-store/ in SLIPWAY_WORKDIR (slipway --workdir)
 ARTIFACTS_DIR = "artifacts"
 PAUSE_ENV = "SLIPWAY_STORE_PAUSE_AT"  # crash tests: pause a publish or gc at a named stage
 STALE_AFTER_S = 3600.0  # a pending version from another host is abandoned after this long
@@ -139,7 +138,7 @@ class ModelStore:
         self.artifacts = artifacts
 
     @classmethod
-    def open(cls, store: str | Path = DEFAULT_STORE, *, create: bool = False, artifact_root: str | None = None) -> ModelStore:
+    def open(cls, store: str | Path = MODEL_STORE_DIR, *, create: bool = False, artifact_root: str | None = None) -> ModelStore:
         """Open the store at a local folder (or file:// URL); `create` makes it on first publish.
 
         The database must be on a local disk (SQLite); artifacts may live at any fsspec URL,
@@ -442,6 +441,11 @@ class ModelStore:
             if not events:
                 raise StoreError(self._not_found(conn, Ref(model, tag=tag)))
             return [_move(row) for row in events]
+
+    def models(self) -> builtins.list[str]:
+        """Every model holding a published version, by name."""
+        with self._read() as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT model FROM versions WHERE state = 'ready' ORDER BY model")]
 
     def models_with_tag(self, tag: str) -> builtins.list[str]:
         with self._read() as conn:

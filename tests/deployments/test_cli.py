@@ -236,8 +236,8 @@ def test_make_pins_versions_through_the_model_store_cli():
     )
     assert result.returncode == 0, result.stderr
     commands = result.stdout
-    assert "slipway versions show digits@champion --store shelf --json > build/model-version.json.tmp" in commands
-    assert "slipway versions show digits:4 --store shelf --json > build/model-version-canary.json.tmp" in commands
+    assert "slipway versions show @champion --store shelf --json > build/model-version.json.tmp" in commands
+    assert "slipway versions show :4 --store shelf --json > build/model-version-canary.json.tmp" in commands
     render_line = next(line for line in commands.splitlines() if "slipway render" in line)
     for expected in (
         "--overlay canary",

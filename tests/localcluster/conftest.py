@@ -5,7 +5,10 @@ worker together (tests/conftest.py), so that one control plane serves them all."
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -14,6 +17,18 @@ from tests.deployments.conftest import record_files  # noqa: F401 (a fixture: th
 MODEL = "digits"
 SECRET = "slipway-model-storage"
 STORAGE_ENV: dict[str, str] = {}  # the running test cluster's object store, as AWS_* variables (set by `cluster`)
+T = TypeVar("T")
+
+
+def until(condition: Callable[[], T], timeout_s: float = 90, what: str = "condition") -> T:
+    """Ask `condition()` every half second until it answers something true, and return that; fail when `timeout_s`
+    passes first. The cluster tests' one wait for what a controller does in its own time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not reached within {timeout_s}s")
 
 
 @pytest.fixture(scope="package")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import yaml
 
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
-from tests.localcluster.conftest import MODEL, SECRET, digest_of, make_namespace, records
+from tests.localcluster.conftest import MODEL, SECRET, digest_of, make_namespace, records, until
 
 pytestmark = pytest.mark.slow
 
@@ -67,15 +66,6 @@ def _nothing_of_ours(api, namespace: str) -> list[str]:
         if sa.metadata.name != "default"
     ]
     return found
-
-
-def _until(condition, timeout_s: float = 90, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not reached within {timeout_s}s")
 
 
 def _rendered_sdep(out: Path) -> dict:
@@ -401,7 +391,7 @@ def test_a_canary_splits_traffic_and_a_new_share_changes_only_the_split(api, clu
     args = ("--overlay", "canary", "--version-record", str(main), "--canary-record", str(canary))
     _deploy(cluster_env, namespace, *args, "--canary-percent", "20")
     assert [(p["name"], p["traffic"]) for p in _sdep(api, namespace)["spec"]["predictors"]] == [("default", 80), ("canary", 20)]
-    assert _until(lambda: _ambassador_weights(api, namespace).get("canary"), what="the operator's canary weight") == 20
+    assert until(lambda: _ambassador_weights(api, namespace).get("canary"), what="the operator's canary weight") == 20
 
     apps = client.AppsV1Api(api)
     # one HPA per predictor, each reading the model container of the Deployment it scales
@@ -416,7 +406,7 @@ def test_a_canary_splits_traffic_and_a_new_share_changes_only_the_split(api, clu
     pods_before = {pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items}
     _deploy(cluster_env, namespace, *args, "--canary-percent", "30")
     assert [p["traffic"] for p in _sdep(api, namespace)["spec"]["predictors"]] == [70, 30]
-    assert _until(lambda: _ambassador_weights(api, namespace).get("canary") == 30, what="the new weight")
+    assert until(lambda: _ambassador_weights(api, namespace).get("canary") == 30, what="the new weight")
     assert {d.metadata.name: d.metadata.generation for d in apps.list_namespaced_deployment(namespace).items} == before
     assert {pod.metadata.name for pod in client.CoreV1Api(api).list_namespaced_pod(namespace).items} == pods_before
 
@@ -520,7 +510,7 @@ def test_without_seldon_s_crd_deploy_says_what_to_install(api, cluster, cluster_
     namespace = make_namespace(api, "no-crd")
     extensions = client.ApiextensionsV1Api(api)
     extensions.delete_custom_resource_definition("seldondeployments.machinelearning.seldon.io")
-    _until(
+    until(
         lambda: (
             "seldondeployments.machinelearning.seldon.io"
             not in {crd.metadata.name for crd in extensions.list_custom_resource_definition().items}

@@ -26,7 +26,7 @@ from deployments.render.autoscaling import component_dir
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
 from tests.deployments.traces import MIB, matrix, write
-from tests.localcluster.conftest import MODEL
+from tests.localcluster.conftest import MODEL, until
 
 pytestmark = pytest.mark.slow
 
@@ -170,6 +170,12 @@ def _scaled_object(api, namespace: str):
     return items[0]
 
 
+def _ready(scaled):
+    """The ScaledObject once KEDA has made it Ready (its HPA made), else None."""
+    conditions = scaled.to_dict().get("status", {}).get("conditions", [])
+    return scaled if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+
+
 def _clock(epoch: float) -> str:
     return time.strftime("%H:%M", time.gmtime(epoch))
 
@@ -195,15 +201,8 @@ def test_keda_s_webhook_refuses_a_second_scaled_object_on_one_deployment(api, ke
         ops=_local_prometheus(url),
     )
     _deploy(env, namespace, overlay, _artifact(tmp_path))
-    scaled = _scaled_object(api, namespace)
-    assert scaled.spec.scaleTargetRef.name == DEPLOYMENT
-    deadline = time.monotonic() + 60
-    while not any(
-        c["type"] == "Ready" and c["status"] == "True" for c in scaled.to_dict().get("status", {}).get("conditions", [])
-    ):
-        assert time.monotonic() < deadline, f"ScaledObject not Ready in 60 s: {scaled.to_dict().get('status')}"
-        time.sleep(1)
-        scaled = _scaled_object(api, namespace)
+    assert _scaled_object(api, namespace).spec.scaleTargetRef.name == DEPLOYMENT
+    scaled = until(lambda: _ready(_scaled_object(api, namespace)), 60, "the ScaledObject's Ready condition")
 
     hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(HPA_PREFIX + scaled.metadata.name, namespace)
     assert hpa.spec.scale_target_ref.name == DEPLOYMENT and hpa.spec.min_replicas == 2

@@ -438,8 +438,9 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
 
     from deployments.rollout.storage_secret import DEFAULT_SECRET, fsspec_options, read_settings
     from localcluster import storage_initializer
-    from localcluster.control_plane import BUCKET, MODEL_NAMESPACE
+    from localcluster.control_plane import BUCKET
     from localcluster.objects import client as api_client
+    from slipway.cluster_names import DEFAULT_NAMESPACE
 
     state, _ = real_cluster
     api = api_client(state.kubeconfig)
@@ -447,7 +448,7 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
     assert storage_initializer.configured_image(api) == image
 
     # the namespace's Secret names the store where pods reach it (the node's bridge address, not 127.0.0.1)
-    settings = read_settings(api, DEFAULT_SECRET, MODEL_NAMESPACE)
+    settings = read_settings(api, DEFAULT_SECRET, DEFAULT_NAMESPACE)
     assert settings is not None
     assert settings["RCLONE_CONFIG_S3_ENDPOINT"] == state.object_store["pods_endpoint"]
     assert state.node["address"] in settings["RCLONE_CONFIG_S3_ENDPOINT"]
@@ -463,18 +464,18 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
     uri = f"s3://{BUCKET}/initializer/digits"
     # the pushed image (pulled from the registry: the digest skopeo pushed), then the one `up` imported into the node
     for name, source in (("initializer", image), ("initializer-node", storage_initializer.NODE_IMAGE)):
-        core.create_namespaced_pod(MODEL_NAMESPACE, _initializer_pod(name, MODEL_NAMESPACE, source, uri, DEFAULT_SECRET))
+        core.create_namespaced_pod(DEFAULT_NAMESPACE, _initializer_pod(name, DEFAULT_NAMESPACE, source, uri, DEFAULT_SECRET))
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while (pod := core.read_namespaced_pod(name, MODEL_NAMESPACE)).status.phase not in ("Succeeded", "Failed"):
+        while (pod := core.read_namespaced_pod(name, DEFAULT_NAMESPACE)).status.phase not in ("Succeeded", "Failed"):
             assert time.monotonic() < deadline, f"the pod did not finish within {READY_TIMEOUT_S:.0f}s: {pod.status}"
             time.sleep(0.5)
-        initializer = core.read_namespaced_pod_log(name, MODEL_NAMESPACE, container="digits-model-initializer")
+        initializer = core.read_namespaced_pod_log(name, DEFAULT_NAMESPACE, container="digits-model-initializer")
         assert pod.status.phase == "Succeeded", initializer
         if source == image:
             assert pod.status.init_container_statuses[0].image_id.endswith(digest), pod.status.init_container_statuses[0]
-        hashes = json.loads(core.read_namespaced_pod_log(name, MODEL_NAMESPACE, container="digits").strip().splitlines()[-1])
+        hashes = json.loads(core.read_namespaced_pod_log(name, DEFAULT_NAMESPACE, container="digits").strip().splitlines()[-1])
         assert hashes == expected
-        core.delete_namespaced_pod(name, MODEL_NAMESPACE, grace_period_seconds=0)
+        core.delete_namespaced_pod(name, DEFAULT_NAMESPACE, grace_period_seconds=0)
     _report(
         storage_initializer={
             "image": image,
@@ -549,10 +550,10 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     from kubernetes import client
 
     from localcluster import storage_initializer
-    from localcluster.control_plane import MODEL_NAMESPACE
     from localcluster.node import NODE_NAME
     from localcluster.objects import client as api_client
     from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
+    from slipway.cluster_names import DEFAULT_NAMESPACE
     from tests.conftest import run_module
     from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
 
@@ -566,7 +567,7 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
         "deployments",
         "deploy",
         "--namespace",
-        MODEL_NAMESPACE,
+        DEFAULT_NAMESPACE,
         "--wait",
         str(int(READY_TIMEOUT_S)),
         "--model-dir",
@@ -583,7 +584,7 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     # deploy asked the Service itself (through the API server's service proxy) before it returned
     assert f"default: Service {MODEL}-default answers /v2/models/{MODEL}" in result.stderr, result.stderr
 
-    pods = core.list_namespaced_pod(MODEL_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
+    pods = core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
     assert pods and all(pod.spec.node_name == NODE_NAME for pod in pods)
     pod = pods[0]
     ready = next(c for c in pod.status.conditions if c.type == "Ready")
@@ -598,7 +599,7 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     assert pinned.startswith(f"{MODEL}=") and pinned.endswith(verify_artifact(digits_artifact).digest)
     create_to_ready_s = (ready.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
 
-    service = core.read_namespaced_service(f"{MODEL}-default", MODEL_NAMESPACE)
+    service = core.read_namespaced_service(f"{MODEL}-default", DEFAULT_NAMESPACE)
     ports = {port.name: port.port for port in service.spec.ports}
     rest = f"http://{service.spec.cluster_ip}:{ports['http']}/v2/models/{MODEL}/infer"
     began = time.monotonic()
@@ -644,10 +645,10 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
     loadtest = {"requests": int(whole[1]), "rps": float(whole[2]), "p50_ms": float(whole[3]), "p99_ms": float(whole[5])}
 
     began = time.monotonic()
-    result = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
+    result = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", DEFAULT_NAMESPACE, env=env)
     undeploy_s = time.monotonic() - began
     assert "gone after" in result.stderr, result.stderr
-    assert not core.list_namespaced_pod(MODEL_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
+    assert not core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
     _report(
         deploy={
             "deploy_s": round(deploy_s, 1),
@@ -748,9 +749,10 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
     from kubernetes import client
 
     from localcluster import autoscaling_proof
-    from localcluster.control_plane import HPA_SYNC_S, METRIC_RESOLUTION_S, MODEL_NAMESPACE
+    from localcluster.control_plane import HPA_SYNC_S, METRIC_RESOLUTION_S
     from localcluster.node import NODE_NAME
     from localcluster.objects import client as api_client
+    from slipway.cluster_names import DEFAULT_NAMESPACE
     from slipway.paths import PROJECT_ROOT, REPORTS_DIR
     from tests.conftest import run_module
 
@@ -762,7 +764,7 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
         "deployments",
         "deploy",
         "--namespace",
-        MODEL_NAMESPACE,
+        DEFAULT_NAMESPACE,
         "--wait",
         str(int(READY_TIMEOUT_S)),
         "--model-dir",
@@ -776,10 +778,10 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
         env=env,
     )
     hpa_name = f"{MODEL}-default"
-    hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, MODEL_NAMESPACE)
-    target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, MODEL_NAMESPACE)
+    hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, DEFAULT_NAMESPACE)
+    target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, DEFAULT_NAMESPACE)
     selector = ",".join(f"{key}={value}" for key, value in target.spec.selector.match_labels.items())
-    service = core.read_namespaced_service(f"{MODEL}-default", MODEL_NAMESPACE)
+    service = core.read_namespaced_service(f"{MODEL}-default", DEFAULT_NAMESPACE)
     http = next(port.port for port in service.spec.ports if port.name == "http")
 
     began = time.monotonic()
@@ -787,9 +789,9 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
     phases: dict[str, float] = {}
 
     def sample(phase: str) -> dict:
-        hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, MODEL_NAMESPACE)
-        now = asdict(autoscaling_proof.sample(api, MODEL_NAMESPACE, hpa, began, phase))
-        now["top"] = _top(api, MODEL_NAMESPACE, selector, MODEL)
+        hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, DEFAULT_NAMESPACE)
+        now = asdict(autoscaling_proof.sample(api, DEFAULT_NAMESPACE, hpa, began, phase))
+        now["top"] = _top(api, DEFAULT_NAMESPACE, selector, MODEL)
         samples.append(now)
         return now
 
@@ -828,7 +830,7 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
 
     whole = re.search(r"whole run: (\d+) requests, ([\d.]+) req/s, .*?, (\d+) failures", output)
     assert whole and int(whole[1]) > 0 and whole[3] == "0", output
-    pods = core.list_namespaced_pod(MODEL_NAMESPACE, label_selector=selector).items
+    pods = core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=selector).items
     assert all(pod.spec.node_name == NODE_NAME for pod in pods)
     loaded = [s for s in samples if s["phase"] == "load"]
     after = [s for s in samples if s["phase"] == "after"]
@@ -841,7 +843,7 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
     first_down = next(s["seconds"] for s in after if s["replicas"] < 2)
     assert first_down - seen_low >= HPA_WINDOW_DOWN_S - HPA_SYNC_S - 2 * autoscaling_proof.SAMPLE_EVERY_S
 
-    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
+    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", DEFAULT_NAMESPACE, env=env)
     events = [
         {
             "seconds": b["seconds"],
@@ -872,7 +874,7 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
     autoscaling_proof.plot(
         result,
         REPORTS_DIR / "real-node-hpa.png",
-        title=f"HPA {MODEL_NAMESPACE}/{hpa_name} on the real node (the container's CPU, from the kubelet)",
+        title=f"HPA {DEFAULT_NAMESPACE}/{hpa_name} on the real node (the container's CPU, from the kubelet)",
         phase_labels={"idle": "idle", "load": f"Locust, {LOAD_USERS} users", "after": "load stopped"},
     )
     _report(hpa=result)

@@ -18,7 +18,7 @@ def _dry_run(target: str, *settings: str) -> str:
         timeout=60,
         check=True,
     )
-    return " ".join(line for line in done.stdout.splitlines() if "/nonexistent-venv/bin/slipway" in line)
+    return " ".join(" ".join(line.split()) for line in done.stdout.splitlines() if "/nonexistent-venv/bin/slipway" in line)
 
 
 def test_unset_settings_leave_the_commands_their_own_defaults():
@@ -38,3 +38,32 @@ def test_settings_given_reach_the_commands():
     assert "--model-dir build/artifacts/mine" in serve and "--http-port 9000" in serve and "--host 0.0.0.0" in serve
     manifests = _dry_run("manifests", "OVERLAY=gpu", "NAMESPACE=prod")
     assert "--overlay gpu" in manifests and "--namespace prod" in manifests, manifests
+
+
+def test_the_models_name_follows_the_artifact_or_the_name_given():
+    """No recipe names the demo's model: publish keeps the artifact's own name, the store finds a reference without
+    one, the cluster commands take their own default; NAME= (as `make convert` took it) or MODEL_NAME= reaches all."""
+    recipes = {
+        "publish": ["MODEL_DIR=build/artifacts/mine"],
+        "promote": ["TAG=champion", "VERSION=2"],
+        "rollback": ["TAG=champion"],
+        "manifests": ["VERSION=3", "CANARY_TAG=challenger"],
+        "canary": ["VERSION=3", "SLO=slo.yaml"],
+        "undeploy": [],
+        "canary-abort": [],
+        "shadow-off": [],
+        "alerts": ["SLO=slo.yaml"],
+    }
+    for target, settings in recipes.items():
+        commands = _dry_run(target, *settings)
+        assert "digits" not in commands and "--model " not in commands and "--name " not in commands, commands
+    assert "versions show :3" in _dry_run("manifests", "VERSION=3")
+    assert "versions promote champion :2" in _dry_run("promote", "TAG=champion", "VERSION=2")
+    for name in ("NAME=mine", "MODEL_NAME=mine"):
+        assert "versions publish --model mine" in _dry_run("publish", name)
+        assert "versions promote champion mine:2" in _dry_run("promote", "TAG=champion", "VERSION=2", name)
+        assert "versions rollback champion --model mine" in _dry_run("rollback", "TAG=champion", name)
+        assert "versions show mine@champion" in _dry_run("manifests", "TAG=champion", name)
+        assert "--ref mine:3" in _dry_run("canary", "VERSION=3", name)
+        assert "undeploy --name mine" in _dry_run("undeploy", name)
+        assert "canary --abort --deployment mine" in _dry_run("canary-abort", name)

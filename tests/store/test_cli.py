@@ -6,7 +6,7 @@ import pytest
 
 from export.cli import main
 from slipway.cli import run
-from tests.store.conftest import versions, versions_json
+from tests.store.conftest import make_artifact, versions, versions_json
 
 COMMANDS = ["publish", "list", "show", "promote", "rollback", "history", "diff", "gc", "verify"]
 
@@ -101,6 +101,8 @@ def test_mistakes_are_one_line_and_exit_2(store_dir, artifact_factory, tmp_path,
         (["publish", str(artifact_factory(2.0)), "--model", "bad name"], "model name 'bad name' is not valid"),
         (["history", "a@nonexist"], "model 'a' has no tag 'nonexist' (tags: champion)"),  # as rollback says it
         (["history", "zzz@champion"], "no model 'zzz' in the store (models: a, b)"),
+        (["show", ":1"], "reference ':1' names no model and models a, b all match: write NAME:1"),
+        (["promote", "champion", "@champion"], "reference '@champion' names no model and models a, b all match"),
     ]:
         code, out, err = in_process(capsys, *args, *store)
         assert code == 2, (args, err)
@@ -199,6 +201,23 @@ def test_json_output_is_pure_json_on_stdout(store_dir, artifact_factory):
     assert "note:" in result.stderr  # messages stay off stdout
 
 
+def test_a_users_own_model_keeps_its_name_from_publish_to_deploy(store_dir, tmp_path):
+    """`make convert NAME=mine` then `make publish`, `make promote`, `make deploy VERSION=|TAG=`, as make runs them
+    with MODEL_NAME unset: the version is mine's, and the references without a name find it."""
+    build = tmp_path / "build"
+    make_artifact(build / "artifacts" / "mine", 1.0, name="mine")
+    store = ["--store", str(store_dir)]
+    env = {"SLIPWAY_BUILD_DIR": str(build)}
+    assert versions_json("publish", "--model", "mine", *store, env=env)["ref"] == "mine:1"  # build/artifacts/mine
+    second = make_artifact(tmp_path / "elsewhere", 2.0, name="mine")
+    assert versions_json("publish", str(second), *store)["ref"] == "mine:2"  # the artifact's own name
+    assert versions_json("promote", "champion", ":1", *store)["model"] == "mine"
+    assert versions_json("show", "@champion", *store)["name"] == "mine"
+    assert versions_json("show", ":latest", *store)["version"] == "2"
+    diff = versions_json("diff", ":1", ":2", *store)
+    assert (diff["a"]["ref"], diff["b"]["ref"]) == ("mine:1", "mine:2")
+
+
 def test_make_rollback_moves_the_tag_then_redeploys_it():
     import subprocess
 
@@ -212,7 +231,7 @@ def test_make_rollback_moves_the_tag_then_redeploys_it():
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    rollback = next(i for i, line in enumerate(lines) if "slipway versions rollback digits@champion --store /srv/store" in line)
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    rollback = next(i for i, line in enumerate(lines) if "slipway versions rollback champion --store /srv/store" in line)
     deploy = next(i for i, line in enumerate(lines) if "slipway deploy" in line)
     assert rollback < deploy

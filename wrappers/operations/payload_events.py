@@ -25,12 +25,13 @@ import numpy as np
 from cloudevents.core.bindings.http import HTTPMessage, to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
+from slipway.cluster_names import NAMESPACE_ENV
 from slipway.runtime_settings import PayloadLogging
 
 Kind = Literal["request", "response"]
 TYPE_PREFIXES = {"seldon": "io.seldon.serving", "kserve": "org.kubeflow.serving"}
 # Set in the pod: Seldon's operator sets the last two on every model container, the manifests the first.
-NAMESPACE_ENV, DEPLOYMENT_ENV, PREDICTOR_ENV = "SLIPWAY_NAMESPACE", "SELDON_DEPLOYMENT_ID", "PREDICTOR_ID"
+DEPLOYMENT_ENV, PREDICTOR_ENV = "SELDON_DEPLOYMENT_ID", "PREDICTOR_ID"
 UNKNOWN = "unknown"
 REDACTED = "[redacted]"
 # Credentials a client may send in headers (which MLServer copies into parameters.headers): never logged.

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import yaml
 
-from deployments.render.overlay import DEFAULT_NAMESPACE
 from slipway import atomic
 from slipway.cli import UserError, console
-from slipway.paths import BUILD_DIR
+from slipway.cluster_names import DEFAULT_NAMESPACE
+from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
 
 
 class _Dumper(yaml.SafeDumper):
@@ -44,7 +44,9 @@ def add_command(commands) -> None:
     parser.add_argument("--slo", required=True, type=Path, help="the SLO file `make loadtest SLO=` takes")
     parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE})")
     parser.add_argument(
-        "--model", default="digits", help="the model (render names its SeldonDeployment after it; default digits)"
+        "--model",
+        default=DEMO_MODEL_NAME,
+        help=f"the model (render names its SeldonDeployment after it; default {DEMO_MODEL_NAME})",
     )
     parser.add_argument(
         "--engine",

@@ -13,14 +13,15 @@ import time
 from pathlib import Path
 
 from deployments.delivery.canary import predictors
-from deployments.render.overlay import CANARY_PREDICTOR, DEFAULT_NAMESPACE, namespace_argument
+from deployments.render.overlay import CANARY_PREDICTOR, namespace_argument
 from deployments.render.records import DEFAULT_STORAGE_ROOT, RecordError
 from deployments.render.seldon import MODEL_LABEL
 from deployments.rollout.apply import ClusterUnavailable, DeployError, connect, wait_rolled_out
 from deployments.rollout.placement import add_storage_arguments, place_models
 from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.cli import UserError, console
-from slipway.paths import EXAMPLE_SLO, MODEL_STORE_DIR
+from slipway.cluster_names import DEFAULT_NAMESPACE
+from slipway.paths import DEMO_MODEL_NAME, EXAMPLE_SLO, MODEL_STORE_DIR
 
 EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
 
@@ -44,8 +45,12 @@ def add_command(commands) -> None:
         help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
     )
-    parser.add_argument("--namespace", default="slipway", help="where the model runs (default slipway)")
-    parser.add_argument("--deployment", default="digits", help="the SeldonDeployment (render names it after the model)")
+    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE})")
+    parser.add_argument(
+        "--deployment",
+        default=DEMO_MODEL_NAME,
+        help=f"the SeldonDeployment (render names it after the model; default {DEMO_MODEL_NAME})",
+    )
     parser.add_argument("--stable", default="default", help="the stable predictor (default: default)")
     parser.add_argument("--canary", default=CANARY_PREDICTOR, help=f"the canary predictor (default: {CANARY_PREDICTOR})")
     parser.add_argument("--window", default=DEFAULT_WINDOW, help=f"trailing window judged (default {DEFAULT_WINDOW})")
@@ -124,7 +129,10 @@ def _add_target_arguments(parser) -> None:
     parser.add_argument("--ref", help="the new version in the model store: NAME:NUMBER (digits:4) or NAME@TAG")
     parser.add_argument("--store", type=Path, default=MODEL_STORE_DIR, help=f"the model store (default {MODEL_STORE_DIR})")
     parser.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the SeldonDeployment runs")
-    parser.add_argument("--deployment", help="the SeldonDeployment (default: the version's model name, as render names it)")
+    parser.add_argument(
+        "--deployment",
+        help=f"the SeldonDeployment (default: the version's model name, as render names it; without --ref, {DEMO_MODEL_NAME})",
+    )
     parser.add_argument(
         "--storage-root",
         default=DEFAULT_STORAGE_ROOT,
@@ -228,9 +236,7 @@ def _target(args, *, need_ref: bool):
             model = version(args.ref, args.store, storage_root=args.storage_root)
         except (StoreRefused, RecordError) as err:
             raise UserError(f"{err}") from err
-    name = args.deployment or (model.name if model is not None else None)
-    if name is None:
-        raise UserError("say which SeldonDeployment: --deployment NAME (make passes MODEL_NAME)")
+    name = args.deployment or (model.name if model is not None else DEMO_MODEL_NAME)
     try:
         api = connect(on_note=lambda note: console_print(note))
     except ClusterUnavailable as err:

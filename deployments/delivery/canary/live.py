@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deployments.render import seldon
-from deployments.render.overlay import COMMON_LABELS
+from deployments.render.overlay import COMMON_LABELS, MANAGED_BY
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
 JSON_PATCH = "application/json-patch+json"
 
 

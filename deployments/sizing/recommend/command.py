@@ -30,7 +30,8 @@ from deployments.sizing.recommend.sizing import (
 from deployments.sizing.usage import Kind, UsageError, fetch_usage, load_usage, parse_duration
 from slipway.atomic import check_replaceable, file_in_the_way
 from slipway.cli import UserError, console
-from slipway.paths import BUILD_DIR, REPORTS_DIR
+from slipway.cluster_names import DEFAULT_NAMESPACE
+from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME, REPORTS_DIR
 from slipway.reports import read_report
 
 if TYPE_CHECKING:
@@ -83,8 +84,12 @@ def add_command(commands) -> None:
         help="default: $PROMETHEUS_URL; credentials from $PROMETHEUS_TOKEN (bearer) "
         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
     )
-    history.add_argument("--namespace", default="slipway", help="where the model runs (default slipway, as make deploy)")
-    history.add_argument("--model", default="digits", help="the SeldonDeployment / container / model name")
+    history.add_argument(
+        "--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE}, as make deploy)"
+    )
+    history.add_argument(
+        "--model", default=DEMO_MODEL_NAME, help=f"the SeldonDeployment / container / model name (default {DEMO_MODEL_NAME})"
+    )
     history.add_argument("--range", default="7d", help="how far back to query (e.g. 24h, 7d)")
     history.add_argument("--step", default="5m", help="query resolution")
     for kind, default in DEFAULT_QUERIES.items():

@@ -25,6 +25,7 @@ from deployments.sizing.recommend.prescale import (
 )
 from deployments.sizing.recommend.sizing import Recommendation
 from deployments.sizing.usage import Usage
+from slipway.cluster_names import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil
@@ -43,7 +44,7 @@ def write_outputs(
     out_dir: Path,
     reports_dir: Path | None = None,
     prescale: PrescalePlan | None = None,
-    namespace: str = "slipway",
+    namespace: str = DEFAULT_NAMESPACE,
     gpu_util: GpuUtil | None = None,
     gpu_memory: GpuMemory | None = None,
 ) -> Path:
