@@ -274,7 +274,8 @@ def test_a_healthy_canary_steps_up_and_is_promoted(api, stable, loop_env, store)
     assert result.returncode == 0, result.stderr
     _assert_weights_always_100(seen)
     weights = watched.canary_weights()
-    assert weights[:3] == [10, 50, 100] and weights[-1] == 0, seen  # 100: promoting; 0: drained, then removed
+    # 0: added, until its pods serve; 100: promoting; 0: drained, then removed
+    assert weights[:4] == [0, 10, 50, 100] and weights[-1] == 0, seen
     assert seen[-1] == {STABLE: 100}
     sdep = _sdep(api, namespace)
     (predictor,) = sdep["spec"]["predictors"]
@@ -315,7 +316,7 @@ def test_a_slow_canary_is_rolled_back_naming_the_slo_line(api, stable, loop_env,
     assert "rolled back:" in result.stderr and "p95_ms: canary p95" in result.stderr
     assert re.search(r"ONNX Runtime's run alone: " + run_alone, result.stderr), result.stderr
     _assert_weights_always_100(seen)
-    assert watched.canary_weights() == [10, 0] and seen[-1] == {STABLE: 100}, seen
+    assert watched.canary_weights() == [0, 10, 0] and seen[-1] == {STABLE: 100}, seen
     sdep = _sdep(api, namespace)
     assert [p["name"] for p in sdep["spec"]["predictors"]] == [STABLE]
     assert sdep["spec"]["predictors"][0]["annotations"]["slipway.io/model-version"] == "1"
@@ -364,7 +365,7 @@ def test_a_killed_run_resumes_where_it_stopped_and_a_second_canary_is_refused_me
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming the canary of v2 at step 2/3 at 50%" in resumed.stderr
     _assert_weights_always_100(seen)
-    assert watched.canary_weights()[:3] == [10, 50, 100], seen  # never back to the first step
+    assert watched.canary_weights()[:4] == [0, 10, 50, 100], seen  # never back to the first step
     report = _report(loop_env)
     assert [event["kind"] for event in report["events"]].count("resume") == 1 and report["outcome"] == "promoted"
 

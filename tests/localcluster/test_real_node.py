@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from slipway.ports import free_port
+from tests.deployments.canary.series import prometheus_tools  # noqa: F401 (a fixture: the Prometheus build)
 from tests.localcluster.conftest import MODEL
 
 IMAGE_TAG = "slipway/mlserver-onnx:0.1.0"  # what `make image` builds (Makefile's IMAGE_CPU)
@@ -878,6 +879,349 @@ def test_the_hpa_scales_the_model_container_on_its_real_cpu(
         phase_labels={"idle": "idle", "load": f"Locust, {LOAD_USERS} users", "after": "load stopped"},
     )
     _report(hpa=result)
+
+
+# The canary on live pods: the real-node overlay with the stable predictor at one replica (the canary's HPA, the canary
+# overlay's 1-2 replicas, may add a second canary pod on the 2-core node), Prometheus scraping the pods as
+# prometheus-operator would from the rendered PodMonitor (every second here instead of its 15 s), the canary stepping
+# 25 -> 50 -> 100, each step judged over a trailing minute after 30 s.
+CANARY_ROOT = "s3://slipway-models/real-node-canary"
+# the SLO's limits as loadtest/slo.example.yaml's; against the stable, latency may double or add 5 ms: both pods share
+# two cores with the load and the rest of the machine, whose noise is not the canary's
+CANARY_SLO = (
+    "p50_ms: 20\np95_ms: 50\nmax_error_rate: 0.01\n"
+    "canary:\n  min_requests: 200\n  latency_tolerance: 1.0\n  latency_slack_ms: 5\n"
+)
+ONE_REPLICA = """
+- op: replace
+  path: /spec/predictors/0/componentSpecs/0/hpaSpec/maxReplicas
+  value: 1
+"""
+SPLIT_THREADS = 2
+SPLIT_MAX_S = 400.0  # the split load's bounds: it stops with the canary, or at these
+SPLIT_MAX_REQUESTS = 200_000
+
+
+class _SplitLoad:
+    """What no ingress does here: Seldon's operator writes each predictor's `traffic` share as Ambassador Mappings on
+    the predictors' Services, and no Ambassador runs. These clients play its part: every half second they read the
+    shares from the SeldonDeployment (a single predictor takes all; one whose Service is not there has no Mapping, so
+    takes none), and send each request to the Service of one predictor (its ClusterIP, kube-proxy to a pod) drawn by
+    them, as Envoy would, whether or not the Service has a Ready endpoint then. Bounded by SPLIT_MAX_S and
+    SPLIT_MAX_REQUESTS. They keep each change of the shares with the Service's Ready endpoints (`seen`), and each
+    failure with its time and error."""
+
+    def __init__(self, api, namespace: str, deployment: str) -> None:
+        import threading
+
+        from kubernetes import client
+
+        self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        self.namespace, self.deployment = namespace, deployment
+        self.stopped, self.lock = threading.Event(), threading.Lock()
+        self.routes: list[tuple[str, str, int]] = []  # (predictor, url, weight)
+        self.seen: list[dict] = []  # each change of the routes: at, {predictor: [weight, ready endpoints' pods]}
+        self.answered: dict[str, list[float]] = {}  # predictor -> seconds of each answered request
+        self.failures: dict[str, list[dict]] = {}  # predictor -> each failure (at, error)
+        self.threads = [threading.Thread(target=self._route, daemon=True)]
+        self.threads += [threading.Thread(target=self._send, daemon=True) for _ in range(SPLIT_THREADS)]
+
+    def _routes(self) -> tuple[list[tuple[str, str, int]], dict[str, list]]:
+        from kubernetes.client import ApiException
+
+        sdep = self.custom.get_namespaced_custom_object(
+            "machinelearning.seldon.io", "v1", self.namespace, "seldondeployments", self.deployment
+        )
+        predictors = [p for p in sdep["spec"]["predictors"] if not p.get("shadow")]
+        routes, seen = [], {}
+        for predictor in predictors:
+            name = f"{self.deployment}-{predictor['name']}"
+            try:
+                service = self.core.read_namespaced_service(name, self.namespace)
+                endpoints = self.core.read_namespaced_endpoints(name, self.namespace)
+            except ApiException as err:
+                if err.status == 404:
+                    continue
+                raise
+            port = next(port.port for port in service.spec.ports if port.name == "http")
+            weight = 100 if len(predictors) == 1 else predictor.get("traffic", 0)
+            routes.append((predictor["name"], f"http://{service.spec.cluster_ip}:{port}/v2/models/{MODEL}/infer", weight))
+            ready = sorted(
+                address.target_ref.name if address.target_ref else address.ip
+                for subset in endpoints.subsets or []
+                for address in subset.addresses or []
+            )
+            seen[predictor["name"]] = [weight, ready]
+        return routes, seen
+
+    def _route(self) -> None:
+        from kubernetes.client import ApiException
+
+        while not self.stopped.wait(0.5):
+            try:
+                routes, seen = self._routes()
+            except ApiException:  # the API server busy: the last shares stand until the next read
+                continue
+            with self.lock:
+                self.routes = routes
+                if not self.seen or self.seen[-1]["routes"] != seen:
+                    self.seen.append({"at": time.time(), "routes": seen})
+
+    def _send(self) -> None:
+        import random
+        import urllib.error
+
+        deadline = time.monotonic() + SPLIT_MAX_S
+        while not self.stopped.is_set() and time.monotonic() < deadline:
+            with self.lock:
+                routes = list(self.routes)
+                if self.requests() >= SPLIT_MAX_REQUESTS:
+                    return
+            if not sum(weight for _, _, weight in routes):
+                time.sleep(0.1)
+                continue
+            predictor, url, _ = random.choices(routes, [weight for _, _, weight in routes])[0]
+            began = time.perf_counter()
+            try:
+                _post(url, {"inputs": [PIXELS]})
+            except urllib.error.HTTPError as err:
+                failure = {"at": time.time(), "error": f"HTTP {err.code}: {err.read()[:200].decode(errors='replace')}"}
+            except OSError as err:
+                failure = {"at": time.time(), "error": repr(err)[:200]}
+            else:
+                with self.lock:
+                    self.answered.setdefault(predictor, []).append(time.perf_counter() - began)
+                continue
+            with self.lock:
+                self.failures.setdefault(predictor, []).append(failure)
+
+    def requests(self) -> int:
+        return sum(map(len, self.answered.values())) + sum(map(len, self.failures.values()))
+
+    def __enter__(self) -> _SplitLoad:
+        self.routes, routes = self._routes()
+        self.seen.append({"at": time.time(), "routes": routes})
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+@pytest.mark.slow
+def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
+    real_cluster,
+    serving_image,
+    initializer_image,
+    prometheus_tools,  # noqa: F811 (the fixture imported above)
+    digits_artifact,
+    reports_env,
+    tmp_path,
+):
+    """`canary` (what `make canary` runs) of digits v2 beside a live v1 on the real node: its predictor's pod pulls v2,
+    Prometheus scrapes both predictors' pods (discovered through the API server, labelled as the rendered PodMonitor
+    says), each step is judged from those series, and v2 is promoted: the stable predictor's pod then serves it."""
+    import yaml
+
+    from deployments.rollout.kube_api import dynamic_client
+    from export.store.refs import parse_ref
+    from export.store.store import ModelStore
+    from localcluster.control_plane import MODEL_NAMESPACE
+    from localcluster.objects import client as api_client
+    from localcluster.pod_monitor import scrape_jobs
+    from slipway.paths import REPORTS_DIR
+    from tests.conftest import run_module
+    from tests.deployments.canary.series import prometheus
+    from tests.localcluster.test_canary import _copy
+
+    state, _ = real_cluster
+    api = api_client(state.kubeconfig)
+    store = tmp_path / "store"
+    with ModelStore.open(store, create=True) as opened:
+        for number in (1, 2):
+            opened.publish(
+                _copy(digits_artifact, tmp_path / f"digits-{number}", f"v{number}"),
+                MODEL,
+                tag="champion" if number == 1 else None,
+            )
+        record = tmp_path / "v1.json"
+        record.write_text(opened.get(parse_ref(f"{MODEL}:1")).model_dump_json())
+    overlay = tmp_path / "overlay"
+    placed = _real_node_overlay(tmp_path / "real-node")
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{os.path.relpath(placed, overlay)}]\npatches:\n  - path: one.yaml\n    target: {{kind: SeldonDeployment}}\n"
+    )
+    (overlay / "one.yaml").write_text(ONE_REPLICA)
+    slo = tmp_path / "slo.yaml"
+    slo.write_text(CANARY_SLO)
+    env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
+    image = ["--image", IMAGE, "--image-pull-policy", "IfNotPresent"]
+    run_module(
+        "deployments",
+        "deploy",
+        "--namespace",
+        MODEL_NAMESPACE,
+        "--wait",
+        str(int(READY_TIMEOUT_S)),
+        "--storage-root",
+        CANARY_ROOT,
+        "--version-record",
+        str(record),
+        "--overlay",
+        str(overlay),
+        *image,
+        env=env,
+    )
+    monitor = dynamic_client(api).resources.get(api_version="monitoring.coreos.com/v1", kind="PodMonitor")
+    (pod_monitor,) = monitor.get(namespace=MODEL_NAMESPACE).to_dict()["items"]
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    (folder / "prometheus.yml").write_text(
+        yaml.safe_dump({"scrape_configs": scrape_jobs(pod_monitor, state.kubeconfig, interval="1s")})
+    )
+    binary = prometheus_tools["prometheus"]
+    args = [f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}", "--log.level=warn"]
+    with prometheus(binary, folder, args) as url, _SplitLoad(api, MODEL_NAMESPACE, MODEL) as load:
+        began = time.monotonic()
+        result = run_module(
+            "deployments",
+            "canary",
+            "--namespace",
+            MODEL_NAMESPACE,
+            "--ref",
+            f"{MODEL}:2",
+            "--store",
+            str(store),
+            "--slo",
+            str(slo),
+            "--steps",
+            "25,50,100",
+            "--interval",
+            "30s",
+            "--window",
+            "1m",
+            "--drain",
+            "2s",
+            "--wait",
+            str(int(READY_TIMEOUT_S)),
+            "--storage-root",
+            CANARY_ROOT,
+            env={**env, "PROMETHEUS_URL": url},
+            check=False,
+            timeout=600,
+        )
+        canary_s = time.monotonic() - began
+        # the series the judge read: MLServer's counter from each predictor's pods, as Prometheus labelled them
+        scraped = _series(
+            url,
+            f'last_over_time(model_infer_request_success_total{{namespace="{MODEL_NAMESPACE}",slipway_io_model="{MODEL}"}}[10m])',
+        )
+        unknown = _query(url, f'last_over_time(slipway_unknown_model_requests_total{{namespace="{MODEL_NAMESPACE}"}}[10m])')
+    report = json.loads((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "canary.json").read_text())
+    failed = {predictor: len(failures) for predictor, failures in load.failures.items()}
+    diagnosis = tmp_path / "split-load.json"
+    diagnosis.write_text(
+        json.dumps(
+            {
+                "failed": failed,
+                "answered": {predictor: len(seconds) for predictor, seconds in load.answered.items()},
+                "events": report["events"],
+                "routes": load.seen,
+                "failures": {predictor: failures[:40] + failures[-10:] for predictor, failures in load.failures.items()},
+                "unknown_model": unknown,
+            },
+            indent=1,
+        )
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "promoted" in result.stderr, result.stderr
+    assert not failed, f"failed requests {failed}: see {diagnosis}"
+    assert not unknown, unknown  # no pod answered 404 for the model it serves
+    # the ingress's view: the canary took a share only once its Service had a Ready endpoint
+    for seen in load.seen:
+        weight, ready = seen["routes"].get("canary", (0, []))
+        assert ready or not weight, load.seen
+    answered = {predictor: sorted(seconds) for predictor, seconds in load.answered.items()}
+    assert len(answered.get("default", [])) > 0 and len(answered.get("canary", [])) > 0, failed
+    assert {series["slipway_io_predictor"] for series in scraped} == {"default", "canary"}
+    assert all(series["pod"].startswith(f"{MODEL}-{series['slipway_io_predictor']}-") for series in scraped), scraped
+    decisions = [event for event in report["events"] if event["kind"] == "decision"]
+    # each step before the last judged (the last, 100%, is the promotion)
+    assert [(event["weight"], event["decision"]) for event in decisions] == [(25, "promote-step"), (50, "promote-step")]
+    assert all(event["canary"]["requests"] >= 200 and event["stable"]["requests"] >= 200 for event in decisions)
+    assert report["outcome"] == "promoted"
+    # the stable predictor's pod now serves v2, on the real node; the canary's is gone
+    sdep = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
+    (predictor,) = sdep.get(name=MODEL, namespace=MODEL_NAMESPACE).to_dict()["spec"]["predictors"]
+    assert predictor["name"] == "default" and predictor["annotations"]["slipway.io/model-version"] == "2"
+    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
+
+    began_at = report["events"][0]["at"]
+    promoting = next(e["at"] for e in report["events"] if e["kind"] == "weights" and e["phase"] == "promoting")
+    shutil.copyfile(Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "canary.png", REPORTS_DIR / "real-node-canary.png")
+    _report(
+        canary={
+            "steps": [25, 50, 100],
+            "interval_s": 30,
+            "window": "1m",
+            "scrape_interval_s": 1,
+            "canary_s": round(canary_s, 1),
+            "outcome": report["outcome"],
+            "canary_serves_s": round(
+                next(e["at"] for e in report["events"] if e["kind"] == "weights" and e["weights"]["canary"]) - began_at, 1
+            ),
+            "promote_s": round(report["events"][-1]["at"] - promoting, 1),
+            "decisions": [
+                {
+                    "at_s": round(event["at"] - began_at, 1),
+                    "weight": event["weight"],
+                    "decision": event["decision"],
+                    **{
+                        side: {
+                            "requests": round(event[side]["requests"]),
+                            "p50_ms": round(event[side]["latency_ms"]["p50_ms"], 2),
+                            "p95_ms": round(event[side]["latency_ms"]["p95_ms"], 2),
+                        }
+                        for side in ("canary", "stable")
+                    },
+                }
+                for event in decisions
+            ],
+            "timeline": [
+                {"at_s": round(event["at"] - began_at, 1), "kind": event["kind"], "weights": event["weights"]}
+                for event in report["events"]
+                if event["kind"] in ("begin", "weights")
+            ],
+            # the test's weighted client (the ingress's part), per predictor's Service, the whole canary long
+            "split_load": {
+                predictor: {
+                    "requests": len(seconds) + failed.get(predictor, 0),
+                    "failed": failed.get(predictor, 0),
+                    "p50_ms": round(seconds[len(seconds) // 2] * 1000, 2),
+                    "p99_ms": round(seconds[int(len(seconds) * 0.99)] * 1000, 2),
+                }
+                for predictor, seconds in answered.items()
+            },
+            "scraped_pods": sorted({series["pod"] for series in scraped}),
+        }
+    )
+
+
+def _query(url: str, query: str) -> list[dict]:
+    """What `query` gives now (each series: its labels and value), from Prometheus's query API."""
+    import urllib.parse
+
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': query})}", timeout=5) as answer:
+        return json.loads(answer.read())["data"]["result"]
+
+
+def _series(url: str, selector: str) -> list[dict[str, str]]:
+    """The label sets of the series `selector` matches now."""
+    return [item["metric"] for item in _query(url, selector)]
 
 
 @pytest.mark.slow

@@ -171,15 +171,16 @@ class Controller:
         if shadow_version is not None:
             self._check_drift()
             sdep = self.live.read()
-        first = self.state.weight
+        # at 0% until its pods serve (`_step`): an ingress sends a predictor its share whether or not its Service has
+        # a Ready endpoint, and the canary's pods take a while (its bytes pulled, the runtime loaded, the probe)
         operations = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": sdep["metadata"]["resourceVersion"]},
             *live.at_index(sdep, STABLE),
-            *live.weights(sdep, {STABLE: 100 - first}),
+            *live.weights(sdep, {STABLE: 100}),
             {
                 "op": "add",
                 "path": "/spec/predictors/-",
-                "value": {**predictors.canary(stable, version, namespace=self.live.namespace), "traffic": first},
+                "value": {**predictors.canary(stable, version, namespace=self.live.namespace), "traffic": 0},
             },
             {"op": "add", "path": annotation_path(STATE_ANNOTATION), "value": self.state.encode()},
         ]
@@ -192,8 +193,7 @@ class Controller:
             ]
         self.live.patch(operations)
         self._text = self.state.encode()
-        self.log.weights(self.state, {STABLE: 100 - first, CANARY_PREDICTOR: first})
-        self.say(f"canary {version.name} v{version.version} added at {first}% beside v{stable_version} ({self.state.position()})")
+        self.say(f"canary {version.name} v{version.version} added beside v{stable_version}, at 0% until its pods serve")
 
     def _resume(self, state: CanaryState, text: str) -> None:
         if (state.version, state.digest) != (self.version.version, self.version.digest):
@@ -222,8 +222,12 @@ class Controller:
     # ------------------------------------------------------------------ stepping
 
     def _step(self) -> None:
+        self.wait_rolled_out({STABLE: self.state.stable_digest, CANARY_PREDICTOR: self.state.digest}, self._renew)
+        split = {STABLE: 100 - self.state.weight, CANARY_PREDICTOR: self.state.weight}
+        if self._traffic(self.live.read()) != split:  # the canary's pods serve now: it takes its share, the step begins
+            self._set_weights(split, step_started_at=self.clock())
+            self.say(f"canary serves: {self.state.position()}")
         state = self.state
-        self.wait_rolled_out({STABLE: state.stable_digest, CANARY_PREDICTOR: state.digest}, self._renew)
         self._pause(
             max(0.0, state.step_started_at + self.plan.interval_s - self.clock()) if state.waits == 0 else self.plan.interval_s
         )
