@@ -5,7 +5,9 @@ ScaledObject from the kedaSpec Slipway renders, and the real HPA controller acti
 The pre-scaling overlay `recommend` writes is deployed with a cron window a couple of minutes from now, and the
 Deployment's replicas follow the window up and back down; the request-rate trigger reads a local Prometheus that
 scrapes a real counter, and the replicas follow the rate up and down; the GPU utilization trigger reads DCGM's gauge
-from the same Prometheus, and the replicas follow the cards' busy time. Every change of replicas lands in
+from the same Prometheus, and the replicas follow the cards' busy time; the request-rate trigger also scales the
+predictor Deployment KServe makes, from the ScaledObject `deploy --engine kserve` renders (on a second cluster, with
+KServe's controller; its figures go to reports/kserve-cluster.json). Every change of replicas lands in
 reports/keda-scaling.json (and a PNG). The module has a cluster of its own (module scope), since KEDA is opt-in
 (`make cluster KEDA=1`): the package's shared cluster stays without it.
 """
@@ -568,6 +570,7 @@ def test_the_request_rate_trigger_scales_kserve_s_predictor_up_and_down(kserve_k
     makes (KServe told, by `autoscalerClass: external`, to make no autoscaler of its own); 0 req/s: 2 replicas, 240
     req/s at 50 per replica: 5, back to 0: 2. The figures go to reports/kserve-cluster.json (`keda`)."""
     from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
 
     from deployments.kserve import api as kserve
     from localcluster.keda_proof import HPA_PREFIX, changes, watch
@@ -670,3 +673,10 @@ def test_the_request_rate_trigger_scales_kserve_s_predictor_up_and_down(kserve_k
         "scaled": [{key: change[key] for key in ("seconds", "from", "to", "phase")} for change in scaled_changes],
     }
     atomic.write_json(path, report)
+
+    # undeploy finds the ScaledObject by Slipway's labels; KEDA's HPA goes with it
+    done = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", namespace, env=env)
+    assert "gone after" in done.stderr, done.stderr
+    resource = DynamicClient(api).resources.get(api_version=kserve.KEDA_API_VERSION, kind=kserve.SCALED_OBJECT_KIND)
+    assert resource.get(namespace=namespace).items == []
+    assert client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items == []
