@@ -23,6 +23,11 @@ RAW_DEPLOYMENT = "RawDeployment"
 # (the reconciler ignores spec.replicas on update for every class but "none").
 AUTOSCALER_CLASS_ANNOTATION = f"{GROUP}/autoscalerClass"
 EXTERNAL_AUTOSCALER = "external"
+# KEDA's kind, for the KEDA autoscaling modes: Slipway renders the ScaledObject itself, under the `external` class too.
+# (KServe's `keda` class would write its own ScaledObject, named `predictor_name`, from spec.predictor.autoScaling,
+# which takes CPU, memory and one Prometheus query, not the kedaSpec's triggers and behaviour Slipway renders.)
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+SCALED_OBJECT_KIND = "ScaledObject"
 # Labels the controller puts on every predictor pod.
 ISVC_POD_LABEL = f"{GROUP}/inferenceservice"
 COMPONENT_LABEL = "component"
@@ -49,6 +54,12 @@ def hpa_name(isvc_name: str) -> str:
     name, updates one it does not own into its own, and deletes its own under the `external` class, so a rendered HPA
     of that name is gone within a reconcile (seen on the local cluster with KServe's controller)."""
     return f"{predictor_name(isvc_name)}-hpa"
+
+
+def scaled_object_name(isvc_name: str) -> str:
+    """Slipway's ScaledObject on the predictor Deployment (KEDA names the HPA it makes `keda-hpa-<this>`). Not
+    `predictor_name`, the name of the ScaledObject KServe's `keda` class makes and would update into its own."""
+    return f"{predictor_name(isvc_name)}-keda"
 
 
 def runtime_name(model: str) -> str:

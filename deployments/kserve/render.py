@@ -2,14 +2,15 @@
 
 The Seldon renderer does everything both engines share (the overlay's sizing, the image, the model's name, version
 and digest, the closed repository API, JSON logs, the security context, GPU placement, the ServiceAccount, PodMonitor,
-NetworkPolicy and dashboard); this module moves its one pod into KServe's two kinds and replaces Seldon's hpaSpec and
-pdbSpec by a standalone HPA on the model container and a PodDisruptionBudget:
+NetworkPolicy and dashboard); this module moves its one pod into KServe's two kinds and replaces Seldon's hpaSpec,
+kedaSpec and pdbSpec by a standalone HPA on the model container, a KEDA ScaledObject and a PodDisruptionBudget:
 
 - ServingRuntime `slipway-<model>`: the model container (renamed `kserve-container`), its volumes, the ports MLServer
   listens on (which Seldon's operator would set), `protocolVersions: [v2]`.
 - InferenceService `<model>`: the pod-level settings (service account, security context, spreading, placement), the
   version's `storageUri`, its digest pin, the version annotations and Slipway's labels on its pods; RawDeployment
-  (no Knative, no Istio) and the `external` autoscaler class, so that KServe leaves scaling to the rendered HPA.
+  (no Knative, no Istio) and the `external` autoscaler class, so that KServe leaves scaling to the rendered HPA or
+  ScaledObject.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from slipway.artifact import EXPECTED_DIGESTS_ENV
 
 # The Secret the predictor's ServiceAccount lists for s3:// URIs, in KServe's form (AWS_* keys, s3-* annotations).
 STORAGE_SECRET = "slipway-model-storage-kserve"
-AUTOSCALING_MODES = ("cpu", "behavior")  # the HPA kinds; KEDA's and prometheus-adapter's are Seldon's only for now
+# The HPA kinds, and KEDA's (a ScaledObject from the kedaSpec); prometheus-adapter's is Seldon's only for now.
+AUTOSCALING_MODES = ("cpu", "behavior", "keda", *autoscaling.GPU_MODES)
 # How the dashboard's resource panels select the model container (as JSON text: quotes escaped).
 DASHBOARD_CONTAINER_SELECTOR = 'container=\\"$model\\"'
 # What MLServer is told to listen on; Seldon's operator sets these from the ports, KServe does not.
@@ -90,6 +92,8 @@ def render_kserve(overlay: str | Path, options: RenderOptions, *, storage_secret
             docs += [runtime, isvc]
             if component.get("hpaSpec"):
                 docs.append(_hpa(component["hpaSpec"], isvc))
+            if component.get("kedaSpec"):
+                docs.append(_scaled_object(component["kedaSpec"], isvc))
             if component.get("pdbSpec"):
                 docs.append(_pdb(component["pdbSpec"], isvc))
         elif doc["kind"] == "HorizontalPodAutoscaler":  # --autoscaling behavior: the standalone HPA, retargeted
@@ -221,6 +225,21 @@ def _hpa(hpa_spec: dict, isvc: dict) -> dict:
         "kind": "HorizontalPodAutoscaler",
         "metadata": _metadata(api.hpa_name(name), isvc["metadata"]["namespace"], _labels(isvc)),
         "spec": spec,
+    }
+
+
+def _scaled_object(keda_spec: dict, isvc: dict) -> dict:
+    """Seldon's kedaSpec as KEDA's ScaledObject on KServe's predictor Deployment, as Seldon's operator makes it for its
+    own Deployment (the kedaSpec's fields are the ScaledObject's; the trigger's query already names the pods' labels)."""
+    name = isvc["metadata"]["name"]
+    return {
+        "apiVersion": api.KEDA_API_VERSION,
+        "kind": api.SCALED_OBJECT_KIND,
+        "metadata": _metadata(api.scaled_object_name(name), isvc["metadata"]["namespace"], _labels(isvc)),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": api.predictor_name(name)},
+            **copy.deepcopy(keda_spec),
+        },
     }
 
 

@@ -5,8 +5,9 @@ at the release Slipway renders for (cached from its Go module, `localcluster.com
 fields the schema does not know refused (the API server would drop them without a word); KServe's rules that no
 schema states (a runtime that speaks the protocol and format the model asks for, a storageUri the storage
 initializer can pull, RawDeployment); Pod Security "restricted" on the pod KServe will build from both; the core
-kinds against Kubernetes' schemas; and the resources' agreement (the HPA scales the predictor's Deployment and reads
-its model container, the budget, NetworkPolicy and PodMonitor select its pods).
+kinds against Kubernetes' schemas; and the resources' agreement (the HPA or KEDA's ScaledObject, one of them, scales
+the predictor's Deployment, the HPA reads its model container, the budget, NetworkPolicy and PodMonitor select its
+pods).
 """
 
 from __future__ import annotations
@@ -214,6 +215,21 @@ def cross_resource_errors(docs: list[dict], pods: dict[str, tuple[dict, dict]]) 
                 )
             errors += requests_errors(label, pods[owner][1])
             errors += container_metric_errors(label, spec.get("metrics", []), pods[owner][1])
+        elif kind == api.SCALED_OBJECT_KIND:
+            target = spec.get("scaleTargetRef", {})
+            owner = next((name for name in pods if target.get("name") == api.predictor_name(name)), None)
+            if target.get("kind", "Deployment") != "Deployment" or owner is None:
+                errors.append(
+                    f"{label}: scaleTargetRef {target} is not the predictor Deployment KServe creates "
+                    f"({', '.join(api.predictor_name(name) for name in pods)})"
+                )
+            elif doc.get("metadata", {}).get("name") == api.predictor_name(owner):
+                errors.append(
+                    f"{label}: KServe's `keda` autoscaler class makes a ScaledObject of that name and updates it into "
+                    f"its own; name it {api.scaled_object_name(owner)}"
+                )
+            if not spec.get("triggers"):
+                errors.append(f"{label}: spec.triggers is empty: KEDA would scale on nothing; give the kedaSpec's triggers")
         elif kind in ("PodDisruptionBudget", "NetworkPolicy", "PodMonitor"):
             selector = spec.get("podSelector" if kind == "NetworkPolicy" else "selector", {})
             if not any(_selects(selector, labels) for labels, _ in pods.values()):
@@ -222,14 +238,21 @@ def cross_resource_errors(docs: list[dict], pods: dict[str, tuple[dict, dict]]) 
                 for endpoint in spec.get("podMetricsEndpoints", []):
                     if endpoint.get("port") != "metrics" or endpoint.get("path") != seldon.METRICS_PATH:
                         errors.append(f"{label}: scrape port 'metrics' at {seldon.METRICS_PATH}, where the runtime serves them")
+    scalers = [
+        f"{d.get('kind')}/{d.get('metadata', {}).get('name')}"
+        for d in docs
+        if d.get("kind") in ("HorizontalPodAutoscaler", api.SCALED_OBJECT_KIND)
+    ]
+    if len(scalers) > 1:
+        errors.append(f"{' and '.join(scalers)} both scale the predictor and would fight over its replicas: keep one")
     for doc in docs:
         if doc.get("kind") == api.ISVC_KIND:
             annotations = doc.get("metadata", {}).get("annotations", {})
-            scaled = any(d.get("kind") == "HorizontalPodAutoscaler" for d in docs)
-            if scaled and annotations.get(api.AUTOSCALER_CLASS_ANNOTATION) != api.EXTERNAL_AUTOSCALER:
+            if scalers and annotations.get(api.AUTOSCALER_CLASS_ANNOTATION) != api.EXTERNAL_AUTOSCALER:
                 errors.append(
-                    f"InferenceService/{doc['metadata'].get('name')}: with Slipway's HPA rendered, annotation "
-                    f"{api.AUTOSCALER_CLASS_ANNOTATION} must be {api.EXTERNAL_AUTOSCALER}, or KServe's own HPA fights it"
+                    f"InferenceService/{doc['metadata'].get('name')}: with Slipway's {scalers[0].split('/')[0]} rendered, "
+                    f"annotation {api.AUTOSCALER_CLASS_ANNOTATION} must be {api.EXTERNAL_AUTOSCALER}, or KServe's own "
+                    "HPA fights it"
                 )
     return errors
 
@@ -269,6 +292,10 @@ def validate_kserve(docs: list[dict[str, Any]], *, schemas: dict[str, dict | Non
             report.checked.append(f"{label} ({layer}KServe rules, Pod Security restricted)")
         elif kind == "PodMonitor":
             report.checked.append(f"{label} (Slipway rules; no Prometheus-operator schema here)")
+        elif kind == api.SCALED_OBJECT_KIND:
+            if doc.get("apiVersion") != api.KEDA_API_VERSION:
+                report.errors.append(f"{label}: apiVersion must be {api.KEDA_API_VERSION}, got {doc.get('apiVersion')!r}")
+            report.checked.append(f"{label} (Slipway rules; KEDA's schema in the server-side dry run)")
         else:
             report.errors.extend(core_kind_errors(doc, label))
             report.checked.append(f"{label} (Kubernetes strict)")

@@ -28,6 +28,7 @@ OWNED_KINDS = (
     ("serving.kserve.io/v1alpha1", "ServingRuntime"),
     ("policy/v1", "PodDisruptionBudget"),  # KServe's rendering's own budget (Seldon's is the operator's)
     ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("keda.sh/v1alpha1", "ScaledObject"),  # KServe's rendering's own (Seldon's is the operator's); KEDA's HPA goes with it
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("v1", "ServiceAccount"),

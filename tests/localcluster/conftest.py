@@ -5,6 +5,7 @@ worker together (tests/conftest.py), so that one control plane serves them all."
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,26 @@ from tests.deployments.conftest import record_files  # noqa: F401 (a fixture: th
 
 MODEL = "digits"
 SECRET = "slipway-model-storage"
+WINDOW_DOWN_S = 45
+# The behavior component's HPA, sized for a test: 2 to 4 replicas, up by 2 pods per 15 s at once,
+# down after a 45 s window at most 100% per 15 s.
+BEHAVIOR = f"""
+- op: replace
+  path: /spec/minReplicas
+  value: 2
+- op: replace
+  path: /spec/maxReplicas
+  value: 4
+- op: replace
+  path: /spec/behavior
+  value:
+    scaleUp:
+      stabilizationWindowSeconds: 0
+      policies: [{{type: Pods, value: 2, periodSeconds: 15}}]
+    scaleDown:
+      stabilizationWindowSeconds: {WINDOW_DOWN_S}
+      policies: [{{type: Percent, value: 100, periodSeconds: 15}}]
+"""
 STORAGE_ENV: dict[str, str] = {}  # the running test cluster's object store, as AWS_* variables (set by `cluster`)
 T = TypeVar("T")
 
@@ -100,3 +121,39 @@ def records(tmp_path: Path, artifact: Path, *versions: str) -> list[Path]:
 
 def digest_of(record: Path) -> str:
     return f"sha256:{json.loads(record.read_text())['digest']}"
+
+
+def behavior_overlay(folder: Path) -> Path:
+    """An SRE's overlay: the CPU overlay with the standalone-HPA component and its own scaling behaviour (BEHAVIOR)."""
+    from slipway.paths import PROJECT_ROOT
+
+    folder.mkdir(parents=True)
+    deployments = PROJECT_ROOT / "deployments"
+    (folder / "kustomization.yaml").write_text(
+        f"resources: [{os.path.relpath(deployments / 'overlays' / 'cpu', folder)}]\n"
+        f"components: [{os.path.relpath(deployments / 'components' / 'autoscaling-behavior', folder)}]\n"
+        "patches:\n  - path: behavior.yaml\n    target: {kind: HorizontalPodAutoscaler}\n"
+    )
+    (folder / "behavior.yaml").write_text(BEHAVIOR)
+    return folder
+
+
+def check_scaled_within_behavior(report: dict) -> None:
+    """What `prove-hpa` recorded for an HPA of BEHAVIOR: up from 2 to 4 in steps the policy allows while the utilization
+    was over the target, the 4 held through the scale-down window once usage fell, then back to 2."""
+    from localcluster.control_plane import HPA_SYNC_S
+
+    samples = report["samples"]
+    high = [s for s in samples if s["phase"] == "high"]
+    low = [s for s in samples if s["phase"] == "low"]
+    assert high[0]["replicas"] == 2 and high[-1]["replicas"] == 4 and low[-1]["replicas"] == 2
+    assert max(s["utilization"] or 0 for s in high) > 70  # above the HPA's target: why it scaled
+    # scaled up in steps no larger than the policy allows, never past the maximum
+    steps = [b["replicas"] - a["replicas"] for a, b in zip(samples, samples[1:])]
+    assert max(steps) <= 2 and max(s["replicas"] for s in samples) == 4
+    # Held the replicas through the scale-down window: the first sync that saw low usage came at most one sync
+    # period after the last high recommendation, and without a window it would have scaled down right there.
+    seen_low = next(s["seconds"] for s in low if s["utilization"] is not None and s["utilization"] < 70)
+    first_down = next(s["seconds"] for s in low if s["replicas"] < 4)
+    assert first_down - seen_low >= WINDOW_DOWN_S - HPA_SYNC_S - 2 * 2  # 2 s sampling, both ends
+    assert report["behavior"]["scale_down"]["stabilization_window_seconds"] == WINDOW_DOWN_S

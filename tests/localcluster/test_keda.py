@@ -5,7 +5,9 @@ ScaledObject from the kedaSpec Slipway renders, and the real HPA controller acti
 The pre-scaling overlay `recommend` writes is deployed with a cron window a couple of minutes from now, and the
 Deployment's replicas follow the window up and back down; the request-rate trigger reads a local Prometheus that
 scrapes a real counter, and the replicas follow the rate up and down; the GPU utilization trigger reads DCGM's gauge
-from the same Prometheus, and the replicas follow the cards' busy time. Every change of replicas lands in
+from the same Prometheus, and the replicas follow the cards' busy time; the request-rate trigger also scales the
+predictor Deployment KServe makes, from the ScaledObject `deploy --engine kserve` renders (on a second cluster, with
+KServe's controller; its figures go to reports/kserve-cluster.json). Every change of replicas lands in
 reports/keda-scaling.json (and a PNG). The module has a cluster of its own (module scope), since KEDA is opt-in
 (`make cluster KEDA=1`): the package's shared cluster stays without it.
 """
@@ -534,3 +536,146 @@ def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, e
     assert abs(max(busy_readings) - 92) < 1  # the cards' average once the minute's window holds only busy samples
     assert all(change["phase"] == "cards at 92%" for change in report["scaled"] if change["to"] > change["from"])
     assert all(change["phase"] == "cards at 6%" for change in report["scaled"] if change["to"] < change["from"])
+
+
+# ------------------------------------------------------------------ KServe's predictor, scaled by KEDA
+
+
+@pytest.fixture(scope="module")
+def kserve_keda_cluster(tmp_path_factory):
+    """A second control plane, with KEDA and KServe's controller, for `deploy --engine kserve`; stopped by PID
+    afterwards. Both are opt-in: without their builds the tests that ask for it skip, saying so."""
+    from localcluster.build import cached
+    from localcluster.components import KEDA, KSERVE
+    from localcluster.control_plane import down, up
+    from localcluster.processes import running
+    from slipway.ports import free_port
+
+    missing = [f"{c.name} {c.version}" for c in (KEDA, KSERVE) if not cached(c)]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not built: both are opt-in, `make cluster-build KEDA=1 KSERVE=1` builds them")
+    folder = tmp_path_factory.mktemp("keda-kserve") / "state"
+    state = up(folder, api_port=free_port(), tied=True, with_keda=True, with_kserve=True)
+    processes = list(state.processes)
+    try:
+        yield state
+    finally:
+        down(folder)
+        assert not any(running(process) for process in processes) and not folder.exists()
+
+
+def test_the_request_rate_trigger_scales_kserve_s_predictor_up_and_down(kserve_keda_cluster, reports_env, series, tmp_path):
+    """`deploy --engine kserve --autoscaling keda`: the ScaledObject Slipway renders on the predictor Deployment KServe
+    makes (KServe told, by `autoscalerClass: external`, to make no autoscaler of its own); 0 req/s: 2 replicas, 240
+    req/s at 50 per replica: 5, back to 0: 2. The figures go to reports/kserve-cluster.json (`keda`)."""
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    from deployments.kserve import api as kserve
+    from localcluster.keda_proof import HPA_PREFIX, changes, watch
+    from localcluster.objects import client as api_client
+    from slipway import atomic
+    from slipway.paths import REPORTS_DIR
+
+    exporter, url = series
+    api = api_client(kserve_keda_cluster.kubeconfig)
+    env = {**reports_env, "KUBECONFIG": str(kserve_keda_cluster.kubeconfig), "COLUMNS": "400"}
+    namespace = _namespace(api, kserve_keda_cluster, "kserve-keda")
+    exporter.set_rate(namespace, MODEL, PREDICTOR, 0.0)
+    overlay = _overlay(
+        tmp_path / "overlay",
+        PROJECT_ROOT / "deployments" / "overlays" / "cpu",
+        components=[component_dir("keda")],
+        ops=_local_prometheus(url),
+    )
+    began = time.monotonic()
+    run_module(
+        "deployments",
+        "deploy",
+        "--engine",
+        "kserve",
+        "--namespace",
+        namespace,
+        "--overlay",
+        str(overlay),
+        "--model-dir",
+        str(_artifact(tmp_path)),
+        "--wait",
+        "120",
+        env=env,
+    )
+    deploy_s = time.monotonic() - began
+    scaled = _scaled_object(api, namespace)
+    deployment = kserve.predictor_name(MODEL)
+    assert scaled.metadata.name == kserve.scaled_object_name(MODEL) and scaled.spec.scaleTargetRef.name == deployment
+    owner = client.AppsV1Api(api).read_namespaced_deployment(deployment, namespace).metadata.owner_references[0]
+    assert owner.kind == kserve.ISVC_KIND  # KServe's own Deployment, which KEDA's HPA scales
+
+    high = 240.0
+    phase = {"now": "0 req/s"}
+    samples: list = []
+    began = time.monotonic()
+    watched = {"namespace": namespace, "deployment": deployment, "scaled_object": scaled.metadata.name}
+
+    def reads(samples) -> bool:  # KEDA's HPA has read the trigger at least once, and holds the minimum
+        return samples[-1].replicas == 2 and any(value is not None for value in samples[-1].metrics.values())
+
+    watch(api, **watched, until=reads, phase=lambda: phase["now"], timeout_s=120, samples=samples, began=began)
+    exporter.set_rate(namespace, MODEL, PREDICTOR, high)
+    phase["now"] = f"{high:g} req/s"
+    watch(
+        api,
+        **watched,
+        until=lambda s: s[-1].replicas == 5,
+        phase=lambda: phase["now"],
+        timeout_s=240,
+        samples=samples,
+        began=began,
+    )
+    exporter.set_rate(namespace, MODEL, PREDICTOR, 0.0)
+    phase["now"] = "0 req/s again"
+    watch(
+        api,
+        **watched,
+        until=lambda s: s[-1].replicas == 2,
+        phase=lambda: phase["now"],
+        timeout_s=240,
+        samples=samples,
+        began=began,
+    )
+
+    # the only autoscaler on the predictor is KEDA's: KServe made no HPA of its own beside it
+    autoscalers = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+    assert [hpa.metadata.name for hpa in autoscalers] == [HPA_PREFIX + scaled.metadata.name]
+    scaled_changes = changes(samples)
+    ups = [i for i, change in enumerate(scaled_changes) if change["to"] > change["from"]]
+    downs = [i for i, change in enumerate(scaled_changes) if change["to"] < change["from"]]
+    assert ups and downs and max(ups) < min(downs)  # up while loaded, then down: no flapping
+    assert all(change["phase"] != "0 req/s" for change in scaled_changes)  # nothing moved before the load came
+    assert max(s.replicas for s in samples) == 5  # ceil(240 / 50): never past what the rate asks for
+
+    def first(phase_name: str, replicas: int) -> float:
+        return next(s.seconds for s in samples if s.phase == phase_name and s.replicas == replicas)
+
+    loaded = next(s.seconds for s in samples if s.phase == f"{high:g} req/s")
+    unloaded = next(s.seconds for s in samples if s.phase == "0 req/s again")
+    path = REPORTS_DIR / "kserve-cluster.json"
+    report = json.loads(path.read_text())
+    report["keda"] = {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "description": "prometheus trigger, 50 req/s per replica, 0 -> 240 -> 0 req/s (a scraped series)",
+        "scaled_object": scaled.metadata.name,
+        "deploy_to_ready_s": round(deploy_s, 1),
+        "up_to_5_s": round(first(f"{high:g} req/s", 5) - loaded, 1),
+        "down_to_2_s": round(first("0 req/s again", 2) - unloaded, 1),
+        "behavior": TEST_BEHAVIOR,
+        "scaled": [{key: change[key] for key in ("seconds", "from", "to", "phase")} for change in scaled_changes],
+    }
+    atomic.write_json(path, report)
+
+    # undeploy finds the ScaledObject by Slipway's labels; KEDA's HPA goes with it
+    done = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", namespace, env=env)
+    assert "gone after" in done.stderr, done.stderr
+    resource = DynamicClient(api).resources.get(api_version=kserve.KEDA_API_VERSION, kind=kserve.SCALED_OBJECT_KIND)
+    assert resource.get(namespace=namespace).items == []
+    assert client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items == []

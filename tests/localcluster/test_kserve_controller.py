@@ -4,7 +4,8 @@ webhooks and `inferenceservice-config` (RawDeployment), started as a process on 
 the pods (no container: a V2 request answered by a KServe pod needs the real node, tests/localcluster/test_real_node.py).
 
 The module has a cluster of its own (module scope), since KServe is opt-in (`make cluster KSERVE=1`): the package's
-shared cluster stays without it. What each rollout took lands in reports/kserve-cluster.json.
+shared cluster stays without it. What each rollout took, and how the HPA on the predictor scaled, lands in
+reports/kserve-cluster.json (the HPA's last run also as reports/kserve-cluster.png).
 """
 
 from __future__ import annotations
@@ -273,3 +274,61 @@ def test_undeploy_waits_until_kserve_s_objects_and_the_pods_are_gone(api, env, t
     again = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", namespace, env=env)
     assert f"nothing of Slipway's for model {MODEL} in namespace {namespace}" in again.stderr
     _report(undeploy_s=round(undeploy_s, 1))
+
+
+def test_the_hpa_on_kserve_s_predictor_scales_it_up_on_usage_and_back_down(api, env, kserve_cluster, tmp_path):
+    """`make cluster-hpa` on a model deployed with `--engine kserve`: kwok's simulated CPU usage on the model container,
+    a real metrics-server and the real HPA controller moving the predictor Deployment that KServe made and reconciles
+    (under `autoscalerClass: external` it leaves the replicas to Slipway's HPA)."""
+    from kubernetes import client
+
+    from localcluster.autoscaling_proof import plot
+    from slipway.paths import REPORTS_DIR
+    from tests.localcluster.conftest import behavior_overlay, check_scaled_within_behavior
+
+    namespace = _namespace(api, "kserve-hpa")
+    overlay = behavior_overlay(tmp_path / "sre" / "overlay")
+    _deploy(env, namespace, "--model-dir", str(_artifact(tmp_path, 1.0)), "--overlay", str(overlay))
+    hpa = kserve.hpa_name(MODEL)
+    result = run_module(
+        "localcluster", "prove-hpa", "--dir", str(kserve_cluster.folder), "--namespace", namespace, "--timeout", "240", env=env
+    )
+    assert f"HPA {namespace}/{hpa} scaled 2 -> 4 -> 2" in result.stderr, result.stderr
+
+    report = json.loads((Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.json").read_text())
+    assert report["hpa"] == hpa and report["container"] == kserve.CONTAINER_NAME
+    assert [(m["type"], m["container_resource"]["container"]) for m in report["metrics"]] == [
+        ("ContainerResource", kserve.CONTAINER_NAME),
+        ("ContainerResource", kserve.CONTAINER_NAME),
+    ]
+    check_scaled_within_behavior(report)
+    # what scaled is KServe's own predictor Deployment, still KServe's, with no HPA of KServe's beside Slipway's
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(kserve.predictor_name(MODEL), namespace)
+    assert deployment.metadata.owner_references[0].kind == kserve.ISVC_KIND
+    assert deployment.spec.replicas == deployment.status.ready_replicas == 2
+    autoscalers = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items
+    assert [each.metadata.name for each in autoscalers] == [hpa]
+
+    samples = report["samples"]
+    high = [s for s in samples if s["phase"] == "high"]
+    low = [s for s in samples if s["phase"] == "low"]
+    seen_low = next(s["seconds"] for s in low if s["utilization"] is not None and s["utilization"] < 70)
+    _report(
+        hpa={
+            "hpa": hpa,
+            "container": report["container"],
+            "usage_per_pod": report["usage_per_pod"],
+            "replicas": [report["min_replicas"], report["max_replicas"], report["min_replicas"]],
+            "peak_utilization_pct": max(s["utilization"] or 0 for s in high),
+            "up_to_max_s": round(high[-1]["seconds"] - report["phase_started_s"]["high"], 1),
+            "held_after_low_seen_s": round(next(s["seconds"] for s in low if s["replicas"] < 4) - seen_low, 1),
+            "down_to_min_s": round(low[-1]["seconds"] - report["phase_started_s"]["low"], 1),
+            "scale_down_window_s": report["behavior"]["scale_down"]["stabilization_window_seconds"],
+        }
+    )
+    plot(
+        report,
+        REPORTS_DIR / "kserve-cluster.png",
+        title=f"HPA {hpa} on KServe's predictor Deployment (local cluster, kwok usage)",
+        phase_labels={phase: f"usage {usage}/pod" for phase, usage in report["usage_per_pod"].items()},
+    )

@@ -143,6 +143,83 @@ def test_a_broken_object_is_refused_naming_what_is_wrong(change, expected, main_
     assert any(expected in error for error in report.errors), report.errors
 
 
+@pytest.fixture(scope="module")
+def scaled_object_schema():
+    """KEDA's own ScaledObject CRD at the release the local cluster runs, copied from its module into the cluster cache
+    (the `crds` component `make cluster` applies; once per machine)."""
+    from deployments.render.validate import crd_version_schema
+    from localcluster.components import COMPONENTS
+
+    crds = next(component for component in COMPONENTS if component.name == "crds")
+    schema = crd_version_schema(build_component(crds, go_binary()) / "share" / "crd-scaledobjects.yaml", "v1alpha1")
+    assert schema is not None
+    return schema
+
+
+@pytest.mark.parametrize("overlay,mode", [("cpu", "keda"), ("gpu", "gpu-queue"), ("gpu", "gpu-util")])
+def test_a_keda_mode_renders_a_scaled_object_on_the_predictor_deployment(
+    overlay, mode, main_version, schemas, scaled_object_schema
+):
+    """The kedaSpec Seldon's rendering carries, as the ScaledObject Seldon's operator would make of it, on the
+    Deployment KServe makes; KServe told to make no autoscaler of its own; valid against KEDA's own schema."""
+    import jsonschema
+
+    from deployments.kserve.validate import unknown_fields
+
+    seldon_rendering = rendering()(overlay, model=main_version, namespace="models", autoscaling_mode=mode)
+    (component,) = [c for p in seldon_rendering.seldon_deployment["spec"]["predictors"] for c in p["componentSpecs"]]
+    docs = render(overlay, model=main_version, namespace="models", autoscaling_mode=mode).docs
+    assert "HorizontalPodAutoscaler" not in {doc["kind"] for doc in docs}
+    scaled = _kind(docs, "ScaledObject")
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1" and scaled["metadata"]["name"] == "digits-predictor-keda"
+    assert scaled["metadata"]["namespace"] == "models"
+    assert scaled["metadata"]["labels"]["slipway.io/model"] == "digits"  # what undeploy finds it by
+    assert scaled["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "digits-predictor"},
+        **component["kedaSpec"],
+    }
+    (query,) = [trigger["metadata"]["query"] for trigger in scaled["spec"]["triggers"]]
+    assert "$(" not in query and 'namespace="models"' in query  # the pods' labels, filled in as for Seldon
+    assert _kind(docs, api.ISVC_KIND)["metadata"]["annotations"][api.AUTOSCALER_CLASS_ANNOTATION] == "external"
+    report = validate_kserve(docs, schemas=schemas)
+    assert report.ok, report.errors
+    assert "ScaledObject/digits-predictor-keda (Slipway rules; KEDA's schema in the server-side dry run)" in report.checked
+    assert list(jsonschema.Draft7Validator(scaled_object_schema).iter_errors(scaled)) == []
+    assert unknown_fields(scaled_object_schema, scaled) == []
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (
+            lambda d: d["ScaledObject"]["spec"]["scaleTargetRef"].update(name="digits"),
+            "is not the predictor Deployment KServe creates (digits-predictor)",
+        ),
+        (
+            lambda d: d["ScaledObject"]["metadata"].update(name="digits-predictor"),
+            "KServe's `keda` autoscaler class makes a ScaledObject of that name",
+        ),
+        (lambda d: d["ScaledObject"]["spec"].update(triggers=[]), "spec.triggers is empty"),
+        (
+            lambda d: d[api.ISVC_KIND]["metadata"]["annotations"].update({api.AUTOSCALER_CLASS_ANNOTATION: "keda"}),
+            "with Slipway's ScaledObject rendered, annotation serving.kserve.io/autoscalerClass must be external",
+        ),
+    ],
+)
+def test_a_broken_scaled_object_is_refused(change, expected, main_version, schemas):
+    docs = render("cpu", model=main_version, autoscaling_mode="keda").docs
+    report = validate_kserve(_broken(docs, change), schemas=schemas)
+    assert any(expected in error for error in report.errors), report.errors
+
+
+def test_an_hpa_beside_the_scaled_object_is_refused(main_version, schemas):
+    docs = render("cpu", model=main_version, autoscaling_mode="keda").docs
+    hpa = _kind(render("cpu", model=main_version).docs, "HorizontalPodAutoscaler")
+    report = validate_kserve([*docs, hpa], schemas=schemas)
+    expected = "ScaledObject/digits-predictor-keda and HorizontalPodAutoscaler/digits-predictor-hpa both scale the predictor"
+    assert any(expected in error for error in report.errors), report.errors
+
+
 def test_without_the_crds_the_schema_layer_is_skipped_and_not_claimed(main_version, tmp_path):
     report = validate_kserve(render("cpu", model=main_version).docs, schemas=load_schemas(tmp_path))
     assert report.ok and len(report.skipped) == 2 and "KServe's CRD schema not found" in report.skipped[0]
@@ -153,7 +230,7 @@ def test_without_the_crds_the_schema_layer_is_skipped_and_not_claimed(main_versi
     "options,expected",
     [
         ({"split_mode": "cpu-gpu"}, "--split is a Seldon graph"),
-        ({"autoscaling_mode": "keda"}, "--autoscaling keda is not rendered for KServe"),
+        ({"autoscaling_mode": "rps"}, "--autoscaling rps is not rendered for KServe"),
     ],
 )
 def test_what_kserve_does_not_render_yet_is_refused(options, expected, main_version):
