@@ -22,21 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from slipway.v2_wire import V2_TO_NUMPY
+
 INLINE_BODY_BYTES = 256 << 10  # a JSON body up to this size is parsed whole, on the event loop: a few ms at most
 PIECE_BYTES = 256 << 10  # parsed in one call: as long
 PIECE_VALUES = 1 << 15  # encoded in one call, about as long
 _NONCE = os.urandom(8).hex()  # in every marker: no client writes one by chance
-FLOAT_DTYPES = {"FP16": np.float16, "FP32": np.float32, "FP64": np.float64}
-INTEGER_DTYPES = {
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-}
+# the V2 datatypes whose JSON numbers parse a piece at a time into arrays (the wire's own table, split by kind)
+FLOAT_DTYPES = {name: dtype for name, dtype in V2_TO_NUMPY.items() if name.startswith("FP")}
+INTEGER_DTYPES = {name: dtype for name, dtype in V2_TO_NUMPY.items() if name.startswith(("INT", "UINT"))}
 _KEY = b'"data"'
 _WHITESPACE = (b" ", b"\t", b"\r", b"\n")
 _NUMBERS = b"0123456789+-.eE \t\r\n,"  # all a flat list of JSON numbers holds
