@@ -1029,9 +1029,9 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
     from deployments.rollout.kube_api import dynamic_client
     from export.store.refs import parse_ref
     from export.store.store import ModelStore
-    from localcluster.control_plane import MODEL_NAMESPACE
     from localcluster.objects import client as api_client
     from localcluster.pod_monitor import scrape_jobs
+    from slipway.cluster_names import DEFAULT_NAMESPACE
     from slipway.paths import REPORTS_DIR
     from tests.conftest import run_module
     from tests.deployments.canary.series import prometheus
@@ -1064,7 +1064,7 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
         "deployments",
         "deploy",
         "--namespace",
-        MODEL_NAMESPACE,
+        DEFAULT_NAMESPACE,
         "--wait",
         str(int(READY_TIMEOUT_S)),
         "--storage-root",
@@ -1077,7 +1077,7 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
         env=env,
     )
     monitor = dynamic_client(api).resources.get(api_version="monitoring.coreos.com/v1", kind="PodMonitor")
-    (pod_monitor,) = monitor.get(namespace=MODEL_NAMESPACE).to_dict()["items"]
+    (pod_monitor,) = monitor.get(namespace=DEFAULT_NAMESPACE).to_dict()["items"]
     folder = tmp_path / "prometheus"
     folder.mkdir()
     (folder / "prometheus.yml").write_text(
@@ -1085,13 +1085,13 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
     )
     binary = prometheus_tools["prometheus"]
     args = [f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}", "--log.level=warn"]
-    with prometheus(binary, folder, args) as url, _SplitLoad(api, MODEL_NAMESPACE, MODEL) as load:
+    with prometheus(binary, folder, args) as url, _SplitLoad(api, DEFAULT_NAMESPACE, MODEL) as load:
         began = time.monotonic()
         result = run_module(
             "deployments",
             "canary",
             "--namespace",
-            MODEL_NAMESPACE,
+            DEFAULT_NAMESPACE,
             "--ref",
             f"{MODEL}:2",
             "--store",
@@ -1118,9 +1118,9 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
         # the series the judge read: MLServer's counter from each predictor's pods, as Prometheus labelled them
         scraped = _series(
             url,
-            f'last_over_time(model_infer_request_success_total{{namespace="{MODEL_NAMESPACE}",slipway_io_model="{MODEL}"}}[10m])',
+            f'last_over_time(model_infer_request_success_total{{namespace="{DEFAULT_NAMESPACE}",slipway_io_model="{MODEL}"}}[10m])',
         )
-        unknown = _query(url, f'last_over_time(slipway_unknown_model_requests_total{{namespace="{MODEL_NAMESPACE}"}}[10m])')
+        unknown = _query(url, f'last_over_time(slipway_unknown_model_requests_total{{namespace="{DEFAULT_NAMESPACE}"}}[10m])')
     report = json.loads((Path(reports_env["SLIPWAY_REPORTS_DIR"]) / "canary.json").read_text())
     failed = {predictor: len(failures) for predictor, failures in load.failures.items()}
     diagnosis = tmp_path / "split-load.json"
@@ -1156,9 +1156,9 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
     assert report["outcome"] == "promoted"
     # the stable predictor's pod now serves v2, on the real node; the canary's is gone
     sdep = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
-    (predictor,) = sdep.get(name=MODEL, namespace=MODEL_NAMESPACE).to_dict()["spec"]["predictors"]
+    (predictor,) = sdep.get(name=MODEL, namespace=DEFAULT_NAMESPACE).to_dict()["spec"]["predictors"]
     assert predictor["name"] == "default" and predictor["annotations"]["slipway.io/model-version"] == "2"
-    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", MODEL_NAMESPACE, env=env)
+    run_module("deployments", "undeploy", "--name", MODEL, "--namespace", DEFAULT_NAMESPACE, env=env)
 
     began_at = report["events"][0]["at"]
     promoting = next(e["at"] for e in report["events"] if e["kind"] == "weights" and e["phase"] == "promoting")
