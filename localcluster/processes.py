@@ -20,6 +20,7 @@ from slipway.child import stop_with_parent
 from slipway.local_cluster import process_runs
 
 STOP_GRACE_S = 3.0
+KILL_WAIT_S = 30.0  # SIGKILL cannot be refused; a process in uninterruptible I/O may still take a while
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,29 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _ended(pid: int) -> bool:
+    """Whether `pid` has left the process table or is a zombie. Not `running`: a process tearing down its memory
+    already reads an empty command line, yet still holds its ports and files."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    if state in {"Z", "X"}:
+        _reap(pid)
+        return True
+    return False
+
+
+def _wait_ended(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _ended(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _ended(pid)
+
+
 def stop(processes: list[Process], grace_s: float = STOP_GRACE_S) -> list[str]:
-    """Stop each running process, last started first: SIGTERM, then SIGKILL after `grace_s`; the names stopped.
+    """Stop each running process, last started first: SIGTERM, then SIGKILL after `grace_s`, each waited on until
+    the process has ended (a bounded wait: a PID seen ending is never signalled again); the names stopped.
 
     One at a time, so that each finds what it depends on still there: an API server whose etcd
     went first waits out its own shutdown (over 10 s), one stopped before etcd takes a second.
@@ -76,14 +98,10 @@ def stop(processes: list[Process], grace_s: float = STOP_GRACE_S) -> list[str]:
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while running(process) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if running(process):
+        if not _wait_ended(process.pid, grace_s) and running(process):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-            while running(process):
-                time.sleep(0.02)
+            _wait_ended(process.pid, KILL_WAIT_S)
         stopped.append(process.name)
     return stopped
 
