@@ -112,10 +112,13 @@ def api_message(err) -> str:
 DIGEST_ANNOTATION = "slipway.io/model-digest"  # render puts it on each predictor; Seldon copies it onto the pods
 
 
-def pods_waiting(api, namespace: str, *, selector: str, label: str, digest: str, not_created: str) -> list[str]:
+def pods_waiting(
+    api, namespace: str, *, selector: str, label: str, digest: str, not_created: str, service: str | None = None
+) -> list[str]:
     """What keeps the Deployments and pods matching `selector` (one predictor's, `label` in the lines) from serving
     `digest`: none yet (`not_created` says so), a Deployment mid-rollout or below its HPA's minimum (an operator
-    creates it with one replica; the HPA raises that within a sync), Ready pods of another version."""
+    creates it with one replica; the HPA raises that within a sync), Ready pods of another version, and where
+    `service` is given, Ready pods its Endpoints do not list yet."""
     from kubernetes import client
 
     waiting = []
@@ -156,7 +159,31 @@ def pods_waiting(api, namespace: str, *, selector: str, label: str, digest: str,
         waiting.append(f"{label}: no pod is Ready")
     elif stale:
         waiting.append(f"{label}: {len(stale)} of {len(ready)} Ready pods serve another version ({', '.join(stale)})")
+    elif service:
+        waiting += _unrouted(api, namespace, service, label, [present(pod.metadata).name for pod in ready])
     return waiting
+
+
+def _unrouted(api, namespace: str, service: str, label: str, pods: list[str | None]) -> list[str]:
+    """What `service`'s Endpoints do not yet route to of the Ready `pods`: a pod is Ready before the endpoints
+    controller lists it, and an ingress or kube-proxy sends it nothing (or refuses) until then."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        endpoints = client.CoreV1Api(api).read_namespaced_endpoints(service, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return [f"{label}: Service {service} has no Endpoints yet"]
+        raise
+    routed = {
+        address.target_ref.name
+        for subset in endpoints.subsets or []
+        for address in subset.addresses or []
+        if address.target_ref is not None
+    }
+    missing = sorted(pod or "" for pod in pods if pod not in routed)
+    return [f"{label}: Service {service} does not route to Ready pods {', '.join(missing)} yet"] if missing else []
 
 
 def wait_rolled_out(
@@ -167,8 +194,10 @@ def wait_rolled_out(
     digests: dict[str, str],
     timeout_s: float,
     on_state: Callable[[str], None] = lambda state: None,
+    routed: bool = False,
 ) -> dict:
-    """Poll until Seldon reports the SeldonDeployment Available and every predictor's Ready pods carry its digest;
+    """Poll until Seldon reports the SeldonDeployment Available and every predictor's Ready pods carry its digest
+    (`routed`: and its Service's Endpoints list them, as before a predictor is given a share of traffic);
     return its status.
 
     `Available` alone can be the previous version's: Seldon keeps it while a rollout runs.
@@ -191,6 +220,7 @@ def wait_rolled_out(
                 label=predictor,
                 digest=digest,
                 not_created="Seldon has not created its Deployment yet",
+                service=f"{name}-{predictor}" if routed else None,
             )
         on_state("; ".join(waiting) or "Available")
         if not waiting:

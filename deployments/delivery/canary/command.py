@@ -264,7 +264,13 @@ def _wait(api, live, args):
 
     def wait(digests: dict[str, str], on_poll) -> None:
         wait_rolled_out(
-            api, namespace=live.namespace, name=live.name, digests=digests, timeout_s=args.wait, on_state=lambda state: on_poll()
+            api,
+            namespace=live.namespace,
+            name=live.name,
+            digests=digests,
+            timeout_s=args.wait,
+            on_state=lambda state: on_poll(),
+            routed=True,
         )
 
     return wait
