@@ -907,7 +907,9 @@ class _SplitLoad:
     the predictors' Services, and no Ambassador runs. These clients play its part: every half second they read the
     shares from the SeldonDeployment (a single predictor takes all; one whose Service is not there has no Mapping, so
     takes none), and send each request to the Service of one predictor (its ClusterIP, kube-proxy to a pod) drawn by
-    them, as Envoy would, whether or not the Service has a Ready endpoint then. Bounded by SPLIT_MAX_S and
+    them, as Envoy would, whether or not the Service has a Ready endpoint then, retrying a refused connection as many
+    times as the SeldonDeployment's `seldon.io/ambassador-retries` says (Ambassador's connect-failure retries; a
+    request that reached a server is never retried). Bounded by SPLIT_MAX_S and
     SPLIT_MAX_REQUESTS. They keep each change of the shares with the Service's Ready endpoints (`seen`), and each
     failure with its time and error."""
 
@@ -920,6 +922,7 @@ class _SplitLoad:
         self.namespace, self.deployment = namespace, deployment
         self.stopped, self.lock = threading.Event(), threading.Lock()
         self.routes: list[tuple[str, str, int]] = []  # (predictor, url, weight)
+        self.retries = 0  # connect-failure retries, as the SeldonDeployment asks its ingress
         self.seen: list[dict] = []  # each change of the routes: at, {predictor: [weight, ready endpoints' pods]}
         self.answered: dict[str, list[float]] = {}  # predictor -> seconds of each answered request
         self.failures: dict[str, list[dict]] = {}  # predictor -> each failure (at, error)
@@ -932,6 +935,7 @@ class _SplitLoad:
         sdep = self.custom.get_namespaced_custom_object(
             "machinelearning.seldon.io", "v1", self.namespace, "seldondeployments", self.deployment
         )
+        self.retries = int(sdep["metadata"].get("annotations", {}).get("seldon.io/ambassador-retries", 0))
         predictors = [p for p in sdep["spec"]["predictors"] if not p.get("shadow")]
         routes, seen = [], {}
         for predictor in predictors:
@@ -983,7 +987,7 @@ class _SplitLoad:
             predictor, url, _ = random.choices(routes, [weight for _, _, weight in routes])[0]
             began = time.perf_counter()
             try:
-                _post(url, {"inputs": [PIXELS]})
+                self._post_retrying(url)
             except urllib.error.HTTPError as err:
                 failure = {"at": time.time(), "error": f"HTTP {err.code}: {err.read()[:200].decode(errors='replace')}"}
             except OSError as err:
@@ -994,6 +998,18 @@ class _SplitLoad:
                 continue
             with self.lock:
                 self.failures.setdefault(predictor, []).append(failure)
+
+    def _post_retrying(self, url: str) -> None:
+        import urllib.error
+
+        for attempt in range(self.retries + 1):
+            try:
+                _post(url, {"inputs": [PIXELS]})
+                return
+            except urllib.error.URLError as err:
+                refused = isinstance(err.reason, ConnectionRefusedError)
+                if not refused or attempt == self.retries:
+                    raise
 
     def requests(self) -> int:
         return sum(map(len, self.answered.values())) + sum(map(len, self.failures.values()))
@@ -1139,7 +1155,7 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "promoted" in result.stderr, result.stderr
-    assert not failed, f"failed requests {failed}: see {diagnosis}"
+    assert not failed, f"failed requests {failed}: {diagnosis.read_text()[-6000:]}"
     assert not unknown, unknown  # no pod answered 404 for the model it serves
     # the ingress's view: the canary took a share only once its Service had a Ready endpoint
     for seen in load.seen:
