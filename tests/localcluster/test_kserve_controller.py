@@ -295,8 +295,10 @@ def test_the_hpa_on_kserve_s_predictor_scales_it_up_on_usage_and_back_down(api, 
     )
     assert f"HPA {namespace}/{hpa} scaled 2 -> 4 -> 2" in result.stderr, result.stderr
 
-    report = json.loads((Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.json").read_text())
-    assert report["hpa"] == hpa and report["container"] == kserve.CONTAINER_NAME
+    # KServe's own record, beside Seldon's reports/cluster-hpa.json rather than over it
+    report = json.loads((Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa-kserve.json").read_text())
+    assert (Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa-kserve.png").stat().st_size > 10_000
+    assert report["engine"] == "kserve" and report["hpa"] == hpa and report["container"] == kserve.CONTAINER_NAME
     assert [(m["type"], m["container_resource"]["container"]) for m in report["metrics"]] == [
         ("ContainerResource", kserve.CONTAINER_NAME),
         ("ContainerResource", kserve.CONTAINER_NAME),
