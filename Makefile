@@ -318,7 +318,7 @@ cluster: setup $(if $(filter real,$(NODE)),node-tools) ## start a local Kubernet
 cluster-build: setup ## build the local control plane's binaries from Go modules into ~/.cache/slipway/cluster (once; `make cluster` and `make test` need them; KEDA=1 adds KEDA's, KSERVE=1 KServe's)
 	$(PY) -m localcluster build $(if $(KEDA),--keda) $(KSERVE_FLAG)
 
-cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG; ENGINE=kserve)
+cluster-hpa: setup ## on the local cluster: drive a deployed model's simulated CPU usage up and down, record its HPA (reports/cluster-hpa.json + PNG; ENGINE=kserve: reports/cluster-hpa-kserve.json + PNG)
 	$(PY) -m localcluster prove-hpa $(call flag,--namespace,$(NAMESPACE)) $(if $(filter kserve,$(ENGINE)),,$(call flag,--container,$(MODEL_NAME)))
 
 cluster-image: setup ## import the serving image `make image` built into the real node's containerd (make cluster NODE=real runs)
@@ -449,7 +449,7 @@ bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBindi
 	@if command -v nvidia-smi >/dev/null; then $(MAKE) setup GPU=1; else $(MAKE) setup; fi
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-gpu $(BENCH_GPU_ARGS)
 
-clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.*, cluster-hpa.*, keda-scaling.* and kserve-cluster.*)
+clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.*, cluster-hpa.*, cluster-hpa-kserve.*, keda-scaling.* and kserve-cluster.*)
 	@if [ -f build/cluster/state.json ]; then $(PY) -m localcluster down; fi
 	rm -rf build .pytest_cache
-	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -not -name 'keda-scaling.*' -not -name 'kserve-cluster.*' -delete 2>/dev/null || true
+	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -not -name 'cluster-hpa-kserve.*' -not -name 'keda-scaling.*' -not -name 'kserve-cluster.*' -delete 2>/dev/null || true

@@ -5,7 +5,9 @@ cluster's baseline), per container: metrics-server scrapes it as it would a kube
 `container_cpu_usage_seconds_total` and `container_memory_working_set_bytes`), and the real HPA controller
 acts on it under the HPA's own `behavior`, reading the model container alone for a `ContainerResource`
 metric or the pod's sum for a `Resource` one. Replicas, usage and the HPA's view are sampled over time into
-`reports/cluster-hpa.json` and a PNG beside it.
+one record per engine, named after the kind that owns the HPA's target Deployment (Seldon's operator or KServe's
+controller made it): `reports/cluster-hpa.json` for Seldon Core, `reports/cluster-hpa-kserve.json` for KServe, each
+with a PNG beside it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from deployments.kserve import api as kserve
+from deployments.render import seldon
 from slipway.reports import write_report
 
 REPORT = "cluster-hpa"
 SAMPLE_EVERY_S = 2.0
+# The kind that owns a deployed model's Deployment -> its engine, and how a figure names it.
+ENGINES = {seldon.KIND: "seldon", kserve.ISVC_KIND: "kserve"}
+ENGINE_TITLES = {"seldon": "Seldon Core", "kserve": "KServe"}
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,18 @@ class Sample:
 
 
 class ProofFailed(RuntimeError):
-    """The HPA did not scale as its behaviour says within the time given."""
+    """The HPA scales no deployed model's Deployment, or did not scale as its behaviour says within the time given."""
+
+
+def report_name(engine: str) -> str:
+    """Each engine's own record: Seldon's keeps the name it had before KServe, `cluster-hpa-<engine>` for the others."""
+    return REPORT if engine == "seldon" else f"{REPORT}-{engine}"
+
+
+def engine_of(deployment) -> str | None:
+    """The engine whose resource controls `deployment` (its owner's kind), None for a Deployment neither made."""
+    owners = deployment.metadata.owner_references or []
+    return next((ENGINES[owner.kind] for owner in owners if owner.controller and owner.kind in ENGINES), None)
 
 
 def _set_usage(api, namespace: str, selector: str, container: str, cpu: str) -> None:
@@ -116,6 +134,12 @@ def prove(
     hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(hpa_name, namespace)
     target = client.AppsV1Api(api).read_namespaced_deployment(hpa.spec.scale_target_ref.name, namespace)
     selector = ",".join(f"{key}={value}" for key, value in (target.spec.selector.match_labels or {}).items())
+    engine = engine_of(target)
+    if engine is None:
+        raise ProofFailed(
+            f"the HPA {namespace}/{hpa_name} scales Deployment {hpa.spec.scale_target_ref.name}, which neither a {seldon.KIND} "
+            f"nor an {kserve.ISVC_KIND} owns: name the HPA of a model `make deploy` made (--hpa)"
+        )
     container = container or _model_container(hpa, target)
     began = time.monotonic()
     samples: list[Sample] = []
@@ -146,6 +170,7 @@ def prove(
             usages.delete(name=usage.metadata.name, namespace=namespace)
     behavior = hpa.spec.behavior.to_dict() if hpa.spec.behavior else None
     return {
+        "engine": engine,
         "namespace": namespace,
         "hpa": hpa_name,
         "container": container,
@@ -160,12 +185,13 @@ def prove(
 
 
 def write(result: dict[str, Any], reports_dir: Path | None = None) -> Path:
-    """The JSON report, and a PNG of replicas and utilization over time beside it; returns the JSON's path."""
-    path = write_report(REPORT, result, reports_dir)
+    """The engine's JSON report, and a PNG of replicas and utilization over time beside it; returns the JSON's path."""
+    path = write_report(report_name(result["engine"]), result, reports_dir)
     plot(
         result,
         path.with_suffix(".png"),
-        title=f"HPA {result['namespace']}/{result['hpa']} on the local cluster (kwok usage, metrics-server)",
+        title=f"HPA {result['namespace']}/{result['hpa']} ({ENGINE_TITLES[result['engine']]}), local cluster: kwok usage, "
+        "metrics-server",
         phase_labels={phase: f"usage {usage}/pod" for phase, usage in result["usage_per_pod"].items()},
     )
     return path

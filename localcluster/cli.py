@@ -242,7 +242,7 @@ def register(actions: argparse._SubParsersAction) -> None:
     prove_hpa = actions.add_parser(
         "prove-hpa",
         help="drive a deployed model's simulated CPU usage up and down and record "
-        "its HPA's replicas (reports/cluster-hpa.json + PNG)",
+        "its HPA's replicas (reports/cluster-hpa.json + PNG; cluster-hpa-kserve.json for a KServe model)",
         description="Simulated CPU usage (kwok) high until the HPA reaches its maximum, then "
         "low until it is back at its minimum, within the HPA's own behaviour.",
     )

@@ -3,7 +3,9 @@
 The Seldon renderer does everything both engines share (the overlay's sizing, the image, the model's name, version
 and digest, the closed repository API, JSON logs, the security context, GPU placement, the ServiceAccount, PodMonitor,
 NetworkPolicy and dashboard); this module moves its one pod into KServe's two kinds and replaces Seldon's hpaSpec,
-kedaSpec and pdbSpec by a standalone HPA on the model container, a KEDA ScaledObject and a PodDisruptionBudget:
+kedaSpec and pdbSpec by a standalone HPA on the predictor Deployment (CPU and memory of the model container, or rps's
+per-pod request rate from prometheus-adapter, which serves it for any pod Prometheus scrapes), a KEDA ScaledObject
+and a PodDisruptionBudget:
 
 - ServingRuntime `slipway-<model>`: the model container (renamed `kserve-container`), its volumes, the ports MLServer
   listens on (which Seldon's operator would set), `protocolVersions: [v2]`.
@@ -30,8 +32,6 @@ from slipway.artifact import EXPECTED_DIGESTS_ENV
 
 # The Secret the predictor's ServiceAccount lists for s3:// URIs, in KServe's form (AWS_* keys, s3-* annotations).
 STORAGE_SECRET = "slipway-model-storage-kserve"
-# The HPA kinds, and KEDA's (a ScaledObject from the kedaSpec); prometheus-adapter's is Seldon's only for now.
-AUTOSCALING_MODES = ("cpu", "behavior", "keda", *autoscaling.GPU_MODES)
 # How the dashboard's resource panels select the model container (as JSON text: quotes escaped).
 DASHBOARD_CONTAINER_SELECTOR = 'container=\\"$model\\"'
 # What MLServer is told to listen on; Seldon's operator sets these from the ports, KServe does not.
@@ -72,11 +72,6 @@ def render_kserve(overlay: str | Path, options: RenderOptions, *, storage_secret
         )
     if options.split_mode is not None:
         raise RenderError("--split is a Seldon graph: with --engine kserve leave it out, or use --engine seldon")
-    if options.autoscaling_mode not in AUTOSCALING_MODES:
-        raise RenderError(
-            f"--autoscaling {options.autoscaling_mode} is not rendered for KServe yet: choose one of "
-            f"{', '.join(AUTOSCALING_MODES)}, or --engine seldon"
-        )
     seldon_rendered = render(overlay, options)
     sdep = seldon_rendered.seldon_deployment
     model = seldon_rendered.models["default"] if "default" in seldon_rendered.models else None
@@ -210,7 +205,8 @@ def _labels(isvc: dict) -> dict:
 
 
 def _hpa(hpa_spec: dict, isvc: dict) -> dict:
-    """Seldon's hpaSpec as a standalone autoscaling/v2 HPA on KServe's predictor Deployment and its model container."""
+    """Seldon's hpaSpec as a standalone autoscaling/v2 HPA on KServe's predictor Deployment: its `ContainerResource`
+    metrics pinned to the model container, a `Pods` metric (rps's) as it is, read per pod of that Deployment."""
     name = isvc["metadata"]["name"]
     metrics = copy.deepcopy(hpa_spec.get("metricsv2", []))
     autoscaling.pin_model_container(metrics, api.CONTAINER_NAME, aliases=(name,))

@@ -209,6 +209,42 @@ def test_deploy_returns_when_kserve_made_the_predictor_ready_with_the_version(ap
     _report(deploy_to_ready_s=round(deploy_s, 1), isvc_created_to_ready_s=(ready - created).total_seconds())
 
 
+def test_rps_autoscaling_puts_slipway_s_hpa_on_kserve_s_predictor_deployment(api, env, tmp_path):
+    """`--autoscaling rps`: the HPA on the request rate prometheus-adapter serves per pod, accepted by the API server,
+    aimed at the Deployment KServe made (the HPA controller reads its scale, then asks the custom metrics API for the
+    rate, which this cluster does not serve: no prometheus-adapter runs here), and KServe, under `autoscalerClass:
+    external`, makes no HPA of its own beside it and leaves the replicas at the InferenceService's minimum."""
+    from kubernetes import client
+
+    from deployments.render.autoscaling import RPS_METRIC
+    from tests.localcluster.conftest import until
+
+    namespace = _namespace(api, "kserve-rps")
+    result = _deploy(env, namespace, "--model-dir", str(_artifact(tmp_path, 1.0)), "--autoscaling", "rps")
+    assert "autoscaling rps" in result.stderr, result.stderr
+    autoscaling = client.AutoscalingV2Api(api)
+    hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(kserve.hpa_name(MODEL), namespace)
+    assert hpa.spec.scale_target_ref.name == kserve.predictor_name(MODEL) and hpa.metadata.owner_references is None
+    assert [(m.type, m.pods.metric.name, m.pods.target.average_value) for m in hpa.spec.metrics] == [("Pods", RPS_METRIC, "50")]
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(kserve.predictor_name(MODEL), namespace)
+    assert deployment.metadata.owner_references[0].kind == kserve.ISVC_KIND
+
+    def conditions() -> dict:
+        now = autoscaling.read_namespaced_horizontal_pod_autoscaler(kserve.hpa_name(MODEL), namespace)
+        found = {c.type: c for c in (now.status.conditions or [])}
+        return found if {"AbleToScale", "ScalingActive"} <= found.keys() else {}
+
+    found = until(conditions, 60, "the HPA controller's first conditions")
+    assert (found["AbleToScale"].status, found["AbleToScale"].reason) == ("True", "SucceededGetScale")
+    assert (found["ScalingActive"].status, found["ScalingActive"].reason) == ("False", "FailedGetPodsMetric")
+    assert RPS_METRIC in found["ScalingActive"].message
+    assert [each.metadata.name for each in autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items] == [
+        kserve.hpa_name(MODEL)
+    ]
+    deployment = client.AppsV1Api(api).read_namespaced_deployment(kserve.predictor_name(MODEL), namespace)
+    assert deployment.spec.replicas == deployment.status.ready_replicas == hpa.spec.min_replicas == 2
+
+
 def test_a_manifest_only_kserve_s_webhook_refuses_fails_deploy_in_one_line_and_applies_nothing(api, env, tmp_path):
     """Slipway's names are DNS-1123 labels, which may start with a digit; KServe's validator takes only names that start
     with a letter. The server-side dry run asks the webhook before anything is stored or uploaded."""
@@ -295,8 +331,10 @@ def test_the_hpa_on_kserve_s_predictor_scales_it_up_on_usage_and_back_down(api, 
     )
     assert f"HPA {namespace}/{hpa} scaled 2 -> 4 -> 2" in result.stderr, result.stderr
 
-    report = json.loads((Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa.json").read_text())
-    assert report["hpa"] == hpa and report["container"] == kserve.CONTAINER_NAME
+    # KServe's own record, beside Seldon's reports/cluster-hpa.json rather than over it
+    report = json.loads((Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa-kserve.json").read_text())
+    assert (Path(env["SLIPWAY_REPORTS_DIR"]) / "cluster-hpa-kserve.png").stat().st_size > 10_000
+    assert report["engine"] == "kserve" and report["hpa"] == hpa and report["container"] == kserve.CONTAINER_NAME
     assert [(m["type"], m["container_resource"]["container"]) for m in report["metrics"]] == [
         ("ContainerResource", kserve.CONTAINER_NAME),
         ("ContainerResource", kserve.CONTAINER_NAME),

@@ -156,6 +156,41 @@ def scaled_object_schema():
     return schema
 
 
+def test_rps_renders_an_hpa_on_the_predictor_reading_the_adapter_s_metric(main_version, schemas, tmp_path):
+    """`--autoscaling rps`: the rps component's hpaSpec as Slipway's HPA on the Deployment KServe makes, reading the
+    per-pod request rate prometheus-adapter serves; KServe told to make no HPA of its own; the adapter's rules written
+    beside the manifests, as for Seldon (the adapter keys the counter by the scrape's `namespace` and `pod` labels)."""
+    from deployments.render import autoscaling
+    from deployments.render.overlay import ADAPTER_RULES_FILE, write_manifests
+
+    seldon_rendering = rendering()("cpu", model=main_version, namespace="models", autoscaling_mode="rps")
+    (component,) = [c for p in seldon_rendering.seldon_deployment["spec"]["predictors"] for c in p["componentSpecs"]]
+    rendered = render("cpu", model=main_version, namespace="models", autoscaling_mode="rps")
+    docs = rendered.docs
+    assert [doc["kind"] for doc in docs if doc["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")] == [
+        "HorizontalPodAutoscaler"
+    ]
+    hpa = _kind(docs, "HorizontalPodAutoscaler")
+    assert hpa["metadata"]["name"] == "digits-predictor-hpa" and hpa["metadata"]["namespace"] == "models"
+    assert hpa["metadata"]["labels"]["slipway.io/model"] == "digits"  # what undeploy finds it by
+    assert hpa["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "digits-predictor"},
+        "minReplicas": component["hpaSpec"]["minReplicas"],
+        "maxReplicas": component["hpaSpec"]["maxReplicas"],
+        "metrics": component["hpaSpec"]["metricsv2"],
+    }
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == autoscaling.RPS_METRIC
+    isvc = _kind(docs, api.ISVC_KIND)
+    assert isvc["metadata"]["annotations"][api.AUTOSCALER_CLASS_ANNOTATION] == "external"
+    assert isvc["spec"]["predictor"]["minReplicas"] == component["hpaSpec"]["minReplicas"]
+    report = validate_kserve(docs, schemas=schemas)
+    assert report.ok, report.errors
+    assert rendered.adapter_rules == seldon_rendering.adapter_rules == autoscaling.adapter_rules()
+    write_manifests(rendered, tmp_path / "out")
+    assert yaml.safe_load((tmp_path / "out" / ADAPTER_RULES_FILE).read_text()) == rendered.adapter_rules
+
+
 @pytest.mark.parametrize("overlay,mode", [("cpu", "keda"), ("gpu", "gpu-queue"), ("gpu", "gpu-util")])
 def test_a_keda_mode_renders_a_scaled_object_on_the_predictor_deployment(
     overlay, mode, main_version, schemas, scaled_object_schema
@@ -226,16 +261,9 @@ def test_without_the_crds_the_schema_layer_is_skipped_and_not_claimed(main_versi
     assert not any("CRD schema" in item for item in report.checked)
 
 
-@pytest.mark.parametrize(
-    "options,expected",
-    [
-        ({"split_mode": "cpu-gpu"}, "--split is a Seldon graph"),
-        ({"autoscaling_mode": "rps"}, "--autoscaling rps is not rendered for KServe"),
-    ],
-)
-def test_what_kserve_does_not_render_yet_is_refused(options, expected, main_version):
-    with pytest.raises(RenderError, match=expected):
-        render("cpu", model=main_version, **options)
+def test_what_kserve_does_not_render_yet_is_refused(main_version):
+    with pytest.raises(RenderError, match="--split is a Seldon graph"):
+        render("cpu", model=main_version, split_mode="cpu-gpu")
 
 
 def test_render_engine_kserve_writes_valid_manifests(record_files, reports_env, crd_folder, tmp_path):
