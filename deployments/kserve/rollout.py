@@ -10,11 +10,10 @@ pods still serve.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from deployments.kserve import api as kserve
-from deployments.rollout.apply import POLL_INTERVAL_S, DeployError, pods_waiting
+from deployments.rollout.apply import DeployError, pods_waiting, wait_for
 from deployments.rollout.kube_api import dynamic_client
 
 CONTROLLER_NAMESPACE = "kserve"  # where KServe's install puts its controller and ConfigMap (constants.KServeNamespace)
@@ -103,13 +102,10 @@ def wait_ready(
     """Poll until InferenceService `name` is Ready and the predictor's Ready pods all carry `digest`; its status.
     Raise DeployError when `timeout_s` passes, saying what was still pending."""
     resource = dynamic_client(api).resources.get(api_version=kserve.ISVC_API_VERSION, kind=kserve.ISVC_KIND)
-    deadline = time.monotonic() + timeout_s
-    waiting: list[str] = []
-    while time.monotonic() < deadline:
-        isvc = resource.get(name=name, namespace=namespace).to_dict()
-        status = isvc.get("status") or {}
-        waiting = _condition_waiting(status, isvc["metadata"].get("generation") or 1)
-        waiting += pods_waiting(
+
+    def pending(isvc: dict) -> list[str]:
+        waiting = _condition_waiting(isvc.get("status") or {}, isvc["metadata"].get("generation") or 1)
+        return waiting + pods_waiting(
             api,
             namespace,
             selector=pod_selector(name),
@@ -117,11 +113,13 @@ def wait_ready(
             digest=digest,
             not_created="KServe has not created its Deployment yet",
         )
-        on_state("; ".join(waiting) or "Ready")
-        if not waiting:
-            return status
-        time.sleep(POLL_INTERVAL_S)
-    raise DeployError(
-        f"InferenceService {namespace}/{name} is not Ready with the new version after {timeout_s:.0f}s "
-        f"({'; '.join(waiting)}); see kubectl describe isvc {name} -n {namespace}"
+
+    return wait_for(
+        lambda: resource.get(name=name, namespace=namespace).to_dict(),
+        pending,
+        timeout_s=timeout_s,
+        done="Ready",
+        late=f"InferenceService {namespace}/{name} is not Ready with the new version",
+        describe=f"kubectl describe isvc {name} -n {namespace}",
+        on_state=on_state,
     )

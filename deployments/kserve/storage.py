@@ -58,17 +58,11 @@ def s3_secret(name: str, namespace: str, environ: Mapping[str, str]) -> tuple[di
 def upload_settings(cluster, name: str, namespace: str) -> dict[str, str] | None:
     """KServe's Secret `name` read back as the rclone settings `deploy`'s upload uses, so that it writes with the
     pods' keys to the endpoint they read from; None where it is missing, unreadable or not in KServe's form."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+    from deployments.rollout.storage_secret import decoded, read_secret, settings_from_environment
 
-    from deployments.rollout.storage_secret import decoded, settings_from_environment
-
-    try:
-        secret = client.CoreV1Api(cluster).read_namespaced_secret(name, namespace)
-    except ApiException as err:
-        if err.status in (403, 404):
-            return None
-        raise
+    secret = read_secret(cluster, name, namespace)
+    if secret is None:
+        return None
     keys = decoded(secret)
     if not all(keys.get(key) for key in api.S3_KEYS):
         return None

@@ -186,6 +186,31 @@ def _unrouted(api, namespace: str, service: str, label: str, pods: list[str | No
     return [f"{label}: Service {service} does not route to Ready pods {', '.join(missing)} yet"] if missing else []
 
 
+def wait_for(
+    read: Callable[[], dict],
+    pending: Callable[[dict], list[str]],
+    *,
+    timeout_s: float,
+    done: str,
+    late: str,
+    describe: str,
+    on_state: Callable[[str], None],
+) -> dict:
+    """Read the object (`read`) every POLL_INTERVAL_S until `pending` says nothing keeps it from serving; its status.
+    Each read's state goes to `on_state`: what is pending, or `done`. When `timeout_s` passes, raise DeployError:
+    `late` (the object and what it has not done) after how long, what was still pending, and `describe` to see more."""
+    deadline = time.monotonic() + timeout_s
+    waiting: list[str] = []
+    while time.monotonic() < deadline:
+        found = read()
+        waiting = pending(found)
+        on_state("; ".join(waiting) or done)
+        if not waiting:
+            return found.get("status") or {}
+        time.sleep(POLL_INTERVAL_S)
+    raise DeployError(f"{late} after {timeout_s:.0f}s ({'; '.join(waiting)}); see {describe}")
+
+
 def wait_rolled_out(
     api,
     *,
@@ -204,10 +229,9 @@ def wait_rolled_out(
     Raise DeployError on Failed or when `timeout_s` passes, saying what was still pending.
     """
     resource = dynamic_client(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
-    deadline = time.monotonic() + timeout_s
-    waiting: list[str] = []
-    while time.monotonic() < deadline:
-        status = resource.get(name=name, namespace=namespace).to_dict().get("status") or {}
+
+    def pending(sdep: dict) -> list[str]:
+        status = sdep.get("status") or {}
         state, description = status.get("state", "Creating"), status.get("description", "")
         if state == "Failed":
             raise DeployError(f"SeldonDeployment {namespace}/{name} Failed: {description}")
@@ -222,13 +246,16 @@ def wait_rolled_out(
                 not_created="Seldon has not created its Deployment yet",
                 service=f"{name}-{predictor}" if routed else None,
             )
-        on_state("; ".join(waiting) or "Available")
-        if not waiting:
-            return status
-        time.sleep(POLL_INTERVAL_S)
-    raise DeployError(
-        f"SeldonDeployment {namespace}/{name} has not rolled out after {timeout_s:.0f}s "
-        f"({'; '.join(waiting)}); see kubectl describe sdep {name} -n {namespace}"
+        return waiting
+
+    return wait_for(
+        lambda: resource.get(name=name, namespace=namespace).to_dict(),
+        pending,
+        timeout_s=timeout_s,
+        done="Available",
+        late=f"SeldonDeployment {namespace}/{name} has not rolled out",
+        describe=f"kubectl describe sdep {name} -n {namespace}",
+        on_state=on_state,
     )
 
 

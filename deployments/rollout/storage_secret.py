@@ -107,18 +107,23 @@ def secret_manifest(name: str, namespace: str, settings: Mapping[str, str]) -> d
 # ------------------------------------------------------------------ Secret -> what a client needs
 
 
-def read_settings(api, name: str, namespace: str) -> dict[str, str] | None:
-    """The Secret's keys and decoded values; None where it is missing or this user may not read it."""
+def read_secret(api, name: str, namespace: str):
+    """Secret `name` as the API gives it (a V1Secret); None where it is missing or this user may not read it."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     try:
-        secret = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
+        return client.CoreV1Api(api).read_namespaced_secret(name, namespace)
     except ApiException as err:
         if err.status in (403, 404):
             return None
         raise
-    return decoded(secret)
+
+
+def read_settings(api, name: str, namespace: str) -> dict[str, str] | None:
+    """The Secret's keys and decoded values; None where it is missing or this user may not read it."""
+    secret = read_secret(api, name, namespace)
+    return None if secret is None else decoded(secret)
 
 
 def decoded(secret) -> dict[str, str]:

@@ -200,3 +200,29 @@ def test_a_kserve_rollout_takes_the_same_steps_with_kserve_s_checks_secret_and_w
     ]
     assert result.url == "http://digits-predictor.models.svc.cluster.local/v2/models/digits/infer"
     assert result.served == ("predictor: digits-predictor",)
+
+
+def test_the_rollout_wait_returns_the_status_once_nothing_is_pending_and_says_what_was_pending_when_late():
+    from deployments.rollout.apply import wait_for
+
+    said: list[str] = []
+    late = {"late": "SeldonDeployment models/digits has not rolled out", "describe": "kubectl describe sdep digits -n models"}
+    served = {"metadata": {"name": "digits"}, "status": {"state": "Available"}}
+    assert wait_for(lambda: served, lambda sdep: [], timeout_s=5, done="Available", on_state=said.append, **late) == {
+        "state": "Available"
+    }
+    assert said == ["Available"]
+    with pytest.raises(DeployError) as refused:
+        wait_for(
+            lambda: {},
+            lambda sdep: ["a: no pod is Ready", "b: no pod is Ready"],
+            timeout_s=0.01,
+            done="",
+            on_state=said.append,
+            **late,
+        )
+    assert str(refused.value) == (
+        "SeldonDeployment models/digits has not rolled out after 0s (a: no pod is Ready; b: no pod is Ready); "
+        "see kubectl describe sdep digits -n models"
+    )
+    assert said[-1] == "a: no pod is Ready; b: no pod is Ready"

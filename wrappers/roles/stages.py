@@ -106,6 +106,26 @@ class _StageServer(MLModel):
         except TensorError as err:
             raise InferenceError(str(err)) from err
 
+    def _keep_stage(
+        self, stage: Callable[[Any], Any] | None, name: str | None, specs: list[TensorSpec], refusal: str
+    ) -> TensorSpec:
+        """Keep a stage that reads one input, and that input's name; the graph tensor of that name, from `specs`.
+        Settings that give no such stage are refused with `refusal`."""
+        if stage is None or name is None:
+            raise ProcessingConfigError(refusal)
+        self._stage, self._stage_input = stage, name
+        return next(spec for spec in specs if spec.name == name)
+
+    async def _run_stage(self, payload: InferenceRequest, ask: str) -> tuple[Any, list[ResponseOutput]]:
+        """The kept stage's answer to the request's input it reads, and the request's other inputs, handed on as
+        they came; a request without that input is refused with `ask` (what to send)."""
+        _check_id(payload)
+        taken = next((item for item in payload.inputs if item.name == self._stage_input), None)
+        if taken is None:
+            raise InferenceError(f"model {self.name}: {ask}")
+        answer = await self._on_pool(self._stage, self._codec.decode(taken))
+        return answer, [_passed_through(item) for item in payload.inputs if item is not taken]
+
     def _respond(self, payload: InferenceRequest, outputs: list[ResponseOutput]) -> InferenceResponse:
         return InferenceResponse(model_name=self.name, model_version=self.version, id=payload.id, outputs=outputs)
 
@@ -123,24 +143,17 @@ class ImageTransformer(_StageServer):
     def _setup(
         self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec]
     ) -> None:
-        if stages.preprocessor is None or stages.image_input is None:
-            raise ProcessingConfigError("the transformer decodes images: set parameters.extra.preprocess")
-        self._stage, self._image_input = stages.preprocessor, stages.image_input
-        pixels = next(spec for spec in graph_inputs if spec.name == stages.image_input)
+        refusal = "the transformer decodes images: set parameters.extra.preprocess"
+        pixels = self._keep_stage(stages.preprocessor, stages.image_input, graph_inputs, refusal)
         self._datatype = pixels.datatype
-        inputs = [TensorSpec(self._image_input, BYTES, (DYNAMIC,))]
+        inputs = [TensorSpec(self._stage_input, BYTES, (DYNAMIC,))]
         self._codec = self._decoder(
-            config, inputs, [TensorSpec(pixels.name, pixels.datatype, (DYNAMIC, *pixels.shape[1:]))], self._image_input
+            config, inputs, [TensorSpec(pixels.name, pixels.datatype, (DYNAMIC, *pixels.shape[1:]))], self._stage_input
         )
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        _check_id(payload)
-        images = next((item for item in payload.inputs if item.name == self._image_input), None)
-        if images is None:
-            raise InferenceError(f"model {self.name}: send the encoded images as input {self._image_input!r} (BYTES)")
-        pixels = await self._on_pool(self._stage, self._codec.decode(images))
-        outputs = [encode(self._image_input, pixels, self._datatype, False)]
-        return self._respond(payload, outputs + [_passed_through(item) for item in payload.inputs if item is not images])
+        pixels, passed = await self._run_stage(payload, f"send the encoded images as input {self._stage_input!r} (BYTES)")
+        return self._respond(payload, [encode(self._stage_input, pixels, self._datatype, False)] + passed)
 
 
 class TopKTransformer(_StageServer):
@@ -151,20 +164,15 @@ class TopKTransformer(_StageServer):
     def _setup(
         self, config: RuntimeSettings, stages: Stages, graph_inputs: list[TensorSpec], graph_outputs: list[TensorSpec]
     ) -> None:
-        if stages.topk is None or stages.scores_output is None:
-            raise ProcessingConfigError("the output transformer ranks scores: set parameters.extra.postprocess")
-        self._stage, self._scores = stages.topk, stages.scores_output
-        spec = next(spec for spec in graph_outputs if spec.name == stages.scores_output)
+        refusal = "the output transformer ranks scores: set parameters.extra.postprocess"
+        spec = self._keep_stage(stages.topk, stages.scores_output, graph_outputs, refusal)
         self._codec = self._decoder(config, [TensorSpec(spec.name, spec.datatype, (DYNAMIC, *spec.shape[1:]))], [], None)
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        _check_id(payload)
-        scores = next((item for item in payload.inputs if item.name == self._scores), None)
-        if scores is None:
-            raise InferenceError(f"model {self.name}: send the graph's scores as input {self._scores!r}")
-        labels, best = await self._on_pool(self._stage, self._codec.decode(scores))
-        outputs = [encode(LABELS_OUTPUT, labels, BYTES, False), encode(SCORES_OUTPUT, best, "FP32", False)]
-        return self._respond(payload, [_passed_through(item) for item in payload.inputs if item is not scores] + outputs)
+        (labels, best), passed = await self._run_stage(payload, f"send the graph's scores as input {self._stage_input!r}")
+        return self._respond(
+            payload, passed + [encode(LABELS_OUTPUT, labels, BYTES, False), encode(SCORES_OUTPUT, best, "FP32", False)]
+        )
 
 
 class GraphTransformer(_StageServer):
