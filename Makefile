@@ -118,7 +118,7 @@ tune-check: setup ## measure the whole grid; the tuner must reach 95% of its bes
 	flock $(BENCH_LOCK) $(SLIPWAY) tune-check $(TUNE_SPACE) $(TUNE_ARGS)
 
 recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= [GPU_UTIL= GPU_MEMORY=] query_range files, or PROMETHEUS_URL
-	$(SLIPWAY) recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
+	$(SLIPWAY) recommend $(call flag,--namespace,$(NAMESPACE)) $(call flag,--model,$(MODEL_NAME)) $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
 	  $(if $(GPU_UTIL),--gpu-util $(GPU_UTIL)) $(if $(GPU_MEMORY),--gpu-memory $(GPU_MEMORY)) $(RECOMMEND_ARGS)
 
 # --- export: variants, bring-your-own ONNX, profiling, benchmark -------------
@@ -202,7 +202,8 @@ HPA_METRIC_SOURCE ?=
 NAMESPACE        ?=
 # The model's name in the store and on the cluster: MODEL_NAME=, else NAME= when given (the name `make convert` and
 # `make import` wrote); unset, the commands' own: publish takes the artifact's, a store reference without its name
-# (:3, @champion) the store's only model or the only one carrying the tag, the rest the demo's (slipway/paths.py).
+# (:3, @champion) the store's only model or the only one carrying the tag, and the commands on a deployed model (undeploy,
+# alerts, recommend, shadow-off, canary-abort) the one model Slipway deployed in NAMESPACE, found by its labels.
 MODEL_NAME       ?= $(if $(filter command line,$(origin NAME)),$(NAME))
 VERSION          ?=
 TAG              ?=
@@ -327,7 +328,7 @@ cluster-image: setup ## import the serving image `make image` built into the rea
 cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
 	$(PY) -m localcluster down
 
-undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
+undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE (unset: the one model Slipway deployed there)
 	$(SLIPWAY) undeploy $(call flag,--name,$(MODEL_NAME)) $(call flag,--namespace,$(NAMESPACE))
 
 # --- progressive delivery (deployments/delivery/canary): shadow, then an SLO-gated canary that promotes or rolls back ---

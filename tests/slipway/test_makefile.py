@@ -53,6 +53,7 @@ def test_the_models_name_follows_the_artifact_or_the_name_given():
         "canary-abort": [],
         "shadow-off": [],
         "alerts": ["SLO=slo.yaml"],
+        "recommend": [],
     }
     for target, settings in recipes.items():
         commands = _dry_run(target, *settings)
@@ -67,3 +68,6 @@ def test_the_models_name_follows_the_artifact_or_the_name_given():
         assert "--ref mine:3" in _dry_run("canary", "VERSION=3", name)
         assert "undeploy --name mine" in _dry_run("undeploy", name)
         assert "canary --abort --deployment mine" in _dry_run("canary-abort", name)
+        assert "shadow --remove --deployment mine" in _dry_run("shadow-off", name)
+        assert "alerts --slo slo.yaml --model mine" in _dry_run("alerts", "SLO=slo.yaml", name)
+        assert "recommend --model mine" in _dry_run("recommend", name)
