@@ -19,7 +19,9 @@ STAMP      := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # demo's artifact for MODEL_DIR, loopback and ports 8080-8082 for `serve`, ./model-store for STORE, namespace slipway):
 # each default lives in one place, the command line it belongs to. `$(call flag,--option,$(VAR))` passes VAR if set.
 flag = $(if $(2),$(1) $(2))
-MODEL_DIR    ?=
+# The artifact folder the targets serve, load-test, publish and deploy: MODEL_DIR=, else with NAME= on the command line
+# build/artifacts/NAME, the one `make convert` wrote for that name (its NAME=, else the model file's), else the demo's.
+MODEL_DIR    ?= $(if $(filter command line,$(origin NAME)),build/artifacts/$(NAME))
 HTTP_PORT    ?=
 GRPC_PORT    ?=
 METRICS_PORT ?=
@@ -72,6 +74,7 @@ train: setup ## train the digits CNN (reports/train.json, TensorBoard logs under
 
 # Your own model: KERAS_MODEL=model.keras|model.h5|savedmodel/ DATA=held-out.npz [NAME=] [CUSTOM_OBJECTS=module:attr]
 # [MODEL_DIR=] (default build/artifacts/<name>); without KERAS_MODEL= on the command line, the demo's digits model.
+# Then `make serve NAME=<name>`, `make deploy NAME=<name>` (and the rest that take MODEL_DIR) take that artifact.
 DATA           ?=
 CUSTOM_OBJECTS ?=
 USER_MODEL_ARGS = $(if $(DATA),--data $(DATA)) $(if $(filter command line,$(origin NAME)),--name $(NAME)) \
@@ -192,8 +195,8 @@ $(TORCH_STAMP): pyproject.toml constraints.txt | $(STAMP)
 	@touch $@
 
 # ---- deployments: manifests, deploy, images ------------------------------------------------
-# VERSION= or TAG= pins the manifests to a version in the model store; without them they are
-# rendered for MODEL_DIR (the demo's unpublished artifact). Canary: CANARY_VERSION= or CANARY_TAG=.
+# VERSION= or TAG= pins the manifests to a version in the model store; without them they are rendered for the
+# unpublished artifact MODEL_DIR (NAME=: build/artifacts/NAME; neither: the demo's). Canary: CANARY_VERSION= or CANARY_TAG=.
 OVERLAY          ?=
 # ENGINE=kserve: a ServingRuntime + InferenceService (RawDeployment) instead of a SeldonDeployment (docs/deploying.md).
 ENGINE           ?=
