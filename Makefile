@@ -19,7 +19,9 @@ STAMP      := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # demo's artifact for MODEL_DIR, loopback and ports 8080-8082 for `serve`, ./model-store for STORE, namespace slipway):
 # each default lives in one place, the command line it belongs to. `$(call flag,--option,$(VAR))` passes VAR if set.
 flag = $(if $(2),$(1) $(2))
-MODEL_DIR    ?=
+# The artifact folder the targets serve, load-test, publish and deploy: MODEL_DIR=, else with NAME= on the command line
+# build/artifacts/NAME, the one `make convert` wrote for that name (its NAME=, else the model file's), else the demo's.
+MODEL_DIR    ?= $(if $(filter command line,$(origin NAME)),build/artifacts/$(NAME))
 HTTP_PORT    ?=
 GRPC_PORT    ?=
 METRICS_PORT ?=
@@ -72,6 +74,7 @@ train: setup ## train the digits CNN (reports/train.json, TensorBoard logs under
 
 # Your own model: KERAS_MODEL=model.keras|model.h5|savedmodel/ DATA=held-out.npz [NAME=] [CUSTOM_OBJECTS=module:attr]
 # [MODEL_DIR=] (default build/artifacts/<name>); without KERAS_MODEL= on the command line, the demo's digits model.
+# Then `make serve NAME=<name>`, `make deploy NAME=<name>` (and the rest that take MODEL_DIR) take that artifact.
 DATA           ?=
 CUSTOM_OBJECTS ?=
 USER_MODEL_ARGS = $(if $(DATA),--data $(DATA)) $(if $(filter command line,$(origin NAME)),--name $(NAME)) \
@@ -118,7 +121,7 @@ tune-check: setup ## measure the whole grid; the tuner must reach 95% of its bes
 	flock $(BENCH_LOCK) $(SLIPWAY) tune-check $(TUNE_SPACE) $(TUNE_ARGS)
 
 recommend: setup ## requests, limits and HPA replicas from usage history: CPU= MEMORY= RPS= [GPU_UTIL= GPU_MEMORY=] query_range files, or PROMETHEUS_URL
-	$(SLIPWAY) recommend $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
+	$(SLIPWAY) recommend $(call flag,--namespace,$(NAMESPACE)) $(call flag,--model,$(MODEL_NAME)) $(if $(CPU),--cpu $(CPU)) $(if $(MEMORY),--memory $(MEMORY)) $(if $(RPS),--rps $(RPS)) \
 	  $(if $(GPU_UTIL),--gpu-util $(GPU_UTIL)) $(if $(GPU_MEMORY),--gpu-memory $(GPU_MEMORY)) $(RECOMMEND_ARGS)
 
 # --- export: variants, bring-your-own ONNX, profiling, benchmark -------------
@@ -192,8 +195,8 @@ $(TORCH_STAMP): pyproject.toml constraints.txt | $(STAMP)
 	@touch $@
 
 # ---- deployments: manifests, deploy, images ------------------------------------------------
-# VERSION= or TAG= pins the manifests to a version in the model store; without them they are
-# rendered for MODEL_DIR (the demo's unpublished artifact). Canary: CANARY_VERSION= or CANARY_TAG=.
+# VERSION= or TAG= pins the manifests to a version in the model store; without them they are rendered for the
+# unpublished artifact MODEL_DIR (NAME=: build/artifacts/NAME; neither: the demo's). Canary: CANARY_VERSION= or CANARY_TAG=.
 OVERLAY          ?=
 # ENGINE=kserve: a ServingRuntime + InferenceService (RawDeployment) instead of a SeldonDeployment (docs/deploying.md).
 ENGINE           ?=
@@ -202,7 +205,8 @@ HPA_METRIC_SOURCE ?=
 NAMESPACE        ?=
 # The model's name in the store and on the cluster: MODEL_NAME=, else NAME= when given (the name `make convert` and
 # `make import` wrote); unset, the commands' own: publish takes the artifact's, a store reference without its name
-# (:3, @champion) the store's only model or the only one carrying the tag, the rest the demo's (slipway/paths.py).
+# (:3, @champion) the store's only model or the only one carrying the tag, and the commands on a deployed model (undeploy,
+# alerts, recommend, shadow-off, canary-abort) the one model Slipway deployed in NAMESPACE, found by its labels.
 MODEL_NAME       ?= $(if $(filter command line,$(origin NAME)),$(NAME))
 VERSION          ?=
 TAG              ?=
@@ -327,7 +331,7 @@ cluster-image: setup ## import the serving image `make image` built into the rea
 cluster-down: setup ## stop the local control plane (every process by its PID) and remove build/cluster
 	$(PY) -m localcluster down
 
-undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE
+undeploy: setup ## delete what deploy applied for MODEL_NAME in NAMESPACE (unset: the one model Slipway deployed there)
 	$(SLIPWAY) undeploy $(call flag,--name,$(MODEL_NAME)) $(call flag,--namespace,$(NAMESPACE))
 
 # --- progressive delivery (deployments/delivery/canary): shadow, then an SLO-gated canary that promotes or rolls back ---

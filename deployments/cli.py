@@ -30,16 +30,17 @@ from deployments.render.overlay import (
 )
 from deployments.render.records import DEFAULT_STORAGE_ROOT, ModelVersion, RecordError
 from deployments.rollout.apply import UNDEPLOY_TIMEOUT_S, ClusterUnavailable, DeployError, apply, connect, delete, wait_gone
+from deployments.rollout.deployed import ModelNotFound, deployed_model
 from deployments.rollout.image_build import add_command as register_image
 from deployments.rollout.placement import add_storage_arguments, place_models
 from deployments.rollout.preflight import check_namespace_exists
 from deployments.rollout.sequence import DEFAULT_WAIT_S, Rollout, roll_out
 from deployments.rollout.storage_secret import DEFAULT_SECRET, SCHEMES, SecretError, secret_manifest, settings_from_environment
-from deployments.sizing.recommend import add_command as register_recommend
+from deployments.sizing.recommend import add_command as add_recommend
 from slipway.cli import UserError, console, dispatch
 from slipway.cluster_names import DEFAULT_NAMESPACE
 from slipway.files import FileProblem
-from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR, DEMO_MODEL_NAME
+from slipway.paths import BUILD_DIR, DEMO_ARTIFACT_DIR
 from slipway.reports import write_report
 from slipway.runtime_settings import SettingsError
 
@@ -557,11 +558,15 @@ def cmd_undeploy(args: argparse.Namespace) -> int:
         raise UserError(f"--wait {args.wait:g}: give the seconds to wait, 0 or more (0: do not wait); nothing was deleted")
     api = _connect(
         f"nothing was deleted. Point kubectl's current context (or KUBECONFIG) at the cluster where "
-        f"{args.name} runs in namespace {args.namespace}"
+        f"{args.name or 'the model'} runs in namespace {args.namespace}"
     )
-    deleted = delete(api, namespace=args.namespace, model=args.name)
+    try:
+        name = args.name or deployed_model(args.namespace, flag="--name", target="undeploy", api=api)
+    except ModelNotFound as err:
+        raise UserError(str(err)) from err
+    deleted = delete(api, namespace=args.namespace, model=name)
     if not deleted.names:
-        console.print(f"nothing of Slipway's for model {args.name} in namespace {args.namespace}", soft_wrap=True)
+        console.print(f"nothing of Slipway's for model {name} in namespace {args.namespace}", soft_wrap=True)
         return 0
     console.print(f"deleting {', '.join(deleted.names)} from namespace {args.namespace}", soft_wrap=True)
     if not args.wait:
@@ -586,7 +591,9 @@ def register_undeploy(commands) -> None:
         "PodMonitor, NetworkPolicy and ServiceAccount Slipway applied for one model (found by its labels), and wait "
         "until they, the operator's Deployments, Services, HPAs and budgets, and the pods are gone.",
     )
-    command.add_argument("--name", default=DEMO_MODEL_NAME, help=f"the model name (default {DEMO_MODEL_NAME})")
+    command.add_argument(
+        "--name", help="the model (default: the one model Slipway deployed in the namespace, found by its labels)"
+    )
     command.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the model runs")
     command.add_argument(
         "--wait",
@@ -597,6 +604,20 @@ def register_undeploy(commands) -> None:
         "0: do not wait)",
     )
     command.set_defaults(func=cmd_undeploy)
+
+
+def _deployed_model_for_recommend(namespace: str) -> str:
+    """recommend's --model default, from the cluster (sizing asks none itself: the import layers keep it off rollout)."""
+    try:
+        return deployed_model(
+            namespace, flag="--model", target="recommend", on_note=lambda note: console.print(note, soft_wrap=True)
+        )
+    except ModelNotFound as err:
+        raise UserError(str(err)) from err
+
+
+def register_recommend(commands) -> None:
+    add_recommend(commands, find_model=_deployed_model_for_recommend)
 
 
 REGISTRARS: list[Callable] = [

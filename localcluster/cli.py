@@ -21,10 +21,11 @@ def _folder(args: argparse.Namespace) -> Path:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from deployments.render.records import DEFAULT_STORAGE_ROOT
     from deployments.rollout.storage_secret import DEFAULT_SECRET
     from localcluster.build import BuildError
     from localcluster.components import KEDA_VERSION, KSERVE, KUBERNETES_VERSION, SELDON_OPERATOR_VERSION
-    from localcluster.control_plane import BUCKET, ClusterError, up
+    from localcluster.control_plane import ClusterError, up
     from localcluster.node import NODE_LABEL, NODE_LABEL_VALUE
     from localcluster.objects import NODES
 
@@ -61,7 +62,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
     console.print(
-        f"namespace {DEFAULT_NAMESPACE} holds Secret {DEFAULT_SECRET} for s3://{BUCKET}: `make deploy` uploads "
+        f"namespace {DEFAULT_NAMESPACE} holds Secret {DEFAULT_SECRET} for {DEFAULT_STORAGE_ROOT}: `make deploy` uploads "
         f"the model there and deploys it while the cluster runs; kubectl: export KUBECONFIG={state.kubeconfig}",
         soft_wrap=True,
     )

@@ -28,11 +28,10 @@ from localcluster.pki import ClusterPKI
 from localcluster.processes import Process, last_lines, running, start, stop
 from slipway import atomic, local_cluster
 from slipway.cli import first_line
-from slipway.cluster_names import DEFAULT_NAMESPACE
+from slipway.cluster_names import DEFAULT_NAMESPACE, STORAGE_BUCKET
 from slipway.ports import free_port, port_in_use
 
 DEFAULT_API_PORT = 16443
-BUCKET = "slipway-models"  # the bucket of `deploy`'s default storage root, s3://slipway-models
 SERVICE_CIDR = "10.96.0.0/16"
 READY_TIMEOUT_S = 90.0
 # How often the HPA controller acts (kube-controller-manager's default: 15 s). A Deployment Seldon creates starts at
@@ -424,8 +423,8 @@ def _start_all(state: ClusterState, bins: dict[str, Path], on_step: Callable[[st
     objects.register_operator(api)
 
     _start_object_store(state, starter)
-    on_step(f"making namespace {DEFAULT_NAMESPACE}, bucket {BUCKET} and the storage Secret")
-    objects.create_bucket(state.storage_environment(), BUCKET)
+    on_step(f"making namespace {DEFAULT_NAMESPACE}, bucket {STORAGE_BUCKET} and the storage Secret")
+    objects.create_bucket(state.storage_environment(), STORAGE_BUCKET)
     objects.create_namespace(api, DEFAULT_NAMESPACE, state.storage_environment())
 
 

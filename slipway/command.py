@@ -112,7 +112,11 @@ ENVIRONMENT = (
         "SLIPWAY_CLUSTER_CACHE",
         "render --engine kserve: the local cluster's build cache with KServe's CRDs (default ~/.cache/slipway/cluster)",
     ),
-    ("KUBECONFIG", "deploy, undeploy: the cluster (else the local cluster's while it runs, else ~/.kube/config)"),
+    (
+        "KUBECONFIG",
+        "deploy, undeploy, canary, shadow; alerts and recommend without --model (to find the deployed one): the "
+        "cluster (else the local cluster's while it runs, else ~/.kube/config)",
+    ),
     (
         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL",
         "secret, upload: S3 credentials",

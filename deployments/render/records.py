@@ -13,10 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from slipway.cli import one_line
+from slipway.cluster_names import STORAGE_BUCKET
 from slipway.files import FileProblem, read_json
 
 # Where a version with no URI of its own is uploaded to and pulled from: <storage root>/<name>/<version>.
-DEFAULT_STORAGE_ROOT = "s3://slipway-models"
+DEFAULT_STORAGE_ROOT = f"s3://{STORAGE_BUCKET}"
 # A model's name becomes the SeldonDeployment's, the container's and a DNS label in Service names.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 _SHA256 = re.compile(r"^(sha256:)?([0-9a-f]{64})$")

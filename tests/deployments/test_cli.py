@@ -70,6 +70,34 @@ def test_undeploy_without_a_cluster_is_one_line(reports_env, unreachable_kubecon
     assert "nothing was applied" not in line and "make manifests" not in line  # deploy's words, not undeploy's
 
 
+def test_alerts_and_recommend_without_a_model_or_a_cluster_say_to_name_it_and_write_nothing(
+    reports_env, unreachable_kubeconfig, tmp_path
+):
+    """Unnamed, the model is the one deployed in the namespace; with no cluster to ask, one line says to name it."""
+    import numpy as np
+
+    from tests.deployments.traces import matrix, times, write
+
+    env = {**reports_env, **unreachable_kubeconfig, "SLIPWAY_REPORTS_DIR": str(tmp_path / "reports")}
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("p95_ms: 50\n")
+    stamps = times(1)
+    levels = {"cpu": 0.4, "memory": 200.0 * 2**20, "rps": 10.0}
+    files = [
+        arg
+        for kind, level in levels.items()
+        for arg in (f"--{kind}", str(write(tmp_path, kind, matrix({"a": (stamps, np.full(stamps.shape, level))}))))
+    ]
+    for command, out, asked in (
+        (["alerts", "--slo", str(slo), "--out"], tmp_path / "alerts", "give --model (make alerts NAME=...)"),
+        (["recommend", *files, "--capacity-rps", "40", "--out-dir"], tmp_path / "recommend", "give --model (make recommend"),
+    ):
+        line = _one_line_error(run_module("deployments", *command, str(out), env=env, check=False, timeout=120))
+        assert "no Kubernetes cluster answers" in line and "cannot be looked up" in line and asked in line, line
+        assert "namespace slipway" in line and not out.exists()
+    assert not (tmp_path / "reports").exists()
+
+
 def test_undeploy_refuses_a_negative_wait_before_it_reaches_a_cluster(reports_env, unreachable_kubeconfig):
     env = {**reports_env, **unreachable_kubeconfig}  # a cluster asked first would answer "no cluster" instead
     line = _one_line_error(run_module("deployments", "undeploy", "--wait", "-5", env=env, check=False, timeout=120))

@@ -367,6 +367,8 @@ def test_the_cron_pre_scaling_overlay_raises_the_floor_for_its_window_and_lowers
     result = run_module(
         "deployments",
         "recommend",
+        "--model",
+        MODEL,  # named: recommend runs before the model is deployed
         *_daily_peak_history(tmp_path, peak_at, base=20.0, peak=100.0),
         "--capacity-rps",
         "50",

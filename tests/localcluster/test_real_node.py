@@ -439,9 +439,8 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
 
     from deployments.rollout.storage_secret import DEFAULT_SECRET, fsspec_options, read_settings
     from localcluster import storage_initializer
-    from localcluster.control_plane import BUCKET
     from localcluster.objects import client as api_client
-    from slipway.cluster_names import DEFAULT_NAMESPACE
+    from slipway.cluster_names import DEFAULT_NAMESPACE, STORAGE_BUCKET
 
     state, _ = real_cluster
     api = api_client(state.kubeconfig)
@@ -458,11 +457,11 @@ def test_the_storage_initializer_image_pulls_the_models_bytes_into_a_pod(
     for path in sorted(digits_artifact.rglob("*")):
         if path.is_file():
             name = str(path.relative_to(digits_artifact))
-            fs.put_file(str(path), f"{BUCKET}/initializer/digits/{name}")
+            fs.put_file(str(path), f"{STORAGE_BUCKET}/initializer/digits/{name}")
             expected[name] = hashlib.sha256(path.read_bytes()).hexdigest()
 
     core = client.CoreV1Api(api)
-    uri = f"s3://{BUCKET}/initializer/digits"
+    uri = f"s3://{STORAGE_BUCKET}/initializer/digits"
     # the pushed image (pulled from the registry: the digest skopeo pushed), then the one `up` imported into the node
     for name, source in (("initializer", image), ("initializer-node", storage_initializer.NODE_IMAGE)):
         core.create_namespaced_pod(DEFAULT_NAMESPACE, _initializer_pod(name, DEFAULT_NAMESPACE, source, uri, DEFAULT_SECRET))

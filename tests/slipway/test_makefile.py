@@ -18,7 +18,8 @@ def _dry_run(target: str, *settings: str) -> str:
         timeout=60,
         check=True,
     )
-    return " ".join(" ".join(line.split()) for line in done.stdout.splitlines() if "/nonexistent-venv/bin/slipway" in line)
+    lines = done.stdout.replace("\\\n", " ").splitlines()  # a command continued over lines is one command
+    return " ".join(" ".join(line.split()) for line in lines if "/nonexistent-venv/bin/slipway" in line)
 
 
 def test_unset_settings_leave_the_commands_their_own_defaults():
@@ -53,6 +54,7 @@ def test_the_models_name_follows_the_artifact_or_the_name_given():
         "canary-abort": [],
         "shadow-off": [],
         "alerts": ["SLO=slo.yaml"],
+        "recommend": [],
     }
     for target, settings in recipes.items():
         commands = _dry_run(target, *settings)
@@ -60,10 +62,32 @@ def test_the_models_name_follows_the_artifact_or_the_name_given():
     assert "versions show :3" in _dry_run("manifests", "VERSION=3")
     assert "versions promote champion :2" in _dry_run("promote", "TAG=champion", "VERSION=2")
     for name in ("NAME=mine", "MODEL_NAME=mine"):
-        assert "versions publish --model mine" in _dry_run("publish", name)
+        publish = "versions publish build/artifacts/mine --model mine" if name == "NAME=mine" else "versions publish --model mine"
+        assert publish in _dry_run("publish", name)
         assert "versions promote champion mine:2" in _dry_run("promote", "TAG=champion", "VERSION=2", name)
         assert "versions rollback champion --model mine" in _dry_run("rollback", "TAG=champion", name)
         assert "versions show mine@champion" in _dry_run("manifests", "TAG=champion", name)
         assert "--ref mine:3" in _dry_run("canary", "VERSION=3", name)
         assert "undeploy --name mine" in _dry_run("undeploy", name)
         assert "canary --abort --deployment mine" in _dry_run("canary-abort", name)
+        assert "shadow --remove --deployment mine" in _dry_run("shadow-off", name)
+        assert "alerts --slo slo.yaml --model mine" in _dry_run("alerts", "SLO=slo.yaml", name)
+        assert "recommend --model mine" in _dry_run("recommend", name)
+
+
+def test_name_picks_the_artifact_make_convert_wrote_under_it():
+    """`make convert KERAS_MODEL=path/mine.keras` writes build/artifacts/mine; NAME=mine then stands for that folder
+    wherever a target takes MODEL_DIR. MODEL_DIR= still names any folder, VERSION=/TAG= a published version, and
+    MODEL_NAME= (a new name in the store or on the cluster) no folder."""
+    from slipway.paths import artifact_dir
+
+    assert artifact_dir("mine").parts[-3:] == ("build", "artifacts", "mine")  # where convert writes without --out
+    converted = _dry_run("convert", "KERAS_MODEL=path/mine.keras")
+    assert "export convert path/mine.keras" in converted and "--out" not in converted, converted
+    for target in ("deploy", "manifests", "upload", "serve", "smoke", "loadtest"):
+        assert "--model-dir build/artifacts/mine" in _dry_run(target, "NAME=mine"), target
+    assert "--model-dir elsewhere/mine" in _dry_run("deploy", "NAME=mine", "MODEL_DIR=elsewhere/mine")
+    pinned = _dry_run("deploy", "NAME=mine", "VERSION=3")
+    assert "versions show mine:3" in pinned and "--version-record" in pinned and "--model-dir" not in pinned, pinned
+    assert "--model-dir" not in _dry_run("deploy", "MODEL_NAME=mine")
+    assert "--model-dir" not in _dry_run("deploy")  # the command's own default: the demo's artifact

@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 
 import pytest
+import yaml
 
-from slipway.cluster_names import DEFAULT_NAMESPACE, NAMESPACE_ENV
+from slipway.cluster_names import DEFAULT_NAMESPACE, NAMESPACE_ENV, STORAGE_BUCKET
 from slipway.paths import DEMO_MODEL_NAME, MODEL_STORE_DIR, PROJECT_ROOT
 from tests.conftest import run_module
 
@@ -16,6 +17,7 @@ PACKAGES = ("slipway", "engine", "wrappers", "export", "loadtest", "deployments"
 SHARED = {
     DEFAULT_NAMESPACE: ("slipway/cluster_names.py", "defaults"),
     NAMESPACE_ENV: ("slipway/cluster_names.py", "anywhere"),
+    STORAGE_BUCKET: ("slipway/cluster_names.py", "anywhere"),
     DEMO_MODEL_NAME: ("slipway/paths.py", "defaults"),
     str(MODEL_STORE_DIR.name): ("slipway/paths.py", "anywhere"),
 }
@@ -61,3 +63,14 @@ def test_help_still_says_the_defaults(module, args):
     text = " ".join(run_module(module, *args).stdout.split())
     expected = str(MODEL_STORE_DIR) if module == "export" else DEFAULT_NAMESPACE
     assert f"default: {expected})" in text or f"default {expected}" in text, text
+
+
+def test_the_bucket_is_the_one_deploy_uploads_to_the_cluster_makes_and_the_base_shows():
+    """deploy's default storage root and the local cluster's bucket are derived from STORAGE_BUCKET; the base
+    manifest's placeholder modelUri (render replaces it) is plain YAML, so it is held to the same name here."""
+    from deployments.render.records import DEFAULT_STORAGE_ROOT
+
+    assert DEFAULT_STORAGE_ROOT == f"s3://{STORAGE_BUCKET}"
+    base = yaml.safe_load((PROJECT_ROOT / "deployments" / "base" / "seldondeployment.yaml").read_text())
+    placeholder = base["spec"]["predictors"][0]["graph"]["modelUri"]
+    assert placeholder.startswith(f"{DEFAULT_STORAGE_ROOT}/"), placeholder

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import yaml
 
+from deployments.render.overlay import namespace_argument
+from deployments.rollout.deployed import ModelNotFound, deployed_model
 from slipway import atomic
 from slipway.cli import UserError, console
 from slipway.cluster_names import DEFAULT_NAMESPACE
-from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME
+from slipway.paths import BUILD_DIR
 
 
 class _Dumper(yaml.SafeDumper):
@@ -42,11 +44,16 @@ def add_command(commands) -> None:
         "model, over the series its PodMonitor scrapes.",
     )
     parser.add_argument("--slo", required=True, type=Path, help="the SLO file `make loadtest SLO=` takes")
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE})")
+    parser.add_argument(
+        "--namespace",
+        type=namespace_argument,
+        default=DEFAULT_NAMESPACE,
+        help=f"where the model runs (default {DEFAULT_NAMESPACE})",
+    )
     parser.add_argument(
         "--model",
-        default=DEMO_MODEL_NAME,
-        help=f"the model (render names its SeldonDeployment after it; default {DEMO_MODEL_NAME})",
+        help="the model (render names its SeldonDeployment after it; default: the one model Slipway deployed with "
+        "--engine in the namespace, found by its labels on the current kubectl context's cluster)",
     )
     parser.add_argument(
         "--engine",
@@ -72,31 +79,36 @@ def cmd_alerts(args) -> int:
     from deployments.delivery.alerts.rules import LINES, RuleError, SloRules, prometheus_rule
     from slipway.slo import ConfigError, load_slo
 
+    out = Path(args.out)
     try:
         slo = load_slo(args.slo)
         if slo.is_empty():
             raise UserError(
                 f"SLO file {args.slo} has none of the lines alerts are made from ({', '.join(LINES)}): add one, e.g. `p95_ms: 50`"
             )
-        rules = SloRules(
-            slo, namespace=args.namespace, model=args.model, latency_histogram=args.latency_histogram, engine=args.engine
+        blocker = out if out.exists() and not out.is_dir() else atomic.file_in_the_way(out)
+        if blocker is not None:
+            raise UserError(f"{blocker} is a file, so {out} cannot be a folder: choose another --out, nothing was written")
+        model = args.model or deployed_model(
+            args.namespace,
+            flag="--model",
+            target="alerts",
+            engines=(args.engine,),
+            on_note=lambda note: console.print(note, soft_wrap=True, markup=False),
         )
-    except (ConfigError, RuleError) as err:
+        rules = SloRules(slo, namespace=args.namespace, model=model, latency_histogram=args.latency_histogram, engine=args.engine)
+    except (ConfigError, RuleError, ModelNotFound) as err:
         raise UserError(str(err)) from err
-    out = Path(args.out)
-    blocker = out if out.exists() and not out.is_dir() else atomic.file_in_the_way(out)
-    if blocker is not None:
-        raise UserError(f"{blocker} is a file, so {out} cannot be a folder: choose another --out, nothing was written")
-    header = HEADER.format(slo=args.slo, namespace=args.namespace, model=args.model)
+    header = HEADER.format(slo=args.slo, namespace=args.namespace, model=model)
     rule = prometheus_rule(rules, slo_file=str(args.slo))
-    files = {out / f"prometheusrule-{args.model}-slo.yaml": rule, out / f"rules-{args.model}-slo.yaml": rule["spec"]}
+    files = {out / f"prometheusrule-{model}-slo.yaml": rule, out / f"rules-{model}-slo.yaml": rule["spec"]}
     for path, content in files.items():
         atomic.write_text(path, header + yaml.dump(content, Dumper=_Dumper, sort_keys=False, width=1_000_000))
     every = [r for group in rule["spec"]["groups"] for r in group["rules"]]
     alerts = sum(1 for r in every if "alert" in r)
     lines = [line for line in LINES if getattr(slo, line) is not None]
     console.print(
-        f"{alerts} alerts and {len(every) - alerts} recording rules for {args.model} in namespace "
+        f"{alerts} alerts and {len(every) - alerts} recording rules for {model} in namespace "
         f"{args.namespace} from {', '.join(lines)} -> "
         f"{', '.join(str(path) for path in files)}",
         soft_wrap=True,

@@ -17,6 +17,7 @@ from deployments.render.overlay import CANARY_PREDICTOR, namespace_argument
 from deployments.render.records import DEFAULT_STORAGE_ROOT, RecordError
 from deployments.render.seldon import MODEL_LABEL
 from deployments.rollout.apply import ClusterUnavailable, DeployError, connect, wait_rolled_out
+from deployments.rollout.deployed import ModelNotFound, deployed_model
 from deployments.rollout.placement import add_storage_arguments, place_models
 from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.cli import UserError, console
@@ -131,7 +132,8 @@ def _add_target_arguments(parser) -> None:
     parser.add_argument("--namespace", type=namespace_argument, default=DEFAULT_NAMESPACE, help="where the SeldonDeployment runs")
     parser.add_argument(
         "--deployment",
-        help=f"the SeldonDeployment (default: the version's model name, as render names it; without --ref, {DEMO_MODEL_NAME})",
+        help="the SeldonDeployment (default: the version's model name, as render names it; without --ref, the one model "
+        "Slipway deployed in the namespace, found by its labels)",
     )
     parser.add_argument(
         "--storage-root",
@@ -223,8 +225,10 @@ def add_canary_commands(commands) -> None:
     shadow.set_defaults(func=cmd_shadow)
 
 
-def _target(args, *, need_ref: bool):
-    """(api, live deployment, version or None), each refusal one line before anything changes."""
+def _target(args, *, need_ref: bool, target: str):
+    """(api, live deployment, version or None), each refusal one line before anything changes; without --ref or
+    --deployment, the deployment is the one model Slipway deployed in the namespace (`target`: the make target that
+    takes NAME= for it, named where there is none or several)."""
     from deployments.delivery.canary.live import LiveDeployment, LiveError
     from deployments.delivery.model_store import StoreRefused, version
 
@@ -236,11 +240,18 @@ def _target(args, *, need_ref: bool):
             model = version(args.ref, args.store, storage_root=args.storage_root)
         except (StoreRefused, RecordError) as err:
             raise UserError(f"{err}") from err
-    name = args.deployment or (model.name if model is not None else DEMO_MODEL_NAME)
     try:
         api = connect(on_note=lambda note: console_print(note))
     except ClusterUnavailable as err:
         raise UserError(f"{err}: nothing was changed. A local cluster: `make cluster`") from err
+    try:
+        name = args.deployment or (
+            model.name
+            if model is not None
+            else deployed_model(args.namespace, flag="--deployment", target=target, engines=("seldon",), api=api)
+        )
+    except ModelNotFound as err:
+        raise UserError(str(err)) from err
     live = LiveDeployment(api, args.namespace, name)
     try:
         sdep = live.read()
@@ -305,7 +316,7 @@ def cmd_canary(args) -> int:
             raise AssertionError("an abort never judges")
         return prometheus
 
-    api, live, sdep, model = _target(args, need_ref=not args.abort)
+    api, live, sdep, model = _target(args, need_ref=not args.abort, target="canary-abort")
     log = DecisionLog()
     secret = next((p["graph"].get("envSecretRefName") for p in sdep["spec"]["predictors"] if p["name"] == STABLE_PREDICTOR), None)
     scope = {"namespace": live.namespace, "deployment": live.name, "stable": STABLE_PREDICTOR, "window": window}
@@ -378,7 +389,7 @@ def cmd_shadow(args) -> int:
     from deployments.delivery.canary.state import SHADOW_ANNOTATION, STATE_ANNOTATION
 
     _refuse_kserve(args, "shadow")
-    api, live, sdep, model = _target(args, need_ref=not args.remove)
+    api, live, sdep, model = _target(args, need_ref=not args.remove, target="shadow-off")
     annotations = sdep["metadata"].get("annotations") or {}
     index = patches.predictor_index(sdep, predictors.SHADOW_PREDICTOR)
     guard = {"op": "test", "path": "/metadata/resourceVersion", "value": sdep["metadata"]["resourceVersion"]}

@@ -10,12 +10,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from deployments.render.autoscaling import REQUEST_COUNTER, RPS_METRIC
+from deployments.render.overlay import namespace_argument
 from deployments.sizing.recommend.gpu_history import GpuMemory, GpuUtil, check_gpu_histories, fetch_gpu, load_gpu
 from deployments.sizing.recommend.gpu_sizing import FLAGS, GpuSettings, recommend_gpu
 from deployments.sizing.recommend.sizing import (
@@ -31,7 +33,7 @@ from deployments.sizing.usage import Kind, UsageError, fetch_usage, load_usage, 
 from slipway.atomic import check_replaceable, file_in_the_way
 from slipway.cli import UserError, console
 from slipway.cluster_names import DEFAULT_NAMESPACE
-from slipway.paths import BUILD_DIR, DEMO_MODEL_NAME, REPORTS_DIR
+from slipway.paths import BUILD_DIR, REPORTS_DIR
 from slipway.reports import read_report
 
 if TYPE_CHECKING:
@@ -65,8 +67,9 @@ def capacity_from_tune(reports_dir: Path | None = None) -> float | None:
     return capacity
 
 
-def add_command(commands) -> None:
-    """Register `python -m deployments recommend`."""
+def add_command(commands, find_model: Callable[[str], str]) -> None:
+    """Register `python -m deployments recommend`. `find_model(namespace)` names the one model Slipway deployed there,
+    for --model's default (handed in by deployments.cli: sizing reaches no cluster itself), or raises UserError."""
 
     parser = commands.add_parser(
         "recommend",
@@ -85,10 +88,15 @@ def add_command(commands) -> None:
         "or $PROMETHEUS_USERNAME and $PROMETHEUS_PASSWORD (basic auth)",
     )
     history.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE}, as make deploy)"
+        "--namespace",
+        type=namespace_argument,
+        default=DEFAULT_NAMESPACE,
+        help=f"where the model runs (default {DEFAULT_NAMESPACE}, as make deploy)",
     )
     history.add_argument(
-        "--model", default=DEMO_MODEL_NAME, help=f"the SeldonDeployment / container / model name (default {DEMO_MODEL_NAME})"
+        "--model",
+        help="the SeldonDeployment / container / model name (default: the one model Slipway deployed in the namespace, "
+        "found by its labels on the current kubectl context's cluster)",
     )
     history.add_argument("--range", default="7d", help="how far back to query (e.g. 24h, 7d)")
     history.add_argument("--step", default="5m", help="query resolution")
@@ -145,7 +153,7 @@ def add_command(commands) -> None:
     ahead.add_argument("--prescale-min-days", type=int, default=3, help="whole days of history a pattern needs (default 3)")
     parser.add_argument("--json", action="store_true", help="print the recommendation as JSON on stdout")
     parser.add_argument("--out-dir", type=Path, default=BUILD_DIR / "recommend", help="the kustomize overlay goes here")
-    parser.set_defaults(func=cmd_recommend)
+    parser.set_defaults(func=cmd_recommend, find_model=find_model)
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -204,7 +212,9 @@ def gpu_settings(args) -> GpuSettings:
         ) from None
 
 
-def gpu_histories(args, url: str | None, window: tuple[float, float, float] | None) -> tuple[GpuUtil, GpuMemory] | None:
+def gpu_histories(
+    args, model: str, url: str | None, window: tuple[float, float, float] | None
+) -> tuple[GpuUtil, GpuMemory] | None:
     """The GPU histories: both files, or with Prometheus (`window`: start, end, step) both queries; None where
     there are none (a model on CPUs: its queries match no series)."""
 
@@ -221,7 +231,7 @@ def gpu_histories(args, url: str | None, window: tuple[float, float, float] | No
         return None
     start, end, step = window
     queries = {
-        kind: getattr(args, f"{kind.replace('-', '_')}_query") or default.format(namespace=args.namespace, model=args.model)
+        kind: getattr(args, f"{kind.replace('-', '_')}_query") or default.format(namespace=args.namespace, model=model)
         for kind, default in GPU_QUERIES.items()
     }
     util = fetch_gpu(url, queries["gpu-util"], kind="gpu-util", start=start, end=end, step_s=step)
@@ -250,26 +260,25 @@ def cmd_recommend(args) -> int:
         url = args.prometheus_url or os.environ.get("PROMETHEUS_URL")
         window = None
         given = {kind: path for kind, path in files.items() if path is not None}
-        if len(given) == len(files):
-            usage = {kind: load_usage(path, kind) for kind, path in given.items()}
-        elif given:
+        usage = {kind: load_usage(path, kind) for kind, path in given.items()} if len(given) == len(files) else {}
+        if given and not usage:
             missing = [f"--{kind}" for kind, path in files.items() if not path]
             raise UsageError(f"give all three histories: {', '.join(missing)} missing (or none, with PROMETHEUS_URL set)")
-        elif url:
-            end = time.time()
-            start, step = end - parse_duration(args.range), parse_duration(args.step)
-            usage = {}
-            window = (start, end, step)
-            for kind, default in DEFAULT_QUERIES.items():
-                query = getattr(args, f"{kind}_query") or default.format(namespace=args.namespace, model=args.model)
-                usage[kind] = fetch_usage(url, query, kind=kind, start=start, end=end, step_s=step)
-        else:
+        if not usage and not url:
             raise UsageError(
                 "no usage history: give --cpu F --memory F --rps F (Prometheus query_range JSON) or set PROMETHEUS_URL"
             )
         if not 0 <= args.margin <= 2 or args.min_replicas_floor < 1:
             raise UsageError("--margin must be within 0..2 and --min-replicas-floor at least 1")
-        gpu = gpu_histories(args, url, window)
+        model = args.model or args.find_model(args.namespace)  # after the flags' and the histories' checks
+        if url and not usage:
+            end = time.time()
+            start, step = end - parse_duration(args.range), parse_duration(args.step)
+            window = (start, end, step)
+            for kind, default in DEFAULT_QUERIES.items():
+                query = getattr(args, f"{kind}_query") or default.format(namespace=args.namespace, model=model)
+                usage[kind] = fetch_usage(url, query, kind=kind, start=start, end=end, step_s=step)
+        gpu = gpu_histories(args, model, url, window)
         if gpu is not None:
             check_gpu_histories(*gpu, usage["cpu"].pods)
         capacity, source = args.capacity_rps, "--capacity-rps"
@@ -308,7 +317,7 @@ def cmd_recommend(args) -> int:
             usage["cpu"],
             usage["memory"],
             usage["rps"],
-            model=args.model,
+            model=model,
             out_dir=args.out_dir,
             prescale=plan,
             namespace=args.namespace,

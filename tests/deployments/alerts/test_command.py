@@ -78,7 +78,7 @@ def test_an_slo_file_alerts_cannot_be_made_from_is_one_line_and_exit_2(tmp_path,
     [
         (["--model", "Digits_v2"], "model 'Digits_v2' cannot name a SeldonDeployment"),
         (["--namespace", "ML"], "namespace 'ML' is not a DNS-1123 label"),
-        (["--latency-histogram", "rest server"], "latency histogram 'rest server' is not a metric name"),
+        (["--model", "mnist", "--latency-histogram", "rest server"], "latency histogram 'rest server' is not a metric name"),
     ],
 )
 def test_a_model_namespace_or_histogram_prometheus_cannot_select_is_one_line(tmp_path, args, said):
