@@ -58,6 +58,7 @@ HEADER_TIMEOUT_ENV = "SLIPWAY_HEADER_TIMEOUT_S"
 TRICKLE_EVERY_S = 0.5  # a trickling connection sends one more header byte this often
 SIGTERM_AFTER_S = 1.0  # the clients' load before the server is told to stop
 CLIENT_DEADLINE_S = 60.0  # no client of the SIGTERM probe runs longer
+RETRYING_CALLS = 1_000_000  # at most, per client that sends again on every refusal
 SIDES = {"slipway": SLIPWAY, "plain_mlserver": PLAIN}
 INT_MODEL = "echo-int64"  # beside "echo" (FP32): the same identity over INT64
 
@@ -355,13 +356,36 @@ def _grpc_client(server: LocalServer, outcomes: Outcomes, stop: threading.Event,
             outcomes.add("grpc", "answered")
 
 
+def _grpc_client_retrying(server: LocalServer, outcomes: Outcomes, stop: threading.Event, deadline: float) -> None:
+    """Like `_grpc_client`, but sends again at once on every refusal, through the whole drain and after the server
+    has gone (its refusals then are the closed port's), until `stop` or at most RETRYING_CALLS calls."""
+    import grpc
+
+    request = grpc_request("echo", {"x": np.array([0.5, 1.5, 2.5], np.float32)})
+    with grpc.insecure_channel(server.grpc_target, options=GRPC_OPTIONS) as channel:
+        call = channel.unary_unary(MODEL_INFER)
+        for _ in range(RETRYING_CALLS):
+            if stop.is_set() or time.monotonic() >= deadline:
+                return
+            try:
+                call(request, timeout=CLIENT_DEADLINE_S)
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    outcomes.add("grpc-retrying", "refused")
+                else:
+                    outcomes.add("grpc-retrying", "lost", err.code().name)
+                continue
+            outcomes.add("grpc-retrying", "answered")
+
+
 def sigterm(server: LocalServer, clients: int, drain_s: float, protocols: tuple[str, ...] = ("rest", "grpc")) -> dict[str, Any]:
     """`clients` per protocol send small requests back to back; after SIGTERM_AFTER_S the server is sent SIGTERM.
-    Each client goes on until the server refuses it: what became of every request, and how the server ended."""
+    Each client goes on until the server refuses it ("grpc-retrying": until the server has exited): what became of
+    every request, and how the server ended."""
     outcomes = Outcomes()
     stop = threading.Event()
     deadline = time.monotonic() + CLIENT_DEADLINE_S
-    targets = {"rest": _rest_client, "grpc": _grpc_client}
+    targets = {"rest": _rest_client, "grpc": _grpc_client, "grpc-retrying": _grpc_client_retrying}
     threads = [
         threading.Thread(target=targets[protocol], args=(server, outcomes, stop, deadline), daemon=True)
         for protocol in protocols
