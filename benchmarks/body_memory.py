@@ -42,6 +42,7 @@ SMALL_ALONE = 200  # small requests timed alone, before the large body
 SMALL_MOST = 5000  # at most this many while the large body is answered (and at most `seconds`)
 NUMBER = b"0.123456789,"  # one FP32 value as JSON text: 12 bytes
 INTEGER = b"31415,"  # one INT64 value as JSON text (a token id, say): 6 bytes
+STRING = b'"word-%07d",'  # one BYTES value as JSON text, each a string of its own (a word, say): 15 bytes
 ONNX_TYPES = {"FP32": TensorProto.FLOAT, "INT64": TensorProto.INT64}
 IR_VERSION, OPSET = 8, 17  # what ONNX Runtime reads
 
@@ -71,6 +72,24 @@ def identity_folder(root: Path, implementation: str, name: str = "echo", datatyp
         [helper.make_tensor_value_info("x", ONNX_TYPES[datatype], ["N"])],
         [helper.make_tensor_value_info("y", ONNX_TYPES[datatype], ["N"])],
     )
+    return _saved(folder, name, implementation, graph)
+
+
+def shape_folder(root: Path, implementation: str, name: str) -> Path:
+    """A model folder: y = the shape of x, x [N] of strings (BYTES), y [1]: a large request, a tiny answer, so that
+    what is held is the request's and not an echo's; `root/implementation/name`."""
+    folder = root / implementation / name
+    folder.mkdir(parents=True)
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["y"])],
+        "shape",
+        [helper.make_tensor_value_info("x", TensorProto.STRING, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [1])],
+    )
+    return _saved(folder, name, implementation, graph)
+
+
+def _saved(folder: Path, name: str, implementation: str, graph: onnx.GraphProto) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     onnx.save(model, folder / "model.onnx")
     parameters = {"uri": "./model.onnx", "extra": {"max_request_rows": 1 << 28}}
@@ -81,11 +100,18 @@ def identity_folder(root: Path, implementation: str, name: str = "echo", datatyp
 
 
 def json_body(size: int, datatype: str = "FP32") -> tuple[bytes, int]:
-    """A V2 JSON request of about `size` bytes of FP32 (or INT64) numbers, and how many numbers it holds."""
-    number = INTEGER if datatype == "INT64" else NUMBER
-    count = size // len(number)
+    """A V2 JSON request of about `size` bytes of FP32 (INT64) numbers or BYTES strings, and how many it holds. The
+    strings all differ: a parser may make one object of equal strings (simdjson's binding does), which real text
+    does not let it."""
+    if datatype == "BYTES":
+        count = size // len(STRING % 0)
+        data = b",".join(STRING[:-1] % index for index in range(count))
+    else:
+        number = INTEGER if datatype == "INT64" else NUMBER
+        count = size // len(number)
+        data = (number * count)[:-1]
     head = b'{"inputs":[{"name":"x","datatype":"%s","shape":[%d],"data":[' % (datatype.encode(), count)
-    return head + (number * count)[:-1] + b"]}]}", count
+    return head + data + b"]}]}", count
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -95,8 +121,9 @@ def _status_kib(pid: int, field: str) -> int:
     raise RuntimeError(f"/proc/{pid}/status has no {field}")
 
 
-def peak_growth(server: Server, body: bytes, count: int, model: str = "echo") -> dict[str, Any]:
-    """Reset the server's peak RSS, send `body` to `model`, and read how far the peak rose over the RSS before it."""
+def peak_growth(server: Server, body: bytes, count: int, model: str = "echo", echoed: bool = True) -> dict[str, Any]:
+    """Reset the server's peak RSS, send `body` to `model`, and read how far the peak rose over the RSS before it.
+    `model` answers the `count` values sent (`echoed`) or their count alone."""
     pid = server.pid
     assert pid is not None
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS now
@@ -108,8 +135,8 @@ def peak_growth(server: Server, body: bytes, count: int, model: str = "echo") ->
     with urllib.request.urlopen(request, timeout=600) as answer:
         data = json.loads(answer.read())["outputs"][0]["data"]
     seconds = time.perf_counter() - started
-    if len(data) != count:
-        raise RuntimeError(f"the echo answered {len(data)} values for {count} sent")
+    if (len(data) if echoed else data[0]) != count:
+        raise RuntimeError(f"the model answered {len(data) if echoed else data[0]} values for {count} sent")
     peak = _status_kib(pid, "VmHWM") * 1024
     return {
         "rss_before_mib": round(before / MIB, 1),

@@ -21,7 +21,7 @@ from slipway import atomic
 from slipway.cli import UserError, console, dispatch, one_line
 from slipway.paths import REPORTS_DIR
 from slipway.readme import BENCHMARKS_PAGE, replace_section
-from slipway.reports import write_report
+from slipway.reports import read_report, write_report
 
 PROG = "python -m benchmarks"
 
@@ -213,14 +213,17 @@ def cmd_hostile_load(args: argparse.Namespace) -> int:
 
     against = tuple(resolve(rev) for rev in args.against)
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("hostile-load", total=hostile_load.steps(tier, against))
-        payload = hostile_load.run(tier, against, on_step=lambda: progress.advance(task))
+        task = progress.add_task("hostile-load", total=hostile_load.steps(tier, against, args.memory_only))
+        payload = hostile_load.run(tier, against, on_step=lambda: progress.advance(task), memory_only=args.memory_only)
+    if args.memory_only:
+        payload = hostile_load.merged(read_report("hostile-load"), payload)
     path = write_report("hostile-load", payload)
     hostile_load.plot(payload, REPORTS_DIR / "hostile-load.png")
     for side, figures in payload["servers"].items():
         console.print(
             f"{side}: {figures['rss']['bytes_held_per_byte_sent']} bytes held per byte of a {tier.body_mib} MiB body "
-            f"(INT64: {figures['rss_int64']['bytes_held_per_byte_sent']}); "
+            f"(INT64: {figures['rss_int64']['bytes_held_per_byte_sent']}, "
+            f"BYTES: {figures['rss_bytes']['bytes_held_per_byte_sent']}); "
             f"small requests' p99 during it {figures['small_requests']['during_the_large_body']['p99_ms']} ms; "
             f"{figures['slowloris']['held_by_the_server']} of {tier.trickling} trickling connections held; "
             f"{figures['unknown_models']['series_after']} metric series after {2 * tier.unknown_names} unknown names; "
@@ -231,7 +234,8 @@ def cmd_hostile_load(args: argparse.Namespace) -> int:
     for side, figures in payload["rss_at"].items():
         console.print(
             f"{side}: {figures['rss']['bytes_held_per_byte_sent']} bytes held per byte of a {tier.body_mib} MiB body "
-            f"(INT64: {figures['rss_int64']['bytes_held_per_byte_sent']})"
+            f"(INT64: {figures['rss_int64']['bytes_held_per_byte_sent']}, "
+            f"BYTES: {figures.get('rss_bytes', {}).get('bytes_held_per_byte_sent', 'not measured')})"
         )
     console.print(f"report {path}, plot {REPORTS_DIR / 'hostile-load.png'}")
     return 0

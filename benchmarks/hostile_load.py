@@ -42,6 +42,7 @@ from benchmarks.body_memory import (
     json_body,
     peak_growth,
     served_at,
+    shape_folder,
     small_requests_during,
 )
 from benchmarks.load import GRPC_OPTIONS, MODEL_INFER
@@ -58,8 +59,10 @@ HEADER_TIMEOUT_ENV = "SLIPWAY_HEADER_TIMEOUT_S"
 TRICKLE_EVERY_S = 0.5  # a trickling connection sends one more header byte this often
 SIGTERM_AFTER_S = 1.0  # the clients' load before the server is told to stop
 CLIENT_DEADLINE_S = 60.0  # no client of the SIGTERM probe runs longer
+RETRYING_CALLS = 1_000_000  # at most, per client that sends again on every refusal
 SIDES = {"slipway": SLIPWAY, "plain_mlserver": PLAIN}
 INT_MODEL = "echo-int64"  # beside "echo" (FP32): the same identity over INT64
+BYTES_MODEL = "count-bytes"  # x [N] of BYTES (strings) -> its shape: what is held is the request's
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,10 @@ def limits_env(tier: Tier, body_bytes: int) -> dict[str, str]:
 
 
 def identity_repository(root: Path, implementation: str) -> Path:
-    """A model repository of two identity models served by `implementation`: `echo` (FP32) and INT_MODEL (INT64)."""
+    """A model repository served by `implementation`: two identity models, `echo` (FP32) and INT_MODEL (INT64), and
+    BYTES_MODEL, which answers the count of the strings sent."""
     identity_folder(root, implementation, INT_MODEL, "INT64")
+    shape_folder(root, implementation, BYTES_MODEL)
     return identity_folder(root, implementation).parent
 
 
@@ -103,16 +108,23 @@ def served(root: Path, side: str, env: dict[str, str]) -> Iterator[LocalServer]:
 
 
 def bodies(tier: Tier) -> dict[str, tuple[bytes, int]]:
-    """The admitted JSON bodies, each of about `tier.body_mib` MiB, and how many numbers each holds, by datatype."""
-    return {datatype: json_body(tier.body_mib * MIB, datatype) for datatype in ("FP32", "INT64")}
+    """The admitted JSON bodies, each of about `tier.body_mib` MiB, and how many values each holds, by datatype."""
+    return {datatype: json_body(tier.body_mib * MIB, datatype) for datatype in ("FP32", "INT64", "BYTES")}
 
 
 def rss(server: Any, sent: dict[str, tuple[bytes, int]]) -> dict[str, Any]:
-    """Peak bytes held per byte of each admitted body (`rss`: FP32, `rss_int64`: INT64)."""
+    """Peak bytes held per byte of each admitted body of numbers (`rss`: FP32, `rss_int64`: INT64)."""
     return {
         "rss": peak_growth(server, *sent["FP32"]),
         "rss_int64": peak_growth(server, *sent["INT64"], model=INT_MODEL),
     }
+
+
+def rss_of_strings(fresh: Any, sent: dict[str, tuple[bytes, int]]) -> dict[str, Any]:
+    """Peak bytes held per byte of the admitted BYTES body (`rss_bytes`), sent to a `fresh` server: the first large
+    request a server answers grows its heap, and a later one mostly reuses what the one before it freed, which hides
+    how much it would have grown."""
+    return {"rss_bytes": peak_growth(fresh, *sent["BYTES"], model=BYTES_MODEL, echoed=False)}
 
 
 def serving_after_s(server: LocalServer, seconds: float = 30.0) -> float | None:
@@ -355,13 +367,36 @@ def _grpc_client(server: LocalServer, outcomes: Outcomes, stop: threading.Event,
             outcomes.add("grpc", "answered")
 
 
+def _grpc_client_retrying(server: LocalServer, outcomes: Outcomes, stop: threading.Event, deadline: float) -> None:
+    """Like `_grpc_client`, but sends again at once on every refusal, through the whole drain and after the server
+    has gone (its refusals then are the closed port's), until `stop` or at most RETRYING_CALLS calls."""
+    import grpc
+
+    request = grpc_request("echo", {"x": np.array([0.5, 1.5, 2.5], np.float32)})
+    with grpc.insecure_channel(server.grpc_target, options=GRPC_OPTIONS) as channel:
+        call = channel.unary_unary(MODEL_INFER)
+        for _ in range(RETRYING_CALLS):
+            if stop.is_set() or time.monotonic() >= deadline:
+                return
+            try:
+                call(request, timeout=CLIENT_DEADLINE_S)
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    outcomes.add("grpc-retrying", "refused")
+                else:
+                    outcomes.add("grpc-retrying", "lost", err.code().name)
+                continue
+            outcomes.add("grpc-retrying", "answered")
+
+
 def sigterm(server: LocalServer, clients: int, drain_s: float, protocols: tuple[str, ...] = ("rest", "grpc")) -> dict[str, Any]:
     """`clients` per protocol send small requests back to back; after SIGTERM_AFTER_S the server is sent SIGTERM.
-    Each client goes on until the server refuses it: what became of every request, and how the server ended."""
+    Each client goes on until the server refuses it ("grpc-retrying": until the server has exited): what became of
+    every request, and how the server ended."""
     outcomes = Outcomes()
     stop = threading.Event()
     deadline = time.monotonic() + CLIENT_DEADLINE_S
-    targets = {"rest": _rest_client, "grpc": _grpc_client}
+    targets = {"rest": _rest_client, "grpc": _grpc_client, "grpc-retrying": _grpc_client_retrying}
     threads = [
         threading.Thread(target=targets[protocol], args=(server, outcomes, stop, deadline), daemon=True)
         for protocol in protocols
@@ -387,12 +422,22 @@ def sigterm(server: LocalServer, clients: int, drain_s: float, protocols: tuple[
     }
 
 
-def measure(side: str, tier: Tier, root: Path, on_step: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """Every probe against `side`, each on the same server but the SIGTERM one, which starts one per run."""
+def measure(
+    side: str, tier: Tier, root: Path, on_step: Callable[[], None] = lambda: None, memory_only: bool = False
+) -> dict[str, Any]:
+    """Every probe against `side` (`memory_only`: the memory probes alone), each on the same server but the strings'
+    and the SIGTERM one, which start their own."""
     sent = bodies(tier)
     body = sent["FP32"][0]
     env = limits_env(tier, max(len(body) for body, _ in sent.values()))
     figures: dict[str, Any] = {}
+    with served(root / f"{side}-strings", side, env) as server:
+        figures.update(rss_of_strings(server, sent))
+    if memory_only:
+        with served(root / side, side, env) as server:
+            figures.update(rss(server, sent))
+        on_step()
+        return figures
     with served(root / side, side, env) as server:
         figures.update(rss(server, sent))
         on_step()
@@ -422,20 +467,25 @@ def measure_at(commit: str, tier: Tier, root: Path) -> dict[str, Any]:
     """The memory probes alone against `commit`'s launcher (its tree unpacked as `python -m benchmarks against` does)."""
     sent = bodies(tier)
     env = limits_env(tier, max(len(body) for body, _ in sent.values()))
+    with served_at(identity_repository(root / f"{commit[:12]}-strings", SLIPWAY), SLIPWAY, env, commit) as server:
+        figures = rss_of_strings(server, sent)
     with served_at(identity_repository(root / commit[:12], SLIPWAY), SLIPWAY, env, commit) as server:
-        return rss(server, sent)
+        return {**rss(server, sent), **figures}
 
 
-def steps(tier: Tier, against: tuple[str, ...] = ()) -> int:
-    return len(SIDES) * (5 + tier.sigterm_runs) + len(against)
+def steps(tier: Tier, against: tuple[str, ...] = (), memory_only: bool = False) -> int:
+    return len(SIDES) * (1 if memory_only else 5 + tier.sigterm_runs) + len(against)
 
 
-def run(tier: Tier, against: tuple[str, ...] = (), on_step: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """Every probe on each side; with `against` (commits), the memory probes on each commit's launcher too."""
+def run(
+    tier: Tier, against: tuple[str, ...] = (), on_step: Callable[[], None] = lambda: None, memory_only: bool = False
+) -> dict[str, Any]:
+    """Every probe on each side (`memory_only`: the memory probes alone); with `against` (commits), the memory probes
+    on each commit's launcher too."""
     root = Path(tempfile.mkdtemp(prefix="slipway-hostile-load-"))
     rss_at: dict[str, Any] = {}
     try:
-        servers = {side: measure(side, tier, root, on_step) for side in SIDES}
+        servers = {side: measure(side, tier, root, on_step, memory_only) for side in SIDES}
         for commit in against:
             rss_at[f"slipway_at_{commit[:12]}"] = measure_at(commit, tier, root)
             on_step()
@@ -460,6 +510,10 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         (
             f"peak bytes held per byte\nof one {tier['body_mib']} MiB INT64 body",
             [s["rss_int64"]["bytes_held_per_byte_sent"] for s in servers],
+        ),
+        (
+            f"peak bytes held per byte\nof one {tier['body_mib']} MiB BYTES body",
+            [s["rss_bytes"]["bytes_held_per_byte_sent"] for s in servers],
         ),
         (
             "small requests' p99 (ms)\nduring the large body",
@@ -498,6 +552,33 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     save_png(figure, path)
 
 
+def merged(report: dict[str, Any] | None, fresh: dict[str, Any]) -> dict[str, Any]:
+    """`report` (the last full run's) with the memory probes of `fresh` (a `--memory-only` run) in place of its own;
+    `rerun` says which figures are newer and when the others were measured. UserError where there is no report to
+    update, or its body size differs."""
+    from slipway.cli import UserError
+
+    if report is None or not report.get("servers"):
+        raise UserError(
+            "no reports/hostile-load.json to update: run `python -m benchmarks hostile-load` once without --memory-only"
+        )
+    if report["tier"]["body_mib"] != fresh["tier"]["body_mib"]:
+        raise UserError(
+            f"reports/hostile-load.json measured {report['tier']['body_mib']} MiB bodies: pass --mib "
+            f"{report['tier']['body_mib']}, or run without --memory-only"
+        )
+    updated = {key: value for key, value in report.items() if key not in ("report", "created_at", "machine")}
+    for side, figures in fresh["servers"].items():
+        updated["servers"][side].update(figures)
+    updated["rss_at"] = {**report.get("rss_at", {}), **fresh["rss_at"]}
+    updated["rerun"] = {
+        "memory_probes_only": sorted({key for figures in fresh["servers"].values() for key in figures}),
+        "other_probes_created_at": report.get("rerun", {}).get("other_probes_created_at", report.get("created_at")),
+        "load_average": fresh["load_average"],
+    }
+    return updated
+
+
 def tier_of(args: argparse.Namespace) -> Tier:
     return Tier(
         body_mib=args.mib,
@@ -526,3 +607,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--malformed", type=int, default=defaults.malformed, help="malformed requests per protocol (default 100)")
     parser.add_argument("--clients", type=int, default=defaults.clients, help="clients per protocol at SIGTERM (default 8)")
     parser.add_argument("--sigterm-runs", type=int, default=defaults.sigterm_runs, help="SIGTERM runs per server (default 2)")
+    parser.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="rerun the memory probes alone and update them in the last report (reports/hostile-load.json)",
+    )

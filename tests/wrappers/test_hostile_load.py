@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.body_memory import json_body, peak_growth
 from benchmarks.hostile_load import (
+    BYTES_MODEL,
     INT_MODEL,
     MIB,
     Tier,
@@ -38,10 +39,10 @@ def server(tmp_path_factory, env):
         yield running
 
 
-@pytest.mark.parametrize(("datatype", "model"), [("FP32", "echo"), ("INT64", INT_MODEL)])
+@pytest.mark.parametrize(("datatype", "model"), [("FP32", "echo"), ("INT64", INT_MODEL), ("BYTES", BYTES_MODEL)])
 def test_an_admitted_body_grows_the_server_by_less_than_the_budget_assumes(server, datatype, model):
     body, count = json_body(TIER.body_mib * MIB, datatype)
-    grown = peak_growth(server, body, count, model)
+    grown = peak_growth(server, body, count, model, echoed=datatype != "BYTES")  # BYTES_MODEL answers the count
     assert grown["bytes_held_per_byte_sent"] < JSON_AMPLIFICATION, grown  # the body limit is sized by this factor
 
 
@@ -76,3 +77,18 @@ def test_sigterm_under_8_clients_per_protocol_loses_none_and_the_server_exits_0(
         assert requests["answered"] > 0 and requests["refused"] == TIER.clients, figures  # each client stops at one refusal
         # every request sent was answered, or refused before it was taken (a refused connection, 503, UNAVAILABLE)
         assert requests["lost"] == 0, figures["lost_as"]
+
+
+def test_sigterm_under_grpc_clients_that_send_again_on_every_refusal_loses_none_over_several_runs(tmp_path, env):
+    """Clients that take no refusal as an answer leave the server never quiet: stopping grpc under them cancelled a
+    call or more a run (CANCELLED). The gate holds their calls instead, then answers them once grpc's stop has sent
+    its GOAWAY; every call is answered or refused UNAVAILABLE, however long they go on."""
+    for run in range(3):
+        with served(tmp_path / str(run), "slipway", env) as running:
+            figures = sigterm(running, TIER.clients, TIER.drain_s, protocols=("grpc-retrying",))
+            log = running.log_path.read_text()
+        assert figures["exit_code"] == 0, figures
+        requests = figures["requests"]["grpc-retrying"]
+        assert requests["answered"] > 0 and requests["refused"] > TIER.clients, figures
+        assert "holding each new call until gRPC stops" in log, figures  # they sent through all of the refusals
+        assert requests["lost"] == 0, (run, figures["lost_as"])

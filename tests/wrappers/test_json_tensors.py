@@ -9,6 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
+from slipway.v2_wire import TensorError
 from wrappers.protocol.json_parsing import parse
 from wrappers.transport import json_tensors
 
@@ -114,3 +115,114 @@ def test_arrays_are_encoded_to_the_same_bytes_as_their_lists(encode):
         "outputs": [{"name": "a", "data": first.tolist()}, {"name": "b", "data": second.ravel().tolist(), "shape": [23, 1]}]
     }
     assert json_tensors.encode_large(document, dict(zip(names, [first, second])), encode) == encode(as_lists)
+
+
+WORDS = ["", "café", 'a "quoted" word', "back\\slash", "\\", '\\"', "日本語", "😀", "a,b]", '"],["', "{x}", "tab\there", "\n"]
+
+
+def _strings_request(values: list, shape: list[int] | None = None, ensure_ascii: bool = True, indent: int | None = None) -> bytes:
+    tensor = {"name": "x", "datatype": "BYTES", "shape": shape or [len(values)], "data": values}
+    return json.dumps({"id": "r-1", "inputs": [tensor]}, ensure_ascii=ensure_ascii, indent=indent).encode()
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False], ids=["escaped", "utf-8"])  # \u00e9 or é in the body
+@pytest.mark.parametrize("indent", [None, 2], ids=["compact", "indented"])
+def test_a_long_list_of_strings_becomes_an_object_array_of_the_same_str_as_whole_parsing(ensure_ascii, indent):
+    values = WORDS * 20
+    body = _strings_request(values, ensure_ascii=ensure_ascii, indent=indent)
+    document, arrays = json_tensors.parse_large(body, parse)
+    whole = parse(body)
+    assert list(arrays) == [0] and arrays[0].dtype == object and arrays[0].shape == (len(values),)
+    assert arrays[0].tolist() == whole["inputs"][0].pop("data") == values
+    assert all(type(value) is str for value in arrays[0])  # what ONNX Runtime takes for a string tensor
+    assert document["inputs"][0].pop("data") == [] and document == whole
+
+
+def test_strings_fill_the_count_a_shape_of_several_dimensions_holds():
+    values = [f"w{i}" for i in range(60)]
+    document, arrays = json_tensors.parse_large(_strings_request(values, shape=[3, 20]), parse)
+    assert arrays[0].tolist() == values  # flat, row-major: the runtime reshapes it
+
+
+def test_one_string_longer_than_a_piece_and_escapes_across_piece_ends_parse_as_whole():
+    values = ["x" * 500, '\\"' * 100, "\\" * 99 + '"', "é" * 70, ""]
+    body = _strings_request(values)
+    document, arrays = json_tensors.parse_large(body, parse)
+    assert arrays[0].tolist() == values == parse(body)["inputs"][0]["data"]
+
+
+@pytest.mark.parametrize(
+    "values, shape, message",
+    [
+        (WORDS * 10 + [7], None, "input 'x': BYTES data must be strings"),
+        (WORDS * 10 + [None], None, "input 'x': BYTES data must be strings"),
+        (
+            WORDS * 10,
+            [len(WORDS) * 10 + 1],
+            r"input 'x': data holds 130 values, which does not fill shape \[131\] exactly \(131 needed\); "
+            "send one value per element, row-major",
+        ),
+        (WORDS * 10, [len(WORDS) * 10 - 1], r"data holds 130 values, which does not fill shape \[129\] exactly"),
+        (WORDS * 10, [10**6, 10**6], r"data holds 130 values, which does not fill shape \[1000000, 1000000\] exactly"),
+    ],
+    ids=["a-number", "a-null", "too-few", "too-many", "far-too-few"],  # far too few: nothing of that count allocated
+)
+def test_strings_that_do_not_fit_their_input_are_refused_naming_what_to_send(values, shape, message):
+    with pytest.raises(TensorError, match=message):
+        json_tensors.parse_large(_strings_request(values, shape=shape), parse)
+
+
+@pytest.mark.parametrize(
+    "wrong, right",
+    [
+        ('"w9"]', '"w9",]'),  # a comma after the last string
+        ('"w3", "w4"', '"w3" "w4"'),  # no comma between two
+        ('"w3", "w4"', '"w3",, "w4"'),  # an empty value
+        ('"w3"', '"w\\x3"'),  # not a JSON escape
+    ],
+    ids=["trailing-comma", "no-comma", "empty-value", "bad-escape"],
+)
+def test_a_list_of_strings_whole_parsing_refuses_is_refused(wrong, right):
+    body = _strings_request([f"w{i % 10}" for i in range(100)]).decode()
+    body = (body.replace(wrong, right) if wrong.endswith("]") else body.replace(wrong, right, 1)).encode()
+    with pytest.raises(ValueError):
+        parse(body)
+    with pytest.raises(ValueError) as refused:
+        json_tensors.parse_large(body, parse)
+    assert not isinstance(refused.value, TensorError)  # refused as JSON, before its count is checked
+
+
+def test_invalid_utf8_in_a_string_is_refused_as_whole_parsing_refuses_it():
+    body = _strings_request(WORDS * 10).replace(b"back", b"b\xffck", 1)
+    with pytest.raises(ValueError, match="not UTF-8"):
+        parse(body)
+    with pytest.raises(ValueError, match="not UTF-8"):
+        json_tensors.parse_large(body, parse)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        {"datatype": "FP32", "shape": [130]},  # strings for numbers: the runtime refuses them as any list
+        {"datatype": "BYTES", "shape": [-1]},  # a shape the runtime refuses
+        {"datatype": "BYTES", "shape": "130"},
+    ],
+)
+def test_strings_for_another_datatype_or_shape_are_parsed_as_whole(tensor):
+    body = json.dumps({"inputs": [{"name": "x", **tensor, "data": WORDS * 10}]}).encode()
+    document, arrays = json_tensors.parse_large(body, parse)
+    assert arrays == {} and document == parse(body)
+
+
+def test_lists_of_strings_past_the_scans_a_body_is_allowed_are_parsed_as_whole():
+    """Each list of strings that may be long costs a scan: a body of many is bounded, the rest parse as before."""
+    values = WORDS * 10
+    tensors = [
+        {"name": f"x{i}", "datatype": "BYTES", "shape": [len(values)], "data": values}
+        for i in range(json_tensors.STRING_SCANS + 2)
+    ]
+    body = json.dumps({"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1], "data": ["a"]}, *tensors]}).encode()
+    document, arrays = json_tensors.parse_large(body, parse)
+    assert sorted(arrays) == list(range(1, json_tensors.STRING_SCANS + 1))  # the short one needed no scan
+    assert all(arrays[index].tolist() == values for index in arrays)
+    assert [tensor["data"] for tensor in document["inputs"][json_tensors.STRING_SCANS + 1 :]] == [values, values]

@@ -45,6 +45,8 @@ def server(tmp_path_factory):
     graphs = tmp_path_factory.mktemp("graphs")
     model_folder(root, "max", max_graph(graphs / "max.onnx"))
     model_folder(root, "echo", identity_graph(graphs / "echo.onnx", TensorProto.FLOAT), extra={"max_request_rows": 1 << 28})
+    words = identity_graph(graphs / "words.onnx", TensorProto.STRING)
+    model_folder(root, "words", words, extra={"max_request_rows": 1 << 28})
     with LocalServer(root, extra_env={BODY_LIMIT_ENV: str(2 * LARGE)}) as running:
         yield running
 
@@ -101,3 +103,41 @@ def test_a_large_answer_is_written_a_piece_at_a_time_as_the_same_json(server):
     assert status == 200 and answer.getheader("content-type") == "application/json", text[:500]
     output = json.loads(text)["outputs"][0]
     assert output["shape"] == [count] and output["data"] == [float(np.float32(0.123456789))] * count
+
+
+WORDS = ["", "café", 'a "quoted" word', "back\\slash", "日本語", "😀", "a,b]", "tab\there"]
+
+
+def _post(server, model: str, body: bytes) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection(LOOPBACK, server.http_port, timeout=300)
+    try:
+        connection.request("POST", f"/v2/models/{model}/infer", body=body, headers={"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+def _strings_body(values: list, count: int) -> bytes:
+    tensor = {"name": "x", "datatype": "BYTES", "shape": [count], "data": values}
+    return json.dumps({"inputs": [tensor]}).encode()  # \u00e9, \" and the like: json.dumps escapes them
+
+
+def test_a_large_body_of_strings_is_answered_with_the_same_strings(server):
+    values = WORDS * 40_000  # about 2.5 MB of JSON: parsed a piece at a time, off the event loop
+    status, text = _post(server, "words", _strings_body(values, len(values)))
+    assert status == 200, text[:500]
+    assert json.loads(text)["outputs"][0]["data"] == values
+
+
+@pytest.mark.parametrize(
+    "values, count, line",
+    [
+        (WORDS * 40_000, 320_001, "input 'x': data holds 320000 values, which does not fill shape [320001] exactly"),
+        (WORDS * 40_000 + [7], 320_001, "input 'x': BYTES data must be strings"),
+    ],
+    ids=["wrong-count", "a-number"],
+)
+def test_a_large_body_of_strings_that_does_not_fit_is_refused_400_with_one_line(server, values, count, line):
+    status, text = _post(server, "words", _strings_body(values, count))
+    assert status == 400 and line in json.loads(text)["error"], text[:500]

@@ -25,7 +25,7 @@ from mlserver.handlers.dataplane import DataPlane
 from mlserver.registry import MultiModelRegistry
 from mlserver.server import MLServer
 
-from wrappers.limits.grpc_drain import REFUSING_AT_MOST_S, DrainGate
+from wrappers.limits.grpc_drain import GOAWAY_SENT_S, REFUSING_AT_MOST_S, STOP_LEFT_S, DrainGate
 from wrappers.mlserver_compat import IncompatibleMLServer, require, require_function, running
 
 logger = logging.getLogger("mlserver")  # MLServer's log: the launcher's lines go where the server's go
@@ -238,9 +238,17 @@ async def _drain(server: Any, rest: Any, grpc: Any, gate: DrainGate, sig: int, g
     grpc_server = getattr(grpc, "_server", None)  # made as gRPC starts serving
     if grpc_server is not None:
         # grpc's stop kills the calls it has not handed to a handler: stop it once the refused clients stop sending
-        if not await gate.quiet(at_most_s=min(REFUSING_AT_MOST_S, grace_s)):
-            logger.info("gRPC clients still send after %d refusals: stopping gRPC regardless", gate.refused)
-        await grpc_server.stop(max(deadline - loop.time(), 0.0))  # then cancels the calls still in flight
+        refusing_s = min(REFUSING_AT_MOST_S, grace_s)
+        if not await gate.quiet(at_most_s=refusing_s):
+            gate.hold()  # each new call waits in the gate: a client that sends again at once runs out of calls to send
+            logger.info("gRPC clients still send after %d refusals: holding each new call until gRPC stops", gate.refused)
+            if not await gate.quiet(at_most_s=max(refusing_s, grace_s - STOP_LEFT_S)):
+                logger.info("gRPC clients still send after %d calls held: stopping gRPC regardless", gate.held)
+        stopping = asyncio.ensure_future(grpc_server.stop(max(deadline - loop.time(), GOAWAY_SENT_S)))
+        if gate.holding:
+            await asyncio.sleep(GOAWAY_SENT_S)  # the stop sends GOAWAY: the clients send no more on these connections
+            gate.release()  # then the held calls are answered UNAVAILABLE
+        await stopping  # and the calls still in flight at the end of the drain cancelled
     if uvicorn_server is not None:
         state = uvicorn_server.server_state
         while (state.connections or state.tasks) and loop.time() < deadline + 1:

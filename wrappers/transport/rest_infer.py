@@ -23,10 +23,11 @@ that breaks that extension's rules gets HTTP 400 saying how.
 
 Bodies arrive here within the server's limit and uncompressed: `wrappers.transport.body_layer` reads them
 first, for every route. A JSON body over `INLINE_BODY_BYTES` is parsed, and an answer of over
-`INLINE_ANSWER_VALUES` values written, on a worker thread, their long lists of numbers a piece at a time
-(`wrappers.transport.json_tensors`): a parser or encoder holds the GIL until it returns, wherever it runs, but
-between pieces the event loop takes it back, so requests on other connections are answered while a large body is
-parsed instead of after it. Smaller bodies and answers stay on the loop, without the hop.
+`INLINE_ANSWER_VALUES` values written, on a worker thread, their long lists of numbers (and a body's of strings)
+a piece at a time (`wrappers.transport.json_tensors`): a parser or encoder holds the GIL until it returns, wherever
+it runs, but between pieces the event loop takes it back, so requests on other connections are answered while a
+large body is parsed instead of after it. Smaller bodies and answers stay on the loop, without the hop. A list of
+strings that does not fit its input is answered HTTP 400 here, saying what to send.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, TensorData
 
+from slipway.v2_wire import TensorError
 from wrappers import process_state
 from wrappers.mlserver_compat import rest_app as mlserver_rest
 from wrappers.operations.loaded_models import LoadedModels
@@ -152,10 +154,15 @@ def _large_payload(body: bytes, arrays: bool) -> InferenceRequest | None:
     try:
         document, parsed = json_tensors.parse_large(body, json_parsing.parse)
         request = InferenceRequest.model_validate(document)
+    except TensorError as err:  # a list of strings that does not fit its input: what to send instead
+        raise InferenceError(str(err)) from None  # HTTP 400, by MLServer's error handler
     except ValueError:  # not JSON, or not a V2 request (pydantic's ValidationError is a ValueError)
         return None
     for index, array in parsed.items():  # put in after validating: validated as a list, an array would be walked
-        request.inputs[index].data = TensorData.model_construct(root=array)
+        # strings as the list whole parsing gave (the same str objects): an array would mark the raw gRPC path, whose
+        # BYTES answers are bytes, held beside the str a JSON answer is written from
+        data = array.tolist() if array.dtype == object else array
+        request.inputs[index].data = TensorData.model_construct(root=data)
     return request
 
 
