@@ -113,8 +113,9 @@ def _functional(model) -> KerasInterface:
     import keras
 
     built_inputs = keras.tree.flatten_with_path(model.input)
+    layer_of = {id(layer.output): layer.name for layer in model.layers if isinstance(layer, keras.layers.InputLayer)}
     names = [
-        str(path[-1]) if path and isinstance(path[-1], str) else _tensor_name(tensor, i)
+        str(path[-1]) if path and isinstance(path[-1], str) else layer_of.get(id(tensor)) or _tensor_name(tensor, i)
         for i, (path, tensor) in enumerate(built_inputs)
     ]
     inputs = [_spec(name, tensor) for name, (_, tensor) in zip(names, built_inputs)]
@@ -227,7 +228,9 @@ def _spec(name: str, tensor) -> InputSpec:
 
 
 def _tensor_name(tensor, index: int) -> str:
-    """The name a Keras input was given (keras.Input(name=...)); Keras 3 keeps it on the symbolic tensor."""
+    """The name a Keras input was given (keras.Input(name=...)); Keras 3 keeps it on the symbolic tensor. An unnamed
+    input's tensor is named by a process-wide counter (`keras_tensor_543`), which is why a functional model's inputs
+    are named after their InputLayer first: the name its file keeps, that loading it gives the tensor too."""
     return getattr(tensor, "name", None) or f"input_{index}"
 
 

@@ -30,6 +30,20 @@ def test_a_dict_model_is_named_by_its_keys_and_called_with_a_dict():
     np.testing.assert_allclose(np.asarray(answers["total"]), np.asarray(model({"alpha": alpha, "beta": beta})["total"]))
 
 
+def test_an_unnamed_input_takes_its_input_layer_s_name_before_and_after_saving(tmp_path):
+    import keras
+
+    for _ in range(2):  # more unnamed tensors in this process: their counter moves, the layer's name stays
+        pixels = keras.Input((3,))
+    model = keras.Model(pixels, keras.layers.Dense(2, name="out")(pixels))
+    (layer,) = [layer for layer in model.layers if isinstance(layer, keras.layers.InputLayer)]
+    assert pixels.name != layer.name  # Keras 3 names the bare tensor by its own counter
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert [spec.name for spec in read_interface(model).inputs] == [layer.name]
+    assert [spec.name for spec in read_interface(loaded).inputs] == [layer.name]
+
+
 def test_a_subclassed_model_is_read_from_the_dict_it_was_built_on():
     import keras
 
