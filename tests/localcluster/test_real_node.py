@@ -1009,6 +1009,7 @@ class _SplitLoad:
                 refused = isinstance(err.reason, ConnectionRefusedError)
                 if not refused or attempt == self.retries:
                     raise
+            time.sleep(0.025 * 2**attempt)  # Envoy's retry back-off: 25 ms base interval, doubling
 
     def requests(self) -> int:
         return sum(map(len, self.answered.values())) + sum(map(len, self.failures.values()))
@@ -1016,6 +1017,9 @@ class _SplitLoad:
     def __enter__(self) -> _SplitLoad:
         self.routes, routes = self._routes()
         self.seen.append({"at": time.time(), "routes": routes})
+        for _, url, weight in self.routes:  # the load begins once the ingress's first routes answer
+            if weight:
+                _post_until_routed(url, {"inputs": [PIXELS]})
         for thread in self.threads:
             thread.start()
         return self
