@@ -19,12 +19,16 @@ from slipway.local_cluster import running_kubeconfig
 
 FIELD_MANAGER = "slipway"
 POLL_INTERVAL_S = 2.0
+# The object that serves a model, per engine (render --engine): the one kind each engine's model has exactly one of.
+ENGINE_KINDS = {
+    "seldon": ("machinelearning.seldon.io/v1", "SeldonDeployment"),
+    "kserve": ("serving.kserve.io/v1beta1", "InferenceService"),
+}
 # Kinds `undeploy` removes, found by our labels. Seldon deletes what it created (Deployments,
 # Services, its HPAs and budgets) with the SeldonDeployment, KServe what it created with the InferenceService (the
 # runtime after it, which the controller reads while it still reconciles).
 OWNED_KINDS = (
-    ("machinelearning.seldon.io/v1", "SeldonDeployment"),
-    ("serving.kserve.io/v1beta1", "InferenceService"),
+    *ENGINE_KINDS.values(),
     ("serving.kserve.io/v1alpha1", "ServingRuntime"),
     ("policy/v1", "PodDisruptionBudget"),  # KServe's rendering's own budget (Seldon's is the operator's)
     ("autoscaling/v2", "HorizontalPodAutoscaler"),

@@ -12,14 +12,8 @@ from collections.abc import Callable, Iterable
 
 from deployments.render.overlay import COMMON_LABELS, MANAGED_BY
 from deployments.render.seldon import MODEL_LABEL
-from deployments.rollout.apply import ClusterUnavailable, connect
+from deployments.rollout.apply import ENGINE_KINDS, ClusterUnavailable, connect
 from deployments.rollout.kube_api import dynamic_client
-
-# The object that serves a model, per engine (render --engine): the one kind each engine's model has exactly one of.
-ENGINE_KINDS = {
-    "seldon": ("machinelearning.seldon.io/v1", "SeldonDeployment"),
-    "kserve": ("serving.kserve.io/v1beta1", "InferenceService"),
-}
 
 
 class ModelNotFound(RuntimeError):
