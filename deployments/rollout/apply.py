@@ -7,6 +7,7 @@ pass is anything applied. The wait ends when the Ready pods serve the version ju
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -237,7 +238,7 @@ def wait_rolled_out(
     def pending(sdep: dict) -> list[str]:
         status = sdep.get("status") or {}
         state, description = status.get("state", "Creating"), status.get("description", "")
-        if state == "Failed":
+        if state == "Failed" and not _removing(sdep, name, description):
             raise DeployError(f"SeldonDeployment {namespace}/{name} Failed: {description}")
         waiting = [] if state == "Available" else [f"Seldon says {state}{': ' + description if description else ''}"]
         for predictor, digest in digests.items():
@@ -261,6 +262,15 @@ def wait_rolled_out(
         describe=f"kubectl describe sdep {name} -n {namespace}",
         on_state=on_state,
     )
+
+
+def _removing(sdep: dict, name: str, description: str) -> bool:
+    """Whether a Failed state is Seldon's operator tripping over a predictor it is removing: in the moments after a
+    predictor leaves the spec it can report `Service "<name>-<predictor>" not found` for that predictor's Service,
+    then go on to Available. A Service of a predictor still in the spec missing is a failure."""
+    missing = re.search(r'Service "([^"]+)" not found', description)
+    kept = {f"{name}-{predictor['name']}" for predictor in sdep.get("spec", {}).get("predictors", [])}
+    return missing is not None and missing.group(1).startswith(f"{name}-") and missing.group(1) not in kept
 
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok's nodes: pods are Ready there, but no container runs

@@ -226,3 +226,16 @@ def test_the_rollout_wait_returns_the_status_once_nothing_is_pending_and_says_wh
         "see kubectl describe sdep digits -n models"
     )
     assert said[-1] == "a: no pod is Ready; b: no pod is Ready"
+
+
+def test_seldon_failing_on_the_service_of_a_predictor_being_removed_is_waited_out_but_not_on_one_it_keeps():
+    from deployments.rollout.apply import _removing
+
+    sdep = {"spec": {"predictors": [{"name": "default"}, {"name": "canary"}]}}
+    # the shadow was just removed from the spec: Seldon's passing complaint about its Service is not a failure
+    assert _removing(sdep, "digits", 'Service "digits-shadow" not found')
+    # a Service the spec still has, another deployment's, or another complaint: a failure
+    assert not _removing(sdep, "digits", 'Service "digits-canary" not found')
+    assert not _removing(sdep, "digits", 'Service "iris-shadow" not found')
+    assert not _removing(sdep, "digits", 'Deployment.apps "digits-shadow" is invalid')
+    assert not _removing({}, "digits", "")
