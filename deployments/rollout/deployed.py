@@ -41,22 +41,25 @@ def deployed_models(api, namespace: str, engines: Iterable[str] = tuple(ENGINE_K
     return sorted(models)
 
 
-def choose(models: list[str], *, namespace: str, flag: str, target: str) -> str:
+def _give(flag: str, target: str | None) -> str:
+    """How to name the model: `flag`, and `make target NAME=` where a make target runs the command."""
+    return f"give {flag}" + (f" (make {target} NAME=...)" if target else "")
+
+
+def choose(models: list[str], *, namespace: str, flag: str, target: str | None) -> str:
     """The one model of `models`; none or several refused in one line naming `flag` and `make target`'s NAME=."""
     if len(models) == 1:
         return models[0]
     if not models:
         raise ModelNotFound(f"nothing Slipway deployed in namespace {namespace}; deploy first with `make deploy`")
-    raise ModelNotFound(
-        f"namespace {namespace} holds models {', '.join(models)}: give {flag} (make {target} NAME=...), e.g. {flag} {models[0]}"
-    )
+    raise ModelNotFound(f"namespace {namespace} holds models {', '.join(models)}: {_give(flag, target)}, e.g. {flag} {models[0]}")
 
 
 def deployed_model(
     namespace: str,
     *,
     flag: str,
-    target: str,
+    target: str | None,
     engines: Iterable[str] = tuple(ENGINE_KINDS),
     api=None,
     on_note: Callable[[str], None] = lambda note: None,
@@ -68,7 +71,7 @@ def deployed_model(
             api = connect(on_note=on_note)
         except ClusterUnavailable as err:
             raise ModelNotFound(
-                f"{err}, so the model Slipway deployed in namespace {namespace} cannot be looked up: give {flag} "
-                f"(make {target} NAME=...), or point KUBECONFIG at its cluster"
+                f"{err}, so the model Slipway deployed in namespace {namespace} cannot be looked up: "
+                f"{_give(flag, target)}, or point KUBECONFIG at its cluster"
             ) from err
     return choose(deployed_models(api, namespace, engines), namespace=namespace, flag=flag, target=target)

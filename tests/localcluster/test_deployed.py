@@ -1,6 +1,6 @@
-"""The commands on a deployed model (undeploy, alerts, recommend, shadow --remove, canary --abort), given no name,
-against the local control plane: they act on the one model Slipway deployed in the namespace, found by its labels on
-the real API server, and refuse in one line, changing nothing, where there is none or several.
+"""The commands on a deployed model (undeploy, alerts, recommend, shadow --remove, canary --abort, canary-judge),
+given no name, against the local control plane: they act on the one model Slipway deployed in the namespace, found
+by its labels on the real API server, and refuse in one line, changing nothing, where there is none or several.
 
 The models are rendered as deploy renders them and applied with deploy's own server-side apply (the Seldon webhook
 answers its dry run); their bytes are never pulled, as kwok's pods run no container.
@@ -112,6 +112,13 @@ def test_none_or_several_models_are_refused_in_one_line_and_nothing_changes(api,
             f"error: namespace {namespace} holds models {', '.join(SEVERAL)}: give {flag} (make {target} NAME=...), "
             f"e.g. {flag} {SEVERAL[0]}"
         ), line
+    # canary-judge, which only reads Prometheus, has no make target to name
+    judge = ("canary-judge", "--slo", str(tmp_path / "slo.yaml"), "--namespace", namespace)
+    line = _refused(_run({**cluster_env, "PROMETHEUS_URL": "http://127.0.0.1:9"}, tmp_path, *judge, check=False))
+    assert (
+        line
+        == f"error: namespace {namespace} holds models {', '.join(SEVERAL)}: give --deployment, e.g. --deployment {SEVERAL[0]}"
+    )
     assert _served(api, namespace) == sorted(SEVERAL)
     assert not (tmp_path / "alerts").exists() and not (tmp_path / "recommend").exists()
     assert not (tmp_path / "reports").exists()

@@ -22,7 +22,7 @@ from deployments.rollout.placement import add_storage_arguments, place_models
 from deployments.sizing.prometheus import Prometheus, PrometheusError
 from slipway.cli import UserError, console
 from slipway.cluster_names import DEFAULT_NAMESPACE
-from slipway.paths import DEMO_MODEL_NAME, EXAMPLE_SLO, MODEL_STORE_DIR
+from slipway.paths import EXAMPLE_SLO, MODEL_STORE_DIR
 
 EXIT_STATUS = {"promote-step": 0, "fail": 1, "wait": 3}
 
@@ -49,8 +49,8 @@ def add_command(commands) -> None:
     parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help=f"where the model runs (default {DEFAULT_NAMESPACE})")
     parser.add_argument(
         "--deployment",
-        default=DEMO_MODEL_NAME,
-        help=f"the SeldonDeployment (render names it after the model; default {DEMO_MODEL_NAME})",
+        help="the SeldonDeployment (render names it after the model; default: the one model Slipway deployed in the "
+        "namespace, asked of the current context's cluster)",
     )
     parser.add_argument("--stable", default="default", help="the stable predictor (default: default)")
     parser.add_argument("--canary", default=CANARY_PREDICTOR, help=f"the canary predictor (default: {CANARY_PREDICTOR})")
@@ -73,18 +73,25 @@ def cmd_canary_judge(args) -> int:
     try:
         slo = load_slo(Path(args.slo))
         server = Prometheus.from_env(args.prometheus_url)
+        deployment = args.deployment or deployed_model(
+            args.namespace,
+            flag="--deployment",
+            target=None,
+            engines=("seldon",),
+            on_note=console_print,
+        )
         verdict = judge(
             server,
             slo,
             namespace=args.namespace,
-            deployment=args.deployment,
+            deployment=deployment,
             stable=args.stable,
             canary=args.canary,
             window=args.window,
             at=args.at,
             latency_histogram=args.latency_histogram,
         )
-    except (ConfigError, PrometheusError, ValueError) as err:
+    except (ConfigError, PrometheusError, ValueError, ModelNotFound) as err:
         raise UserError(str(err)) from err
     if args.json:
         sys.stdout.write(json.dumps(verdict.as_dict(), indent=2) + "\n")
