@@ -252,6 +252,8 @@ def _loop_args(env: dict, ref: str, *, steps: str = "10,50,100", interval: str =
         "5m",
         "--drain",
         "1s",
+        "--settle",
+        "0s",  # kwok's pods have no data path for kube-proxy to program: nothing to wait for
         "--wait",
         "120",
         "--storage-root",

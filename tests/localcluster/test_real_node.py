@@ -897,6 +897,7 @@ ONE_REPLICA = """
   value: 1
 """
 SPLIT_THREADS = 2
+SPLIT_ROUTE_POLL_S = 0.5  # how often the split load reads the shares and the Services' Ready endpoints
 SPLIT_MAX_S = 400.0  # the split load's bounds: it stops with the canary, or at these
 SPLIT_MAX_REQUESTS = 200_000
 
@@ -960,7 +961,7 @@ class _SplitLoad:
     def _route(self) -> None:
         from kubernetes.client import ApiException
 
-        while not self.stopped.wait(0.5):
+        while not self.stopped.wait(SPLIT_ROUTE_POLL_S):
             try:
                 routes, seen = self._routes()
             except ApiException:  # the API server busy: the last shares stand until the next read
@@ -1045,6 +1046,7 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
     says), each step is judged from those series, and v2 is promoted: the stable predictor's pod then serves it."""
     import yaml
 
+    from deployments.delivery.canary.controller import SETTLE_S
     from deployments.rollout.kube_api import dynamic_client
     from export.store.refs import parse_ref
     from export.store.store import ModelStore
@@ -1160,10 +1162,13 @@ def test_make_canary_steps_live_pods_judged_from_prometheus_scraping_them(
     assert "promoted" in result.stderr, result.stderr
     assert not failed, f"failed requests {failed}: {diagnosis.read_text()[-6000:]}"
     assert not unknown, unknown  # no pod answered 404 for the model it serves
-    # the ingress's view: the canary took a share only once its Service had a Ready endpoint
+    # the ingress's view: the canary took a share only once its Service had had a Ready endpoint for `--settle`
     for seen in load.seen:
         weight, ready = seen["routes"].get("canary", (0, []))
         assert ready or not weight, load.seen
+    listed = next(seen["at"] for seen in load.seen if seen["routes"].get("canary", (0, []))[1])
+    given = next(seen["at"] for seen in load.seen if seen["routes"].get("canary", (0, []))[0])
+    assert given - listed >= SETTLE_S - 2 * SPLIT_ROUTE_POLL_S, load.seen  # each seen up to a poll late
     answered = {predictor: sorted(seconds) for predictor, seconds in load.answered.items()}
     assert len(answered.get("default", [])) > 0 and len(answered.get("canary", [])) > 0, failed
     assert {series["slipway_io_predictor"] for series in scraped} == {"default", "canary"}

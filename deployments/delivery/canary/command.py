@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from deployments.delivery.canary import predictors
+from deployments.delivery.canary.controller import SETTLE_S
 from deployments.render.overlay import CANARY_PREDICTOR, namespace_argument
 from deployments.render.records import DEFAULT_STORAGE_ROOT, RecordError
 from deployments.render.seldon import MODEL_LABEL
@@ -105,6 +106,11 @@ def cmd_canary_judge(args) -> int:
 # ---------------------------------------------------------------- canary, shadow
 
 _DURATION = {"s": 1, "m": 60, "h": 3600}
+
+
+def settle_s(text: str) -> float:
+    """A duration, or 0 (`0`, `0s`): no settling, for an ingress that follows Endpoints itself."""
+    return 0.0 if text.rstrip("smh") in {"0", "0.0"} else duration_s(text)
 
 
 def duration_s(text: str) -> float:
@@ -216,6 +222,13 @@ def add_canary_commands(commands) -> None:
         type=duration_s,
         default=10.0,
         help="how long a predictor set to 0%% keeps its pods before it is removed, for requests in flight (default 10s)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=settle_s,
+        default=SETTLE_S,
+        help="how long a predictor whose pods just became Ready stays at 0%% before it takes traffic, while each "
+        f"node's kube-proxy learns of them (default {SETTLE_S:g}s; 0 for an ingress that follows Endpoints itself)",
     )
     parser.add_argument("--abort", action="store_true", help="roll back the canary in progress now (--ref not needed)")
     parser.set_defaults(func=cmd_canary)
@@ -337,6 +350,7 @@ def cmd_canary(args) -> int:
             promote_tag=args.promote_tag,
             max_waits=args.max_waits,
             drain_s=args.drain,
+            settle_s=args.settle,
         ),
         judge=lambda: judge(reader(), slo, canary=CANARY_PREDICTOR, **scope),
         judge_drift=lambda: judge_drift(reader(), slo, shadow=SHADOW_PREDICTOR, **scope),

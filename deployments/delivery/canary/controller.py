@@ -38,6 +38,11 @@ class CanaryRefused(Exception):
     """The canary cannot start or resume as asked (another one runs, the version serves already...): nothing changed."""
 
 
+# how long a predictor whose pods just became Ready stays at 0% (`_settle`): kube-proxy syncs at most once a second
+# by default, and later on a busy node
+SETTLE_S = 5.0
+
+
 class RolledBack(Exception):
     """The canary was rolled back; the message names the SLO line (or what else) that failed."""
 
@@ -52,6 +57,7 @@ class Plan:
     promote_tag: str
     max_waits: int = 6
     drain_s: float = 10.0
+    settle_s: float = SETTLE_S
     lease_s: float = 60.0
 
 
@@ -224,7 +230,10 @@ class Controller:
     def _step(self) -> None:
         self.wait_rolled_out({STABLE: self.state.stable_digest, CANARY_PREDICTOR: self.state.digest}, self._renew)
         split = {STABLE: 100 - self.state.weight, CANARY_PREDICTOR: self.state.weight}
-        if self._traffic(self.live.read()) != split:  # the canary's pods serve now: it takes its share, the step begins
+        traffic = self._traffic(self.live.read())
+        if traffic != split:  # the canary's pods serve now: it takes its share, the step begins
+            if not traffic.get(CANARY_PREDICTOR):
+                self._settle()
             self._set_weights(split, step_started_at=self.clock())
             self.say(f"canary serves: {self.state.position()}")
         state = self.state
@@ -315,6 +324,7 @@ class Controller:
                 f"store: {version.name}@{self.plan.promote_tag} -> v{self.state.version}"
                 f"{'' if move.get('changed', True) else ' (already there)'}"
             )
+            self._settle()  # the stable's pods are new: they carry nothing until every node routes to them
             self._set_weights({STABLE: 100, CANARY_PREDICTOR: 0})
             self._pause(self.plan.drain_s)
         self._finish("promoted")
@@ -408,6 +418,12 @@ class Controller:
                 f"nothing more is changed. Run it again to resume from what the cluster shows"
             ) from err
         self.current, self._text = updated, updated.encode()
+
+    def _settle(self) -> None:
+        """Hold a predictor whose pods just became Ready at 0% for `settle_s`: their Service's Endpoints list them,
+        but each node's kube-proxy programs that change only on its next sync, and until then a connection to the
+        Service's address is refused (docs/deploying.md)."""
+        self._pause(self.plan.settle_s)
 
     def _pause(self, seconds: float) -> None:
         """Sleep `seconds`, renewing the lease often enough that no second run takes over."""

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from deployments.delivery.canary.command import duration_s
+from deployments.delivery.canary.command import duration_s, settle_s
 from deployments.delivery.canary.controller import check_steps
 from deployments.delivery.canary.live import annotation_path, pointer
 from deployments.delivery.canary.state import CanaryState, Holder, StateError
@@ -70,5 +70,10 @@ def test_durations_and_pointers():
     for bad in ("", "5x", "-1m", "0", "m"):
         with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
             duration_s(bad)
+    # a settle may be none at all; anything else is a duration as above
+    assert [settle_s(text) for text in ("0", "0s", "0.0m", "5s", "1m")] == [0, 0, 0, 5, 60]
+    for bad in ("-1s", "soon", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
+            settle_s(bad)
     assert annotation_path("slipway.io/canary") == "/metadata/annotations/slipway.io~1canary"
     assert pointer("spec", "predictors", 1, "a~b") == "/spec/predictors/1/a~0b"
