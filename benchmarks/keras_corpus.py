@@ -2,9 +2,10 @@
 
 Each model of the Keras corpus (benchmarks/corpus_models.py: the small shapes users bring, and the
 keras.applications architectures at 32x32) is built with random weights, saved as .keras with its rows as .npz,
-and put through the two commands a user runs, in this process: `export convert` (timed; its report gives the
-parity on the rows and the ONNX size) and `export variants --variants fp32,int8,fp16` (which variants it makes,
-which are within the accuracy budget, and the one it chooses). Then the variants' ONNX files are timed with ONNX
+and put through the two commands a user runs, in a process of its own per model: `export convert` (timed; its
+report gives the parity on the rows and the ONNX size) and `export variants --variants fp32,int8,fp16,pruned`
+(pruned where the model has training rows: which variants it makes, which are within the accuracy budget, and
+the one it chooses). Then the variants' ONNX files are timed with ONNX
 Runtime on the CPU, in the session the server builds, at batch 1 and batch 32: every variant and batch for
 `--seconds` per round, the variants in turn within a round, `--rounds` rounds. A variant's figure is the median of
 its rounds, and its speed over fp32 is the median of the per-round ratios (a burst of load from another process
@@ -257,6 +258,37 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, on_step: Callab
     return entry
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """bench_model's `on_step` in a process of its own: each advance sent to the parent's progress bar."""
+
+    queue: Any
+
+    def __call__(self, steps: int = 1) -> None:
+        self.queue.put(steps)
+
+
+def bench_model_apart(name: str, work: Path, args: argparse.Namespace, on_step: Callable[..., None]) -> dict[str, Any]:
+    """`bench_model` in a fresh process: TensorFlow keeps what each conversion and fine-tune allocated until its
+    process ends (one process through the whole corpus grew past 20 GB), so each model's memory is returned with it."""
+    import multiprocessing
+    import queue
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        steps = manager.Queue()
+        future = pool.submit(bench_model, name, work, args, _Steps(steps))
+        while not future.done():
+            try:
+                on_step(steps.get(timeout=0.5))
+            except queue.Empty:
+                continue
+        while not steps.empty():  # what it advanced after the last read
+            on_step(steps.get())
+        return future.result()
+
+
 def run(args: argparse.Namespace, on_step: Callable[..., None] = lambda steps=1: None) -> dict[str, Any]:
     """The whole benchmark over `args.models`: the report's payload."""
     from benchmarks.models import BENCH_DIR
@@ -265,7 +297,7 @@ def run(args: argparse.Namespace, on_step: Callable[..., None] = lambda steps=1:
     shutil.rmtree(work, ignore_errors=True)
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    models = [bench_model(name, work, args, on_step) for name in args.models]
+    models = [bench_model_apart(name, work, args, on_step) for name in args.models]
     return {
         "variants": list(VARIANTS),
         "batches": list(BATCHES),
