@@ -453,7 +453,7 @@ bench-gpu: ## on a GPU machine: CPU vs CUDA vs TensorRT, fp32/fp16/int8, IOBindi
 	@if command -v nvidia-smi >/dev/null; then $(MAKE) setup GPU=1; else $(MAKE) setup; fi
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-gpu $(BENCH_GPU_ARGS)
 
-clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.*, cluster-hpa.*, cluster-hpa-kserve.*, keda-scaling.* and kserve-cluster.*)
+clean: ## remove build outputs and reports (keeps .venv and the records kept in git, reports/gpu.*, cluster-hpa.*, cluster-hpa-kserve.*, keda-scaling.* and kserve-cluster.json)
 	@if [ -f build/cluster/state.json ]; then $(PY) -m localcluster down; fi
 	rm -rf build .pytest_cache
-	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -not -name 'cluster-hpa-kserve.*' -not -name 'keda-scaling.*' -not -name 'kserve-cluster.*' -delete 2>/dev/null || true
+	find reports -mindepth 1 -not -name 'gpu.*' -not -name 'cluster-hpa.*' -not -name 'cluster-hpa-kserve.*' -not -name 'keda-scaling.*' -not -name 'kserve-cluster.json' -delete 2>/dev/null || true
