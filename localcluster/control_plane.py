@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from localcluster import keda, kserve, node, objects
 from localcluster.build import build_all, cache_root, component_dir
@@ -531,19 +532,29 @@ def _start_node(state: ClusterState, bins: dict[str, Path], on_step: Callable[[s
 def _load_storage_initializer(state: ClusterState, bins: dict[str, Path], on_step: Callable[[str], None]) -> None:
     """Seldon's storage initializer as the node can run it (storage_initializer.py): imported into the node's
     containerd and named in the operator's seldon-config, so that a graph without its own storageInitializerImage
-    pulls its modelUri with it."""
+    pulls its modelUri with it; with KServe's controller, its variant too, named in inferenceservice-config (KServe's
+    own image cannot be pulled here)."""
     from localcluster import storage_initializer
 
-    on_step(f"importing the storage initializer {storage_initializer.NODE_IMAGE} into the real node")
-    archive = state.folder / "node" / "storage-initializer.tar"
-    try:
-        storage_initializer.archive(bins["rclone"] / "bin" / "rclone", archive, storage_initializer.NODE_IMAGE)
-        node.import_archive(state.node, archive)
-    except storage_initializer.InitializerError as err:
-        raise ClusterError(str(err)) from err
-    finally:
-        archive.unlink(missing_ok=True)
-    storage_initializer.configure_operator(objects.client(state.kubeconfig), storage_initializer.NODE_IMAGE)
+    api = objects.client(state.kubeconfig)
+    images: list[tuple[str, tuple[str, ...], Callable[[Any, str], None]]] = [
+        (storage_initializer.NODE_IMAGE, (), storage_initializer.configure_operator)
+    ]
+    if any(process.name == "kserve-manager" for process in state.processes):
+        images.append(
+            (storage_initializer.KSERVE_NODE_IMAGE, storage_initializer.KSERVE_ENV, storage_initializer.configure_kserve)
+        )
+    for image, env, configure in images:
+        on_step(f"importing the storage initializer {image} into the real node")
+        archive = state.folder / "node" / "storage-initializer.tar"
+        try:
+            storage_initializer.archive(bins["rclone"] / "bin" / "rclone", archive, image, env=env)
+            node.import_archive(state.node, archive)
+        except storage_initializer.InitializerError as err:
+            raise ClusterError(str(err)) from err
+        finally:
+            archive.unlink(missing_ok=True)
+        configure(api, image)
 
 
 def _serve_store_to_pods(state: ClusterState, starter: _Starter) -> None:

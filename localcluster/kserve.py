@@ -9,10 +9,9 @@ controller-runtime reads (`$TMPDIR/k8s-webhook-server/serving-certs`), as the Se
 The ConfigMap is KServe's as shipped with four changes for a cluster without Knative, Istio or an ingress controller:
 RawDeployment by default, no Istio VirtualService, no Ingress (the predictor's Service is the address), and the
 images its `:latest` placeholders name pinned to the release, as KServe's release manifests pin them. The storage
-initializer stays KServe's own image: Slipway's rclone image (storage_initializer.py) takes Seldon's credentials
-(RCLONE_CONFIG_S3_*), while KServe's pod mutator hands its init container AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-S3_ENDPOINT and S3_USE_HTTPS (pkg/credentials/s3), so the arguments `<storageUri> /mnt/models` match but not the
-environment.
+initializer is KServe's own image; on a real node, which cannot pull it, control_plane names the rclone variant it
+imports there instead (storage_initializer.py: KServe passes AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+AWS_ENDPOINT_URL, pkg/credentials/s3, where Seldon passes RCLONE_CONFIG_S3_*).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Seldon's rclone storage initializer image, made here from the rclone the cluster builds, and the operator told to use it.
+"""Seldon's rclone storage initializer image, made here from the rclone the cluster builds, and the operator told to use it
+(and KServe's controller, with the variant of it that takes KServe's credentials).
 
 Seldon Core 1.17.1's operator adds to every pod whose graph has a `modelUri` an init container of the image its
 `seldon-config` ConfigMap names (`storageInitializer.image`, unless the graph's `storageInitializerImage` or the
@@ -29,6 +30,13 @@ TAG = RCLONE.version.removeprefix("v")  # the rclone inside: 1.76.0
 # what `cluster up --real-node` imports into the node's containerd and names in seldon-config (no registry needed: the
 # operator's init container pulls IfNotPresent)
 NODE_IMAGE = f"localhost/{REPOSITORY}:{TAG}"
+# KServe's contract for the same init container: its pod mutator gives it `<storageUri> /mnt/models` too, but the
+# environment AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (with S3_ENDPOINT and S3_USE_HTTPS) from
+# the Secret its ServiceAccount lists (pkg/credentials/s3). An s3 remote named `s3` with env_auth reads those through
+# the AWS SDK's own environment, and takes `s3://bucket/path` as bucket/path, as for Seldon. (rclone then signs for
+# us-east-1 whatever AWS_DEFAULT_REGION says: enough for the local store, not for a bucket in another AWS region.)
+KSERVE_NODE_IMAGE = f"localhost/{REPOSITORY}-kserve:{TAG}"
+KSERVE_ENV = ("RCLONE_CONFIG_S3_TYPE=s3", "RCLONE_CONFIG_S3_PROVIDER=Other", "RCLONE_CONFIG_S3_ENV_AUTH=true")
 USER = "8888"  # Seldon's image's; a pod's runAsUser (Slipway's base: 10001) overrides it
 MOUNT_PATH = "/mnt/models"  # the operator's DefaultModelLocalMountPath
 CA_BUNDLES = (Path("/etc/ssl/certs/ca-certificates.crt"), Path("/etc/pki/tls/certs/ca-bundle.crt"))
@@ -40,8 +48,9 @@ class InitializerError(RuntimeError):
     """The image could not be built or pushed; one line naming what failed."""
 
 
-def archive(rclone: Path, out: Path, reference: str = f"{REPOSITORY}:{TAG}") -> Path:
-    """Write the image as a docker-archive at `out`, tagged `reference`; `out`."""
+def archive(rclone: Path, out: Path, reference: str = f"{REPOSITORY}:{TAG}", *, env: tuple[str, ...] = ()) -> Path:
+    """Write the image as a docker-archive at `out`, tagged `reference`, with `env` besides its own (KSERVE_ENV for
+    KServe's contract); `out`."""
     if not rclone.is_file():
         raise InitializerError(f"no rclone binary at {rclone}: `make cluster-build` builds it (component rclone)")
     files = {"/usr/local/bin/rclone": rclone.read_bytes()}
@@ -55,7 +64,7 @@ def archive(rclone: Path, out: Path, reference: str = f"{REPOSITORY}:{TAG}") -> 
             files,
             ["rclone", "copy"],
             USER,
-            env=(f"PATH={IMAGE_PATH}", "RCLONE_VERBOSE=1"),  # not 2: that would log the Secret's values
+            env=(f"PATH={IMAGE_PATH}", "RCLONE_VERBOSE=1", *env),  # verbose 1, not 2: that would log the Secret's values
             directories=("/tmp",),
             # the reference in the configuration, so that each reference is an image of its own ID: containerd 1.6's
             # CRI loses an imported reference (ImagePull of localhost/...) once it pulls another one with the same ID
@@ -124,3 +133,17 @@ def configured_image(api) -> str:
 
     configmap = client.CoreV1Api(api).read_namespaced_config_map(SELDON_CONFIGMAP, SELDON_NAMESPACE)
     return json.loads((configmap.data or {})["storageInitializer"])["image"]
+
+
+def configure_kserve(api, image: str) -> None:
+    """Point KServe's `inferenceservice-config` at `image` for its storage initializer; its pod mutator reads the
+    ConfigMap at each pod it admits, so predictors made from now on get it."""
+    from kubernetes import client
+
+    from localcluster.kserve import CONFIGMAP, NAMESPACE
+
+    core = client.CoreV1Api(api)
+    configmap = core.read_namespaced_config_map(CONFIGMAP, NAMESPACE)
+    settings = json.loads((configmap.data or {})["storageInitializer"])
+    settings["image"] = image
+    core.patch_namespaced_config_map(CONFIGMAP, NAMESPACE, {"data": {"storageInitializer": json.dumps(settings, indent=2)}})

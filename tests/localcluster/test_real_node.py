@@ -135,13 +135,16 @@ def test_the_storage_initializer_image_keeps_seldons_contract_and_its_rclone_run
 @pytest.fixture(scope="module")
 def real_cluster(tmp_path_factory):
     """A control plane with a real node, stopped by PID afterwards; nothing of the node is left behind."""
+    from localcluster.build import cached
+    from localcluster.components import KSERVE
     from localcluster.control_plane import down, up
     from localcluster.processes import running
     from slipway.ports import free_port
 
     folder = tmp_path_factory.mktemp("real-node") / "state"
     began = time.monotonic()
-    state = up(folder, api_port=free_port(), tied=True, real_node=True)
+    # with KServe's controller where it is built (opt-in: `make cluster-build KSERVE=1`), for its predictor's pod
+    state = up(folder, api_port=free_port(), tied=True, real_node=True, with_kserve=cached(KSERVE))
     started_s = time.monotonic() - began
     if "unavailable" in state.node:
         down(folder)
@@ -656,6 +659,105 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
             "first_answer_through_service_s": round(first_answer_s, 3),
             "rest_latency": latency,
             "loadtest_2_users_10s": loadtest,
+            "undeploy_s": round(undeploy_s, 1),
+        }
+    )
+
+
+@pytest.mark.slow
+def test_make_deploy_engine_kserve_serves_the_digits_model_from_the_real_node(
+    real_cluster, serving_image, digits_artifact, digits_server, reports_env
+):
+    """`deploy --engine kserve` (what `make deploy ENGINE=kserve` runs) onto the real node: KServe's controller makes
+    the predictor's Deployment, its pod mutator adds the storage initializer `inferenceservice-config` names (the rclone
+    image that takes KServe's AWS_* credentials), which pulls the version from the S3 store with KServe's Secret;
+    Slipway's runtime is Ready with it; V2 REST and gRPC through the predictor Service's ClusterIP answer what the
+    model answers on loopback; `undeploy` returns once the pods are gone."""
+    import numpy as np
+    from kubernetes import client
+
+    from deployments.kserve import api as kserve
+    from localcluster import storage_initializer
+    from localcluster.node import NODE_NAME
+    from localcluster.objects import client as api_client
+    from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
+    from slipway.cluster_names import DEFAULT_NAMESPACE
+    from tests.conftest import run_module
+    from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
+
+    state, _ = real_cluster
+    if not any(process.name == "kserve-manager" for process in state.processes):
+        pytest.skip("KServe's controller is not built: it is opt-in, `make cluster-build KSERVE=1` builds it")
+    core = client.CoreV1Api(api_client(state.kubeconfig))
+    env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
+    overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay-kserve")
+    selector = f"{kserve.ISVC_POD_LABEL}={MODEL}"
+    began = time.monotonic()
+    run_module(
+        "deployments",
+        "deploy",
+        "--engine",
+        "kserve",
+        "--namespace",
+        DEFAULT_NAMESPACE,
+        "--wait",
+        str(int(READY_TIMEOUT_S)),
+        "--model-dir",
+        str(digits_artifact),
+        "--overlay",
+        str(overlay),
+        "--image",
+        IMAGE,  # imported into the node's containerd (serving_image): no registry holds it
+        "--image-pull-policy",
+        "IfNotPresent",
+        env=env,
+    )
+    deploy_s = time.monotonic() - began
+
+    pods = [
+        pod
+        for pod in core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=selector).items
+        if not pod.metadata.deletion_timestamp
+    ]
+    assert pods and all(pod.spec.node_name == NODE_NAME for pod in pods)
+    pod = pods[0]
+    ready = next(c for c in pod.status.conditions if c.type == "Ready")
+    assert ready.status == "True"
+    # KServe's pod mutator injected the initializer inferenceservice-config names, and it pulled the version
+    assert [c.image for c in pod.spec.init_containers] == [storage_initializer.KSERVE_NODE_IMAGE]
+    (initializer,) = pod.status.init_container_statuses
+    assert initializer.state.terminated.exit_code == 0
+    # Ready: Slipway's runtime loaded what the initializer pulled, after checking it against the digest render pinned
+    container = next(c for c in pod.spec.containers if c.name == kserve.CONTAINER_NAME)
+    pinned = {item.name: item.value for item in container.env}[EXPECTED_DIGESTS_ENV]
+    assert pinned.startswith(f"{MODEL}=") and pinned.endswith(verify_artifact(digits_artifact).digest)
+    create_to_ready_s = (ready.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
+
+    service = core.read_namespaced_service(kserve.predictor_name(MODEL), DEFAULT_NAMESPACE)
+    ports = {port.name: port.port for port in service.spec.ports}
+    rest = f"http://{service.spec.cluster_ip}:{ports['http']}/v2/models/{MODEL}/infer"
+    in_cluster = _post_until_routed(rest, {"inputs": [PIXELS]})
+    on_loopback = _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
+    assert [o["data"] for o in in_cluster["outputs"]] == [o["data"] for o in on_loopback["outputs"]]
+    pixels = np.array(PIXELS["data"], dtype=np.float32)
+    grpc = GrpcClient(f"{service.spec.cluster_ip}:{ports['grpc']}")
+    try:
+        answer = grpc.infer(raw_request(MODEL, {"image": ("FP32", PIXELS["shape"], pixels.tobytes())}))
+        assert raw_output(answer).ravel().tolist() == on_loopback["outputs"][0]["data"]
+    finally:
+        grpc.close()
+    latency = _latencies(lambda: _post(rest, {"inputs": [PIXELS]}), LATENCY_REQUESTS)
+
+    began = time.monotonic()
+    result = run_module("deployments", "undeploy", "--name", MODEL, "--namespace", DEFAULT_NAMESPACE, env=env)
+    undeploy_s = time.monotonic() - began
+    assert "gone after" in result.stderr, result.stderr
+    assert not core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=selector).items
+    _report(
+        kserve_deploy={
+            "deploy_s": round(deploy_s, 1),
+            "pod_create_to_ready_s": create_to_ready_s,
+            "rest_latency_in_cluster": latency,
             "undeploy_s": round(undeploy_s, 1),
         }
     )

@@ -1,6 +1,7 @@
 """The model's bytes on their way to the pods, on the local cluster: `make secret` writes the storage Secret,
 `deploy` uploads the version to the cluster's real S3 store (versitygw) with that Secret's credentials and
-verifies it, and rclone, run as Seldon's storage initializer runs it, pulls back exactly the version.
+verifies it, and rclone, run as Seldon's storage initializer runs it (and as the local cluster's initializer for
+KServe runs with KServe's Secret), pulls back exactly the version.
 """
 
 from __future__ import annotations
@@ -44,6 +45,48 @@ def _initializer_pull(api, namespace: str, out: Path) -> Path:
     rclone = build_all()["rclone"] / "bin" / "rclone"
     result = subprocess.run(
         [str(rclone), "copy", source, str(out)], env={**env, "HOME": str(out.parent)}, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def _kserve_initializer_pull(api, namespace: str, uri: str, out: Path) -> Path:
+    """Run the local cluster's storage initializer for KServe as KServe's pod mutator runs it: its image's
+    environment, plus what KServe derives from its Secret (pkg/credentials/s3: the keys, and from the Secret's
+    annotations AWS_ENDPOINT_URL, S3_ENDPOINT and S3_USE_HTTPS), read back from the API server; `rclone copy <uri>
+    /mnt/models` as its entrypoint and KServe's arguments make it."""
+    import base64
+    import json
+    import tarfile
+
+    from kubernetes import client
+
+    from deployments.kserve import api as kserve
+    from deployments.kserve.render import STORAGE_SECRET
+    from localcluster import storage_initializer
+    from localcluster.build import build_all
+
+    secret = client.CoreV1Api(api).read_namespaced_secret(STORAGE_SECRET, namespace)
+    env = {key: base64.b64decode(secret.data[key]).decode() for key in kserve.S3_KEYS}
+    annotations = secret.metadata.annotations or {}
+    endpoint, https = annotations[kserve.S3_ENDPOINT_ANNOTATION], annotations.get(kserve.S3_HTTPS_ANNOTATION, "1")
+    env |= {"S3_ENDPOINT": endpoint, "S3_USE_HTTPS": https}
+    env["AWS_ENDPOINT_URL"] = f"{'http' if https == '0' else 'https'}://{endpoint}"
+    rclone = build_all()["rclone"] / "bin" / "rclone"
+    archive = storage_initializer.archive(
+        rclone, out.parent / "kserve-initializer.tar", storage_initializer.KSERVE_NODE_IMAGE, env=storage_initializer.KSERVE_ENV
+    )
+    with tarfile.open(archive) as image:
+        (manifest,) = json.loads(image.extractfile("manifest.json").read())
+        config = json.loads(image.extractfile(manifest["Config"]).read())["config"]
+    image_env = dict(item.split("=", 1) for item in config["Env"])
+    assert config["Entrypoint"] == ["rclone", "copy"]
+    result = subprocess.run(
+        [str(rclone), "copy", uri, str(out)],
+        env={**image_env, **env, "HOME": str(out.parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     return out
@@ -95,6 +138,9 @@ def test_deploy_uploads_the_version_and_the_storage_initializer_pulls_exactly_it
     assert _sdep(api, namespace)["spec"]["predictors"][0]["graph"]["modelUri"] == f"s3://slipway-models/{MODEL}/7"
 
     pulled = _initializer_pull(api, namespace, tmp_path / "pod" / "models")
+    assert f"sha256:{verify_artifact(pulled, digest_of(record).removeprefix('sha256:')).digest}" == digest_of(record)
+    # the same bytes through KServe's contract: its Secret in the namespace, the initializer's KServe variant
+    pulled = _kserve_initializer_pull(api, namespace, f"s3://slipway-models/{MODEL}/7", tmp_path / "kserve-pod" / "models")
     assert f"sha256:{verify_artifact(pulled, digest_of(record).removeprefix('sha256:')).digest}" == digest_of(record)
 
     again = _deploy(cluster_env, namespace, "--version-record", str(record))
