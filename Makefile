@@ -155,6 +155,9 @@ BENCH_KERAS_ARGS ?=
 bench-keras: setup ## every Keras corpus model: convert time, parity, ONNX size, rows/s per variant, the chosen one -> reports/keras-corpus.* + docs/benchmarks.md
 	flock $(BENCH_LOCK) $(SLIPWAY) bench-keras $(BENCH_KERAS_ARGS)
 
+# The suite proves KEDA's and KServe's paths too, so `make test` builds both (`make test KEDA= KSERVE=` leaves them out).
+test: KEDA = 1
+test: KSERVE = 1
 test: setup setup-torch tools dashboard-schema image-tools node-tools cluster-build lint ## install what is needed, run `make lint`, then the whole test suite
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

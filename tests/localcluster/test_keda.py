@@ -50,7 +50,7 @@ DAY_S = 86400
 @pytest.fixture(scope="module")
 def keda_cluster(tmp_path_factory):
     """A control plane with KEDA, stopped by PID afterwards. KEDA is opt-in: where its binaries are not built
-    (`make cluster-build KEDA=1`, `make test KEDA=1`) the module skips, saying so, rather than build them here."""
+    (`make cluster-build KEDA=1`, or `make test`) the module skips, saying so, rather than build them here."""
     from localcluster.build import cached
     from localcluster.components import KEDA
     from localcluster.control_plane import down, up

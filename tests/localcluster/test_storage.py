@@ -36,13 +36,14 @@ def _initializer_pull(api, namespace: str, out: Path) -> Path:
 
     from deployments.rollout.storage_secret import read_settings
     from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
 
     deployment = client.AppsV1Api(api).list_namespaced_deployment(namespace).items[0]
     initializer = deployment.spec.template.spec.init_containers[0]
     source, target = initializer.args
     assert target == "/mnt/models" and initializer.image == "seldonio/rclone-storage-initializer:1.17.1"
     env = read_settings(api, initializer.env_from[0].secret_ref.name, namespace)
-    rclone = build_all()["rclone"] / "bin" / "rclone"
+    rclone = build_all(tuple(c for c in COMPONENTS if c.name == "rclone"))["rclone"] / "bin" / "rclone"
     result = subprocess.run(
         [str(rclone), "copy", source, str(out)], env={**env, "HOME": str(out.parent)}, capture_output=True, text=True, timeout=60
     )
@@ -65,6 +66,7 @@ def _kserve_initializer_pull(api, namespace: str, uri: str, out: Path) -> Path:
     from deployments.kserve.render import STORAGE_SECRET
     from localcluster import storage_initializer
     from localcluster.build import build_all
+    from localcluster.components import COMPONENTS
 
     secret = client.CoreV1Api(api).read_namespaced_secret(STORAGE_SECRET, namespace)
     env = {key: base64.b64decode(secret.data[key]).decode() for key in kserve.S3_KEYS}
@@ -72,7 +74,7 @@ def _kserve_initializer_pull(api, namespace: str, uri: str, out: Path) -> Path:
     endpoint, https = annotations[kserve.S3_ENDPOINT_ANNOTATION], annotations.get(kserve.S3_HTTPS_ANNOTATION, "1")
     env |= {"S3_ENDPOINT": endpoint, "S3_USE_HTTPS": https}
     env["AWS_ENDPOINT_URL"] = f"{'http' if https == '0' else 'https'}://{endpoint}"
-    rclone = build_all()["rclone"] / "bin" / "rclone"
+    rclone = build_all(tuple(c for c in COMPONENTS if c.name == "rclone"))["rclone"] / "bin" / "rclone"
     archive = storage_initializer.archive(
         rclone, out.parent / "kserve-initializer.tar", storage_initializer.KSERVE_NODE_IMAGE, env=storage_initializer.KSERVE_ENV
     )
