@@ -109,6 +109,8 @@ class Plan:
 
 
 def _channels(tensor) -> int:
+    if tensor.shape[-1] is None:  # e.g. token ids of any length: no channel axis to slim
+        raise ChannelGroupError(f"tensor {tensor.name!r} has no fixed size on its last axis ({tuple(tensor.shape)})")
     return int(tensor.shape[-1])
 
 
@@ -118,7 +120,10 @@ def walk(model) -> tuple[Groups, dict[str, list[Segments]], dict[str, Segments]]
     maps: dict[int, Segments] = {}
     layer_inputs: dict[str, list[Segments]] = {}
     layer_outputs: dict[str, Segments] = {}
-    for tensor in model.inputs:
+    inputs = getattr(model, "inputs", None)  # a subclassed model has none (Keras raises AttributeError)
+    if not inputs:
+        raise ChannelGroupError(f"{type(model).__name__} is a subclassed model: it has no graph of layers to follow")
+    for tensor in inputs:
         maps[id(tensor)] = [(groups.new(_channels(tensor), frozen=True), _channels(tensor))]
     for layer in model.layers:
         if len(layer._inbound_nodes) != 1:

@@ -70,6 +70,32 @@ def test_prune_filters_refuses_a_model_whose_filters_are_all_tied_to_its_input()
         prune_filters(model, 0.5)
 
 
+def test_a_subclassed_or_variable_length_model_has_no_filters_to_slim_and_says_why():
+    import keras
+
+    from export.prune import can_slim
+
+    class Scorer(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, rows):
+            return self.dense(rows)
+
+    subclassed = Scorer()
+    subclassed(np.zeros((1, 4), np.float32))
+    tokens = keras.Input((None,), dtype="int64", name="tokens")
+    hidden = keras.layers.GRU(4)(keras.layers.Embedding(10, 4)(tokens))
+    variable = keras.Model(tokens, keras.layers.Dense(2, name="out")(hidden))
+    # `export variants` asks first, and leaves slim out of its defaults rather than fail on either
+    assert not can_slim(subclassed) and not can_slim(variable)
+    with pytest.raises(PruneError, match="Scorer is a subclassed model: it has no graph of layers to follow"):
+        prune_filters(subclassed, 0.5)
+    with pytest.raises(PruneError, match="tensor 'tokens' has no fixed size on its last axis"):
+        prune_filters(variable, 0.5)
+
+
 def branchy_cnn():
     """A residual addition, a concatenation, a depthwise convolution and batch norm: channel groups that shrink together."""
     import keras
