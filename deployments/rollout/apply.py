@@ -238,7 +238,8 @@ def wait_rolled_out(
     def pending(sdep: dict) -> list[str]:
         status = sdep.get("status") or {}
         state, description = status.get("state", "Creating"), status.get("description", "")
-        if state == "Failed" and not _removing(sdep, name, description):
+        stale = _removed_service(sdep, name, description) if state == "Failed" else None
+        if state == "Failed" and (stale is None or not _forget_removed_service(api, resource, sdep, stale)):
             raise DeployError(f"SeldonDeployment {namespace}/{name} Failed: {description}")
         waiting = [] if state == "Available" else [f"Seldon says {state}{': ' + description if description else ''}"]
         for predictor, digest in digests.items():
@@ -264,13 +265,47 @@ def wait_rolled_out(
     )
 
 
-def _removing(sdep: dict, name: str, description: str) -> bool:
-    """Whether a Failed state is Seldon's operator tripping over a predictor it is removing: in the moments after a
-    predictor leaves the spec it can report `Service "<name>-<predictor>" not found` for that predictor's Service,
-    then go on to Available. A Service of a predictor still in the spec missing is a failure."""
+def _removed_service(sdep: dict, name: str, description: str) -> str | None:
+    """The Service a Failed state names as not found, where it belonged to a predictor no longer in the spec."""
     missing = re.search(r'Service "([^"]+)" not found', description)
     kept = {f"{name}-{predictor['name']}" for predictor in sdep.get("spec", {}).get("predictors", [])}
-    return missing is not None and missing.group(1).startswith(f"{name}-") and missing.group(1) not in kept
+    if missing is None or not missing.group(1).startswith(f"{name}-") or missing.group(1) in kept:
+        return None
+    return missing.group(1)
+
+
+def _forget_removed_service(api, resource, sdep: dict, service: str) -> bool:
+    """Seldon 1.17.1's operator removes a predictor's Services by deleting each one, then writing the status without
+    it; where that status write loses to a change of the object made meanwhile (a canary's weights), the status still
+    lists a Service that is gone, and every reconcile after stops at it ("Failed to find old service") and reports
+    Failed for good. Where the Service is indeed gone, drop it from the status (the status subresource, only if the
+    object is as read), so that the next reconcile goes on; whether it was dropped."""
+    from kubernetes import client
+    from kubernetes.client import ApiException
+
+    if service not in (sdep.get("status") or {}).get("serviceStatus", {}):
+        return False
+    metadata = sdep["metadata"]
+    try:
+        client.CoreV1Api(api).read_namespaced_service(service, metadata["namespace"])
+        return False  # still there: a failure of another kind
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    try:
+        resource.status.patch(
+            name=metadata["name"],
+            namespace=metadata["namespace"],
+            body=[
+                {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+                {"op": "remove", "path": f"/status/serviceStatus/{service.replace('~', '~0').replace('/', '~1')}"},
+            ],
+            content_type="application/json-patch+json",
+        )
+    except ApiException as err:
+        if err.status not in (409, 422):  # changed since it was read: the next poll looks again
+            raise
+    return True
 
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"  # kwok's nodes: pods are Ready there, but no container runs

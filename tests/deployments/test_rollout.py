@@ -228,14 +228,14 @@ def test_the_rollout_wait_returns_the_status_once_nothing_is_pending_and_says_wh
     assert said[-1] == "a: no pod is Ready; b: no pod is Ready"
 
 
-def test_seldon_failing_on_the_service_of_a_predictor_being_removed_is_waited_out_but_not_on_one_it_keeps():
-    from deployments.rollout.apply import _removing
+def test_seldon_failing_on_the_service_of_a_removed_predictor_names_it_but_not_one_the_spec_keeps():
+    from deployments.rollout.apply import _removed_service
 
     sdep = {"spec": {"predictors": [{"name": "default"}, {"name": "canary"}]}}
-    # the shadow was just removed from the spec: Seldon's passing complaint about its Service is not a failure
-    assert _removing(sdep, "digits", 'Service "digits-shadow" not found')
-    # a Service the spec still has, another deployment's, or another complaint: a failure
-    assert not _removing(sdep, "digits", 'Service "digits-canary" not found')
-    assert not _removing(sdep, "digits", 'Service "iris-shadow" not found')
-    assert not _removing(sdep, "digits", 'Deployment.apps "digits-shadow" is invalid')
-    assert not _removing({}, "digits", "")
+    # the shadow left the spec: its Service is one Seldon's status may still list after deleting it
+    assert _removed_service(sdep, "digits", 'Service "digits-shadow" not found') == "digits-shadow"
+    # a Service the spec still has, another deployment's, or another complaint: a failure as it stands
+    assert _removed_service(sdep, "digits", 'Service "digits-canary" not found') is None
+    assert _removed_service(sdep, "digits", 'Service "iris-shadow" not found') is None
+    assert _removed_service(sdep, "digits", 'Deployment.apps "digits-shadow" is invalid') is None
+    assert _removed_service({}, "digits", "") is None

@@ -170,6 +170,35 @@ def test_deploy_reaches_available_with_what_the_overlay_meant(api, cluster_env, 
     assert all(pod.status.phase == "Running" and pod.spec.node_name.startswith("slipway-cpu") for pod in pods)
 
 
+def test_seldon_stuck_on_a_service_it_already_deleted_is_mended_by_the_rollout_wait(api, cluster_env, digits_artifact):
+    """What a lost status write leaves (a canary's weights patched while Seldon removed the shadow's Services): the
+    status lists a Service of a predictor no longer in the spec, which Seldon 1.17.1 deleted, and every reconcile
+    stops at it and reports Failed. The rollout wait drops it from the status, and Seldon's next reconcile ends
+    Available; without that the wait ran out after 120 s (a CI run of 2026-12-06)."""
+    from kubernetes.dynamic import DynamicClient
+
+    from deployments.rollout.apply import wait_rolled_out
+
+    namespace = make_namespace(api, "stale-service")
+    _deploy(cluster_env, namespace, "--model-dir", str(digits_artifact))
+    resource = DynamicClient(api).resources.get(api_version="machinelearning.seldon.io/v1", kind="SeldonDeployment")
+    ghost = f"{MODEL}-shadow"
+    served = next(iter(_sdep(api, namespace)["status"]["serviceStatus"].values()))
+    resource.status.patch(
+        name=MODEL,
+        namespace=namespace,
+        body=[{"op": "add", "path": f"/status/serviceStatus/{ghost}", "value": {**served, "svcName": ghost}}],
+        content_type="application/json-patch+json",
+    )
+    stuck = until(
+        lambda: (status := _sdep(api, namespace)["status"])["state"] == "Failed" and status, timeout_s=60, what="Seldon stuck"
+    )
+    assert stuck["description"] == f'Service "{ghost}" not found', stuck
+
+    status = wait_rolled_out(api, namespace=namespace, name=MODEL, digests={}, timeout_s=60)
+    assert status["state"] == "Available" and ghost not in status["serviceStatus"], status
+
+
 @pytest.mark.parametrize("mode", ["rps", "keda", "behavior"])
 def test_every_autoscaling_mode_applies_and_makes_its_autoscaler(api, cluster_env, digits_artifact, mode):
     from kubernetes import client
