@@ -59,13 +59,20 @@ class UnsupportedOpsError(ValueError):
 
 
 def keras_to_onnx(
-    model, opset: int = DEFAULT_OPSET, *, input_names: list[str] | None = None, output_names: list[str] | None = None
+    model,
+    opset: int = DEFAULT_OPSET,
+    *,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
+    input_dtypes: list | None = None,
 ):
     """Convert a Keras model to an ONNX ModelProto with a dynamic batch dimension.
 
     The model is called the way it was built (a dict, a list or one tensor; `export.keras_io`).
     Names default to the demo's (`image` -> `probabilities`) for a model with one input and one
     output, else to the model's own input and output names; given names replace them in order.
+    `input_dtypes` (in order) stand for the dtypes a subclassed model cannot tell (Keras keeps its build
+    shapes, not their dtypes), as the rows it was converted with first said them.
     """
     import tensorflow as tf
 
@@ -74,8 +81,13 @@ def keras_to_onnx(
     interface = read_interface(model)
     inputs = input_names or ([INPUT_NAME] if len(interface.inputs) == 1 else [spec.name for spec in interface.inputs])
     outputs = output_names or ([OUTPUT_NAME] if len(interface.output_names) == 1 else interface.output_names)
+    dtypes = [
+        given if given is not None and spec.dtype_guessed else spec.dtype
+        for spec, given in zip(interface.inputs, input_dtypes or [None] * len(interface.inputs))
+    ]
     specs = [
-        tf.TensorSpec((None, *spec.shape[1:]), tf.as_dtype(spec.dtype), name=name) for spec, name in zip(interface.inputs, inputs)
+        tf.TensorSpec((None, *spec.shape[1:]), tf.as_dtype(dtype), name=name)
+        for spec, dtype, name in zip(interface.inputs, dtypes, inputs)
     ]
 
     def call(*tensors):

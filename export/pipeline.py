@@ -300,7 +300,13 @@ def _build_whole(source: Source, variant: Variant, parents: dict[Variant, Built]
         details["fine_tuned_on"] = training.note
     input_names, output_names = source.io_names or (None, None)
     answers = predict_outputs(keras_runner(keras_model, input_names or list(source.evaluation)), source.evaluation)
-    onnx_model = keras_to_onnx(keras_model, opset=config.opset, input_names=input_names, output_names=output_names)
+    onnx_model = keras_to_onnx(
+        keras_model,
+        opset=config.opset,
+        input_names=input_names,
+        output_names=output_names,
+        input_dtypes=[rows.dtype for rows in source.evaluation.values()],  # as the source's graph takes them
+    )
     model_bytes = optimize_graph(onnx_model).SerializeToString()
     references = dict(zip(output_names, answers)) if output_names else None
     return Built(variant, model_bytes, answers[0], details, references, keras_model=keras_model)

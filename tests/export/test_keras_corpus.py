@@ -404,6 +404,25 @@ def test_the_dict_model_fine_tunes_on_dict_rows_for_its_pruned_and_slim_variants
         }
 
 
+def test_a_subclassed_token_model_s_pruned_variant_takes_its_int64_tokens(corpus, tmp_path, monkeypatch):
+    """A subclassed model keeps its build shapes but not their dtypes: the pruned copy, converted again after its
+    fine-tune, takes the int64 tokens the rows gave its source (it took float32 and ONNX Runtime refused the rows)."""
+    from benchmarks.keras_corpus import write_training_rows
+    from export.cli import main
+
+    monkeypatch.setattr("slipway.reports.REPORTS_DIR", tmp_path / "reports")
+    name, root = "subclassed-tokens", corpus["root"]
+    train, _ = write_training_rows(name, corpus["models"][name], None, tmp_path / "train.npz")
+    assert train is not None
+    command = ["variants", str(root / f"{name}.keras"), "--data", str(root / f"{name}.npz"), "--train", str(train)]
+    options = ["--loss", "mse", "--variants", "fp32,pruned", "--fine-tune-epochs", "1", "--accuracy-budget", "100"]
+    timing = ["--measure-rounds", "1", "--measure-seconds", "0.02"]
+    assert main([*command, *options, "--out", str(tmp_path / "variants"), *timing]) == 0
+    for variant in ("fp32", "pruned"):
+        (tokens,) = onnx.load(tmp_path / "variants" / variant / "model.onnx").graph.input
+        assert tokens.type.tensor_type.elem_type == onnx.TensorProto.INT64, variant
+
+
 def _variants(corpus, out, *options):
     from export.cli import main
 
