@@ -541,74 +541,63 @@ def _latencies(call, count: int) -> dict[str, float]:
     return {"p50_ms": round(cuts[49] * 1000, 2), "p99_ms": round(cuts[98] * 1000, 2), "requests": count}
 
 
-@pytest.mark.slow
-def test_make_deploy_serves_the_digits_model_from_the_real_node(
-    real_cluster, serving_image, initializer_image, digits_artifact, digits_server, reports_env
-):
-    """`deploy` (what `make deploy` runs) of the digits demo onto the real node: the operator's Deployment, the storage
-    initializer pulling the version from the S3 store with the Secret, Slipway's runtime Ready; V2 REST and gRPC
-    through the Service's ClusterIP answer what the model answers on loopback; `undeploy` returns once the pods are
-    gone."""
-    import numpy as np
-    from kubernetes import client
-
-    from localcluster import storage_initializer
-    from localcluster.node import NODE_NAME
-    from localcluster.objects import client as api_client
-    from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
+def _deploy_digits(env: dict, overlay: Path, artifact: Path, *engine: str):
+    """`deploy` (what `make deploy` runs) of the digits demo onto the real node, with the serving image imported into
+    the node's containerd (serving_image: no registry holds it); (its result, seconds)."""
     from slipway.cluster_names import DEFAULT_NAMESPACE
     from tests.conftest import run_module
-    from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
 
-    state, _ = real_cluster
-    image, digest, _, _ = initializer_image
-    core = client.CoreV1Api(api_client(state.kubeconfig))
-    env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
-    overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay")
     began = time.monotonic()
     result = run_module(
         "deployments",
         "deploy",
+        *engine,
         "--namespace",
         DEFAULT_NAMESPACE,
         "--wait",
         str(int(READY_TIMEOUT_S)),
         "--model-dir",
-        str(digits_artifact),
+        str(artifact),
         "--overlay",
         str(overlay),
         "--image",
-        IMAGE,  # imported into the node's containerd (serving_image): no registry holds it
+        IMAGE,
         "--image-pull-policy",
         "IfNotPresent",
         env=env,
     )
-    deploy_s = time.monotonic() - began
-    # deploy asked the Service itself (through the API server's service proxy) before it returned
-    assert f"default: Service {MODEL}-default answers /v2/models/{MODEL}" in result.stderr, result.stderr
+    return result, time.monotonic() - began
 
-    pods = core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
+
+def _ready_with_the_pinned_digest(pods: list, container_name: str, artifact: Path) -> tuple[object, float]:
+    """The first of the model's pods, each on the real node, checked Ready with Slipway's runtime given the digest
+    render pinned (it loaded what the initializer pulled only after checking it); (the pod, seconds created->Ready)."""
+    from localcluster.node import NODE_NAME
+    from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
+
     assert pods and all(pod.spec.node_name == NODE_NAME for pod in pods)
     pod = pods[0]
     ready = next(c for c in pod.status.conditions if c.type == "Ready")
     assert ready.status == "True"
-    # the operator injected the initializer seldon-config names (the pushed one), and containerd pulled its digest
-    assert [c.image for c in pod.spec.init_containers] == [image] == [storage_initializer.configured_image(core.api_client)]
-    (initializer,) = pod.status.init_container_statuses
-    assert initializer.image_id.endswith(digest) and initializer.state.terminated.exit_code == 0
-    # Ready: Slipway's runtime loaded what the initializer pulled, after checking it against the digest render pinned
-    container = next(c for c in pod.spec.containers if c.name == MODEL)
+    container = next(c for c in pod.spec.containers if c.name == container_name)
     pinned = {item.name: item.value for item in container.env}[EXPECTED_DIGESTS_ENV]
-    assert pinned.startswith(f"{MODEL}=") and pinned.endswith(verify_artifact(digits_artifact).digest)
-    create_to_ready_s = (ready.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
+    assert pinned.startswith(f"{MODEL}=") and pinned.endswith(verify_artifact(artifact).digest)
+    return pod, (ready.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
 
-    service = core.read_namespaced_service(f"{MODEL}-default", DEFAULT_NAMESPACE)
+
+def _answers_as_on_loopback(service, loopback_url: str) -> tuple[str, float]:
+    """V2 REST and gRPC through `service`'s ClusterIP answer what the model answers on loopback; (the REST infer URL,
+    seconds until the first REST answer)."""
+    import numpy as np
+
+    from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
+
     ports = {port.name: port.port for port in service.spec.ports}
     rest = f"http://{service.spec.cluster_ip}:{ports['http']}/v2/models/{MODEL}/infer"
     began = time.monotonic()
     in_cluster = _post_until_routed(rest, {"inputs": [PIXELS]})
     first_answer_s = time.monotonic() - began
-    on_loopback = _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
+    on_loopback = _post(f"{loopback_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
     assert [o["data"] for o in in_cluster["outputs"]] == [o["data"] for o in on_loopback["outputs"]]
     pixels = np.array(PIXELS["data"], dtype=np.float32)
     grpc = GrpcClient(f"{service.spec.cluster_ip}:{ports['grpc']}")
@@ -617,6 +606,43 @@ def test_make_deploy_serves_the_digits_model_from_the_real_node(
         assert raw_output(answer).ravel().tolist() == on_loopback["outputs"][0]["data"]
     finally:
         grpc.close()
+    return rest, first_answer_s
+
+
+@pytest.mark.slow
+def test_make_deploy_serves_the_digits_model_from_the_real_node(
+    real_cluster, serving_image, initializer_image, digits_artifact, digits_server, reports_env
+):
+    """`deploy` (what `make deploy` runs) of the digits demo onto the real node: the operator's Deployment, the storage
+    initializer pulling the version from the S3 store with the Secret, Slipway's runtime Ready; V2 REST and gRPC
+    through the Service's ClusterIP answer what the model answers on loopback; `undeploy` returns once the pods are
+    gone."""
+    from kubernetes import client
+
+    from localcluster import storage_initializer
+    from localcluster.objects import client as api_client
+    from slipway.cluster_names import DEFAULT_NAMESPACE
+    from tests.conftest import run_module
+
+    state, _ = real_cluster
+    image, digest, _, _ = initializer_image
+    core = client.CoreV1Api(api_client(state.kubeconfig))
+    env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
+    overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay")
+    result, deploy_s = _deploy_digits(env, overlay, digits_artifact)
+    # deploy asked the Service itself (through the API server's service proxy) before it returned
+    assert f"default: Service {MODEL}-default answers /v2/models/{MODEL}" in result.stderr, result.stderr
+
+    pods = core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=f"seldon-deployment-id={MODEL}").items
+    pod, create_to_ready_s = _ready_with_the_pinned_digest(pods, MODEL, digits_artifact)
+    # the operator injected the initializer seldon-config names (the pushed one), and containerd pulled its digest
+    assert [c.image for c in pod.spec.init_containers] == [image] == [storage_initializer.configured_image(core.api_client)]
+    (initializer,) = pod.status.init_container_statuses
+    assert initializer.image_id.endswith(digest) and initializer.state.terminated.exit_code == 0
+
+    service = core.read_namespaced_service(f"{MODEL}-default", DEFAULT_NAMESPACE)
+    ports = {port.name: port.port for port in service.spec.ports}
+    rest, first_answer_s = _answers_as_on_loopback(service, digits_server.http_url)
     latency = {
         "in_cluster": _latencies(lambda: _post(rest, {"inputs": [PIXELS]}), LATENCY_REQUESTS),
         "loopback": _latencies(
@@ -673,17 +699,13 @@ def test_make_deploy_engine_kserve_serves_the_digits_model_from_the_real_node(
     image that takes KServe's AWS_* credentials), which pulls the version from the S3 store with KServe's Secret;
     Slipway's runtime is Ready with it; V2 REST and gRPC through the predictor Service's ClusterIP answer what the
     model answers on loopback; `undeploy` returns once the pods are gone."""
-    import numpy as np
     from kubernetes import client
 
     from deployments.kserve import api as kserve
     from localcluster import storage_initializer
-    from localcluster.node import NODE_NAME
     from localcluster.objects import client as api_client
-    from slipway.artifact import EXPECTED_DIGESTS_ENV, verify_artifact
     from slipway.cluster_names import DEFAULT_NAMESPACE
     from tests.conftest import run_module
-    from tests.wrappers.v2 import GrpcClient, raw_output, raw_request
 
     state, _ = real_cluster
     if not any(process.name == "kserve-manager" for process in state.processes):
@@ -692,60 +714,18 @@ def test_make_deploy_engine_kserve_serves_the_digits_model_from_the_real_node(
     env = {**reports_env, "KUBECONFIG": str(state.kubeconfig), "COLUMNS": "400"}
     overlay = _real_node_overlay(Path(reports_env["SLIPWAY_BUILD_DIR"]).parent / "real-node-overlay-kserve")
     selector = f"{kserve.ISVC_POD_LABEL}={MODEL}"
-    began = time.monotonic()
-    run_module(
-        "deployments",
-        "deploy",
-        "--engine",
-        "kserve",
-        "--namespace",
-        DEFAULT_NAMESPACE,
-        "--wait",
-        str(int(READY_TIMEOUT_S)),
-        "--model-dir",
-        str(digits_artifact),
-        "--overlay",
-        str(overlay),
-        "--image",
-        IMAGE,  # imported into the node's containerd (serving_image): no registry holds it
-        "--image-pull-policy",
-        "IfNotPresent",
-        env=env,
-    )
-    deploy_s = time.monotonic() - began
+    _, deploy_s = _deploy_digits(env, overlay, digits_artifact, "--engine", "kserve")
 
-    pods = [
-        pod
-        for pod in core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=selector).items
-        if not pod.metadata.deletion_timestamp
-    ]
-    assert pods and all(pod.spec.node_name == NODE_NAME for pod in pods)
-    pod = pods[0]
-    ready = next(c for c in pod.status.conditions if c.type == "Ready")
-    assert ready.status == "True"
+    pods = core.list_namespaced_pod(DEFAULT_NAMESPACE, label_selector=selector).items
+    pods = [pod for pod in pods if not pod.metadata.deletion_timestamp]
+    pod, create_to_ready_s = _ready_with_the_pinned_digest(pods, kserve.CONTAINER_NAME, digits_artifact)
     # KServe's pod mutator injected the initializer inferenceservice-config names, and it pulled the version
     assert [c.image for c in pod.spec.init_containers] == [storage_initializer.KSERVE_NODE_IMAGE]
     (initializer,) = pod.status.init_container_statuses
     assert initializer.state.terminated.exit_code == 0
-    # Ready: Slipway's runtime loaded what the initializer pulled, after checking it against the digest render pinned
-    container = next(c for c in pod.spec.containers if c.name == kserve.CONTAINER_NAME)
-    pinned = {item.name: item.value for item in container.env}[EXPECTED_DIGESTS_ENV]
-    assert pinned.startswith(f"{MODEL}=") and pinned.endswith(verify_artifact(digits_artifact).digest)
-    create_to_ready_s = (ready.last_transition_time - pod.metadata.creation_timestamp).total_seconds()
 
     service = core.read_namespaced_service(kserve.predictor_name(MODEL), DEFAULT_NAMESPACE)
-    ports = {port.name: port.port for port in service.spec.ports}
-    rest = f"http://{service.spec.cluster_ip}:{ports['http']}/v2/models/{MODEL}/infer"
-    in_cluster = _post_until_routed(rest, {"inputs": [PIXELS]})
-    on_loopback = _post(f"{digits_server.http_url}/v2/models/{MODEL}/infer", {"inputs": [PIXELS]})
-    assert [o["data"] for o in in_cluster["outputs"]] == [o["data"] for o in on_loopback["outputs"]]
-    pixels = np.array(PIXELS["data"], dtype=np.float32)
-    grpc = GrpcClient(f"{service.spec.cluster_ip}:{ports['grpc']}")
-    try:
-        answer = grpc.infer(raw_request(MODEL, {"image": ("FP32", PIXELS["shape"], pixels.tobytes())}))
-        assert raw_output(answer).ravel().tolist() == on_loopback["outputs"][0]["data"]
-    finally:
-        grpc.close()
+    rest, _ = _answers_as_on_loopback(service, digits_server.http_url)
     latency = _latencies(lambda: _post(rest, {"inputs": [PIXELS]}), LATENCY_REQUESTS)
 
     began = time.monotonic()
