@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from slipway.v2_wire import TensorError
+from slipway.v2_wire import V2_TO_NUMPY, TensorError
 from wrappers.protocol.json_parsing import parse
 from wrappers.transport import json_tensors
 
@@ -18,6 +18,16 @@ from wrappers.transport import json_tensors
 def small_pieces(monkeypatch):
     monkeypatch.setattr(json_tensors, "PIECE_BYTES", 64)  # bodies of a few hundred bytes cross many pieces
     monkeypatch.setattr(json_tensors, "PIECE_VALUES", 7)
+
+
+@pytest.fixture(autouse=True, params=["simdjson", "objects"])
+def numbers_parsed_by(request, monkeypatch):
+    """Each test with pysimdjson copying numbers into C, and without it (numbers as Python objects first)."""
+    if request.param == "simdjson":
+        assert json_tensors.simdjson is not None, "pysimdjson is in the serve extra: `make setup` installs it"
+    else:
+        monkeypatch.setattr(json_tensors, "simdjson", None)
+    return request.param
 
 
 def _request(data: str, datatype: str = "FP32", **extra) -> bytes:
@@ -84,6 +94,32 @@ def test_lists_that_are_not_long_flat_floats_are_parsed_as_whole(data, datatype)
     body = _request(data, datatype, parameters={"data": json.loads(NUMBERS)})  # a long `data` outside the inputs
     document, arrays = json_tensors.parse_large(body, parse)
     assert arrays == {} and document == parse(body)
+
+
+@pytest.mark.parametrize(
+    "data, datatype, taken",
+    [
+        (NUMBERS, "FP32", True),
+        (INTEGERS, "INT8", True),
+        (INTEGERS.replace("-", ""), "UINT8", True),
+        (INTEGERS.replace(", 7,", ", 7.0,"), "INT64", False),
+        (INTEGERS.replace(", 7,", ", 128,"), "INT8", False),
+        (INTEGERS.replace(", 7,", ", -1,"), "UINT16", False),
+        (INTEGERS.replace(", 7,", f", {2**63},"), "INT64", False),
+        (NUMBERS.replace(", 7,", ", null,"), "FP32", False),
+        (NUMBERS.replace(", 7,", ", NaN,"), "FP32", False),
+        (NUMBERS.replace("]", ",]"), "FP32", False),
+    ],
+)
+def test_simdjson_copies_numbers_that_fit_and_leaves_the_rest_to_the_objects_path(data, datatype, taken, numbers_parsed_by):
+    span = data.strip()[1:-1].encode()
+    dtype = np.dtype(V2_TO_NUMPY[datatype])
+    copied = json_tensors._numbers_in_c(span, dtype)
+    if numbers_parsed_by == "objects" or not taken:
+        assert copied is None
+        return
+    assert copied is not None and copied.dtype == dtype
+    np.testing.assert_array_equal(copied, np.asarray(json.loads(data), dtype=dtype))
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,11 @@ fraction, an exponent, true/false or a value out of the datatype's range; true/f
 such a list (nested lists, strings but as below, `data` elsewhere than in an input) is parsed whole, as it would be, so
 the runtime's checks answer it as before.
 
+With pysimdjson installed (the serving extras install it), simdjson first copies each piece's numbers straight into C
+doubles or 64-bit integers, no Python object per value: a third of the CPU of parsing them into objects and copying
+those (which had made a MobileNetV2 image's REST request cost a quarter more server CPU than parsing its body whole).
+Where it does not take a piece as such numbers, the list goes the way above, with the same answer or refusal.
+
 A BYTES input's long flat list of strings is cut out too, its end found by a scan that tells the quotes inside a
 string (escaped) from those around one, a vectorised pass over the bytes; then its strings are parsed a piece at a
 time (each piece ends just after a string) straight into an object array of the count its shape declares: ONNX
@@ -23,6 +28,7 @@ is refused (`TensorError`) with the runtime's own words. No MLServer import: `wr
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +36,11 @@ from typing import Any
 import numpy as np
 
 from slipway.v2_wire import BYTES, V2_TO_NUMPY, TensorError, element_count
+
+try:
+    import simdjson  # pysimdjson: a flat list of numbers copied straight into C doubles or 64-bit integers
+except ImportError:  # an optional speed-up: numbers are parsed into Python objects, then copied into arrays
+    simdjson = None  # type: ignore[assignment]  # the module's name stands for "not installed" (mypy wants a module)
 
 INLINE_BODY_BYTES = 256 << 10  # a JSON body up to this size is parsed whole, on the event loop: a few ms at most
 PIECE_BYTES = 256 << 10  # parsed in one call: as long
@@ -44,6 +55,8 @@ _WHITESPACE = (b" ", b"\t", b"\r", b"\n")
 _NUMBERS = b"0123456789+-.eE \t\r\n,"  # all a flat list of JSON numbers holds
 _INTEGERS = b"0123456789- \t\r\n,"  # all a flat list of JSON integers holds: no fraction, no exponent
 _QUOTE, _BACKSLASH, _OPEN, _BRACE, _CLOSE = (ord(c) for c in '"\\[{]')  # `[` or `{` outside strings: nested
+_C_TYPES = {"f": ("d", np.float64), "i": ("i", np.int64), "u": ("u", np.uint64)}  # by a dtype's kind: pysimdjson's
+_parsers = threading.local()  # a pysimdjson parser per thread: one parses a document at a time
 
 
 def parse_large(body: bytes, parse: Callable[[bytes], Any]) -> tuple[Any, dict[int, np.ndarray]]:
@@ -264,6 +277,8 @@ def _numbers(span: bytes, dtype: Any, allowed: bytes, parse: Callable[[bytes], A
     are not such numbers alone (bytes other than `allowed`: true/false, null, a fraction among integers) or do not fit
     `dtype` (an integer out of its range): the runtime checks those as any JSON list. ValueError where `parse` would
     refuse the list."""
+    if (copied := _numbers_in_c(span, np.dtype(dtype))) is not None:
+        return copied
     pieces: list[np.ndarray] = []
     position, size = 0, len(span)
     while position < size:
@@ -283,6 +298,46 @@ def _numbers(span: bytes, dtype: Any, allowed: bytes, parse: Callable[[bytes], A
     if span.rstrip().endswith(b","):
         raise ValueError("a list of numbers that ends with a comma")
     return np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
+
+
+def _numbers_in_c(span: bytes, dtype: np.dtype) -> np.ndarray | None:
+    """The numbers between `[` and `]` as an array of `dtype`, each piece parsed by simdjson straight into C doubles or
+    64-bit integers (no Python object per value: a third of the time of parsing them into objects and copying those);
+    None without pysimdjson, or where a piece is not such numbers alone (true, null, a fraction or exponent among
+    integers, what JSON refuses) or a value does not fit `dtype`: `_numbers` then parses them as it would have, with
+    the same answer or refusal."""
+    if simdjson is None:
+        return None
+    c_type, c_dtype = _C_TYPES[dtype.kind]
+    parser = getattr(_parsers, "parser", None) or _parsers.__dict__.setdefault("parser", simdjson.Parser())
+    pieces: list[np.ndarray] = []
+    position, size = 0, len(span)
+    while position < size:
+        end = span.find(b",", min(size, position + PIECE_BYTES))
+        end = size if end < 0 else end
+        try:
+            values = np.frombuffer(_copied(parser, b"[" + span[position:end] + b"]", c_type), dtype=c_dtype)
+        except (TypeError, ValueError, RuntimeError):  # simdjson's words for each of the cases above
+            return None
+        if not values.size or (dtype.kind != "f" and not _fits(values, dtype)):
+            return None
+        pieces.append(values.astype(dtype, copy=False))
+        position = end + 1
+    return np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
+
+
+def _copied(parser: Any, piece: bytes, c_type: str) -> Any:
+    """The piece's numbers in a buffer of `c_type`. The parsed view goes before the parser's next document."""
+    view = parser.parse(piece)
+    try:
+        return view.as_buffer(of_type=c_type)
+    finally:
+        del view
+
+
+def _fits(values: np.ndarray, dtype: np.dtype) -> bool:
+    limits = np.iinfo(dtype)
+    return bool(values.min() >= limits.min and values.max() <= limits.max)
 
 
 def _restored(node: Any, spans: dict[str, bytes], parse: Callable[[bytes], Any]) -> Any:
