@@ -112,6 +112,26 @@ def test_a_body_that_stops_coming_gets_408_and_the_connection_closes(server):
     _still_serving(server)
 
 
+def test_a_kept_alive_connection_s_next_headers_are_timed_from_their_own_start(repository):
+    """The deadline moves with each request rather than a timer per request: after a body that paused past the header
+    timeout (a body's pauses may be long here), the connection's next request still gets the header timeout, not
+    whatever was left of the body's."""
+    env = {"SLIPWAY_HEADER_TIMEOUT_S": str(TIMEOUT_S), "SLIPWAY_BODY_IDLE_TIMEOUT_S": "3600"}
+    body = json.dumps(BODY).encode()
+    head = f"POST /v2/models/echo/infer HTTP/1.1\r\nHost: slipway\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with LocalServer(repository, extra_env=env) as server, _connect(server) as sock:
+        sock.sendall(head + body[:5])
+        time.sleep(TIMEOUT_S + 1)  # past the header timeout, within the body's: the request goes on
+        sock.sendall(body[5:])
+        answered = b""
+        while b'"data":[2.5]' not in answered:
+            answered += sock.recv(65536)
+        assert answered.startswith(b"HTTP/1.1 200"), answered
+        sock.sendall(b"POST /v2/models/echo/infer HTTP/1.1\r\n")  # the next request's headers, never finished
+        status, answer = _answer(sock)  # within WAIT_S, not the body's hour
+    assert status == 408 and f"were not whole within {TIMEOUT_S} s (SLIPWAY_HEADER_TIMEOUT_S)" in answer["error"]
+
+
 def test_a_limit_that_is_not_a_count_stops_the_server_in_one_line(repository):
     with pytest.raises(ServerError, match=r"SLIPWAY_MAX_HEADERS='lots' is not a whole number of at least 1; unset it"):
         LocalServer(repository, extra_env={"SLIPWAY_MAX_HEADERS": "lots"}, ready_timeout_s=60).start()

@@ -179,7 +179,8 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             most LINGER_S (the connection's end, whichever comes first)."""
             self._disarm()
             cycle = getattr(self, "cycle", None)
-            if cycle is not None and getattr(cycle, "response_started", False):  # the app is answering already
+            answering = cycle is not None and cycle.response_started and not cycle.response_complete
+            if answering:  # its answer is going out: another would garble it (a kept-alive one's last is whole)
                 self.transport.close()
                 return
             self.transport.write(answer(status, reason, message))
