@@ -83,7 +83,10 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
     class Limited(protocol):
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
-            self._limit_timer: asyncio.TimerHandle | None = None
+            self._limit_timer: asyncio.TimerHandle | None = None  # the deadline's watch, a drain's or a refusal's
+            self._watch_at: float | None = None  # when the watch fires, where `_limit_timer` is the watch
+            self._deadline: float | None = None  # when the headers or body under way are too late
+            self._expiry: tuple[int, str, Any] = (408, "Request Timeout", limits.headers_late)
             self._header_bytes = self._header_lines = 0
             self._in_headers, self._in_body, self._draining = True, False, False
             self._last_request = False  # the server drains: the next request is answered with Connection: close
@@ -91,11 +94,12 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._cancel()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            if self._limit_timer is None or self._last_request:  # else the first request: its timer runs since connect
+            if self._deadline is None or self._last_request:  # else the first request: its time runs since connect
                 self._arm(limits.header_timeout_s, 408, "Request Timeout", limits.headers_late)
 
         def on_header(self, name: bytes, value: bytes) -> None:
@@ -151,6 +155,7 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             self._last_request = True
             if not self._header_bytes:  # else a request has begun: its header timer runs, and it is answered
                 self._disarm()
+                self._cancel()
                 self._limit_timer = asyncio.get_running_loop().call_later(IDLE_DRAIN_S, self._close_if_idle)
 
         def _close_if_idle(self) -> None:
@@ -160,16 +165,36 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
                 self.transport.close()
 
         def _arm(self, seconds: float, status: int, reason: str, message: Any) -> None:
-            self._disarm()
-            self._limit_timer = asyncio.get_running_loop().call_later(seconds, self._expire, status, reason, message)
+            """Headers or a body are due within `seconds`. The deadline moves; a timer is made only where none watches
+            for it, or where the one there fires later than this deadline: a kept-alive connection's requests move
+            it twice each and make no timer (a timer made and cancelled costs 3-4 us, twice a request)."""
+            loop = asyncio.get_running_loop()
+            self._deadline, self._expiry = loop.time() + seconds, (status, reason, message)
+            if self._watch_at is None or self._deadline < self._watch_at:
+                self._cancel()  # a drain's timer, or a watch that would fire too late
+                self._watch_at = self._deadline
+                self._limit_timer = loop.call_at(self._deadline, self._watch)
 
         def _disarm(self) -> None:
+            self._deadline = None  # the watch, when it fires, finds nothing due
+
+        def _cancel(self) -> None:
             if self._limit_timer is not None:
                 self._limit_timer.cancel()
                 self._limit_timer = None
+            self._watch_at = None
 
-        def _expire(self, status: int, reason: str, message: Any) -> None:
-            self._limit_timer = None
+        def _watch(self) -> None:
+            self._limit_timer = self._watch_at = None
+            if self._deadline is None:
+                return
+            loop = asyncio.get_running_loop()
+            if loop.time() < self._deadline:  # moved since: watch again then
+                self._watch_at = self._deadline
+                self._limit_timer = loop.call_at(self._deadline, self._watch)
+                return
+            self._deadline = None
+            status, reason, message = self._expiry
             if not self.transport.is_closing():
                 self._refuse(status, reason, message())
 
@@ -178,6 +203,7 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             the client would lose the answer: the write side closes first, and what still comes is dropped for at
             most LINGER_S (the connection's end, whichever comes first)."""
             self._disarm()
+            self._cancel()
             cycle = getattr(self, "cycle", None)
             answering = cycle is not None and cycle.response_started and not cycle.response_complete
             if answering:  # its answer is going out: another would garble it (a kept-alive one's last is whole)
