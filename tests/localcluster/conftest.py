@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -52,23 +53,33 @@ def until(condition: Callable[[], T], timeout_s: float = 90, what: str = "condit
     raise AssertionError(f"{what} not reached within {timeout_s}s")
 
 
-@pytest.fixture(scope="package")
-def cluster(tmp_path_factory):
-    """A local control plane of its own on a free port, stopped by PID afterwards."""
+@contextmanager
+def control_plane(tmp_path_factory, name: str, **components: bool) -> Iterator[Any]:
+    """A local control plane of its own on a free port (with `components`: `with_keda`, `with_kserve`), stopped by
+    PID afterwards, every process of it gone and its folder removed."""
     from localcluster.control_plane import down, up
     from localcluster.processes import running
     from slipway.ports import free_port
 
-    folder = tmp_path_factory.mktemp("cluster") / "state"
-    state = up(folder, api_port=free_port(), tied=True)
-    STORAGE_ENV.update(state.storage_environment())
+    folder = tmp_path_factory.mktemp(name) / "state"
+    state = up(folder, api_port=free_port(), tied=True, **components)
+    processes = list(state.processes)
     try:
         yield state
     finally:
-        STORAGE_ENV.clear()
-        processes = list(state.processes)
         down(folder)
         assert not any(running(process) for process in processes) and not folder.exists()
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory):
+    """The package's control plane, without the opt-in components."""
+    with control_plane(tmp_path_factory, "cluster") as state:
+        STORAGE_ENV.update(state.storage_environment())
+        try:
+            yield state
+        finally:
+            STORAGE_ENV.clear()
 
 
 @pytest.fixture(scope="package")

@@ -6,10 +6,10 @@ The pre-scaling overlay `recommend` writes is deployed with a cron window a coup
 Deployment's replicas follow the window up and back down; the request-rate trigger reads a local Prometheus that
 scrapes a real counter, and the replicas follow the rate up and down; the GPU utilization trigger reads DCGM's gauge
 from the same Prometheus, and the replicas follow the cards' busy time; the request-rate trigger also scales the
-predictor Deployment KServe makes, from the ScaledObject `deploy --engine kserve` renders (on a second cluster, with
-KServe's controller; its figures go to reports/kserve-cluster.json). Every change of replicas lands in
-reports/keda-scaling.json (and a PNG). The module has a cluster of its own (module scope), since KEDA is opt-in
-(`make cluster KEDA=1`): the package's shared cluster stays without it.
+predictor Deployment KServe makes, from the ScaledObject `deploy --engine kserve` renders (KServe's controller runs in
+the module's cluster too, where it is built; its figures go to reports/kserve-cluster.json). Every change of replicas
+lands in reports/keda-scaling.json (and a PNG). The module has a cluster of its own (module scope), since KEDA is
+opt-in (`make cluster KEDA=1`): the package's shared cluster stays without it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ from deployments.render.autoscaling import component_dir
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
 from tests.deployments.traces import MIB, matrix, write
-from tests.localcluster.conftest import MODEL, until
+from tests.localcluster.conftest import MODEL, control_plane, until
 
 pytestmark = pytest.mark.slow
 
@@ -45,31 +47,23 @@ TEST_BEHAVIOR = {
     },
 }
 DAY_S = 86400
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
 def keda_cluster(tmp_path_factory):
-    """A control plane with KEDA, stopped by PID afterwards. KEDA is opt-in: where its binaries are not built
+    """A control plane with KEDA, and with KServe's controller where it is built (for the test on KServe's predictor:
+    one control plane for the module), stopped by PID afterwards. KEDA is opt-in: where its binaries are not built
     (`make cluster-build KEDA=1`, or `make test`) the module skips, saying so, rather than build them here."""
     from localcluster.build import cached
-    from localcluster.components import KEDA
-    from localcluster.control_plane import down, up
-    from localcluster.processes import running
-    from slipway.ports import free_port
+    from localcluster.components import KEDA, KSERVE
 
     if not cached(KEDA):
         pytest.skip(
             f"KEDA {KEDA.version} is not built: it is opt-in, `make cluster-build KEDA=1` builds it (docs/local-cluster.md)"
         )
-
-    folder = tmp_path_factory.mktemp("keda") / "state"
-    state = up(folder, api_port=free_port(), tied=True, with_keda=True)
-    processes = list(state.processes)
-    try:
+    with control_plane(tmp_path_factory, "keda", with_keda=True, with_kserve=cached(KSERVE)) as state:
         yield state
-    finally:
-        down(folder)
-        assert not any(running(process) for process in processes) and not folder.exists()
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +142,11 @@ def _local_prometheus(url: str) -> list[dict]:
     ]
 
 
-def _deploy(env: dict[str, str], namespace: str, overlay: Path, artifact: Path) -> None:
+def _deploy(env: dict[str, str], namespace: str, overlay: Path, artifact: Path, *options: str) -> None:
     run_module(
         "deployments",
         "deploy",
+        *options,
         "--namespace",
         namespace,
         "--overlay",
@@ -162,6 +157,19 @@ def _deploy(env: dict[str, str], namespace: str, overlay: Path, artifact: Path) 
         "120",
         env=env,
     )
+
+
+def _deploy_scaled(api, env, namespace: str, tmp_path: Path, url: str, *options: str, base="cpu", component="keda"):
+    """`deploy` over the `base` overlay with the autoscaling `component`, its trigger on the local Prometheus at `url`;
+    the ScaledObject it made."""
+    overlay = _overlay(
+        tmp_path / "overlay",
+        PROJECT_ROOT / "deployments" / "overlays" / base,
+        components=[component_dir(component)],
+        ops=_local_prometheus(url),
+    )
+    _deploy(env, namespace, overlay, _artifact(tmp_path), *options)
+    return _scaled_object(api, namespace)
 
 
 def _scaled_object(api, namespace: str):
@@ -182,6 +190,35 @@ def _clock(epoch: float) -> str:
     return time.strftime("%H:%M", time.gmtime(epoch))
 
 
+def _rate_up_and_down(
+    api, exporter, watched: dict[str, str], high: float, *, hold_s: float = 0.0, while_held: Callable[[], T] = lambda: None
+) -> tuple[list, T]:
+    """The request-rate trigger's scenario, on the Deployment `watched` names: 0 req/s until KEDA's HPA has read the
+    trigger and holds the minimum (2 replicas); `high` until 5 replicas, then `hold_s` more, `while_held()` read at its
+    end; 0 req/s again until 2. The samples, each with its phase, and what `while_held()` gave."""
+    from localcluster.keda_proof import watch
+
+    phase = {"now": "0 req/s"}
+    samples: list = []
+    began = time.monotonic()
+
+    def until(condition: Callable[[list], bool], timeout_s: float) -> None:
+        watch(api, **watched, until=condition, phase=lambda: phase["now"], timeout_s=timeout_s, samples=samples, began=began)
+
+    until(lambda s: s[-1].replicas == 2 and any(value is not None for value in s[-1].metrics.values()), 120)
+    exporter.set_rate(watched["namespace"], MODEL, PREDICTOR, high)
+    loaded_since = time.monotonic()
+    phase["now"] = f"{high:g} req/s"
+    until(lambda s: s[-1].replicas == 5, 240)
+    if hold_s:
+        until(lambda s: time.monotonic() > loaded_since + hold_s, hold_s + 45)
+    reading = while_held()
+    exporter.set_rate(watched["namespace"], MODEL, PREDICTOR, 0.0)
+    phase["now"] = "0 req/s again"
+    until(lambda s: s[-1].replicas == 2, 240)
+    return samples, reading
+
+
 # ------------------------------------------------------------------ the admission webhook
 
 
@@ -196,14 +233,7 @@ def test_keda_s_webhook_refuses_a_second_scaled_object_on_one_deployment(api, ke
 
     _, url = series
     namespace = _namespace(api, keda_cluster, "keda-webhook")
-    overlay = _overlay(
-        tmp_path / "overlay",
-        PROJECT_ROOT / "deployments" / "overlays" / "cpu",
-        components=[component_dir("keda")],
-        ops=_local_prometheus(url),
-    )
-    _deploy(env, namespace, overlay, _artifact(tmp_path))
-    assert _scaled_object(api, namespace).spec.scaleTargetRef.name == DEPLOYMENT
+    assert _deploy_scaled(api, env, namespace, tmp_path, url).spec.scaleTargetRef.name == DEPLOYMENT
     scaled = until(lambda: _ready(_scaled_object(api, namespace)), 60, "the ScaledObject's Ready condition")
 
     hpa = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(HPA_PREFIX + scaled.metadata.name, namespace)
@@ -237,68 +267,22 @@ def test_keda_s_webhook_refuses_a_second_scaled_object_on_one_deployment(api, ke
 
 def test_the_request_rate_trigger_scales_up_and_down_on_a_scraped_series(api, keda_cluster, env, series, tmp_path):
     """0 req/s: the KEDA component's 2 replicas; 240 req/s at 50 per replica: 5; back to 0: 2 again."""
-    from localcluster.keda_proof import record, watch
+    from localcluster.keda_proof import record
     from tests.localcluster.keda_series import query
 
     exporter, url = series
     namespace = _namespace(api, keda_cluster, "keda-rps")
     exporter.set_rate(namespace, MODEL, PREDICTOR, 0.0)
-    overlay = _overlay(
-        tmp_path / "overlay",
-        PROJECT_ROOT / "deployments" / "overlays" / "cpu",
-        components=[component_dir("keda")],
-        ops=_local_prometheus(url),
-    )
-    _deploy(env, namespace, overlay, _artifact(tmp_path))
-    scaled = _scaled_object(api, namespace)
+    scaled = _deploy_scaled(api, env, namespace, tmp_path, url)
     trigger = scaled.spec.triggers[0]
     threshold = float(trigger.metadata.threshold)
     assert trigger.type == "prometheus" and trigger.metadata.serverAddress == url and threshold == 50
 
     high = 240.0
-    phase = {"now": "0 req/s"}
-    samples: list = []
-    began = time.monotonic()
     watched = {"namespace": namespace, "deployment": DEPLOYMENT, "scaled_object": scaled.metadata.name}
-
-    def reads(samples) -> bool:  # the HPA has read the trigger at least once, and holds the minimum
-        return samples[-1].replicas == 2 and any(value is not None for value in samples[-1].metrics.values())
-
-    watch(api, **watched, until=reads, phase=lambda: phase["now"], timeout_s=120, samples=samples, began=began)
-    exporter.set_rate(namespace, MODEL, PREDICTOR, high)
-    loaded_since = time.monotonic()
-    phase["now"] = f"{high:g} req/s"
-    watch(
-        api,
-        **watched,
-        until=lambda s: s[-1].replicas == 5,
-        phase=lambda: phase["now"],
-        timeout_s=240,
-        samples=samples,
-        began=began,
-    )
-    # hold the load until the minute's rate holds only loaded samples: the HPA stays at 5, not past it
-    held_until = loaded_since + 75
-    watch(
-        api,
-        **watched,
-        until=lambda s: time.monotonic() > held_until,
-        phase=lambda: phase["now"],
-        timeout_s=120,
-        samples=samples,
-        began=began,
-    )
-    rate = query(url, trigger.metadata.query)
-    exporter.set_rate(namespace, MODEL, PREDICTOR, 0.0)
-    phase["now"] = "0 req/s again"
-    watch(
-        api,
-        **watched,
-        until=lambda s: s[-1].replicas == 2,
-        phase=lambda: phase["now"],
-        timeout_s=240,
-        samples=samples,
-        began=began,
+    # the load held until the minute's rate holds only loaded samples: the HPA stays at 5, not past it
+    samples, rate = _rate_up_and_down(
+        api, exporter, watched, high, hold_s=75, while_held=lambda: query(url, trigger.metadata.query)
     )
 
     path = record(
@@ -460,14 +444,7 @@ def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, e
 
     phase: dict[str, str] = {}
     set_cards("idle")
-    overlay = _overlay(
-        tmp_path / "overlay",
-        PROJECT_ROOT / "deployments" / "overlays" / "gpu",
-        components=[component_dir("gpu-util")],
-        ops=_local_prometheus(url),
-    )
-    _deploy(env, namespace, overlay, _artifact(tmp_path))
-    scaled = _scaled_object(api, namespace)
+    scaled = _deploy_scaled(api, env, namespace, tmp_path, url, base="gpu", component="gpu-util")
     trigger = scaled.spec.triggers[0]
     assert trigger.metricType == "Value" and float(trigger.metadata.threshold) == 70
     assert (scaled.spec.minReplicaCount, scaled.spec.maxReplicaCount) == (1, 4)
@@ -543,30 +520,7 @@ def test_the_gpu_utilization_trigger_scales_on_dcgm_s_gauge(api, keda_cluster, e
 # ------------------------------------------------------------------ KServe's predictor, scaled by KEDA
 
 
-@pytest.fixture(scope="module")
-def kserve_keda_cluster(tmp_path_factory):
-    """A second control plane, with KEDA and KServe's controller, for `deploy --engine kserve`; stopped by PID
-    afterwards. Both are opt-in: without their builds the tests that ask for it skip, saying so."""
-    from localcluster.build import cached
-    from localcluster.components import KEDA, KSERVE
-    from localcluster.control_plane import down, up
-    from localcluster.processes import running
-    from slipway.ports import free_port
-
-    missing = [f"{c.name} {c.version}" for c in (KEDA, KSERVE) if not cached(c)]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not built: both are opt-in, `make cluster-build KEDA=1 KSERVE=1` builds them")
-    folder = tmp_path_factory.mktemp("keda-kserve") / "state"
-    state = up(folder, api_port=free_port(), tied=True, with_keda=True, with_kserve=True)
-    processes = list(state.processes)
-    try:
-        yield state
-    finally:
-        down(folder)
-        assert not any(running(process) for process in processes) and not folder.exists()
-
-
-def test_the_request_rate_trigger_scales_kserve_s_predictor_up_and_down(kserve_keda_cluster, reports_env, series, tmp_path):
+def test_the_request_rate_trigger_scales_kserve_s_predictor_up_and_down(api, keda_cluster, env, series, tmp_path):
     """`deploy --engine kserve --autoscaling keda`: the ScaledObject Slipway renders on the predictor Deployment KServe
     makes (KServe told, by `autoscalerClass: external`, to make no autoscaler of its own); 0 req/s: 2 replicas, 240
     req/s at 50 per replica: 5, back to 0: 2. The figures go to reports/kserve-cluster.json (`keda`)."""
@@ -574,77 +528,28 @@ def test_the_request_rate_trigger_scales_kserve_s_predictor_up_and_down(kserve_k
     from kubernetes.dynamic import DynamicClient
 
     from deployments.kserve import api as kserve
-    from localcluster.keda_proof import HPA_PREFIX, changes, watch
-    from localcluster.objects import client as api_client
+    from localcluster.build import cached
+    from localcluster.components import KSERVE
+    from localcluster.keda_proof import HPA_PREFIX, changes
     from slipway import atomic
     from slipway.paths import REPORTS_DIR
 
+    if not cached(KSERVE):
+        pytest.skip(f"KServe {KSERVE.version} is not built: it is opt-in, `make cluster-build KSERVE=1` builds it")
     exporter, url = series
-    api = api_client(kserve_keda_cluster.kubeconfig)
-    env = {**reports_env, "KUBECONFIG": str(kserve_keda_cluster.kubeconfig), "COLUMNS": "400"}
-    namespace = _namespace(api, kserve_keda_cluster, "kserve-keda")
+    namespace = _namespace(api, keda_cluster, "kserve-keda")
     exporter.set_rate(namespace, MODEL, PREDICTOR, 0.0)
-    overlay = _overlay(
-        tmp_path / "overlay",
-        PROJECT_ROOT / "deployments" / "overlays" / "cpu",
-        components=[component_dir("keda")],
-        ops=_local_prometheus(url),
-    )
     began = time.monotonic()
-    run_module(
-        "deployments",
-        "deploy",
-        "--engine",
-        "kserve",
-        "--namespace",
-        namespace,
-        "--overlay",
-        str(overlay),
-        "--model-dir",
-        str(_artifact(tmp_path)),
-        "--wait",
-        "120",
-        env=env,
-    )
+    scaled = _deploy_scaled(api, env, namespace, tmp_path, url, "--engine", "kserve")
     deploy_s = time.monotonic() - began
-    scaled = _scaled_object(api, namespace)
     deployment = kserve.predictor_name(MODEL)
     assert scaled.metadata.name == kserve.scaled_object_name(MODEL) and scaled.spec.scaleTargetRef.name == deployment
     owner = client.AppsV1Api(api).read_namespaced_deployment(deployment, namespace).metadata.owner_references[0]
     assert owner.kind == kserve.ISVC_KIND  # KServe's own Deployment, which KEDA's HPA scales
 
     high = 240.0
-    phase = {"now": "0 req/s"}
-    samples: list = []
-    began = time.monotonic()
     watched = {"namespace": namespace, "deployment": deployment, "scaled_object": scaled.metadata.name}
-
-    def reads(samples) -> bool:  # KEDA's HPA has read the trigger at least once, and holds the minimum
-        return samples[-1].replicas == 2 and any(value is not None for value in samples[-1].metrics.values())
-
-    watch(api, **watched, until=reads, phase=lambda: phase["now"], timeout_s=120, samples=samples, began=began)
-    exporter.set_rate(namespace, MODEL, PREDICTOR, high)
-    phase["now"] = f"{high:g} req/s"
-    watch(
-        api,
-        **watched,
-        until=lambda s: s[-1].replicas == 5,
-        phase=lambda: phase["now"],
-        timeout_s=240,
-        samples=samples,
-        began=began,
-    )
-    exporter.set_rate(namespace, MODEL, PREDICTOR, 0.0)
-    phase["now"] = "0 req/s again"
-    watch(
-        api,
-        **watched,
-        until=lambda s: s[-1].replicas == 2,
-        phase=lambda: phase["now"],
-        timeout_s=240,
-        samples=samples,
-        began=began,
-    )
+    samples, _ = _rate_up_and_down(api, exporter, watched, high)
 
     # the only autoscaler on the predictor is KEDA's: KServe made no HPA of its own beside it
     autoscalers = client.AutoscalingV2Api(api).list_namespaced_horizontal_pod_autoscaler(namespace).items

@@ -25,6 +25,7 @@ from deployments.kserve import api as kserve
 from deployments.rollout.apply import DIGEST_ANNOTATION
 from slipway.paths import PROJECT_ROOT
 from tests.conftest import run_module
+from tests.localcluster.conftest import control_plane
 
 pytestmark = pytest.mark.slow
 
@@ -39,25 +40,16 @@ def kserve_cluster(tmp_path_factory):
     built (`make cluster-build KSERVE=1`) the module skips, saying so, rather than build it here."""
     from localcluster.build import cached
     from localcluster.components import KSERVE
-    from localcluster.control_plane import down, up
-    from localcluster.processes import running
-    from slipway.ports import free_port
 
     if not cached(KSERVE):
         pytest.skip(
             f"KServe {KSERVE.version}'s controller is not built: it is opt-in, `make cluster-build KSERVE=1` builds it "
             "(docs/local-cluster.md)"
         )
-    folder = tmp_path_factory.mktemp("kserve") / "state"
     began = time.monotonic()
-    state = up(folder, api_port=free_port(), tied=True, with_kserve=True)
-    _report(new_run=True, cluster_up_s=round(time.monotonic() - began, 1))
-    processes = list(state.processes)
-    try:
+    with control_plane(tmp_path_factory, "kserve", with_kserve=True) as state:
+        _report(new_run=True, cluster_up_s=round(time.monotonic() - began, 1))
         yield state
-    finally:
-        down(folder)
-        assert not any(running(process) for process in processes) and not folder.exists()
 
 
 @pytest.fixture(scope="module")
