@@ -86,14 +86,12 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             self._limit_timer: asyncio.TimerHandle | None = None  # the deadline's watch, a drain's or a refusal's
             self._watch_at: float | None = None  # when the watch fires, where `_limit_timer` is the watch
             self._deadline: float | None = None  # when the headers or body under way are too late
-            self._expiry: tuple[int, str, Any] = (408, "Request Timeout", limits.headers_late)
             self._header_bytes = self._header_lines = 0
             self._in_headers, self._in_body, self._draining = True, False, False
             self._last_request = False  # the server drains: the next request is answered with Connection: close
             self._arm(limits.header_timeout_s, 408, "Request Timeout", limits.headers_late)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
             self._cancel()
             super().connection_lost(exc)
 
@@ -154,7 +152,6 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
                 return
             self._last_request = True
             if not self._header_bytes:  # else a request has begun: its header timer runs, and it is answered
-                self._disarm()
                 self._cancel()
                 self._limit_timer = asyncio.get_running_loop().call_later(IDLE_DRAIN_S, self._close_if_idle)
 
@@ -169,20 +166,22 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             for it, or where the one there fires later than this deadline: a kept-alive connection's requests move
             it twice each and make no timer (a timer made and cancelled costs 3-4 us, twice a request)."""
             loop = asyncio.get_running_loop()
-            self._deadline, self._expiry = loop.time() + seconds, (status, reason, message)
-            if self._watch_at is None or self._deadline < self._watch_at:
+            deadline = loop.time() + seconds
+            if self._watch_at is None or deadline < self._watch_at:
                 self._cancel()  # a drain's timer, or a watch that would fire too late
-                self._watch_at = self._deadline
-                self._limit_timer = loop.call_at(self._deadline, self._watch)
+                self._watch_at = deadline
+                self._limit_timer = loop.call_at(deadline, self._watch)
+            self._deadline, self._expiry = deadline, (status, reason, message)
 
         def _disarm(self) -> None:
             self._deadline = None  # the watch, when it fires, finds nothing due
 
         def _cancel(self) -> None:
+            """No deadline, and no timer of any kind."""
             if self._limit_timer is not None:
                 self._limit_timer.cancel()
                 self._limit_timer = None
-            self._watch_at = None
+            self._watch_at = self._deadline = None
 
         def _watch(self) -> None:
             self._limit_timer = self._watch_at = None
@@ -202,7 +201,6 @@ def limited(protocol: type, limits: ConnectionLimits) -> type:
             """Answer and close. Closing at once, with the client's bytes unread, would reset the connection and
             the client would lose the answer: the write side closes first, and what still comes is dropped for at
             most LINGER_S (the connection's end, whichever comes first)."""
-            self._disarm()
             self._cancel()
             cycle = getattr(self, "cycle", None)
             answering = cycle is not None and cycle.response_started and not cycle.response_complete

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,11 +280,7 @@ def _numbers(span: bytes, dtype: Any, allowed: bytes, parse: Callable[[bytes], A
     if (copied := _numbers_in_c(span, np.dtype(dtype))) is not None:
         return copied
     pieces: list[np.ndarray] = []
-    position, size = 0, len(span)
-    while position < size:
-        end = span.find(b",", min(size, position + PIECE_BYTES))
-        end = size if end < 0 else end
-        piece = span[position:end]
+    for piece in _pieces(span):
         if piece.translate(None, allowed):  # not such numbers alone
             return parse(b"[" + span + b"]")
         values = parse(b"[" + piece + b"]")
@@ -294,7 +290,6 @@ def _numbers(span: bytes, dtype: Any, allowed: bytes, parse: Callable[[bytes], A
             pieces.append(np.asarray(values, dtype=dtype))
         except OverflowError:  # an integer out of the datatype's range: the runtime says which range
             return parse(b"[" + span + b"]")
-        position = end + 1
     if span.rstrip().endswith(b","):
         raise ValueError("a list of numbers that ends with a comma")
     return np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
@@ -309,21 +304,29 @@ def _numbers_in_c(span: bytes, dtype: np.dtype) -> np.ndarray | None:
     if simdjson is None:
         return None
     c_type, c_dtype = _C_TYPES[dtype.kind]
-    parser = getattr(_parsers, "parser", None) or _parsers.__dict__.setdefault("parser", simdjson.Parser())
+    parser = getattr(_parsers, "parser", None)
+    if parser is None:
+        parser = _parsers.parser = simdjson.Parser()
     pieces: list[np.ndarray] = []
-    position, size = 0, len(span)
-    while position < size:
-        end = span.find(b",", min(size, position + PIECE_BYTES))
-        end = size if end < 0 else end
+    for piece in _pieces(span):
         try:
-            values = np.frombuffer(_copied(parser, b"[" + span[position:end] + b"]", c_type), dtype=c_dtype)
+            values = np.frombuffer(_copied(parser, b"[" + piece + b"]", c_type), dtype=c_dtype)
         except (TypeError, ValueError, RuntimeError):  # simdjson's words for each of the cases above
             return None
         if not values.size or (dtype.kind != "f" and not _fits(values, dtype)):
             return None
         pieces.append(values.astype(dtype, copy=False))
-        position = end + 1
     return np.concatenate(pieces) if pieces else np.empty(0, dtype=dtype)
+
+
+def _pieces(span: bytes) -> Iterator[bytes]:
+    """The numbers between `[` and `]`, PIECE_BYTES or a little more at a time, each piece ending before a comma."""
+    position, size = 0, len(span)
+    while position < size:
+        end = span.find(b",", min(size, position + PIECE_BYTES))
+        end = size if end < 0 else end
+        yield span[position:end]
+        position = end + 1
 
 
 def _copied(parser: Any, piece: bytes, c_type: str) -> Any:
